@@ -1,0 +1,498 @@
+//! The wire protocol: every event of a chat turn, and its SSE and NDJSON encodings.
+//!
+//! One turn is a stream of [`Event`]s. Clients read them as Server-Sent Events (`event:` is the
+//! type, `id:` the sequence number in the turn, `data:` one JSON object); Lambda-to-Lambda
+//! transports carry the same JSON objects as NDJSON, one per line. The JSON object always carries
+//! its own `type`, so `data:` alone is enough to decode an event.
+//!
+//! Text that contains newlines stays one event: `serde_json` escapes control characters, so a
+//! `data:` line can never be split by the payload.
+
+use bytes::{BufMut, Bytes, BytesMut};
+use serde::{Deserialize, Serialize};
+
+/// Token usage reported by a model for one call (or summed over several).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    /// Prompt (input) tokens.
+    pub input_tokens: u64,
+    /// Completion (output) tokens.
+    pub output_tokens: u64,
+}
+
+impl Usage {
+    /// Input plus output tokens.
+    pub fn total(&self) -> u64 {
+        self.input_tokens + self.output_tokens
+    }
+
+    /// Adds `other` into `self`.
+    pub fn add(&mut self, other: Usage) {
+        self.input_tokens += other.input_tokens;
+        self.output_tokens += other.output_tokens;
+    }
+}
+
+/// How a turn, or one sub-agent instance, ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    /// Everything finished.
+    Ok,
+    /// Cut short (client disconnect, deadline); what was produced is kept.
+    Partial,
+    /// Failed; an `error` event says why.
+    Error,
+}
+
+impl Status {
+    /// The worse of two statuses (`error` > `partial` > `ok`).
+    pub fn worst(self, other: Status) -> Status {
+        fn rank(s: Status) -> u8 {
+            match s {
+                Status::Ok => 0,
+                Status::Partial => 1,
+                Status::Error => 2,
+            }
+        }
+        if rank(other) > rank(self) { other } else { self }
+    }
+}
+
+/// Usage of one agent (instance or rolled-up name) in a turn summary.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgentUsage {
+    /// Agent instance or name.
+    pub agent: String,
+    /// Model that spent the tokens.
+    pub model: String,
+    /// Tokens spent.
+    #[serde(flatten)]
+    pub usage: Usage,
+}
+
+/// One event of a chat turn. See DESIGN.md §3 for the meaning of each.
+///
+/// `agent` names the source instance (`"shopping[1]"`), or `"orchestrator"` for the orchestrator's
+/// own output (preamble and fastpath text, its usage).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Event {
+    /// Emitted before any model call, so the client sees a first byte at once.
+    Thinking {},
+    /// A vendor response id (`resp_*`), or a synthetic `ft_*` id for support.
+    ResponseId {
+        /// Source instance.
+        agent: String,
+        /// The id.
+        id: String,
+    },
+    /// A user-visible text delta.
+    Text {
+        /// Source instance.
+        agent: String,
+        /// The delta.
+        text: String,
+    },
+    /// A reasoning delta from a sub-agent.
+    Reasoning {
+        /// Source instance.
+        agent: String,
+        /// The delta.
+        text: String,
+    },
+    /// A sub-agent began a tool call.
+    ToolCallStart {
+        /// Source instance.
+        agent: String,
+        /// The model's call id.
+        call_id: String,
+        /// Tool name.
+        name: String,
+        /// Arguments as the model sent them.
+        arguments: serde_json::Value,
+    },
+    /// A tool call's result.
+    ToolResult {
+        /// Source instance.
+        agent: String,
+        /// The model's call id.
+        call_id: String,
+        /// Tool name.
+        name: String,
+        /// What the tool returned (or the error it reported).
+        result: serde_json::Value,
+        /// Whether `result` is an error.
+        is_error: bool,
+    },
+    /// A sub-agent's tool call ended.
+    ToolCallEnd {
+        /// Source instance.
+        agent: String,
+        /// The model's call id.
+        call_id: String,
+        /// Tool name.
+        name: String,
+        /// Wall time of the call.
+        duration_ms: u64,
+    },
+    /// A sub-agent instance began.
+    AgentStarted {
+        /// The instance, `Name[i]`.
+        agent: String,
+        /// The query it was given.
+        query: String,
+    },
+    /// A sub-agent instance ended.
+    AgentFinished {
+        /// The instance.
+        agent: String,
+        /// How it ended.
+        status: Status,
+        /// Wall time from start to end.
+        duration_ms: u64,
+        /// Tokens it spent, summed over its model calls.
+        usage: Usage,
+    },
+    /// Internal: support content ends here in a mixed turn. History splits the assistant reply at
+    /// this point; it is never sent to clients.
+    SupportContent {
+        /// The support instance whose content just ended.
+        agent: String,
+    },
+    /// Token usage of one model call by one agent instance.
+    Usage {
+        /// Source instance.
+        agent: String,
+        /// Model name.
+        model: String,
+        /// Tokens.
+        #[serde(flatten)]
+        usage: Usage,
+    },
+    /// An in-band error. The stream goes on (or ends with `completed`); it is never an `Err` in the
+    /// body stream.
+    Error {
+        /// Source instance, or `"orchestrator"`.
+        agent: String,
+        /// A stable, machine-readable code.
+        code: String,
+        /// A human-readable message.
+        message: String,
+        /// Whether retrying the same request may succeed.
+        retryable: bool,
+    },
+    /// The last event of every turn.
+    Completed {
+        /// The conversation.
+        episode_id: String,
+        /// This turn.
+        turn_id: String,
+        /// How the turn ended.
+        status: Status,
+        /// The orchestrator model (`"offline"` for the offline model).
+        model: String,
+        /// Wall time of the turn.
+        duration_ms: u64,
+        /// Usage per agent instance.
+        usage: Vec<AgentUsage>,
+    },
+    /// Mini-agent fan-out: the decomposer split the task.
+    #[serde(rename = "mini_agent.decomposed")]
+    MiniAgentDecomposed {
+        /// Parent instance.
+        agent: String,
+        /// The sub-tasks.
+        tasks: Vec<String>,
+    },
+    /// Mini-agent fan-out: one mini started.
+    #[serde(rename = "mini_agent.started")]
+    MiniAgentStarted {
+        /// The mini instance.
+        agent: String,
+        /// Its task.
+        task: String,
+    },
+    /// Mini-agent fan-out: one mini ended.
+    #[serde(rename = "mini_agent.finished")]
+    MiniAgentFinished {
+        /// The mini instance.
+        agent: String,
+        /// `ok`, `failed` or `timeout`.
+        outcome: String,
+        /// Wall time.
+        duration_ms: u64,
+    },
+    /// Mini-agent fan-out: the aggregator combined the minis' answers.
+    #[serde(rename = "mini_agent.aggregated")]
+    MiniAgentAggregated {
+        /// Parent instance.
+        agent: String,
+        /// How many minis succeeded.
+        ok: u32,
+        /// How many failed or timed out.
+        failed: u32,
+    },
+}
+
+impl Event {
+    /// The SSE `event:` name, equal to the JSON `type`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Event::Thinking {} => "thinking",
+            Event::ResponseId { .. } => "response_id",
+            Event::Text { .. } => "text",
+            Event::Reasoning { .. } => "reasoning",
+            Event::ToolCallStart { .. } => "tool_call_start",
+            Event::ToolResult { .. } => "tool_result",
+            Event::ToolCallEnd { .. } => "tool_call_end",
+            Event::AgentStarted { .. } => "agent_started",
+            Event::AgentFinished { .. } => "agent_finished",
+            Event::SupportContent { .. } => "support_content",
+            Event::Usage { .. } => "usage",
+            Event::Error { .. } => "error",
+            Event::Completed { .. } => "completed",
+            Event::MiniAgentDecomposed { .. } => "mini_agent.decomposed",
+            Event::MiniAgentStarted { .. } => "mini_agent.started",
+            Event::MiniAgentFinished { .. } => "mini_agent.finished",
+            Event::MiniAgentAggregated { .. } => "mini_agent.aggregated",
+        }
+    }
+
+    /// The source instance, where the event has one.
+    pub fn agent(&self) -> Option<&str> {
+        match self {
+            Event::Thinking {} | Event::Completed { .. } => None,
+            Event::ResponseId { agent, .. }
+            | Event::Text { agent, .. }
+            | Event::Reasoning { agent, .. }
+            | Event::ToolCallStart { agent, .. }
+            | Event::ToolResult { agent, .. }
+            | Event::ToolCallEnd { agent, .. }
+            | Event::AgentStarted { agent, .. }
+            | Event::AgentFinished { agent, .. }
+            | Event::SupportContent { agent }
+            | Event::Usage { agent, .. }
+            | Event::Error { agent, .. }
+            | Event::MiniAgentDecomposed { agent, .. }
+            | Event::MiniAgentStarted { agent, .. }
+            | Event::MiniAgentFinished { agent, .. }
+            | Event::MiniAgentAggregated { agent, .. } => Some(agent),
+        }
+    }
+
+    /// Whether the event is ordered content for the live slot (user-visible text and the support
+    /// boundary that follows it), as opposed to progress that passes through at once.
+    pub fn is_slot_content(&self) -> bool {
+        matches!(self, Event::Text { .. } | Event::SupportContent { .. })
+    }
+
+    /// Whether clients may see this event (`support_content` is internal).
+    pub fn is_client_visible(&self) -> bool {
+        !matches!(self, Event::SupportContent { .. })
+    }
+
+    /// A `text` event.
+    pub fn text(agent: impl Into<String>, text: impl Into<String>) -> Event {
+        Event::Text { agent: agent.into(), text: text.into() }
+    }
+
+    /// An `error` event.
+    pub fn error(
+        agent: impl Into<String>,
+        code: impl Into<String>,
+        message: impl Into<String>,
+        retryable: bool,
+    ) -> Event {
+        Event::Error {
+            agent: agent.into(),
+            code: code.into(),
+            message: message.into(),
+            retryable,
+        }
+    }
+}
+
+/// An event could not be decoded.
+#[derive(Debug, thiserror::Error)]
+pub enum DecodeError {
+    /// The JSON did not describe a known event.
+    #[error("invalid event JSON: {0}")]
+    Json(#[from] serde_json::Error),
+    /// An SSE `event:` name disagrees with the JSON `type`.
+    #[error("SSE event name `{sse}` does not match JSON type `{json}`")]
+    KindMismatch {
+        /// The `event:` field.
+        sse: String,
+        /// The JSON `type`.
+        json: &'static str,
+    },
+}
+
+/// Encodes `event` as one SSE message with sequence number `id`, appending to `out`.
+pub fn encode_sse_into(out: &mut BytesMut, id: u64, event: &Event) {
+    out.put_slice(b"event: ");
+    out.put_slice(event.kind().as_bytes());
+    out.put_slice(b"\nid: ");
+    out.put_slice(id.to_string().as_bytes());
+    out.put_slice(b"\ndata: ");
+    // Serializing a plain enum of strings, numbers and JSON values cannot fail.
+    serde_json::to_writer((&mut *out).writer(), event).expect("event serializes");
+    out.put_slice(b"\n\n");
+}
+
+/// Encodes `event` as one SSE message with sequence number `id`.
+pub fn encode_sse(id: u64, event: &Event) -> Bytes {
+    let mut out = BytesMut::with_capacity(128);
+    encode_sse_into(&mut out, id, event);
+    out.freeze()
+}
+
+/// An SSE comment line, used as a heartbeat: clients ignore it, proxies see traffic.
+pub const SSE_HEARTBEAT: &[u8] = b": heartbeat\n\n";
+
+/// Decodes one SSE message from its `event:` name and `data:` payload, checking they agree.
+pub fn decode_sse(event_name: &str, data: &str) -> Result<Event, DecodeError> {
+    let event: Event = serde_json::from_str(data)?;
+    if !event_name.is_empty() && event_name != "message" && event_name != event.kind() {
+        return Err(DecodeError::KindMismatch { sse: event_name.to_owned(), json: event.kind() });
+    }
+    Ok(event)
+}
+
+/// Encodes `event` as one NDJSON line.
+pub fn encode_ndjson(event: &Event) -> Bytes {
+    let mut out = serde_json::to_vec(event).expect("event serializes");
+    out.push(b'\n');
+    Bytes::from(out)
+}
+
+/// Decodes one NDJSON line (a trailing newline is allowed).
+pub fn decode_ndjson(line: &[u8]) -> Result<Event, DecodeError> {
+    Ok(serde_json::from_slice(line.trim_ascii_end())?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sse_encoding_is_exact() {
+        let ev = Event::text("shopping[1]", "hi");
+        assert_eq!(
+            &encode_sse(7, &ev)[..],
+            b"event: text\nid: 7\ndata: {\"type\":\"text\",\"agent\":\"shopping[1]\",\"text\":\"hi\"}\n\n"
+        );
+        assert_eq!(
+            &encode_sse(0, &Event::Thinking {})[..],
+            b"event: thinking\nid: 0\ndata: {\"type\":\"thinking\"}\n\n"
+        );
+    }
+
+    #[test]
+    fn text_with_newlines_stays_one_sse_event() {
+        let ev = Event::text("support[1]", "line one\nline two\r\n\ndata: fake");
+        let bytes = encode_sse(3, &ev);
+        let s = std::str::from_utf8(&bytes).unwrap();
+        assert_eq!(s.matches("\n\n").count(), 1, "exactly one event terminator: {s:?}");
+        assert!(s.ends_with("\n\n"));
+        assert_eq!(s.lines().filter(|l| l.starts_with("data: ")).count(), 1);
+        let data = s.lines().find_map(|l| l.strip_prefix("data: ")).unwrap();
+        assert_eq!(decode_sse("text", data).unwrap(), ev);
+    }
+
+    #[test]
+    fn ndjson_encoding_is_exact_and_round_trips() {
+        let ev = Event::Usage {
+            agent: "shopping[1]".into(),
+            model: "gpt".into(),
+            usage: Usage { input_tokens: 3, output_tokens: 4 },
+        };
+        let line = encode_ndjson(&ev);
+        assert_eq!(
+            &line[..],
+            b"{\"type\":\"usage\",\"agent\":\"shopping[1]\",\"model\":\"gpt\",\"input_tokens\":3,\"output_tokens\":4}\n"
+        );
+        assert_eq!(decode_ndjson(&line).unwrap(), ev);
+    }
+
+    #[test]
+    fn mini_agent_events_use_dotted_names() {
+        let ev = Event::MiniAgentStarted { agent: "shopping[1].mini[2]".into(), task: "t".into() };
+        assert_eq!(ev.kind(), "mini_agent.started");
+        let line = encode_ndjson(&ev);
+        assert!(line.starts_with(b"{\"type\":\"mini_agent.started\""));
+        assert_eq!(decode_ndjson(&line).unwrap(), ev);
+    }
+
+    #[test]
+    fn every_event_round_trips_through_both_encodings() {
+        for ev in sample_events() {
+            let nd = encode_ndjson(&ev);
+            assert_eq!(decode_ndjson(&nd).unwrap(), ev);
+            let sse = encode_sse(1, &ev);
+            let s = std::str::from_utf8(&sse).unwrap();
+            let name = s.lines().next().unwrap().strip_prefix("event: ").unwrap();
+            assert_eq!(name, ev.kind());
+            let data = s.lines().find_map(|l| l.strip_prefix("data: ")).unwrap();
+            assert_eq!(decode_sse(name, data).unwrap(), ev);
+        }
+    }
+
+    #[test]
+    fn sse_name_must_match_json_type() {
+        let err = decode_sse("text", r#"{"type":"thinking"}"#).unwrap_err();
+        assert!(matches!(err, DecodeError::KindMismatch { .. }), "{err}");
+    }
+
+    #[test]
+    fn unknown_event_type_is_an_error() {
+        assert!(decode_ndjson(br#"{"type":"nope"}"#).is_err());
+    }
+
+    fn sample_events() -> Vec<Event> {
+        let a = || "support[1]".to_owned();
+        vec![
+            Event::Thinking {},
+            Event::ResponseId { agent: a(), id: "ft_1".into() },
+            Event::text(a(), "x"),
+            Event::Reasoning { agent: a(), text: "r".into() },
+            Event::ToolCallStart {
+                agent: a(),
+                call_id: "c".into(),
+                name: "n".into(),
+                arguments: serde_json::json!({"q": 1}),
+            },
+            Event::ToolResult {
+                agent: a(),
+                call_id: "c".into(),
+                name: "n".into(),
+                result: serde_json::json!([1]),
+                is_error: false,
+            },
+            Event::ToolCallEnd { agent: a(), call_id: "c".into(), name: "n".into(), duration_ms: 2 },
+            Event::AgentStarted { agent: a(), query: "q".into() },
+            Event::AgentFinished {
+                agent: a(),
+                status: Status::Partial,
+                duration_ms: 5,
+                usage: Usage { input_tokens: 1, output_tokens: 2 },
+            },
+            Event::SupportContent { agent: a() },
+            Event::Usage { agent: a(), model: "m".into(), usage: Usage::default() },
+            Event::error(a(), "vendor_timeout", "slow", true),
+            Event::Completed {
+                episode_id: "e".into(),
+                turn_id: "t".into(),
+                status: Status::Ok,
+                model: "offline".into(),
+                duration_ms: 9,
+                usage: vec![AgentUsage { agent: a(), model: "m".into(), usage: Usage::default() }],
+            },
+            Event::MiniAgentDecomposed { agent: a(), tasks: vec!["a".into()] },
+            Event::MiniAgentStarted { agent: a(), task: "a".into() },
+            Event::MiniAgentFinished { agent: a(), outcome: "ok".into(), duration_ms: 1 },
+            Event::MiniAgentAggregated { agent: a(), ok: 1, failed: 0 },
+        ]
+    }
+}

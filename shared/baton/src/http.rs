@@ -1,0 +1,305 @@
+//! The HTTP chat endpoint: request validation and the SSE response, shared by `serve` (axum on a
+//! local socket) and the Lambda function.
+//!
+//! Bad input is answered before the response starts, with a 4xx JSON body
+//! `{"error":{"code":..,"message":..}}`, and starts no model call. Once the stream starts, errors
+//! are in-band `error` events and the stream always ends with `completed`.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use futures::{Stream, StreamExt};
+use serde::Deserialize;
+
+use crate::agent::EventStream;
+use crate::config::RequestLimits;
+use crate::event::{SSE_HEARTBEAT, encode_sse};
+use crate::orchestrator::{Orchestrator, TurnRequest};
+
+/// Header with the caller's user id in the unauthenticated local mode.
+pub const USER_HEADER: &str = "x-baton-user";
+/// Response header with the episode id (minted when the request has none).
+pub const EPISODE_HEADER: &str = "x-baton-episode-id";
+/// Response header with the turn id.
+pub const TURN_HEADER: &str = "x-baton-turn-id";
+
+/// A request refused before the stream started.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    /// HTTP status (4xx).
+    pub status: StatusCode,
+    /// Stable machine-readable code.
+    pub code: &'static str,
+    /// What was wrong.
+    pub message: String,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> ApiError {
+        ApiError { status, code, message: message.into() }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = serde_json::json!({"error": {"code": self.code, "message": self.message}});
+        (self.status, axum::Json(body)).into_response()
+    }
+}
+
+/// The JSON body of a chat request.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ChatBody {
+    message: Option<serde_json::Value>,
+    episode_id: Option<String>,
+    request_id: Option<String>,
+    image: Option<serde_json::Value>,
+}
+
+/// The chat endpoint: an orchestrator, limits, and heartbeat pacing.
+pub struct ChatService {
+    orchestrator: Arc<Orchestrator>,
+    limits: RequestLimits,
+    heartbeat: Duration,
+}
+
+impl ChatService {
+    /// A service over `orchestrator`.
+    pub fn new(orchestrator: Arc<Orchestrator>, limits: RequestLimits, heartbeat: Duration) -> ChatService {
+        ChatService { orchestrator, limits, heartbeat }
+    }
+
+    /// The request limits.
+    pub fn limits(&self) -> RequestLimits {
+        self.limits
+    }
+
+    /// Checks a request and turns it into a turn, or says why not.
+    pub fn validate(&self, headers: &HeaderMap, body: &[u8]) -> Result<TurnRequest, ApiError> {
+        if body.len() > self.limits.max_body_bytes {
+            return Err(body_too_large(self.limits.max_body_bytes));
+        }
+        let text = std::str::from_utf8(body).map_err(|e| {
+            ApiError::new(StatusCode::BAD_REQUEST, "invalid_utf8", format!("the body is not valid UTF-8: {e}"))
+        })?;
+        let parsed: ChatBody = serde_json::from_str(text).map_err(|e| {
+            ApiError::new(StatusCode::BAD_REQUEST, "invalid_json", format!("the body is not a valid chat request: {e}"))
+        })?;
+        let message = match parsed.message {
+            None | Some(serde_json::Value::Null) => {
+                return Err(ApiError::new(StatusCode::BAD_REQUEST, "missing_message", "the field `message` is required"));
+            }
+            Some(serde_json::Value::String(s)) => s,
+            Some(_) => {
+                return Err(ApiError::new(StatusCode::BAD_REQUEST, "invalid_message", "the field `message` must be a string"));
+            }
+        };
+        if message.trim().is_empty() {
+            return Err(ApiError::new(StatusCode::BAD_REQUEST, "empty_message", "the field `message` is empty"));
+        }
+        let chars = message.chars().count();
+        if chars > self.limits.max_message_chars {
+            return Err(ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "message_too_long",
+                format!("the message has {chars} characters; the limit is {}", self.limits.max_message_chars),
+            ));
+        }
+        let episode_id = match parsed.episode_id {
+            Some(id) => checked_id("episode_id", id)?,
+            None => uuid::Uuid::new_v4().to_string(),
+        };
+        if let Some(id) = parsed.request_id {
+            checked_id("request_id", id)?;
+        }
+        if parsed.image.as_ref().is_some_and(|i| !i.is_object()) {
+            return Err(ApiError::new(StatusCode::BAD_REQUEST, "invalid_image", "the field `image` must be an object"));
+        }
+        let user_id = match headers.get(USER_HEADER) {
+            None => "local".to_owned(),
+            Some(v) => {
+                let v = v.to_str().map_err(|_| bad_id(USER_HEADER))?;
+                checked_id(USER_HEADER, v.to_owned())?
+            }
+        };
+        Ok(TurnRequest {
+            episode_id,
+            turn_id: uuid::Uuid::new_v4().to_string(),
+            user_id,
+            message,
+            history: Vec::new(),
+        })
+    }
+
+    /// Answers one request: a 4xx JSON error, or a 200 SSE stream of the turn.
+    pub fn respond(&self, headers: &HeaderMap, body: &[u8]) -> Response {
+        let turn = match self.validate(headers, body) {
+            Ok(turn) => turn,
+            Err(e) => return e.into_response(),
+        };
+        tracing::info!(episode = %turn.episode_id, turn = %turn.turn_id, user = %turn.user_id, "chat turn");
+        let episode = HeaderValue::from_str(&turn.episode_id).expect("checked id is a valid header");
+        let turn_id = HeaderValue::from_str(&turn.turn_id).expect("uuid is a valid header");
+        let events = self.orchestrator.run_turn(turn);
+        let mut response = Response::new(Body::from_stream(sse_body(events, self.heartbeat)));
+        let h = response.headers_mut();
+        h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+        h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+        h.insert("x-accel-buffering", HeaderValue::from_static("no"));
+        h.insert(EPISODE_HEADER, episode);
+        h.insert(TURN_HEADER, turn_id);
+        response
+    }
+}
+
+fn body_too_large(limit: usize) -> ApiError {
+    ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "body_too_large", format!("the body is larger than {limit} bytes"))
+}
+
+fn bad_id(field: &str) -> ApiError {
+    ApiError::new(
+        StatusCode::BAD_REQUEST,
+        "invalid_id",
+        format!("`{field}` must be 1 to 128 characters of letters, digits, '-', '_', '.', ':' or '@'"),
+    )
+}
+
+/// Ids end up in storage keys: keep them to a safe alphabet.
+fn checked_id(field: &str, id: String) -> Result<String, ApiError> {
+    let ok = !id.is_empty()
+        && id.len() <= 128
+        && id.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':' | '@'));
+    if ok { Ok(id) } else { Err(bad_id(field)) }
+}
+
+/// The SSE body of a turn: client-visible events numbered from 0, and a heartbeat comment after
+/// each `heartbeat` of silence.
+pub fn sse_body(events: EventStream, heartbeat: Duration) -> impl Stream<Item = Result<Bytes, Infallible>> + Send {
+    async_stream::stream! {
+        let mut events = events.filter(|e| std::future::ready(e.is_client_visible()));
+        let mut seq = 0u64;
+        loop {
+            match tokio::time::timeout(heartbeat, events.next()).await {
+                Err(_) => yield Ok(Bytes::from_static(SSE_HEARTBEAT)),
+                Ok(None) => break,
+                Ok(Some(event)) => {
+                    yield Ok(encode_sse(seq, &event));
+                    seq += 1;
+                }
+            }
+        }
+    }
+}
+
+async fn chat(State(service): State<Arc<ChatService>>, headers: HeaderMap, body: Body) -> Response {
+    let limit = service.limits.max_body_bytes;
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    if declared.is_some_and(|n| n > limit) {
+        return body_too_large(limit).into_response();
+    }
+    match axum::body::to_bytes(body, limit).await {
+        Ok(bytes) => service.respond(&headers, &bytes),
+        Err(e) => {
+            let too_large = std::iter::successors(Some(&e as &dyn std::error::Error), |e| e.source())
+                .any(|e| e.is::<http_body_util::LengthLimitError>());
+            if too_large {
+                body_too_large(limit).into_response()
+            } else {
+                ApiError::new(StatusCode::BAD_REQUEST, "unreadable_body", format!("could not read the body: {e}"))
+                    .into_response()
+            }
+        }
+    }
+}
+
+async fn health() -> &'static str {
+    "ok"
+}
+
+/// The router: `POST /` and `POST /chat` (the chat endpoint), `GET /health`.
+pub fn app(service: Arc<ChatService>) -> Router {
+    Router::new()
+        .route("/", post(chat))
+        .route("/chat", post(chat))
+        .route("/health", get(health))
+        .with_state(service)
+}
+
+/// Serves `app` on `listener` until `shutdown` resolves.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    service: Arc<ChatService>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, app(service)).with_graceful_shutdown(shutdown).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+
+    fn service() -> ChatService {
+        let config = Config::default();
+        ChatService::new(
+            config.build().unwrap(),
+            RequestLimits { max_body_bytes: 200, max_message_chars: 20 },
+            Duration::from_secs(1),
+        )
+    }
+
+    fn code(body: &[u8]) -> &'static str {
+        service().validate(&HeaderMap::new(), body).unwrap_err().code
+    }
+
+    #[test]
+    fn bad_requests_get_specific_codes() {
+        assert_eq!(code(b"{nope"), "invalid_json");
+        assert_eq!(code(b"{}"), "missing_message");
+        assert_eq!(code(br#"{"message": 3}"#), "invalid_message");
+        assert_eq!(code(br#"{"message": "  "}"#), "empty_message");
+        assert_eq!(code(br#"{"message": "aaaaaaaaaaaaaaaaaaaaa"}"#), "message_too_long");
+        assert_eq!(code(b"{\"message\": \"\xff\"}"), "invalid_utf8");
+        assert_eq!(code(br#"{"message": "hi", "episode_id": "a/b"}"#), "invalid_id");
+        assert_eq!(code(br#"{"message": "hi", "surprise": 1}"#), "invalid_json");
+        assert_eq!(code(&[b' '; 201]), "body_too_large");
+    }
+
+    #[test]
+    fn a_good_request_mints_ids_and_takes_the_local_user_header() {
+        let mut headers = HeaderMap::new();
+        headers.insert(USER_HEADER, HeaderValue::from_static("alice"));
+        let turn = service().validate(&headers, br#"{"message":"hi"}"#).unwrap();
+        assert_eq!(turn.user_id, "alice");
+        assert_eq!(turn.message, "hi");
+        assert!(!turn.episode_id.is_empty() && turn.episode_id != turn.turn_id);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn silence_gets_heartbeats_and_support_content_is_never_sent() {
+        use crate::event::Event;
+        let events: EventStream = Box::pin(async_stream::stream! {
+            yield Event::Thinking {};
+            tokio::time::sleep(Duration::from_millis(2500)).await;
+            yield Event::SupportContent { agent: "support[1]".into() };
+            yield Event::text("support[1]", "x");
+        });
+        let chunks: Vec<Bytes> = sse_body(events, Duration::from_secs(1)).map(|c| c.unwrap()).collect().await;
+        let text: Vec<String> = chunks.iter().map(|c| String::from_utf8_lossy(c).into_owned()).collect();
+        assert!(text[0].starts_with("event: thinking\nid: 0\n"));
+        assert_eq!(&text[1..3], [": heartbeat\n\n", ": heartbeat\n\n"]);
+        assert!(text[3].starts_with("event: text\nid: 1\n"), "{text:?}");
+        assert_eq!(text.len(), 4);
+    }
+}

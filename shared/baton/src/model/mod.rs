@@ -1,0 +1,483 @@
+//! Chat models: the [`ChatModel`] trait, its request and delta types, and the implementations.
+//!
+//! A model call is a stream of [`ModelDelta`]s. Tool-call fragments are reassembled by index inside
+//! the clients, so callers see [`ModelDelta::ToolCallStart`] early (id and name) and one complete
+//! [`ModelDelta::ToolCall`] per call once the model has finished.
+//!
+//! - [`openai`]: OpenAI Chat Completions over HTTP (any compatible server).
+//! - [`offline`]: the deterministic rule-based model used when no model is configured.
+//! - [`scripted`]: a scripted OpenAI-compatible HTTP server, and an in-process scripted model.
+
+pub mod offline;
+pub mod openai;
+pub mod scripted;
+
+use std::collections::BTreeMap;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::{Stream, StreamExt};
+use serde::{Deserialize, Serialize};
+
+use crate::event::Usage;
+
+/// One message of a conversation sent to a model.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "role", rename_all = "snake_case")]
+pub enum Message {
+    /// Instructions.
+    System {
+        /// The instructions.
+        content: String,
+    },
+    /// What the user said.
+    User {
+        /// The text.
+        content: String,
+    },
+    /// What the model said, and the tools it called.
+    Assistant {
+        /// Text, if any.
+        content: Option<String>,
+        /// Tool calls, if any.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        tool_calls: Vec<ToolCall>,
+    },
+    /// A tool's result for one call.
+    Tool {
+        /// The call this answers.
+        call_id: String,
+        /// The result, as text (usually JSON).
+        content: String,
+    },
+}
+
+impl Message {
+    /// A system message.
+    pub fn system(content: impl Into<String>) -> Message {
+        Message::System { content: content.into() }
+    }
+
+    /// A user message.
+    pub fn user(content: impl Into<String>) -> Message {
+        Message::User { content: content.into() }
+    }
+
+    /// An assistant message with text only.
+    pub fn assistant(content: impl Into<String>) -> Message {
+        Message::Assistant { content: Some(content.into()), tool_calls: Vec::new() }
+    }
+}
+
+/// A complete tool call from a model.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolCall {
+    /// The model's id for the call.
+    pub id: String,
+    /// Tool name.
+    pub name: String,
+    /// Arguments as the raw JSON text the model produced (it may be invalid).
+    pub arguments: String,
+}
+
+impl ToolCall {
+    /// The arguments parsed as JSON.
+    pub fn parse_arguments(&self) -> Result<serde_json::Value, serde_json::Error> {
+        if self.arguments.trim().is_empty() {
+            return Ok(serde_json::Value::Object(Default::default()));
+        }
+        serde_json::from_str(&self.arguments)
+    }
+}
+
+/// A tool as offered to a model.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolSpec {
+    /// Tool name.
+    pub name: String,
+    /// What it does, for the model.
+    pub description: String,
+    /// JSON Schema of the arguments.
+    pub parameters: serde_json::Value,
+}
+
+/// Whether the model may, must, or must not call tools.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolChoice {
+    /// The model decides.
+    Auto,
+    /// The model must call a tool.
+    Required,
+    /// The model must not call a tool.
+    None,
+}
+
+/// One model call.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ChatRequest {
+    /// The conversation, oldest first.
+    pub messages: Vec<Message>,
+    /// Tools offered.
+    pub tools: Vec<ToolSpec>,
+    /// Tool choice; the server default when `None`.
+    pub tool_choice: Option<ToolChoice>,
+    /// Whether the model may call several tools at once; the server default when `None`.
+    pub parallel_tool_calls: Option<bool>,
+    /// Output token cap.
+    pub max_tokens: Option<u32>,
+}
+
+impl ChatRequest {
+    /// The text of the last user message, or `""`.
+    pub fn last_user_text(&self) -> &str {
+        self.messages
+            .iter()
+            .rev()
+            .find_map(|m| match m {
+                Message::User { content } => Some(content.as_str()),
+                _ => None,
+            })
+            .unwrap_or("")
+    }
+
+    /// The system prompt, or `""`.
+    pub fn system_text(&self) -> &str {
+        self.messages
+            .iter()
+            .find_map(|m| match m {
+                Message::System { content } => Some(content.as_str()),
+                _ => None,
+            })
+            .unwrap_or("")
+    }
+}
+
+/// Why a model stopped.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FinishReason {
+    /// Natural end.
+    Stop,
+    /// It called tools.
+    ToolCalls,
+    /// Hit the token cap.
+    Length,
+    /// Filtered.
+    ContentFilter,
+    /// Anything else a server reports.
+    Other(String),
+}
+
+impl FinishReason {
+    /// Parses a wire `finish_reason`.
+    pub fn parse(s: &str) -> FinishReason {
+        match s {
+            "stop" => FinishReason::Stop,
+            "tool_calls" | "function_call" => FinishReason::ToolCalls,
+            "length" => FinishReason::Length,
+            "content_filter" => FinishReason::ContentFilter,
+            other => FinishReason::Other(other.to_owned()),
+        }
+    }
+}
+
+/// One streamed piece of a model's answer.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ModelDelta {
+    /// The vendor's id for this response.
+    ResponseId(String),
+    /// A user-visible text delta.
+    Text(String),
+    /// A reasoning delta (for servers that send one).
+    Reasoning(String),
+    /// A tool call began: its id and name are known, arguments follow.
+    ToolCallStart {
+        /// Position of the call in the model's answer.
+        index: usize,
+        /// The call id.
+        id: String,
+        /// Tool name.
+        name: String,
+    },
+    /// A complete tool call, reassembled from its fragments. Sent in index order once the model
+    /// has finished.
+    ToolCall(ToolCall),
+    /// Token usage of the call.
+    Usage(Usage),
+    /// The model finished.
+    Finish(FinishReason),
+}
+
+/// Which timeout fired.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimeoutKind {
+    /// Establishing the connection.
+    Connect,
+    /// Waiting for the response to start.
+    FirstByte,
+    /// Waiting for the next chunk of a started stream.
+    Idle,
+}
+
+impl std::fmt::Display for TimeoutKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            TimeoutKind::Connect => "connect",
+            TimeoutKind::FirstByte => "first byte",
+            TimeoutKind::Idle => "idle",
+        })
+    }
+}
+
+/// A model call failed.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ModelError {
+    /// The server could not be reached.
+    #[error("cannot reach the model server: {0}")]
+    Connect(String),
+    /// A timeout fired.
+    #[error("the model server timed out ({0} timeout)")]
+    Timeout(TimeoutKind),
+    /// The server answered with an HTTP error.
+    #[error("the model server answered HTTP {status}: {message}")]
+    Http {
+        /// HTTP status.
+        status: u16,
+        /// The error message from the body (or the body itself).
+        message: String,
+        /// The server's `Retry-After`, if any.
+        retry_after: Option<Duration>,
+    },
+    /// The stream carried an error payload.
+    #[error("the model stream reported an error: {0}")]
+    Stream(String),
+    /// The stream broke or ended before the model finished.
+    #[error("the model stream ended early: {0}")]
+    Truncated(String),
+    /// The server sent something that is not a valid response.
+    #[error("invalid model response: {0}")]
+    Decode(String),
+    /// The client was misconfigured.
+    #[error("model client configuration: {0}")]
+    Config(String),
+}
+
+impl ModelError {
+    /// Whether the same request may succeed if retried.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            ModelError::Connect(_) | ModelError::Timeout(_) | ModelError::Truncated(_) => true,
+            ModelError::Http { status, .. } => *status == 429 || *status >= 500,
+            ModelError::Stream(_) | ModelError::Decode(_) | ModelError::Config(_) => false,
+        }
+    }
+
+    /// A stable code for `error` events.
+    pub fn code(&self) -> &'static str {
+        match self {
+            ModelError::Connect(_) => "model_unreachable",
+            ModelError::Timeout(_) => "model_timeout",
+            ModelError::Http { status: 429, .. } => "model_rate_limited",
+            ModelError::Http { status, .. } if *status >= 500 => "model_server_error",
+            ModelError::Http { .. } => "model_rejected_request",
+            ModelError::Stream(_) => "model_stream_error",
+            ModelError::Truncated(_) => "model_stream_truncated",
+            ModelError::Decode(_) => "model_invalid_response",
+            ModelError::Config(_) => "model_config",
+        }
+    }
+}
+
+/// A streamed model answer.
+pub type DeltaStream = Pin<Box<dyn Stream<Item = Result<ModelDelta, ModelError>> + Send>>;
+
+/// A chat model with streaming and tools.
+///
+/// `stream` returns at once; the call starts when the stream is first polled, and dropping the
+/// stream cancels it.
+pub trait ChatModel: Send + Sync {
+    /// The model's name, as reported in `usage` and `completed` events.
+    fn model_name(&self) -> &str;
+
+    /// Starts one call.
+    fn stream(&self, request: ChatRequest) -> DeltaStream;
+}
+
+impl<M: ChatModel + ?Sized> ChatModel for Arc<M> {
+    fn model_name(&self) -> &str {
+        (**self).model_name()
+    }
+
+    fn stream(&self, request: ChatRequest) -> DeltaStream {
+        (**self).stream(request)
+    }
+}
+
+/// A model answer gathered from its stream.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ChatResponse {
+    /// The vendor's response id.
+    pub response_id: Option<String>,
+    /// All text.
+    pub text: String,
+    /// All reasoning.
+    pub reasoning: String,
+    /// Complete tool calls, in order.
+    pub tool_calls: Vec<ToolCall>,
+    /// Usage, if reported.
+    pub usage: Option<Usage>,
+    /// Why it stopped.
+    pub finish: Option<FinishReason>,
+}
+
+impl ChatResponse {
+    /// Folds one delta in.
+    pub fn apply(&mut self, delta: ModelDelta) {
+        match delta {
+            ModelDelta::ResponseId(id) => self.response_id = Some(id),
+            ModelDelta::Text(t) => self.text.push_str(&t),
+            ModelDelta::Reasoning(t) => self.reasoning.push_str(&t),
+            ModelDelta::ToolCallStart { .. } => {}
+            ModelDelta::ToolCall(call) => self.tool_calls.push(call),
+            ModelDelta::Usage(u) => self.usage = Some(u),
+            ModelDelta::Finish(f) => self.finish = Some(f),
+        }
+    }
+}
+
+/// Drains a model stream into one [`ChatResponse`].
+pub async fn collect(mut stream: DeltaStream) -> Result<ChatResponse, ModelError> {
+    let mut response = ChatResponse::default();
+    while let Some(delta) = stream.next().await {
+        response.apply(delta?);
+    }
+    Ok(response)
+}
+
+/// Reassembles streamed tool-call fragments by index.
+///
+/// Servers send the id and name in a call's first fragment and argument text in later ones. A
+/// fragment without an index continues the latest call, unless it carries a new id (some servers
+/// omit indexes and start each call with its id).
+#[derive(Debug, Default)]
+pub struct ToolCallAssembler {
+    calls: BTreeMap<usize, ToolCall>,
+    last_index: Option<usize>,
+}
+
+impl ToolCallAssembler {
+    /// Adds one fragment; returns a [`ModelDelta::ToolCallStart`] when this fragment starts a call.
+    pub fn push(
+        &mut self,
+        index: Option<usize>,
+        id: Option<&str>,
+        name: Option<&str>,
+        arguments: Option<&str>,
+    ) -> Option<ModelDelta> {
+        let index = match index {
+            Some(i) => i,
+            None => match (self.last_index, id) {
+                (Some(last), Some(id)) if self.calls[&last].id != id => last + 1,
+                (Some(last), _) => last,
+                (None, _) => 0,
+            },
+        };
+        self.last_index = Some(index);
+        let is_new = !self.calls.contains_key(&index);
+        let call = self.calls.entry(index).or_insert_with(|| ToolCall {
+            id: String::new(),
+            name: String::new(),
+            arguments: String::new(),
+        });
+        let had_name = !call.name.is_empty();
+        if let Some(id) = id.filter(|s| !s.is_empty()) {
+            call.id = id.to_owned();
+        }
+        if let Some(name) = name {
+            call.name.push_str(name);
+        }
+        if let Some(args) = arguments {
+            call.arguments.push_str(args);
+        }
+        if (is_new || !had_name) && !call.name.is_empty() {
+            return Some(ModelDelta::ToolCallStart {
+                index,
+                id: call.id.clone(),
+                name: call.name.clone(),
+            });
+        }
+        None
+    }
+
+    /// Whether any fragment was seen.
+    pub fn is_empty(&self) -> bool {
+        self.calls.is_empty()
+    }
+
+    /// The complete calls in index order; calls without an id get a synthetic one.
+    pub fn finish(&mut self) -> Vec<ToolCall> {
+        std::mem::take(&mut self.calls)
+            .into_iter()
+            .map(|(index, mut call)| {
+                if call.id.is_empty() {
+                    call.id = format!("call_{index}");
+                }
+                call
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn assembler_joins_fragments_by_index() {
+        let mut a = ToolCallAssembler::default();
+        let start = a.push(Some(0), Some("c0"), Some("ask_support"), Some("{"));
+        assert_eq!(
+            start,
+            Some(ModelDelta::ToolCallStart { index: 0, id: "c0".into(), name: "ask_support".into() })
+        );
+        assert!(a.push(Some(1), Some("c1"), Some("ask_shopping"), Some("{\"query\":")).is_some());
+        assert!(a.push(Some(0), None, None, Some("\"query\":\"a\"}")).is_none());
+        assert!(a.push(Some(1), None, None, Some("\"b\"}")).is_none());
+        let calls = a.finish();
+        assert_eq!(calls.len(), 2);
+        assert_eq!(calls[0].name, "ask_support");
+        assert_eq!(calls[0].parse_arguments().unwrap()["query"], "a");
+        assert_eq!(calls[1].parse_arguments().unwrap()["query"], "b");
+    }
+
+    #[test]
+    fn assembler_without_indexes_splits_on_new_id() {
+        let mut a = ToolCallAssembler::default();
+        a.push(None, Some("x"), Some("f"), Some("{}"));
+        a.push(None, Some("y"), Some("g"), Some("{"));
+        a.push(None, None, None, Some("}"));
+        let calls = a.finish();
+        assert_eq!(calls.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(), ["f", "g"]);
+        assert_eq!(calls[1].arguments, "{}");
+    }
+
+    #[test]
+    fn empty_arguments_parse_as_empty_object() {
+        let call = ToolCall { id: "1".into(), name: "f".into(), arguments: " ".into() };
+        assert_eq!(call.parse_arguments().unwrap(), serde_json::json!({}));
+    }
+
+    #[test]
+    fn retryable_errors_are_the_transient_ones() {
+        let http = |status| ModelError::Http { status, message: String::new(), retry_after: None };
+        assert!(http(429).is_retryable());
+        assert!(http(503).is_retryable());
+        assert!(!http(400).is_retryable());
+        assert!(!http(401).is_retryable());
+        assert!(ModelError::Timeout(TimeoutKind::Idle).is_retryable());
+        assert!(!ModelError::Stream("x".into()).is_retryable());
+        assert_eq!(http(429).code(), "model_rate_limited");
+    }
+}

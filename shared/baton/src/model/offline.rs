@@ -1,0 +1,264 @@
+//! The offline model: deterministic and rule-based, so the whole pipeline runs on a fresh machine
+//! with no API key. It is a demo and test aid, never a claim about routing quality.
+//!
+//! - Offered the orchestrator tools, it answers smalltalk directly (the fastpath) and otherwise
+//!   routes by the configured support keywords: clauses that name a support keyword go to
+//!   `ask_support`, the rest to `ask_shopping`, each call carrying the user's own words.
+//! - Given tool results, it composes an answer from them.
+//! - Otherwise it says plainly that it is offline and what it was asked.
+
+use futures::stream;
+use serde_json::json;
+
+use super::{ChatModel, ChatRequest, DeltaStream, FinishReason, Message, ModelDelta, ToolCall};
+use crate::event::Usage;
+use crate::guard::{self, Smalltalk};
+use crate::orchestrator::{ASK_SHOPPING, ASK_SUPPORT};
+
+/// The offline model's name in `usage` and `completed` events.
+pub const OFFLINE_MODEL_NAME: &str = "offline";
+
+/// The deterministic rule-based model.
+#[derive(Debug, Clone)]
+pub struct OfflineModel {
+    support_keywords: Vec<String>,
+}
+
+impl OfflineModel {
+    /// A model routing by these (lowercase) support keywords.
+    pub fn new(support_keywords: Vec<String>) -> OfflineModel {
+        let support_keywords = support_keywords.into_iter().map(|k| k.to_lowercase()).collect();
+        OfflineModel { support_keywords }
+    }
+
+    fn is_support(&self, clause: &str) -> bool {
+        let lower = clause.to_lowercase();
+        let words = guard::words(clause);
+        self.support_keywords.iter().any(|k| {
+            if k.contains(' ') { lower.contains(k.as_str()) } else { words.iter().any(|w| w == k) }
+        })
+    }
+
+    /// Splits a message into support and shopping parts, in the order they appear.
+    fn route(&self, text: &str) -> Vec<(&'static str, String)> {
+        let mut parts: Vec<(&'static str, String)> = Vec::new();
+        for clause in clauses(text) {
+            let tool = if self.is_support(&clause) { ASK_SUPPORT } else { ASK_SHOPPING };
+            // Too short to stand alone ("hi", "also"): fold it into its neighbour.
+            let weak = guard::words(&clause).len() < 2 || guard::classify_smalltalk(&clause).is_some();
+            match parts.last_mut() {
+                Some((last, t)) if *last == tool || weak => {
+                    t.push(' ');
+                    t.push_str(&clause);
+                }
+                _ if weak => parts.push(("", clause)),
+                _ => parts.push((tool, clause)),
+            }
+        }
+        // A leading weak clause takes the class of what follows it.
+        if parts.len() > 1 && parts[0].0.is_empty() {
+            let (_, lead) = parts.remove(0);
+            parts[0].1 = format!("{lead} {}", parts[0].1);
+        }
+        match parts.len() {
+            0 => vec![(ASK_SHOPPING, text.trim().to_owned())],
+            1 => {
+                let tool = if parts[0].0.is_empty() { ASK_SHOPPING } else { parts[0].0 };
+                vec![(tool, text.trim().to_owned())]
+            }
+            _ => parts,
+        }
+    }
+
+    fn orchestrate(&self, request: &ChatRequest) -> Answer {
+        let text = request.last_user_text();
+        if let Some(kind) = guard::classify_smalltalk(text) {
+            return Answer::text(match kind {
+                Smalltalk::Greeting => {
+                    "Hi! I can help with receipts, points and your account, or find you offers. \
+                     What would you like to do?"
+                }
+                Smalltalk::Acknowledgement => "You're welcome! Anything else I can help with?",
+                Smalltalk::Chitchat => {
+                    "I'm Baton's offline assistant: I answer help-center questions and look up \
+                     offers. How can I help?"
+                }
+            });
+        }
+        let routes = self.route(text);
+        let count = routes.len();
+        let preamble = match (count, routes[0].0) {
+            (1, ASK_SUPPORT) => "Let me check that for you.",
+            (1, _) => "Let me look that up.",
+            _ => "I'll look into both of those at once.",
+        };
+        let calls = routes
+            .into_iter()
+            .enumerate()
+            .map(|(i, (tool, query))| {
+                let args = if tool == ASK_SUPPORT {
+                    let summary: String = query.chars().take(300).collect();
+                    json!({"query": query, "support_category": "general",
+                           "support_summary": summary, "intent_count": count})
+                } else {
+                    json!({"query": query, "intent_count": count})
+                };
+                ToolCall { id: format!("offline_call_{i}"), name: tool.to_owned(), arguments: args.to_string() }
+            })
+            .collect();
+        Answer { text: preamble.to_owned(), calls }
+    }
+
+    fn compose(request: &ChatRequest) -> Answer {
+        let results: Vec<&str> = request
+            .messages
+            .iter()
+            .rev()
+            .take_while(|m| !matches!(m, Message::User { .. }))
+            .filter_map(|m| match m {
+                Message::Tool { content, .. } => Some(content.as_str()),
+                _ => None,
+            })
+            .collect();
+        let mut text = String::from("Here is what I found:");
+        for r in results.iter().rev() {
+            text.push_str("\n- ");
+            text.push_str(r);
+        }
+        Answer::text(&text)
+    }
+}
+
+/// Splits on sentence ends and on " and " / " also " between clauses.
+fn clauses(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for sentence in text.split_inclusive(['.', '?', '!', ';']) {
+        let mut rest = sentence;
+        loop {
+            let lower = rest.to_lowercase();
+            let cut = [" and ", " also ", " plus "].iter().filter_map(|sep| lower.find(sep).map(|i| (i, sep.len()))).min();
+            match cut {
+                Some((i, len)) if lower.is_char_boundary(i) && rest.is_char_boundary(i + len) => {
+                    out.push(rest[..i].trim().to_owned());
+                    rest = &rest[i + len..];
+                }
+                _ => {
+                    out.push(rest.trim().to_owned());
+                    break;
+                }
+            }
+        }
+    }
+    out.retain(|c| !c.is_empty());
+    out
+}
+
+struct Answer {
+    text: String,
+    calls: Vec<ToolCall>,
+}
+
+impl Answer {
+    fn text(text: &str) -> Answer {
+        Answer { text: text.to_owned(), calls: Vec::new() }
+    }
+}
+
+impl ChatModel for OfflineModel {
+    fn model_name(&self) -> &str {
+        OFFLINE_MODEL_NAME
+    }
+
+    fn stream(&self, request: ChatRequest) -> DeltaStream {
+        let orchestrating = request.tools.iter().any(|t| t.name == ASK_SUPPORT || t.name == ASK_SHOPPING);
+        let has_results = matches!(request.messages.last(), Some(Message::Tool { .. }));
+        let answer = if orchestrating {
+            self.orchestrate(&request)
+        } else if has_results {
+            OfflineModel::compose(&request)
+        } else {
+            Answer::text(&format!(
+                "I'm running offline, with no model or vendor connected, so I can't look this up \
+                 for real. You asked: \"{}\".",
+                request.last_user_text().trim()
+            ))
+        };
+        let input_tokens = request
+            .messages
+            .iter()
+            .map(|m| serde_json::to_string(m).map_or(0, |s| s.len() as u64 / 4))
+            .sum();
+        let mut deltas = vec![ModelDelta::ResponseId(format!("offline-{}", uuid::Uuid::new_v4().simple()))];
+        let mut output_tokens = 0;
+        for word in answer.text.split_inclusive(' ') {
+            output_tokens += 1;
+            deltas.push(ModelDelta::Text(word.to_owned()));
+        }
+        let finish = if answer.calls.is_empty() { FinishReason::Stop } else { FinishReason::ToolCalls };
+        for (index, call) in answer.calls.iter().enumerate() {
+            deltas.push(ModelDelta::ToolCallStart { index, id: call.id.clone(), name: call.name.clone() });
+        }
+        for call in answer.calls {
+            output_tokens += call.arguments.len() as u64 / 4;
+            deltas.push(ModelDelta::ToolCall(call));
+        }
+        deltas.push(ModelDelta::Finish(finish));
+        deltas.push(ModelDelta::Usage(Usage { input_tokens, output_tokens }));
+        Box::pin(stream::iter(deltas.into_iter().map(Ok)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{ToolSpec, collect};
+
+    fn model() -> OfflineModel {
+        OfflineModel::new(vec!["receipt".into(), "points".into(), "scan".into(), "e-receipt".into()])
+    }
+
+    fn orchestrator_request(text: &str) -> ChatRequest {
+        let tool = |name: &str| ToolSpec { name: name.into(), description: String::new(), parameters: json!({}) };
+        ChatRequest {
+            messages: vec![Message::user(text)],
+            tools: vec![tool(ASK_SUPPORT), tool(ASK_SHOPPING)],
+            ..Default::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn mixed_message_gets_one_call_per_intent_in_order() {
+        let r = collect(model().stream(orchestrator_request("my receipt didn't scan and find me coffee deals")))
+            .await
+            .unwrap();
+        let names: Vec<_> = r.tool_calls.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, [ASK_SUPPORT, ASK_SHOPPING]);
+        let a0 = r.tool_calls[0].parse_arguments().unwrap();
+        assert_eq!(a0["query"], "my receipt didn't scan");
+        assert_eq!(a0["intent_count"], 2);
+        assert_eq!(r.tool_calls[1].parse_arguments().unwrap()["query"], "find me coffee deals");
+        assert!(!r.text.is_empty(), "a preamble comes before the calls");
+    }
+
+    #[tokio::test]
+    async fn single_intent_keeps_the_exact_text() {
+        let text = "Hi, where are my points from Tuesday?";
+        let r = collect(model().stream(orchestrator_request(text))).await.unwrap();
+        assert_eq!(r.tool_calls.len(), 1);
+        assert_eq!(r.tool_calls[0].name, ASK_SUPPORT);
+        assert_eq!(r.tool_calls[0].parse_arguments().unwrap()["query"], text);
+    }
+
+    #[tokio::test]
+    async fn greetings_take_the_fastpath() {
+        let r = collect(model().stream(orchestrator_request("hello!"))).await.unwrap();
+        assert!(r.tool_calls.is_empty());
+        assert_eq!(r.finish, Some(FinishReason::Stop));
+        assert!(r.text.starts_with("Hi!"));
+    }
+
+    #[test]
+    fn clauses_split_on_conjunctions_and_sentences() {
+        assert_eq!(clauses("a b and c d. e f?"), ["a b", "c d.", "e f?"]);
+    }
+}

@@ -1,0 +1,584 @@
+//! OpenAI Chat Completions over HTTP, for OpenAI and any compatible server (vLLM, llama.cpp,
+//! Ollama), by base URL.
+//!
+//! Retries (connect errors, timeouts, 429 and 5xx, with exponential backoff and jitter, honouring
+//! `retry-after-ms` / `Retry-After` seconds) happen only while no delta has reached the caller:
+//! once text is out, a retry would repeat it, so a later failure is an error instead.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use eventsource_stream::Eventsource;
+use futures::StreamExt;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::{
+    ChatModel, ChatRequest, DeltaStream, FinishReason, Message, ModelDelta, ModelError,
+    TimeoutKind, ToolCallAssembler, ToolChoice,
+};
+use crate::event::Usage;
+
+/// Connect, first-byte and idle timeouts.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Timeouts {
+    /// Establishing the TCP (and TLS) connection.
+    pub connect: Duration,
+    /// From sending the request to the response headers.
+    pub first_byte: Duration,
+    /// Between two chunks of a started stream.
+    pub idle: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts {
+            connect: Duration::from_secs(5),
+            first_byte: Duration::from_secs(30),
+            idle: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Retry policy for failures before the first delta.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RetryPolicy {
+    /// Retries after the first attempt.
+    pub max_retries: u32,
+    /// Backoff before the first retry; doubles each time.
+    pub base_delay: Duration,
+    /// Backoff cap.
+    pub max_delay: Duration,
+    /// A server's `Retry-After` longer than this is not waited for: the error is returned.
+    pub max_retry_after: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            max_retries: 2,
+            base_delay: Duration::from_millis(250),
+            max_delay: Duration::from_secs(4),
+            max_retry_after: Duration::from_secs(20),
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// How long to wait before retry number `attempt` (0-based) after `error`, or `None` when the
+    /// error should be returned instead.
+    pub fn delay(&self, attempt: u32, error: &ModelError) -> Option<Duration> {
+        if attempt >= self.max_retries || !error.is_retryable() {
+            return None;
+        }
+        if let ModelError::Http { retry_after: Some(after), .. } = error {
+            return (*after <= self.max_retry_after).then_some(*after);
+        }
+        let exp = self.base_delay.saturating_mul(1 << attempt.min(16)).min(self.max_delay);
+        // "Equal jitter": half fixed, half random, so retries from many clients spread out.
+        Some(exp / 2 + exp.mul_f64(fastrand::f64() / 2.0))
+    }
+}
+
+/// Settings of one Chat Completions model.
+#[derive(Debug, Clone)]
+pub struct OpenAiConfig {
+    /// Base URL up to and including `/v1`, e.g. `https://api.openai.com/v1`.
+    pub base_url: String,
+    /// Bearer token; none for servers that need none.
+    pub api_key: Option<String>,
+    /// Model name sent in the request.
+    pub model: String,
+    /// Timeouts.
+    pub timeouts: Timeouts,
+    /// Retries.
+    pub retry: RetryPolicy,
+}
+
+impl OpenAiConfig {
+    /// A config with default timeouts and retries.
+    pub fn new(base_url: impl Into<String>, model: impl Into<String>) -> OpenAiConfig {
+        OpenAiConfig {
+            base_url: base_url.into(),
+            api_key: None,
+            model: model.into(),
+            timeouts: Timeouts::default(),
+            retry: RetryPolicy::default(),
+        }
+    }
+}
+
+/// A Chat Completions model. Cheap to clone; build it once and share it.
+#[derive(Debug, Clone)]
+pub struct OpenAiChatModel {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    http: reqwest::Client,
+    url: String,
+    config: OpenAiConfig,
+}
+
+impl OpenAiChatModel {
+    /// Builds the model with its own HTTP client.
+    pub fn new(config: OpenAiConfig) -> Result<OpenAiChatModel, ModelError> {
+        let http = reqwest::Client::builder()
+            .connect_timeout(config.timeouts.connect)
+            .tcp_nodelay(true)
+            .build()
+            .map_err(|e| ModelError::Config(e.to_string()))?;
+        Ok(OpenAiChatModel::with_client(http, config))
+    }
+
+    /// Builds the model on a shared HTTP client (its connect timeout applies).
+    pub fn with_client(http: reqwest::Client, config: OpenAiConfig) -> OpenAiChatModel {
+        let url = format!("{}/chat/completions", config.base_url.trim_end_matches('/'));
+        OpenAiChatModel { inner: Arc::new(Inner { http, url, config }) }
+    }
+}
+
+impl ChatModel for OpenAiChatModel {
+    fn model_name(&self) -> &str {
+        &self.inner.config.model
+    }
+
+    fn stream(&self, request: ChatRequest) -> DeltaStream {
+        let inner = self.inner.clone();
+        let body = request_body(&inner.config.model, &request);
+        Box::pin(async_stream::stream! {
+            let mut attempt = 0;
+            loop {
+                let mut delivered = false;
+                let mut failure = None;
+                {
+                    let attempt_stream = inner.attempt(&body);
+                    futures::pin_mut!(attempt_stream);
+                    while let Some(item) = attempt_stream.next().await {
+                        match item {
+                            Ok(delta) => {
+                                delivered = true;
+                                yield Ok(delta);
+                            }
+                            Err(e) => {
+                                failure = Some(e);
+                                break;
+                            }
+                        }
+                    }
+                }
+                let Some(error) = failure else { return };
+                match inner.config.retry.delay(attempt, &error).filter(|_| !delivered) {
+                    Some(wait) => {
+                        tracing::warn!(model = %inner.config.model, attempt, ?wait, %error, "retrying model call");
+                        tokio::time::sleep(wait).await;
+                        attempt += 1;
+                    }
+                    None => {
+                        yield Err(error);
+                        return;
+                    }
+                }
+            }
+        })
+    }
+}
+
+impl Inner {
+    /// One HTTP attempt: the deltas it produced, ending with an error if it failed.
+    fn attempt<'a>(
+        &'a self,
+        body: &'a Value,
+    ) -> impl futures::Stream<Item = Result<ModelDelta, ModelError>> + Send + 'a {
+        async_stream::stream! {
+            let mut req = self.http.post(&self.url).json(body);
+            if let Some(key) = &self.config.api_key {
+                req = req.bearer_auth(key);
+            }
+            let timeouts = self.config.timeouts;
+            let response = match tokio::time::timeout(timeouts.first_byte, req.send()).await {
+                Err(_) => { yield Err(ModelError::Timeout(TimeoutKind::FirstByte)); return; }
+                Ok(Err(e)) => { yield Err(transport_error(&e)); return; }
+                Ok(Ok(r)) => r,
+            };
+            if !response.status().is_success() {
+                yield Err(http_error(response).await);
+                return;
+            }
+            let mut events = response.bytes_stream().eventsource();
+            let mut parser = ChunkParser::default();
+            loop {
+                let event = match tokio::time::timeout(timeouts.idle, events.next()).await {
+                    Err(_) => { yield Err(ModelError::Timeout(TimeoutKind::Idle)); return; }
+                    Ok(None) => break,
+                    Ok(Some(Err(e))) => {
+                        yield Err(ModelError::Truncated(e.to_string()));
+                        return;
+                    }
+                    Ok(Some(Ok(event))) => event,
+                };
+                if event.data.trim() == "[DONE]" {
+                    parser.done = true;
+                    break;
+                }
+                if event.data.trim().is_empty() {
+                    continue;
+                }
+                match parser.feed(&event.data) {
+                    Ok(deltas) => for d in deltas { yield Ok(d); },
+                    Err(e) => { yield Err(e); return; }
+                }
+            }
+            match parser.end() {
+                Ok(deltas) => for d in deltas { yield Ok(d); },
+                Err(e) => yield Err(e),
+            }
+        }
+    }
+}
+
+fn transport_error(e: &reqwest::Error) -> ModelError {
+    if e.is_connect() {
+        ModelError::Connect(error_chain(e))
+    } else if e.is_timeout() {
+        ModelError::Timeout(TimeoutKind::Connect)
+    } else {
+        ModelError::Truncated(error_chain(e))
+    }
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut source = e.source();
+    while let Some(inner) = source {
+        s.push_str(": ");
+        s.push_str(&inner.to_string());
+        source = inner.source();
+    }
+    s
+}
+
+async fn http_error(response: reqwest::Response) -> ModelError {
+    let status = response.status().as_u16();
+    let retry_after = retry_after(response.headers());
+    let body = response.text().await.unwrap_or_default();
+    ModelError::Http { status, message: error_message(&body), retry_after }
+}
+
+/// OpenAI sends `retry-after-ms`; the HTTP standard header is seconds (an HTTP date is ignored and
+/// normal backoff applies).
+fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
+    let get = |name: &str| headers.get(name)?.to_str().ok()?.trim().parse::<f64>().ok();
+    let valid = |v: f64| v.is_finite() && v >= 0.0;
+    if let Some(ms) = get("retry-after-ms").filter(|v| valid(*v)) {
+        return Some(Duration::from_secs_f64(ms / 1000.0));
+    }
+    get("retry-after").filter(|v| valid(*v)).map(Duration::from_secs_f64)
+}
+
+/// The `error.message` of an OpenAI error body, or the body itself (shortened).
+fn error_message(body: &str) -> String {
+    #[derive(Deserialize)]
+    struct Envelope {
+        error: ErrorBody,
+    }
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum ErrorBody {
+        Object { message: String },
+        Text(String),
+    }
+    match serde_json::from_str::<Envelope>(body) {
+        Ok(Envelope { error: ErrorBody::Object { message } | ErrorBody::Text(message) }) => message,
+        Err(_) => {
+            let body = body.trim();
+            match body.char_indices().nth(300) {
+                Some((cut, _)) => format!("{}…", &body[..cut]),
+                None if body.is_empty() => "(empty body)".to_owned(),
+                None => body.to_owned(),
+            }
+        }
+    }
+}
+
+/// The JSON body of a streaming Chat Completions request.
+pub fn request_body(model: &str, request: &ChatRequest) -> Value {
+    let messages: Vec<Value> = request.messages.iter().map(wire_message).collect();
+    let mut body = json!({
+        "model": model,
+        "messages": messages,
+        "stream": true,
+        "stream_options": {"include_usage": true},
+    });
+    if !request.tools.is_empty() {
+        body["tools"] = request
+            .tools
+            .iter()
+            .map(|t| {
+                json!({"type": "function", "function": {
+                    "name": t.name, "description": t.description, "parameters": t.parameters,
+                }})
+            })
+            .collect();
+        if let Some(choice) = request.tool_choice {
+            body["tool_choice"] = json!(match choice {
+                ToolChoice::Auto => "auto",
+                ToolChoice::Required => "required",
+                ToolChoice::None => "none",
+            });
+        }
+        if let Some(parallel) = request.parallel_tool_calls {
+            body["parallel_tool_calls"] = json!(parallel);
+        }
+    }
+    if let Some(max) = request.max_tokens {
+        body["max_tokens"] = json!(max);
+    }
+    body
+}
+
+fn wire_message(message: &Message) -> Value {
+    match message {
+        Message::System { content } => json!({"role": "system", "content": content}),
+        Message::User { content } => json!({"role": "user", "content": content}),
+        Message::Assistant { content, tool_calls } => {
+            let mut m = json!({"role": "assistant", "content": content});
+            if !tool_calls.is_empty() {
+                m["tool_calls"] = tool_calls
+                    .iter()
+                    .map(|c| {
+                        json!({"id": c.id, "type": "function",
+                               "function": {"name": c.name, "arguments": c.arguments}})
+                    })
+                    .collect();
+            }
+            m
+        }
+        Message::Tool { call_id, content } => {
+            json!({"role": "tool", "tool_call_id": call_id, "content": content})
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct Chunk {
+    id: Option<String>,
+    #[serde(default)]
+    choices: Vec<Choice>,
+    usage: Option<WireUsage>,
+    error: Option<Value>,
+}
+
+#[derive(Deserialize)]
+struct Choice {
+    #[serde(default)]
+    delta: Option<Delta>,
+    finish_reason: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct Delta {
+    content: Option<String>,
+    reasoning_content: Option<String>,
+    reasoning: Option<String>,
+    tool_calls: Option<Vec<ToolCallDelta>>,
+}
+
+#[derive(Deserialize)]
+struct ToolCallDelta {
+    index: Option<usize>,
+    id: Option<String>,
+    function: Option<FunctionDelta>,
+}
+
+#[derive(Deserialize)]
+struct FunctionDelta {
+    name: Option<String>,
+    arguments: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct WireUsage {
+    #[serde(default)]
+    prompt_tokens: u64,
+    #[serde(default)]
+    completion_tokens: u64,
+}
+
+/// Turns Chat Completions chunks (the `data:` payloads) into deltas.
+#[derive(Default)]
+pub struct ChunkParser {
+    response_id_sent: bool,
+    tools: ToolCallAssembler,
+    finished: bool,
+    done: bool,
+}
+
+impl ChunkParser {
+    /// Parses one `data:` payload.
+    pub fn feed(&mut self, data: &str) -> Result<Vec<ModelDelta>, ModelError> {
+        let chunk: Chunk = serde_json::from_str(data)
+            .map_err(|e| ModelError::Decode(format!("{e} in chunk {}", shorten(data))))?;
+        if let Some(error) = chunk.error {
+            let message = error
+                .get("message")
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+                .unwrap_or_else(|| error.to_string());
+            return Err(ModelError::Stream(message));
+        }
+        let mut out = Vec::new();
+        if let (false, Some(id)) = (self.response_id_sent, chunk.id.filter(|s| !s.is_empty())) {
+            self.response_id_sent = true;
+            out.push(ModelDelta::ResponseId(id));
+        }
+        for choice in chunk.choices {
+            if let Some(delta) = choice.delta {
+                if let Some(r) = delta.reasoning_content.or(delta.reasoning).filter(|s| !s.is_empty()) {
+                    out.push(ModelDelta::Reasoning(r));
+                }
+                if let Some(text) = delta.content.filter(|s| !s.is_empty()) {
+                    out.push(ModelDelta::Text(text));
+                }
+                for call in delta.tool_calls.into_iter().flatten() {
+                    let (name, args) = match &call.function {
+                        Some(f) => (f.name.as_deref(), f.arguments.as_deref()),
+                        None => (None, None),
+                    };
+                    out.extend(self.tools.push(call.index, call.id.as_deref(), name, args));
+                }
+            }
+            if let Some(reason) = choice.finish_reason {
+                out.extend(self.tools.finish().into_iter().map(ModelDelta::ToolCall));
+                out.push(ModelDelta::Finish(FinishReason::parse(&reason)));
+                self.finished = true;
+            }
+        }
+        if let Some(u) = chunk.usage {
+            out.push(ModelDelta::Usage(Usage {
+                input_tokens: u.prompt_tokens,
+                output_tokens: u.completion_tokens,
+            }));
+        }
+        Ok(out)
+    }
+
+    /// The stream ended: flushes tool calls a server never closed with a finish reason, or fails
+    /// when the stream stopped before the model finished.
+    pub fn end(&mut self) -> Result<Vec<ModelDelta>, ModelError> {
+        if self.finished {
+            return Ok(Vec::new());
+        }
+        if self.done && !self.tools.is_empty() {
+            let mut out: Vec<_> = self.tools.finish().into_iter().map(ModelDelta::ToolCall).collect();
+            out.push(ModelDelta::Finish(FinishReason::ToolCalls));
+            return Ok(out);
+        }
+        if self.done {
+            return Ok(vec![ModelDelta::Finish(FinishReason::Stop)]);
+        }
+        Err(ModelError::Truncated("the stream closed before a finish reason or [DONE]".into()))
+    }
+}
+
+fn shorten(s: &str) -> &str {
+    match s.char_indices().nth(120) {
+        Some((cut, _)) => &s[..cut],
+        None => s,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_after_ms_wins_over_seconds() {
+        let mut h = reqwest::header::HeaderMap::new();
+        h.insert("retry-after", "3".parse().unwrap());
+        assert_eq!(retry_after(&h), Some(Duration::from_secs(3)));
+        h.insert("retry-after-ms", "150".parse().unwrap());
+        assert_eq!(retry_after(&h), Some(Duration::from_millis(150)));
+        let mut date = reqwest::header::HeaderMap::new();
+        date.insert("retry-after", "Wed, 21 Oct 2015 07:28:00 GMT".parse().unwrap());
+        assert_eq!(retry_after(&date), None);
+    }
+
+    #[test]
+    fn backoff_grows_with_jitter_and_stops_at_max_retries() {
+        let p = RetryPolicy {
+            max_retries: 3,
+            base_delay: Duration::from_millis(100),
+            max_delay: Duration::from_millis(300),
+            max_retry_after: Duration::from_secs(1),
+        };
+        let err = ModelError::Connect("refused".into());
+        for _ in 0..50 {
+            let d0 = p.delay(0, &err).unwrap();
+            assert!(d0 >= Duration::from_millis(50) && d0 <= Duration::from_millis(100), "{d0:?}");
+            let d2 = p.delay(2, &err).unwrap();
+            assert!(d2 >= Duration::from_millis(150) && d2 <= Duration::from_millis(300), "{d2:?}");
+        }
+        assert_eq!(p.delay(3, &err), None);
+        let too_long =
+            ModelError::Http { status: 429, message: String::new(), retry_after: Some(Duration::from_secs(5)) };
+        assert_eq!(p.delay(0, &too_long), None);
+        let bad = ModelError::Http { status: 400, message: String::new(), retry_after: None };
+        assert_eq!(p.delay(0, &bad), None);
+    }
+
+    #[test]
+    fn error_bodies_yield_their_message() {
+        assert_eq!(error_message(r#"{"error":{"message":"Rate limit","type":"x"}}"#), "Rate limit");
+        assert_eq!(error_message(r#"{"error":"bad model"}"#), "bad model");
+        assert_eq!(error_message("upstream exploded"), "upstream exploded");
+        assert_eq!(error_message(""), "(empty body)");
+    }
+
+    #[test]
+    fn mid_stream_error_payload_is_a_typed_error() {
+        let mut p = ChunkParser::default();
+        let err = p.feed(r#"{"error":{"message":"context overflow"}}"#).unwrap_err();
+        assert_eq!(err, ModelError::Stream("context overflow".into()));
+    }
+
+    #[test]
+    fn stream_without_finish_or_done_is_truncated() {
+        let mut p = ChunkParser::default();
+        p.feed(r#"{"id":"x","choices":[{"delta":{"content":"hi"}}]}"#).unwrap();
+        assert!(matches!(p.end(), Err(ModelError::Truncated(_))));
+    }
+
+    #[test]
+    fn request_body_carries_tools_and_tool_results() {
+        let req = ChatRequest {
+            messages: vec![
+                Message::system("s"),
+                Message::Assistant {
+                    content: None,
+                    tool_calls: vec![super::super::ToolCall {
+                        id: "c".into(),
+                        name: "f".into(),
+                        arguments: "{}".into(),
+                    }],
+                },
+                Message::Tool { call_id: "c".into(), content: "ok".into() },
+            ],
+            tools: vec![super::super::ToolSpec {
+                name: "f".into(),
+                description: "d".into(),
+                parameters: json!({"type": "object"}),
+            }],
+            tool_choice: Some(ToolChoice::Required),
+            parallel_tool_calls: Some(true),
+            max_tokens: None,
+        };
+        let body = request_body("m", &req);
+        assert_eq!(body["stream_options"]["include_usage"], true);
+        assert_eq!(body["tools"][0]["function"]["name"], "f");
+        assert_eq!(body["tool_choice"], "required");
+        assert_eq!(body["messages"][1]["tool_calls"][0]["function"]["arguments"], "{}");
+        assert_eq!(body["messages"][2]["tool_call_id"], "c");
+    }
+}

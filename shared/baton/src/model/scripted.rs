@@ -1,0 +1,540 @@
+//! Scripted models for tests and benchmarks.
+//!
+//! - [`ScriptedServer`]: a real OpenAI-compatible HTTP server on `127.0.0.1:0` that replays
+//!   [`Reply`] scripts as Chat Completions streams: per-chunk delays, argument fragmentation,
+//!   HTTP errors with `Retry-After`, streams cut off or stalled midway, raw captured bytes.
+//!   Replies are queued per model name, so concurrent agents that use different model names get
+//!   deterministic answers whatever order their requests arrive in.
+//! - [`ScriptedModel`]: the same scripts as an in-process [`ChatModel`], with no HTTP, for unit
+//!   tests and overhead benchmarks.
+
+use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use serde_json::{Value, json};
+use tokio::sync::Semaphore;
+
+use super::{ChatModel, ChatRequest, DeltaStream, FinishReason, ModelDelta, ModelError, ToolCall};
+use crate::event::Usage;
+
+/// One piece of a scripted answer.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Part {
+    /// Text, streamed one word (with its leading space) per chunk.
+    Text(String),
+    /// Reasoning, streamed one word per chunk as `reasoning_content`.
+    Reasoning(String),
+    /// A tool call; its JSON arguments are split into `fragments` chunks.
+    ToolCall {
+        /// Tool name.
+        name: String,
+        /// Arguments.
+        arguments: Value,
+    },
+    /// A mid-stream error payload (`data: {"error": ...}`).
+    Error(String),
+}
+
+/// What the server does with one request.
+#[derive(Debug, Clone)]
+pub enum Reply {
+    /// A streamed answer.
+    Stream(StreamReply),
+    /// An HTTP error status with an OpenAI-style error body.
+    Status {
+        /// The status.
+        status: u16,
+        /// `Retry-After` in seconds, if any.
+        retry_after: Option<u64>,
+        /// The error message.
+        message: String,
+    },
+    /// Raw bytes served as `text/event-stream` (for captured streams).
+    Raw(Bytes),
+    /// Accept the request and never answer.
+    Hang,
+}
+
+/// A scripted streamed answer. Build one with [`Reply::text`] or [`Reply::tools`] and the
+/// builder methods.
+#[derive(Debug, Clone)]
+pub struct StreamReply {
+    /// The pieces, in order.
+    pub parts: Vec<Part>,
+    /// Delay before the response headers.
+    pub first_byte_delay: Duration,
+    /// Delay before each chunk after the first.
+    pub chunk_delay: Duration,
+    /// How many chunks each tool call's arguments are split into (at least 1).
+    pub fragments: usize,
+    /// Usage reported at the end.
+    pub usage: Usage,
+    /// Abort the connection after this many chunks.
+    pub cut_after: Option<usize>,
+    /// Stop sending (keeping the connection open) after this many chunks.
+    pub stall_after: Option<usize>,
+    /// Hold the response until a permit of this gate is available.
+    pub gate: Option<Arc<Semaphore>>,
+}
+
+impl Reply {
+    /// A text answer.
+    pub fn text(text: impl Into<String>) -> StreamReply {
+        StreamReply::new(vec![Part::Text(text.into())])
+    }
+
+    /// An answer with the given parts.
+    pub fn parts(parts: Vec<Part>) -> StreamReply {
+        StreamReply::new(parts)
+    }
+
+    /// An HTTP error.
+    pub fn status(status: u16, message: impl Into<String>) -> Reply {
+        Reply::Status { status, retry_after: None, message: message.into() }
+    }
+
+    /// A 429 with `Retry-After`.
+    pub fn rate_limited(retry_after_secs: u64) -> Reply {
+        Reply::Status {
+            status: 429,
+            retry_after: Some(retry_after_secs),
+            message: "Rate limit reached".into(),
+        }
+    }
+}
+
+impl From<StreamReply> for Reply {
+    fn from(s: StreamReply) -> Reply {
+        Reply::Stream(s)
+    }
+}
+
+impl StreamReply {
+    fn new(parts: Vec<Part>) -> StreamReply {
+        StreamReply {
+            parts,
+            first_byte_delay: Duration::ZERO,
+            chunk_delay: Duration::ZERO,
+            fragments: 3,
+            usage: Usage { input_tokens: 10, output_tokens: 5 },
+            cut_after: None,
+            stall_after: None,
+            gate: None,
+        }
+    }
+
+    /// Appends a tool call.
+    pub fn tool_call(mut self, name: &str, arguments: Value) -> StreamReply {
+        self.parts.push(Part::ToolCall { name: name.to_owned(), arguments });
+        self
+    }
+
+    /// Delay before each chunk.
+    pub fn chunk_delay(mut self, d: Duration) -> StreamReply {
+        self.chunk_delay = d;
+        self
+    }
+
+    /// Delay before the headers.
+    pub fn first_byte_delay(mut self, d: Duration) -> StreamReply {
+        self.first_byte_delay = d;
+        self
+    }
+
+    /// Argument fragments per tool call.
+    pub fn fragments(mut self, n: usize) -> StreamReply {
+        self.fragments = n.max(1);
+        self
+    }
+
+    /// Usage to report.
+    pub fn usage(mut self, input_tokens: u64, output_tokens: u64) -> StreamReply {
+        self.usage = Usage { input_tokens, output_tokens };
+        self
+    }
+
+    /// Abort the connection after `n` chunks.
+    pub fn cut_after(mut self, n: usize) -> StreamReply {
+        self.cut_after = Some(n);
+        self
+    }
+
+    /// Go silent after `n` chunks.
+    pub fn stall_after(mut self, n: usize) -> StreamReply {
+        self.stall_after = Some(n);
+        self
+    }
+
+    /// Hold the answer until `gate` has a permit (the permit is taken and returned).
+    pub fn gated(mut self, gate: Arc<Semaphore>) -> StreamReply {
+        self.gate = Some(gate);
+        self
+    }
+
+    /// The Chat Completions chunks (`data:` payloads) of this answer, `[DONE]` excluded.
+    pub fn chunks(&self, model: &str) -> Vec<Value> {
+        let id = "chatcmpl-scripted";
+        let chunk = |delta: Value, finish: Value| {
+            json!({"id": id, "object": "chat.completion.chunk", "model": model,
+                   "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+        };
+        let mut out = vec![chunk(json!({"role": "assistant", "content": null}), Value::Null)];
+        let mut call_index = 0;
+        for part in &self.parts {
+            match part {
+                Part::Text(t) => {
+                    out.extend(words(t).map(|w| chunk(json!({"content": w}), Value::Null)))
+                }
+                Part::Reasoning(t) => out.extend(
+                    words(t).map(|w| chunk(json!({"reasoning_content": w}), Value::Null)),
+                ),
+                Part::ToolCall { name, arguments } => {
+                    let args = arguments.to_string();
+                    let pieces = split_even(&args, self.fragments);
+                    for (i, piece) in pieces.iter().enumerate() {
+                        let call = if i == 0 {
+                            json!({"index": call_index, "id": format!("call_{call_index}"),
+                                   "type": "function",
+                                   "function": {"name": name, "arguments": piece}})
+                        } else {
+                            json!({"index": call_index, "function": {"arguments": piece}})
+                        };
+                        out.push(chunk(json!({"tool_calls": [call]}), Value::Null));
+                    }
+                    call_index += 1;
+                }
+                Part::Error(message) => {
+                    out.push(json!({"error": {"message": message, "type": "server_error"}}))
+                }
+            }
+        }
+        let finish = if call_index > 0 { "tool_calls" } else { "stop" };
+        out.push(chunk(json!({}), json!(finish)));
+        out.push(json!({"id": id, "object": "chat.completion.chunk", "model": model,
+            "choices": [], "usage": {"prompt_tokens": self.usage.input_tokens,
+            "completion_tokens": self.usage.output_tokens,
+            "total_tokens": self.usage.total()}}));
+        out
+    }
+
+    /// The deltas a client should decode from this answer (used by [`ScriptedModel`]).
+    pub fn deltas(&self) -> Vec<Result<ModelDelta, ModelError>> {
+        let mut out = vec![Ok(ModelDelta::ResponseId("chatcmpl-scripted".into()))];
+        let mut calls = Vec::new();
+        for part in &self.parts {
+            match part {
+                Part::Text(t) => out.extend(words(t).map(|w| Ok(ModelDelta::Text(w.to_owned())))),
+                Part::Reasoning(t) => {
+                    out.extend(words(t).map(|w| Ok(ModelDelta::Reasoning(w.to_owned()))))
+                }
+                Part::ToolCall { name, arguments } => {
+                    let index = calls.len();
+                    let id = format!("call_{index}");
+                    out.push(Ok(ModelDelta::ToolCallStart { index, id: id.clone(), name: name.clone() }));
+                    calls.push(ToolCall { id, name: name.clone(), arguments: arguments.to_string() });
+                }
+                Part::Error(message) => {
+                    out.push(Err(ModelError::Stream(message.clone())));
+                    return out;
+                }
+            }
+        }
+        let finish = if calls.is_empty() { FinishReason::Stop } else { FinishReason::ToolCalls };
+        out.extend(calls.into_iter().map(|c| Ok(ModelDelta::ToolCall(c))));
+        out.push(Ok(ModelDelta::Finish(finish)));
+        out.push(Ok(ModelDelta::Usage(self.usage)));
+        out
+    }
+}
+
+/// Splits text into words, each with its leading whitespace.
+fn words(text: &str) -> impl Iterator<Item = &str> {
+    let mut rest = text;
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
+        }
+        let start = rest.len() - rest.trim_start().len();
+        let end = rest[start..].find(char::is_whitespace).map_or(rest.len(), |i| start + i);
+        let (word, tail) = rest.split_at(end);
+        rest = tail;
+        Some(word)
+    })
+}
+
+/// Splits `s` into `n` pieces of about equal length on char boundaries.
+fn split_even(s: &str, n: usize) -> Vec<&str> {
+    let chars: Vec<usize> = s.char_indices().map(|(i, _)| i).collect();
+    let n = n.clamp(1, chars.len().max(1));
+    let mut out = Vec::with_capacity(n);
+    let mut start = 0;
+    for k in 1..=n {
+        let end = if k == n { s.len() } else { chars[chars.len() * k / n] };
+        out.push(&s[start..end]);
+        start = end;
+    }
+    out
+}
+
+/// A request the server received.
+#[derive(Debug, Clone)]
+pub struct RecordedRequest {
+    /// The `model` field.
+    pub model: String,
+    /// The whole JSON body.
+    pub body: Value,
+    /// When it arrived.
+    pub received_at: Instant,
+    /// When the server sent the first byte of its answer, once it has.
+    pub first_byte_at: Option<Instant>,
+}
+
+#[derive(Default)]
+struct ServerState {
+    queues: Mutex<HashMap<String, VecDeque<Reply>>>,
+    defaults: Mutex<HashMap<String, Reply>>,
+    requests: Mutex<Vec<RecordedRequest>>,
+}
+
+/// A scripted OpenAI-compatible server on loopback. Stops when dropped.
+pub struct ScriptedServer {
+    addr: SocketAddr,
+    state: Arc<ServerState>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl ScriptedServer {
+    /// Starts the server on `127.0.0.1:0`.
+    pub async fn start() -> std::io::Result<ScriptedServer> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let state = Arc::new(ServerState::default());
+        let app = axum::Router::new()
+            .route("/v1/chat/completions", post(completions))
+            .route("/chat/completions", post(completions))
+            .with_state(state.clone());
+        let task = tokio::spawn(async move {
+            // The server only ends with the process or when the handle is dropped (aborted).
+            let _ = axum::serve(listener, app).await;
+        });
+        Ok(ScriptedServer { addr, state, task })
+    }
+
+    /// The base URL to give a client (`http://127.0.0.1:PORT/v1`).
+    pub fn base_url(&self) -> String {
+        format!("http://{}/v1", self.addr)
+    }
+
+    /// Queues `reply` for the next request for `model`.
+    pub fn push(&self, model: &str, reply: impl Into<Reply>) -> &Self {
+        let mut queues = self.state.queues.lock().expect("queues lock");
+        queues.entry(model.to_owned()).or_default().push_back(reply.into());
+        self
+    }
+
+    /// Answers every request for `model` with `reply` once its queue is empty.
+    pub fn set_default(&self, model: &str, reply: impl Into<Reply>) -> &Self {
+        self.state.defaults.lock().expect("defaults lock").insert(model.to_owned(), reply.into());
+        self
+    }
+
+    /// The requests received so far, in arrival order.
+    pub fn requests(&self) -> Vec<RecordedRequest> {
+        self.state.requests.lock().expect("requests lock").clone()
+    }
+
+    /// The requests received for `model`.
+    pub fn requests_for(&self, model: &str) -> Vec<RecordedRequest> {
+        self.requests().into_iter().filter(|r| r.model == model).collect()
+    }
+}
+
+impl Drop for ScriptedServer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn completions(State(state): State<Arc<ServerState>>, body: Bytes) -> Response {
+    let body: Value = match serde_json::from_slice(&body) {
+        Ok(v) => v,
+        Err(e) => return error_response(400, None, &format!("invalid JSON body: {e}")),
+    };
+    let model = body["model"].as_str().unwrap_or_default().to_owned();
+    let index = {
+        let mut requests = state.requests.lock().expect("requests lock");
+        requests.push(RecordedRequest {
+            model: model.clone(),
+            body,
+            received_at: Instant::now(),
+            first_byte_at: None,
+        });
+        requests.len() - 1
+    };
+    let reply = {
+        let queued = state.queues.lock().expect("queues lock").get_mut(&model).and_then(|q| q.pop_front());
+        queued.or_else(|| state.defaults.lock().expect("defaults lock").get(&model).cloned())
+    };
+    let mark_first_byte = {
+        let state = state.clone();
+        move || {
+            state.requests.lock().expect("requests lock")[index].first_byte_at = Some(Instant::now());
+        }
+    };
+    match reply {
+        None => {
+            mark_first_byte();
+            error_response(500, None, &format!("scripted server: no reply left for model `{model}`"))
+        }
+        Some(Reply::Status { status, retry_after, message }) => {
+            mark_first_byte();
+            error_response(status, retry_after, &message)
+        }
+        Some(Reply::Hang) => std::future::pending().await,
+        Some(Reply::Raw(bytes)) => {
+            mark_first_byte();
+            sse_response(Body::from(bytes))
+        }
+        Some(Reply::Stream(script)) => {
+            if let Some(gate) = &script.gate {
+                // Closing the gate's semaphore releases everyone; a closed gate is not an error.
+                drop(gate.acquire().await);
+            }
+            tokio::time::sleep(script.first_byte_delay).await;
+            mark_first_byte();
+            sse_response(Body::from_stream(stream_body(script, model)))
+        }
+    }
+}
+
+fn stream_body(
+    script: StreamReply,
+    model: String,
+) -> impl futures::Stream<Item = Result<Bytes, std::io::Error>> + Send {
+    async_stream::stream! {
+        let chunks = script.chunks(&model);
+        for (i, chunk) in chunks.iter().enumerate() {
+            if script.cut_after == Some(i) {
+                yield Err(std::io::Error::new(std::io::ErrorKind::ConnectionAborted, "scripted cut"));
+                return;
+            }
+            if script.stall_after == Some(i) {
+                std::future::pending::<()>().await;
+            }
+            if i > 0 && !script.chunk_delay.is_zero() {
+                tokio::time::sleep(script.chunk_delay).await;
+            }
+            yield Ok(Bytes::from(format!("data: {chunk}\n\n")));
+        }
+        yield Ok(Bytes::from_static(b"data: [DONE]\n\n"));
+    }
+}
+
+fn sse_response(body: Body) -> Response {
+    let mut response = Response::new(body);
+    response
+        .headers_mut()
+        .insert("content-type", HeaderValue::from_static("text/event-stream"));
+    response
+}
+
+fn error_response(status: u16, retry_after: Option<u64>, message: &str) -> Response {
+    let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let body = json!({"error": {"message": message, "type": "scripted_error"}});
+    let mut response = (status, axum::Json(body)).into_response();
+    if let Some(secs) = retry_after {
+        response.headers_mut().insert("retry-after", HeaderValue::from(secs));
+    }
+    response
+}
+
+/// An in-process [`ChatModel`] replaying [`StreamReply`] scripts in order, with their chunk
+/// delays, and no HTTP. Falls back to its default reply when the queue is empty.
+pub struct ScriptedModel {
+    name: String,
+    queue: Mutex<VecDeque<StreamReply>>,
+    default: Option<StreamReply>,
+    requests: Mutex<Vec<ChatRequest>>,
+}
+
+impl ScriptedModel {
+    /// A model named `name` that answers `default` whenever its queue is empty.
+    pub fn new(name: impl Into<String>, default: Option<StreamReply>) -> ScriptedModel {
+        ScriptedModel {
+            name: name.into(),
+            queue: Mutex::new(VecDeque::new()),
+            default,
+            requests: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Queues a reply.
+    pub fn push(&self, reply: StreamReply) {
+        self.queue.lock().expect("queue lock").push_back(reply);
+    }
+
+    /// The requests received so far.
+    pub fn requests(&self) -> Vec<ChatRequest> {
+        self.requests.lock().expect("requests lock").clone()
+    }
+}
+
+impl ChatModel for ScriptedModel {
+    fn model_name(&self) -> &str {
+        &self.name
+    }
+
+    fn stream(&self, request: ChatRequest) -> DeltaStream {
+        self.requests.lock().expect("requests lock").push(request);
+        let reply = self.queue.lock().expect("queue lock").pop_front().or_else(|| self.default.clone());
+        let Some(reply) = reply else {
+            let err = ModelError::Http {
+                status: 500,
+                message: format!("scripted model `{}` has no reply left", self.name),
+                retry_after: None,
+            };
+            return Box::pin(futures::stream::iter([Err(err)]));
+        };
+        let deltas = reply.deltas();
+        if reply.chunk_delay.is_zero() && reply.first_byte_delay.is_zero() {
+            return Box::pin(futures::stream::iter(deltas));
+        }
+        Box::pin(async_stream::stream! {
+            tokio::time::sleep(reply.first_byte_delay).await;
+            for (i, d) in deltas.into_iter().enumerate() {
+                if i > 0 {
+                    tokio::time::sleep(reply.chunk_delay).await;
+                }
+                yield d;
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn words_keep_their_leading_space() {
+        assert_eq!(words("Hello  big\nworld").collect::<Vec<_>>(), ["Hello", "  big", "\nworld"]);
+        assert_eq!(words("").count(), 0);
+    }
+
+    #[test]
+    fn split_even_rejoins_to_the_input() {
+        let s = r#"{"query":"café deals"}"#;
+        for n in 1..30 {
+            let parts = split_even(s, n);
+            assert_eq!(parts.concat(), s);
+            assert!(parts.len() <= n);
+        }
+    }
+}
