@@ -1,1 +1,116 @@
-//! Helpers shared by the end-to-end tests and benchmarks.
+//! Helpers shared by the end-to-end tests and benchmarks: a chat endpoint on a real loopback
+//! socket wired to a scripted model server, and an incremental SSE client.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use baton::config::Config;
+use baton::event::{Event, decode_sse};
+use baton::http::ChatService;
+use baton::model::scripted::ScriptedServer;
+use eventsource_stream::Eventsource;
+use futures::{Stream, StreamExt};
+use std::time::Instant;
+
+/// Model names the scripted server keys its replies by.
+pub const ORCH: &str = "orch";
+/// The support agent's model name.
+pub const SUPPORT: &str = "sup";
+/// The shopping agent's model name.
+pub const SHOP: &str = "shop";
+
+/// A config whose three models live on `server`, with short timeouts and quick retries.
+pub fn scripted_config(server: &ScriptedServer) -> Config {
+    let mut c = Config::default();
+    c.models.base_url = Some(server.base_url());
+    c.models.orchestrator = ORCH.into();
+    c.models.support = SUPPORT.into();
+    c.models.shopping = SHOP.into();
+    c.models.timeouts.first_byte = Duration::from_secs(5);
+    c.models.timeouts.idle = Duration::from_millis(500);
+    c.models.retry.base_delay = Duration::from_millis(10);
+    c.models.retry.max_delay = Duration::from_millis(50);
+    c.turn.mux.flush_interval = Duration::from_millis(1);
+    c.turn.mux.flush_budget = Duration::from_millis(20);
+    c
+}
+
+/// A running chat endpoint; stops when dropped.
+pub struct Endpoint {
+    /// `http://127.0.0.1:PORT`.
+    pub url: String,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Endpoint {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Serves `config`'s chat endpoint on `127.0.0.1:0` with the same code as `orchestrator serve`.
+pub async fn start_endpoint(config: &Config) -> Endpoint {
+    let orchestrator = config.build().expect("config builds");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind loopback");
+    let url = format!("http://{}", listener.local_addr().expect("local addr"));
+    let service = Arc::new(ChatService::new(orchestrator, config.limits, config.heartbeat));
+    let task = tokio::spawn(async move {
+        let _ = baton::http::serve(listener, service, std::future::pending()).await;
+    });
+    Endpoint { url, task }
+}
+
+/// An event as a client received it.
+#[derive(Debug, Clone)]
+pub struct Received {
+    /// When it arrived.
+    pub at: Instant,
+    /// The SSE `id:`.
+    pub id: String,
+    /// The event.
+    pub event: Event,
+}
+
+/// POSTs `body` to `url` and returns the decoded SSE events as they arrive.
+///
+/// Panics if the response is not a 200 SSE stream or an event does not decode: both are failures
+/// of the behaviour under test.
+pub async fn open_stream(url: &str, body: serde_json::Value) -> impl Stream<Item = Received> + Unpin {
+    let response = reqwest::Client::new().post(url).json(&body).send().await.expect("POST succeeds");
+    assert_eq!(response.status(), 200, "chat request refused: {:?}", response.text().await);
+    assert_eq!(response.headers()["content-type"], "text/event-stream");
+    Box::pin(response.bytes_stream().eventsource().map(|e| {
+        let e = e.expect("valid SSE framing");
+        let event = decode_sse(&e.event, &e.data).expect("valid event");
+        Received { at: Instant::now(), id: e.id, event }
+    }))
+}
+
+/// POSTs and collects every event of the turn.
+pub async fn chat(url: &str, message: &str) -> Vec<Event> {
+    open_stream(url, serde_json::json!({"message": message})).await.map(|r| r.event).collect().await
+}
+
+/// The concatenated text of one agent instance.
+pub fn text_of(events: &[Event], agent: &str) -> String {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Text { agent: a, text } if a == agent => Some(text.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The order in which agents spoke: consecutive text events of one agent count once.
+pub fn speakers(events: &[Event]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for e in events {
+        if let Event::Text { agent, .. } = e {
+            if out.last() != Some(agent) {
+                out.push(agent.clone());
+            }
+        }
+    }
+    out
+}

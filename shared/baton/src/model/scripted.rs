@@ -160,7 +160,8 @@ impl StreamReply {
         self
     }
 
-    /// Abort the connection after `n` chunks.
+    /// Abort the connection after `n` chunks. Give the reply a chunk delay if the client must
+    /// see the chunks before the cut: an abort can discard data still in the server's buffers.
     pub fn cut_after(mut self, n: usize) -> StreamReply {
         self.cut_after = Some(n);
         self
@@ -290,10 +291,15 @@ pub struct RecordedRequest {
     pub model: String,
     /// The whole JSON body.
     pub body: Value,
+    /// The `Authorization` header, if any.
+    pub authorization: Option<String>,
     /// When it arrived.
     pub received_at: Instant,
     /// When the server sent the first byte of its answer, once it has.
     pub first_byte_at: Option<Instant>,
+    /// For streamed answers: `Some(true)` once the whole stream was sent, `Some(false)` if it was
+    /// dropped before its end (the client went away), `None` while it is still going.
+    pub completed: Option<bool>,
 }
 
 #[derive(Default)]
@@ -362,7 +368,11 @@ impl Drop for ScriptedServer {
     }
 }
 
-async fn completions(State(state): State<Arc<ServerState>>, body: Bytes) -> Response {
+async fn completions(
+    State(state): State<Arc<ServerState>>,
+    headers: axum::http::HeaderMap,
+    body: Bytes,
+) -> Response {
     let body: Value = match serde_json::from_slice(&body) {
         Ok(v) => v,
         Err(e) => return error_response(400, None, &format!("invalid JSON body: {e}")),
@@ -373,8 +383,13 @@ async fn completions(State(state): State<Arc<ServerState>>, body: Bytes) -> Resp
         requests.push(RecordedRequest {
             model: model.clone(),
             body,
+            authorization: headers
+                .get("authorization")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned),
             received_at: Instant::now(),
             first_byte_at: None,
+            completed: None,
         });
         requests.len() - 1
     };
@@ -409,7 +424,23 @@ async fn completions(State(state): State<Arc<ServerState>>, body: Bytes) -> Resp
             }
             tokio::time::sleep(script.first_byte_delay).await;
             mark_first_byte();
-            sse_response(Body::from_stream(stream_body(script, model)))
+            let guard = CompletionGuard { state: state.clone(), index, completed: false };
+            sse_response(Body::from_stream(stream_body(script, model, guard)))
+        }
+    }
+}
+
+/// Records how a streamed answer ended when its body is dropped.
+struct CompletionGuard {
+    state: Arc<ServerState>,
+    index: usize,
+    completed: bool,
+}
+
+impl Drop for CompletionGuard {
+    fn drop(&mut self) {
+        if let Ok(mut requests) = self.state.requests.lock() {
+            requests[self.index].completed = Some(self.completed);
         }
     }
 }
@@ -417,10 +448,19 @@ async fn completions(State(state): State<Arc<ServerState>>, body: Bytes) -> Resp
 fn stream_body(
     script: StreamReply,
     model: String,
+    guard: CompletionGuard,
 ) -> impl futures::Stream<Item = Result<Bytes, std::io::Error>> + Send {
     async_stream::stream! {
+        // Move the whole guard in (a closure would otherwise capture only the field), so it
+        // drops with the body.
+        let mut guard = guard;
         let chunks = script.chunks(&model);
         for (i, chunk) in chunks.iter().enumerate() {
+            // The delay comes first, so chunks sent before a cut have been flushed to the client
+            // (a body error drops whatever the server still had buffered).
+            if i > 0 && !script.chunk_delay.is_zero() {
+                tokio::time::sleep(script.chunk_delay).await;
+            }
             if script.cut_after == Some(i) {
                 yield Err(std::io::Error::new(std::io::ErrorKind::ConnectionAborted, "scripted cut"));
                 return;
@@ -428,11 +468,9 @@ fn stream_body(
             if script.stall_after == Some(i) {
                 std::future::pending::<()>().await;
             }
-            if i > 0 && !script.chunk_delay.is_zero() {
-                tokio::time::sleep(script.chunk_delay).await;
-            }
             yield Ok(Bytes::from(format!("data: {chunk}\n\n")));
         }
+        guard.completed = true;
         yield Ok(Bytes::from_static(b"data: [DONE]\n\n"));
     }
 }

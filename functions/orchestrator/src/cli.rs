@@ -1,0 +1,143 @@
+//! Command-line options. Every option can also be set by the environment variable it names.
+
+use std::time::Duration;
+
+use baton::config::{Config, RequestLimits};
+use baton::orchestrator::TurnRequest;
+use clap::{Parser, Subcommand};
+
+/// Baton's orchestrator: an agents-as-tools chat endpoint.
+///
+/// With no OPENAI_API_KEY and no OPENAI_BASE_URL it runs on the offline model: deterministic
+/// rules, no network, for demos and tests. Set either to use OpenAI or any compatible server.
+#[derive(Debug, Parser)]
+#[command(version, about, long_about)]
+pub(crate) struct Args {
+    #[command(subcommand)]
+    pub(crate) command: Command,
+
+    /// Base URL of an OpenAI-compatible server (up to and including /v1).
+    #[arg(long, env = "OPENAI_BASE_URL", global = true)]
+    openai_base_url: Option<String>,
+
+    /// API key for the model server (sent as a bearer token).
+    #[arg(long, env = "OPENAI_API_KEY", hide_env_values = true, global = true)]
+    openai_api_key: Option<String>,
+
+    /// Model of the orchestrator.
+    #[arg(long, env = "BATON_ORCHESTRATOR_MODEL", default_value = "gpt-4.1-mini", global = true)]
+    orchestrator_model: String,
+
+    /// Model of the support agent.
+    #[arg(long, env = "BATON_SUPPORT_MODEL", default_value = "gpt-4.1-mini", global = true)]
+    support_model: String,
+
+    /// Model of the shopping agent.
+    #[arg(long, env = "BATON_SHOPPING_MODEL", default_value = "gpt-4.1-mini", global = true)]
+    shopping_model: String,
+
+    /// Longest pause between two flushed events when a buffered agent's text is released.
+    #[arg(long, env = "BATON_FLUSH_INTERVAL_MS", default_value_t = 12, global = true)]
+    flush_interval_ms: u64,
+
+    /// Upper bound on the time one flush of buffered text takes (0 = at once).
+    #[arg(long, env = "BATON_FLUSH_BUDGET_MS", default_value_t = 300, global = true)]
+    flush_budget_ms: u64,
+
+    /// Model connect timeout.
+    #[arg(long, env = "BATON_CONNECT_TIMEOUT_MS", default_value_t = 5_000, global = true)]
+    connect_timeout_ms: u64,
+
+    /// Model first-byte timeout (request sent → response headers).
+    #[arg(long, env = "BATON_FIRST_BYTE_TIMEOUT_MS", default_value_t = 30_000, global = true)]
+    first_byte_timeout_ms: u64,
+
+    /// Model idle timeout (between two stream chunks).
+    #[arg(long, env = "BATON_IDLE_TIMEOUT_MS", default_value_t = 30_000, global = true)]
+    idle_timeout_ms: u64,
+
+    /// Retries of a model call that fails before its first delta (connect errors, 429, 5xx).
+    #[arg(long, env = "BATON_MAX_RETRIES", default_value_t = 2, global = true)]
+    max_retries: u32,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// Run one chat turn in-process and print the stream as it arrives.
+    Chat(ChatArgs),
+    /// Serve the chat endpoint (POST / or /chat, Server-Sent Events) on a local address.
+    Serve(ServeArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct ChatArgs {
+    /// What the user says.
+    message: String,
+
+    /// Continue this episode (a new one is minted otherwise).
+    #[arg(long)]
+    episode_id: Option<String>,
+
+    /// Print the raw SSE stream instead of readable text.
+    #[arg(long)]
+    pub(crate) raw: bool,
+}
+
+impl ChatArgs {
+    pub(crate) fn turn(&self) -> TurnRequest {
+        TurnRequest {
+            episode_id: self.episode_id.clone().unwrap_or_else(|| uuid_like("ep")),
+            turn_id: uuid_like("turn"),
+            user_id: "local".into(),
+            message: self.message.clone(),
+            history: Vec::new(),
+        }
+    }
+}
+
+fn uuid_like(prefix: &str) -> String {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    format!("{prefix}-{nanos:x}")
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct ServeArgs {
+    /// Address to listen on (port 0 picks a free port).
+    #[arg(long, env = "BATON_ADDR", default_value = "127.0.0.1:3000")]
+    pub(crate) addr: String,
+
+    /// Largest request body, in bytes.
+    #[arg(long, env = "BATON_MAX_BODY_BYTES", default_value_t = RequestLimits::default().max_body_bytes)]
+    max_body_bytes: usize,
+
+    /// Longest message, in characters.
+    #[arg(long, env = "BATON_MAX_MESSAGE_CHARS", default_value_t = RequestLimits::default().max_message_chars)]
+    max_message_chars: usize,
+
+    /// Seconds of silence before an SSE heartbeat comment is sent.
+    #[arg(long, env = "BATON_HEARTBEAT_SECS", default_value_t = 10)]
+    heartbeat_secs: u64,
+}
+
+impl Args {
+    /// The configuration these options describe.
+    pub(crate) fn config(&self) -> Config {
+        let mut c = Config::default();
+        c.models.base_url = self.openai_base_url.clone().filter(|s| !s.is_empty());
+        c.models.api_key = self.openai_api_key.clone().filter(|s| !s.is_empty());
+        c.models.orchestrator = self.orchestrator_model.clone();
+        c.models.support = self.support_model.clone();
+        c.models.shopping = self.shopping_model.clone();
+        c.models.timeouts.connect = Duration::from_millis(self.connect_timeout_ms);
+        c.models.timeouts.first_byte = Duration::from_millis(self.first_byte_timeout_ms);
+        c.models.timeouts.idle = Duration::from_millis(self.idle_timeout_ms);
+        c.models.retry.max_retries = self.max_retries;
+        c.turn.mux.flush_interval = Duration::from_millis(self.flush_interval_ms);
+        c.turn.mux.flush_budget = Duration::from_millis(self.flush_budget_ms);
+        if let Command::Serve(s) = &self.command {
+            c.limits = RequestLimits { max_body_bytes: s.max_body_bytes, max_message_chars: s.max_message_chars };
+            c.heartbeat = Duration::from_secs(s.heartbeat_secs);
+        }
+        c
+    }
+}

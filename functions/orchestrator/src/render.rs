@@ -1,0 +1,85 @@
+//! Prints a turn's events for a person reading a terminal: text as it streams, a header when the
+//! speaking agent changes, and progress on lines of its own.
+
+use std::io::Write;
+
+use baton::event::{Event, Status, encode_sse};
+
+pub(crate) struct Renderer<W: Write> {
+    out: W,
+    raw: bool,
+    seq: u64,
+    speaker: Option<String>,
+    at_line_start: bool,
+    status: Option<Status>,
+}
+
+impl<W: Write> Renderer<W> {
+    pub(crate) fn new(out: W, raw: bool) -> Renderer<W> {
+        Renderer { out, raw, seq: 0, speaker: None, at_line_start: true, status: None }
+    }
+
+    pub(crate) fn event(&mut self, event: &Event) -> std::io::Result<()> {
+        if let Event::Completed { status, .. } = event {
+            self.status = Some(*status);
+        }
+        if self.raw {
+            if event.is_client_visible() {
+                self.out.write_all(&encode_sse(self.seq, event))?;
+                self.seq += 1;
+            }
+            return self.out.flush();
+        }
+        match event {
+            Event::Text { agent, text } => {
+                if self.speaker.as_deref() != Some(agent) {
+                    self.line_break()?;
+                    write!(self.out, "\n[{agent}] ")?;
+                    self.speaker = Some(agent.clone());
+                }
+                write!(self.out, "{text}")?;
+                self.at_line_start = text.ends_with('\n');
+            }
+            Event::Thinking {} => self.note("… thinking")?,
+            Event::AgentStarted { agent, query } => self.note(&format!("· {agent} started: {query}"))?,
+            Event::AgentFinished { agent, status, duration_ms, usage } => self.note(&format!(
+                "· {agent} finished: {status:?} in {duration_ms} ms, {} tokens",
+                usage.total()
+            ))?,
+            Event::ToolCallStart { agent, name, .. } => self.note(&format!("· {agent} calls {name}"))?,
+            Event::ToolCallEnd { agent, name, duration_ms, .. } => {
+                self.note(&format!("· {agent} {name} done in {duration_ms} ms"))?
+            }
+            Event::Error { agent, code, message, .. } => self.note(&format!("! {agent} error {code}: {message}"))?,
+            Event::Completed { status, model, duration_ms, usage, .. } => {
+                let tokens: u64 = usage.iter().map(|u| u.usage.total()).sum();
+                self.note(&format!("✓ completed: {status:?}, model {model}, {duration_ms} ms, {tokens} tokens"))?;
+            }
+            // Usage, ids, reasoning and internal boundaries are summarised elsewhere.
+            _ => {}
+        }
+        self.out.flush()
+    }
+
+    fn line_break(&mut self) -> std::io::Result<()> {
+        if !self.at_line_start {
+            writeln!(self.out)?;
+            self.at_line_start = true;
+        }
+        Ok(())
+    }
+
+    fn note(&mut self, line: &str) -> std::io::Result<()> {
+        self.line_break()?;
+        writeln!(self.out, "{line}")?;
+        self.speaker = None;
+        Ok(())
+    }
+
+    pub(crate) fn exit_code(&self) -> std::process::ExitCode {
+        match self.status {
+            Some(Status::Ok) => std::process::ExitCode::SUCCESS,
+            _ => std::process::ExitCode::FAILURE,
+        }
+    }
+}
