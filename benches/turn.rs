@@ -1,1 +1,223 @@
-fn main(){}
+//! Baton's runtime benchmarks (DESIGN.md §9). Run with `make bench`.
+//!
+//! 1. Orchestration overhead per turn against zero-latency in-process scripted models: the whole
+//!    turn (thinking, orchestrator stream, two sub-agents, mux, SSE encoding of every event), on a
+//!    current-thread runtime with no I/O, so wall time is CPU time. p50/p99 per turn, and the mean
+//!    CPU per turn from the process's own CPU clock as a cross-check.
+//! 2. Events per second through the live-slot mux.
+//! 3. The `serve` binary: start → ready, RSS idle, and peak RSS with 1,000 concurrent SSE streams
+//!    against a scripted model server on loopback.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use baton::agent::{EventStream, ModelAgent};
+use baton::event::{Event, encode_sse};
+use baton::model::scripted::{Reply, ScriptedModel, ScriptedServer};
+use baton::mux::{LiveSlotMux, MuxConfig};
+use baton::orchestrator::{ASK_SHOPPING, ASK_SUPPORT, Orchestrator, TurnConfig, TurnRequest};
+use futures::StreamExt;
+use serde_json::json;
+
+/// `cargo bench -- NAME…` runs only the named sections (`turn`, `mux`, `serve`).
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with("--")).collect();
+    let wanted = |name: &str| args.is_empty() || args.iter().any(|a| a == name);
+    let quick = std::env::var_os("BATON_BENCH_QUICK").is_some();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    if wanted("turn") {
+        rt.block_on(turn_overhead(if quick { 2_000 } else { 20_000 }));
+    }
+    if wanted("mux") {
+        rt.block_on(mux_throughput(if quick { 100_000 } else { 1_000_000 }));
+    }
+    if wanted("serve") {
+        let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+        rt.block_on(serve_memory(if quick { 100 } else { 1_000 }));
+    }
+}
+
+fn orchestrator() -> Arc<Orchestrator> {
+    let words = |n: usize| (0..n).map(|i| format!("word{i}")).collect::<Vec<_>>().join(" ");
+    let orch = Reply::text("Let me check both of those.")
+        .tool_call(ASK_SUPPORT, json!({"query": "my receipt didn't scan", "intent_count": 2}))
+        .tool_call(ASK_SHOPPING, json!({"query": "find me coffee deals", "intent_count": 2}));
+    let model = |name: &str, reply| Arc::new(ScriptedModel::new(name, Some(reply)));
+    let support = ModelAgent::new("support", "s", model("sup", Reply::text(words(40))));
+    let shopping = ModelAgent::new("shopping", "p", model("shop", Reply::text(words(40))));
+    // No flush pacing: pacing is deliberate waiting, not overhead.
+    let config = TurnConfig {
+        mux: MuxConfig { flush_interval: Duration::ZERO, flush_budget: Duration::ZERO },
+        ..TurnConfig::default()
+    };
+    Arc::new(Orchestrator::new(model("orch", orch), Arc::new(support), Arc::new(shopping), config))
+}
+
+fn turn(i: usize) -> TurnRequest {
+    TurnRequest {
+        episode_id: "bench".into(),
+        turn_id: format!("t{i}"),
+        user_id: "u".into(),
+        message: "my receipt didn't scan and find me coffee deals".into(),
+        history: Vec::new(),
+    }
+}
+
+/// User plus system CPU time of this process.
+fn process_cpu() -> Duration {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let fields: Vec<&str> = stat.rsplit(") ").next().unwrap_or("").split_whitespace().collect();
+    let ticks: u64 = fields.get(11..13).map_or(0, |f| f.iter().filter_map(|v| v.parse::<u64>().ok()).sum());
+    Duration::from_millis(ticks * 10) // USER_HZ is 100 on Linux
+}
+
+async fn turn_overhead(turns: usize) {
+    let o = orchestrator();
+    let mut bytes = 0usize;
+    let mut events_per_turn = 0;
+    for i in 0..turns / 10 {
+        let mut s = o.run_turn(turn(i));
+        while let Some(e) = s.next().await {
+            bytes += encode_sse(0, &e).len();
+        }
+    }
+    let mut samples = Vec::with_capacity(turns);
+    let cpu_before = process_cpu();
+    let wall = Instant::now();
+    for i in 0..turns {
+        let started = Instant::now();
+        let mut s = o.run_turn(turn(i));
+        let mut n = 0;
+        while let Some(e) = s.next().await {
+            bytes += encode_sse(n, &e).len();
+            n += 1;
+        }
+        samples.push(started.elapsed());
+        events_per_turn = n;
+    }
+    let wall = wall.elapsed();
+    let cpu = process_cpu() - cpu_before;
+    samples.sort();
+    let pct = |p: f64| samples[((samples.len() as f64 * p) as usize).min(samples.len() - 1)];
+    println!(
+        "== orchestration overhead per turn (zero-latency scripted models, {turns} turns, {events_per_turn} events each)"
+    );
+    println!("   p50 {:>8.1} µs", pct(0.50).as_secs_f64() * 1e6);
+    println!("   p99 {:>8.1} µs", pct(0.99).as_secs_f64() * 1e6);
+    println!(
+        "   mean wall {:>5.1} µs, mean CPU {:>5.1} µs (process clock)",
+        wall.as_secs_f64() * 1e6 / turns as f64,
+        cpu.as_secs_f64() * 1e6 / turns as f64
+    );
+    println!(
+        "   target p50 ≤ 1000 µs: {}  ({} bytes of SSE encoded)",
+        if pct(0.5) <= Duration::from_millis(1) { "met" } else { "MISSED" },
+        bytes
+    );
+}
+
+async fn mux_throughput(events: usize) {
+    let text_source = |agent: &'static str, n: usize| -> EventStream {
+        Box::pin(futures::stream::iter((0..n).map(move |_| Event::text(agent, "token "))))
+    };
+    let config = MuxConfig { flush_interval: Duration::ZERO, flush_budget: Duration::ZERO };
+    println!("== live-slot mux throughput ({events} text events, one core)");
+    for sources in [1usize, 2, 4] {
+        const AGENTS: [&str; 4] = ["a[1]", "b[1]", "c[1]", "d[1]"];
+        let streams = (0..sources).map(|i| text_source(AGENTS[i], events / sources)).collect();
+        let started = Instant::now();
+        let n = LiveSlotMux::new(streams, config).count().await;
+        let took = started.elapsed();
+        assert_eq!(n, events / sources * sources);
+        println!("   {sources} source(s): {:>12.0} events/s", n as f64 / took.as_secs_f64());
+    }
+    println!("   target ≥ 100,000 events/s");
+}
+
+fn rss_kib(pid: u32, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+async fn serve_memory(streams: usize) {
+    use tokio::io::AsyncBufReadExt;
+    let binary = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/release/orchestrator");
+    if !binary.exists() {
+        println!("== serve memory: skipped, {} is not built (run `make bench`)", binary.display());
+        return;
+    }
+    let server = ScriptedServer::start().await.unwrap();
+    server.set_default(
+        "orch",
+        Reply::text("Checking both.")
+            .tool_call(ASK_SUPPORT, json!({"query": "receipt", "intent_count": 2}))
+            .tool_call(ASK_SHOPPING, json!({"query": "coffee", "intent_count": 2})),
+    );
+    // Each sub-agent streams 20 words over 2 s, so all streams are open at once.
+    let slow = Reply::text("lorem ipsum ".repeat(10)).chunk_delay(Duration::from_millis(100));
+    server.set_default("sup", slow.clone());
+    server.set_default("shop", slow);
+
+    let started = Instant::now();
+    let mut child = tokio::process::Command::new(&binary)
+        .args(["serve", "--addr", "127.0.0.1:0"])
+        .env("OPENAI_BASE_URL", server.base_url())
+        .env("BATON_ORCHESTRATOR_MODEL", "orch")
+        .env("BATON_SUPPORT_MODEL", "sup")
+        .env("BATON_SHOPPING_MODEL", "shop")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    tokio::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).await.unwrap();
+    let ready = started.elapsed();
+    let url = line.trim().strip_prefix("listening on ").unwrap().to_owned();
+    let pid = child.id().unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let idle = rss_kib(pid, "VmRSS:");
+
+    let client = reqwest::Client::builder().pool_max_idle_per_host(0).build().unwrap();
+    let run = |client: reqwest::Client, url: String| async move {
+        let r = client.post(&url).json(&json!({"message": "receipt and coffee"})).send().await?;
+        let body = r.bytes().await?;
+        Ok::<bool, reqwest::Error>(String::from_utf8_lossy(&body).contains("event: completed\n"))
+    };
+    // One warm-up turn so lazily initialised state (TLS roots, pools) is in the idle baseline.
+    run(client.clone(), url.clone()).await.unwrap();
+    let warm = rss_kib(pid, "VmRSS:");
+
+    let wall = Instant::now();
+    let tasks: Vec<_> = (0..streams).map(|_| tokio::spawn(run(client.clone(), url.clone()))).collect();
+    let mut completed = 0;
+    for t in tasks {
+        if matches!(t.await, Ok(Ok(true))) {
+            completed += 1;
+        }
+    }
+    let took = wall.elapsed();
+    let peak = rss_kib(pid, "VmHWM:");
+    let per_stream = (peak.saturating_sub(warm)) as f64 / streams as f64;
+    println!("== serve binary (release)");
+    println!("   start → ready (listening): {:>6.1} ms   (target < 30 ms)", ready.as_secs_f64() * 1e3);
+    println!(
+        "   RSS idle {:>6.1} MiB, after one turn {:>6.1} MiB   (target idle < 20 MB)",
+        idle as f64 / 1024.0,
+        warm as f64 / 1024.0
+    );
+    println!(
+        "   {streams} concurrent mixed-turn streams: {completed} completed in {:.2} s",
+        took.as_secs_f64()
+    );
+    println!(
+        "   peak RSS {:>6.1} MiB → {:.1} KiB per additional stream   (target < 50 KB)",
+        peak as f64 / 1024.0,
+        per_stream
+    );
+    let _ = child.kill().await;
+}

@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use baton::model::openai::{OpenAiChatModel, OpenAiConfig};
 use baton::model::scripted::{Reply, ScriptedServer};
-use baton::model::{ChatModel, ChatRequest, ChatResponse, FinishReason, Message, ModelDelta, ModelError, TimeoutKind, collect};
+use baton::model::{
+    ChatModel, ChatRequest, ChatResponse, FinishReason, Message, ModelDelta, ModelError, TimeoutKind, collect,
+};
 use futures::StreamExt;
 
 fn fixture(name: &str) -> Vec<u8> {
@@ -24,14 +26,17 @@ fn model(server: &ScriptedServer, name: &str) -> OpenAiChatModel {
 async fn replay(capture: &str) -> ChatResponse {
     let server = ScriptedServer::start().await.unwrap();
     server.push("m", Reply::Raw(fixture(capture).into()));
-    collect(model(&server, "m").stream(ChatRequest { messages: vec![Message::user("x")], ..Default::default() }))
-        .await
-        .unwrap()
+    collect(
+        model(&server, "m").stream(ChatRequest { messages: vec![Message::user("x")], ..Default::default() }),
+    )
+    .await
+    .unwrap()
 }
 
 fn assert_query_objects(r: &ChatResponse) {
     for call in &r.tool_calls {
-        let args = call.parse_arguments().unwrap_or_else(|e| panic!("{} args {:?}: {e}", call.name, call.arguments));
+        let args =
+            call.parse_arguments().unwrap_or_else(|e| panic!("{} args {:?}: {e}", call.name, call.arguments));
         assert!(args.is_object() && args.get("query").is_some(), "{args}");
         assert!(!call.id.is_empty());
     }

@@ -7,7 +7,9 @@ use std::time::Duration;
 use baton::event::{Event, Status};
 use baton::model::scripted::{Reply, ScriptedServer};
 use baton::orchestrator::{ASK_SHOPPING, ASK_SUPPORT};
-use baton_tests::{ORCH, SHOP, SUPPORT, chat, open_stream, scripted_config, speakers, start_endpoint, text_of};
+use baton_tests::{
+    ORCH, SHOP, SUPPORT, chat, open_stream, scripted_config, speakers, start_endpoint, text_of,
+};
 use futures::StreamExt;
 use serde_json::json;
 use tokio::sync::Semaphore;
@@ -57,8 +59,14 @@ async fn thinking_reaches_the_client_before_the_model_sends_its_first_byte() {
 async fn mixed_turn(support_delay: Duration, shop_delay: Duration) -> Vec<Event> {
     let server = ScriptedServer::start().await.unwrap();
     server.push(ORCH, mixed_orchestrator_reply());
-    server.push(SUPPORT, Reply::text(SUPPORT_TEXT).first_byte_delay(support_delay).chunk_delay(Duration::from_millis(5)));
-    server.push(SHOP, Reply::text(SHOP_TEXT).first_byte_delay(shop_delay).chunk_delay(Duration::from_millis(5)));
+    server.push(
+        SUPPORT,
+        Reply::text(SUPPORT_TEXT).first_byte_delay(support_delay).chunk_delay(Duration::from_millis(5)),
+    );
+    server.push(
+        SHOP,
+        Reply::text(SHOP_TEXT).first_byte_delay(shop_delay).chunk_delay(Duration::from_millis(5)),
+    );
     let endpoint = start_endpoint(&scripted_config(&server)).await;
     let events = chat(&endpoint.url, "my receipt didn't scan and find me coffee deals").await;
     // Context rule: each sub-agent got only its own query.
@@ -93,7 +101,11 @@ async fn progress_and_usage_are_reported_per_agent() {
     for agent in ["support[1]", "shopping[1]"] {
         assert!(events.iter().any(|e| matches!(e, Event::AgentStarted { agent: a, .. } if a == agent)));
         assert!(events.iter().any(|e| matches!(e, Event::Usage { agent: a, .. } if a == agent)));
-        assert!(events.iter().any(|e| matches!(e, Event::AgentFinished { agent: a, status: Status::Ok, .. } if a == agent)));
+        assert!(
+            events.iter().any(
+                |e| matches!(e, Event::AgentFinished { agent: a, status: Status::Ok, .. } if a == agent)
+            )
+        );
     }
     let (_, Event::Completed { usage, model, .. }) = completed(&events) else { unreachable!() };
     assert_eq!(model, ORCH);
@@ -103,14 +115,20 @@ async fn progress_and_usage_are_reported_per_agent() {
 #[tokio::test]
 async fn the_preamble_streams_before_the_tool_calls_complete() {
     let server = ScriptedServer::start().await.unwrap();
-    server.push(ORCH, Reply::text("Let me check that for you right away.")
-        .tool_call(ASK_SHOPPING, json!({"query": "coffee", "intent_count": 1}))
-        .fragments(10)
-        .chunk_delay(Duration::from_millis(30)));
+    server.push(
+        ORCH,
+        Reply::text("Let me check that for you right away.")
+            .tool_call(ASK_SHOPPING, json!({"query": "coffee", "intent_count": 1}))
+            .fragments(10)
+            .chunk_delay(Duration::from_millis(30)),
+    );
     server.push(SHOP, Reply::text("deals"));
     let endpoint = start_endpoint(&scripted_config(&server)).await;
     let received: Vec<_> = open_stream(&endpoint.url, json!({"message": "coffee"})).await.collect().await;
-    let first_text = received.iter().find(|r| matches!(&r.event, Event::Text { agent, .. } if agent == "orchestrator")).unwrap();
+    let first_text = received
+        .iter()
+        .find(|r| matches!(&r.event, Event::Text { agent, .. } if agent == "orchestrator"))
+        .unwrap();
     let started = received.iter().find(|r| matches!(r.event, Event::AgentStarted { .. })).unwrap();
     // 7 more words and 10 argument fragments, 30 ms apart, separate the first word from dispatch.
     assert!(started.at - first_text.at >= Duration::from_millis(300), "{:?}", started.at - first_text.at);
@@ -151,7 +169,10 @@ async fn an_orchestrator_500_ends_the_turn_with_an_error() {
 #[tokio::test]
 async fn a_cut_after_the_first_delta_ends_the_turn_with_an_error_and_no_retry() {
     let server = ScriptedServer::start().await.unwrap();
-    server.push(ORCH, Reply::text("Let me look that up for you.").chunk_delay(Duration::from_millis(20)).cut_after(3));
+    server.push(
+        ORCH,
+        Reply::text("Let me look that up for you.").chunk_delay(Duration::from_millis(20)).cut_after(3),
+    );
     let endpoint = start_endpoint(&scripted_config(&server)).await;
     let events = chat(&endpoint.url, "hello").await;
     assert_eq!(text_of(&events, "orchestrator"), "Let me", "what arrived before the cut is kept");

@@ -96,7 +96,8 @@ impl ChatArgs {
 }
 
 fn uuid_like(prefix: &str) -> String {
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    let nanos =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
     format!("{prefix}-{nanos:x}")
 }
 
@@ -135,7 +136,8 @@ impl Args {
         c.turn.mux.flush_interval = Duration::from_millis(self.flush_interval_ms);
         c.turn.mux.flush_budget = Duration::from_millis(self.flush_budget_ms);
         if let Command::Serve(s) = &self.command {
-            c.limits = RequestLimits { max_body_bytes: s.max_body_bytes, max_message_chars: s.max_message_chars };
+            c.limits =
+                RequestLimits { max_body_bytes: s.max_body_bytes, max_message_chars: s.max_message_chars };
             c.heartbeat = Duration::from_secs(s.heartbeat_secs);
         }
         c

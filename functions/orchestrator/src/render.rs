@@ -50,10 +50,14 @@ impl<W: Write> Renderer<W> {
             Event::ToolCallEnd { agent, name, duration_ms, .. } => {
                 self.note(&format!("· {agent} {name} done in {duration_ms} ms"))?
             }
-            Event::Error { agent, code, message, .. } => self.note(&format!("! {agent} error {code}: {message}"))?,
+            Event::Error { agent, code, message, .. } => {
+                self.note(&format!("! {agent} error {code}: {message}"))?
+            }
             Event::Completed { status, model, duration_ms, usage, .. } => {
                 let tokens: u64 = usage.iter().map(|u| u.usage.total()).sum();
-                self.note(&format!("✓ completed: {status:?}, model {model}, {duration_ms} ms, {tokens} tokens"))?;
+                self.note(&format!(
+                    "✓ completed: {status:?}, model {model}, {duration_ms} ms, {tokens} tokens"
+                ))?;
             }
             // Usage, ids, reasoning and internal boundaries are summarised elsewhere.
             _ => {}

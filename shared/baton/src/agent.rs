@@ -57,7 +57,11 @@ pub struct ModelAgent {
 
 impl ModelAgent {
     /// A new agent.
-    pub fn new(name: impl Into<String>, instruction: impl Into<String>, model: Arc<dyn ChatModel>) -> ModelAgent {
+    pub fn new(
+        name: impl Into<String>,
+        instruction: impl Into<String>,
+        model: Arc<dyn ChatModel>,
+    ) -> ModelAgent {
         ModelAgent { name: name.into(), instruction: instruction.into(), model }
     }
 }
@@ -71,7 +75,9 @@ impl Agent for ModelAgent {
         let mut messages = vec![Message::system(self.instruction.clone())];
         messages.extend(request.history);
         let query = match request.prior_context {
-            Some(ctx) if !ctx.trim().is_empty() => format!("Context from earlier: {ctx}\n\n{}", request.query),
+            Some(ctx) if !ctx.trim().is_empty() => {
+                format!("Context from earlier: {ctx}\n\n{}", request.query)
+            }
             _ => request.query,
         };
         messages.push(Message::user(query));
@@ -170,11 +176,16 @@ mod tests {
     async fn model_failure_becomes_error_event_and_apology() {
         let model = Arc::new(ScriptedModel::new("m", Some(Reply::parts(vec![Part::Error("boom".into())]))));
         let agent = ModelAgent::new("shopping", "x", model);
-        let events: Vec<Event> =
-            instrument("shopping[1]".into(), "q".into(), agent.run(AgentRequest::default(), "shopping[1]".into()))
-                .collect()
-                .await;
-        assert!(events.iter().any(|e| matches!(e, Event::Error { code, .. } if code == "model_stream_error")));
+        let events: Vec<Event> = instrument(
+            "shopping[1]".into(),
+            "q".into(),
+            agent.run(AgentRequest::default(), "shopping[1]".into()),
+        )
+        .collect()
+        .await;
+        assert!(
+            events.iter().any(|e| matches!(e, Event::Error { code, .. } if code == "model_stream_error"))
+        );
         assert!(events.iter().any(|e| matches!(e, Event::Text { text, .. } if text.contains("Sorry"))));
         assert!(matches!(events.last(), Some(Event::AgentFinished { status: Status::Error, .. })));
     }

@@ -89,10 +89,41 @@ pub struct Config {
 
 /// The default support keywords of the offline model.
 pub const DEFAULT_SUPPORT_KEYWORDS: &[&str] = &[
-    "receipt", "receipts", "e-receipt", "e-receipts", "ereceipt", "scan", "scanned", "scanning",
-    "points", "point", "missing", "rejected", "reward", "rewards", "redeem", "redeemed", "card",
-    "account", "profile", "login", "password", "referral", "referrals", "refer", "bonus", "pass",
-    "support", "problem", "issue", "error", "broken", "crash", "crashes", "bug", "help",
+    "receipt",
+    "receipts",
+    "e-receipt",
+    "e-receipts",
+    "ereceipt",
+    "scan",
+    "scanned",
+    "scanning",
+    "points",
+    "point",
+    "missing",
+    "rejected",
+    "reward",
+    "rewards",
+    "redeem",
+    "redeemed",
+    "card",
+    "account",
+    "profile",
+    "login",
+    "password",
+    "referral",
+    "referrals",
+    "refer",
+    "bonus",
+    "pass",
+    "support",
+    "problem",
+    "issue",
+    "error",
+    "broken",
+    "crash",
+    "crashes",
+    "bug",
+    "help",
 ];
 
 impl Default for Config {
@@ -145,16 +176,19 @@ impl Config {
     pub fn build(&self) -> Result<Arc<Orchestrator>, ConfigError> {
         self.validate()?;
         let models = &self.models;
+        // One HTTP client (one connection pool, one TLS setup) for every model.
+        let http =
+            if models.is_offline() { None } else { Some(OpenAiChatModel::http_client(&models.timeouts)?) };
         let model = |name: &str| -> Result<Arc<dyn ChatModel>, ConfigError> {
-            if models.is_offline() {
+            let Some(http) = &http else {
                 return Ok(Arc::new(OfflineModel::new(self.support_keywords.clone())));
-            }
+            };
             let base_url = models.base_url.clone().unwrap_or_else(|| OPENAI_DEFAULT_BASE_URL.into());
             let mut config = OpenAiConfig::new(base_url, name);
             config.api_key = models.api_key.clone();
             config.timeouts = models.timeouts;
             config.retry = models.retry;
-            Ok(Arc::new(OpenAiChatModel::new(config)?))
+            Ok(Arc::new(OpenAiChatModel::with_client(http.clone(), config)))
         };
         let support = ModelAgent::new(
             "support",
@@ -179,11 +213,16 @@ impl Config {
     /// A one-line description of the models in use, for start-up logs.
     pub fn describe_models(&self) -> String {
         if self.models.is_offline() {
-            "model: offline (deterministic rules; set OPENAI_API_KEY or OPENAI_BASE_URL for a real model)".into()
+            "model: offline (deterministic rules; set OPENAI_API_KEY or OPENAI_BASE_URL for a real model)"
+                .into()
         } else {
             format!(
                 "model: {} at {} (orchestrator {}, support {}, shopping {})",
-                if self.models.api_key.is_some() { "OpenAI-compatible, with key" } else { "OpenAI-compatible, no key" },
+                if self.models.api_key.is_some() {
+                    "OpenAI-compatible, with key"
+                } else {
+                    "OpenAI-compatible, no key"
+                },
                 self.models.base_url.as_deref().unwrap_or(OPENAI_DEFAULT_BASE_URL),
                 self.models.orchestrator,
                 self.models.support,

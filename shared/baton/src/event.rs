@@ -304,12 +304,7 @@ impl Event {
         message: impl Into<String>,
         retryable: bool,
     ) -> Event {
-        Event::Error {
-            agent: agent.into(),
-            code: code.into(),
-            message: message.into(),
-            retryable,
-        }
+        Event::Error { agent: agent.into(), code: code.into(), message: message.into(), retryable }
     }
 }
 

@@ -15,13 +15,24 @@ pub enum Smalltalk {
 }
 
 const GREETING: &[&str] = &[
-    "hi", "hello", "hey", "hiya", "howdy", "yo", "greetings", "good", "morning", "afternoon",
-    "evening", "there", "again",
+    "hi",
+    "hello",
+    "hey",
+    "hiya",
+    "howdy",
+    "yo",
+    "greetings",
+    "good",
+    "morning",
+    "afternoon",
+    "evening",
+    "there",
+    "again",
 ];
 const ACK: &[&str] = &[
-    "thanks", "thank", "you", "ty", "thx", "ok", "okay", "k", "great", "cool", "got", "it",
-    "perfect", "awesome", "nice", "sounds", "good", "alright", "sure", "bye", "goodbye", "cheers",
-    "so", "much", "that", "helps", "helped", "makes", "sense", "will", "do", "see", "ya", "later",
+    "thanks", "thank", "you", "ty", "thx", "ok", "okay", "k", "great", "cool", "got", "it", "perfect",
+    "awesome", "nice", "sounds", "good", "alright", "sure", "bye", "goodbye", "cheers", "so", "much", "that",
+    "helps", "helped", "makes", "sense", "will", "do", "see", "ya", "later",
 ];
 const CHITCHAT: &[&[&str]] = &[
     &["how", "are", "you"],
@@ -65,7 +76,7 @@ pub fn classify_smalltalk(text: &str) -> Option<Smalltalk> {
         .skip_while(|w| GREETING.contains(w))
         .filter(|w| *w != "today" && *w != "there")
         .collect();
-    if CHITCHAT.iter().any(|phrase| *phrase == rest.as_slice()) {
+    if CHITCHAT.contains(&rest.as_slice()) {
         return Some(Smalltalk::Chitchat);
     }
     None

@@ -88,22 +88,42 @@ impl ChatService {
             return Err(body_too_large(self.limits.max_body_bytes));
         }
         let text = std::str::from_utf8(body).map_err(|e| {
-            ApiError::new(StatusCode::BAD_REQUEST, "invalid_utf8", format!("the body is not valid UTF-8: {e}"))
+            ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_utf8",
+                format!("the body is not valid UTF-8: {e}"),
+            )
         })?;
         let parsed: ChatBody = serde_json::from_str(text).map_err(|e| {
-            ApiError::new(StatusCode::BAD_REQUEST, "invalid_json", format!("the body is not a valid chat request: {e}"))
+            ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_json",
+                format!("the body is not a valid chat request: {e}"),
+            )
         })?;
         let message = match parsed.message {
             None | Some(serde_json::Value::Null) => {
-                return Err(ApiError::new(StatusCode::BAD_REQUEST, "missing_message", "the field `message` is required"));
+                return Err(ApiError::new(
+                    StatusCode::BAD_REQUEST,
+                    "missing_message",
+                    "the field `message` is required",
+                ));
             }
             Some(serde_json::Value::String(s)) => s,
             Some(_) => {
-                return Err(ApiError::new(StatusCode::BAD_REQUEST, "invalid_message", "the field `message` must be a string"));
+                return Err(ApiError::new(
+                    StatusCode::BAD_REQUEST,
+                    "invalid_message",
+                    "the field `message` must be a string",
+                ));
             }
         };
         if message.trim().is_empty() {
-            return Err(ApiError::new(StatusCode::BAD_REQUEST, "empty_message", "the field `message` is empty"));
+            return Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "empty_message",
+                "the field `message` is empty",
+            ));
         }
         let chars = message.chars().count();
         if chars > self.limits.max_message_chars {
@@ -121,7 +141,11 @@ impl ChatService {
             checked_id("request_id", id)?;
         }
         if parsed.image.as_ref().is_some_and(|i| !i.is_object()) {
-            return Err(ApiError::new(StatusCode::BAD_REQUEST, "invalid_image", "the field `image` must be an object"));
+            return Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_image",
+                "the field `image` must be an object",
+            ));
         }
         let user_id = match headers.get(USER_HEADER) {
             None => "local".to_owned(),
@@ -161,7 +185,11 @@ impl ChatService {
 }
 
 fn body_too_large(limit: usize) -> ApiError {
-    ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "body_too_large", format!("the body is larger than {limit} bytes"))
+    ApiError::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "body_too_large",
+        format!("the body is larger than {limit} bytes"),
+    )
 }
 
 fn bad_id(field: &str) -> ApiError {
@@ -182,7 +210,10 @@ fn checked_id(field: &str, id: String) -> Result<String, ApiError> {
 
 /// The SSE body of a turn: client-visible events numbered from 0, and a heartbeat comment after
 /// each `heartbeat` of silence.
-pub fn sse_body(events: EventStream, heartbeat: Duration) -> impl Stream<Item = Result<Bytes, Infallible>> + Send {
+pub fn sse_body(
+    events: EventStream,
+    heartbeat: Duration,
+) -> impl Stream<Item = Result<Bytes, Infallible>> + Send {
     async_stream::stream! {
         let mut events = events.filter(|e| std::future::ready(e.is_client_visible()));
         let mut seq = 0u64;
@@ -216,8 +247,12 @@ async fn chat(State(service): State<Arc<ChatService>>, headers: HeaderMap, body:
             if too_large {
                 body_too_large(limit).into_response()
             } else {
-                ApiError::new(StatusCode::BAD_REQUEST, "unreadable_body", format!("could not read the body: {e}"))
-                    .into_response()
+                ApiError::new(
+                    StatusCode::BAD_REQUEST,
+                    "unreadable_body",
+                    format!("could not read the body: {e}"),
+                )
+                .into_response()
             }
         }
     }

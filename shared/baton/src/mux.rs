@@ -240,7 +240,8 @@ mod tests {
         while let Some(e) = mux.next().await {
             seen.push((e, started.elapsed().as_millis()));
         }
-        let order: Vec<String> = seen.iter().map(|(e, _)| sequence(std::slice::from_ref(e))[0].clone()).collect();
+        let order: Vec<String> =
+            seen.iter().map(|(e, _)| sequence(std::slice::from_ref(e))[0].clone()).collect();
         assert_eq!(order, ["shopping[1]:p1", "reasoning", "shopping[1]:p2", "support[1]:s1"]);
         // The reasoning came at its own time (60 ms), not after the live text ended (100 ms).
         assert_eq!(seen[1].1, 60);
@@ -258,7 +259,8 @@ mod tests {
                 yield Event::text("b[1]", format!("w{i}"));
             }
         });
-        let config = MuxConfig { flush_interval: Duration::from_millis(20), flush_budget: Duration::from_millis(200) };
+        let config =
+            MuxConfig { flush_interval: Duration::from_millis(20), flush_budget: Duration::from_millis(200) };
         let started = Instant::now();
         let mut mux = LiveSlotMux::new(vec![live, buffered], config);
         let mut b_times = Vec::new();

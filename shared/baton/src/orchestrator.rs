@@ -40,8 +40,17 @@ intent_count on every call to the number of intents in the message.</rule>
 
 /// Support categories offered to the orchestrator model.
 pub const DEFAULT_SUPPORT_CATEGORIES: &[&str] = &[
-    "missing_points", "e_receipts", "rejected_receipts", "rewards", "shop", "play", "card",
-    "point_pass", "referrals", "profile", "general",
+    "missing_points",
+    "e_receipts",
+    "rejected_receipts",
+    "rewards",
+    "shop",
+    "play",
+    "card",
+    "point_pass",
+    "referrals",
+    "profile",
+    "general",
 ];
 
 /// The two sub-agent tools offered to the orchestrator model.
@@ -53,7 +62,9 @@ pub fn tool_specs(support_categories: &[String]) -> Vec<ToolSpec> {
     vec![
         ToolSpec {
             name: ASK_SUPPORT.into(),
-            description: "Ask the support agent about the user's account, receipts, points, rewards or app problems.".into(),
+            description:
+                "Ask the support agent about the user's account, receipts, points, rewards or app problems."
+                    .into(),
             parameters: json!({"type": "object", "properties": {
                 "query": {"type": "string", "description": "The user's support question, in their words."},
                 "support_category": {"type": "string", "enum": support_categories},
@@ -65,7 +76,9 @@ pub fn tool_specs(support_categories: &[String]) -> Vec<ToolSpec> {
         },
         ToolSpec {
             name: ASK_SHOPPING.into(),
-            description: "Ask the shopping agent to find offers, products and deals, or look at purchase history.".into(),
+            description:
+                "Ask the shopping agent to find offers, products and deals, or look at purchase history."
+                    .into(),
             parameters: json!({"type": "object", "properties": {
                 "query": {"type": "string", "description": "The user's shopping request, in their words."},
                 "prior_context": prior_context,
@@ -254,7 +267,9 @@ impl Orchestrator {
                     problems.push(Event::error(
                         ORCHESTRATOR,
                         "unknown_tool",
-                        format!("the orchestrator model called an unknown tool `{other}`; the call was skipped"),
+                        format!(
+                            "the orchestrator model called an unknown tool `{other}`; the call was skipped"
+                        ),
                         false,
                     ));
                     continue;
@@ -307,8 +322,16 @@ mod tests {
             other => panic!("in-process scripts are streams, got {other:?}"),
         };
         let model = Arc::new(ScriptedModel::new("orch", Some(as_stream(orchestrator))));
-        let support = Arc::new(ModelAgent::new("support", "s", Arc::new(ScriptedModel::new("sup", Some(as_stream(support))))));
-        let shopping = Arc::new(ModelAgent::new("shopping", "p", Arc::new(ScriptedModel::new("shop", Some(as_stream(shopping))))));
+        let support = Arc::new(ModelAgent::new(
+            "support",
+            "s",
+            Arc::new(ScriptedModel::new("sup", Some(as_stream(support)))),
+        ));
+        let shopping = Arc::new(ModelAgent::new(
+            "shopping",
+            "p",
+            Arc::new(ScriptedModel::new("shop", Some(as_stream(shopping)))),
+        ));
         Arc::new(Orchestrator::new(model, support, shopping, TurnConfig::default()))
     }
 
@@ -340,14 +363,22 @@ mod tests {
 
     #[tokio::test]
     async fn thinking_comes_first_and_completed_last_with_usage_per_agent() {
-        let o = setup(mixed_calls(), Reply::text("help").usage(3, 1).into(), Reply::text("deals").usage(5, 2).into());
+        let o = setup(
+            mixed_calls(),
+            Reply::text("help").usage(3, 1).into(),
+            Reply::text("deals").usage(5, 2).into(),
+        );
         let events: Vec<Event> = o.run_turn(turn("my receipt and coffee")).collect().await;
         assert_eq!(events.first(), Some(&Event::Thinking {}));
         let Some(Event::Completed { status, usage, model, .. }) = events.last() else { panic!("{events:?}") };
         assert_eq!(*status, Status::Ok);
         assert_eq!(model, "orch");
         let agents: Vec<&str> = usage.iter().map(|u| u.agent.as_str()).collect();
-        assert!(agents.contains(&"orchestrator") && agents.contains(&"support[1]") && agents.contains(&"shopping[1]"));
+        assert!(
+            agents.contains(&"orchestrator")
+                && agents.contains(&"support[1]")
+                && agents.contains(&"shopping[1]")
+        );
     }
 
     #[tokio::test]
@@ -389,7 +420,10 @@ mod tests {
     async fn invalid_arguments_fall_back_to_the_user_message() {
         let model = Arc::new(ScriptedModel::new("orch", None));
         let mut script = Reply::text("");
-        script.parts.push(crate::model::scripted::Part::ToolCall { name: ASK_SHOPPING.into(), arguments: json!(null) });
+        script.parts.push(crate::model::scripted::Part::ToolCall {
+            name: ASK_SHOPPING.into(),
+            arguments: json!(null),
+        });
         model.push(script);
         let shop_model = Arc::new(ScriptedModel::new("shop", Some(Reply::text("ok"))));
         let shopping = Arc::new(ModelAgent::new("shopping", "p", shop_model.clone()));

@@ -402,11 +402,7 @@ impl ToolCallAssembler {
             call.arguments.push_str(args);
         }
         if (is_new || !had_name) && !call.name.is_empty() {
-            return Some(ModelDelta::ToolCallStart {
-                index,
-                id: call.id.clone(),
-                name: call.name.clone(),
-            });
+            return Some(ModelDelta::ToolCallStart { index, id: call.id.clone(), name: call.name.clone() });
         }
         None
     }

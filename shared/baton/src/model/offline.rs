@@ -34,9 +34,9 @@ impl OfflineModel {
     fn is_support(&self, clause: &str) -> bool {
         let lower = clause.to_lowercase();
         let words = guard::words(clause);
-        self.support_keywords.iter().any(|k| {
-            if k.contains(' ') { lower.contains(k.as_str()) } else { words.iter().any(|w| w == k) }
-        })
+        self.support_keywords
+            .iter()
+            .any(|k| if k.contains(' ') { lower.contains(k.as_str()) } else { words.iter().any(|w| w == k) })
     }
 
     /// Splits a message into support and shopping parts, in the order they appear.
@@ -103,7 +103,11 @@ impl OfflineModel {
                 } else {
                     json!({"query": query, "intent_count": count})
                 };
-                ToolCall { id: format!("offline_call_{i}"), name: tool.to_owned(), arguments: args.to_string() }
+                ToolCall {
+                    id: format!("offline_call_{i}"),
+                    name: tool.to_owned(),
+                    arguments: args.to_string(),
+                }
             })
             .collect();
         Answer { text: preamble.to_owned(), calls }
@@ -136,7 +140,10 @@ fn clauses(text: &str) -> Vec<String> {
         let mut rest = sentence;
         loop {
             let lower = rest.to_lowercase();
-            let cut = [" and ", " also ", " plus "].iter().filter_map(|sep| lower.find(sep).map(|i| (i, sep.len()))).min();
+            let cut = [" and ", " also ", " plus "]
+                .iter()
+                .filter_map(|sep| lower.find(sep).map(|i| (i, sep.len())))
+                .min();
             match cut {
                 Some((i, len)) if lower.is_char_boundary(i) && rest.is_char_boundary(i + len) => {
                     out.push(rest[..i].trim().to_owned());
@@ -183,11 +190,8 @@ impl ChatModel for OfflineModel {
                 request.last_user_text().trim()
             ))
         };
-        let input_tokens = request
-            .messages
-            .iter()
-            .map(|m| serde_json::to_string(m).map_or(0, |s| s.len() as u64 / 4))
-            .sum();
+        let input_tokens =
+            request.messages.iter().map(|m| serde_json::to_string(m).map_or(0, |s| s.len() as u64 / 4)).sum();
         let mut deltas = vec![ModelDelta::ResponseId(format!("offline-{}", uuid::Uuid::new_v4().simple()))];
         let mut output_tokens = 0;
         for word in answer.text.split_inclusive(' ') {
@@ -218,7 +222,8 @@ mod tests {
     }
 
     fn orchestrator_request(text: &str) -> ChatRequest {
-        let tool = |name: &str| ToolSpec { name: name.into(), description: String::new(), parameters: json!({}) };
+        let tool =
+            |name: &str| ToolSpec { name: name.into(), description: String::new(), parameters: json!({}) };
         ChatRequest {
             messages: vec![Message::user(text)],
             tools: vec![tool(ASK_SUPPORT), tool(ASK_SHOPPING)],
@@ -228,9 +233,10 @@ mod tests {
 
     #[tokio::test]
     async fn mixed_message_gets_one_call_per_intent_in_order() {
-        let r = collect(model().stream(orchestrator_request("my receipt didn't scan and find me coffee deals")))
-            .await
-            .unwrap();
+        let r =
+            collect(model().stream(orchestrator_request("my receipt didn't scan and find me coffee deals")))
+                .await
+                .unwrap();
         let names: Vec<_> = r.tool_calls.iter().map(|c| c.name.as_str()).collect();
         assert_eq!(names, [ASK_SUPPORT, ASK_SHOPPING]);
         let a0 = r.tool_calls[0].parse_arguments().unwrap();

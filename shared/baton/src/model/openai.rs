@@ -14,8 +14,8 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::{
-    ChatModel, ChatRequest, DeltaStream, FinishReason, Message, ModelDelta, ModelError,
-    TimeoutKind, ToolCallAssembler, ToolChoice,
+    ChatModel, ChatRequest, DeltaStream, FinishReason, Message, ModelDelta, ModelError, TimeoutKind,
+    ToolCallAssembler, ToolChoice,
 };
 use crate::event::Usage;
 
@@ -124,12 +124,18 @@ struct Inner {
 impl OpenAiChatModel {
     /// Builds the model with its own HTTP client.
     pub fn new(config: OpenAiConfig) -> Result<OpenAiChatModel, ModelError> {
-        let http = reqwest::Client::builder()
-            .connect_timeout(config.timeouts.connect)
+        let http = OpenAiChatModel::http_client(&config.timeouts)?;
+        Ok(OpenAiChatModel::with_client(http, config))
+    }
+
+    /// An HTTP client suited to model calls (connect timeout, no Nagle delay), to share between
+    /// models.
+    pub fn http_client(timeouts: &Timeouts) -> Result<reqwest::Client, ModelError> {
+        reqwest::Client::builder()
+            .connect_timeout(timeouts.connect)
             .tcp_nodelay(true)
             .build()
-            .map_err(|e| ModelError::Config(e.to_string()))?;
-        Ok(OpenAiChatModel::with_client(http, config))
+            .map_err(|e| ModelError::Config(e.to_string()))
     }
 
     /// Builds the model on a shared HTTP client (its connect timeout applies).
@@ -521,8 +527,11 @@ mod tests {
             assert!(d2 >= Duration::from_millis(150) && d2 <= Duration::from_millis(300), "{d2:?}");
         }
         assert_eq!(p.delay(3, &err), None);
-        let too_long =
-            ModelError::Http { status: 429, message: String::new(), retry_after: Some(Duration::from_secs(5)) };
+        let too_long = ModelError::Http {
+            status: 429,
+            message: String::new(),
+            retry_after: Some(Duration::from_secs(5)),
+        };
         assert_eq!(p.delay(0, &too_long), None);
         let bad = ModelError::Http { status: 400, message: String::new(), retry_after: None };
         assert_eq!(p.delay(0, &bad), None);

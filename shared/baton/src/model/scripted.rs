@@ -62,7 +62,7 @@ pub enum Reply {
     Hang,
 }
 
-/// A scripted streamed answer. Build one with [`Reply::text`] or [`Reply::tools`] and the
+/// A scripted streamed answer. Build one with [`Reply::text`] or [`Reply::parts`] and the
 /// builder methods.
 #[derive(Debug, Clone)]
 pub struct StreamReply {
@@ -190,12 +190,10 @@ impl StreamReply {
         let mut call_index = 0;
         for part in &self.parts {
             match part {
-                Part::Text(t) => {
-                    out.extend(words(t).map(|w| chunk(json!({"content": w}), Value::Null)))
+                Part::Text(t) => out.extend(words(t).map(|w| chunk(json!({"content": w}), Value::Null))),
+                Part::Reasoning(t) => {
+                    out.extend(words(t).map(|w| chunk(json!({"reasoning_content": w}), Value::Null)))
                 }
-                Part::Reasoning(t) => out.extend(
-                    words(t).map(|w| chunk(json!({"reasoning_content": w}), Value::Null)),
-                ),
                 Part::ToolCall { name, arguments } => {
                     let args = arguments.to_string();
                     let pieces = split_even(&args, self.fragments);
@@ -232,9 +230,7 @@ impl StreamReply {
         for part in &self.parts {
             match part {
                 Part::Text(t) => out.extend(words(t).map(|w| Ok(ModelDelta::Text(w.to_owned())))),
-                Part::Reasoning(t) => {
-                    out.extend(words(t).map(|w| Ok(ModelDelta::Reasoning(w.to_owned()))))
-                }
+                Part::Reasoning(t) => out.extend(words(t).map(|w| Ok(ModelDelta::Reasoning(w.to_owned())))),
                 Part::ToolCall { name, arguments } => {
                     let index = calls.len();
                     let id = format!("call_{index}");
@@ -383,10 +379,7 @@ async fn completions(
         requests.push(RecordedRequest {
             model: model.clone(),
             body,
-            authorization: headers
-                .get("authorization")
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_owned),
+            authorization: headers.get("authorization").and_then(|v| v.to_str().ok()).map(str::to_owned),
             received_at: Instant::now(),
             first_byte_at: None,
             completed: None,
@@ -477,9 +470,7 @@ fn stream_body(
 
 fn sse_response(body: Body) -> Response {
     let mut response = Response::new(body);
-    response
-        .headers_mut()
-        .insert("content-type", HeaderValue::from_static("text/event-stream"));
+    response.headers_mut().insert("content-type", HeaderValue::from_static("text/event-stream"));
     response
 }
 

@@ -1,0 +1,21 @@
+# Baton: the README's commands.
+.PHONY: run test bench serve
+
+MESSAGE ?= my receipt didn't scan and find me coffee deals
+
+# One chat turn on embedded defaults: offline model, no key, no cloud account.
+run:
+	cargo run --release -p orchestrator -- chat "$(MESSAGE)"
+
+# Serve the SSE chat endpoint on 127.0.0.1:3000.
+serve:
+	cargo run --release -p orchestrator -- serve
+
+# Format, lints, docs and every test (what CI runs).
+test:
+	bash scripts/test.sh
+
+# Benchmarks: turn overhead, mux throughput, serve start/memory. `make bench ONLY=serve` for one.
+bench:
+	cargo build --release -p orchestrator
+	cargo bench -p baton-tests -- $(ONLY)

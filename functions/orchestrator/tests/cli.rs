@@ -1,0 +1,86 @@
+//! The orchestrator binary as a newcomer runs it: offline, with no key.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::process::{Command, Stdio};
+
+fn orchestrator() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_orchestrator"));
+    c.env_remove("OPENAI_API_KEY").env_remove("OPENAI_BASE_URL");
+    c
+}
+
+#[test]
+fn offline_chat_routes_a_mixed_message_to_both_agents() {
+    let out =
+        orchestrator().args(["chat", "my receipt didn't scan and find me coffee deals"]).output().unwrap();
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stderr.contains("model: offline"), "the offline model is announced: {stderr}");
+    assert!(stdout.starts_with("… thinking"), "{stdout}");
+    assert!(stdout.contains("support[1] started: my receipt didn't scan"), "{stdout}");
+    assert!(stdout.contains("shopping[1] started: find me coffee deals"), "{stdout}");
+    assert!(stdout.contains("✓ completed: Ok, model offline"), "{stdout}");
+}
+
+#[test]
+fn raw_chat_prints_sse() {
+    let out = orchestrator().args(["chat", "--raw", "hello"]).output().unwrap();
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert!(stdout.starts_with("event: thinking\nid: 0\ndata: {\"type\":\"thinking\"}\n\n"), "{stdout}");
+    assert!(stdout.contains("event: completed\n"), "{stdout}");
+    assert!(stdout.contains("\"model\":\"offline\""), "{stdout}");
+}
+
+#[test]
+fn help_explains_every_option() {
+    let out = orchestrator().args(["serve", "--help"]).output().unwrap();
+    let help = String::from_utf8(out.stdout).unwrap();
+    for option in [
+        "--addr",
+        "--max-body-bytes",
+        "--max-message-chars",
+        "--heartbeat-secs",
+        "--openai-base-url",
+        "--openai-api-key",
+        "--orchestrator-model",
+        "--flush-budget-ms",
+        "--idle-timeout-ms",
+        "--max-retries",
+    ] {
+        assert!(help.contains(option), "{option} missing from:\n{help}");
+    }
+    assert!(help.contains("[env: OPENAI_BASE_URL"), "{help}");
+}
+
+#[test]
+fn a_bad_base_url_fails_at_start_with_a_clear_error() {
+    let out = orchestrator().args(["chat", "hi"]).env("OPENAI_BASE_URL", "localhost:1").output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(stderr.contains("OPENAI_BASE_URL") && stderr.contains("http://"), "{stderr}");
+}
+
+#[test]
+fn serve_answers_sse_on_the_printed_address() {
+    let mut child = orchestrator()
+        .args(["serve", "--addr", "127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    let addr =
+        line.trim().strip_prefix("listening on http://").unwrap_or_else(|| panic!("{line}")).to_owned();
+    let body = r#"{"message":"hello"}"#;
+    let mut conn = std::net::TcpStream::connect(&addr).unwrap();
+    write!(conn, "POST /chat HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len()).unwrap();
+    let mut response = String::new();
+    conn.read_to_string(&mut response).unwrap();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    assert!(response.contains("content-type: text/event-stream"), "{response}");
+    assert!(response.contains("event: thinking") && response.contains("event: completed"), "{response}");
+}
