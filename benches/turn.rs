@@ -54,13 +54,7 @@ fn orchestrator() -> Arc<Orchestrator> {
 }
 
 fn turn(i: usize) -> TurnRequest {
-    TurnRequest {
-        episode_id: "bench".into(),
-        turn_id: format!("t{i}"),
-        user_id: "u".into(),
-        message: "my receipt didn't scan and find me coffee deals".into(),
-        history: Vec::new(),
-    }
+    TurnRequest::new("bench", format!("t{i}"), "u", "my receipt didn't scan and find me coffee deals")
 }
 
 /// User plus system CPU time of this process.

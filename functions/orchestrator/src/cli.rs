@@ -85,13 +85,8 @@ pub(crate) struct ChatArgs {
 
 impl ChatArgs {
     pub(crate) fn turn(&self) -> TurnRequest {
-        TurnRequest {
-            episode_id: self.episode_id.clone().unwrap_or_else(|| uuid_like("ep")),
-            turn_id: uuid_like("turn"),
-            user_id: "local".into(),
-            message: self.message.clone(),
-            history: Vec::new(),
-        }
+        let episode = self.episode_id.clone().unwrap_or_else(|| uuid_like("ep"));
+        TurnRequest::new(episode, uuid_like("turn"), "local", self.message.clone())
     }
 }
 

@@ -1,7 +1,24 @@
-//! Routing guards that catch orchestrator-model mistakes in code.
+//! Routing guards that catch orchestrator-model mistakes in code (DESIGN.md §4 steps 4–5).
 //!
-//! For now: the smalltalk classifier behind the fastpath allowlist (DESIGN.md §4 step 5). A direct
-//! answer without a sub-agent is only acceptable for greetings, acknowledgements and chitchat.
+//! Pure functions over the model's planned calls, applied in this order by [`apply_guards`]:
+//! 1. **Echo follow-up**: a short reply that echoes the previous support question goes to support.
+//! 2. **Fastpath allowlist**: a direct answer (no call) is kept only for greetings,
+//!    acknowledgements and chitchat ([`classify_smalltalk`]); anything else goes to shopping.
+//! 3. **Duplicates**: the same tool with the same query counts once.
+//! 4. **Overlap** (mixed turns): a call whose query shares no content word with the user's message
+//!    is dropped, unless no call overlaps at all (then the verbatim rule repairs them).
+//! 5. **Verbatim**: one call gets the user's exact text; in a mixed turn a message of at most four
+//!    words goes verbatim to every call, and a longer one keeps the model's split where it overlaps.
+//! 6. **Prior context**: a support call after a turn that support did not answer (an intent switch)
+//!    gets the previous turn as `prior_context` when the model gave none.
+//! 7. `support_summary` is capped at 300 characters.
+//!
+//! Each repair is reported as a [`GuardAction`], so routing mistakes are visible in tracing and in
+//! the routing evaluation.
+
+use serde_json::Value;
+
+use crate::orchestrator::{ASK_SHOPPING, ASK_SUPPORT};
 
 /// The kinds of message the fastpath may answer directly.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -82,6 +99,277 @@ pub fn classify_smalltalk(text: &str) -> Option<Smalltalk> {
     None
 }
 
+/// Words that carry no topic: they never count as overlap.
+const STOPWORDS: &[&str] = &[
+    "a", "about", "also", "am", "an", "and", "any", "are", "as", "at", "be", "been", "but", "by", "can",
+    "could", "did", "didn't", "do", "does", "doesn't", "don't", "for", "from", "get", "got", "had", "has",
+    "have", "how", "i", "i'm", "i've", "if", "in", "is", "isn't", "it", "it's", "its", "just", "me", "my",
+    "no", "not", "of", "on", "or", "our", "please", "so", "some", "that", "the", "their", "them", "then",
+    "there", "these", "this", "to", "too", "up", "us", "was", "wasn't", "we", "what", "when", "where",
+    "which", "who", "why", "will", "with", "would", "you", "your", "yes", "hi", "hello", "hey", "thanks",
+    "find", "show", "tell", "want", "need", "help", "any", "all", "out", "still", "yet",
+];
+
+/// The topic words of `text`: lowercased, stopwords removed, a plural `s` trimmed.
+pub fn content_words(text: &str) -> Vec<String> {
+    words(text)
+        .into_iter()
+        .filter(|w| !STOPWORDS.contains(&w.as_str()))
+        .map(|w| {
+            let w = w.trim_end_matches("'s").to_owned();
+            if w.len() > 3 && w.ends_with('s') && !w.ends_with("ss") {
+                w[..w.len() - 1].to_owned()
+            } else {
+                w
+            }
+        })
+        .collect()
+}
+
+/// Whether two texts share a topic word.
+pub fn overlaps(a: &str, b: &str) -> bool {
+    let b = content_words(b);
+    content_words(a).iter().any(|w| b.contains(w))
+}
+
+/// Lowercase, single-spaced, without surrounding punctuation: for comparing queries.
+pub fn normalize(text: &str) -> String {
+    words(text).join(" ")
+}
+
+/// What the previous turn said, for routing.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PreviousTurn {
+    /// The user's message.
+    pub user_message: String,
+    /// The replies, by agent name (`support`, `shopping`, `orchestrator`).
+    pub replies: Vec<PriorReply>,
+}
+
+/// One reply of the previous turn.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PriorReply {
+    /// Agent name without instance (`support`).
+    pub agent: String,
+    /// What it said.
+    pub text: String,
+}
+
+impl PreviousTurn {
+    fn reply_of(&self, agent: &str) -> Option<&str> {
+        self.replies.iter().find(|r| r.agent == agent).map(|r| r.text.as_str())
+    }
+}
+
+/// A sub-agent call the orchestrator will make.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlannedCall {
+    /// `ask_support` or `ask_shopping`.
+    pub tool: String,
+    /// The query the sub-agent gets.
+    pub query: String,
+    /// Context from earlier turns, if any.
+    pub prior_context: Option<String>,
+    /// All arguments (after repairs).
+    pub arguments: Value,
+}
+
+impl PlannedCall {
+    /// A call from a tool name and its arguments; a missing query falls back to `message`.
+    pub fn from_arguments(tool: &str, arguments: Value, message: &str) -> PlannedCall {
+        let text =
+            |key: &str| arguments.get(key).and_then(Value::as_str).map(str::trim).filter(|s| !s.is_empty());
+        PlannedCall {
+            tool: tool.to_owned(),
+            query: text("query").unwrap_or(message).to_owned(),
+            prior_context: text("prior_context").map(str::to_owned),
+            arguments: if arguments.is_object() { arguments } else { Value::Object(Default::default()) },
+        }
+    }
+
+    /// The call's `intent_count`, if the model gave a sensible one.
+    pub fn intent_count(&self) -> Option<usize> {
+        self.arguments.get("intent_count").and_then(Value::as_u64).map(|n| n as usize).filter(|n| *n >= 1)
+    }
+}
+
+/// A repair a guard made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GuardAction {
+    /// A short reply to a support question was sent to support.
+    EchoFollowup,
+    /// A direct answer to a real question was replaced by a shopping call.
+    FastpathRejected,
+    /// A repeated call was removed.
+    DuplicateRemoved {
+        /// Its tool.
+        tool: String,
+    },
+    /// A call unrelated to the message was removed.
+    NoOverlapDropped {
+        /// Its tool.
+        tool: String,
+        /// Its query.
+        query: String,
+    },
+    /// A query was replaced by the user's exact text.
+    QueryVerbatim {
+        /// The tool.
+        tool: String,
+        /// The model's query.
+        was: String,
+    },
+    /// `prior_context` was filled on an intent switch.
+    PriorContextFilled {
+        /// The tool.
+        tool: String,
+    },
+    /// `support_summary` was cut to 300 characters.
+    SummaryCapped,
+    /// The failsafe re-asked the model for missing calls.
+    FailsafeReasked {
+        /// Intents the model reported.
+        intents: usize,
+        /// Calls before the re-ask.
+        calls: usize,
+        /// Calls added by the re-ask.
+        added: usize,
+    },
+}
+
+/// The longest `support_summary` kept.
+pub const SUPPORT_SUMMARY_MAX_CHARS: usize = 300;
+
+/// The guards' view of the turn.
+#[derive(Debug, Clone, Copy)]
+pub struct RoutingInput<'a> {
+    /// What the user typed, exactly.
+    pub message: &'a str,
+    /// The previous turn, if any.
+    pub previous: Option<&'a PreviousTurn>,
+}
+
+/// Whether `message` is a short reply echoing the previous turn's support question.
+fn echoes_support_question(input: &RoutingInput<'_>) -> Option<String> {
+    let question = input.previous?.reply_of("support")?.trim();
+    if !question.ends_with('?') || words(input.message).len() > 6 {
+        return None;
+    }
+    if classify_smalltalk(input.message) == Some(Smalltalk::Acknowledgement) {
+        return None;
+    }
+    // The question's last sentence is what the user answers.
+    let last = question.trim_end_matches('?').rsplit(['.', '!', '?', '\n']).next().unwrap_or(question);
+    let answer_words = ["yes", "no", "yeah", "yep", "nope", "correct", "right", "both", "neither"];
+    let is_answer = words(input.message).iter().any(|w| answer_words.contains(&w.as_str()));
+    (is_answer || overlaps(input.message, last)).then(|| question.to_owned())
+}
+
+/// Applies the guards to the model's calls. An empty result means a direct answer is kept.
+pub fn apply_guards(
+    input: &RoutingInput<'_>,
+    calls: Vec<PlannedCall>,
+) -> (Vec<PlannedCall>, Vec<GuardAction>) {
+    let mut actions = Vec::new();
+    let message = input.message.trim();
+
+    if let Some(question) = echoes_support_question(input) {
+        let already = calls.len() == 1 && calls[0].tool == ASK_SUPPORT;
+        if !already {
+            actions.push(GuardAction::EchoFollowup);
+        }
+        let mut call =
+            PlannedCall::from_arguments(ASK_SUPPORT, serde_json::json!({"intent_count": 1}), message);
+        call.prior_context = Some(format!("The support agent had asked: {question}"));
+        if already {
+            call.arguments = calls[0].arguments.clone();
+        }
+        return finish(input, vec![call], actions);
+    }
+
+    if calls.is_empty() {
+        if classify_smalltalk(message).is_some() {
+            return (calls, actions);
+        }
+        actions.push(GuardAction::FastpathRejected);
+        let call = PlannedCall::from_arguments(ASK_SHOPPING, serde_json::json!({"intent_count": 1}), message);
+        return finish(input, vec![call], actions);
+    }
+
+    let mut unique: Vec<PlannedCall> = Vec::with_capacity(calls.len());
+    for call in calls {
+        let dup = unique.iter().any(|c| c.tool == call.tool && normalize(&c.query) == normalize(&call.query));
+        if dup {
+            actions.push(GuardAction::DuplicateRemoved { tool: call.tool });
+        } else {
+            unique.push(call);
+        }
+    }
+
+    if unique.len() > 1 && unique.iter().any(|c| overlaps(&c.query, message)) {
+        unique.retain(|c| {
+            let keep = overlaps(&c.query, message);
+            if !keep {
+                actions.push(GuardAction::NoOverlapDropped { tool: c.tool.clone(), query: c.query.clone() });
+            }
+            keep
+        });
+    }
+    finish(input, unique, actions)
+}
+
+/// Verbatim rules, prior context and the summary cap.
+fn finish(
+    input: &RoutingInput<'_>,
+    mut calls: Vec<PlannedCall>,
+    mut actions: Vec<GuardAction>,
+) -> (Vec<PlannedCall>, Vec<GuardAction>) {
+    let message = input.message.trim();
+    let short = words(message).len() <= 4;
+    let single = calls.len() == 1;
+    for call in &mut calls {
+        let verbatim = single || short || !overlaps(&call.query, message);
+        if verbatim && call.query != message {
+            actions.push(GuardAction::QueryVerbatim { tool: call.tool.clone(), was: call.query.clone() });
+            call.query = message.to_owned();
+        }
+        if let Some(obj) = call.arguments.as_object_mut() {
+            obj.insert("query".into(), Value::String(call.query.clone()));
+        }
+        if call.tool == ASK_SUPPORT {
+            fill_prior_context(input, call, &mut actions);
+            cap_summary(call, &mut actions);
+        }
+    }
+    (calls, actions)
+}
+
+fn fill_prior_context(input: &RoutingInput<'_>, call: &mut PlannedCall, actions: &mut Vec<GuardAction>) {
+    let Some(previous) = input.previous else { return };
+    let switched = !previous.replies.is_empty() && previous.reply_of("support").is_none();
+    if !switched || call.prior_context.is_some() {
+        return;
+    }
+    let mut context = format!("Earlier the user said: \"{}\".", previous.user_message.trim());
+    if let Some(reply) = previous.replies.iter().find(|r| r.agent != "orchestrator") {
+        let answer: String = reply.text.chars().take(300).collect();
+        context.push_str(&format!(" The {} agent answered: \"{}\".", reply.agent, answer.trim()));
+    }
+    call.prior_context = Some(context.clone());
+    if let Some(obj) = call.arguments.as_object_mut() {
+        obj.insert("prior_context".into(), Value::String(context));
+    }
+    actions.push(GuardAction::PriorContextFilled { tool: call.tool.clone() });
+}
+
+fn cap_summary(call: &mut PlannedCall, actions: &mut Vec<GuardAction>) {
+    let Some(Value::String(summary)) = call.arguments.get_mut("support_summary") else { return };
+    if let Some((cut, _)) = summary.char_indices().nth(SUPPORT_SUMMARY_MAX_CHARS) {
+        summary.truncate(cut);
+        actions.push(GuardAction::SummaryCapped);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -103,5 +391,120 @@ mod tests {
         assert_eq!(classify_smalltalk(""), None);
         assert_eq!(classify_smalltalk("points"), None);
         assert_eq!(classify_smalltalk("hello, find me deals"), None);
+    }
+
+    use serde_json::json;
+
+    fn call(tool: &str, query: &str) -> PlannedCall {
+        PlannedCall::from_arguments(tool, json!({"query": query, "intent_count": 2}), "")
+    }
+
+    fn route(message: &str, calls: Vec<PlannedCall>) -> (Vec<(String, String)>, Vec<GuardAction>) {
+        let (calls, actions) = apply_guards(&RoutingInput { message, previous: None }, calls);
+        (calls.into_iter().map(|c| (c.tool, c.query)).collect(), actions)
+    }
+
+    fn pair(tool: &str, query: &str) -> (String, String) {
+        (tool.to_owned(), query.to_owned())
+    }
+
+    #[test]
+    fn content_words_drop_stopwords_and_plurals() {
+        assert_eq!(content_words("Where are my Points?"), ["point"]);
+        assert!(overlaps("coffee deals", "find me coffee deals and check my receipt"));
+        assert!(!overlaps("help me", "where are my points"));
+    }
+
+    #[test]
+    fn duplicates_from_the_llama_capture_are_removed() {
+        let junk = "<name>query</name>\n<type>string</type>";
+        let msg = "my receipt didn't scan and find me coffee deals";
+        let (calls, actions) =
+            route(msg, vec![call(ASK_SUPPORT, junk), call(ASK_SHOPPING, junk), call(ASK_SHOPPING, junk)]);
+        assert_eq!(calls, [pair(ASK_SUPPORT, msg), pair(ASK_SHOPPING, msg)]);
+        assert!(actions.contains(&GuardAction::DuplicateRemoved { tool: ASK_SHOPPING.into() }));
+    }
+
+    #[test]
+    fn a_mixed_call_unrelated_to_the_message_is_dropped() {
+        // The model invents a second intent; once it is dropped, the single call gets the
+        // exact text.
+        let msg = "where are my points from the Target receipt";
+        let (calls, actions) = route(
+            msg,
+            vec![call(ASK_SUPPORT, "points from the Target receipt"), call(ASK_SHOPPING, "weather forecast")],
+        );
+        assert_eq!(calls, [pair(ASK_SUPPORT, msg)]);
+        assert!(matches!(actions[0], GuardAction::NoOverlapDropped { .. }));
+    }
+
+    #[test]
+    fn verbatim_rules() {
+        // Single intent: the exact text, whatever the model wrote.
+        let (calls, _) = route("Where are my points?", vec![call(ASK_SUPPORT, "user asks about points")]);
+        assert_eq!(calls, [pair(ASK_SUPPORT, "Where are my points?")]);
+        // Mixed, at most four words: exact text for both.
+        let (calls, _) =
+            route("points and deals", vec![call(ASK_SUPPORT, "points"), call(ASK_SHOPPING, "deals")]);
+        assert_eq!(calls, [pair(ASK_SUPPORT, "points and deals"), pair(ASK_SHOPPING, "points and deals")]);
+        // Mixed and longer: the model's split where it overlaps.
+        let msg = "my receipt didn't scan and find me coffee deals";
+        let (calls, _) =
+            route(msg, vec![call(ASK_SUPPORT, "receipt didn't scan"), call(ASK_SHOPPING, "coffee deals")]);
+        assert_eq!(calls, [pair(ASK_SUPPORT, "receipt didn't scan"), pair(ASK_SHOPPING, "coffee deals")]);
+    }
+
+    #[test]
+    fn fastpath_is_kept_only_for_smalltalk() {
+        assert_eq!(route("thanks!", vec![]), (vec![], vec![]));
+        let (calls, actions) = route("what's the return policy for shoes", vec![]);
+        assert_eq!(calls, [pair(ASK_SHOPPING, "what's the return policy for shoes")]);
+        assert_eq!(actions, [GuardAction::FastpathRejected]);
+    }
+
+    #[test]
+    fn a_short_echo_of_a_support_question_goes_to_support() {
+        let previous = PreviousTurn {
+            user_message: "my receipt didn't scan".into(),
+            replies: vec![PriorReply {
+                agent: "support".into(),
+                text: "Sorry! Was it a paper receipt or an e-receipt?".into(),
+            }],
+        };
+        let input = RoutingInput { message: "an e-receipt", previous: Some(&previous) };
+        let (calls, actions) = apply_guards(&input, vec![call(ASK_SHOPPING, "e-receipt deals")]);
+        assert_eq!(calls.len(), 1);
+        assert_eq!((calls[0].tool.as_str(), calls[0].query.as_str()), (ASK_SUPPORT, "an e-receipt"));
+        assert!(calls[0].prior_context.as_deref().unwrap().contains("paper receipt"));
+        assert_eq!(actions[0], GuardAction::EchoFollowup);
+        // "thanks" after the same question is an acknowledgement, not an echo.
+        let ack = RoutingInput { message: "thanks", previous: Some(&previous) };
+        assert_eq!(apply_guards(&ack, vec![]).0, vec![]);
+    }
+
+    #[test]
+    fn an_intent_switch_to_support_fills_prior_context() {
+        let previous = PreviousTurn {
+            user_message: "find me coffee deals".into(),
+            replies: vec![PriorReply {
+                agent: "shopping".into(),
+                text: "2x points on Brand A coffee.".into(),
+            }],
+        };
+        let input = RoutingInput { message: "I bought it but got no points", previous: Some(&previous) };
+        let (calls, actions) = apply_guards(&input, vec![call(ASK_SUPPORT, "no points")]);
+        let context = calls[0].prior_context.as_deref().unwrap();
+        assert!(context.contains("find me coffee deals") && context.contains("Brand A"), "{context}");
+        assert_eq!(calls[0].arguments["prior_context"], context);
+        assert!(actions.contains(&GuardAction::PriorContextFilled { tool: ASK_SUPPORT.into() }));
+    }
+
+    #[test]
+    fn support_summary_is_capped() {
+        let mut c = call(ASK_SUPPORT, "points");
+        c.arguments["support_summary"] = json!("é".repeat(400));
+        let (calls, actions) = apply_guards(&RoutingInput { message: "points", previous: None }, vec![c]);
+        assert_eq!(calls[0].arguments["support_summary"].as_str().unwrap().chars().count(), 300);
+        assert!(actions.contains(&GuardAction::SummaryCapped));
     }
 }

@@ -140,13 +140,29 @@ impl ChatService {
         if let Some(id) = parsed.request_id {
             checked_id("request_id", id)?;
         }
-        if parsed.image.as_ref().is_some_and(|i| !i.is_object()) {
-            return Err(ApiError::new(
-                StatusCode::BAD_REQUEST,
-                "invalid_image",
-                "the field `image` must be an object",
-            ));
-        }
+        let image_description = match &parsed.image {
+            None => None,
+            Some(serde_json::Value::Object(image)) => match image.get("description") {
+                None => None,
+                Some(serde_json::Value::String(d)) if d.chars().count() <= self.limits.max_message_chars => {
+                    Some(d.clone())
+                }
+                Some(_) => {
+                    return Err(ApiError::new(
+                        StatusCode::BAD_REQUEST,
+                        "invalid_image",
+                        "`image.description` must be a string no longer than the message limit",
+                    ));
+                }
+            },
+            Some(_) => {
+                return Err(ApiError::new(
+                    StatusCode::BAD_REQUEST,
+                    "invalid_image",
+                    "the field `image` must be an object",
+                ));
+            }
+        };
         let user_id = match headers.get(USER_HEADER) {
             None => "local".to_owned(),
             Some(v) => {
@@ -154,13 +170,9 @@ impl ChatService {
                 checked_id(USER_HEADER, v.to_owned())?
             }
         };
-        Ok(TurnRequest {
-            episode_id,
-            turn_id: uuid::Uuid::new_v4().to_string(),
-            user_id,
-            message,
-            history: Vec::new(),
-        })
+        let mut turn = TurnRequest::new(episode_id, uuid::Uuid::new_v4().to_string(), user_id, message);
+        turn.image_description = image_description;
+        Ok(turn)
     }
 
     /// Answers one request: a 4xx JSON error, or a 200 SSE stream of the turn.

@@ -10,8 +10,10 @@
 //!   scripted models for tests.
 //! - [`agent`]: the [`agent::Agent`] trait (request → event stream) and a model-backed agent.
 //! - [`orchestrator`]: one chat turn, from `thinking` to `completed`.
+//! - [`routing`]: which sub-agents a turn calls: model pass, failsafe re-ask, guards.
 //! - [`mux`]: the live-slot merge of concurrent sub-agent streams.
-//! - [`guard`]: routing guards (the smalltalk classifier of the fastpath allowlist).
+//! - [`guard`]: routing guards: echo follow-up, fastpath allowlist, duplicates, overlap,
+//!   verbatim queries, prior context.
 //! - [`config`]: one typed configuration and the runtime built from it.
 //! - [`http`]: the chat endpoint (validation, SSE body), shared by `serve` and the Lambda.
 //!
@@ -28,3 +30,4 @@ pub mod http;
 pub mod model;
 pub mod mux;
 pub mod orchestrator;
+pub mod routing;

@@ -1,18 +1,22 @@
-//! One chat turn (DESIGN.md §4): `thinking`, the orchestrator model call with the sub-agent tools,
-//! the preamble streamed as it arrives, every tool call dispatched at once, the live-slot merge,
-//! `support_content` at the support boundary, usage per agent, and `completed` last, always.
+//! One chat turn (DESIGN.md §4): `thinking`, routing (the orchestrator model call with the
+//! sub-agent tools, the preamble streamed as it arrives, failsafe and guards: see
+//! [`crate::routing`]), every call dispatched at once, the live-slot merge, `support_content` at
+//! the support boundary, usage per agent, and `completed` last, always.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use futures::StreamExt;
-use serde_json::{Value, json};
+use serde_json::json;
 use tokio::time::Instant;
 
 use crate::agent::{Agent, AgentRequest, EventStream, instrument};
 use crate::event::{AgentUsage, Event, Status};
-use crate::model::{ChatModel, ChatRequest, Message, ModelDelta, ToolCall, ToolChoice, ToolSpec};
+use crate::guard::PlannedCall;
+pub use crate::guard::{PreviousTurn, PriorReply};
+use crate::model::{ChatModel, Message, ToolSpec};
 use crate::mux::{LiveSlotMux, MuxConfig};
+use crate::routing::{RouteStep, Router};
 
 /// Tool name of the support sub-agent.
 pub const ASK_SUPPORT: &str = "ask_support";
@@ -122,23 +126,38 @@ pub struct TurnRequest {
     pub message: String,
     /// Earlier turns, oldest first.
     pub history: Vec<Message>,
+    /// The previous turn's message and replies by agent, for the routing guards.
+    pub previous: Option<PreviousTurn>,
+    /// A description of an attached image, if any.
+    pub image_description: Option<String>,
 }
 
-/// Runs chat turns: one orchestrator model and its sub-agents.
+impl TurnRequest {
+    /// A turn with no history.
+    pub fn new(
+        episode_id: impl Into<String>,
+        turn_id: impl Into<String>,
+        user_id: impl Into<String>,
+        message: impl Into<String>,
+    ) -> TurnRequest {
+        TurnRequest {
+            episode_id: episode_id.into(),
+            turn_id: turn_id.into(),
+            user_id: user_id.into(),
+            message: message.into(),
+            history: Vec::new(),
+            previous: None,
+            image_description: None,
+        }
+    }
+}
+
+/// Runs chat turns: one orchestrator model (behind its [`Router`]) and its sub-agents.
 pub struct Orchestrator {
-    model: Arc<dyn ChatModel>,
+    router: Arc<Router>,
     support: Arc<dyn Agent>,
     shopping: Arc<dyn Agent>,
     config: TurnConfig,
-    tools: Vec<ToolSpec>,
-}
-
-/// A sub-agent call decided by the orchestrator model.
-struct Dispatch {
-    agent: Arc<dyn Agent>,
-    instance: String,
-    request: AgentRequest,
-    is_support: bool,
 }
 
 impl Orchestrator {
@@ -149,13 +168,17 @@ impl Orchestrator {
         shopping: Arc<dyn Agent>,
         config: TurnConfig,
     ) -> Orchestrator {
-        let tools = tool_specs(&config.support_categories);
-        Orchestrator { model, support, shopping, config, tools }
+        Orchestrator { router: Arc::new(Router::new(model, &config)), support, shopping, config }
     }
 
     /// The orchestrator model's name.
     pub fn model_name(&self) -> &str {
-        self.model.model_name()
+        self.router.model_name()
+    }
+
+    /// The router, for evaluating routing on its own.
+    pub fn router(&self) -> &Arc<Router> {
+        &self.router
     }
 
     /// Runs one turn. The stream always ends with `completed` unless it is dropped first; dropping
@@ -165,137 +188,81 @@ impl Orchestrator {
         Box::pin(async_stream::stream! {
             let started = Instant::now();
             yield Event::Thinking {};
-            let model_name = this.model.model_name().to_owned();
             let mut usage: Vec<AgentUsage> = Vec::new();
             let mut status = Status::Ok;
-
-            let mut messages = vec![Message::system(this.config.system_prompt.clone())];
-            messages.extend(turn.history.iter().cloned());
-            messages.push(Message::user(turn.message.clone()));
-            let request = ChatRequest {
-                messages,
-                tools: this.tools.clone(),
-                tool_choice: Some(ToolChoice::Auto),
-                parallel_tool_calls: Some(true),
-                max_tokens: None,
-            };
-            let mut deltas = this.model.stream(request);
-            let mut calls: Vec<ToolCall> = Vec::new();
-            let mut answered = false;
-            while let Some(delta) = deltas.next().await {
-                match delta {
-                    Ok(ModelDelta::Text(text)) => {
-                        answered |= !text.trim().is_empty();
-                        yield Event::text(ORCHESTRATOR, text);
-                    }
-                    Ok(ModelDelta::Reasoning(text)) => yield Event::Reasoning { agent: ORCHESTRATOR.into(), text },
-                    Ok(ModelDelta::ResponseId(id)) => yield Event::ResponseId { agent: ORCHESTRATOR.into(), id },
-                    Ok(ModelDelta::ToolCall(call)) => calls.push(call),
-                    Ok(ModelDelta::Usage(u)) => {
-                        usage.push(AgentUsage { agent: ORCHESTRATOR.into(), model: model_name.clone(), usage: u });
-                        yield Event::Usage { agent: ORCHESTRATOR.into(), model: model_name.clone(), usage: u };
-                    }
-                    Ok(ModelDelta::ToolCallStart { .. } | ModelDelta::Finish(_)) => {}
-                    Err(e) => {
-                        tracing::warn!(error = %e, "orchestrator model call failed");
-                        yield Event::error(ORCHESTRATOR, e.code(), e.to_string(), e.is_retryable());
-                        status = Status::Error;
-                        break;
+            let mut decided = None;
+            {
+                let routing = this.router.route(&turn);
+                futures::pin_mut!(routing);
+                while let Some(step) = routing.next().await {
+                    match step {
+                        RouteStep::Event(event) => yield event,
+                        RouteStep::Decided(route) => decided = Some(route),
+                        RouteStep::Failed => status = Status::Error,
                     }
                 }
             }
-            drop(deltas);
-
-            if status == Status::Ok && calls.is_empty() && !answered {
-                yield Event::error(ORCHESTRATOR, "empty_model_answer",
-                    "the orchestrator model answered with neither text nor a tool call", true);
-                status = Status::Error;
-            }
-            if status == Status::Ok && !calls.is_empty() {
-                let (dispatches, problems) = this.plan(&turn, calls);
-                for problem in problems {
-                    yield problem;
+            if let Some(route) = decided {
+                usage.extend(route.usage);
+                if route.calls.is_empty() && !route.answered {
+                    yield Event::error(ORCHESTRATOR, "empty_model_answer",
+                        "the orchestrator model answered with neither text nor a tool call", true);
+                    status = Status::Error;
                 }
-                let mixed = dispatches.iter().any(|d| d.is_support) && dispatches.iter().any(|d| !d.is_support);
-                let streams: Vec<EventStream> = dispatches
-                    .into_iter()
-                    .map(|d| {
-                        let query = d.request.query.clone();
-                        let mut events = d.agent.run(d.request, d.instance.clone());
-                        if mixed && d.is_support {
-                            let boundary = Event::SupportContent { agent: d.instance.clone() };
-                            events = Box::pin(events.chain(futures::stream::once(async move { boundary })));
+                let streams = this.dispatch(&turn, route.calls);
+                if !streams.is_empty() {
+                    let mut merged = LiveSlotMux::new(streams, this.config.mux);
+                    while let Some(event) = merged.next().await {
+                        match &event {
+                            Event::Usage { agent, model, usage: u } => {
+                                usage.push(AgentUsage { agent: agent.clone(), model: model.clone(), usage: *u });
+                            }
+                            Event::AgentFinished { status: s, .. } => status = status.worst(*s),
+                            _ => {}
                         }
-                        instrument(d.instance, query, events)
-                    })
-                    .collect();
-                let mut merged = LiveSlotMux::new(streams, this.config.mux);
-                while let Some(event) = merged.next().await {
-                    match &event {
-                        Event::Usage { agent, model, usage: u } => {
-                            usage.push(AgentUsage { agent: agent.clone(), model: model.clone(), usage: *u });
-                        }
-                        Event::AgentFinished { status: s, .. } => status = status.worst(*s),
-                        _ => {}
+                        yield event;
                     }
-                    yield event;
                 }
             }
             yield Event::Completed {
                 episode_id: turn.episode_id,
                 turn_id: turn.turn_id,
                 status,
-                model: model_name,
+                model: this.router.model_name().to_owned(),
                 duration_ms: started.elapsed().as_millis() as u64,
                 usage,
             };
         })
     }
 
-    /// Turns the model's tool calls into sub-agent dispatches. Unknown tools become `error`
-    /// events; unreadable arguments fall back to the user's own words.
-    fn plan(&self, turn: &TurnRequest, calls: Vec<ToolCall>) -> (Vec<Dispatch>, Vec<Event>) {
-        let mut counts: HashMap<&'static str, usize> = HashMap::new();
-        let mut dispatches = Vec::new();
-        let mut problems = Vec::new();
-        for call in calls {
-            let (agent, is_support, kind) = match call.name.as_str() {
-                ASK_SUPPORT => (self.support.clone(), true, "support"),
-                ASK_SHOPPING => (self.shopping.clone(), false, "shopping"),
-                other => {
-                    tracing::warn!(tool = other, "orchestrator model called an unknown tool");
-                    problems.push(Event::error(
-                        ORCHESTRATOR,
-                        "unknown_tool",
-                        format!(
-                            "the orchestrator model called an unknown tool `{other}`; the call was skipped"
-                        ),
-                        false,
-                    ));
-                    continue;
+    /// Starts one instrumented stream per call; in a mixed turn the support stream ends with the
+    /// `support_content` boundary.
+    fn dispatch(&self, turn: &TurnRequest, calls: Vec<PlannedCall>) -> Vec<EventStream> {
+        let mixed =
+            calls.iter().any(|c| c.tool == ASK_SUPPORT) && calls.iter().any(|c| c.tool != ASK_SUPPORT);
+        let mut counts: HashMap<String, usize> = HashMap::new();
+        calls
+            .into_iter()
+            .map(|call| {
+                let is_support = call.tool == ASK_SUPPORT;
+                let agent = if is_support { self.support.clone() } else { self.shopping.clone() };
+                let n = counts.entry(agent.name().to_owned()).or_default();
+                *n += 1;
+                let instance = format!("{}[{n}]", agent.name());
+                let request = AgentRequest {
+                    query: call.query.clone(),
+                    prior_context: call.prior_context,
+                    history: turn.history.clone(),
+                    arguments: call.arguments,
+                };
+                let mut events = agent.run(request, instance.clone());
+                if mixed && is_support {
+                    let boundary = Event::SupportContent { agent: instance.clone() };
+                    events = Box::pin(events.chain(futures::stream::once(async move { boundary })));
                 }
-            };
-            let arguments = call.parse_arguments().unwrap_or_else(|e| {
-                tracing::warn!(tool = %call.name, error = %e, "invalid tool arguments; using the user's words");
-                Value::Object(Default::default())
-            });
-            let query = arguments
-                .get("query")
-                .and_then(Value::as_str)
-                .filter(|q| !q.trim().is_empty())
-                .unwrap_or(&turn.message)
-                .to_owned();
-            let prior_context = arguments.get("prior_context").and_then(Value::as_str).map(str::to_owned);
-            let n = counts.entry(kind).or_default();
-            *n += 1;
-            dispatches.push(Dispatch {
-                instance: format!("{}[{n}]", agent.name()),
-                agent,
-                is_support,
-                request: AgentRequest { query, prior_context, history: turn.history.clone(), arguments },
-            });
-        }
-        (dispatches, problems)
+                instrument(instance, call.query, events)
+            })
+            .collect()
     }
 }
 
@@ -307,13 +274,7 @@ mod tests {
     use std::time::Duration;
 
     fn turn(message: &str) -> TurnRequest {
-        TurnRequest {
-            episode_id: "ep".into(),
-            turn_id: "t1".into(),
-            user_id: "u".into(),
-            message: message.into(),
-            history: vec![],
-        }
+        TurnRequest::new("ep", "t1", "u", message)
     }
 
     fn setup(orchestrator: Reply, support: Reply, shopping: Reply) -> Arc<Orchestrator> {

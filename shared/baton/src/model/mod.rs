@@ -142,6 +142,18 @@ impl ChatRequest {
             .unwrap_or("")
     }
 
+    /// The last system message, or `""` (instructions added after the prompt).
+    pub fn system_text_last(&self) -> &str {
+        self.messages
+            .iter()
+            .rev()
+            .find_map(|m| match m {
+                Message::System { content } => Some(content.as_str()),
+                _ => None,
+            })
+            .unwrap_or("")
+    }
+
     /// The system prompt, or `""`.
     pub fn system_text(&self) -> &str {
         self.messages
