@@ -238,3 +238,48 @@ async fn sse_ids_count_up_from_zero_without_gaps() {
     let ids: Vec<u64> = received.iter().map(|r| r.id.parse().unwrap()).collect();
     assert_eq!(ids, (0..ids.len() as u64).collect::<Vec<_>>());
 }
+
+#[tokio::test]
+async fn a_dropped_call_is_recovered_by_the_failsafe_and_both_agents_answer() {
+    let server = ScriptedServer::start().await.unwrap();
+    // The model reports two intents but calls only support; asked again, it adds shopping.
+    server.push(
+        ORCH,
+        Reply::text("Let me check.")
+            .tool_call(ASK_SUPPORT, json!({"query": "my receipt didn't scan", "intent_count": 2})),
+    );
+    server.push(
+        ORCH,
+        Reply::text("").tool_call(ASK_SHOPPING, json!({"query": "find me coffee deals", "intent_count": 2})),
+    );
+    server.push(SUPPORT, Reply::text(SUPPORT_TEXT));
+    server.push(SHOP, Reply::text(SHOP_TEXT));
+    let endpoint = start_endpoint(&scripted_config(&server)).await;
+    let events = chat(&endpoint.url, "my receipt didn't scan and find me coffee deals").await;
+    let reask = &server.requests_for(ORCH)[1].body;
+    assert_eq!(reask["tool_choice"], "required");
+    let instruction = reask["messages"].as_array().unwrap().last().unwrap()["content"].as_str().unwrap();
+    assert!(instruction.contains("2 separate requests"), "{instruction}");
+    assert_eq!(text_of(&events, "support[1]"), SUPPORT_TEXT);
+    assert_eq!(text_of(&events, "shopping[1]"), SHOP_TEXT);
+    assert_eq!(completed(&events).0, Status::Ok);
+}
+
+#[tokio::test]
+async fn a_direct_answer_to_a_real_question_is_sent_to_shopping() {
+    let server = ScriptedServer::start().await.unwrap();
+    server.push(ORCH, Reply::text("Milk is cheaper in bulk. Costco sells two gallons for five dollars."));
+    server.push(SHOP, Reply::text(SHOP_TEXT));
+    let endpoint = start_endpoint(&scripted_config(&server)).await;
+    let events = chat(&endpoint.url, "is it cheaper to buy milk in bulk").await;
+    assert_eq!(
+        text_of(&events, "orchestrator"),
+        "Milk is cheaper in bulk.",
+        "only the first sentence was shown"
+    );
+    assert_eq!(
+        server.requests_for(SHOP)[0].body["messages"][1]["content"],
+        "is it cheaper to buy milk in bulk"
+    );
+    assert_eq!(text_of(&events, "shopping[1]"), SHOP_TEXT);
+}

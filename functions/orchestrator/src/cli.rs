@@ -16,6 +16,11 @@ pub(crate) struct Args {
     #[command(subcommand)]
     pub(crate) command: Command,
 
+    /// A YAML configuration file applied over the reference configuration (config/baton.yaml):
+    /// support categories, support keywords, the orchestrator prompt.
+    #[arg(long, env = "BATON_CONFIG", global = true)]
+    config: Option<std::path::PathBuf>,
+
     /// Base URL of an OpenAI-compatible server (up to and including /v1).
     #[arg(long, env = "OPENAI_BASE_URL", global = true)]
     openai_base_url: Option<String>,
@@ -67,6 +72,25 @@ pub(crate) enum Command {
     Chat(ChatArgs),
     /// Serve the chat endpoint (POST / or /chat, Server-Sent Events) on a local address.
     Serve(ServeArgs),
+    /// Run the routing scenario suite against the configured model and print accuracy per
+    /// category; `--faults` also reports what the failsafe and guards recover from injected
+    /// routing mistakes.
+    RoutingEval(RoutingEvalArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct RoutingEvalArgs {
+    /// A scenario suite (YAML); the reference suite (data/routing/scenarios.yaml) by default.
+    #[arg(long)]
+    pub(crate) suite: Option<std::path::PathBuf>,
+
+    /// Also run the fault-injection report (scripted model; no network).
+    #[arg(long)]
+    pub(crate) faults: bool,
+
+    /// Scenarios routed at once (for a real model).
+    #[arg(long, default_value_t = 4)]
+    pub(crate) concurrency: usize,
 }
 
 #[derive(Debug, clap::Args)]
@@ -117,8 +141,11 @@ pub(crate) struct ServeArgs {
 
 impl Args {
     /// The configuration these options describe.
-    pub(crate) fn config(&self) -> Config {
-        let mut c = Config::default();
+    pub(crate) fn config(&self) -> Result<Config, baton::config::ConfigError> {
+        let mut c = match &self.config {
+            Some(path) => Config::from_file(path)?,
+            None => Config::default(),
+        };
         c.models.base_url = self.openai_base_url.clone().filter(|s| !s.is_empty());
         c.models.api_key = self.openai_api_key.clone().filter(|s| !s.is_empty());
         c.models.orchestrator = self.orchestrator_model.clone();
@@ -135,6 +162,6 @@ impl Args {
                 RequestLimits { max_body_bytes: s.max_body_bytes, max_message_chars: s.max_message_chars };
             c.heartbeat = Duration::from_secs(s.heartbeat_secs);
         }
-        c
+        Ok(c)
     }
 }

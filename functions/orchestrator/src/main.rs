@@ -19,9 +19,8 @@ async fn main() -> std::process::ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let args = cli::Args::parse();
-    let config = args.config();
-    let orchestrator = match config.build() {
-        Ok(o) => o,
+    let (config, orchestrator) = match args.config().and_then(|c| c.build().map(|o| (c, o))) {
+        Ok(built) => built,
         Err(e) => {
             eprintln!("error: {e}");
             return std::process::ExitCode::from(2);
@@ -41,6 +40,7 @@ async fn main() -> std::process::ExitCode {
             }
             out.exit_code()
         }
+        cli::Command::RoutingEval(eval) => routing_eval(&config, &orchestrator, &eval).await,
         cli::Command::Serve(serve) => {
             let listener = match tokio::net::TcpListener::bind(&serve.addr).await {
                 Ok(l) => l,
@@ -65,4 +65,36 @@ async fn main() -> std::process::ExitCode {
             }
         }
     }
+}
+
+async fn routing_eval(
+    config: &baton::config::Config,
+    orchestrator: &baton::orchestrator::Orchestrator,
+    args: &cli::RoutingEvalArgs,
+) -> std::process::ExitCode {
+    use baton::eval;
+    let (yaml, origin) = match &args.suite {
+        Some(path) => match std::fs::read_to_string(path) {
+            Ok(y) => (y, path.display().to_string()),
+            Err(e) => {
+                eprintln!("error: cannot read {}: {e}", path.display());
+                return std::process::ExitCode::from(2);
+            }
+        },
+        None => (eval::REFERENCE_SUITE.to_owned(), "data/routing/scenarios.yaml".to_owned()),
+    };
+    let suite = match eval::load_suite(&yaml, &origin) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    let model = orchestrator.router().model();
+    print!("{}", eval::run_suite(model, &config.turn, &suite, args.concurrency).await);
+    if args.faults {
+        println!();
+        print!("{}", eval::format_faults(&eval::run_faults(&config.turn, &suite).await));
+    }
+    std::process::ExitCode::SUCCESS
 }

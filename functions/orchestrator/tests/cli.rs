@@ -84,3 +84,28 @@ fn serve_answers_sse_on_the_printed_address() {
     assert!(response.contains("content-type: text/event-stream"), "{response}");
     assert!(response.contains("event: thinking") && response.contains("event: completed"), "{response}");
 }
+
+#[test]
+fn routing_eval_prints_accuracy_per_category_and_fault_recovery() {
+    let out = orchestrator().args(["routing-eval", "--faults"]).output().unwrap();
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert!(out.status.success(), "{stdout}");
+    assert!(stdout.contains("routing suite: 66 scenarios, model offline"), "{stdout}");
+    assert!(stdout.lines().any(|l| l.starts_with("echo_followup")), "{stdout}");
+    assert!(stdout.lines().any(|l| l.starts_with("overall")), "{stdout}");
+    assert!(stdout.contains("drop_call "), "{stdout}");
+    assert!(!stdout.contains("MISSED"), "every recoverable fault is recovered:\n{stdout}");
+}
+
+#[test]
+fn a_config_file_with_a_typo_is_refused_naming_line_and_field() {
+    let dir = std::env::temp_dir().join(format!("baton-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("team.yaml");
+    std::fs::write(&path, "routing:\n  support_categorys: [billing]\n").unwrap();
+    let out = orchestrator().args(["chat", "hi", "--config"]).arg(&path).output().unwrap();
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("support_categorys") && stderr.contains("line 2"), "{stderr}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -4,8 +4,10 @@
 //! so at start-up and in `completed`). Setting either switches all roles to an OpenAI-compatible
 //! server; each role's model name can be set on its own.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
+
+use serde::Deserialize;
 
 use crate::agent::ModelAgent;
 use crate::model::ChatModel;
@@ -87,54 +89,47 @@ pub struct Config {
     pub support_keywords: Vec<String>,
 }
 
-/// The default support keywords of the offline model.
-pub const DEFAULT_SUPPORT_KEYWORDS: &[&str] = &[
-    "receipt",
-    "receipts",
-    "e-receipt",
-    "e-receipts",
-    "ereceipt",
-    "scan",
-    "scanned",
-    "scanning",
-    "points",
-    "point",
-    "missing",
-    "rejected",
-    "reward",
-    "rewards",
-    "redeem",
-    "redeemed",
-    "card",
-    "account",
-    "profile",
-    "login",
-    "password",
-    "referral",
-    "referrals",
-    "refer",
-    "bonus",
-    "pass",
-    "support",
-    "problem",
-    "issue",
-    "error",
-    "broken",
-    "crash",
-    "crashes",
-    "bug",
-    "help",
-];
+/// The reference configuration, embedded: the defaults live in `config/baton.yaml` only.
+pub const REFERENCE_CONFIG: &str = include_str!("../../../config/baton.yaml");
+
+/// The parts of [`Config`] a YAML file sets. Every key is optional; a missing one keeps its
+/// default, an unknown one is an error.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ConfigFile {
+    #[serde(default)]
+    routing: Option<RoutingFile>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RoutingFile {
+    support_categories: Option<Vec<String>>,
+    support_keywords: Option<Vec<String>>,
+    orchestrator_prompt: Option<String>,
+}
 
 impl Default for Config {
+    /// The reference configuration (`config/baton.yaml`), offline models.
     fn default() -> Self {
-        Config {
-            models: ModelConfig::default(),
-            turn: TurnConfig { mux: MuxConfig::default(), ..TurnConfig::default() },
-            limits: RequestLimits::default(),
-            heartbeat: Duration::from_secs(10),
-            support_keywords: DEFAULT_SUPPORT_KEYWORDS.iter().map(|s| s.to_string()).collect(),
-        }
+        static REFERENCE: OnceLock<Config> = OnceLock::new();
+        REFERENCE
+            .get_or_init(|| {
+                let base = Config {
+                    models: ModelConfig::default(),
+                    turn: TurnConfig {
+                        system_prompt: String::new(),
+                        support_categories: Vec::new(),
+                        mux: MuxConfig::default(),
+                    },
+                    limits: RequestLimits::default(),
+                    heartbeat: Duration::from_secs(10),
+                    support_keywords: Vec::new(),
+                };
+                base.with_yaml(REFERENCE_CONFIG, "config/baton.yaml")
+                    .expect("the embedded reference config is valid")
+            })
+            .clone()
     }
 }
 
@@ -149,12 +144,72 @@ pub enum ConfigError {
         /// What is wrong.
         reason: String,
     },
+    /// A configuration file could not be read or parsed; the message names the line and field.
+    #[error("configuration file {path}: {message}")]
+    File {
+        /// The file.
+        path: String,
+        /// What is wrong, where.
+        message: String,
+    },
     /// A model client could not be built.
     #[error(transparent)]
     Model(#[from] crate::model::ModelError),
 }
 
 impl Config {
+    /// This configuration with the settings of a YAML document applied over it. `origin` names
+    /// the document in errors.
+    pub fn with_yaml(mut self, yaml: &str, origin: &str) -> Result<Config, ConfigError> {
+        let file_error = |message: String| ConfigError::File { path: origin.to_owned(), message };
+        let file: ConfigFile = if yaml.trim().is_empty() {
+            ConfigFile::default()
+        } else {
+            serde_yaml_ng::from_str(yaml).map_err(|e| file_error(e.to_string()))?
+        };
+        if let Some(routing) = file.routing {
+            if let Some(categories) = routing.support_categories {
+                self.turn.support_categories = categories;
+            }
+            if let Some(keywords) = routing.support_keywords {
+                self.support_keywords = keywords.into_iter().map(|k| k.trim().to_lowercase()).collect();
+            }
+            if let Some(prompt) = routing.orchestrator_prompt {
+                self.turn.system_prompt = prompt;
+            }
+        }
+        self.validate_routing().map_err(|e| file_error(e.to_string()))?;
+        Ok(self)
+    }
+
+    /// The defaults with the YAML file at `path` applied.
+    pub fn from_file(path: &std::path::Path) -> Result<Config, ConfigError> {
+        let yaml = std::fs::read_to_string(path).map_err(|e| ConfigError::File {
+            path: path.display().to_string(),
+            message: format!("cannot read it: {e}"),
+        })?;
+        Config::default().with_yaml(&yaml, &path.display().to_string())
+    }
+
+    fn validate_routing(&self) -> Result<(), ConfigError> {
+        let invalid = |field, reason: String| Err(ConfigError::Invalid { field, reason });
+        if self.turn.support_categories.is_empty() {
+            return invalid("routing.support_categories", "must list at least one category".into());
+        }
+        if let Some(bad) = self.turn.support_categories.iter().find(|c| {
+            c.is_empty() || !c.chars().all(|ch| ch.is_ascii_lowercase() || ch.is_ascii_digit() || ch == '_')
+        }) {
+            return invalid("routing.support_categories", format!("`{bad}` must be snake_case"));
+        }
+        if self.support_keywords.is_empty() || self.support_keywords.iter().any(String::is_empty) {
+            return invalid("routing.support_keywords", "must list non-empty keywords".into());
+        }
+        if self.turn.system_prompt.trim().is_empty() {
+            return invalid("routing.orchestrator_prompt", "must not be empty".into());
+        }
+        Ok(())
+    }
+
     /// Checks values that would only fail later.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let invalid = |field, reason: &str| Err(ConfigError::Invalid { field, reason: reason.to_owned() });
@@ -169,7 +224,7 @@ impl Config {
         if self.heartbeat.is_zero() {
             return invalid("heartbeat", "must be above zero");
         }
-        Ok(())
+        self.validate_routing()
     }
 
     /// Builds the orchestrator and its sub-agents: clients are made once, here.
@@ -251,5 +306,38 @@ mod tests {
         c.models.base_url = Some("localhost:8080".into());
         let err = c.validate().unwrap_err().to_string();
         assert!(err.contains("OPENAI_BASE_URL"), "{err}");
+    }
+
+    #[test]
+    fn the_reference_file_sets_the_taxonomy() {
+        let c = Config::default();
+        assert!(c.turn.support_categories.contains(&"point_pass".to_owned()));
+        assert!(c.support_keywords.contains(&"receipt".to_owned()));
+        assert!(c.turn.system_prompt.starts_with("<role>"));
+    }
+
+    #[test]
+    fn a_file_overrides_only_what_it_names() {
+        let c = Config::default()
+            .with_yaml("routing:\n  support_categories: [billing, general]\n", "team.yaml")
+            .unwrap();
+        assert_eq!(c.turn.support_categories, ["billing", "general"]);
+        assert_eq!(c.support_keywords, Config::default().support_keywords);
+    }
+
+    #[test]
+    fn file_errors_name_the_file_line_and_field() {
+        let err = Config::default().with_yaml("routing:\n  support_kewords: [a]\n", "team.yaml").unwrap_err();
+        let msg = err.to_string();
+        assert!(
+            msg.contains("team.yaml") && msg.contains("support_kewords") && msg.contains("line 2"),
+            "{msg}"
+        );
+        let err = Config::default().with_yaml("routing:\n  support_categories: 3\n", "t.yaml").unwrap_err();
+        assert!(err.to_string().contains("support_categories"), "{err}");
+        let err = Config::default()
+            .with_yaml("routing:\n  support_categories: [Missing Points]\n", "t.yaml")
+            .unwrap_err();
+        assert!(err.to_string().contains("snake_case"), "{err}");
     }
 }

@@ -6,7 +6,10 @@
 //!    acknowledgements and chitchat ([`classify_smalltalk`]); anything else goes to shopping.
 //! 3. **Duplicates**: the same tool with the same query counts once.
 //! 4. **Overlap** (mixed turns): a call whose query shares no content word with the user's message
-//!    is dropped, unless no call overlaps at all (then the verbatim rule repairs them).
+//!    is dropped when the model made more calls than the intents it reported (a hallucinated
+//!    extra call). A call within the reported count is kept and its query repaired by the verbatim
+//!    rule instead: dropping it would lose an intent whose query the model merely rewrote. Nothing
+//!    is dropped when no call overlaps at all.
 //! 5. **Verbatim**: one call gets the user's exact text; in a mixed turn a message of at most four
 //!    words goes verbatim to every call, and a longer one keeps the model's split where it overlaps.
 //! 6. **Prior context**: a support call after a turn that support did not answer (an intent switch)
@@ -306,7 +309,11 @@ pub fn apply_guards(
         }
     }
 
-    if unique.len() > 1 && unique.iter().any(|c| overlaps(&c.query, message)) {
+    // A call the model itself counted as an intent is kept even without overlap (its query may
+    // have been rewritten; the verbatim rule repairs it): only calls beyond the reported intent
+    // count are candidates for dropping.
+    let reported = unique.iter().filter_map(PlannedCall::intent_count).max().unwrap_or(1);
+    if unique.len() > 1 && reported < unique.len() && unique.iter().any(|c| overlaps(&c.query, message)) {
         unique.retain(|c| {
             let keep = overlaps(&c.query, message);
             if !keep {
@@ -427,15 +434,29 @@ mod tests {
 
     #[test]
     fn a_mixed_call_unrelated_to_the_message_is_dropped() {
-        // The model invents a second intent; once it is dropped, the single call gets the
-        // exact text.
+        // The model invents a second call beyond the one intent it reports; once it is dropped,
+        // the single call gets the exact text.
         let msg = "where are my points from the Target receipt";
+        let one_intent =
+            |tool, query| PlannedCall::from_arguments(tool, json!({"query": query, "intent_count": 1}), "");
         let (calls, actions) = route(
             msg,
-            vec![call(ASK_SUPPORT, "points from the Target receipt"), call(ASK_SHOPPING, "weather forecast")],
+            vec![
+                one_intent(ASK_SUPPORT, "points from the Target receipt"),
+                one_intent(ASK_SHOPPING, "weather forecast"),
+            ],
         );
         assert_eq!(calls, [pair(ASK_SUPPORT, msg)]);
         assert!(matches!(actions[0], GuardAction::NoOverlapDropped { .. }));
+    }
+
+    #[test]
+    fn a_counted_intent_with_a_rewritten_query_is_kept_and_repaired() {
+        let msg = "my receipt didn't scan and find me coffee deals";
+        let (calls, actions) =
+            route(msg, vec![call(ASK_SUPPORT, "assist this person"), call(ASK_SHOPPING, "coffee deals")]);
+        assert_eq!(calls, [pair(ASK_SUPPORT, msg), pair(ASK_SHOPPING, "coffee deals")]);
+        assert!(!actions.iter().any(|a| matches!(a, GuardAction::NoOverlapDropped { .. })));
     }
 
     #[test]

@@ -14,7 +14,9 @@
 //! - [`mux`]: the live-slot merge of concurrent sub-agent streams.
 //! - [`guard`]: routing guards: echo follow-up, fastpath allowlist, duplicates, overlap,
 //!   verbatim queries, prior context.
-//! - [`config`]: one typed configuration and the runtime built from it.
+//! - [`config`]: one typed configuration (`config/baton.yaml` embedded as defaults) and the
+//!   runtime built from it.
+//! - [`eval`]: the routing scenario suite, its scoring, and fault injection.
 //! - [`http`]: the chat endpoint (validation, SSE body), shared by `serve` and the Lambda.
 //!
 //! # Errors
@@ -24,6 +26,7 @@
 
 pub mod agent;
 pub mod config;
+pub mod eval;
 pub mod event;
 pub mod guard;
 pub mod http;

@@ -25,38 +25,6 @@ pub const ASK_SHOPPING: &str = "ask_shopping";
 /// The `agent` of the orchestrator's own events.
 pub const ORCHESTRATOR: &str = "orchestrator";
 
-/// The default orchestrator prompt.
-pub const DEFAULT_SYSTEM_PROMPT: &str = "\
-<role>You are the orchestrator of a receipt-rewards app assistant. You do not answer account or \
-shopping questions yourself: you route them to sub-agents by calling tools.</role>
-<tools>
-<tool name=\"ask_support\">Account and app help: receipts that did not scan, missing or rejected \
-points, e-receipts, rewards, card, point pass, referrals, profile.</tool>
-<tool name=\"ask_shopping\">Finding offers, products and deals; purchase history.</tool>
-</tools>
-<rules>
-<rule>Before calling tools, write one short sentence telling the user what you are about to do.</rule>
-<rule>A message with several intents gets one call per intent, all in the same answer. Set \
-intent_count on every call to the number of intents in the message.</rule>
-<rule>Pass the user's own words as the query.</rule>
-<rule>Answer greetings, thanks and chitchat directly in one sentence, with no tool call.</rule>
-</rules>";
-
-/// Support categories offered to the orchestrator model.
-pub const DEFAULT_SUPPORT_CATEGORIES: &[&str] = &[
-    "missing_points",
-    "e_receipts",
-    "rejected_receipts",
-    "rewards",
-    "shop",
-    "play",
-    "card",
-    "point_pass",
-    "referrals",
-    "profile",
-    "general",
-];
-
 /// The two sub-agent tools offered to the orchestrator model.
 pub fn tool_specs(support_categories: &[String]) -> Vec<ToolSpec> {
     let intent_count = json!({"type": "integer", "minimum": 1,
@@ -104,12 +72,9 @@ pub struct TurnConfig {
 }
 
 impl Default for TurnConfig {
+    /// The reference configuration's turn settings (`config/baton.yaml`).
     fn default() -> Self {
-        TurnConfig {
-            system_prompt: DEFAULT_SYSTEM_PROMPT.to_owned(),
-            support_categories: DEFAULT_SUPPORT_CATEGORIES.iter().map(|s| s.to_string()).collect(),
-            mux: MuxConfig::default(),
-        }
+        crate::config::Config::default().turn
     }
 }
 

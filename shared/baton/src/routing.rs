@@ -61,6 +61,11 @@ impl Router {
         }
     }
 
+    /// The orchestrator model.
+    pub fn model(&self) -> Arc<dyn ChatModel> {
+        self.model.clone()
+    }
+
     /// The model's name.
     pub fn model_name(&self) -> &str {
         self.model.model_name()

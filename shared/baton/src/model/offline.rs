@@ -44,8 +44,9 @@ impl OfflineModel {
         let mut parts: Vec<(&'static str, String)> = Vec::new();
         for clause in clauses(text) {
             let tool = if self.is_support(&clause) { ASK_SUPPORT } else { ASK_SHOPPING };
-            // Too short to stand alone ("hi", "also"): fold it into its neighbour.
-            let weak = guard::words(&clause).len() < 2 || guard::classify_smalltalk(&clause).is_some();
+            // No topic of its own ("hi", "also", "thanks"): fold it into its neighbour.
+            let weak =
+                guard::content_words(&clause).is_empty() || guard::classify_smalltalk(&clause).is_some();
             match parts.last_mut() {
                 Some((last, t)) if *last == tool || weak => {
                     t.push(' ');

@@ -1,0 +1,617 @@
+//! Routing evaluation: a scenario suite run through the [`Router`], scored per category, and a
+//! fault-injecting scripted model that measures what the failsafe and guards recover.
+//!
+//! A scenario is a user message (with an optional previous turn and image) and the calls it should
+//! produce. Scoring compares the routed calls after the failsafe and guards:
+//! - the tools must match as a multiset (a direct answer expects none);
+//! - each query must match its expected query: equal once normalised, or containing all its topic
+//!   words, invented none (every topic word is the user's), and none of another intent's;
+//! - `prior_context: true` requires the support call to carry prior context.
+//!
+//! Under fault injection a query that fell back to the user's whole message also counts as
+//! recovered (the verbatim rule's safe fallback), and is reported apart as "recovered loosely".
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+
+use futures::StreamExt;
+use serde::Deserialize;
+use serde_json::json;
+
+use crate::guard::{self, GuardAction, PlannedCall, PreviousTurn, PriorReply};
+use crate::model::scripted::{Reply, ScriptedModel, StreamReply};
+use crate::model::{ChatModel, Message};
+use crate::orchestrator::{ASK_SHOPPING, ASK_SUPPORT, TurnConfig, TurnRequest};
+use crate::routing::{Route, RouteStep, Router};
+
+/// The reference routing suite, embedded.
+pub const REFERENCE_SUITE: &str = include_str!("../../../data/routing/scenarios.yaml");
+
+/// One routing scenario.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Scenario {
+    /// Unique id.
+    pub id: String,
+    /// Category, for accuracy per category.
+    pub category: String,
+    /// What the user says.
+    pub message: String,
+    /// The previous turn, if any.
+    #[serde(default)]
+    pub previous: Option<ScenarioTurn>,
+    /// A description of an attached image.
+    #[serde(default)]
+    pub image: Option<String>,
+    /// The calls expected, in any order; empty for a direct (fastpath) answer.
+    pub expect: Vec<ExpectedCall>,
+    /// Whether the support call must carry `prior_context`.
+    #[serde(default)]
+    pub prior_context: bool,
+}
+
+/// A previous turn in a scenario.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScenarioTurn {
+    /// What the user said.
+    pub user: String,
+    /// Replies by agent (`support`, `shopping`, `orchestrator`).
+    pub replies: Vec<ScenarioReply>,
+}
+
+/// One reply of a previous turn.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScenarioReply {
+    /// Agent name.
+    pub agent: String,
+    /// Its text.
+    pub text: String,
+}
+
+/// An expected call.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExpectedCall {
+    /// `ask_support` or `ask_shopping`.
+    pub tool: String,
+    /// The query it should get.
+    pub query: String,
+}
+
+/// A suite could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum SuiteError {
+    /// The YAML is invalid; the message names the line and field.
+    #[error("routing suite {origin}: {message}")]
+    Invalid {
+        /// The file.
+        origin: String,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+/// Parses a suite and checks its scenarios.
+pub fn load_suite(yaml: &str, origin: &str) -> Result<Vec<Scenario>, SuiteError> {
+    let invalid = |message: String| SuiteError::Invalid { origin: origin.to_owned(), message };
+    let scenarios: Vec<Scenario> = serde_yaml_ng::from_str(yaml).map_err(|e| invalid(e.to_string()))?;
+    let mut ids = std::collections::HashSet::new();
+    for s in &scenarios {
+        if !ids.insert(s.id.as_str()) {
+            return Err(invalid(format!("scenario id `{}` is used twice", s.id)));
+        }
+        if let Some(c) = s.expect.iter().find(|c| c.tool != ASK_SUPPORT && c.tool != ASK_SHOPPING) {
+            return Err(invalid(format!("scenario `{}` expects unknown tool `{}`", s.id, c.tool)));
+        }
+    }
+    Ok(scenarios)
+}
+
+impl Scenario {
+    /// The turn this scenario describes.
+    pub fn turn(&self) -> TurnRequest {
+        let mut turn = TurnRequest::new("eval", format!("eval-{}", self.id), "eval", self.message.clone());
+        turn.image_description = self.image.clone();
+        if let Some(prev) = &self.previous {
+            turn.history.push(Message::user(prev.user.clone()));
+            let said: Vec<&str> = prev.replies.iter().map(|r| r.text.as_str()).collect();
+            turn.history.push(Message::assistant(said.join("\n\n")));
+            turn.previous = Some(PreviousTurn {
+                user_message: prev.user.clone(),
+                replies: prev
+                    .replies
+                    .iter()
+                    .map(|r| PriorReply { agent: r.agent.clone(), text: r.text.clone() })
+                    .collect(),
+            });
+        }
+        turn
+    }
+
+    /// Checks routed calls against the expectation; `Err` says what differs.
+    pub fn score(&self, calls: &[PlannedCall], loose: bool) -> Result<Strictness, String> {
+        let mut want: Vec<&str> = self.expect.iter().map(|c| c.tool.as_str()).collect();
+        let mut got: Vec<&str> = calls.iter().map(|c| c.tool.as_str()).collect();
+        want.sort_unstable();
+        got.sort_unstable();
+        if want != got {
+            return Err(format!("tools {got:?}, expected {want:?}"));
+        }
+        let mut strictness = Strictness::Exact;
+        let mut used = vec![false; calls.len()];
+        for (i, expected) in self.expect.iter().enumerate() {
+            let others: Vec<&str> = self
+                .expect
+                .iter()
+                .enumerate()
+                .filter(|(j, _)| *j != i)
+                .map(|(_, c)| c.query.as_str())
+                .collect();
+            let found = calls.iter().enumerate().find(|(k, c)| {
+                !used[*k]
+                    && c.tool == expected.tool
+                    && query_matches(&expected.query, &c.query, &self.message, &others)
+            });
+            let found = match found {
+                Some(f) => Some(f),
+                None if loose => {
+                    strictness = Strictness::Loose;
+                    calls.iter().enumerate().find(|(k, c)| {
+                        !used[*k]
+                            && c.tool == expected.tool
+                            && guard::normalize(&c.query) == guard::normalize(&self.message)
+                    })
+                }
+                None => None,
+            };
+            let Some((k, call)) = found else {
+                let got: Vec<&str> =
+                    calls.iter().filter(|c| c.tool == expected.tool).map(|c| c.query.as_str()).collect();
+                return Err(format!("{} query {got:?}, expected {:?}", expected.tool, expected.query));
+            };
+            used[k] = true;
+            if self.prior_context && call.tool == ASK_SUPPORT && call.prior_context.is_none() {
+                return Err(format!("{} has no prior_context", call.tool));
+            }
+        }
+        Ok(strictness)
+    }
+}
+
+/// How closely a routing matched.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Strictness {
+    /// Every query matched its expectation.
+    Exact,
+    /// Some query fell back to the whole message.
+    Loose,
+}
+
+fn query_matches(expected: &str, got: &str, message: &str, others: &[&str]) -> bool {
+    if guard::normalize(expected) == guard::normalize(got) {
+        return true;
+    }
+    let want = guard::content_words(expected);
+    let have = guard::content_words(got);
+    let said = guard::content_words(message);
+    let foreign: Vec<String> =
+        others.iter().flat_map(|o| guard::content_words(o)).filter(|w| !want.contains(w)).collect();
+    want.iter().all(|w| have.contains(w))
+        && have.iter().all(|w| said.contains(w))
+        && !have.iter().any(|w| foreign.contains(w))
+}
+
+/// The result of one scenario.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    /// The scenario.
+    pub id: String,
+    /// Its category.
+    pub category: String,
+    /// `Ok` with how closely, or what was wrong.
+    pub result: Result<Strictness, String>,
+    /// What the guards and failsafe did.
+    pub actions: Vec<GuardAction>,
+}
+
+/// Routes one scenario with `router`.
+pub async fn route_scenario(router: &Arc<Router>, scenario: &Scenario) -> Result<Route, String> {
+    let steps: Vec<RouteStep> = router.route(&scenario.turn()).collect().await;
+    for step in steps.into_iter().rev() {
+        match step {
+            RouteStep::Decided(route) => return Ok(route),
+            RouteStep::Failed => return Err("the model call failed".into()),
+            RouteStep::Event(_) => {}
+        }
+    }
+    Err("routing ended without a decision".into())
+}
+
+/// Runs the suite against `model`, `concurrency` scenarios at a time.
+pub async fn run_suite(
+    model: Arc<dyn ChatModel>,
+    config: &TurnConfig,
+    scenarios: &[Scenario],
+    concurrency: usize,
+) -> Report {
+    let router = Arc::new(Router::new(model, config));
+    let outcomes = futures::stream::iter(scenarios)
+        .map(|s| {
+            let router = router.clone();
+            async move {
+                let (result, actions) = match route_scenario(&router, s).await {
+                    Ok(route) => (s.score(&route.calls, false), route.actions),
+                    Err(e) => (Err(e), Vec::new()),
+                };
+                Outcome { id: s.id.clone(), category: s.category.clone(), result, actions }
+            }
+        })
+        .buffered(concurrency.max(1))
+        .collect()
+        .await;
+    Report { model: router.model_name().to_owned(), outcomes }
+}
+
+/// Accuracy of a suite run.
+#[derive(Debug, Clone)]
+pub struct Report {
+    /// The model evaluated.
+    pub model: String,
+    /// One per scenario, in suite order.
+    pub outcomes: Vec<Outcome>,
+}
+
+impl Report {
+    /// Passed and total per category.
+    pub fn by_category(&self) -> BTreeMap<&str, (usize, usize)> {
+        let mut out: BTreeMap<&str, (usize, usize)> = BTreeMap::new();
+        for o in &self.outcomes {
+            let e = out.entry(o.category.as_str()).or_default();
+            e.0 += usize::from(o.result.is_ok());
+            e.1 += 1;
+        }
+        out
+    }
+
+    /// Passed scenarios.
+    pub fn passed(&self) -> usize {
+        self.outcomes.iter().filter(|o| o.result.is_ok()).count()
+    }
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "routing suite: {} scenarios, model {}", self.outcomes.len(), self.model)?;
+        writeln!(f, "{:<24} {:>6} {:>6} {:>9}", "category", "passed", "total", "accuracy")?;
+        for (category, (passed, total)) in self.by_category() {
+            writeln!(f, "{category:<24} {passed:>6} {total:>6} {:>8.1}%", percent(passed, total))?;
+        }
+        let (passed, total) = (self.passed(), self.outcomes.len());
+        writeln!(f, "{:<24} {passed:>6} {total:>6} {:>8.1}%", "overall", percent(passed, total))?;
+        let failures: Vec<&Outcome> = self.outcomes.iter().filter(|o| o.result.is_err()).collect();
+        if !failures.is_empty() {
+            writeln!(f, "failures:")?;
+            for o in failures {
+                writeln!(
+                    f,
+                    "  {} [{}]: {}",
+                    o.id,
+                    o.category,
+                    o.result.as_ref().err().map_or("", String::as_str)
+                )?;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn percent(part: usize, whole: usize) -> f64 {
+    if whole == 0 { 0.0 } else { 100.0 * part as f64 / whole as f64 }
+}
+
+/// A routing mistake the fault-injecting model makes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// Drops the last call of a mixed turn, reporting the true `intent_count`.
+    DropCall,
+    /// Drops the last call of a mixed turn and under-reports `intent_count` to match.
+    DropCallUndercount,
+    /// Rewrites the first call's query into words the user never said.
+    RewriteQuery,
+    /// Sends the first call twice.
+    DuplicateCall,
+    /// Answers a real question directly, with no call.
+    DirectAnswer,
+}
+
+impl Fault {
+    /// Every fault.
+    pub const ALL: [Fault; 5] = [
+        Fault::DropCall,
+        Fault::DropCallUndercount,
+        Fault::RewriteQuery,
+        Fault::DuplicateCall,
+        Fault::DirectAnswer,
+    ];
+
+    /// The fault's name in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Fault::DropCall => "drop_call",
+            Fault::DropCallUndercount => "drop_call_undercount",
+            Fault::RewriteQuery => "rewrite_query",
+            Fault::DuplicateCall => "duplicate_call",
+            Fault::DirectAnswer => "direct_answer",
+        }
+    }
+
+    /// Whether the fault can be injected into `scenario`.
+    pub fn applies_to(self, scenario: &Scenario) -> bool {
+        match self {
+            Fault::DropCall | Fault::DropCallUndercount => scenario.expect.len() >= 2,
+            Fault::RewriteQuery | Fault::DuplicateCall | Fault::DirectAnswer => !scenario.expect.is_empty(),
+        }
+    }
+
+    /// Why the guards cannot recover this fault in `scenario`, if they cannot by design.
+    pub fn unrecoverable(self, scenario: &Scenario) -> Option<&'static str> {
+        match self {
+            Fault::DropCallUndercount => Some(
+                "with intent_count matching the calls made, nothing shows that an intent is missing; \
+                 the failsafe only sees counts",
+            ),
+            Fault::DirectAnswer => {
+                let echo = scenario.previous.as_ref().is_some_and(|p| {
+                    p.replies.iter().any(|r| r.agent == "support" && r.text.trim().ends_with('?'))
+                }) && scenario.expect.len() == 1
+                    && scenario.expect[0].tool == ASK_SUPPORT;
+                let shopping_only =
+                    scenario.expect.iter().all(|c| c.tool == ASK_SHOPPING) && scenario.expect.len() == 1;
+                (!echo && !shopping_only).then_some(
+                    "a refused direct answer is re-dispatched to shopping (DESIGN.md §4 step 5); a support or \
+                     mixed question answered directly cannot be re-routed to support in code",
+                )
+            }
+            Fault::DropCall | Fault::RewriteQuery | Fault::DuplicateCall => None,
+        }
+    }
+
+    /// The scripted model's two answers for `scenario`: the faulty first answer, and what it says
+    /// when the failsafe re-asks (the calls it dropped).
+    pub fn script(self, scenario: &Scenario) -> (StreamReply, StreamReply) {
+        let n = scenario.expect.len();
+        let call = |reply: StreamReply, c: &ExpectedCall, query: &str, count: usize| {
+            reply.tool_call(&c.tool, json!({"query": query, "intent_count": count}))
+        };
+        let mut first = Reply::text("Let me check.");
+        let mut reask = Reply::text("");
+        match self {
+            Fault::DropCall | Fault::DropCallUndercount => {
+                let count = if self == Fault::DropCall { n } else { n - 1 };
+                for c in &scenario.expect[..n - 1] {
+                    first = call(first, c, &c.query, count);
+                }
+                let last = &scenario.expect[n - 1];
+                reask = call(reask, last, &last.query, n);
+            }
+            Fault::RewriteQuery => {
+                for (i, c) in scenario.expect.iter().enumerate() {
+                    let query =
+                        if i == 0 { "assist this person with their request" } else { c.query.as_str() };
+                    first = call(first, c, query, n);
+                }
+            }
+            Fault::DuplicateCall => {
+                for c in scenario.expect.iter().chain(scenario.expect.first()) {
+                    first = call(first, c, &c.query, n);
+                }
+            }
+            Fault::DirectAnswer => {
+                first = Reply::text("Good question. Most stores give a full refund within 30 days.");
+            }
+        }
+        (first, reask)
+    }
+}
+
+/// Recoveries of one fault over a suite.
+#[derive(Debug, Clone)]
+pub struct FaultOutcome {
+    /// The fault.
+    pub fault: Fault,
+    /// Scenarios it was injected into.
+    pub applicable: usize,
+    /// Recovered with every query as expected.
+    pub exact: usize,
+    /// Recovered with some query falling back to the whole message.
+    pub loose: usize,
+    /// Not recovered although the guards should have: a bug.
+    pub missed: Vec<(String, String)>,
+    /// Not recoverable by design, with the reason.
+    pub by_design: Vec<(String, &'static str)>,
+}
+
+/// Injects every fault into every scenario it applies to and scores the recovery.
+pub async fn run_faults(config: &TurnConfig, scenarios: &[Scenario]) -> Vec<FaultOutcome> {
+    let mut out = Vec::new();
+    for fault in Fault::ALL {
+        let mut o = FaultOutcome {
+            fault,
+            applicable: 0,
+            exact: 0,
+            loose: 0,
+            missed: Vec::new(),
+            by_design: Vec::new(),
+        };
+        for s in scenarios.iter().filter(|s| fault.applies_to(s)) {
+            o.applicable += 1;
+            let (first, reask) = fault.script(s);
+            let model = Arc::new(ScriptedModel::new("faulty", None));
+            model.push(first);
+            model.push(reask);
+            let router = Arc::new(Router::new(model, config));
+            let result = route_scenario(&router, s).await.and_then(|route| s.score(&route.calls, true));
+            match (result, fault.unrecoverable(s)) {
+                (Ok(Strictness::Exact), _) => o.exact += 1,
+                (Ok(Strictness::Loose), _) => o.loose += 1,
+                (Err(_), Some(reason)) => o.by_design.push((s.id.clone(), reason)),
+                (Err(e), None) => o.missed.push((s.id.clone(), e)),
+            }
+        }
+        out.push(o);
+    }
+    out
+}
+
+/// Prints fault outcomes as a table with the reasons for what cannot be recovered.
+pub fn format_faults(outcomes: &[FaultOutcome]) -> String {
+    let mut s = String::from("fault injection: scripted true routing plus one fault per turn\n");
+    s.push_str(&format!(
+        "{:<22} {:>10} {:>9} {:>7} {:>7} {:>10}\n",
+        "fault", "applicable", "recovered", "exact", "loose", "by design"
+    ));
+    for o in outcomes {
+        s.push_str(&format!(
+            "{:<22} {:>10} {:>9} {:>7} {:>7} {:>10}\n",
+            o.fault.name(),
+            o.applicable,
+            o.exact + o.loose,
+            o.exact,
+            o.loose,
+            o.by_design.len()
+        ));
+    }
+    for o in outcomes {
+        if let Some((_, reason)) = o.by_design.first() {
+            s.push_str(&format!(
+                "{} not recoverable in {} scenario(s): {reason}\n",
+                o.fault.name(),
+                o.by_design.len()
+            ));
+        }
+        for (id, why) in &o.missed {
+            s.push_str(&format!("MISSED {} in {id}: {why}\n", o.fault.name()));
+        }
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scenario(message: &str, expect: &[(&str, &str)]) -> Scenario {
+        Scenario {
+            id: "s".into(),
+            category: "c".into(),
+            message: message.into(),
+            previous: None,
+            image: None,
+            expect: expect
+                .iter()
+                .map(|(t, q)| ExpectedCall { tool: t.to_string(), query: q.to_string() })
+                .collect(),
+            prior_context: false,
+        }
+    }
+
+    fn calls(list: &[(&str, &str)]) -> Vec<PlannedCall> {
+        list.iter().map(|(t, q)| PlannedCall::from_arguments(t, json!({"query": q}), "")).collect()
+    }
+
+    #[test]
+    fn scoring_accepts_a_faithful_split_and_rejects_wrong_routing() {
+        let s = scenario(
+            "my receipt didn't scan and find me coffee deals",
+            &[(ASK_SUPPORT, "my receipt didn't scan"), (ASK_SHOPPING, "find me coffee deals")],
+        );
+        assert!(
+            s.score(&calls(&[(ASK_SHOPPING, "coffee deals"), (ASK_SUPPORT, "receipt didn't scan")]), false)
+                .is_ok()
+        );
+        assert!(
+            s.score(&calls(&[(ASK_SUPPORT, "my receipt didn't scan")]), false).is_err(),
+            "a call missing"
+        );
+        let swapped = calls(&[(ASK_SUPPORT, "coffee deals"), (ASK_SHOPPING, "receipt didn't scan")]);
+        assert!(s.score(&swapped, false).is_err(), "parts swapped");
+        let invented =
+            calls(&[(ASK_SUPPORT, "receipt didn't scan at Walmart"), (ASK_SHOPPING, "coffee deals")]);
+        assert!(s.score(&invented, false).is_err(), "invented words");
+        let whole = calls(&[(ASK_SUPPORT, &s.message), (ASK_SHOPPING, "coffee deals")]);
+        assert!(s.score(&whole, false).is_err());
+        assert_eq!(s.score(&whole, true), Ok(Strictness::Loose));
+    }
+
+    #[test]
+    fn the_reference_suite_loads_and_covers_every_category() {
+        let suite = load_suite(REFERENCE_SUITE, "reference").unwrap();
+        assert!(suite.len() >= 60, "{} scenarios", suite.len());
+        let categories: std::collections::BTreeSet<&str> =
+            suite.iter().map(|s| s.category.as_str()).collect();
+        for c in [
+            "single_support",
+            "single_shopping",
+            "mixed_support_first",
+            "mixed_shopping_first",
+            "greeting",
+            "acknowledgement",
+            "chitchat",
+            "not_fastpath",
+            "echo_followup",
+            "intent_switch",
+            "short_mixed",
+            "image_receipt",
+            "image_product",
+        ] {
+            assert!(categories.contains(c), "category {c} missing");
+        }
+    }
+
+    #[test]
+    fn suite_errors_name_the_problem() {
+        let err = load_suite(
+            "- id: a\n  category: c\n  message: m\n  expect: [{tool: ask_weather, query: q}]\n",
+            "x",
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("ask_weather"), "{err}");
+        let err = load_suite("- id: a\n  categry: c\n", "x").unwrap_err();
+        assert!(err.to_string().contains("categry"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn every_recoverable_fault_is_recovered() {
+        let suite = load_suite(REFERENCE_SUITE, "reference").unwrap();
+        let outcomes = run_faults(&TurnConfig::default(), &suite).await;
+        let report = format_faults(&outcomes);
+        for o in &outcomes {
+            assert!(o.applicable > 0, "{} was never injected\n{report}", o.fault.name());
+            assert!(o.missed.is_empty(), "{report}");
+        }
+        // The faults the guards exist for are all recovered.
+        for fault in [Fault::DropCall, Fault::RewriteQuery, Fault::DuplicateCall] {
+            let o = outcomes.iter().find(|o| o.fault == fault).unwrap();
+            assert_eq!(o.exact + o.loose, o.applicable, "{report}");
+        }
+        // Undercounting is invisible to the failsafe, and says so.
+        let under = outcomes.iter().find(|o| o.fault == Fault::DropCallUndercount).unwrap();
+        assert_eq!(under.by_design.len(), under.applicable);
+    }
+
+    #[tokio::test]
+    async fn a_model_that_always_calls_shopping_fails_support_scenarios() {
+        let suite = load_suite(REFERENCE_SUITE, "reference").unwrap();
+        let model = Arc::new(ScriptedModel::new(
+            "always-shopping",
+            Some(Reply::text("").tool_call(ASK_SHOPPING, json!({"query": "x", "intent_count": 1}))),
+        ));
+        let report = run_suite(model, &TurnConfig::default(), &suite, 4).await;
+        let by = report.by_category();
+        assert_eq!(by["single_support"].0, 0, "{report}");
+        assert_eq!(by["single_shopping"].0, by["single_shopping"].1, "{report}");
+    }
+}
