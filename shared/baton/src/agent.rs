@@ -15,8 +15,9 @@ use crate::model::{ChatModel, ChatRequest, Message, ModelDelta};
 /// The events of one agent run. Errors are in-band `error` events; the stream always ends.
 pub type EventStream = Pin<Box<dyn Stream<Item = Event> + Send>>;
 
-/// What an agent is asked to do.
-#[derive(Debug, Clone, Default)]
+/// What an agent is asked to do (serializable: remote agents receive it as JSON).
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct AgentRequest {
     /// The query, as the orchestrator (or its guards) phrased it.
     pub query: String,

@@ -8,6 +8,7 @@
 //! - [`event`]: the wire protocol: the event enum, SSE and NDJSON encoding and decoding.
 //! - [`model`]: the [`model::ChatModel`] trait; OpenAI Chat Completions, the offline model, and
 //!   scripted models for tests.
+//! - [`auth`]: who is calling: IAM principal, verified JWT, or the local header.
 //! - [`agent`]: the [`agent::Agent`] trait (request → event stream) and a model-backed agent.
 //! - [`orchestrator`]: one chat turn, from `thinking` to `completed`.
 //! - [`routing`]: which sub-agents a turn calls: model pass, failsafe re-ask, guards.
@@ -17,6 +18,7 @@
 //! - [`config`]: one typed configuration (`config/baton.yaml` embedded as defaults) and the
 //!   runtime built from it.
 //! - [`eval`]: the routing scenario suite, its scoring, and fault injection.
+//! - [`remote`]: agents in another process: NDJSON over a transport, and the serving side.
 //! - [`http`]: the chat endpoint (validation, SSE body), shared by `serve` and the Lambda.
 //!
 //! # Errors
@@ -25,6 +27,7 @@
 //! in-band `error` events and the turn still ends with `completed`.
 
 pub mod agent;
+pub mod auth;
 pub mod config;
 pub mod eval;
 pub mod event;
@@ -33,4 +36,5 @@ pub mod http;
 pub mod model;
 pub mod mux;
 pub mod orchestrator;
+pub mod remote;
 pub mod routing;

@@ -200,6 +200,50 @@ impl Orchestrator {
         })
     }
 
+    /// Runs one turn that must end by `deadline` (a Lambda function's): when it comes, whatever is
+    /// still running is dropped (cancelling its model calls) and the turn ends with an `error`
+    /// (`deadline_exceeded`) and `completed` with status `partial`, the usage seen so far and the
+    /// turn's ids.
+    pub fn run_turn_until(self: &Arc<Self>, turn: TurnRequest, deadline: Instant) -> EventStream {
+        let (episode_id, turn_id) = (turn.episode_id.clone(), turn.turn_id.clone());
+        let model = self.router.model_name().to_owned();
+        let inner = self.run_turn(turn);
+        Box::pin(async_stream::stream! {
+            let started = Instant::now();
+            let mut inner = inner;
+            let mut usage: Vec<AgentUsage> = Vec::new();
+            let expired = tokio::time::sleep_until(deadline);
+            tokio::pin!(expired);
+            loop {
+                tokio::select! {
+                    biased;
+                    event = inner.next() => match event {
+                        Some(event) => {
+                            if let Event::Usage { agent, model, usage: u } = &event {
+                                usage.push(AgentUsage { agent: agent.clone(), model: model.clone(), usage: *u });
+                            }
+                            yield event;
+                        }
+                        None => return,
+                    },
+                    () = &mut expired => break,
+                }
+            }
+            drop(inner);
+            tracing::warn!(episode = %episode_id, turn = %turn_id, "turn cut at its deadline");
+            yield Event::error(ORCHESTRATOR, "deadline_exceeded",
+                "the turn reached its time limit; what was produced so far is kept", true);
+            yield Event::Completed {
+                episode_id,
+                turn_id,
+                status: Status::Partial,
+                model,
+                duration_ms: started.elapsed().as_millis() as u64,
+                usage,
+            };
+        })
+    }
+
     /// Starts one instrumented stream per call; in a mixed turn the support stream ends with the
     /// `support_content` boundary.
     fn dispatch(&self, turn: &TurnRequest, calls: Vec<PlannedCall>) -> Vec<EventStream> {
@@ -357,5 +401,34 @@ mod tests {
         let o = Arc::new(Orchestrator::new(model, support, shopping, TurnConfig::default()));
         let _: Vec<Event> = o.run_turn(turn("find me tea")).collect().await;
         assert_eq!(shop_model.requests()[0].last_user_text(), "find me tea");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_turn_past_its_deadline_ends_partial_with_completed() {
+        let o = setup(
+            mixed_calls(),
+            Reply::text("slow support answer").chunk_delay(Duration::from_secs(5)).into(),
+            Reply::text("fast deals").into(),
+        );
+        let deadline = Instant::now() + Duration::from_secs(3);
+        let events: Vec<Event> = o.run_turn_until(turn("my receipt and coffee"), deadline).collect().await;
+        assert!(events.iter().any(|e| matches!(e, Event::Error { code, .. } if code == "deadline_exceeded")));
+        let Some(Event::Completed { status, usage, turn_id, .. }) = events.last() else {
+            panic!("{events:?}")
+        };
+        assert_eq!(*status, Status::Partial);
+        assert_eq!(turn_id, "t1");
+        assert!(usage.iter().any(|u| u.agent == "orchestrator"), "usage seen so far is kept");
+        assert_eq!(Instant::now(), deadline, "cut exactly at the deadline");
+        assert_eq!(events.iter().filter(|e| matches!(e, Event::Completed { .. })).count(), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_turn_within_its_deadline_is_untouched() {
+        let o = setup(mixed_calls(), Reply::text("help").into(), Reply::text("deals").into());
+        let deadline = Instant::now() + Duration::from_secs(3);
+        let events: Vec<Event> = o.run_turn_until(turn("x"), deadline).collect().await;
+        assert!(matches!(events.last(), Some(Event::Completed { status: Status::Ok, .. })));
+        assert!(!events.iter().any(|e| matches!(e, Event::Error { .. })));
     }
 }
