@@ -19,6 +19,7 @@ use futures::{Stream, StreamExt};
 use serde::Deserialize;
 
 use crate::agent::EventStream;
+use crate::auth::AuthMode;
 use crate::config::RequestLimits;
 use crate::event::{SSE_HEARTBEAT, encode_sse};
 use crate::orchestrator::{Orchestrator, TurnRequest};
@@ -42,7 +43,8 @@ pub struct ApiError {
 }
 
 impl ApiError {
-    fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> ApiError {
+    /// An error with this status, code and message.
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> ApiError {
         ApiError { status, code, message: message.into() }
     }
 }
@@ -64,17 +66,79 @@ struct ChatBody {
     image: Option<serde_json::Value>,
 }
 
-/// The chat endpoint: an orchestrator, limits, and heartbeat pacing.
+/// Who a request is from, established before its body is read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Caller {
+    /// Verified by the platform (IAM) or a token (JWT): the turn's user is this id, whatever the
+    /// request says.
+    Verified(String),
+    /// Local, unauthenticated mode: the `x-baton-user` header names the user (default `local`).
+    Local,
+}
+
+impl Caller {
+    /// A verified caller from a platform or token identity. Ids become storage keys, so any
+    /// character outside the safe alphabet is percent-encoded (injective: `%` is never kept as
+    /// is, so two identities never map to one user).
+    pub fn verified(identity: &str) -> Result<Caller, ApiError> {
+        let mut id = String::with_capacity(identity.len());
+        for b in identity.bytes() {
+            if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b':' | b'@') {
+                id.push(b as char);
+            } else {
+                id.push_str(&format!("%{b:02X}"));
+            }
+        }
+        if id.is_empty() || id.len() > 256 {
+            return Err(ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "unauthorized",
+                "the verified identity is empty or too long",
+            ));
+        }
+        Ok(Caller::Verified(id))
+    }
+}
+
+/// The chat endpoint: an orchestrator, limits, heartbeat pacing, and how callers are identified.
 pub struct ChatService {
     orchestrator: Arc<Orchestrator>,
     limits: RequestLimits,
     heartbeat: Duration,
+    auth: AuthMode,
 }
 
 impl ChatService {
     /// A service over `orchestrator`.
     pub fn new(orchestrator: Arc<Orchestrator>, limits: RequestLimits, heartbeat: Duration) -> ChatService {
-        ChatService { orchestrator, limits, heartbeat }
+        ChatService { orchestrator, limits, heartbeat, auth: AuthMode::LocalHeader }
+    }
+
+    /// The same service identifying callers with `auth`.
+    pub fn with_auth(mut self, auth: AuthMode) -> ChatService {
+        self.auth = auth;
+        self
+    }
+
+    /// The caller of a request that carries its credentials in headers (JWT or local mode). IAM
+    /// identities come from the platform's request context instead: see the Lambda glue.
+    pub fn caller_from_headers(&self, headers: &HeaderMap) -> Result<Caller, ApiError> {
+        match &self.auth {
+            AuthMode::LocalHeader => Ok(Caller::Local),
+            AuthMode::Jwt(verifier) => {
+                let header = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
+                let sub = verifier.verify(header).map_err(|e| {
+                    tracing::info!(error = %e, "refused a request");
+                    ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", e.to_string())
+                })?;
+                Caller::verified(&sub)
+            }
+            AuthMode::Iam => Err(ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "unauthorized",
+                "this endpoint requires an IAM-signed request",
+            )),
+        }
     }
 
     /// The request limits.
@@ -83,7 +147,12 @@ impl ChatService {
     }
 
     /// Checks a request and turns it into a turn, or says why not.
-    pub fn validate(&self, headers: &HeaderMap, body: &[u8]) -> Result<TurnRequest, ApiError> {
+    pub fn validate(
+        &self,
+        caller: &Caller,
+        headers: &HeaderMap,
+        body: &[u8],
+    ) -> Result<TurnRequest, ApiError> {
         if body.len() > self.limits.max_body_bytes {
             return Err(body_too_large(self.limits.max_body_bytes));
         }
@@ -163,9 +232,10 @@ impl ChatService {
                 ));
             }
         };
-        let user_id = match headers.get(USER_HEADER) {
-            None => "local".to_owned(),
-            Some(v) => {
+        let user_id = match (caller, headers.get(USER_HEADER)) {
+            (Caller::Verified(id), _) => id.clone(),
+            (Caller::Local, None) => "local".to_owned(),
+            (Caller::Local, Some(v)) => {
                 let v = v.to_str().map_err(|_| bad_id(USER_HEADER))?;
                 checked_id(USER_HEADER, v.to_owned())?
             }
@@ -176,15 +246,26 @@ impl ChatService {
     }
 
     /// Answers one request: a 4xx JSON error, or a 200 SSE stream of the turn.
-    pub fn respond(&self, headers: &HeaderMap, body: &[u8]) -> Response {
-        let turn = match self.validate(headers, body) {
+    ///
+    /// With a `deadline`, the turn ends with `completed` by then whatever is still running.
+    pub fn respond(
+        &self,
+        caller: &Caller,
+        headers: &HeaderMap,
+        body: &[u8],
+        deadline: Option<tokio::time::Instant>,
+    ) -> Response {
+        let turn = match self.validate(caller, headers, body) {
             Ok(turn) => turn,
             Err(e) => return e.into_response(),
         };
         tracing::info!(episode = %turn.episode_id, turn = %turn.turn_id, user = %turn.user_id, "chat turn");
         let episode = HeaderValue::from_str(&turn.episode_id).expect("checked id is a valid header");
         let turn_id = HeaderValue::from_str(&turn.turn_id).expect("uuid is a valid header");
-        let events = self.orchestrator.run_turn(turn);
+        let events = match deadline {
+            Some(deadline) => self.orchestrator.run_turn_until(turn, deadline),
+            None => self.orchestrator.run_turn(turn),
+        };
         let mut response = Response::new(Body::from_stream(sse_body(events, self.heartbeat)));
         let h = response.headers_mut();
         h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
@@ -243,6 +324,10 @@ pub fn sse_body(
 }
 
 async fn chat(State(service): State<Arc<ChatService>>, headers: HeaderMap, body: Body) -> Response {
+    let caller = match service.caller_from_headers(&headers) {
+        Ok(caller) => caller,
+        Err(e) => return e.into_response(),
+    };
     let limit = service.limits.max_body_bytes;
     let declared = headers
         .get(header::CONTENT_LENGTH)
@@ -252,7 +337,7 @@ async fn chat(State(service): State<Arc<ChatService>>, headers: HeaderMap, body:
         return body_too_large(limit).into_response();
     }
     match axum::body::to_bytes(body, limit).await {
-        Ok(bytes) => service.respond(&headers, &bytes),
+        Ok(bytes) => service.respond(&caller, &headers, &bytes, None),
         Err(e) => {
             let too_large = std::iter::successors(Some(&e as &dyn std::error::Error), |e| e.source())
                 .any(|e| e.is::<http_body_util::LengthLimitError>());
@@ -307,7 +392,7 @@ mod tests {
     }
 
     fn code(body: &[u8]) -> &'static str {
-        service().validate(&HeaderMap::new(), body).unwrap_err().code
+        service().validate(&Caller::Local, &HeaderMap::new(), body).unwrap_err().code
     }
 
     #[test]
@@ -327,7 +412,7 @@ mod tests {
     fn a_good_request_mints_ids_and_takes_the_local_user_header() {
         let mut headers = HeaderMap::new();
         headers.insert(USER_HEADER, HeaderValue::from_static("alice"));
-        let turn = service().validate(&headers, br#"{"message":"hi"}"#).unwrap();
+        let turn = service().validate(&Caller::Local, &headers, br#"{"message":"hi"}"#).unwrap();
         assert_eq!(turn.user_id, "alice");
         assert_eq!(turn.message, "hi");
         assert!(!turn.episode_id.is_empty() && turn.episode_id != turn.turn_id);
@@ -348,5 +433,26 @@ mod tests {
         assert_eq!(&text[1..3], [": heartbeat\n\n", ": heartbeat\n\n"]);
         assert!(text[3].starts_with("event: text\nid: 1\n"), "{text:?}");
         assert_eq!(text.len(), 4);
+    }
+
+    #[test]
+    fn a_verified_caller_wins_over_the_user_header() {
+        let mut headers = HeaderMap::new();
+        headers.insert(USER_HEADER, HeaderValue::from_static("mallory"));
+        let caller = Caller::verified("alice").unwrap();
+        let turn = service().validate(&caller, &headers, br#"{"message":"hi"}"#).unwrap();
+        assert_eq!(turn.user_id, "alice");
+    }
+
+    #[test]
+    fn verified_identities_are_encoded_injectively_into_safe_ids() {
+        let id = |s| match Caller::verified(s).unwrap() {
+            Caller::Verified(id) => id,
+            Caller::Local => unreachable!(),
+        };
+        assert_eq!(id("auth0|123"), "auth0%7C123");
+        assert_eq!(id("a#EP#b"), "a%23EP%23b", "no key injection");
+        assert_ne!(id("a%7C"), id("a|"));
+        assert!(Caller::verified("").is_err());
     }
 }
