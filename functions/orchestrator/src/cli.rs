@@ -61,6 +61,28 @@ pub(crate) struct Args {
     #[arg(long, env = "BATON_IDLE_TIMEOUT_MS", default_value_t = 30_000, global = true)]
     idle_timeout_ms: u64,
 
+    /// How callers are identified: `local` (the x-baton-user header, unauthenticated; the default
+    /// for `serve`), `iam` (the signed IAM principal; the default in Lambda), or `jwt` (a bearer
+    /// token verified with --jwt-public-key or --jwt-hs256-secret).
+    #[arg(long, env = "BATON_AUTH", global = true)]
+    auth: Option<String>,
+
+    /// RS256 public key (PEM) of the JWT issuer, for --auth jwt.
+    #[arg(long, env = "BATON_JWT_PUBLIC_KEY", global = true)]
+    jwt_public_key: Option<String>,
+
+    /// HS256 shared secret (at least 32 bytes), for --auth jwt in tests and local setups.
+    #[arg(long, env = "BATON_JWT_HS256_SECRET", hide_env_values = true, global = true)]
+    jwt_hs256_secret: Option<String>,
+
+    /// Required `iss` of JWTs.
+    #[arg(long, env = "BATON_JWT_ISSUER", global = true)]
+    jwt_issuer: Option<String>,
+
+    /// Required `aud` of JWTs.
+    #[arg(long, env = "BATON_JWT_AUDIENCE", global = true)]
+    jwt_audience: Option<String>,
+
     /// Retries of a model call that fails before its first delta (connect errors, 429, 5xx).
     #[arg(long, env = "BATON_MAX_RETRIES", default_value_t = 2, global = true)]
     max_retries: u32,
@@ -163,5 +185,35 @@ impl Args {
             c.heartbeat = Duration::from_secs(s.heartbeat_secs);
         }
         Ok(c)
+    }
+}
+
+impl Args {
+    /// The auth mode these options describe; `in_lambda` picks the default (IAM there, the local
+    /// header elsewhere).
+    pub(crate) fn auth(&self, in_lambda: bool) -> Result<baton::auth::AuthMode, String> {
+        use baton::auth::{AuthMode, JwtVerifier};
+        let nonempty = |v: &Option<String>| v.clone().filter(|s| !s.trim().is_empty());
+        let mode = nonempty(&self.auth).unwrap_or_else(|| if in_lambda { "iam" } else { "local" }.into());
+        let (iss, aud) = (nonempty(&self.jwt_issuer), nonempty(&self.jwt_audience));
+        match mode.as_str() {
+            "local" if in_lambda => Err("BATON_AUTH=local is refused in Lambda: use iam or jwt".into()),
+            "local" => Ok(AuthMode::LocalHeader),
+            "iam" if !in_lambda => Err("BATON_AUTH=iam needs the Lambda platform to sign requests".into()),
+            "iam" => Ok(AuthMode::Iam),
+            "jwt" => {
+                let verifier = match (nonempty(&self.jwt_public_key), nonempty(&self.jwt_hs256_secret)) {
+                    (Some(pem), _) => JwtVerifier::rs256_pem(pem.as_bytes(), iss.as_deref(), aud.as_deref()),
+                    (None, Some(secret)) => {
+                        JwtVerifier::hs256(secret.as_bytes(), iss.as_deref(), aud.as_deref())
+                    }
+                    (None, None) => {
+                        return Err("--auth jwt needs --jwt-public-key or --jwt-hs256-secret".into());
+                    }
+                };
+                verifier.map(AuthMode::Jwt).map_err(|e| e.to_string())
+            }
+            other => Err(format!("BATON_AUTH must be local, iam or jwt, not `{other}`")),
+        }
     }
 }

@@ -2,7 +2,9 @@
 //! chat endpoint on localhost through the same handler the Lambda uses.
 
 mod cli;
+mod lambda;
 mod render;
+mod routing_eval;
 
 use std::sync::Arc;
 
@@ -18,8 +20,14 @@ async fn main() -> std::process::ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
-    let args = cli::Args::parse();
-    let (config, orchestrator) = match args.config().and_then(|c| c.build().map(|o| (c, o))) {
+    // In Lambda there are no arguments: every option comes from the environment.
+    let in_lambda = std::env::var_os("AWS_LAMBDA_RUNTIME_API").is_some();
+    let args = if in_lambda { cli::Args::parse_from(["orchestrator", "serve"]) } else { cli::Args::parse() };
+    let built = args.config().map_err(|e| e.to_string()).and_then(|c| {
+        let orchestrator = c.build().map_err(|e| e.to_string())?;
+        Ok((c, orchestrator, args.auth(in_lambda)?))
+    });
+    let (config, orchestrator, auth) = match built {
         Ok(built) => built,
         Err(e) => {
             eprintln!("error: {e}");
@@ -27,6 +35,18 @@ async fn main() -> std::process::ExitCode {
         }
     };
     eprintln!("{}", config.describe_models());
+    if in_lambda {
+        let iam = lambda::is_iam(&auth);
+        let service =
+            Arc::new(ChatService::new(orchestrator, config.limits, config.heartbeat).with_auth(auth));
+        return match lambda::run(service, iam).await {
+            Ok(()) => std::process::ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("error: {e}");
+                std::process::ExitCode::FAILURE
+            }
+        };
+    }
     match args.command {
         cli::Command::Chat(chat) => {
             let turn = chat.turn();
@@ -40,7 +60,7 @@ async fn main() -> std::process::ExitCode {
             }
             out.exit_code()
         }
-        cli::Command::RoutingEval(eval) => routing_eval(&config, &orchestrator, &eval).await,
+        cli::Command::RoutingEval(eval) => routing_eval::run(&config, &orchestrator, &eval).await,
         cli::Command::Serve(serve) => {
             let listener = match tokio::net::TcpListener::bind(&serve.addr).await {
                 Ok(l) => l,
@@ -52,7 +72,8 @@ async fn main() -> std::process::ExitCode {
             let addr = listener.local_addr().map(|a| a.to_string()).unwrap_or_else(|_| serve.addr.clone());
             // Tests and benchmarks wait for this line.
             println!("listening on http://{addr}");
-            let service = Arc::new(ChatService::new(orchestrator, config.limits, config.heartbeat));
+            let service =
+                Arc::new(ChatService::new(orchestrator, config.limits, config.heartbeat).with_auth(auth));
             let shutdown = async {
                 let _ = tokio::signal::ctrl_c().await;
             };
@@ -65,36 +86,4 @@ async fn main() -> std::process::ExitCode {
             }
         }
     }
-}
-
-async fn routing_eval(
-    config: &baton::config::Config,
-    orchestrator: &baton::orchestrator::Orchestrator,
-    args: &cli::RoutingEvalArgs,
-) -> std::process::ExitCode {
-    use baton::eval;
-    let (yaml, origin) = match &args.suite {
-        Some(path) => match std::fs::read_to_string(path) {
-            Ok(y) => (y, path.display().to_string()),
-            Err(e) => {
-                eprintln!("error: cannot read {}: {e}", path.display());
-                return std::process::ExitCode::from(2);
-            }
-        },
-        None => (eval::REFERENCE_SUITE.to_owned(), "data/routing/scenarios.yaml".to_owned()),
-    };
-    let suite = match eval::load_suite(&yaml, &origin) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return std::process::ExitCode::from(2);
-        }
-    };
-    let model = orchestrator.router().model();
-    print!("{}", eval::run_suite(model, &config.turn, &suite, args.concurrency).await);
-    if args.faults {
-        println!();
-        print!("{}", eval::format_faults(&eval::run_faults(&config.turn, &suite).await));
-    }
-    std::process::ExitCode::SUCCESS
 }

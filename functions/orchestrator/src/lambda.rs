@@ -1,0 +1,74 @@
+//! The orchestrator as a Lambda function with response streaming, behind a Function URL
+//! (`RESPONSE_STREAM`) or an API Gateway REST API (`ResponseTransferMode: RESPONSE_STREAM`).
+//!
+//! The request handler is [`ChatService::respond`], the same code `serve` runs. What this adds:
+//! the caller's IAM principal from the request context, and the invocation deadline, so the turn
+//! ends with `completed` before Lambda cuts it off. Errors after the response started are in-band
+//! SSE events; the body stream itself never fails.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use baton::auth::AuthMode;
+use baton::http::{ApiError, Caller, ChatService};
+use lambda_http::request::RequestContext;
+use lambda_http::{Request, RequestExt, service_fn};
+
+/// Time kept back from the Lambda deadline to send `completed` and flush the stream.
+const DEADLINE_MARGIN: Duration = Duration::from_millis(1500);
+
+/// Runs the Lambda event loop until the runtime stops it.
+pub(crate) async fn run(service: Arc<ChatService>, auth_is_iam: bool) -> Result<(), lambda_http::Error> {
+    lambda_http::run_with_streaming_response(service_fn(move |request: Request| {
+        let service = service.clone();
+        async move { Ok::<_, Infallible>(handle(&service, auth_is_iam, request)) }
+    }))
+    .await
+}
+
+fn handle(service: &ChatService, auth_is_iam: bool, request: Request) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let caller =
+        if auth_is_iam { iam_caller(&request) } else { service.caller_from_headers(request.headers()) };
+    let caller = match caller {
+        Ok(caller) => caller,
+        Err(e) => return e.into_response(),
+    };
+    let deadline = request.lambda_context_ref().map(|c| deadline_instant(c.deadline));
+    let (parts, body) = request.into_parts();
+    service.respond(&caller, &parts.headers, body.as_ref(), deadline)
+}
+
+/// The IAM principal that signed the request, as the platform verified it.
+fn iam_caller(request: &Request) -> Result<Caller, ApiError> {
+    let principal = match request.request_context_ref() {
+        Some(RequestContext::ApiGatewayV2(ctx)) => ctx
+            .authorizer
+            .as_ref()
+            .and_then(|a| a.iam.as_ref())
+            .and_then(|iam| iam.caller_id.clone().or(iam.user_id.clone())),
+        Some(RequestContext::ApiGatewayV1(ctx)) => ctx.identity.caller.clone().or(ctx.identity.user.clone()),
+        _ => None,
+    };
+    match principal.filter(|p| !p.is_empty()) {
+        Some(p) => Caller::verified(&p),
+        None => Err(ApiError::new(
+            axum::http::StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "no IAM identity in the request context: sign the request (SigV4)",
+        )),
+    }
+}
+
+/// A Lambda deadline (ms since the epoch) as a tokio instant, less the margin.
+fn deadline_instant(deadline_ms: u64) -> tokio::time::Instant {
+    let now_ms = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
+    let left = Duration::from_millis(deadline_ms.saturating_sub(now_ms)).saturating_sub(DEADLINE_MARGIN);
+    tokio::time::Instant::now() + left
+}
+
+/// Whether the configured auth mode is IAM (identity from the request context).
+pub(crate) fn is_iam(auth: &AuthMode) -> bool {
+    matches!(auth, AuthMode::Iam)
+}
