@@ -8,6 +8,8 @@
 //! - [`event`]: the wire protocol: the event enum, SSE and NDJSON encoding and decoding.
 //! - [`model`]: the [`model::ChatModel`] trait; OpenAI Chat Completions, the offline model, and
 //!   scripted models for tests.
+//! - [`tool`]: the [`tool::Tool`] trait, a registry, and JSON Schema validation of arguments.
+//! - [`retrieval`]: BM25 full-text ranking over small corpora (help articles, offers).
 //! - [`agent`]: the [`agent::Agent`] trait (request → event stream) and a model-backed agent.
 //! - [`orchestrator`]: one chat turn, from `thinking` to `completed`.
 //! - [`mux`]: the live-slot merge of concurrent sub-agent streams.
@@ -28,3 +30,5 @@ pub mod http;
 pub mod model;
 pub mod mux;
 pub mod orchestrator;
+pub mod retrieval;
+pub mod tool;
