@@ -292,7 +292,14 @@ impl Orchestrator {
                 instance: format!("{}[{n}]", agent.name()),
                 agent,
                 is_support,
-                request: AgentRequest { query, prior_context, history: turn.history.clone(), arguments },
+                request: AgentRequest {
+                    user_id: turn.user_id.clone(),
+                    episode_id: turn.episode_id.clone(),
+                    query,
+                    prior_context,
+                    history: turn.history.clone(),
+                    arguments,
+                },
             });
         }
         (dispatches, problems)
