@@ -11,6 +11,7 @@
 //! - [`tool`]: the [`tool::Tool`] trait, a registry, and JSON Schema validation of arguments.
 //! - [`retrieval`]: BM25 full-text ranking over small corpora (help articles, offers).
 //! - [`agent`]: the [`agent::Agent`] trait (request → event stream) and a model-backed agent.
+//! - [`shopping`]: the shopping sub-agent: catalog, tools, tool loop.
 //! - [`orchestrator`]: one chat turn, from `thinking` to `completed`.
 //! - [`mux`]: the live-slot merge of concurrent sub-agent streams.
 //! - [`guard`]: routing guards (the smalltalk classifier of the fastpath allowlist).
@@ -31,4 +32,5 @@ pub mod model;
 pub mod mux;
 pub mod orchestrator;
 pub mod retrieval;
+pub mod shopping;
 pub mod tool;
