@@ -11,6 +11,7 @@
 //! - [`tool`]: the [`tool::Tool`] trait, a registry, and JSON Schema validation of arguments.
 //! - [`retrieval`]: BM25 full-text ranking over small corpora (help articles, offers).
 //! - [`agent`]: the [`agent::Agent`] trait (request → event stream) and a model-backed agent.
+//! - [`support`]: the support sub-agent: Forethought (with continuity) or the offline help center.
 //! - [`shopping`]: the shopping sub-agent: catalog, tools, tool loop.
 //! - [`orchestrator`]: one chat turn, from `thinking` to `completed`.
 //! - [`mux`]: the live-slot merge of concurrent sub-agent streams.
@@ -33,4 +34,5 @@ pub mod mux;
 pub mod orchestrator;
 pub mod retrieval;
 pub mod shopping;
+pub mod support;
 pub mod tool;
