@@ -107,8 +107,7 @@ impl Agent for ForethoughtAgent {
             let mut answer = String::new();
             let mut reported_id = false;
             let mut retried_start = false;
-            loop {
-                let Some(piece) = pieces.next().await else { break };
+            while let Some(piece) = pieces.next().await {
                 match piece {
                     Ok(piece) => {
                         if let Some(id) = piece.conversation_id {

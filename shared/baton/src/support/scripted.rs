@@ -167,6 +167,9 @@ pub struct FtRequest {
     pub received_at: Instant,
     /// How many chunks of a streamed answer were sent so far.
     pub chunks_sent: usize,
+    /// For streamed answers: `Some(true)` once all chunks were sent, `Some(false)` if the body
+    /// was dropped before (the client went away), `None` while it is going.
+    pub completed: Option<bool>,
 }
 
 #[derive(Default)]
@@ -260,6 +263,7 @@ async fn answer(
             body: body.clone(),
             received_at: Instant::now(),
             chunks_sent: 0,
+            completed: None,
         });
         requests.len() - 1
     };
@@ -300,6 +304,8 @@ fn chunk_body(
     index: usize,
 ) -> impl futures::Stream<Item = Result<Bytes, std::io::Error>> + Send {
     async_stream::stream! {
+        // Records how the body ended when it is dropped (moved in whole, so it drops with it).
+        let mut guard = CompletionGuard { state: state.clone(), index, completed: false };
         for (i, chunk) in script.chunks.iter().enumerate() {
             if i > 0 && !script.chunk_delay.is_zero() {
                 tokio::time::sleep(script.chunk_delay).await;
@@ -323,6 +329,21 @@ fn chunk_body(
             };
             state.requests.lock().expect("requests lock")[index].chunks_sent = i + 1;
             yield Ok(Bytes::from(frame));
+        }
+        guard.completed = true;
+    }
+}
+
+struct CompletionGuard {
+    state: Arc<ServerState>,
+    index: usize,
+    completed: bool,
+}
+
+impl Drop for CompletionGuard {
+    fn drop(&mut self) {
+        if let Ok(mut requests) = self.state.requests.lock() {
+            requests[self.index].completed = Some(self.completed);
         }
     }
 }
