@@ -191,8 +191,8 @@ async fn mixed_turn_requests(responses_api: bool) -> (Value, Value, Vec<Event>) 
             .tool_call(ASK_SHOPPING, json!({"query": SHOP_QUERY, "intent_count": 2})),
     );
     ft.push(FtReply::text(SUPPORT_ANSWER));
-    // Shopping's first step is held until support has finished, so the whole support answer
-    // exists in the turn before the shopping model is called at all.
+    // Shopping's first answer is held until support has finished, so its second request is made
+    // when the whole support answer already exists in the turn.
     let gate = Arc::new(Semaphore::new(0));
     server.push(
         SHOP,
