@@ -154,6 +154,28 @@ async fn on_the_responses_api_steps_and_turns_continue_by_previous_response_id()
 }
 
 #[tokio::test]
+async fn a_stored_response_the_server_lost_is_replaced_by_resending_the_turn() {
+    let server = ScriptedServer::start().await.unwrap();
+    let mut config = scripted_config(&server);
+    config.models.shopping_responses_api = true;
+    let endpoint = start_endpoint(&config).await;
+    server.push(ORCH, shopping_call("tea")).push(SHOP, Reply::text("Tea."));
+    let body = json!({"message": "tea", "episode_id": "ep-9"});
+    let _: Vec<_> = baton_tests::open_stream(&endpoint.url, body.clone()).await.collect().await;
+    server.push(ORCH, shopping_call("tea"));
+    server.push(SHOP, Reply::status(400, "Previous response with id 'resp_1' not found."));
+    server.push(SHOP, Reply::text("Tea again."));
+    let events: Vec<Event> =
+        baton_tests::open_stream(&endpoint.url, body).await.map(|r| r.event).collect().await;
+    let shop = server.requests_for(SHOP);
+    assert!(shop[1].body.get("previous_response_id").is_some());
+    assert!(shop[2].body.get("previous_response_id").is_none(), "resent without it");
+    assert_eq!(shop[2].body["input"], json!([{"role": "user", "content": "tea"}]));
+    assert_eq!(text_of(&events, "shopping[1]"), "Tea again.");
+    assert!(!events.iter().any(|e| matches!(e, Event::Error { .. })), "{events:?}");
+}
+
+#[tokio::test]
 async fn another_episode_starts_without_a_previous_response() {
     let server = ScriptedServer::start().await.unwrap();
     let mut config = scripted_config(&server);

@@ -19,7 +19,7 @@ use futures::{Stream, StreamExt};
 use tokio::time::Instant;
 
 use crate::event::{Event, Status, Usage};
-use crate::model::{ChatModel, ChatRequest, Message, ModelDelta, ToolCall, ToolChoice};
+use crate::model::{ChatModel, ChatRequest, Message, ModelDelta, ModelError, ToolCall, ToolChoice};
 use crate::tool::{ToolContext, ToolRegistry};
 
 /// What an agent says when its answer broke off.
@@ -210,6 +210,8 @@ impl Default for LoopLimits {
 /// Context: a model with server-side state (the Responses API) continues the episode's last
 /// response when [`ResponseChains`] has one, and then sends only the new turn; otherwise the
 /// request carries the cross-turn history. Within a run, such a model is continued step by step.
+/// If the server no longer has the stored response (HTTP 400 or 404 before any output), the run
+/// resends the history instead, once.
 #[derive(Clone)]
 pub struct LlmAgent {
     name: String,
@@ -259,8 +261,15 @@ impl Agent for LlmAgent {
                     }),
                 None => None,
             };
-            let mut transcript = if previous.is_some() { Vec::new() } else { request.history };
-            transcript.push(Message::user(with_prior_context(request.query, request.prior_context)));
+            let user_message = Message::user(with_prior_context(request.query, request.prior_context));
+            // While continuing a stored response, the history is kept aside in case the server
+            // no longer has that response.
+            let (mut transcript, mut fallback) = if previous.is_some() {
+                (Vec::new(), Some(request.history))
+            } else {
+                (request.history, None)
+            };
+            transcript.push(user_message.clone());
             let mut sent = 0;
             let specs = this.tools.specs();
             for step in 0..this.limits.max_steps.max(1) {
@@ -283,6 +292,7 @@ impl Agent for LlmAgent {
                 let mut text = String::new();
                 let mut calls: Vec<ToolCall> = Vec::new();
                 let mut response_id = None;
+                let mut resend = false;
                 while let Some(delta) = deltas.next().await {
                     match delta {
                         Ok(ModelDelta::Text(t)) => {
@@ -299,6 +309,17 @@ impl Agent for LlmAgent {
                         }
                         Ok(ModelDelta::ToolCall(call)) => calls.push(call),
                         Ok(ModelDelta::ToolCallStart { .. } | ModelDelta::Finish(_)) => {}
+                        Err(ModelError::Http { status: 400 | 404, .. })
+                            if fallback.is_some() && text.is_empty() && response_id.is_none() =>
+                        {
+                            // The stored response expired or was deleted: resend the history.
+                            tracing::warn!("cannot continue the stored response; resending the history");
+                            transcript = fallback.take().unwrap_or_default();
+                            transcript.push(user_message.clone());
+                            previous = None;
+                            resend = true;
+                            break;
+                        }
                         Err(e) => {
                             yield Event::error(instance.clone(), e.code(), e.to_string(), e.is_retryable());
                             yield Event::text(instance.clone(), APOLOGY);
@@ -307,6 +328,10 @@ impl Agent for LlmAgent {
                     }
                 }
                 drop(deltas);
+                if resend {
+                    continue;
+                }
+                fallback = None;
                 if server_side {
                     previous = response_id.clone();
                 }
@@ -367,6 +392,10 @@ impl Agent for LlmAgent {
                     transcript.push(Message::Tool { call_id: call.id.clone(), content });
                 }
             }
+            // Only a resend on the last step gets here.
+            yield Event::error(instance.clone(), "max_steps_exceeded",
+                format!("no answer within {} steps", this.limits.max_steps), false);
+            yield Event::text(instance.clone(), APOLOGY);
         })
     }
 }
