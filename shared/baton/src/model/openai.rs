@@ -349,21 +349,26 @@ pub fn request_body(model: &str, request: &ChatRequest) -> Value {
                 }})
             })
             .collect();
-        if let Some(choice) = request.tool_choice {
-            body["tool_choice"] = json!(match choice {
-                ToolChoice::Auto => "auto",
-                ToolChoice::Required => "required",
-                ToolChoice::None => "none",
-            });
-        }
-        if let Some(parallel) = request.parallel_tool_calls {
-            body["parallel_tool_calls"] = json!(parallel);
-        }
+        tool_options(&mut body, request);
     }
     if let Some(max) = request.max_tokens {
         body["max_tokens"] = json!(max);
     }
     body
+}
+
+/// `tool_choice` and `parallel_tool_calls`, spelled the same in both OpenAI APIs.
+pub(crate) fn tool_options(body: &mut Value, request: &ChatRequest) {
+    if let Some(choice) = request.tool_choice {
+        body["tool_choice"] = json!(match choice {
+            ToolChoice::Auto => "auto",
+            ToolChoice::Required => "required",
+            ToolChoice::None => "none",
+        });
+    }
+    if let Some(parallel) = request.parallel_tool_calls {
+        body["parallel_tool_calls"] = json!(parallel);
+    }
 }
 
 fn wire_message(message: &Message) -> Value {

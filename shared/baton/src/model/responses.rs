@@ -17,10 +17,8 @@ use std::sync::Arc;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::openai::{Endpoint, OpenAiConfig, StreamParser, retrying_stream, shorten};
-use super::{
-    ChatModel, ChatRequest, DeltaStream, FinishReason, Message, ModelDelta, ModelError, ToolCall, ToolChoice,
-};
+use super::openai::{Endpoint, OpenAiConfig, StreamParser, retrying_stream, shorten, tool_options};
+use super::{ChatModel, ChatRequest, DeltaStream, FinishReason, Message, ModelDelta, ModelError, ToolCall};
 use crate::event::Usage;
 
 /// A model behind the Responses API. Cheap to clone; build it once and share it.
@@ -102,16 +100,7 @@ pub fn request_body(model: &str, request: &ChatRequest, previous_response_id: Op
                        "parameters": t.parameters})
             })
             .collect();
-        if let Some(choice) = request.tool_choice {
-            body["tool_choice"] = json!(match choice {
-                ToolChoice::Auto => "auto",
-                ToolChoice::Required => "required",
-                ToolChoice::None => "none",
-            });
-        }
-        if let Some(parallel) = request.parallel_tool_calls {
-            body["parallel_tool_calls"] = json!(parallel);
-        }
+        tool_options(&mut body, request);
     }
     if let Some(max) = request.max_tokens {
         body["max_output_tokens"] = json!(max);
@@ -315,7 +304,7 @@ impl StreamParser for EventParser {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::ToolSpec;
+    use crate::model::{ToolChoice, ToolSpec};
 
     #[test]
     fn request_body_maps_messages_to_items_and_instructions() {

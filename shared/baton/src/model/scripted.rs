@@ -401,18 +401,40 @@ struct ServerState {
     requests: Mutex<Vec<RecordedRequest>>,
 }
 
+/// A router served on `127.0.0.1:0` until dropped; the base of the scripted servers.
+pub(crate) struct LoopbackServer {
+    pub(crate) addr: SocketAddr,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl LoopbackServer {
+    /// Serves `app` on a free loopback port.
+    pub(crate) async fn start(app: axum::Router) -> std::io::Result<LoopbackServer> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let task = tokio::spawn(async move {
+            // The server only ends with the process or when the handle is dropped (aborted).
+            let _ = axum::serve(listener, app).await;
+        });
+        Ok(LoopbackServer { addr, task })
+    }
+}
+
+impl Drop for LoopbackServer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
 /// A scripted OpenAI-compatible server on loopback. Stops when dropped.
 pub struct ScriptedServer {
-    addr: SocketAddr,
+    server: LoopbackServer,
     state: Arc<ServerState>,
-    task: tokio::task::JoinHandle<()>,
 }
 
 impl ScriptedServer {
     /// Starts the server on `127.0.0.1:0`.
     pub async fn start() -> std::io::Result<ScriptedServer> {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let addr = listener.local_addr()?;
         let state = Arc::new(ServerState::default());
         let app = axum::Router::new()
             .route("/v1/chat/completions", post(completions))
@@ -420,16 +442,12 @@ impl ScriptedServer {
             .route("/v1/responses", post(responses))
             .route("/responses", post(responses))
             .with_state(state.clone());
-        let task = tokio::spawn(async move {
-            // The server only ends with the process or when the handle is dropped (aborted).
-            let _ = axum::serve(listener, app).await;
-        });
-        Ok(ScriptedServer { addr, state, task })
+        Ok(ScriptedServer { server: LoopbackServer::start(app).await?, state })
     }
 
     /// The base URL to give a client (`http://127.0.0.1:PORT/v1`).
     pub fn base_url(&self) -> String {
-        format!("http://{}/v1", self.addr)
+        format!("http://{}/v1", self.server.addr)
     }
 
     /// Queues `reply` for the next request for `model`.
@@ -453,12 +471,6 @@ impl ScriptedServer {
     /// The requests received for `model`.
     pub fn requests_for(&self, model: &str) -> Vec<RecordedRequest> {
         self.requests().into_iter().filter(|r| r.model == model).collect()
-    }
-}
-
-impl Drop for ScriptedServer {
-    fn drop(&mut self) {
-        self.task.abort();
     }
 }
 
@@ -528,7 +540,6 @@ async fn answer(state: Arc<ServerState>, headers: axum::http::HeaderMap, body: B
             }
             tokio::time::sleep(script.first_byte_delay).await;
             mark_first_byte();
-            let guard = CompletionGuard { state: state.clone(), index, completed: false };
             let (frames, trailer) = match api {
                 Api::ChatCompletions => (
                     script.chunks(&model).iter().map(|c| Bytes::from(format!("data: {c}\n\n"))).collect(),
@@ -545,52 +556,83 @@ async fn answer(state: Arc<ServerState>, headers: axum::http::HeaderMap, body: B
                     None,
                 ),
             };
-            sse_response(Body::from_stream(stream_body(script, frames, trailer, guard)))
+            let pacing = Pacing {
+                chunk_delay: script.chunk_delay,
+                cut_after: script.cut_after,
+                stall_after: script.stall_after,
+                gate: None,
+            };
+            let on_end = move |completed| {
+                if let Ok(mut requests) = state.requests.lock() {
+                    requests[index].completed = Some(completed);
+                }
+            };
+            sse_response(Body::from_stream(paced_body(frames, trailer, pacing, |_| {}, on_end)))
         }
     }
 }
 
-/// Records how a streamed answer ended when its body is dropped.
-struct CompletionGuard {
-    state: Arc<ServerState>,
-    index: usize,
+/// How a scripted body sends its frames.
+pub(crate) struct Pacing {
+    /// Delay before each frame after the first.
+    pub(crate) chunk_delay: Duration,
+    /// Abort the connection before frame `n`.
+    pub(crate) cut_after: Option<usize>,
+    /// Go silent before frame `n`, keeping the connection open.
+    pub(crate) stall_after: Option<usize>,
+    /// Hold frame `n` until the semaphore has a permit.
+    pub(crate) gate: Option<(usize, Arc<Semaphore>)>,
+}
+
+/// Calls its function with whether the body was sent whole when it is dropped.
+struct OnEnd<F: FnOnce(bool)> {
+    f: Option<F>,
     completed: bool,
 }
 
-impl Drop for CompletionGuard {
+impl<F: FnOnce(bool)> Drop for OnEnd<F> {
     fn drop(&mut self) {
-        if let Ok(mut requests) = self.state.requests.lock() {
-            requests[self.index].completed = Some(self.completed);
+        if let Some(f) = self.f.take() {
+            f(self.completed);
         }
     }
 }
 
-fn stream_body(
-    script: StreamReply,
+/// A scripted response body: `frames` paced by `pacing`, then `trailer`. `on_frame(i)` runs as
+/// frame `i` goes out; `on_end(true)` once every frame was sent, `on_end(false)` if the body was
+/// dropped first (the client went away) or cut.
+pub(crate) fn paced_body(
     frames: Vec<Bytes>,
     trailer: Option<Bytes>,
-    guard: CompletionGuard,
+    pacing: Pacing,
+    mut on_frame: impl FnMut(usize) + Send + 'static,
+    on_end: impl FnOnce(bool) + Send + 'static,
 ) -> impl futures::Stream<Item = Result<Bytes, std::io::Error>> + Send {
     async_stream::stream! {
-        // Move the whole guard in (a closure would otherwise capture only the field), so it
-        // drops with the body.
-        let mut guard = guard;
+        let mut end = OnEnd { f: Some(on_end), completed: false };
         for (i, frame) in frames.into_iter().enumerate() {
             // The delay comes first, so frames sent before a cut have been flushed to the client
             // (a body error drops whatever the server still had buffered).
-            if i > 0 && !script.chunk_delay.is_zero() {
-                tokio::time::sleep(script.chunk_delay).await;
+            if i > 0 && !pacing.chunk_delay.is_zero() {
+                tokio::time::sleep(pacing.chunk_delay).await;
             }
-            if script.cut_after == Some(i) {
+            if let Some((n, gate)) = &pacing.gate {
+                if *n == i {
+                    // A closed gate releases everyone; it is not an error.
+                    drop(gate.acquire().await);
+                }
+            }
+            if pacing.cut_after == Some(i) {
                 yield Err(std::io::Error::new(std::io::ErrorKind::ConnectionAborted, "scripted cut"));
                 return;
             }
-            if script.stall_after == Some(i) {
+            if pacing.stall_after == Some(i) {
                 std::future::pending::<()>().await;
             }
+            on_frame(i);
             yield Ok(frame);
         }
-        guard.completed = true;
+        end.completed = true;
         if let Some(trailer) = trailer {
             yield Ok(trailer);
         }

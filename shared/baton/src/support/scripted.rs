@@ -4,7 +4,6 @@
 //! delays, gates, cuts and stalls; a single JSON answer; HTTP errors; or no answer at all.
 
 use std::collections::VecDeque;
-use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -15,6 +14,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{post, put};
 use serde_json::{Value, json};
 use tokio::sync::Semaphore;
+
+use crate::model::scripted::{LoopbackServer, Pacing, paced_body};
 
 /// How a chunked answer is framed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -181,30 +182,24 @@ struct ServerState {
 
 /// A scripted Forethought server on loopback. Stops when dropped.
 pub struct ForethoughtServer {
-    addr: SocketAddr,
+    server: LoopbackServer,
     state: Arc<ServerState>,
-    task: tokio::task::JoinHandle<()>,
 }
 
 impl ForethoughtServer {
     /// Starts the server on `127.0.0.1:0`.
     pub async fn start() -> std::io::Result<ForethoughtServer> {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let addr = listener.local_addr()?;
         let state = Arc::new(ServerState::default());
         let app = axum::Router::new()
             .route("/solve/api/v1/conversation", post(start))
             .route("/solve/api/v1/conversation/{conversation_id}", put(continue_conversation))
             .with_state(state.clone());
-        let task = tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
-        });
-        Ok(ForethoughtServer { addr, state, task })
+        Ok(ForethoughtServer { server: LoopbackServer::start(app).await?, state })
     }
 
     /// The base URL to configure (`http://127.0.0.1:PORT`).
     pub fn base_url(&self) -> String {
-        format!("http://{}", self.addr)
+        format!("http://{}", self.server.addr)
     }
 
     /// Queues `reply` for the next request (start or continue).
@@ -216,12 +211,6 @@ impl ForethoughtServer {
     /// The requests received so far, in arrival order.
     pub fn requests(&self) -> Vec<FtRequest> {
         self.state.requests.lock().expect("requests lock").clone()
-    }
-}
-
-impl Drop for ForethoughtServer {
-    fn drop(&mut self) {
-        self.task.abort();
     }
 }
 
@@ -290,60 +279,35 @@ async fn answer(
                 Framing::Ndjson => "application/x-ndjson",
                 Framing::Sse => "text/event-stream",
             };
-            let mut response = Response::new(Body::from_stream(chunk_body(script, id, state, index)));
+            let frames = script
+                .chunks
+                .iter()
+                .map(|chunk| {
+                    let piece = json!({"conversation_id": id, "response": chunk});
+                    Bytes::from(match script.framing {
+                        Framing::Ndjson => format!("{piece}\n"),
+                        Framing::Sse => format!("data: {piece}\n\n"),
+                    })
+                })
+                .collect();
+            let pacing = Pacing {
+                chunk_delay: script.chunk_delay,
+                cut_after: script.cut_after,
+                stall_after: script.stall_after,
+                gate: script.gate.clone(),
+            };
+            let sent = state.clone();
+            let on_frame =
+                move |i: usize| sent.requests.lock().expect("requests lock")[index].chunks_sent = i + 1;
+            let on_end = move |completed| {
+                if let Ok(mut requests) = state.requests.lock() {
+                    requests[index].completed = Some(completed);
+                }
+            };
+            let body = paced_body(frames, None, pacing, on_frame, on_end);
+            let mut response = Response::new(Body::from_stream(body));
             response.headers_mut().insert("content-type", HeaderValue::from_static(content_type));
             response
-        }
-    }
-}
-
-fn chunk_body(
-    script: FtStream,
-    conversation_id: String,
-    state: Arc<ServerState>,
-    index: usize,
-) -> impl futures::Stream<Item = Result<Bytes, std::io::Error>> + Send {
-    async_stream::stream! {
-        // Records how the body ended when it is dropped (moved in whole, so it drops with it).
-        let mut guard = CompletionGuard { state: state.clone(), index, completed: false };
-        for (i, chunk) in script.chunks.iter().enumerate() {
-            if i > 0 && !script.chunk_delay.is_zero() {
-                tokio::time::sleep(script.chunk_delay).await;
-            }
-            if let Some((n, gate)) = &script.gate {
-                if *n == i {
-                    drop(gate.acquire().await);
-                }
-            }
-            if script.cut_after == Some(i) {
-                yield Err(std::io::Error::new(std::io::ErrorKind::ConnectionAborted, "scripted cut"));
-                return;
-            }
-            if script.stall_after == Some(i) {
-                std::future::pending::<()>().await;
-            }
-            let piece = json!({"conversation_id": conversation_id, "response": chunk});
-            let frame = match script.framing {
-                Framing::Ndjson => format!("{piece}\n"),
-                Framing::Sse => format!("data: {piece}\n\n"),
-            };
-            state.requests.lock().expect("requests lock")[index].chunks_sent = i + 1;
-            yield Ok(Bytes::from(frame));
-        }
-        guard.completed = true;
-    }
-}
-
-struct CompletionGuard {
-    state: Arc<ServerState>,
-    index: usize,
-    completed: bool,
-}
-
-impl Drop for CompletionGuard {
-    fn drop(&mut self) {
-        if let Ok(mut requests) = self.state.requests.lock() {
-            requests[self.index].completed = Some(self.completed);
         }
     }
 }
