@@ -27,6 +27,7 @@ async fn main() -> std::process::ExitCode {
         }
     };
     eprintln!("{}", config.describe_models());
+    eprintln!("{}", config.describe_support());
     match args.command {
         cli::Command::Chat(chat) => {
             let turn = chat.turn();

@@ -8,7 +8,11 @@
 //! - [`event`]: the wire protocol: the event enum, SSE and NDJSON encoding and decoding.
 //! - [`model`]: the [`model::ChatModel`] trait; OpenAI Chat Completions, the offline model, and
 //!   scripted models for tests.
+//! - [`tool`]: the [`tool::Tool`] trait, a registry, and JSON Schema validation of arguments.
+//! - [`retrieval`]: BM25 full-text ranking over small corpora (help articles, offers).
 //! - [`agent`]: the [`agent::Agent`] trait (request → event stream) and a model-backed agent.
+//! - [`support`]: the support sub-agent: Forethought (with continuity) or the offline help center.
+//! - [`shopping`]: the shopping sub-agent: catalog, tools, tool loop.
 //! - [`orchestrator`]: one chat turn, from `thinking` to `completed`.
 //! - [`routing`]: which sub-agents a turn calls: model pass, failsafe re-ask, guards.
 //! - [`mux`]: the live-slot merge of concurrent sub-agent streams.
@@ -33,4 +37,8 @@ pub mod http;
 pub mod model;
 pub mod mux;
 pub mod orchestrator;
+pub mod retrieval;
 pub mod routing;
+pub mod shopping;
+pub mod support;
+pub mod tool;
