@@ -1,5 +1,6 @@
 //! Helpers shared by the end-to-end tests and benchmarks: a chat endpoint on a real loopback
-//! socket wired to a scripted model server, and an incremental SSE client.
+//! socket wired to a scripted model server (and a scripted Forethought server), and an
+//! incremental SSE client.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,23 +9,25 @@ use baton::config::Config;
 use baton::event::{Event, decode_sse};
 use baton::http::ChatService;
 use baton::model::scripted::ScriptedServer;
+use baton::support::forethought::ForethoughtConfig;
+use baton::support::scripted::ForethoughtServer;
 use eventsource_stream::Eventsource;
 use futures::{Stream, StreamExt};
 use std::time::Instant;
 
 /// Model names the scripted server keys its replies by.
 pub const ORCH: &str = "orch";
-/// The support agent's model name.
-pub const SUPPORT: &str = "sup";
 /// The shopping agent's model name.
 pub const SHOP: &str = "shop";
+/// The Forethought token the tests configure.
+pub const FT_TOKEN: &str = "ft-test-token";
 
-/// A config whose three models live on `server`, with short timeouts and quick retries.
+/// A config whose two models live on `server`, with short timeouts and quick retries. Support is
+/// the offline help center.
 pub fn scripted_config(server: &ScriptedServer) -> Config {
     let mut c = Config::default();
     c.models.base_url = Some(server.base_url());
     c.models.orchestrator = ORCH.into();
-    c.models.support = SUPPORT.into();
     c.models.shopping = SHOP.into();
     c.models.timeouts.first_byte = Duration::from_secs(5);
     c.models.timeouts.idle = Duration::from_millis(500);
@@ -33,6 +36,21 @@ pub fn scripted_config(server: &ScriptedServer) -> Config {
     c.turn.mux.flush_interval = Duration::from_millis(1);
     c.turn.mux.flush_budget = Duration::from_millis(20);
     c
+}
+
+/// [`scripted_config`] with support on the Forethought test server `ft`.
+pub fn scripted_config_with_forethought(server: &ScriptedServer, ft: &ForethoughtServer) -> Config {
+    let mut c = scripted_config(server);
+    c.forethought = Some(forethought_config(ft));
+    c
+}
+
+/// Forethought settings for the test server `ft`: its URL, [`FT_TOKEN`], short timeouts.
+pub fn forethought_config(ft: &ForethoughtServer) -> ForethoughtConfig {
+    let mut config = ForethoughtConfig::new(ft.base_url(), FT_TOKEN);
+    config.timeouts.first_byte = Duration::from_secs(5);
+    config.timeouts.idle = Duration::from_millis(500);
+    config
 }
 
 /// A running chat endpoint; stops when dropped.

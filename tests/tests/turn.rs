@@ -1,5 +1,5 @@
 //! Whole chat turns over real HTTP: an SSE client → the chat endpoint → the OpenAI client → the
-//! scripted model server.
+//! scripted model server, and the Forethought client → the Forethought test server.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -7,8 +7,10 @@ use std::time::Duration;
 use baton::event::{Event, Status};
 use baton::model::scripted::{Reply, ScriptedServer};
 use baton::orchestrator::{ASK_SHOPPING, ASK_SUPPORT};
+use baton::support::scripted::{ForethoughtServer, FtReply};
 use baton_tests::{
-    ORCH, SHOP, SUPPORT, chat, open_stream, scripted_config, speakers, start_endpoint, text_of,
+    ORCH, SHOP, chat, open_stream, scripted_config, scripted_config_with_forethought, speakers,
+    start_endpoint, text_of,
 };
 use futures::StreamExt;
 use serde_json::json;
@@ -58,19 +60,19 @@ async fn thinking_reaches_the_client_before_the_model_sends_its_first_byte() {
 
 async fn mixed_turn(support_delay: Duration, shop_delay: Duration) -> Vec<Event> {
     let server = ScriptedServer::start().await.unwrap();
+    let ft = ForethoughtServer::start().await.unwrap();
     server.push(ORCH, mixed_orchestrator_reply());
-    server.push(
-        SUPPORT,
-        Reply::text(SUPPORT_TEXT).first_byte_delay(support_delay).chunk_delay(Duration::from_millis(5)),
+    ft.push(
+        FtReply::text(SUPPORT_TEXT).first_byte_delay(support_delay).chunk_delay(Duration::from_millis(5)),
     );
     server.push(
         SHOP,
         Reply::text(SHOP_TEXT).first_byte_delay(shop_delay).chunk_delay(Duration::from_millis(5)),
     );
-    let endpoint = start_endpoint(&scripted_config(&server)).await;
+    let endpoint = start_endpoint(&scripted_config_with_forethought(&server, &ft)).await;
     let events = chat(&endpoint.url, "my receipt didn't scan and find me coffee deals").await;
     // Context rule: each sub-agent got only its own query.
-    assert_eq!(server.requests_for(SUPPORT)[0].body["messages"][1]["content"], "my receipt didn't scan");
+    assert_eq!(ft.requests()[0].body["query"], "my receipt didn't scan");
     assert_eq!(server.requests_for(SHOP)[0].body["messages"][1]["content"], "find me coffee deals");
     events
 }
@@ -100,16 +102,23 @@ async fn progress_and_usage_are_reported_per_agent() {
     let events = mixed_turn(Duration::ZERO, Duration::from_millis(100)).await;
     for agent in ["support[1]", "shopping[1]"] {
         assert!(events.iter().any(|e| matches!(e, Event::AgentStarted { agent: a, .. } if a == agent)));
-        assert!(events.iter().any(|e| matches!(e, Event::Usage { agent: a, .. } if a == agent)));
         assert!(
             events.iter().any(
                 |e| matches!(e, Event::AgentFinished { agent: a, status: Status::Ok, .. } if a == agent)
             )
         );
     }
+    assert!(events.iter().any(|e| matches!(e, Event::Usage { agent, .. } if agent == "shopping[1]")));
+    assert!(
+        events.iter().any(
+            |e| matches!(e, Event::ResponseId { agent, id } if agent == "support[1]" && id == "ft_conv-1")
+        ),
+        "support reports Forethought's conversation"
+    );
     let (_, Event::Completed { usage, model, .. }) = completed(&events) else { unreachable!() };
     assert_eq!(model, ORCH);
-    assert_eq!(usage.len(), 3, "orchestrator, support and shopping: {usage:?}");
+    // Forethought reports no tokens: the orchestrator's and the shopping model's usage.
+    assert_eq!(usage.len(), 2, "{usage:?}");
 }
 
 #[tokio::test]
@@ -183,12 +192,14 @@ async fn a_cut_after_the_first_delta_ends_the_turn_with_an_error_and_no_retry() 
 #[tokio::test]
 async fn a_sub_agent_cut_is_reported_and_the_other_agent_still_answers() {
     let server = ScriptedServer::start().await.unwrap();
+    let ft = ForethoughtServer::start().await.unwrap();
     server.push(ORCH, mixed_orchestrator_reply());
-    server.push(SUPPORT, Reply::text(SUPPORT_TEXT).chunk_delay(Duration::from_millis(20)).cut_after(4));
+    ft.push(FtReply::text(SUPPORT_TEXT).chunk_delay(Duration::from_millis(20)).cut_after(1));
     server.push(SHOP, Reply::text(SHOP_TEXT));
-    let endpoint = start_endpoint(&scripted_config(&server)).await;
+    let endpoint = start_endpoint(&scripted_config_with_forethought(&server, &ft)).await;
     let events = chat(&endpoint.url, "my receipt didn't scan and find me coffee deals").await;
-    assert_failed_with(&events, "support[1]", "model_stream_truncated");
+    assert_failed_with(&events, "support[1]", "support_stream_truncated");
+    assert!(text_of(&events, "support[1]").starts_with("Receipts scan best in good light. "), "kept");
     assert!(text_of(&events, "support[1]").contains("Sorry"), "the user is told");
     assert_eq!(text_of(&events, "shopping[1]"), SHOP_TEXT);
 }
@@ -203,13 +214,13 @@ async fn an_idle_upstream_times_out_into_an_error() {
 }
 
 #[tokio::test]
-async fn a_client_that_hangs_up_cancels_the_sub_agents_model_calls() {
+async fn a_client_that_hangs_up_cancels_the_sub_agents_upstream_calls() {
     let server = ScriptedServer::start().await.unwrap();
+    let ft = ForethoughtServer::start().await.unwrap();
     server.push(ORCH, mixed_orchestrator_reply());
-    let slow = "word ".repeat(300);
-    server.push(SUPPORT, Reply::text(slow.clone()).chunk_delay(Duration::from_millis(20)));
-    server.push(SHOP, Reply::text(slow).chunk_delay(Duration::from_millis(20)));
-    let endpoint = start_endpoint(&scripted_config(&server)).await;
+    ft.push(FtReply::chunks(vec!["word "; 300]).chunk_delay(Duration::from_millis(20)));
+    server.push(SHOP, Reply::text("word ".repeat(300)).chunk_delay(Duration::from_millis(20)));
+    let endpoint = start_endpoint(&scripted_config_with_forethought(&server, &ft)).await;
     let mut stream = open_stream(&endpoint.url, json!({"message": "receipt and coffee"})).await;
     while let Some(r) = stream.next().await {
         if matches!(&r.event, Event::Text { agent, .. } if agent != "orchestrator") {
@@ -218,20 +229,18 @@ async fn a_client_that_hangs_up_cancels_the_sub_agents_model_calls() {
     }
     drop(stream);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    let ended = || [SUPPORT, SHOP].iter().all(|m| server.requests_for(m)[0].completed.is_some());
+    let ended = || server.requests_for(SHOP)[0].completed.is_some() && ft.requests()[0].completed.is_some();
     while !ended() && tokio::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    for m in [SUPPORT, SHOP] {
-        assert_eq!(server.requests_for(m)[0].completed, Some(false), "{m} model call was cancelled");
-    }
+    assert_eq!(server.requests_for(SHOP)[0].completed, Some(false), "the shopping model call was cancelled");
+    assert_eq!(ft.requests()[0].completed, Some(false), "the Forethought call was cancelled");
 }
 
 #[tokio::test]
 async fn sse_ids_count_up_from_zero_without_gaps() {
     let server = ScriptedServer::start().await.unwrap();
     server.push(ORCH, mixed_orchestrator_reply());
-    server.push(SUPPORT, Reply::text(SUPPORT_TEXT));
     server.push(SHOP, Reply::text(SHOP_TEXT));
     let endpoint = start_endpoint(&scripted_config(&server)).await;
     let received: Vec<_> = open_stream(&endpoint.url, json!({"message": "x"})).await.collect().await;
@@ -252,9 +261,10 @@ async fn a_dropped_call_is_recovered_by_the_failsafe_and_both_agents_answer() {
         ORCH,
         Reply::text("").tool_call(ASK_SHOPPING, json!({"query": "find me coffee deals", "intent_count": 2})),
     );
-    server.push(SUPPORT, Reply::text(SUPPORT_TEXT));
+    let ft = ForethoughtServer::start().await.unwrap();
+    ft.push(FtReply::text(SUPPORT_TEXT));
     server.push(SHOP, Reply::text(SHOP_TEXT));
-    let endpoint = start_endpoint(&scripted_config(&server)).await;
+    let endpoint = start_endpoint(&scripted_config_with_forethought(&server, &ft)).await;
     let events = chat(&endpoint.url, "my receipt didn't scan and find me coffee deals").await;
     let reask = &server.requests_for(ORCH)[1].body;
     assert_eq!(reask["tool_choice"], "required");

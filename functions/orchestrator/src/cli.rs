@@ -4,12 +4,14 @@ use std::time::Duration;
 
 use baton::config::{Config, RequestLimits};
 use baton::orchestrator::TurnRequest;
+use baton::support::forethought::{FORETHOUGHT_DEFAULT_BASE_URL, ForethoughtConfig, PriorContextMode};
 use clap::{Parser, Subcommand};
 
 /// Baton's orchestrator: an agents-as-tools chat endpoint.
 ///
 /// With no OPENAI_API_KEY and no OPENAI_BASE_URL it runs on the offline model: deterministic
 /// rules, no network, for demos and tests. Set either to use OpenAI or any compatible server.
+/// Support answers from the shipped help center unless FORETHOUGHT_API_TOKEN is set.
 #[derive(Debug, Parser)]
 #[command(version, about, long_about)]
 pub(crate) struct Args {
@@ -33,13 +35,44 @@ pub(crate) struct Args {
     #[arg(long, env = "BATON_ORCHESTRATOR_MODEL", default_value = "gpt-4.1-mini", global = true)]
     orchestrator_model: String,
 
-    /// Model of the support agent.
-    #[arg(long, env = "BATON_SUPPORT_MODEL", default_value = "gpt-4.1-mini", global = true)]
-    support_model: String,
-
     /// Model of the shopping agent.
     #[arg(long, env = "BATON_SHOPPING_MODEL", default_value = "gpt-4.1-mini", global = true)]
     shopping_model: String,
+
+    /// The shopping agent uses the OpenAI Responses API (server-side context through
+    /// previous_response_id) instead of Chat Completions.
+    #[arg(long, env = "BATON_SHOPPING_RESPONSES_API", global = true)]
+    shopping_responses_api: bool,
+
+    /// Model calls per shopping answer (the last one may not call tools).
+    #[arg(long, env = "BATON_SHOPPING_MAX_STEPS", default_value_t = 5, global = true)]
+    shopping_max_steps: usize,
+
+    /// Longest one shopping tool call may take.
+    #[arg(long, env = "BATON_TOOL_TIMEOUT_MS", default_value_t = 10_000, global = true)]
+    tool_timeout_ms: u64,
+
+    /// Forethought Solve API token; support uses Forethought when it is set, the offline help
+    /// center otherwise.
+    #[arg(long, env = "FORETHOUGHT_API_TOKEN", hide_env_values = true, global = true)]
+    forethought_token: Option<String>,
+
+    /// Forethought base URL.
+    #[arg(long, env = "FORETHOUGHT_BASE_URL", default_value = FORETHOUGHT_DEFAULT_BASE_URL, global = true)]
+    forethought_base_url: String,
+
+    /// The `channel` sent to Forethought.
+    #[arg(long, env = "FORETHOUGHT_CHANNEL", default_value = "headless", global = true)]
+    forethought_channel: String,
+
+    /// Where the orchestrator's prior_context goes: `prefix` (before the query) or
+    /// `variable:<name>` (a context variable).
+    #[arg(long, env = "FORETHOUGHT_PRIOR_CONTEXT", default_value = "prefix", global = true)]
+    forethought_prior_context: PriorContextMode,
+
+    /// Forethought first-byte and idle timeout.
+    #[arg(long, env = "FORETHOUGHT_TIMEOUT_MS", default_value_t = 20_000, global = true)]
+    forethought_timeout_ms: u64,
 
     /// Longest pause between two flushed events when a buffered agent's text is released.
     #[arg(long, env = "BATON_FLUSH_INTERVAL_MS", default_value_t = 12, global = true)]
@@ -171,8 +204,18 @@ impl Args {
         c.models.base_url = self.openai_base_url.clone().filter(|s| !s.is_empty());
         c.models.api_key = self.openai_api_key.clone().filter(|s| !s.is_empty());
         c.models.orchestrator = self.orchestrator_model.clone();
-        c.models.support = self.support_model.clone();
         c.models.shopping = self.shopping_model.clone();
+        c.models.shopping_responses_api = self.shopping_responses_api;
+        c.shopping_limits.max_steps = self.shopping_max_steps;
+        c.shopping_limits.tool_timeout = Duration::from_millis(self.tool_timeout_ms);
+        if let Some(token) = self.forethought_token.clone().filter(|t| !t.is_empty()) {
+            let mut ft = ForethoughtConfig::new(self.forethought_base_url.clone(), token);
+            ft.channel = self.forethought_channel.clone();
+            ft.prior_context = self.forethought_prior_context.clone();
+            ft.timeouts.first_byte = Duration::from_millis(self.forethought_timeout_ms);
+            ft.timeouts.idle = Duration::from_millis(self.forethought_timeout_ms);
+            c.forethought = Some(ft);
+        }
         c.models.timeouts.connect = Duration::from_millis(self.connect_timeout_ms);
         c.models.timeouts.first_byte = Duration::from_millis(self.first_byte_timeout_ms);
         c.models.timeouts.idle = Duration::from_millis(self.idle_timeout_ms);

@@ -35,6 +35,7 @@ async fn main() -> std::process::ExitCode {
         }
     };
     eprintln!("{}", config.describe_models());
+    eprintln!("{}", config.describe_support());
     if in_lambda {
         let iam = lambda::is_iam(&auth);
         let service =

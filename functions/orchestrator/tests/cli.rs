@@ -5,7 +5,9 @@ use std::process::{Command, Stdio};
 
 fn orchestrator() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_orchestrator"));
-    c.env_remove("OPENAI_API_KEY").env_remove("OPENAI_BASE_URL");
+    for var in ["OPENAI_API_KEY", "OPENAI_BASE_URL", "FORETHOUGHT_API_TOKEN", "FORETHOUGHT_BASE_URL"] {
+        c.env_remove(var);
+    }
     c
 }
 
@@ -18,9 +20,63 @@ fn offline_chat_routes_a_mixed_message_to_both_agents() {
     assert!(out.status.success(), "{stdout}\n{stderr}");
     assert!(stderr.contains("model: offline"), "the offline model is announced: {stderr}");
     assert!(stdout.starts_with("… thinking"), "{stdout}");
+    assert!(stderr.contains("support: offline help center"), "{stderr}");
     assert!(stdout.contains("support[1] started: my receipt didn't scan"), "{stdout}");
     assert!(stdout.contains("shopping[1] started: find me coffee deals"), "{stdout}");
+    // Support answers from the help center and names the article.
+    assert!(stdout.contains("If the app could not read your receipt, retake the photo"), "{stdout}");
+    assert!(
+        stdout
+            .contains("(Source: help-center article \"My receipt didn't scan\", help/receipt-did-not-scan)")
+    );
+    // Shopping searched the catalog with the user's words and listed what it found.
+    assert!(stdout.contains("· shopping[1] calls search_offers"), "{stdout}");
+    assert!(stdout.contains("Here are 5 offers for \"find me coffee deals\":"), "{stdout}");
+    let offers: Vec<&str> = stdout.lines().filter(|l| l.starts_with("- ") && l.contains("[off-")).collect();
+    assert_eq!(offers.len(), 5, "{stdout}");
+    assert!(offers.iter().all(|l| l.contains("Coffee")), "{offers:?}");
     assert!(stdout.contains("✓ completed: Ok, model offline"), "{stdout}");
+}
+
+#[tokio::test]
+async fn chat_uses_forethought_when_a_token_is_set() {
+    use baton::support::scripted::{ForethoughtServer, FtReply};
+    let ft = ForethoughtServer::start().await.unwrap();
+    ft.push(FtReply::text("Forethought says: retake the photo. "));
+    let url = ft.base_url();
+    let out = tokio::task::spawn_blocking(move || {
+        orchestrator()
+            .args(["chat", "my receipt didn't scan"])
+            .env("FORETHOUGHT_API_TOKEN", "t0ken")
+            .env("FORETHOUGHT_BASE_URL", url)
+            .env("FORETHOUGHT_CHANNEL", "app")
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stderr.contains("support: Forethought Solve API at http://127.0.0.1:"), "{stderr}");
+    assert!(stdout.contains("[support[1]] Forethought says: retake the photo."), "{stdout}");
+    let request = &ft.requests()[0];
+    assert_eq!(request.authorization.as_deref(), Some("Bearer t0ken"));
+    assert_eq!(request.body["channel"], "app");
+    assert_eq!(request.body["user_id"], "local");
+}
+
+#[test]
+fn a_bad_forethought_url_fails_at_start_with_a_clear_error() {
+    let out = orchestrator()
+        .args(["chat", "hi"])
+        .env("FORETHOUGHT_API_TOKEN", "t")
+        .env("FORETHOUGHT_BASE_URL", "app.forethought.ai")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(stderr.contains("FORETHOUGHT_BASE_URL"), "{stderr}");
 }
 
 #[test]
@@ -47,10 +103,18 @@ fn help_explains_every_option() {
         "--flush-budget-ms",
         "--idle-timeout-ms",
         "--max-retries",
+        "--shopping-responses-api",
+        "--shopping-max-steps",
+        "--tool-timeout-ms",
+        "--forethought-token",
+        "--forethought-base-url",
+        "--forethought-channel",
+        "--forethought-prior-context",
     ] {
         assert!(help.contains(option), "{option} missing from:\n{help}");
     }
     assert!(help.contains("[env: OPENAI_BASE_URL"), "{help}");
+    assert!(help.contains("[env: FORETHOUGHT_API_TOKEN"), "{help}");
 }
 
 #[test]

@@ -1,20 +1,35 @@
 //! One typed configuration, with defaults that run offline, and the runtime built from it.
 //!
-//! With no `OPENAI_API_KEY` and no `OPENAI_BASE_URL`, every role uses the offline model (it says
-//! so at start-up and in `completed`). Setting either switches all roles to an OpenAI-compatible
-//! server; each role's model name can be set on its own.
+//! With no `OPENAI_API_KEY` and no `OPENAI_BASE_URL`, the orchestrator and the shopping agent use
+//! the offline model (it says so at start-up and in `completed`). Setting either switches both to
+//! an OpenAI-compatible server; each role's model name can be set on its own, and the shopping
+//! agent can use the Responses API instead of Chat Completions.
+//!
+//! Support is the Forethought Solve API when a token is configured, and the offline help-center
+//! agent otherwise.
+//!
+//! Per-episode vendor state (the Forethought conversation, the shopping agent's last response id)
+//! and purchase history come from [`Backends`]: in-memory until a store is plugged in through
+//! [`Config::build_with`].
 
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::agent::ModelAgent;
+use crate::agent::{Agent, LoopLimits, MemoryResponseChains, ResponseChains};
 use crate::model::ChatModel;
 use crate::model::offline::OfflineModel;
 use crate::model::openai::{OpenAiChatModel, OpenAiConfig, RetryPolicy, Timeouts};
+use crate::model::responses::ResponsesModel;
 use crate::mux::MuxConfig;
 use crate::orchestrator::{Orchestrator, TurnConfig};
+use crate::shopping::catalog::{Catalog, PurchaseHistory, SamplePurchases};
+use crate::shopping::shopping_agent;
+use crate::support::agent::ForethoughtAgent;
+use crate::support::forethought::{ForethoughtClient, ForethoughtConfig};
+use crate::support::help_center::{HelpCenter, HelpCenterAgent};
+use crate::support::sessions::{Clock, MemorySupportSessions, SupportSessions, SystemClock};
 
 /// The OpenAI base URL used when only an API key is given.
 pub const OPENAI_DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
@@ -28,10 +43,11 @@ pub struct ModelConfig {
     pub api_key: Option<String>,
     /// Model of the orchestrator.
     pub orchestrator: String,
-    /// Model of the support agent.
-    pub support: String,
     /// Model of the shopping agent.
     pub shopping: String,
+    /// Whether the shopping agent uses the Responses API (with `previous_response_id`) instead
+    /// of Chat Completions.
+    pub shopping_responses_api: bool,
     /// Timeouts of every model call.
     pub timeouts: Timeouts,
     /// Retries of every model call.
@@ -44,8 +60,8 @@ impl Default for ModelConfig {
             base_url: None,
             api_key: None,
             orchestrator: "gpt-4.1-mini".into(),
-            support: "gpt-4.1-mini".into(),
             shopping: "gpt-4.1-mini".into(),
+            shopping_responses_api: false,
             timeouts: Timeouts::default(),
             retry: RetryPolicy::default(),
         }
@@ -87,6 +103,36 @@ pub struct Config {
     pub heartbeat: Duration,
     /// Words that route a clause to support in the offline model.
     pub support_keywords: Vec<String>,
+    /// Forethought settings; `None` runs the offline help-center agent as support.
+    pub forethought: Option<ForethoughtConfig>,
+    /// Bounds of the shopping agent's tool loop.
+    pub shopping_limits: LoopLimits,
+}
+
+/// Where agents keep per-episode state and read per-user data. [`Backends::in_memory`] until the
+/// store implements these traits.
+#[derive(Clone)]
+pub struct Backends {
+    /// The Forethought conversation and support turns per episode.
+    pub support_sessions: Arc<dyn SupportSessions>,
+    /// The shopping agent's last response id per episode.
+    pub response_chains: Arc<dyn ResponseChains>,
+    /// Purchase history for the shopping tools.
+    pub purchases: Arc<dyn PurchaseHistory>,
+    /// Time, for the Forethought continuity window.
+    pub clock: Arc<dyn Clock>,
+}
+
+impl Backends {
+    /// Process-memory state, the sample purchase history and the system clock.
+    pub fn in_memory() -> Backends {
+        Backends {
+            support_sessions: Arc::new(MemorySupportSessions::default()),
+            response_chains: Arc::new(MemoryResponseChains::default()),
+            purchases: Arc::new(SamplePurchases::embedded()),
+            clock: Arc::new(SystemClock),
+        }
+    }
 }
 
 /// The reference configuration, embedded: the defaults live in `config/baton.yaml` only.
@@ -125,6 +171,8 @@ impl Default for Config {
                     limits: RequestLimits::default(),
                     heartbeat: Duration::from_secs(10),
                     support_keywords: Vec::new(),
+                    forethought: None,
+                    shopping_limits: LoopLimits::default(),
                 };
                 base.with_yaml(REFERENCE_CONFIG, "config/baton.yaml")
                     .expect("the embedded reference config is valid")
@@ -155,6 +203,12 @@ pub enum ConfigError {
     /// A model client could not be built.
     #[error(transparent)]
     Model(#[from] crate::model::ModelError),
+    /// An agent's tools could not be registered.
+    #[error(transparent)]
+    Tool(#[from] crate::tool::ToolError),
+    /// The Forethought client could not be built.
+    #[error(transparent)]
+    Vendor(#[from] crate::support::forethought::VendorError),
 }
 
 impl Config {
@@ -224,11 +278,27 @@ impl Config {
         if self.heartbeat.is_zero() {
             return invalid("heartbeat", "must be above zero");
         }
+        if let Some(ft) = &self.forethought {
+            if !(ft.base_url.starts_with("http://") || ft.base_url.starts_with("https://")) {
+                return invalid("FORETHOUGHT_BASE_URL", "must start with http:// or https://");
+            }
+            if ft.token.trim().is_empty() {
+                return invalid("FORETHOUGHT_API_TOKEN", "is empty");
+            }
+        }
+        if self.shopping_limits.max_steps == 0 || self.shopping_limits.tool_timeout.is_zero() {
+            return invalid("shopping limits", "max steps and tool timeout must be above zero");
+        }
         self.validate_routing()
     }
 
-    /// Builds the orchestrator and its sub-agents: clients are made once, here.
+    /// Builds the orchestrator and its sub-agents on in-memory [`Backends`].
     pub fn build(&self) -> Result<Arc<Orchestrator>, ConfigError> {
+        self.build_with(Backends::in_memory())
+    }
+
+    /// Builds the orchestrator and its sub-agents: clients are made once, here.
+    pub fn build_with(&self, backends: Backends) -> Result<Arc<Orchestrator>, ConfigError> {
         self.validate()?;
         let models = &self.models;
         // One HTTP client (one connection pool, one TLS setup) for every model.
@@ -245,21 +315,35 @@ impl Config {
             config.retry = models.retry;
             Ok(Arc::new(OpenAiChatModel::with_client(http.clone(), config)))
         };
-        let support = ModelAgent::new(
-            "support",
-            "You are the support agent of a receipt-rewards app. Answer the user's account, receipt, \
-             points and rewards question briefly and concretely.",
-            model(&models.support)?,
-        );
-        let shopping = ModelAgent::new(
-            "shopping",
-            "You are the shopping agent of a receipt-rewards app. Help the user find offers and \
-             products; be brief and concrete.",
-            model(&models.shopping)?,
-        );
+        let support: Arc<dyn Agent> = match &self.forethought {
+            Some(ft) => Arc::new(ForethoughtAgent::new(
+                ForethoughtClient::new(ft.clone())?,
+                backends.support_sessions,
+                backends.clock,
+            )),
+            None => Arc::new(HelpCenterAgent::new(Arc::new(HelpCenter::embedded()))),
+        };
+        let shopping_model: Arc<dyn ChatModel> = match (&http, models.shopping_responses_api) {
+            (Some(http), true) => {
+                let base_url = models.base_url.clone().unwrap_or_else(|| OPENAI_DEFAULT_BASE_URL.into());
+                let mut config = OpenAiConfig::new(base_url, &models.shopping);
+                config.api_key = models.api_key.clone();
+                config.timeouts = models.timeouts;
+                config.retry = models.retry;
+                Arc::new(ResponsesModel::with_client(http.clone(), config))
+            }
+            _ => model(&models.shopping)?,
+        };
+        let shopping = shopping_agent(
+            shopping_model,
+            Arc::new(Catalog::embedded()),
+            backends.purchases,
+            self.shopping_limits,
+            Some(backends.response_chains),
+        )?;
         Ok(Arc::new(Orchestrator::new(
             model(&models.orchestrator)?,
-            Arc::new(support),
+            support,
             Arc::new(shopping),
             self.turn.clone(),
         )))
@@ -272,7 +356,7 @@ impl Config {
                 .into()
         } else {
             format!(
-                "model: {} at {} (orchestrator {}, support {}, shopping {})",
+                "model: {} at {} (orchestrator {}, shopping {} via {})",
                 if self.models.api_key.is_some() {
                     "OpenAI-compatible, with key"
                 } else {
@@ -280,9 +364,20 @@ impl Config {
                 },
                 self.models.base_url.as_deref().unwrap_or(OPENAI_DEFAULT_BASE_URL),
                 self.models.orchestrator,
-                self.models.support,
                 self.models.shopping,
+                if self.models.shopping_responses_api { "the Responses API" } else { "Chat Completions" },
             )
+        }
+    }
+
+    /// A one-line description of the support agent, for start-up logs.
+    pub fn describe_support(&self) -> String {
+        match &self.forethought {
+            Some(ft) => format!("support: Forethought Solve API at {} (channel {})", ft.base_url, ft.channel),
+            None => {
+                "support: offline help center (shipped articles; set FORETHOUGHT_API_TOKEN for Forethought)"
+                    .into()
+            }
         }
     }
 }

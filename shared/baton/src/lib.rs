@@ -9,7 +9,11 @@
 //! - [`model`]: the [`model::ChatModel`] trait; OpenAI Chat Completions, the offline model, and
 //!   scripted models for tests.
 //! - [`auth`]: who is calling: IAM principal, verified JWT, or the local header.
+//! - [`tool`]: the [`tool::Tool`] trait, a registry, and JSON Schema validation of arguments.
+//! - [`retrieval`]: BM25 full-text ranking over small corpora (help articles, offers).
 //! - [`agent`]: the [`agent::Agent`] trait (request → event stream) and a model-backed agent.
+//! - [`support`]: the support sub-agent: Forethought (with continuity) or the offline help center.
+//! - [`shopping`]: the shopping sub-agent: catalog, tools, tool loop.
 //! - [`orchestrator`]: one chat turn, from `thinking` to `completed`.
 //! - [`routing`]: which sub-agents a turn calls: model pass, failsafe re-ask, guards.
 //! - [`mux`]: the live-slot merge of concurrent sub-agent streams.
@@ -37,4 +41,8 @@ pub mod model;
 pub mod mux;
 pub mod orchestrator;
 pub mod remote;
+pub mod retrieval;
 pub mod routing;
+pub mod shopping;
+pub mod support;
+pub mod tool;

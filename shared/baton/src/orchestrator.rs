@@ -259,6 +259,8 @@ impl Orchestrator {
                 *n += 1;
                 let instance = format!("{}[{n}]", agent.name());
                 let request = AgentRequest {
+                    user_id: turn.user_id.clone(),
+                    episode_id: turn.episode_id.clone(),
                     query: call.query.clone(),
                     prior_context: call.prior_context,
                     history: turn.history.clone(),

@@ -5,11 +5,13 @@
 //! [`ModelDelta::ToolCall`] per call once the model has finished.
 //!
 //! - [`openai`]: OpenAI Chat Completions over HTTP (any compatible server).
+//! - [`responses`]: the OpenAI Responses API over HTTP, with `previous_response_id`.
 //! - [`offline`]: the deterministic rule-based model used when no model is configured.
 //! - [`scripted`]: a scripted OpenAI-compatible HTTP server, and an in-process scripted model.
 
 pub mod offline;
 pub mod openai;
+pub mod responses;
 pub mod scripted;
 
 use std::collections::BTreeMap;
@@ -315,6 +317,25 @@ pub trait ChatModel: Send + Sync {
 
     /// Starts one call.
     fn stream(&self, request: ChatRequest) -> DeltaStream;
+
+    /// Whether the server keeps conversations, so that [`ChatModel::stream_continuing`] works
+    /// (the OpenAI Responses API).
+    fn supports_previous_response(&self) -> bool {
+        false
+    }
+
+    /// Starts one call that continues the server-side conversation ending in
+    /// `previous_response_id`: `request` holds the system prompt and only the items that are new
+    /// since that response. Models without server-side state answer with
+    /// [`ModelError::Config`].
+    fn stream_continuing(&self, request: ChatRequest, previous_response_id: String) -> DeltaStream {
+        let _ = (request, previous_response_id);
+        let error = ModelError::Config(format!(
+            "model `{}` keeps no server-side conversation to continue",
+            self.model_name()
+        ));
+        Box::pin(futures::stream::iter([Err(error)]))
+    }
 }
 
 impl<M: ChatModel + ?Sized> ChatModel for Arc<M> {
@@ -324,6 +345,14 @@ impl<M: ChatModel + ?Sized> ChatModel for Arc<M> {
 
     fn stream(&self, request: ChatRequest) -> DeltaStream {
         (**self).stream(request)
+    }
+
+    fn supports_previous_response(&self) -> bool {
+        (**self).supports_previous_response()
+    }
+
+    fn stream_continuing(&self, request: ChatRequest, previous_response_id: String) -> DeltaStream {
+        (**self).stream_continuing(request, previous_response_id)
     }
 }
 

@@ -4,7 +4,8 @@
 //! - Offered the orchestrator tools, it answers smalltalk directly (the fastpath) and otherwise
 //!   routes by the configured support keywords: clauses that name a support keyword go to
 //!   `ask_support`, the rest to `ask_shopping`, each call carrying the user's own words.
-//! - Given tool results, it composes an answer from them.
+//! - Offered `search_offers` (the shopping agent), it searches with the user's words.
+//! - Given tool results, it composes an answer from them (offers as a list).
 //! - Otherwise it says plainly that it is offline and what it was asked.
 
 use futures::stream;
@@ -14,6 +15,7 @@ use super::{ChatModel, ChatRequest, DeltaStream, FinishReason, Message, ModelDel
 use crate::event::Usage;
 use crate::guard::{self, Smalltalk};
 use crate::orchestrator::{ASK_SHOPPING, ASK_SUPPORT};
+use crate::shopping::tools::SEARCH_OFFERS;
 
 /// The offline model's name in `usage` and `completed` events.
 pub const OFFLINE_MODEL_NAME: &str = "offline";
@@ -125,13 +127,41 @@ impl OfflineModel {
                 _ => None,
             })
             .collect();
-        let mut text = String::from("Here is what I found:");
-        for r in results.iter().rev() {
-            text.push_str("\n- ");
-            text.push_str(r);
+        let mut text = String::new();
+        for result in results.iter().rev() {
+            let value: serde_json::Value = serde_json::from_str(result).unwrap_or_default();
+            if let Some(offers) = value["offers"].as_array() {
+                text.push_str(&compose_offers(value["query"].as_str().unwrap_or_default(), offers));
+            } else {
+                text.push_str(if text.is_empty() { "Here is what I found:" } else { "" });
+                text.push_str("\n- ");
+                text.push_str(result);
+            }
         }
-        Answer::text(&text)
+        Answer::text(if text.is_empty() { "I found nothing to report." } else { &text })
     }
+}
+
+/// Offers as a short list, as a shopping agent would write them.
+fn compose_offers(query: &str, offers: &[serde_json::Value]) -> String {
+    if offers.is_empty() {
+        return format!("I couldn't find any offers for \"{query}\" right now.");
+    }
+    let mut text = match offers.len() {
+        1 => format!("Here is one offer for \"{query}\":"),
+        n => format!("Here are {n} offers for \"{query}\":"),
+    };
+    for o in offers {
+        text.push_str(&format!(
+            "\n- {} ({}; {}, until {}) [{}]",
+            o["title"].as_str().unwrap_or("?"),
+            o["requirement"].as_str().unwrap_or("?"),
+            o["retailer"].as_str().unwrap_or("?"),
+            o["expires"].as_str().unwrap_or("?"),
+            o["id"].as_str().unwrap_or("?"),
+        ));
+    }
+    text
 }
 
 /// Splits on sentence ends and on " and " / " also " between clauses.
@@ -180,10 +210,22 @@ impl ChatModel for OfflineModel {
     fn stream(&self, request: ChatRequest) -> DeltaStream {
         let orchestrating = request.tools.iter().any(|t| t.name == ASK_SUPPORT || t.name == ASK_SHOPPING);
         let has_results = matches!(request.messages.last(), Some(Message::Tool { .. }));
+        let can_search = request.tools.iter().any(|t| t.name == SEARCH_OFFERS)
+            && request.tool_choice != Some(super::ToolChoice::None);
         let answer = if orchestrating {
             self.orchestrate(&request)
         } else if has_results {
             OfflineModel::compose(&request)
+        } else if can_search {
+            let query = request.last_user_text().rsplit("\n\n").next().unwrap_or_default().trim();
+            Answer {
+                text: String::new(),
+                calls: vec![ToolCall {
+                    id: "offline_call_0".into(),
+                    name: SEARCH_OFFERS.into(),
+                    arguments: json!({"query": query}).to_string(),
+                }],
+            }
         } else {
             Answer::text(&format!(
                 "I'm running offline, with no model or vendor connected, so I can't look this up \
@@ -262,6 +304,32 @@ mod tests {
         assert!(r.tool_calls.is_empty());
         assert_eq!(r.finish, Some(FinishReason::Stop));
         assert!(r.text.starts_with("Hi!"));
+    }
+
+    #[tokio::test]
+    async fn offered_search_offers_it_searches_with_the_users_words_then_lists_the_results() {
+        let search =
+            ToolSpec { name: SEARCH_OFFERS.into(), description: String::new(), parameters: json!({}) };
+        let mut request = ChatRequest {
+            messages: vec![Message::system("shop"), Message::user("find me coffee deals")],
+            tools: vec![search],
+            ..Default::default()
+        };
+        let r = collect(model().stream(request.clone())).await.unwrap();
+        assert_eq!(r.tool_calls.len(), 1);
+        assert_eq!(r.tool_calls[0].parse_arguments().unwrap(), json!({"query": "find me coffee deals"}));
+        request.messages.push(Message::Assistant { content: None, tool_calls: r.tool_calls.clone() });
+        let result = json!({"query": "find me coffee deals", "offers": [{"id": "off-0001", "title": "500 points on X Coffee",
+            "requirement": "Buy 1 X Coffee", "retailer": "any store", "expires": "2027-01-01"}]});
+        request
+            .messages
+            .push(Message::Tool { call_id: "offline_call_0".into(), content: result.to_string() });
+        let r = collect(model().stream(request)).await.unwrap();
+        assert!(r.tool_calls.is_empty());
+        assert_eq!(
+            r.text,
+            "Here is one offer for \"find me coffee deals\":\n- 500 points on X Coffee (Buy 1 X Coffee; any store, until 2027-01-01) [off-0001]"
+        );
     }
 
     #[test]

@@ -111,14 +111,36 @@ impl OpenAiConfig {
 /// A Chat Completions model. Cheap to clone; build it once and share it.
 #[derive(Debug, Clone)]
 pub struct OpenAiChatModel {
-    inner: Arc<Inner>,
+    inner: Arc<Endpoint>,
 }
 
+/// One OpenAI-style streaming endpoint (Chat Completions or Responses): where to POST, how, and
+/// with which retries. Shared by both clients.
 #[derive(Debug)]
-struct Inner {
+pub(crate) struct Endpoint {
     http: reqwest::Client,
     url: String,
-    config: OpenAiConfig,
+    pub(crate) config: OpenAiConfig,
+}
+
+impl Endpoint {
+    /// An endpoint at `{base_url}/{path}`.
+    pub(crate) fn new(http: reqwest::Client, config: OpenAiConfig, path: &str) -> Endpoint {
+        let url = format!("{}/{path}", config.base_url.trim_end_matches('/'));
+        Endpoint { http, url, config }
+    }
+}
+
+/// Turns the SSE events of one streamed answer into deltas.
+pub(crate) trait StreamParser: Default + Send {
+    /// Parses one SSE event.
+    fn event(&mut self, event: &eventsource_stream::Event) -> Result<Vec<ModelDelta>, ModelError>;
+
+    /// Whether the answer is over (later bytes are not read).
+    fn is_done(&self) -> bool;
+
+    /// The body ended: what is left to emit, or why the answer is incomplete.
+    fn end(&mut self) -> Result<Vec<ModelDelta>, ModelError>;
 }
 
 impl OpenAiChatModel {
@@ -140,8 +162,7 @@ impl OpenAiChatModel {
 
     /// Builds the model on a shared HTTP client (its connect timeout applies).
     pub fn with_client(http: reqwest::Client, config: OpenAiConfig) -> OpenAiChatModel {
-        let url = format!("{}/chat/completions", config.base_url.trim_end_matches('/'));
-        OpenAiChatModel { inner: Arc::new(Inner { http, url, config }) }
+        OpenAiChatModel { inner: Arc::new(Endpoint::new(http, config, "chat/completions")) }
     }
 }
 
@@ -151,49 +172,57 @@ impl ChatModel for OpenAiChatModel {
     }
 
     fn stream(&self, request: ChatRequest) -> DeltaStream {
-        let inner = self.inner.clone();
-        let body = request_body(&inner.config.model, &request);
-        Box::pin(async_stream::stream! {
-            let mut attempt = 0;
-            loop {
-                let mut delivered = false;
-                let mut failure = None;
-                {
-                    let attempt_stream = inner.attempt(&body);
-                    futures::pin_mut!(attempt_stream);
-                    while let Some(item) = attempt_stream.next().await {
-                        match item {
-                            Ok(delta) => {
-                                delivered = true;
-                                yield Ok(delta);
-                            }
-                            Err(e) => {
-                                failure = Some(e);
-                                break;
-                            }
-                        }
-                    }
-                }
-                let Some(error) = failure else { return };
-                match inner.config.retry.delay(attempt, &error).filter(|_| !delivered) {
-                    Some(wait) => {
-                        tracing::warn!(model = %inner.config.model, attempt, ?wait, %error, "retrying model call");
-                        tokio::time::sleep(wait).await;
-                        attempt += 1;
-                    }
-                    None => {
-                        yield Err(error);
-                        return;
-                    }
-                }
-            }
-        })
+        let body = request_body(&self.inner.config.model, &request);
+        retrying_stream::<ChunkParser>(self.inner.clone(), body)
     }
 }
 
-impl Inner {
+/// POSTs `body` to `endpoint` and streams the parsed deltas, retrying failures that happen before
+/// the first delta reached the caller.
+pub(crate) fn retrying_stream<P: StreamParser + 'static>(
+    endpoint: Arc<Endpoint>,
+    body: Value,
+) -> DeltaStream {
+    Box::pin(async_stream::stream! {
+        let mut attempt = 0;
+        loop {
+            let mut delivered = false;
+            let mut failure = None;
+            {
+                let attempt_stream = endpoint.attempt::<P>(&body);
+                futures::pin_mut!(attempt_stream);
+                while let Some(item) = attempt_stream.next().await {
+                    match item {
+                        Ok(delta) => {
+                            delivered = true;
+                            yield Ok(delta);
+                        }
+                        Err(e) => {
+                            failure = Some(e);
+                            break;
+                        }
+                    }
+                }
+            }
+            let Some(error) = failure else { return };
+            match endpoint.config.retry.delay(attempt, &error).filter(|_| !delivered) {
+                Some(wait) => {
+                    tracing::warn!(model = %endpoint.config.model, attempt, ?wait, %error, "retrying model call");
+                    tokio::time::sleep(wait).await;
+                    attempt += 1;
+                }
+                None => {
+                    yield Err(error);
+                    return;
+                }
+            }
+        }
+    })
+}
+
+impl Endpoint {
     /// One HTTP attempt: the deltas it produced, ending with an error if it failed.
-    fn attempt<'a>(
+    fn attempt<'a, P: StreamParser + 'a>(
         &'a self,
         body: &'a Value,
     ) -> impl futures::Stream<Item = Result<ModelDelta, ModelError>> + Send + 'a {
@@ -213,8 +242,8 @@ impl Inner {
                 return;
             }
             let mut events = response.bytes_stream().eventsource();
-            let mut parser = ChunkParser::default();
-            loop {
+            let mut parser = P::default();
+            while !parser.is_done() {
                 let event = match tokio::time::timeout(timeouts.idle, events.next()).await {
                     Err(_) => { yield Err(ModelError::Timeout(TimeoutKind::Idle)); return; }
                     Ok(None) => break,
@@ -224,14 +253,7 @@ impl Inner {
                     }
                     Ok(Some(Ok(event))) => event,
                 };
-                if event.data.trim() == "[DONE]" {
-                    parser.done = true;
-                    break;
-                }
-                if event.data.trim().is_empty() {
-                    continue;
-                }
-                match parser.feed(&event.data) {
+                match parser.event(&event) {
                     Ok(deltas) => for d in deltas { yield Ok(d); },
                     Err(e) => { yield Err(e); return; }
                 }
@@ -244,7 +266,7 @@ impl Inner {
     }
 }
 
-fn transport_error(e: &reqwest::Error) -> ModelError {
+pub(crate) fn transport_error(e: &reqwest::Error) -> ModelError {
     if e.is_connect() {
         ModelError::Connect(error_chain(e))
     } else if e.is_timeout() {
@@ -265,7 +287,7 @@ fn error_chain(e: &dyn std::error::Error) -> String {
     s
 }
 
-async fn http_error(response: reqwest::Response) -> ModelError {
+pub(crate) async fn http_error(response: reqwest::Response) -> ModelError {
     let status = response.status().as_u16();
     let retry_after = retry_after(response.headers());
     let body = response.text().await.unwrap_or_default();
@@ -327,21 +349,26 @@ pub fn request_body(model: &str, request: &ChatRequest) -> Value {
                 }})
             })
             .collect();
-        if let Some(choice) = request.tool_choice {
-            body["tool_choice"] = json!(match choice {
-                ToolChoice::Auto => "auto",
-                ToolChoice::Required => "required",
-                ToolChoice::None => "none",
-            });
-        }
-        if let Some(parallel) = request.parallel_tool_calls {
-            body["parallel_tool_calls"] = json!(parallel);
-        }
+        tool_options(&mut body, request);
     }
     if let Some(max) = request.max_tokens {
         body["max_tokens"] = json!(max);
     }
     body
+}
+
+/// `tool_choice` and `parallel_tool_calls`, spelled the same in both OpenAI APIs.
+pub(crate) fn tool_options(body: &mut Value, request: &ChatRequest) {
+    if let Some(choice) = request.tool_choice {
+        body["tool_choice"] = json!(match choice {
+            ToolChoice::Auto => "auto",
+            ToolChoice::Required => "required",
+            ToolChoice::None => "none",
+        });
+    }
+    if let Some(parallel) = request.parallel_tool_calls {
+        body["parallel_tool_calls"] = json!(parallel);
+    }
 }
 
 fn wire_message(message: &Message) -> Value {
@@ -472,7 +499,7 @@ impl ChunkParser {
 
     /// The stream ended: flushes tool calls a server never closed with a finish reason, or fails
     /// when the stream stopped before the model finished.
-    pub fn end(&mut self) -> Result<Vec<ModelDelta>, ModelError> {
+    pub fn finish(&mut self) -> Result<Vec<ModelDelta>, ModelError> {
         if self.finished {
             return Ok(Vec::new());
         }
@@ -488,7 +515,29 @@ impl ChunkParser {
     }
 }
 
-fn shorten(s: &str) -> &str {
+impl StreamParser for ChunkParser {
+    fn event(&mut self, event: &eventsource_stream::Event) -> Result<Vec<ModelDelta>, ModelError> {
+        let data = event.data.trim();
+        if data == "[DONE]" {
+            self.done = true;
+            return Ok(Vec::new());
+        }
+        if data.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.feed(data)
+    }
+
+    fn is_done(&self) -> bool {
+        self.done
+    }
+
+    fn end(&mut self) -> Result<Vec<ModelDelta>, ModelError> {
+        self.finish()
+    }
+}
+
+pub(crate) fn shorten(s: &str) -> &str {
     match s.char_indices().nth(120) {
         Some((cut, _)) => &s[..cut],
         None => s,
@@ -556,7 +605,7 @@ mod tests {
     fn stream_without_finish_or_done_is_truncated() {
         let mut p = ChunkParser::default();
         p.feed(r#"{"id":"x","choices":[{"delta":{"content":"hi"}}]}"#).unwrap();
-        assert!(matches!(p.end(), Err(ModelError::Truncated(_))));
+        assert!(matches!(p.finish(), Err(ModelError::Truncated(_))));
     }
 
     #[test]

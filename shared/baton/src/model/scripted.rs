@@ -1,7 +1,8 @@
 //! Scripted models for tests and benchmarks.
 //!
 //! - [`ScriptedServer`]: a real OpenAI-compatible HTTP server on `127.0.0.1:0` that replays
-//!   [`Reply`] scripts as Chat Completions streams: per-chunk delays, argument fragmentation,
+//!   [`Reply`] scripts as Chat Completions streams (`/v1/chat/completions`) or Responses API
+//!   streams (`/v1/responses`): per-chunk delays, argument fragmentation,
 //!   HTTP errors with `Retry-After`, streams cut off or stalled midway, raw captured bytes.
 //!   Replies are queued per model name, so concurrent agents that use different model names get
 //!   deterministic answers whatever order their requests arrive in.
@@ -223,6 +224,90 @@ impl StreamReply {
         out
     }
 
+    /// The Responses API stream events of this answer, as `response_id`.
+    pub fn response_events(&self, model: &str, response_id: &str) -> Vec<Value> {
+        let response = |status: &str, output: &[Value]| {
+            json!({"id": response_id, "object": "response", "status": status, "model": model,
+                   "output": output})
+        };
+        let mut out = vec![json!({"type": "response.created", "response": response("in_progress", &[])})];
+        let mut output: Vec<Value> = Vec::new();
+        let mut calls = 0;
+        for part in &self.parts {
+            let index = output.len();
+            match part {
+                Part::Text(t) => {
+                    let id = format!("msg_{index}");
+                    let item = |status: &str, text: &str| {
+                        json!({"type": "message", "id": id, "role": "assistant", "status": status,
+                               "content": [{"type": "output_text", "text": text, "annotations": []}]})
+                    };
+                    out.push(json!({"type": "response.output_item.added", "output_index": index,
+                                    "item": item("in_progress", "")}));
+                    out.extend(words(t).map(|w| {
+                        json!({"type": "response.output_text.delta", "item_id": id, "output_index": index,
+                               "content_index": 0, "delta": w})
+                    }));
+                    out.push(
+                        json!({"type": "response.output_text.done", "item_id": id, "output_index": index,
+                                    "content_index": 0, "text": t}),
+                    );
+                    out.push(json!({"type": "response.output_item.done", "output_index": index,
+                                    "item": item("completed", t)}));
+                    output.push(item("completed", t));
+                }
+                Part::Reasoning(t) => {
+                    let id = format!("rs_{index}");
+                    let item = json!({"type": "reasoning", "id": id, "summary": []});
+                    out.push(
+                        json!({"type": "response.output_item.added", "output_index": index, "item": item}),
+                    );
+                    out.extend(words(t).map(|w| {
+                        json!({"type": "response.reasoning_summary_text.delta", "item_id": id,
+                               "output_index": index, "summary_index": 0, "delta": w})
+                    }));
+                    let done = json!({"type": "reasoning", "id": id,
+                                      "summary": [{"type": "summary_text", "text": t}]});
+                    out.push(
+                        json!({"type": "response.output_item.done", "output_index": index, "item": done}),
+                    );
+                    output.push(done);
+                }
+                Part::ToolCall { name, arguments } => {
+                    let (id, call_id) = (format!("fc_{index}"), format!("call_{calls}"));
+                    calls += 1;
+                    let args = arguments.to_string();
+                    let item = |status: &str, args: &str| {
+                        json!({"type": "function_call", "id": id, "call_id": call_id, "name": name,
+                               "arguments": args, "status": status})
+                    };
+                    out.push(json!({"type": "response.output_item.added", "output_index": index,
+                                    "item": item("in_progress", "")}));
+                    out.extend(split_even(&args, self.fragments).into_iter().map(|piece| {
+                        json!({"type": "response.function_call_arguments.delta", "item_id": id,
+                               "output_index": index, "delta": piece})
+                    }));
+                    out.push(json!({"type": "response.function_call_arguments.done", "item_id": id,
+                                    "output_index": index, "arguments": args}));
+                    out.push(json!({"type": "response.output_item.done", "output_index": index,
+                                    "item": item("completed", &args)}));
+                    output.push(item("completed", &args));
+                }
+                Part::Error(message) => out.push(
+                    json!({"type": "error", "code": "server_error", "message": message, "param": null}),
+                ),
+            }
+        }
+        let mut completed = response("completed", &output);
+        completed["usage"] = json!({"input_tokens": self.usage.input_tokens,
+            "output_tokens": self.usage.output_tokens, "total_tokens": self.usage.total()});
+        out.push(json!({"type": "response.completed", "response": completed}));
+        for (n, event) in out.iter_mut().enumerate() {
+            event["sequence_number"] = json!(n);
+        }
+        out
+    }
+
     /// The deltas a client should decode from this answer (used by [`ScriptedModel`]).
     pub fn deltas(&self) -> Vec<Result<ModelDelta, ModelError>> {
         let mut out = vec![Ok(ModelDelta::ResponseId("chatcmpl-scripted".into()))];
@@ -283,6 +368,8 @@ fn split_even(s: &str, n: usize) -> Vec<&str> {
 /// A request the server received.
 #[derive(Debug, Clone)]
 pub struct RecordedRequest {
+    /// Which API it called.
+    pub api: Api,
     /// The `model` field.
     pub model: String,
     /// The whole JSON body.
@@ -298,6 +385,15 @@ pub struct RecordedRequest {
     pub completed: Option<bool>,
 }
 
+/// The two OpenAI APIs the scripted server speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Api {
+    /// `POST /v1/chat/completions`.
+    ChatCompletions,
+    /// `POST /v1/responses`; response ids are `resp_<n>` with `n` the request's arrival index.
+    Responses,
+}
+
 #[derive(Default)]
 struct ServerState {
     queues: Mutex<HashMap<String, VecDeque<Reply>>>,
@@ -305,33 +401,53 @@ struct ServerState {
     requests: Mutex<Vec<RecordedRequest>>,
 }
 
+/// A router served on `127.0.0.1:0` until dropped; the base of the scripted servers.
+pub(crate) struct LoopbackServer {
+    pub(crate) addr: SocketAddr,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl LoopbackServer {
+    /// Serves `app` on a free loopback port.
+    pub(crate) async fn start(app: axum::Router) -> std::io::Result<LoopbackServer> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let task = tokio::spawn(async move {
+            // The server only ends with the process or when the handle is dropped (aborted).
+            let _ = axum::serve(listener, app).await;
+        });
+        Ok(LoopbackServer { addr, task })
+    }
+}
+
+impl Drop for LoopbackServer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
 /// A scripted OpenAI-compatible server on loopback. Stops when dropped.
 pub struct ScriptedServer {
-    addr: SocketAddr,
+    server: LoopbackServer,
     state: Arc<ServerState>,
-    task: tokio::task::JoinHandle<()>,
 }
 
 impl ScriptedServer {
     /// Starts the server on `127.0.0.1:0`.
     pub async fn start() -> std::io::Result<ScriptedServer> {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let addr = listener.local_addr()?;
         let state = Arc::new(ServerState::default());
         let app = axum::Router::new()
             .route("/v1/chat/completions", post(completions))
             .route("/chat/completions", post(completions))
+            .route("/v1/responses", post(responses))
+            .route("/responses", post(responses))
             .with_state(state.clone());
-        let task = tokio::spawn(async move {
-            // The server only ends with the process or when the handle is dropped (aborted).
-            let _ = axum::serve(listener, app).await;
-        });
-        Ok(ScriptedServer { addr, state, task })
+        Ok(ScriptedServer { server: LoopbackServer::start(app).await?, state })
     }
 
     /// The base URL to give a client (`http://127.0.0.1:PORT/v1`).
     pub fn base_url(&self) -> String {
-        format!("http://{}/v1", self.addr)
+        format!("http://{}/v1", self.server.addr)
     }
 
     /// Queues `reply` for the next request for `model`.
@@ -358,17 +474,23 @@ impl ScriptedServer {
     }
 }
 
-impl Drop for ScriptedServer {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
 async fn completions(
     State(state): State<Arc<ServerState>>,
     headers: axum::http::HeaderMap,
     body: Bytes,
 ) -> Response {
+    answer(state, headers, body, Api::ChatCompletions).await
+}
+
+async fn responses(
+    State(state): State<Arc<ServerState>>,
+    headers: axum::http::HeaderMap,
+    body: Bytes,
+) -> Response {
+    answer(state, headers, body, Api::Responses).await
+}
+
+async fn answer(state: Arc<ServerState>, headers: axum::http::HeaderMap, body: Bytes, api: Api) -> Response {
     let body: Value = match serde_json::from_slice(&body) {
         Ok(v) => v,
         Err(e) => return error_response(400, None, &format!("invalid JSON body: {e}")),
@@ -377,6 +499,7 @@ async fn completions(
     let index = {
         let mut requests = state.requests.lock().expect("requests lock");
         requests.push(RecordedRequest {
+            api,
             model: model.clone(),
             body,
             authorization: headers.get("authorization").and_then(|v| v.to_str().ok()).map(str::to_owned),
@@ -417,54 +540,102 @@ async fn completions(
             }
             tokio::time::sleep(script.first_byte_delay).await;
             mark_first_byte();
-            let guard = CompletionGuard { state: state.clone(), index, completed: false };
-            sse_response(Body::from_stream(stream_body(script, model, guard)))
+            let (frames, trailer) = match api {
+                Api::ChatCompletions => (
+                    script.chunks(&model).iter().map(|c| Bytes::from(format!("data: {c}\n\n"))).collect(),
+                    Some(Bytes::from_static(b"data: [DONE]\n\n")),
+                ),
+                Api::Responses => (
+                    script
+                        .response_events(&model, &format!("resp_{index}"))
+                        .iter()
+                        .map(|e| {
+                            Bytes::from(format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap_or("")))
+                        })
+                        .collect(),
+                    None,
+                ),
+            };
+            let pacing = Pacing {
+                chunk_delay: script.chunk_delay,
+                cut_after: script.cut_after,
+                stall_after: script.stall_after,
+                gate: None,
+            };
+            let on_end = move |completed| {
+                if let Ok(mut requests) = state.requests.lock() {
+                    requests[index].completed = Some(completed);
+                }
+            };
+            sse_response(Body::from_stream(paced_body(frames, trailer, pacing, |_| {}, on_end)))
         }
     }
 }
 
-/// Records how a streamed answer ended when its body is dropped.
-struct CompletionGuard {
-    state: Arc<ServerState>,
-    index: usize,
+/// How a scripted body sends its frames.
+pub(crate) struct Pacing {
+    /// Delay before each frame after the first.
+    pub(crate) chunk_delay: Duration,
+    /// Abort the connection before frame `n`.
+    pub(crate) cut_after: Option<usize>,
+    /// Go silent before frame `n`, keeping the connection open.
+    pub(crate) stall_after: Option<usize>,
+    /// Hold frame `n` until the semaphore has a permit.
+    pub(crate) gate: Option<(usize, Arc<Semaphore>)>,
+}
+
+/// Calls its function with whether the body was sent whole when it is dropped.
+struct OnEnd<F: FnOnce(bool)> {
+    f: Option<F>,
     completed: bool,
 }
 
-impl Drop for CompletionGuard {
+impl<F: FnOnce(bool)> Drop for OnEnd<F> {
     fn drop(&mut self) {
-        if let Ok(mut requests) = self.state.requests.lock() {
-            requests[self.index].completed = Some(self.completed);
+        if let Some(f) = self.f.take() {
+            f(self.completed);
         }
     }
 }
 
-fn stream_body(
-    script: StreamReply,
-    model: String,
-    guard: CompletionGuard,
+/// A scripted response body: `frames` paced by `pacing`, then `trailer`. `on_frame(i)` runs as
+/// frame `i` goes out; `on_end(true)` once every frame was sent, `on_end(false)` if the body was
+/// dropped first (the client went away) or cut.
+pub(crate) fn paced_body(
+    frames: Vec<Bytes>,
+    trailer: Option<Bytes>,
+    pacing: Pacing,
+    mut on_frame: impl FnMut(usize) + Send + 'static,
+    on_end: impl FnOnce(bool) + Send + 'static,
 ) -> impl futures::Stream<Item = Result<Bytes, std::io::Error>> + Send {
     async_stream::stream! {
-        // Move the whole guard in (a closure would otherwise capture only the field), so it
-        // drops with the body.
-        let mut guard = guard;
-        let chunks = script.chunks(&model);
-        for (i, chunk) in chunks.iter().enumerate() {
-            // The delay comes first, so chunks sent before a cut have been flushed to the client
+        let mut end = OnEnd { f: Some(on_end), completed: false };
+        for (i, frame) in frames.into_iter().enumerate() {
+            // The delay comes first, so frames sent before a cut have been flushed to the client
             // (a body error drops whatever the server still had buffered).
-            if i > 0 && !script.chunk_delay.is_zero() {
-                tokio::time::sleep(script.chunk_delay).await;
+            if i > 0 && !pacing.chunk_delay.is_zero() {
+                tokio::time::sleep(pacing.chunk_delay).await;
             }
-            if script.cut_after == Some(i) {
+            if let Some((n, gate)) = &pacing.gate {
+                if *n == i {
+                    // A closed gate releases everyone; it is not an error.
+                    drop(gate.acquire().await);
+                }
+            }
+            if pacing.cut_after == Some(i) {
                 yield Err(std::io::Error::new(std::io::ErrorKind::ConnectionAborted, "scripted cut"));
                 return;
             }
-            if script.stall_after == Some(i) {
+            if pacing.stall_after == Some(i) {
                 std::future::pending::<()>().await;
             }
-            yield Ok(Bytes::from(format!("data: {chunk}\n\n")));
+            on_frame(i);
+            yield Ok(frame);
         }
-        guard.completed = true;
-        yield Ok(Bytes::from_static(b"data: [DONE]\n\n"));
+        end.completed = true;
+        if let Some(trailer) = trailer {
+            yield Ok(trailer);
+        }
     }
 }
 

@@ -1,0 +1,362 @@
+//! The Forethought Solve API client.
+//!
+//! - Start: `POST {base}/solve/api/v1/conversation`.
+//! - Continue: `PUT {base}/solve/api/v1/conversation/{conversation_id}`.
+//!
+//! Both send a bearer token and the JSON body `{query, user_id, channel, context_variables}`.
+//! The answer is either one JSON object (`application/json`: `{conversation_id, response, …}`) or
+//! a stream of such objects whose `response` fields are consecutive fragments of the answer
+//! (`application/x-ndjson`, one per line, or `text/event-stream`, one per `data:`); fragments are
+//! handed on as they arrive. Connect, first-byte and idle timeouts bound every call, so a vendor
+//! that stalls becomes an error, never a hang.
+
+use std::time::Duration;
+
+use eventsource_stream::Eventsource;
+use futures::{Stream, StreamExt};
+use serde::Deserialize;
+use serde_json::{Map, Value, json};
+
+use crate::model::openai::Timeouts;
+
+/// The Forethought production host.
+pub const FORETHOUGHT_DEFAULT_BASE_URL: &str = "https://app.forethought.ai";
+
+/// How the orchestrator's `prior_context` reaches Forethought.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PriorContextMode {
+    /// In front of the query: `Context from earlier: …\n\n<query>`.
+    Prefix,
+    /// As the context variable of this name; the query stays the user's words.
+    ContextVariable(String),
+}
+
+impl std::str::FromStr for PriorContextMode {
+    type Err = String;
+
+    /// `prefix`, or `variable:<name>`.
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.trim() {
+            "prefix" => Ok(PriorContextMode::Prefix),
+            other => match other.strip_prefix("variable:").map(str::trim) {
+                Some(name) if !name.is_empty() => Ok(PriorContextMode::ContextVariable(name.to_owned())),
+                _ => Err(format!("`{s}` is neither `prefix` nor `variable:<name>`")),
+            },
+        }
+    }
+}
+
+/// Settings of the Forethought client and agent.
+#[derive(Debug, Clone)]
+pub struct ForethoughtConfig {
+    /// Base URL (scheme and host), e.g. `https://app.forethought.ai`.
+    pub base_url: String,
+    /// Solve API token, sent as a bearer token.
+    pub token: String,
+    /// The `channel` field.
+    pub channel: String,
+    /// Where `prior_context` goes.
+    pub prior_context: PriorContextMode,
+    /// Context variables sent with every request.
+    pub context_variables: Map<String, Value>,
+    /// Connect, first-byte and idle timeouts.
+    pub timeouts: Timeouts,
+    /// A stored conversation younger than this is continued; an older one is replaced.
+    pub continue_window: Duration,
+    /// How many earlier support turns prefix the first query of a replacement conversation.
+    pub prefix_turns: usize,
+}
+
+impl ForethoughtConfig {
+    /// Defaults (55-minute window, 6 turns, 20 s first byte and idle) for `base_url` and `token`.
+    pub fn new(base_url: impl Into<String>, token: impl Into<String>) -> ForethoughtConfig {
+        ForethoughtConfig {
+            base_url: base_url.into(),
+            token: token.into(),
+            channel: "headless".into(),
+            prior_context: PriorContextMode::Prefix,
+            context_variables: Map::new(),
+            timeouts: Timeouts {
+                connect: Duration::from_secs(5),
+                first_byte: Duration::from_secs(20),
+                idle: Duration::from_secs(20),
+            },
+            continue_window: Duration::from_secs(55 * 60),
+            prefix_turns: 6,
+        }
+    }
+}
+
+/// One Solve request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SolveRequest {
+    /// The query as sent.
+    pub query: String,
+    /// The end user.
+    pub user_id: String,
+    /// Context variables (merged over the configured ones).
+    pub context_variables: Map<String, Value>,
+}
+
+/// One piece of an answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SolveChunk {
+    /// The conversation, when the piece names it.
+    pub conversation_id: Option<String>,
+    /// A fragment of the answer (the whole answer for a JSON reply).
+    pub text: String,
+}
+
+/// A Forethought call failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum VendorError {
+    /// Forethought could not be reached.
+    #[error("cannot reach Forethought: {0}")]
+    Connect(String),
+    /// A timeout fired.
+    #[error("Forethought timed out ({0})")]
+    Timeout(&'static str),
+    /// Forethought answered with an HTTP error.
+    #[error("Forethought answered HTTP {status}: {message}")]
+    Http {
+        /// The status.
+        status: u16,
+        /// The body's message (or the body).
+        message: String,
+    },
+    /// The answer broke off.
+    #[error("the Forethought answer broke off: {0}")]
+    Truncated(String),
+    /// The answer was not what the API documents.
+    #[error("invalid Forethought answer: {0}")]
+    Decode(String),
+}
+
+impl VendorError {
+    /// A stable code for `error` events.
+    pub fn code(&self) -> &'static str {
+        match self {
+            VendorError::Connect(_) => "support_unreachable",
+            VendorError::Timeout(_) => "support_timeout",
+            VendorError::Http { status: 429, .. } => "support_rate_limited",
+            VendorError::Http { status, .. } if *status >= 500 => "support_server_error",
+            VendorError::Http { .. } => "support_rejected_request",
+            VendorError::Truncated(_) => "support_stream_truncated",
+            VendorError::Decode(_) => "support_invalid_response",
+        }
+    }
+
+    /// Whether the same request may succeed later.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            VendorError::Connect(_) | VendorError::Timeout(_) | VendorError::Truncated(_) => true,
+            VendorError::Http { status, .. } => *status == 429 || *status >= 500,
+            VendorError::Decode(_) => false,
+        }
+    }
+
+    /// Whether a continued conversation no longer exists on Forethought's side.
+    pub fn is_conversation_gone(&self) -> bool {
+        matches!(self, VendorError::Http { status: 404 | 410, .. })
+    }
+}
+
+/// The pieces of one answer, ending with an error if the call failed.
+pub type SolveStream = std::pin::Pin<Box<dyn Stream<Item = Result<SolveChunk, VendorError>> + Send>>;
+
+/// A Forethought Solve client. Cheap to clone; build it once.
+#[derive(Debug, Clone)]
+pub struct ForethoughtClient {
+    http: reqwest::Client,
+    config: std::sync::Arc<ForethoughtConfig>,
+}
+
+impl ForethoughtClient {
+    /// A client on a shared HTTP client (its connect timeout applies).
+    pub fn with_client(http: reqwest::Client, config: ForethoughtConfig) -> ForethoughtClient {
+        ForethoughtClient { http, config: std::sync::Arc::new(config) }
+    }
+
+    /// A client with its own HTTP client.
+    pub fn new(config: ForethoughtConfig) -> Result<ForethoughtClient, VendorError> {
+        let http = reqwest::Client::builder()
+            .connect_timeout(config.timeouts.connect)
+            .tcp_nodelay(true)
+            .build()
+            .map_err(|e| VendorError::Connect(e.to_string()))?;
+        Ok(ForethoughtClient::with_client(http, config))
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &ForethoughtConfig {
+        &self.config
+    }
+
+    /// Starts a conversation.
+    pub fn start(&self, request: &SolveRequest) -> SolveStream {
+        let url = format!("{}/solve/api/v1/conversation", self.config.base_url.trim_end_matches('/'));
+        self.call(self.http.post(url), request)
+    }
+
+    /// Continues `conversation_id`.
+    pub fn continue_conversation(&self, conversation_id: &str, request: &SolveRequest) -> SolveStream {
+        let url = format!(
+            "{}/solve/api/v1/conversation/{}",
+            self.config.base_url.trim_end_matches('/'),
+            // Ids are opaque: keep one from breaking out of its path segment.
+            conversation_id.replace(['/', '?', '#'], "_")
+        );
+        self.call(self.http.put(url), request)
+    }
+
+    fn call(&self, builder: reqwest::RequestBuilder, request: &SolveRequest) -> SolveStream {
+        let mut variables = self.config.context_variables.clone();
+        variables.extend(request.context_variables.clone());
+        let body = json!({"query": request.query, "user_id": request.user_id,
+                          "channel": self.config.channel, "context_variables": variables});
+        let builder = builder.bearer_auth(&self.config.token).json(&body);
+        let timeouts = self.config.timeouts;
+        Box::pin(async_stream::stream! {
+            let response = match tokio::time::timeout(timeouts.first_byte, builder.send()).await {
+                Err(_) => { yield Err(VendorError::Timeout("first byte")); return; }
+                Ok(Err(e)) if e.is_connect() => { yield Err(VendorError::Connect(e.to_string())); return; }
+                Ok(Err(e)) => { yield Err(VendorError::Truncated(e.to_string())); return; }
+                Ok(Ok(r)) => r,
+            };
+            let status = response.status();
+            if !status.is_success() {
+                let body = read_all(response, timeouts.idle).await.unwrap_or_default();
+                yield Err(VendorError::Http { status: status.as_u16(), message: error_message(&body) });
+                return;
+            }
+            let content_type = response
+                .headers()
+                .get(reqwest::header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("application/json")
+                .to_ascii_lowercase();
+            if content_type.starts_with("text/event-stream") {
+                let mut events = response.bytes_stream().eventsource();
+                loop {
+                    match tokio::time::timeout(timeouts.idle, events.next()).await {
+                        Err(_) => { yield Err(VendorError::Timeout("idle")); return; }
+                        Ok(None) => return,
+                        Ok(Some(Err(e))) => { yield Err(VendorError::Truncated(e.to_string())); return; }
+                        Ok(Some(Ok(event))) if event.data.trim().is_empty() => {}
+                        Ok(Some(Ok(event))) => yield parse_piece(&event.data),
+                    }
+                }
+            } else if content_type.contains("ndjson") || content_type.contains("jsonl") {
+                let mut bytes = response.bytes_stream();
+                let mut buffer: Vec<u8> = Vec::new();
+                loop {
+                    match tokio::time::timeout(timeouts.idle, bytes.next()).await {
+                        Err(_) => { yield Err(VendorError::Timeout("idle")); return; }
+                        Ok(Some(Err(e))) => { yield Err(VendorError::Truncated(e.to_string())); return; }
+                        Ok(Some(Ok(chunk))) => {
+                            buffer.extend_from_slice(&chunk);
+                            while let Some(end) = buffer.iter().position(|b| *b == b'\n') {
+                                let line: Vec<u8> = buffer.drain(..=end).collect();
+                                let line = String::from_utf8_lossy(&line);
+                                if !line.trim().is_empty() {
+                                    yield parse_piece(&line);
+                                }
+                            }
+                        }
+                        Ok(None) => {
+                            let rest = String::from_utf8_lossy(&buffer).into_owned();
+                            if !rest.trim().is_empty() {
+                                yield parse_piece(&rest);
+                            }
+                            return;
+                        }
+                    }
+                }
+            } else {
+                match read_all(response, timeouts.idle).await {
+                    Ok(body) => yield parse_piece(&body),
+                    Err(e) => yield Err(e),
+                }
+            }
+        })
+    }
+}
+
+/// Reads a whole body, each chunk within `idle`.
+async fn read_all(response: reqwest::Response, idle: Duration) -> Result<String, VendorError> {
+    let mut bytes = response.bytes_stream();
+    let mut body = Vec::new();
+    loop {
+        match tokio::time::timeout(idle, bytes.next()).await {
+            Err(_) => return Err(VendorError::Timeout("idle")),
+            Ok(None) => return Ok(String::from_utf8_lossy(&body).into_owned()),
+            Ok(Some(Err(e))) => return Err(VendorError::Truncated(e.to_string())),
+            Ok(Some(Ok(chunk))) => body.extend_from_slice(&chunk),
+        }
+    }
+}
+
+/// One answer object (or fragment): `{conversation_id?, response}`.
+fn parse_piece(text: &str) -> Result<SolveChunk, VendorError> {
+    #[derive(Deserialize)]
+    struct Piece {
+        conversation_id: Option<String>,
+        #[serde(default)]
+        response: Option<String>,
+    }
+    let piece: Piece = serde_json::from_str(text.trim()).map_err(|e| {
+        let shown: String = text.trim().chars().take(120).collect();
+        VendorError::Decode(format!("{e} in `{shown}`"))
+    })?;
+    Ok(SolveChunk {
+        conversation_id: piece.conversation_id.filter(|s| !s.is_empty()),
+        text: piece.response.unwrap_or_default(),
+    })
+}
+
+/// The message of an error body (`{"error": "…"}`, `{"error": {"message": …}}`, `{"detail": …}`,
+/// `{"message": …}`), or the body shortened.
+fn error_message(body: &str) -> String {
+    let value: Value = serde_json::from_str(body).unwrap_or(Value::Null);
+    let candidates = [&value["error"]["message"], &value["error"], &value["detail"], &value["message"]];
+    if let Some(message) = candidates.iter().find_map(|v| v.as_str()) {
+        return message.to_owned();
+    }
+    let body = body.trim();
+    if body.is_empty() { "(empty body)".into() } else { body.chars().take(300).collect() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prior_context_mode_parses() {
+        assert_eq!("prefix".parse(), Ok(PriorContextMode::Prefix));
+        assert_eq!("variable:ftcv_prior".parse(), Ok(PriorContextMode::ContextVariable("ftcv_prior".into())));
+        assert!("variable:".parse::<PriorContextMode>().is_err());
+        assert!("header".parse::<PriorContextMode>().is_err());
+    }
+
+    #[test]
+    fn pieces_and_error_bodies_parse() {
+        assert_eq!(
+            parse_piece(r#"{"conversation_id":"c1","response":"Hi","is_solved":false}"#).unwrap(),
+            SolveChunk { conversation_id: Some("c1".into()), text: "Hi".into() }
+        );
+        assert!(matches!(parse_piece("<html>"), Err(VendorError::Decode(_))));
+        assert_eq!(error_message(r#"{"error":"invalid token"}"#), "invalid token");
+        assert_eq!(error_message(r#"{"detail":"Not found."}"#), "Not found.");
+        assert_eq!(error_message(""), "(empty body)");
+    }
+
+    #[test]
+    fn error_codes_and_retryability() {
+        let http = |status| VendorError::Http { status, message: String::new() };
+        assert_eq!(http(401).code(), "support_rejected_request");
+        assert_eq!(http(503).code(), "support_server_error");
+        assert!(http(503).is_retryable() && !http(400).is_retryable());
+        assert!(http(404).is_conversation_gone());
+        assert_eq!(VendorError::Timeout("idle").code(), "support_timeout");
+    }
+}

@@ -1,0 +1,17 @@
+//! The support sub-agent, in two forms behind the same [`Agent`](crate::agent::Agent) trait:
+//!
+//! - [`agent::ForethoughtAgent`]: the Forethought Solve API ([`forethought`]), with per-episode
+//!   conversation continuity ([`sessions`]).
+//! - [`help_center::HelpCenterAgent`]: offline retrieval over the shipped help-center articles,
+//!   used when no Forethought token is configured.
+//! - [`scripted`]: a Forethought test server on loopback speaking the documented API.
+
+pub mod agent;
+pub mod forethought;
+pub mod help_center;
+pub mod scripted;
+pub mod sessions;
+
+/// What support says when the vendor failed; an `error` event precedes it.
+pub const SUPPORT_APOLOGY: &str =
+    "\n\nSorry, I can't reach our support assistant right now. Please try again in a moment.";

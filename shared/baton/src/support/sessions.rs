@@ -1,0 +1,174 @@
+//! What the Forethought agent remembers per episode, behind a small trait the store implements:
+//! the vendor's conversation id with its last-used time, and the recent support turns.
+//!
+//! The continuity rule (DESIGN.md §7) lives in the agent, not here: an implementation only
+//! stores and returns values. Time comes from an injected [`Clock`], so tests move it by hand.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime};
+
+use futures::future::BoxFuture;
+
+use crate::agent::BoxError;
+
+/// The Forethought conversation of one episode.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SupportConversation {
+    /// Forethought's `conversation_id`.
+    pub conversation_id: String,
+    /// When it was last used (start or continue).
+    pub last_used_at: SystemTime,
+}
+
+/// One answered support turn: what support was asked and what it said.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SupportTurn {
+    /// The query support got.
+    pub query: String,
+    /// Support's answer.
+    pub answer: String,
+}
+
+/// Per-episode support state. Keys are the authenticated user and the episode; an implementation
+/// over the store keeps them on the episode record (`conversation_id` and its last-used time) and
+/// reads turns from the episode's support messages.
+pub trait SupportSessions: Send + Sync {
+    /// The episode's Forethought conversation, if one was stored.
+    fn conversation<'a>(
+        &'a self,
+        user_id: &'a str,
+        episode_id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<SupportConversation>, BoxError>>;
+
+    /// Stores the episode's Forethought conversation (replacing any earlier one).
+    fn save_conversation<'a>(
+        &'a self,
+        user_id: &'a str,
+        episode_id: &'a str,
+        conversation: SupportConversation,
+    ) -> BoxFuture<'a, Result<(), BoxError>>;
+
+    /// The last `limit` support turns of the episode, oldest first.
+    fn recent_turns<'a>(
+        &'a self,
+        user_id: &'a str,
+        episode_id: &'a str,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<SupportTurn>, BoxError>>;
+
+    /// Called by the agent after each answered turn. An implementation whose turns come from
+    /// persisted history (the store) may do nothing here.
+    fn record_turn<'a>(
+        &'a self,
+        user_id: &'a str,
+        episode_id: &'a str,
+        turn: SupportTurn,
+    ) -> BoxFuture<'a, Result<(), BoxError>>;
+}
+
+#[derive(Debug, Default)]
+struct Episode {
+    conversation: Option<SupportConversation>,
+    turns: Vec<SupportTurn>,
+}
+
+/// [`SupportSessions`] in process memory: for tests, and until a store is configured. Keeps the
+/// last 50 turns of each episode.
+#[derive(Debug, Default)]
+pub struct MemorySupportSessions {
+    episodes: Mutex<HashMap<(String, String), Episode>>,
+}
+
+impl MemorySupportSessions {
+    fn with<T>(&self, user_id: &str, episode_id: &str, f: impl FnOnce(&mut Episode) -> T) -> T {
+        let mut episodes = self.episodes.lock().expect("sessions lock");
+        f(episodes.entry((user_id.to_owned(), episode_id.to_owned())).or_default())
+    }
+}
+
+impl SupportSessions for MemorySupportSessions {
+    fn conversation<'a>(
+        &'a self,
+        user_id: &'a str,
+        episode_id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<SupportConversation>, BoxError>> {
+        let found = self.with(user_id, episode_id, |e| e.conversation.clone());
+        Box::pin(async move { Ok(found) })
+    }
+
+    fn save_conversation<'a>(
+        &'a self,
+        user_id: &'a str,
+        episode_id: &'a str,
+        conversation: SupportConversation,
+    ) -> BoxFuture<'a, Result<(), BoxError>> {
+        self.with(user_id, episode_id, |e| e.conversation = Some(conversation));
+        Box::pin(async { Ok(()) })
+    }
+
+    fn recent_turns<'a>(
+        &'a self,
+        user_id: &'a str,
+        episode_id: &'a str,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<SupportTurn>, BoxError>> {
+        let turns =
+            self.with(user_id, episode_id, |e| e.turns[e.turns.len().saturating_sub(limit)..].to_vec());
+        Box::pin(async move { Ok(turns) })
+    }
+
+    fn record_turn<'a>(
+        &'a self,
+        user_id: &'a str,
+        episode_id: &'a str,
+        turn: SupportTurn,
+    ) -> BoxFuture<'a, Result<(), BoxError>> {
+        self.with(user_id, episode_id, |e| {
+            e.turns.push(turn);
+            let excess = e.turns.len().saturating_sub(50);
+            e.turns.drain(..excess);
+        });
+        Box::pin(async { Ok(()) })
+    }
+}
+
+/// Where "now" comes from.
+pub trait Clock: Send + Sync {
+    /// The current time.
+    fn now(&self) -> SystemTime;
+}
+
+/// The system clock.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> SystemTime {
+        SystemTime::now()
+    }
+}
+
+/// A clock that moves only when told, for tests.
+#[derive(Debug)]
+pub struct ManualClock {
+    now: Mutex<SystemTime>,
+}
+
+impl ManualClock {
+    /// A clock showing `start`.
+    pub fn new(start: SystemTime) -> ManualClock {
+        ManualClock { now: Mutex::new(start) }
+    }
+
+    /// Moves the clock forward.
+    pub fn advance(&self, by: Duration) {
+        *self.now.lock().expect("clock lock") += by;
+    }
+}
+
+impl Clock for ManualClock {
+    fn now(&self) -> SystemTime {
+        *self.now.lock().expect("clock lock")
+    }
+}

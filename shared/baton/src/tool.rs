@@ -1,0 +1,377 @@
+//! Tools an LLM agent can call: the [`Tool`] trait, a [`ToolRegistry`] that offers them to a model,
+//! and argument validation against each tool's JSON Schema.
+//!
+//! Nothing a model sends can crash a call: unreadable JSON, arguments that break the schema, an
+//! unknown tool name, a tool that fails or one that runs past its timeout all become a
+//! [`ToolOutcome`] with `is_error` set, whose message the model reads on its next step.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use serde_json::{Value, json};
+
+use crate::model::{ToolCall, ToolSpec};
+
+/// Who a tool call is made for: tools that read per-user data (purchase history) use it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ToolContext {
+    /// The authenticated user.
+    pub user_id: String,
+    /// The conversation.
+    pub episode_id: String,
+}
+
+/// A tool failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ToolError {
+    /// The arguments were not what the tool accepts (bad JSON, schema violation, bad value).
+    #[error("invalid arguments for `{tool}`: {reason}")]
+    InvalidArguments {
+        /// The tool.
+        tool: String,
+        /// What is wrong, for the model to fix.
+        reason: String,
+    },
+    /// The model named a tool that does not exist.
+    #[error("unknown tool `{name}`; available tools: {available}")]
+    UnknownTool {
+        /// The name the model used.
+        name: String,
+        /// The tools that exist, comma-separated.
+        available: String,
+    },
+    /// The tool ran past its timeout.
+    #[error("`{tool}` did not answer within {} ms", timeout.as_millis())]
+    Timeout {
+        /// The tool.
+        tool: String,
+        /// The limit.
+        timeout: Duration,
+    },
+    /// The tool itself failed.
+    #[error("`{tool}` failed: {reason}")]
+    Failed {
+        /// The tool.
+        tool: String,
+        /// Why.
+        reason: String,
+    },
+    /// A tool's own schema does not compile (a programming error, found when the registry is
+    /// built).
+    #[error("the JSON schema of `{tool}` is invalid: {reason}")]
+    InvalidSchema {
+        /// The tool.
+        tool: String,
+        /// The compiler's message.
+        reason: String,
+    },
+    /// Two tools share a name.
+    #[error("two tools are named `{0}`")]
+    DuplicateName(String),
+}
+
+impl ToolError {
+    /// A stable code for `tool_result` error payloads.
+    pub fn code(&self) -> &'static str {
+        match self {
+            ToolError::InvalidArguments { .. } => "invalid_arguments",
+            ToolError::UnknownTool { .. } => "unknown_tool",
+            ToolError::Timeout { .. } => "tool_timeout",
+            ToolError::Failed { .. } => "tool_failed",
+            ToolError::InvalidSchema { .. } => "invalid_schema",
+            ToolError::DuplicateName(_) => "duplicate_tool",
+        }
+    }
+
+    /// The error as the JSON a model sees in place of a result.
+    pub fn to_result(&self) -> Value {
+        json!({"error": {"code": self.code(), "message": self.to_string()}})
+    }
+}
+
+/// A tool: a name, a description and a JSON Schema for the model, and an async call.
+///
+/// `call` gets arguments that already passed the schema; it may still refuse values the schema
+/// cannot express, with [`ToolError::InvalidArguments`].
+pub trait Tool: Send + Sync {
+    /// The name the model calls it by.
+    fn name(&self) -> &str;
+
+    /// What it does, for the model.
+    fn description(&self) -> &str;
+
+    /// JSON Schema of the arguments (an object schema).
+    fn parameters(&self) -> Value;
+
+    /// Runs the tool.
+    fn call<'a>(
+        &'a self,
+        arguments: Value,
+        context: &'a ToolContext,
+    ) -> BoxFuture<'a, Result<Value, ToolError>>;
+}
+
+/// What one tool call produced: a result, or an error the model reads as its result.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolOutcome {
+    /// The arguments as parsed (the raw text as a JSON string when they were not JSON).
+    pub arguments: Value,
+    /// The result, or an error object `{"error": {"code", "message"}}`.
+    pub result: Value,
+    /// Whether `result` is an error.
+    pub is_error: bool,
+}
+
+impl ToolOutcome {
+    /// The text a model gets back for this call.
+    pub fn content(&self) -> String {
+        self.result.to_string()
+    }
+}
+
+struct Registered {
+    tool: Arc<dyn Tool>,
+    schema: boon::SchemaIndex,
+}
+
+/// The tools of one agent, with their compiled schemas.
+pub struct ToolRegistry {
+    tools: Vec<Registered>,
+    by_name: HashMap<String, usize>,
+    schemas: boon::Schemas,
+}
+
+impl std::fmt::Debug for ToolRegistry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.tools.iter().map(|r| r.tool.name())).finish()
+    }
+}
+
+impl ToolRegistry {
+    /// A registry of `tools`; fails if a schema does not compile or two names clash.
+    pub fn new(tools: Vec<Arc<dyn Tool>>) -> Result<ToolRegistry, ToolError> {
+        let mut compiler = boon::Compiler::new();
+        // Tool schemas are ours and self-contained: no loader, so a `$ref` never reads a file.
+        compiler.use_loader(Box::new(boon::SchemeUrlLoader::new()));
+        compiler.set_default_draft(boon::Draft::V2020_12);
+        let mut schemas = boon::Schemas::new();
+        let mut registered = Vec::with_capacity(tools.len());
+        let mut by_name = HashMap::new();
+        for tool in tools {
+            let name = tool.name().to_owned();
+            if by_name.insert(name.clone(), registered.len()).is_some() {
+                return Err(ToolError::DuplicateName(name));
+            }
+            let url = format!("urn:baton:tool:{}", registered.len());
+            let invalid = |e: boon::CompileError| ToolError::InvalidSchema {
+                tool: name.clone(),
+                reason: format!("{e:#}"),
+            };
+            compiler.add_resource(&url, tool.parameters()).map_err(invalid)?;
+            let schema = compiler.compile(&url, &mut schemas).map_err(invalid)?;
+            registered.push(Registered { tool, schema });
+        }
+        Ok(ToolRegistry { tools: registered, by_name, schemas })
+    }
+
+    /// The tools as offered to a model.
+    pub fn specs(&self) -> Vec<ToolSpec> {
+        self.tools
+            .iter()
+            .map(|r| ToolSpec {
+                name: r.tool.name().to_owned(),
+                description: r.tool.description().to_owned(),
+                parameters: r.tool.parameters(),
+            })
+            .collect()
+    }
+
+    /// Whether no tool is registered.
+    pub fn is_empty(&self) -> bool {
+        self.tools.is_empty()
+    }
+
+    /// Parses and validates a model's call, without running it.
+    pub fn check(&self, call: &ToolCall) -> Result<(Arc<dyn Tool>, Value), (Value, ToolError)> {
+        let raw = || Value::String(call.arguments.clone());
+        let Some(&index) = self.by_name.get(&call.name) else {
+            let available = self.tools.iter().map(|r| r.tool.name()).collect::<Vec<_>>().join(", ");
+            return Err((raw(), ToolError::UnknownTool { name: call.name.clone(), available }));
+        };
+        let registered = &self.tools[index];
+        let arguments = call.parse_arguments().map_err(|e| {
+            let reason = format!("the arguments are not valid JSON ({e}); send one JSON object");
+            (raw(), ToolError::InvalidArguments { tool: call.name.clone(), reason })
+        })?;
+        if let Err(e) = self.schemas.validate(&arguments, registered.schema) {
+            let reason = schema_violations(&e);
+            return Err((arguments.clone(), ToolError::InvalidArguments { tool: call.name.clone(), reason }));
+        }
+        Ok((registered.tool.clone(), arguments))
+    }
+
+    /// Runs one call: validation, then the tool under `timeout`. Never fails: every problem is an
+    /// error outcome.
+    pub async fn call(&self, call: &ToolCall, context: &ToolContext, timeout: Duration) -> ToolOutcome {
+        let (tool, arguments) = match self.check(call) {
+            Ok(checked) => checked,
+            Err((arguments, error)) => {
+                return ToolOutcome { arguments, result: error.to_result(), is_error: true };
+            }
+        };
+        let result = match tokio::time::timeout(timeout, tool.call(arguments.clone(), context)).await {
+            Ok(result) => result,
+            Err(_) => Err(ToolError::Timeout { tool: call.name.clone(), timeout }),
+        };
+        match result {
+            Ok(result) => ToolOutcome { arguments, result, is_error: false },
+            Err(error) => {
+                tracing::warn!(tool = %call.name, %error, "tool call failed");
+                ToolOutcome { arguments, result: error.to_result(), is_error: true }
+            }
+        }
+    }
+}
+
+/// The leaf violations of a validation error, one per line part: `at '/limit': must be >= 1`.
+fn schema_violations(error: &boon::ValidationError<'_, '_>) -> String {
+    fn leaves(e: &boon::ValidationError<'_, '_>, out: &mut Vec<String>) {
+        if e.causes.is_empty() {
+            let at = e.instance_location.to_string();
+            let at = if at.is_empty() { "the arguments".to_owned() } else { format!("'{at}'") };
+            out.push(format!("at {at}: {}", e.kind));
+        }
+        for cause in &e.causes {
+            leaves(cause, out);
+        }
+    }
+    let mut out = Vec::new();
+    leaves(error, &mut out);
+    out.join("; ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Echo;
+
+    impl Tool for Echo {
+        fn name(&self) -> &str {
+            "echo"
+        }
+        fn description(&self) -> &str {
+            "Echoes its text."
+        }
+        fn parameters(&self) -> Value {
+            json!({"type": "object", "properties": {
+                "text": {"type": "string", "minLength": 1},
+                "times": {"type": "integer", "minimum": 1, "maximum": 3},
+            }, "required": ["text"], "additionalProperties": false})
+        }
+        fn call<'a>(
+            &'a self,
+            arguments: Value,
+            context: &'a ToolContext,
+        ) -> BoxFuture<'a, Result<Value, ToolError>> {
+            Box::pin(async move {
+                if arguments["text"] == "fail" {
+                    return Err(ToolError::Failed { tool: "echo".into(), reason: "asked to".into() });
+                }
+                if arguments["text"] == "slow" {
+                    tokio::time::sleep(Duration::from_secs(60)).await;
+                }
+                Ok(json!({"echo": arguments["text"], "user": context.user_id}))
+            })
+        }
+    }
+
+    fn registry() -> ToolRegistry {
+        ToolRegistry::new(vec![Arc::new(Echo)]).unwrap()
+    }
+
+    fn call(name: &str, arguments: &str) -> ToolCall {
+        ToolCall { id: "c1".into(), name: name.into(), arguments: arguments.into() }
+    }
+
+    async fn run(name: &str, arguments: &str) -> ToolOutcome {
+        let context = ToolContext { user_id: "u1".into(), episode_id: "e".into() };
+        registry().call(&call(name, arguments), &context, Duration::from_secs(1)).await
+    }
+
+    #[tokio::test]
+    async fn valid_arguments_reach_the_tool_with_the_context() {
+        let outcome = run("echo", r#"{"text":"hi"}"#).await;
+        assert!(!outcome.is_error);
+        assert_eq!(outcome.result, json!({"echo": "hi", "user": "u1"}));
+        assert_eq!(outcome.arguments, json!({"text": "hi"}));
+    }
+
+    #[tokio::test]
+    async fn schema_violations_are_named_for_the_model() {
+        let outcome = run("echo", r#"{"text":"hi","times":9,"extra":true}"#).await;
+        assert!(outcome.is_error);
+        assert_eq!(outcome.result["error"]["code"], "invalid_arguments");
+        let message = outcome.result["error"]["message"].as_str().unwrap();
+        assert!(message.contains("'/times'") && message.contains("extra"), "{message}");
+        assert_eq!(outcome.arguments["times"], 9, "the parsed arguments are kept for the event");
+    }
+
+    #[tokio::test]
+    async fn missing_required_argument_is_an_error_result() {
+        let outcome = run("echo", "{}").await;
+        assert!(outcome.is_error);
+        assert!(outcome.result["error"]["message"].as_str().unwrap().contains("text"), "{outcome:?}");
+    }
+
+    #[tokio::test]
+    async fn unreadable_json_is_an_error_result_with_the_raw_text() {
+        let outcome = run("echo", r#"{"text": "hi""#).await;
+        assert!(outcome.is_error);
+        assert_eq!(outcome.result["error"]["code"], "invalid_arguments");
+        assert_eq!(outcome.arguments, json!(r#"{"text": "hi""#));
+    }
+
+    #[tokio::test]
+    async fn unknown_tool_lists_the_real_ones() {
+        let outcome = run("shout", "{}").await;
+        assert_eq!(outcome.result["error"]["code"], "unknown_tool");
+        assert!(outcome.result["error"]["message"].as_str().unwrap().contains("echo"));
+    }
+
+    #[tokio::test]
+    async fn tool_failure_is_an_error_result() {
+        let outcome = run("echo", r#"{"text":"fail"}"#).await;
+        assert_eq!(outcome.result["error"]["code"], "tool_failed");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_slow_tool_times_out() {
+        let outcome = run("echo", r#"{"text":"slow"}"#).await;
+        assert_eq!(outcome.result["error"]["code"], "tool_timeout");
+    }
+
+    #[test]
+    fn a_bad_schema_or_a_duplicate_name_fails_at_construction() {
+        struct Bad;
+        impl Tool for Bad {
+            fn name(&self) -> &str {
+                "bad"
+            }
+            fn description(&self) -> &str {
+                ""
+            }
+            fn parameters(&self) -> Value {
+                json!({"type": "nonsense"})
+            }
+            fn call<'a>(&'a self, _: Value, _: &'a ToolContext) -> BoxFuture<'a, Result<Value, ToolError>> {
+                Box::pin(async { Ok(Value::Null) })
+            }
+        }
+        assert!(matches!(ToolRegistry::new(vec![Arc::new(Bad)]), Err(ToolError::InvalidSchema { .. })));
+        let dup = ToolRegistry::new(vec![Arc::new(Echo), Arc::new(Echo)]);
+        assert!(matches!(dup, Err(ToolError::DuplicateName(n)) if n == "echo"));
+    }
+}
