@@ -24,6 +24,7 @@ use crate::model::openai::{OpenAiChatModel, OpenAiConfig, RetryPolicy, Timeouts}
 use crate::model::responses::ResponsesModel;
 use crate::mux::MuxConfig;
 use crate::orchestrator::{Orchestrator, TurnConfig};
+use crate::remote::{AgentTransport, RemoteAgent};
 use crate::shopping::catalog::{Catalog, PurchaseHistory, SamplePurchases};
 use crate::shopping::shopping_agent;
 use crate::support::agent::ForethoughtAgent;
@@ -121,6 +122,9 @@ pub struct Backends {
     pub purchases: Arc<dyn PurchaseHistory>,
     /// Time, for the Forethought continuity window.
     pub clock: Arc<dyn Clock>,
+    /// Where the shopping agent runs when it is remote (a separately deployed function); `None`
+    /// runs it in-process.
+    pub remote_shopping: Option<Arc<dyn AgentTransport>>,
 }
 
 impl Backends {
@@ -131,6 +135,7 @@ impl Backends {
             response_chains: Arc::new(MemoryResponseChains::default()),
             purchases: Arc::new(SamplePurchases::embedded()),
             clock: Arc::new(SystemClock),
+            remote_shopping: None,
         }
     }
 }
@@ -300,53 +305,47 @@ impl Config {
     /// Builds the orchestrator and its sub-agents: clients are made once, here.
     pub fn build_with(&self, backends: Backends) -> Result<Arc<Orchestrator>, ConfigError> {
         self.validate()?;
-        let models = &self.models;
-        // One HTTP client (one connection pool, one TLS setup) for every model.
-        let http =
-            if models.is_offline() { None } else { Some(OpenAiChatModel::http_client(&models.timeouts)?) };
-        let model = |name: &str| -> Result<Arc<dyn ChatModel>, ConfigError> {
-            let Some(http) = &http else {
-                return Ok(Arc::new(OfflineModel::new(self.support_keywords.clone())));
-            };
-            let base_url = models.base_url.clone().unwrap_or_else(|| OPENAI_DEFAULT_BASE_URL.into());
-            let mut config = OpenAiConfig::new(base_url, name);
-            config.api_key = models.api_key.clone();
-            config.timeouts = models.timeouts;
-            config.retry = models.retry;
-            Ok(Arc::new(OpenAiChatModel::with_client(http.clone(), config)))
-        };
+        let models = ModelFactory::new(self)?;
         let support: Arc<dyn Agent> = match &self.forethought {
             Some(ft) => Arc::new(ForethoughtAgent::new(
                 ForethoughtClient::new(ft.clone())?,
-                backends.support_sessions,
-                backends.clock,
+                backends.support_sessions.clone(),
+                backends.clock.clone(),
             )),
             None => Arc::new(HelpCenterAgent::new(Arc::new(HelpCenter::embedded()))),
         };
-        let shopping_model: Arc<dyn ChatModel> = match (&http, models.shopping_responses_api) {
-            (Some(http), true) => {
-                let base_url = models.base_url.clone().unwrap_or_else(|| OPENAI_DEFAULT_BASE_URL.into());
-                let mut config = OpenAiConfig::new(base_url, &models.shopping);
-                config.api_key = models.api_key.clone();
-                config.timeouts = models.timeouts;
-                config.retry = models.retry;
-                Arc::new(ResponsesModel::with_client(http.clone(), config))
-            }
-            _ => model(&models.shopping)?,
+        let shopping: Arc<dyn Agent> = match &backends.remote_shopping {
+            Some(transport) => Arc::new(RemoteAgent::new("shopping", transport.clone(), REMOTE_IDLE_TIMEOUT)),
+            None => self.shopping_with(&models, &backends)?,
         };
-        let shopping = shopping_agent(
-            shopping_model,
-            Arc::new(Catalog::embedded()),
-            backends.purchases,
-            self.shopping_limits,
-            Some(backends.response_chains),
-        )?;
         Ok(Arc::new(Orchestrator::new(
-            model(&models.orchestrator)?,
+            models.chat(&self.models.orchestrator),
             support,
-            Arc::new(shopping),
+            shopping,
             self.turn.clone(),
         )))
+    }
+
+    /// The in-process shopping agent: what the orchestrator runs unless shopping is remote, and
+    /// what the shopping function serves.
+    pub fn build_shopping(&self, backends: &Backends) -> Result<Arc<dyn Agent>, ConfigError> {
+        self.validate()?;
+        self.shopping_with(&ModelFactory::new(self)?, backends)
+    }
+
+    fn shopping_with(
+        &self,
+        models: &ModelFactory<'_>,
+        backends: &Backends,
+    ) -> Result<Arc<dyn Agent>, ConfigError> {
+        let agent = shopping_agent(
+            models.shopping(),
+            Arc::new(Catalog::embedded()),
+            backends.purchases.clone(),
+            self.shopping_limits,
+            Some(backends.response_chains.clone()),
+        )?;
+        Ok(Arc::new(agent))
     }
 
     /// A one-line description of the models in use, for start-up logs.
@@ -434,5 +433,54 @@ mod tests {
             .with_yaml("routing:\n  support_categories: [Missing Points]\n", "t.yaml")
             .unwrap_err();
         assert!(err.to_string().contains("snake_case"), "{err}");
+    }
+}
+
+/// A remote agent's answer may pause this long between chunks (a slow tool call) before the call
+/// is given up.
+pub const REMOTE_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Builds model clients on one shared HTTP client, or the offline model when none is configured.
+struct ModelFactory<'a> {
+    config: &'a Config,
+    http: Option<reqwest::Client>,
+}
+
+impl<'a> ModelFactory<'a> {
+    fn new(config: &'a Config) -> Result<ModelFactory<'a>, ConfigError> {
+        let models = &config.models;
+        // One HTTP client (one connection pool, one TLS setup) for every model.
+        let http =
+            if models.is_offline() { None } else { Some(OpenAiChatModel::http_client(&models.timeouts)?) };
+        Ok(ModelFactory { config, http })
+    }
+
+    fn openai_config(&self, name: &str) -> OpenAiConfig {
+        let models = &self.config.models;
+        let base_url = models.base_url.clone().unwrap_or_else(|| OPENAI_DEFAULT_BASE_URL.into());
+        let mut config = OpenAiConfig::new(base_url, name);
+        config.api_key = models.api_key.clone();
+        config.timeouts = models.timeouts;
+        config.retry = models.retry;
+        config
+    }
+
+    /// A Chat Completions model (or the offline model).
+    fn chat(&self, name: &str) -> Arc<dyn ChatModel> {
+        match &self.http {
+            None => Arc::new(OfflineModel::new(self.config.support_keywords.clone())),
+            Some(http) => Arc::new(OpenAiChatModel::with_client(http.clone(), self.openai_config(name))),
+        }
+    }
+
+    /// The shopping model: the Responses API when configured, Chat Completions otherwise.
+    fn shopping(&self) -> Arc<dyn ChatModel> {
+        let name = &self.config.models.shopping;
+        match (&self.http, self.config.models.shopping_responses_api) {
+            (Some(http), true) => {
+                Arc::new(ResponsesModel::with_client(http.clone(), self.openai_config(name)))
+            }
+            _ => self.chat(name),
+        }
     }
 }
