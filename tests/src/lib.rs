@@ -1,13 +1,24 @@
 //! Helpers shared by the end-to-end tests and benchmarks: a chat endpoint on a real loopback
-//! socket wired to a scripted model server, and an incremental SSE client.
+//! socket wired to a scripted model server, an incremental SSE client, the stores under test and
+//! the store contract suite.
+//!
+//! - [`stores`]: the embedded store in a temporary directory; DynamoDB on moto_server; a proxy
+//!   that stages a store outage.
+//! - [`contract`]: the one contract suite every store passes.
+
+pub mod contract;
+pub mod stores;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use baton::config::Config;
 use baton::event::{Event, decode_sse};
+use baton::history::History;
 use baton::http::ChatService;
 use baton::model::scripted::ScriptedServer;
+use baton::store::embedded::EmbeddedStore;
+use baton::store::{Store, SystemClock};
 use eventsource_stream::Eventsource;
 use futures::{Stream, StreamExt};
 use std::time::Instant;
@@ -40,6 +51,7 @@ pub struct Endpoint {
     /// `http://127.0.0.1:PORT`.
     pub url: String,
     task: tokio::task::JoinHandle<()>,
+    _dir: Option<tempfile::TempDir>,
 }
 
 impl Drop for Endpoint {
@@ -48,16 +60,28 @@ impl Drop for Endpoint {
     }
 }
 
-/// Serves `config`'s chat endpoint on `127.0.0.1:0` with the same code as `orchestrator serve`.
+/// Serves `config`'s chat endpoint on `127.0.0.1:0` with the same code as `orchestrator serve`,
+/// recording into a fresh embedded store.
 pub async fn start_endpoint(config: &Config) -> Endpoint {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let store =
+        EmbeddedStore::open(dir.path().join("store.redb"), Arc::new(SystemClock)).expect("store opens");
+    let mut endpoint = start_endpoint_with(config, Arc::new(store)).await;
+    endpoint._dir = Some(dir);
+    endpoint
+}
+
+/// Serves `config`'s chat endpoint on `127.0.0.1:0`, recording into `store`.
+pub async fn start_endpoint_with(config: &Config, store: Arc<dyn Store>) -> Endpoint {
     let orchestrator = config.build().expect("config builds");
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind loopback");
     let url = format!("http://{}", listener.local_addr().expect("local addr"));
-    let service = Arc::new(ChatService::new(orchestrator, config.limits, config.heartbeat));
+    let history = History::new(store, baton::history::DEFAULT_HISTORY_MESSAGES);
+    let service = Arc::new(ChatService::new(orchestrator, history, config.limits, config.heartbeat));
     let task = tokio::spawn(async move {
         let _ = baton::http::serve(listener, service, std::future::pending()).await;
     });
-    Endpoint { url, task }
+    Endpoint { url, task, _dir: None }
 }
 
 /// An event as a client received it.
