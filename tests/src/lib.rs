@@ -100,7 +100,23 @@ pub struct Received {
 /// Panics if the response is not a 200 SSE stream or an event does not decode: both are failures
 /// of the behaviour under test.
 pub async fn open_stream(url: &str, body: serde_json::Value) -> impl Stream<Item = Received> + Unpin {
-    let response = reqwest::Client::new().post(url).json(&body).send().await.expect("POST succeeds");
+    open_stream_as(url, "local", body).await
+}
+
+/// POSTs `body` to `url` as `user` (the `x-baton-user` header of the local mode) and returns the
+/// decoded SSE events as they arrive, with the response's turn id.
+pub async fn open_stream_as(
+    url: &str,
+    user: &str,
+    body: serde_json::Value,
+) -> impl Stream<Item = Received> + Unpin {
+    let response = reqwest::Client::new()
+        .post(url)
+        .header(baton::http::USER_HEADER, user)
+        .json(&body)
+        .send()
+        .await
+        .expect("POST succeeds");
     assert_eq!(response.status(), 200, "chat request refused: {:?}", response.text().await);
     assert_eq!(response.headers()["content-type"], "text/event-stream");
     Box::pin(response.bytes_stream().eventsource().map(|e| {
@@ -137,4 +153,19 @@ pub fn speakers(events: &[Event]) -> Vec<String> {
         }
     }
     out
+}
+
+/// Polls `done` every 10 ms until it holds, for at most 10 s (then panics naming `what`). For
+/// effects that happen after a response ends (a reply saved after the client left); no test
+/// asserts on how long this takes.
+pub async fn wait_until<F, Fut>(what: &str, mut done: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !done().await {
+        assert!(tokio::time::Instant::now() < deadline, "timed out waiting until {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }
