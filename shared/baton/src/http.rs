@@ -346,6 +346,7 @@ mod tests {
         assert_eq!(code(br#"{"message": "aaaaaaaaaaaaaaaaaaaaa"}"#), "message_too_long");
         assert_eq!(code(b"{\"message\": \"\xff\"}"), "invalid_utf8");
         assert_eq!(code(br#"{"message": "hi", "episode_id": "a/b"}"#), "invalid_id");
+        assert_eq!(code(br#"{"message": "hi", "request_id": "r#1"}"#), "invalid_id");
         assert_eq!(code(br#"{"message": "hi", "surprise": 1}"#), "invalid_json");
         assert_eq!(code(&[b' '; 201]), "body_too_large");
     }
