@@ -292,9 +292,12 @@ pub async fn expired_items_are_absent<H: StoreHarness>() {
     clock.advance(Duration::from_secs(2));
     assert_eq!(store.episode(&k).await.unwrap(), None);
     assert!(store.recent_messages(&k, 10).await.unwrap().is_empty());
-    let m = StoredMessage::user(new_turn_id(), "new", store.clock().now_ms());
+    let now = store.clock().now_ms();
+    let m = StoredMessage::user(new_turn_id(), "new", now);
     assert_eq!(store.record_user_message(&k, &m, Some("r1")).await.unwrap(), Recorded::New);
     assert_eq!(contents(&store.recent_messages(&k, 10).await.unwrap()), ["new"]);
+    let episode = store.episode(&k).await.unwrap().expect("a fresh episode");
+    assert_eq!((episode.version, episode.created_at), (1, now), "the expired episode is not revived");
 }
 
 /// Two users with the same episode id have separate episodes.

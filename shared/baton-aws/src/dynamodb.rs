@@ -111,6 +111,57 @@ impl DynamoDbStore {
         }
     }
 
+    /// The transaction that records a user message: the request-id marker (if any, conditional
+    /// on being new), the message, and the episode touch (conditional on the episode item being
+    /// absent or live).
+    fn user_message_actions(
+        &self,
+        pk: &str,
+        message: &StoredMessage,
+        marker_sk: Option<&str>,
+        now_ms: u64,
+    ) -> Result<Vec<TransactWriteItem>, StoreError> {
+        let ttl = self.ttl(now_ms);
+        let now_s = AttributeValue::N((now_ms / 1000).to_string());
+        let mut actions = Vec::new();
+        if let Some(sk) = marker_sk {
+            let put = Put::builder()
+                .table_name(&self.table)
+                .set_item(Some(to_dynamo(pk, sk, &item::encode_request(&message.turn_id, ttl))))
+                .condition_expression("attribute_not_exists(pk) OR #ttl <= :now_s")
+                .expression_attribute_names("#ttl", "ttl")
+                .expression_attribute_values(":now_s", now_s.clone())
+                .build()
+                .map_err(build)?;
+            actions.push(TransactWriteItem::builder().put(put).build());
+        }
+        let put = Put::builder()
+            .table_name(&self.table)
+            .set_item(Some(to_dynamo(pk, &message.sk(), &item::encode_message(message, ttl))))
+            .build()
+            .map_err(build)?;
+        actions.push(TransactWriteItem::builder().put(put).build());
+        let touch = Update::builder()
+            .table_name(&self.table)
+            .set_key(Some(key(pk, META_SK)))
+            .condition_expression("attribute_not_exists(pk) OR #ttl > :now_s")
+            .update_expression(
+                "SET created_at = if_not_exists(created_at, :now), updated_at = :now, \
+                 #version = if_not_exists(#version, :zero) + :one, #ttl = :ttl",
+            )
+            .expression_attribute_names("#ttl", "ttl")
+            .expression_attribute_names("#version", "version")
+            .expression_attribute_values(":now", AttributeValue::N(now_ms.to_string()))
+            .expression_attribute_values(":now_s", now_s)
+            .expression_attribute_values(":zero", AttributeValue::N("0".into()))
+            .expression_attribute_values(":one", AttributeValue::N("1".into()))
+            .expression_attribute_values(":ttl", AttributeValue::N(ttl.to_string()))
+            .build()
+            .map_err(build)?;
+        actions.push(TransactWriteItem::builder().update(touch).build());
+        Ok(actions)
+    }
+
     async fn transact(
         &self,
         actions: Vec<TransactWriteItem>,
@@ -271,56 +322,48 @@ impl Store for DynamoDbStore {
         request_id: Option<&str>,
     ) -> Result<Recorded, StoreError> {
         let now = self.clock.now_ms();
-        let ttl = self.ttl(now);
         let pk = key.pk();
-        let mut actions = Vec::new();
         let marker_sk = request_id.map(|id| format!("{REQ_PREFIX}{id}"));
-        if let Some(sk) = &marker_sk {
-            let put = Put::builder()
-                .table_name(&self.table)
-                .set_item(Some(to_dynamo(&pk, sk, &item::encode_request(&message.turn_id, ttl))))
-                .condition_expression("attribute_not_exists(pk) OR #ttl <= :now")
-                .expression_attribute_names("#ttl", "ttl")
-                .expression_attribute_values(":now", AttributeValue::N((now / 1000).to_string()))
-                .build()
-                .map_err(build)?;
-            actions.push(TransactWriteItem::builder().put(put).build());
-        }
-        let put = Put::builder()
-            .table_name(&self.table)
-            .set_item(Some(to_dynamo(&pk, &message.sk(), &item::encode_message(message, ttl))))
-            .build()
-            .map_err(build)?;
-        actions.push(TransactWriteItem::builder().put(put).build());
-        let touch = Update::builder()
-            .table_name(&self.table)
-            .set_key(Some(self::key(&pk, META_SK)))
-            .update_expression(
-                "SET created_at = if_not_exists(created_at, :now), updated_at = :now, \
-                 #version = if_not_exists(#version, :zero) + :one, #ttl = :ttl",
-            )
-            .expression_attribute_names("#ttl", "ttl")
-            .expression_attribute_names("#version", "version")
-            .expression_attribute_values(":now", AttributeValue::N(now.to_string()))
-            .expression_attribute_values(":zero", AttributeValue::N("0".into()))
-            .expression_attribute_values(":one", AttributeValue::N("1".into()))
-            .expression_attribute_values(":ttl", AttributeValue::N(ttl.to_string()))
-            .build()
-            .map_err(build)?;
-        actions.push(TransactWriteItem::builder().update(touch).build());
-        match self.transact(actions).await {
-            Ok(()) => Ok(Recorded::New),
-            Err(e) if marker_sk.is_some() && condition_failed_at(&e, 0) => {
-                let sk = marker_sk.expect("checked");
-                match self.get(&pk, &sk, now).await? {
-                    Some(seen) => Ok(Recorded::Duplicate { turn_id: item::decode_request(&pk, &sk, &seen)? }),
+        let touch_index = usize::from(marker_sk.is_some()) + 1;
+        let mut cleared_expired = false;
+        loop {
+            let actions = self.user_message_actions(&pk, message, marker_sk.as_deref(), now)?;
+            let e = match self.transact(actions).await {
+                Ok(()) => return Ok(Recorded::New),
+                Err(e) => e,
+            };
+            if let Some(sk) = marker_sk.as_deref().filter(|_| condition_failed_at(&e, 0)) {
+                return match self.get(&pk, sk, now).await? {
+                    Some(seen) => Ok(Recorded::Duplicate { turn_id: item::decode_request(&pk, sk, &seen)? }),
                     None => Err(StoreError::Conflict {
-                        key: item::item_name(&pk, &sk),
+                        key: item::item_name(&pk, sk),
                         reason: "the request id was being recorded concurrently; retry".into(),
                     }),
-                }
+                };
             }
-            Err(e) => Err(sdk_error("record user message", e)),
+            if cleared_expired || !condition_failed_at(&e, touch_index) {
+                return Err(sdk_error("record user message", e));
+            }
+            // The episode item has expired but DynamoDB has not deleted it yet: delete it, so the
+            // episode starts afresh as reads already see it, and record again.
+            let cleared = self
+                .client
+                .delete_item()
+                .table_name(&self.table)
+                .set_key(Some(self::key(&pk, META_SK)))
+                .condition_expression("#ttl <= :now")
+                .expression_attribute_names("#ttl", "ttl")
+                .expression_attribute_values(":now", AttributeValue::N((now / 1000).to_string()))
+                .send()
+                .await;
+            match cleared {
+                Ok(_) => {}
+                // Someone else cleared or renewed it first: just as good.
+                Err(e) if e.as_service_error().is_some_and(|s| s.is_conditional_check_failed_exception()) => {
+                }
+                Err(e) => return Err(sdk_error("delete expired episode", e)),
+            }
+            cleared_expired = true;
         }
     }
 
