@@ -6,7 +6,9 @@
 //!   expired), so a repeated request id cancels the whole write.
 //! - Optimistic locking: [`Store::save_episode`] is a put conditional on the stored `version`.
 //! - Expiry: every item carries `ttl`; DynamoDB deletes lazily, so reads drop expired items
-//!   themselves (after decoding, so a malformed `ttl` is reported rather than hidden).
+//!   themselves (after decoding, so a malformed `ttl` is reported rather than hidden), and a new
+//!   message in an episode whose item has expired but is still there deletes it first, so the
+//!   episode starts afresh (version 1, no vendor state) as it does in the embedded store.
 //! - Long histories are read newest first a page at a time (`Limit` = the page size, then
 //!   `ExclusiveStartKey`) until enough messages are in hand.
 //! - Reads are strongly consistent: a turn must see the message the previous turn just wrote.
