@@ -9,6 +9,7 @@ use std::time::Duration;
 use baton::event::{Event, Status};
 use baton::model::scripted::{Reply, ScriptedServer};
 use baton::orchestrator::{ASK_SHOPPING, ASK_SUPPORT};
+use baton::store::item::{Attr, Item};
 use baton::store::{EpisodeKey, Role, Store, StoredMessage};
 use baton_tests::stores::{Moto, StoreHarness, test_clock};
 use baton_tests::{
@@ -48,6 +49,7 @@ for_both_stores!(
     two_concurrent_turns_on_one_episode_both_persist_in_order,
     a_user_cannot_read_or_write_another_users_episode,
     a_retried_request_id_is_recorded_once_and_answered_again,
+    a_corrupt_stored_item_is_a_500_that_names_its_key,
 );
 
 const SUPPORT_TEXT: &str = "Receipts scan best in good light.";
@@ -313,15 +315,40 @@ async fn a_retried_request_id_is_recorded_once_and_answered_again<H: StoreHarnes
 }
 
 async fn post_status(url: &str, body: Value) -> (u16, Value) {
-    let r = reqwest::Client::new().post(url).json(&body).send().await.unwrap();
+    let r = reqwest::Client::new()
+        .post(url)
+        .header(baton::http::USER_HEADER, "alice")
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
     (r.status().as_u16(), r.json().await.unwrap_or(Value::Null))
+}
+
+async fn a_corrupt_stored_item_is_a_500_that_names_its_key<H: StoreHarness>() {
+    let s = Setup::<H>::start().await;
+    s.server.push(ORCH, Reply::text("Hello!"));
+    s.chat("alice", json!({"message": "hi", "episode_id": "e1"})).await;
+    let pk = EpisodeKey::new("alice", "e1").unwrap().pk();
+    let sk = format!("MSG#{}#0001", baton::store::new_turn_id());
+    let item = Item::from([("role".to_owned(), Attr::s("wizard")), ("content".to_owned(), Attr::n(3))]);
+    s.harness.put_raw(&pk, &sk, &item).await;
+
+    let (status, body) = post_status(&s.endpoint.url, json!({"message": "again", "episode_id": "e1"})).await;
+    assert_eq!(status, 500, "{body}");
+    assert_eq!(body["error"]["code"], "store_corrupt_item", "{body}");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(message.contains(&format!("{pk} / {sk}")), "the error names the item: {message}");
+    assert_eq!(s.server.requests_for(ORCH).len(), 1, "no model call on unreadable history");
+    let episode = s.store().episode(&EpisodeKey::new("alice", "e1").unwrap()).await.unwrap().unwrap();
+    assert_eq!(episode.version, 1, "nothing was recorded");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_store_outage_before_the_turn_is_a_503_and_loses_nothing() {
     let s = Setup::with(Moto::start_behind_proxy(test_clock()).await).await;
     s.server.push(ORCH, Reply::text("Hello!"));
-    s.chat("local", json!({"message": "hi", "episode_id": "e1"})).await;
+    s.chat("alice", json!({"message": "hi", "episode_id": "e1"})).await;
 
     s.harness.proxy().set_up(false);
     let (status, body) = post_status(&s.endpoint.url, json!({"message": "again", "episode_id": "e1"})).await;
@@ -330,7 +357,7 @@ async fn a_store_outage_before_the_turn_is_a_503_and_loses_nothing() {
     assert_eq!(s.server.requests_for(ORCH).len(), 1, "no model call without a recorded message");
 
     s.harness.proxy().set_up(true);
-    let stored = s.stored("local", "e1").await;
+    let stored = s.stored("alice", "e1").await;
     assert_eq!(stored.iter().map(|m| m.content.as_str()).collect::<Vec<_>>(), ["hi", "Hello!"]);
 }
 

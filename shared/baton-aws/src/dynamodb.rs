@@ -9,8 +9,8 @@
 //!   themselves (after decoding, so a malformed `ttl` is reported rather than hidden), and a new
 //!   message in an episode whose item has expired but is still there deletes it first, so the
 //!   episode starts afresh (version 1, no vendor state) as it does in the embedded store.
-//! - Long histories are read newest first a page at a time (`Limit` = the page size, then
-//!   `ExclusiveStartKey`) until enough messages are in hand.
+//! - Long histories are read newest first a page at a time (`Limit` = the page size, or fewer
+//!   when fewer messages are still wanted; then `ExclusiveStartKey`) until enough are in hand.
 //! - Reads are strongly consistent: a turn must see the message the previous turn just wrote.
 
 use std::collections::HashMap;
@@ -23,8 +23,8 @@ use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{AttributeValue, Delete, Put, TransactWriteItem, Update};
 use baton::store::item::{self, Attr, Item};
 use baton::store::{
-    Clock, DEFAULT_RETENTION, Episode, EpisodeKey, META_SK, MSG_PREFIX, REQ_PREFIX, Recorded, Store,
-    StoreError, StoredMessage, is_expired, ttl_after,
+    Clock, DEFAULT_RETENTION, Episode, EpisodeKey, META_SK, MSG_PREFIX, Recorded, Store, StoreError,
+    StoredMessage, is_expired, request_sk, ttl_after,
 };
 
 use crate::table::{PARTITION_KEY, SORT_KEY};
@@ -325,7 +325,7 @@ impl Store for DynamoDbStore {
     ) -> Result<Recorded, StoreError> {
         let now = self.clock.now_ms();
         let pk = key.pk();
-        let marker_sk = request_id.map(|id| format!("{REQ_PREFIX}{id}"));
+        let marker_sk = request_id.map(request_sk);
         let touch_index = usize::from(marker_sk.is_some()) + 1;
         let mut cleared_expired = false;
         loop {
@@ -449,7 +449,7 @@ impl Store for DynamoDbStore {
                 .expression_attribute_values(":pk", AttributeValue::S(pk.clone()))
                 .expression_attribute_values(":msg", AttributeValue::S(MSG_PREFIX.into()))
                 .scan_index_forward(false)
-                .limit(self.page_size)
+                .limit(self.page_size.min(i32::try_from(limit - out.len()).unwrap_or(i32::MAX)))
                 .consistent_read(true)
                 .set_exclusive_start_key(start)
                 .send()

@@ -46,22 +46,23 @@ impl History {
         &self.store
     }
 
-    /// Records the user message of `turn` and loads the episode's recent history into it. A
-    /// repeated `request_id` records nothing and gives the turn its first turn id back, so the
-    /// turn is answered again and its new reply replaces the old one.
+    /// Loads the episode's recent history into `turn` and records its user message. History is
+    /// read first, so a store that cannot be read records nothing. A repeated `request_id`
+    /// records nothing and gives the turn its first turn id back, so the turn is answered again
+    /// (without its own earlier messages in its history) and its new reply replaces the old one.
     pub async fn begin(
         &self,
         turn: &mut TurnRequest,
         request_id: Option<&str>,
     ) -> Result<EpisodeKey, StoreError> {
         let key = EpisodeKey::new(&turn.user_id, &turn.episode_id)?;
+        let mut stored = self.store.recent_messages(&key, self.max_messages + 1).await?;
         let message = StoredMessage::user(&turn.turn_id, &turn.message, self.store.clock().now_ms());
         if let Recorded::Duplicate { turn_id } =
             self.store.record_user_message(&key, &message, request_id).await?
         {
             turn.turn_id = turn_id;
         }
-        let mut stored = self.store.recent_messages(&key, self.max_messages + 1).await?;
         stored.retain(|m| m.turn_id != turn.turn_id);
         let skip = stored.len().saturating_sub(self.max_messages);
         turn.history = model_history(&stored[skip..]);

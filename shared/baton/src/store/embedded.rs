@@ -14,8 +14,8 @@ use redb::{Database, ReadableTable, TableDefinition};
 
 use super::item::{self, Item};
 use super::{
-    Clock, DEFAULT_RETENTION, Episode, EpisodeKey, META_SK, MSG_PREFIX, REQ_PREFIX, Recorded, Store,
-    StoreError, StoredMessage, is_expired, message_sk, ttl_after,
+    Clock, DEFAULT_RETENTION, Episode, EpisodeKey, META_SK, MSG_PREFIX, Recorded, Store, StoreError,
+    StoredMessage, is_expired, message_sk, request_sk, ttl_after,
 };
 
 /// The one table: `(pk, sk)` → the item's DynamoDB JSON.
@@ -201,7 +201,7 @@ impl Store for EmbeddedStore {
         self.write(move |table| {
             let pk = key.pk();
             if let Some(id) = &request_id {
-                let sk = format!("{REQ_PREFIX}{id}");
+                let sk = request_sk(id);
                 if let Some(seen) = get(table, &pk, &sk, now)? {
                     return Ok(Recorded::Duplicate { turn_id: item::decode_request(&pk, &sk, &seen)? });
                 }

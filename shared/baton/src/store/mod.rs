@@ -280,6 +280,11 @@ pub fn message_sk(turn_id: &str, seq: u32) -> String {
     format!("{MSG_PREFIX}{turn_id}#{seq:04}")
 }
 
+/// The sort key of the marker that request `request_id` was recorded.
+pub fn request_sk(request_id: &str) -> String {
+    format!("{REQ_PREFIX}{request_id}")
+}
+
 /// The sort key of the episode item.
 pub const META_SK: &str = "META";
 /// Every message sort key starts with this.
