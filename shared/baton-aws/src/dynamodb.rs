@@ -20,7 +20,7 @@ use std::time::Duration;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
-use aws_sdk_dynamodb::types::{AttributeValue, Delete, Put, TransactWriteItem, Update};
+use aws_sdk_dynamodb::types::{AttributeValue, CancellationReason, Delete, Put, TransactWriteItem, Update};
 use baton::store::item::{self, Attr, Item};
 use baton::store::{
     Clock, DEFAULT_RETENTION, Episode, EpisodeKey, META_SK, MSG_PREFIX, Recorded, Store, StoreError,
@@ -259,15 +259,48 @@ fn build(e: aws_sdk_dynamodb::error::BuildError) -> StoreError {
     StoreError::Failed(format!("invalid request: {e}"))
 }
 
-/// Whether a cancelled transaction's `index`th action failed its condition.
-fn condition_failed_at(e: &SdkError<TransactWriteItemsError>, index: usize) -> bool {
+/// Why each action of a cancelled transaction failed (empty for any other error).
+fn cancellation_reasons(e: &SdkError<TransactWriteItemsError>) -> &[CancellationReason] {
     match e.as_service_error() {
-        Some(TransactWriteItemsError::TransactionCanceledException(c)) => {
-            c.cancellation_reasons().get(index).and_then(|r| r.code()) == Some("ConditionalCheckFailed")
-        }
-        _ => false,
+        Some(TransactWriteItemsError::TransactionCanceledException(c)) => c.cancellation_reasons(),
+        _ => &[],
     }
 }
+
+/// Whether a cancelled transaction's `index`th action failed its condition.
+fn condition_failed_at(e: &SdkError<TransactWriteItemsError>, index: usize) -> bool {
+    cancellation_reasons(e).get(index).and_then(|r| r.code()) == Some("ConditionalCheckFailed")
+}
+
+/// Whether a transaction was cancelled for a passing reason: another transaction on the same item
+/// at the same moment (two turns of one episode), or throttling. Trying again may succeed.
+fn cancelled_transiently(reasons: &[CancellationReason]) -> bool {
+    reasons.iter().any(|r| {
+        matches!(
+            r.code(),
+            Some(
+                "TransactionConflict"
+                    | "ThrottlingError"
+                    | "ProvisionedThroughputExceeded"
+                    | "RequestLimitExceeded"
+            )
+        )
+    })
+}
+
+/// Maps a failed transaction: a transient cancellation is `Unavailable`, the rest as
+/// [`sdk_error`] says.
+fn transaction_error(what: &str, e: SdkError<TransactWriteItemsError>) -> StoreError {
+    if cancelled_transiently(cancellation_reasons(&e)) {
+        let codes: Vec<&str> = cancellation_reasons(&e).iter().filter_map(|r| r.code()).collect();
+        StoreError::Unavailable(format!("{what}: transaction cancelled ({})", codes.join(", ")))
+    } else {
+        sdk_error(what, e)
+    }
+}
+
+/// How often a transaction cancelled by a conflicting one is tried again.
+const CONFLICT_RETRIES: u32 = 3;
 
 #[async_trait::async_trait]
 impl Store for DynamoDbStore {
@@ -328,12 +361,20 @@ impl Store for DynamoDbStore {
         let marker_sk = request_id.map(request_sk);
         let touch_index = usize::from(marker_sk.is_some()) + 1;
         let mut cleared_expired = false;
+        let mut conflicts = 0;
         loop {
             let actions = self.user_message_actions(&pk, message, marker_sk.as_deref(), now)?;
             let e = match self.transact(actions).await {
                 Ok(()) => return Ok(Recorded::New),
                 Err(e) => e,
             };
+            if cancelled_transiently(cancellation_reasons(&e)) && conflicts < CONFLICT_RETRIES {
+                // Two turns of one episode touched its item at once: back off a little, jittered.
+                conflicts += 1;
+                let pause = 10u64 << conflicts;
+                tokio::time::sleep(Duration::from_millis(pause + fastrand::u64(0..pause))).await;
+                continue;
+            }
             if let Some(sk) = marker_sk.as_deref().filter(|_| condition_failed_at(&e, 0)) {
                 return match self.get(&pk, sk, now).await? {
                     Some(seen) => Ok(Recorded::Duplicate { turn_id: item::decode_request(&pk, sk, &seen)? }),
@@ -344,7 +385,7 @@ impl Store for DynamoDbStore {
                 };
             }
             if cleared_expired || !condition_failed_at(&e, touch_index) {
-                return Err(sdk_error("record user message", e));
+                return Err(transaction_error("record user message", e));
             }
             // The episode item has expired but DynamoDB has not deleted it yet: delete it, so the
             // episode starts afresh as reads already see it, and record again.
@@ -425,7 +466,7 @@ impl Store for DynamoDbStore {
         // several.
         while !actions.is_empty() {
             let rest = actions.split_off(actions.len().min(MAX_TRANSACTION_ITEMS));
-            self.transact(actions).await.map_err(|e| sdk_error("save reply", e))?;
+            self.transact(actions).await.map_err(|e| transaction_error("save reply", e))?;
             actions = rest;
         }
         Ok(())
@@ -488,6 +529,17 @@ mod tests {
         let raw = to_dynamo("P", "MSG#t1#0000", &item);
         assert_eq!(raw["pk"], AttributeValue::S("P".into()));
         assert_eq!(from_dynamo("P", "MSG#t1#0000", &raw).unwrap(), item);
+    }
+
+    #[test]
+    fn conflicting_or_throttled_transactions_are_transient_and_failed_conditions_are_not() {
+        let reasons = |codes: &[&str]| -> Vec<CancellationReason> {
+            codes.iter().map(|c| CancellationReason::builder().code(*c).build()).collect()
+        };
+        assert!(cancelled_transiently(&reasons(&["None", "TransactionConflict", "None"])));
+        assert!(cancelled_transiently(&reasons(&["ThrottlingError"])));
+        assert!(!cancelled_transiently(&reasons(&["ConditionalCheckFailed", "None"])));
+        assert!(!cancelled_transiently(&[]));
     }
 
     #[test]
