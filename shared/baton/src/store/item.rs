@@ -100,8 +100,7 @@ impl<'a> Reader<'a> {
     }
 }
 
-/// DynamoDB may hand back `5` as `5` or, after arithmetic, as `5.0`-free text; accept whole
-/// numbers only.
+/// Every number this code writes is a non-negative whole number; anything else is corruption.
 fn parse_n(n: &str) -> Option<u64> {
     n.trim().parse().ok()
 }
