@@ -26,12 +26,26 @@ async fn main() -> std::process::ExitCode {
             return std::process::ExitCode::from(2);
         }
     };
-    eprintln!("{}", config.describe_models());
-    eprintln!("{}", config.describe_support());
+    let (history, store) = match args.history().await {
+        Ok(h) => h,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    eprintln!("{}\n{}\n{store}", config.describe_models(), config.describe_support());
     match args.command {
         cli::Command::Chat(chat) => {
-            let turn = chat.turn();
-            let mut events = orchestrator.run_turn(turn);
+            let mut turn = chat.turn();
+            let key = match history.begin(&mut turn, None).await {
+                Ok(key) => key,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return std::process::ExitCode::FAILURE;
+                }
+            };
+            let turn_id = turn.turn_id.clone();
+            let mut events = history.record(key, turn_id, orchestrator.run_turn(turn));
             let mut out = render::Renderer::new(std::io::stdout().lock(), chat.raw);
             while let Some(event) = events.next().await {
                 if let Err(e) = out.event(&event) {
@@ -53,7 +67,7 @@ async fn main() -> std::process::ExitCode {
             let addr = listener.local_addr().map(|a| a.to_string()).unwrap_or_else(|_| serve.addr.clone());
             // Tests and benchmarks wait for this line.
             println!("listening on http://{addr}");
-            let service = Arc::new(ChatService::new(orchestrator, config.limits, config.heartbeat));
+            let service = Arc::new(ChatService::new(orchestrator, history, config.limits, config.heartbeat));
             let shutdown = async {
                 let _ = tokio::signal::ctrl_c().await;
             };

@@ -22,10 +22,14 @@
 //!   runtime built from it.
 //! - [`eval`]: the routing scenario suite, its scoring, and fault injection.
 //! - [`http`]: the chat endpoint (validation, SSE body), shared by `serve` and the Lambda.
+//! - [`store`]: the [`store::Store`] trait (episodes, messages, vendor state) and the embedded,
+//!   file-backed store.
+//! - [`history`]: records a turn: the user message before the model call, the reply after it,
+//!   `partial` when the client leaves.
 //!
 //! # Errors
 //! Errors a caller branches on are hand-written enums ([`model::ModelError`],
-//! [`http::ApiError`], [`config::ConfigError`]). Inside a turn, nothing is an `Err`: failures are
+//! [`http::ApiError`], [`config::ConfigError`], [`store::StoreError`]). Inside a turn, nothing is an `Err`: failures are
 //! in-band `error` events and the turn still ends with `completed`.
 
 pub mod agent;
@@ -33,6 +37,7 @@ pub mod config;
 pub mod eval;
 pub mod event;
 pub mod guard;
+pub mod history;
 pub mod http;
 pub mod model;
 pub mod mux;
@@ -40,5 +45,6 @@ pub mod orchestrator;
 pub mod retrieval;
 pub mod routing;
 pub mod shopping;
+pub mod store;
 pub mod support;
 pub mod tool;
