@@ -12,7 +12,7 @@ pub mod stores;
 use std::sync::Arc;
 use std::time::Duration;
 
-use baton::config::Config;
+use baton::config::{Backends, Config};
 use baton::event::{Event, decode_sse};
 use baton::history::History;
 use baton::http::ChatService;
@@ -90,7 +90,7 @@ pub async fn start_endpoint(config: &Config) -> Endpoint {
 
 /// Serves `config`'s chat endpoint on `127.0.0.1:0`, recording into `store`.
 pub async fn start_endpoint_with(config: &Config, store: Arc<dyn Store>) -> Endpoint {
-    let orchestrator = config.build().expect("config builds");
+    let orchestrator = config.build_with(Backends::over_store(store.clone())).expect("config builds");
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind loopback");
     let url = format!("http://{}", listener.local_addr().expect("local addr"));
     let history = History::new(store, baton::history::DEFAULT_HISTORY_MESSAGES);

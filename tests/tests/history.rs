@@ -52,6 +52,8 @@ for_both_stores!(
     a_user_cannot_read_or_write_another_users_episode,
     a_retried_request_id_is_recorded_once_and_answered_again,
     a_corrupt_stored_item_is_a_500_that_names_its_key,
+    the_next_turn_continues_the_stored_forethought_conversation,
+    a_short_reply_to_a_stored_support_question_goes_to_support,
 );
 
 const SUPPORT_TEXT: &str = "Receipts scan best in good light.";
@@ -403,4 +405,42 @@ async fn a_store_outage_during_the_turn_is_an_error_event_and_loses_nothing() {
     s.harness.proxy().set_up(true);
     let stored = s.stored("local", "e1").await;
     assert_eq!(stored.iter().map(|m| m.content.as_str()).collect::<Vec<_>>(), ["hi", "Hello!", "again"]);
+}
+
+fn support_call(query: &str) -> Reply {
+    Reply::text("").tool_call(ASK_SUPPORT, json!({"query": query, "intent_count": 1})).into()
+}
+
+async fn the_next_turn_continues_the_stored_forethought_conversation<H: StoreHarness>() {
+    let s = Setup::<H>::start().await;
+    s.server.push(ORCH, support_call("my receipt didn't scan"));
+    s.server.push(ORCH, support_call("it was a Target receipt"));
+    s.ft.push(FtReply::text("Try again in good light.").conversation_id("conv-42"));
+    s.ft.push(FtReply::text("Thanks, I re-queued it."));
+    s.chat("alice", json!({"message": "my receipt didn't scan", "episode_id": "e1"})).await;
+    let episode = s.store().episode(&EpisodeKey::new("alice", "e1").unwrap()).await.unwrap().unwrap();
+    assert_eq!(episode.support.map(|c| c.conversation_id).as_deref(), Some("conv-42"), "kept on the episode");
+    s.chat("alice", json!({"message": "it was a Target receipt", "episode_id": "e1"})).await;
+    let second = &s.ft.requests()[1];
+    assert_eq!(second.method, "PUT", "continued, not started anew");
+    assert_eq!(second.conversation_id.as_deref(), Some("conv-42"));
+}
+
+async fn a_short_reply_to_a_stored_support_question_goes_to_support<H: StoreHarness>() {
+    let s = Setup::<H>::start().await;
+    s.server.push(ORCH, support_call("my receipt didn't scan"));
+    s.ft.push(
+        FtReply::text("Sorry about that! Was it a paper receipt or an e-receipt?").conversation_id("c1"),
+    );
+    // The model sends the follow-up to shopping; the echo guard reads the stored question.
+    s.server.push(
+        ORCH,
+        Reply::text("").tool_call(ASK_SHOPPING, json!({"query": "paper deals", "intent_count": 1})),
+    );
+    s.ft.push(FtReply::text("Paper receipts need good light."));
+    s.chat("alice", json!({"message": "my receipt didn't scan", "episode_id": "e1"})).await;
+    let events = s.chat("alice", json!({"message": "the paper one", "episode_id": "e1"})).await;
+    assert_eq!(text_of(&events, "support[1]"), "Paper receipts need good light.");
+    assert!(s.server.requests_for(SHOP).is_empty(), "shopping was not called");
+    assert_eq!(s.ft.requests()[1].body["query"].as_str().map(|q| q.contains("the paper one")), Some(true));
 }

@@ -6,6 +6,7 @@ mod render;
 
 use std::sync::Arc;
 
+use baton::config::Backends;
 use baton::http::ChatService;
 use clap::Parser;
 use futures::StreamExt;
@@ -19,15 +20,17 @@ async fn main() -> std::process::ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let args = cli::Args::parse();
-    let (config, orchestrator) = match args.config().and_then(|c| c.build().map(|o| (c, o))) {
-        Ok(built) => built,
+    // The store first: agents keep their per-episode state in it.
+    let (history, store) = match args.history().await {
+        Ok(h) => h,
         Err(e) => {
             eprintln!("error: {e}");
             return std::process::ExitCode::from(2);
         }
     };
-    let (history, store) = match args.history().await {
-        Ok(h) => h,
+    let backends = Backends::over_store(history.store().clone());
+    let (config, orchestrator) = match args.config().and_then(|c| c.build_with(backends).map(|o| (c, o))) {
+        Ok(built) => built,
         Err(e) => {
             eprintln!("error: {e}");
             return std::process::ExitCode::from(2);

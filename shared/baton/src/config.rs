@@ -133,6 +133,34 @@ impl Backends {
             clock: Arc::new(SystemClock),
         }
     }
+
+    /// State kept in `store`: vendor conversations and response ids on the episode, support
+    /// turns from its history; the store's clock; the sample purchase history.
+    pub fn over_store(store: Arc<dyn crate::store::Store>) -> Backends {
+        let state = Arc::new(crate::store::backends::StoreBackends::new(store.clone()));
+        Backends {
+            support_sessions: state.clone(),
+            response_chains: state,
+            purchases: Arc::new(SamplePurchases::embedded()),
+            clock: Arc::new(StoreClock(store)),
+        }
+    }
+}
+
+/// The clock of a store, shared as an `Arc<dyn Clock>`.
+#[derive(Clone)]
+struct StoreClock(Arc<dyn crate::store::Store>);
+
+impl std::fmt::Debug for StoreClock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("StoreClock")
+    }
+}
+
+impl Clock for StoreClock {
+    fn now(&self) -> std::time::SystemTime {
+        self.0.clock().now()
+    }
 }
 
 /// The reference configuration, embedded: the defaults live in `config/baton.yaml` only.

@@ -22,6 +22,7 @@ use tokio_stream::wrappers::ReceiverStream;
 
 use crate::agent::EventStream;
 use crate::event::{AgentUsage, Event, Status};
+use crate::guard::{PreviousTurn, PriorReply};
 use crate::orchestrator::{ORCHESTRATOR, TurnRequest};
 use crate::store::{EpisodeKey, Recorded, Role, Store, StoreError, StoredMessage, model_history};
 
@@ -66,6 +67,7 @@ impl History {
         stored.retain(|m| m.turn_id != turn.turn_id);
         let skip = stored.len().saturating_sub(self.max_messages);
         turn.history = model_history(&stored[skip..]);
+        turn.previous = previous_turn(&stored);
         Ok(key)
     }
 
@@ -229,6 +231,23 @@ impl ReplyRecorder {
         }
         messages
     }
+}
+
+/// The last stored turn, as the routing guards see it: the user's message and each agent's reply
+/// (instance numbers dropped: `support[1]` → `support`).
+fn previous_turn(stored: &[StoredMessage]) -> Option<PreviousTurn> {
+    let last_turn = &stored.last()?.turn_id;
+    let turn: Vec<&StoredMessage> = stored.iter().filter(|m| &m.turn_id == last_turn).collect();
+    let user_message = turn.iter().find(|m| m.role == Role::User)?.content.clone();
+    let replies = turn
+        .iter()
+        .filter(|m| m.role == Role::Assistant && !m.content.trim().is_empty())
+        .map(|m| PriorReply {
+            agent: m.agent.split('[').next().unwrap_or(&m.agent).to_owned(),
+            text: m.content.clone(),
+        })
+        .collect();
+    Some(PreviousTurn { user_message, replies })
 }
 
 #[cfg(test)]

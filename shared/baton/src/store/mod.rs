@@ -19,6 +19,7 @@
 //! - [`item`]: the attribute-map form of each item and its strict decoding.
 //! - [`embedded`]: a file-backed store (redb), the default for local runs.
 
+pub mod backends;
 pub mod embedded;
 pub mod item;
 
