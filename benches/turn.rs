@@ -156,9 +156,12 @@ async fn serve_memory(streams: usize) {
     server.set_default("sup", slow.clone());
     server.set_default("shop", slow);
 
+    let store = tempfile::tempdir().unwrap();
     let started = Instant::now();
     let mut child = tokio::process::Command::new(&binary)
         .args(["serve", "--addr", "127.0.0.1:0"])
+        .env("BATON_STORE_PATH", store.path().join("store.redb"))
+        .env_remove("BATON_TABLE")
         .env("OPENAI_BASE_URL", server.base_url())
         .env("BATON_ORCHESTRATOR_MODEL", "orch")
         .env("BATON_SUPPORT_MODEL", "sup")

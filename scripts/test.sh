@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The one test command (`make test`; CI runs exactly this through .ci/run).
-# Format, lints, docs, then every test of the workspace. Needs only cargo.
+# Format, lints, docs, then every test of the workspace. Needs cargo and python3 (with venv):
+# the DynamoDB store's tests run against a real moto_server, which this script installs into
+# .venv (once), starts on a free loopback port, and stops when it exits.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -12,5 +14,38 @@ step "cargo clippy (warnings are errors)"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 step "cargo doc (warnings are errors)"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked --quiet
+
+step "moto_server (local DynamoDB for the store tests)"
+requirements=scripts/requirements-test.txt
+if [[ ! -x .venv/bin/moto_server ]] || ! cmp -s "$requirements" .venv/requirements-test.txt; then
+    python3 -m venv .venv
+    .venv/bin/pip install --quiet --disable-pip-version-check -r "$requirements"
+    cp "$requirements" .venv/requirements-test.txt
+fi
+port=$(.venv/bin/python -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+moto_log=$(mktemp -t baton-moto.XXXXXX.log)
+.venv/bin/moto_server -H 127.0.0.1 -p "$port" >"$moto_log" 2>&1 &
+moto_pid=$!
+trap 'kill "$moto_pid" 2>/dev/null || true; wait "$moto_pid" 2>/dev/null || true; rm -f "$moto_log"' EXIT
+export AWS_ENDPOINT_URL_DYNAMODB="http://127.0.0.1:$port"
+if ! .venv/bin/python - "$AWS_ENDPOINT_URL_DYNAMODB" <<'PY'
+import sys, time, urllib.request
+deadline = time.monotonic() + 60
+while True:
+    try:
+        urllib.request.urlopen(urllib.request.Request(sys.argv[1] + "/moto-api/reset", method="POST"), timeout=2)
+        break
+    except OSError:
+        if time.monotonic() > deadline:
+            sys.exit(1)
+        time.sleep(0.2)
+PY
+then
+    echo "moto_server did not start; its log:" >&2
+    cat "$moto_log" >&2
+    exit 1
+fi
+echo "moto_server on $AWS_ENDPOINT_URL_DYNAMODB"
+
 step "cargo test"
 cargo test --workspace --locked

@@ -1,14 +1,24 @@
 //! Helpers shared by the end-to-end tests and benchmarks: a chat endpoint on a real loopback
-//! socket wired to a scripted model server (and a scripted Forethought server), and an
-//! incremental SSE client.
+//! socket wired to a scripted model server (and a scripted Forethought server), an incremental SSE client, the stores under test and
+//! the store contract suite.
+//!
+//! - [`stores`]: the embedded store in a temporary directory; DynamoDB on moto_server; a proxy
+//!   that stages a store outage.
+//! - [`contract`]: the one contract suite every store passes.
+
+pub mod contract;
+pub mod stores;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use baton::config::Config;
+use baton::config::{Backends, Config};
 use baton::event::{Event, decode_sse};
+use baton::history::History;
 use baton::http::ChatService;
 use baton::model::scripted::ScriptedServer;
+use baton::store::embedded::EmbeddedStore;
+use baton::store::{Store, SystemClock};
 use baton::support::forethought::ForethoughtConfig;
 use baton::support::scripted::ForethoughtServer;
 use eventsource_stream::Eventsource;
@@ -58,6 +68,7 @@ pub struct Endpoint {
     /// `http://127.0.0.1:PORT`.
     pub url: String,
     task: tokio::task::JoinHandle<()>,
+    _dir: Option<tempfile::TempDir>,
 }
 
 impl Drop for Endpoint {
@@ -66,16 +77,28 @@ impl Drop for Endpoint {
     }
 }
 
-/// Serves `config`'s chat endpoint on `127.0.0.1:0` with the same code as `orchestrator serve`.
+/// Serves `config`'s chat endpoint on `127.0.0.1:0` with the same code as `orchestrator serve`,
+/// recording into a fresh embedded store.
 pub async fn start_endpoint(config: &Config) -> Endpoint {
-    let orchestrator = config.build().expect("config builds");
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let store =
+        EmbeddedStore::open(dir.path().join("store.redb"), Arc::new(SystemClock)).expect("store opens");
+    let mut endpoint = start_endpoint_with(config, Arc::new(store)).await;
+    endpoint._dir = Some(dir);
+    endpoint
+}
+
+/// Serves `config`'s chat endpoint on `127.0.0.1:0`, recording into `store`.
+pub async fn start_endpoint_with(config: &Config, store: Arc<dyn Store>) -> Endpoint {
+    let orchestrator = config.build_with(Backends::over_store(store.clone())).expect("config builds");
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind loopback");
     let url = format!("http://{}", listener.local_addr().expect("local addr"));
-    let service = Arc::new(ChatService::new(orchestrator, config.limits, config.heartbeat));
+    let history = History::new(store, baton::history::DEFAULT_HISTORY_MESSAGES);
+    let service = Arc::new(ChatService::new(orchestrator, history, config.limits, config.heartbeat));
     let task = tokio::spawn(async move {
         let _ = baton::http::serve(listener, service, std::future::pending()).await;
     });
-    Endpoint { url, task }
+    Endpoint { url, task, _dir: None }
 }
 
 /// An event as a client received it.
@@ -94,7 +117,23 @@ pub struct Received {
 /// Panics if the response is not a 200 SSE stream or an event does not decode: both are failures
 /// of the behaviour under test.
 pub async fn open_stream(url: &str, body: serde_json::Value) -> impl Stream<Item = Received> + Unpin {
-    let response = reqwest::Client::new().post(url).json(&body).send().await.expect("POST succeeds");
+    open_stream_as(url, "local", body).await
+}
+
+/// POSTs `body` to `url` as `user` (the `x-baton-user` header of the local mode) and returns the
+/// decoded SSE events as they arrive, with the response's turn id.
+pub async fn open_stream_as(
+    url: &str,
+    user: &str,
+    body: serde_json::Value,
+) -> impl Stream<Item = Received> + Unpin {
+    let response = reqwest::Client::new()
+        .post(url)
+        .header(baton::http::USER_HEADER, user)
+        .json(&body)
+        .send()
+        .await
+        .expect("POST succeeds");
     assert_eq!(response.status(), 200, "chat request refused: {:?}", response.text().await);
     assert_eq!(response.headers()["content-type"], "text/event-stream");
     Box::pin(response.bytes_stream().eventsource().map(|e| {
@@ -131,4 +170,19 @@ pub fn speakers(events: &[Event]) -> Vec<String> {
         }
     }
     out
+}
+
+/// Polls `done` every 10 ms until it holds, for at most 10 s (then panics naming `what`). For
+/// effects that happen after a response ends (a reply saved after the client left); no test
+/// asserts on how long this takes.
+pub async fn wait_until<F, Fut>(what: &str, mut done: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !done().await {
+        assert!(tokio::time::Instant::now() < deadline, "timed out waiting until {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }

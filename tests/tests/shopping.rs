@@ -170,7 +170,16 @@ async fn a_stored_response_the_server_lost_is_replaced_by_resending_the_turn() {
     let shop = server.requests_for(SHOP);
     assert!(shop[1].body.get("previous_response_id").is_some());
     assert!(shop[2].body.get("previous_response_id").is_none(), "resent without it");
-    assert_eq!(shop[2].body["input"], json!([{"role": "user", "content": "tea"}]));
+    // Resent with the stored history of the episode instead of the lost server-side context.
+    assert_eq!(
+        shop[2].body["input"],
+        json!([
+            {"role": "user", "content": "tea"},
+            {"role": "assistant", "content": "Let me look."},
+            {"role": "assistant", "content": "Tea."},
+            {"role": "user", "content": "tea"},
+        ])
+    );
     assert_eq!(text_of(&events, "shopping[1]"), "Tea again.");
     assert!(!events.iter().any(|e| matches!(e, Event::Error { .. })), "{events:?}");
 }

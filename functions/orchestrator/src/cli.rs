@@ -1,9 +1,14 @@
 //! Command-line options. Every option can also be set by the environment variable it names.
 
+use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use baton::config::{Config, RequestLimits};
+use baton::history::{DEFAULT_HISTORY_MESSAGES, History};
 use baton::orchestrator::TurnRequest;
+use baton::store::embedded::EmbeddedStore;
+use baton::store::{Store, SystemClock, new_turn_id};
 use baton::support::forethought::{FORETHOUGHT_DEFAULT_BASE_URL, ForethoughtConfig, PriorContextMode};
 use clap::{Parser, Subcommand};
 
@@ -119,6 +124,20 @@ pub(crate) struct Args {
     /// Retries of a model call that fails before its first delta (connect errors, 429, 5xx).
     #[arg(long, env = "BATON_MAX_RETRIES", default_value_t = 2, global = true)]
     max_retries: u32,
+
+    /// File of the embedded conversation store [default: $XDG_DATA_HOME/baton/store.redb, or
+    /// ~/.local/share/baton/store.redb].
+    #[arg(long, env = "BATON_STORE_PATH", global = true)]
+    store_path: Option<PathBuf>,
+
+    /// Keep conversations in this DynamoDB table instead of the embedded store (region and
+    /// credentials from the AWS environment; AWS_ENDPOINT_URL_DYNAMODB for a local server).
+    #[arg(long, env = "BATON_TABLE", global = true, conflicts_with = "store_path")]
+    table: Option<String>,
+
+    /// How many stored messages of the episode each turn sees.
+    #[arg(long, env = "BATON_HISTORY_MESSAGES", default_value_t = DEFAULT_HISTORY_MESSAGES, global = true)]
+    history_messages: usize,
 }
 
 #[derive(Debug, Subcommand)]
@@ -155,7 +174,11 @@ pub(crate) struct ChatArgs {
 
     /// Continue this episode (a new one is minted otherwise).
     #[arg(long)]
-    episode_id: Option<String>,
+    pub(crate) episode_id: Option<String>,
+
+    /// The user the conversation belongs to.
+    #[arg(long, default_value = "local")]
+    user: String,
 
     /// Print the raw SSE stream instead of readable text.
     #[arg(long)]
@@ -165,7 +188,7 @@ pub(crate) struct ChatArgs {
 impl ChatArgs {
     pub(crate) fn turn(&self) -> TurnRequest {
         let episode = self.episode_id.clone().unwrap_or_else(|| uuid_like("ep"));
-        TurnRequest::new(episode, uuid_like("turn"), "local", self.message.clone())
+        TurnRequest::new(episode, new_turn_id(), self.user.clone(), self.message.clone())
     }
 }
 
@@ -194,7 +217,37 @@ pub(crate) struct ServeArgs {
     heartbeat_secs: u64,
 }
 
+/// The embedded store's file when no path is given: the user's data directory.
+fn default_store_path() -> PathBuf {
+    let data = std::env::var_os("XDG_DATA_HOME")
+        .filter(|d| !d.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/share")))
+        .unwrap_or_else(|| PathBuf::from("."));
+    data.join("baton").join("store.redb")
+}
+
 impl Args {
+    /// Opens the conversation store these options name, and the history that records into it.
+    pub(crate) async fn history(&self) -> Result<(History, String), String> {
+        let store: Arc<dyn Store> = match &self.table {
+            Some(table) => {
+                Arc::new(baton_aws::DynamoDbStore::from_env(table.clone(), Arc::new(SystemClock)).await)
+            }
+            None => {
+                let path = self.store_path.clone().unwrap_or_else(default_store_path);
+                Arc::new(EmbeddedStore::open(&path, Arc::new(SystemClock)).map_err(|e| e.to_string())?)
+            }
+        };
+        let described = match (&self.table, &self.store_path) {
+            (Some(table), _) => format!("store: DynamoDB table {table}"),
+            (None, path) => {
+                format!("store: {}", path.clone().unwrap_or_else(default_store_path).display())
+            }
+        };
+        Ok((History::new(store, self.history_messages), described))
+    }
+
     /// The configuration these options describe.
     pub(crate) fn config(&self) -> Result<Config, baton::config::ConfigError> {
         let mut c = match &self.config {
@@ -254,7 +307,7 @@ impl Args {
                         return Err("--auth jwt needs --jwt-public-key or --jwt-hs256-secret".into());
                     }
                 };
-                verifier.map(AuthMode::Jwt).map_err(|e| e.to_string())
+                verifier.map(|v| AuthMode::Jwt(Box::new(v))).map_err(|e| e.to_string())
             }
             other => Err(format!("BATON_AUTH must be local, iam or jwt, not `{other}`")),
         }

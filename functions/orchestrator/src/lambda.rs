@@ -22,12 +22,12 @@ const DEADLINE_MARGIN: Duration = Duration::from_millis(1500);
 pub(crate) async fn run(service: Arc<ChatService>, auth_is_iam: bool) -> Result<(), lambda_http::Error> {
     lambda_http::run_with_streaming_response(service_fn(move |request: Request| {
         let service = service.clone();
-        async move { Ok::<_, Infallible>(handle(&service, auth_is_iam, request)) }
+        async move { Ok::<_, Infallible>(handle(&service, auth_is_iam, request).await) }
     }))
     .await
 }
 
-fn handle(service: &ChatService, auth_is_iam: bool, request: Request) -> axum::response::Response {
+async fn handle(service: &ChatService, auth_is_iam: bool, request: Request) -> axum::response::Response {
     use axum::response::IntoResponse;
     let caller =
         if auth_is_iam { iam_caller(&request) } else { service.caller_from_headers(request.headers()) };
@@ -37,7 +37,7 @@ fn handle(service: &ChatService, auth_is_iam: bool, request: Request) -> axum::r
     };
     let deadline = request.lambda_context_ref().map(|c| deadline_instant(c.deadline));
     let (parts, body) = request.into_parts();
-    service.respond(&caller, &parts.headers, body.as_ref(), deadline)
+    service.respond(&caller, &parts.headers, body.as_ref(), deadline).await
 }
 
 /// The IAM principal that signed the request, as the platform verified it.

@@ -1,6 +1,7 @@
 //! The orchestrator binary: `chat` runs one turn in-process and prints it; `serve` serves the SSE
 //! chat endpoint on localhost through the same handler the Lambda uses.
 
+mod chat;
 mod cli;
 mod lambda;
 mod render;
@@ -8,9 +9,9 @@ mod routing_eval;
 
 use std::sync::Arc;
 
+use baton::config::Backends;
 use baton::http::ChatService;
 use clap::Parser;
-use futures::StreamExt;
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
@@ -23,8 +24,17 @@ async fn main() -> std::process::ExitCode {
     // In Lambda there are no arguments: every option comes from the environment.
     let in_lambda = std::env::var_os("AWS_LAMBDA_RUNTIME_API").is_some();
     let args = if in_lambda { cli::Args::parse_from(["orchestrator", "serve"]) } else { cli::Args::parse() };
+    // The store first: agents keep their per-episode state in it.
+    let (history, store) = match args.history().await {
+        Ok(h) => h,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    let backends = Backends::over_store(history.store().clone());
     let built = args.config().map_err(|e| e.to_string()).and_then(|c| {
-        let orchestrator = c.build().map_err(|e| e.to_string())?;
+        let orchestrator = c.build_with(backends).map_err(|e| e.to_string())?;
         Ok((c, orchestrator, args.auth(in_lambda)?))
     });
     let (config, orchestrator, auth) = match built {
@@ -34,13 +44,14 @@ async fn main() -> std::process::ExitCode {
             return std::process::ExitCode::from(2);
         }
     };
-    eprintln!("{}", config.describe_models());
-    eprintln!("{}", config.describe_support());
+    eprintln!("{}\n{}\n{store}", config.describe_models(), config.describe_support());
+    let iam = lambda::is_iam(&auth);
+    let for_service = orchestrator.clone();
+    let service = move |history| {
+        Arc::new(ChatService::new(for_service, history, config.limits, config.heartbeat).with_auth(auth))
+    };
     if in_lambda {
-        let iam = lambda::is_iam(&auth);
-        let service =
-            Arc::new(ChatService::new(orchestrator, config.limits, config.heartbeat).with_auth(auth));
-        return match lambda::run(service, iam).await {
+        return match lambda::run(service(history), iam).await {
             Ok(()) => std::process::ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("error: {e}");
@@ -49,18 +60,7 @@ async fn main() -> std::process::ExitCode {
         };
     }
     match args.command {
-        cli::Command::Chat(chat) => {
-            let turn = chat.turn();
-            let mut events = orchestrator.run_turn(turn);
-            let mut out = render::Renderer::new(std::io::stdout().lock(), chat.raw);
-            while let Some(event) = events.next().await {
-                if let Err(e) = out.event(&event) {
-                    eprintln!("error: cannot write output: {e}");
-                    return std::process::ExitCode::FAILURE;
-                }
-            }
-            out.exit_code()
-        }
+        cli::Command::Chat(chat) => chat::run(&orchestrator, &history, &chat).await,
         cli::Command::RoutingEval(eval) => routing_eval::run(&config, &orchestrator, &eval).await,
         cli::Command::Serve(serve) => {
             let listener = match tokio::net::TcpListener::bind(&serve.addr).await {
@@ -73,12 +73,10 @@ async fn main() -> std::process::ExitCode {
             let addr = listener.local_addr().map(|a| a.to_string()).unwrap_or_else(|_| serve.addr.clone());
             // Tests and benchmarks wait for this line.
             println!("listening on http://{addr}");
-            let service =
-                Arc::new(ChatService::new(orchestrator, config.limits, config.heartbeat).with_auth(auth));
             let shutdown = async {
                 let _ = tokio::signal::ctrl_c().await;
             };
-            match baton::http::serve(listener, service, shutdown).await {
+            match baton::http::serve(listener, service(history), shutdown).await {
                 Ok(()) => std::process::ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("error: server failed: {e}");

@@ -53,10 +53,10 @@ impl<W: Write> Renderer<W> {
             Event::Error { agent, code, message, .. } => {
                 self.note(&format!("! {agent} error {code}: {message}"))?
             }
-            Event::Completed { status, model, duration_ms, usage, .. } => {
+            Event::Completed { status, model, duration_ms, usage, episode_id, .. } => {
                 let tokens: u64 = usage.iter().map(|u| u.usage.total()).sum();
                 self.note(&format!(
-                    "✓ completed: {status:?}, model {model}, {duration_ms} ms, {tokens} tokens"
+                    "✓ completed: {status:?}, model {model}, {duration_ms} ms, {tokens} tokens, episode {episode_id}"
                 ))?;
             }
             // Usage, ids, reasoning and internal boundaries are summarised elsewhere.

@@ -1,20 +1,68 @@
-//! The orchestrator binary as a newcomer runs it: offline, with no key.
+//! The orchestrator binary as a newcomer runs it: offline, with no key, on the embedded store
+//! (each test gives it a store file in a temporary directory).
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::process::{Command, Stdio};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
 
-fn orchestrator() -> Command {
+use baton::model::scripted::{Reply, ScriptedServer};
+use baton::store::EpisodeKey;
+use baton_tests::stores::{Moto, StoreHarness, TEST_TABLE, test_clock};
+use futures::StreamExt;
+use serde_json::json;
+
+fn orchestrator(store: &Path) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_orchestrator"));
-    for var in ["OPENAI_API_KEY", "OPENAI_BASE_URL", "FORETHOUGHT_API_TOKEN", "FORETHOUGHT_BASE_URL"] {
+    for var in
+        ["OPENAI_API_KEY", "OPENAI_BASE_URL", "FORETHOUGHT_API_TOKEN", "FORETHOUGHT_BASE_URL", "BATON_TABLE"]
+    {
         c.env_remove(var);
     }
+    c.env("BATON_STORE_PATH", store.join("store.redb"));
     c
+}
+
+/// A `serve` process, killed when dropped.
+struct Serve {
+    child: Child,
+    addr: String,
+}
+
+impl Serve {
+    fn start(mut command: Command) -> Serve {
+        let mut child = command
+            .args(["serve", "--addr", "127.0.0.1:0"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        let addr =
+            line.trim().strip_prefix("listening on http://").unwrap_or_else(|| panic!("{line:?}")).to_owned();
+        Serve { child, addr }
+    }
+
+    async fn chat(&self, body: serde_json::Value) -> Vec<baton::event::Event> {
+        let url = format!("http://{}/chat", self.addr);
+        baton_tests::open_stream_as(&url, "local", body).await.map(|r| r.event).collect().await
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 #[test]
 fn offline_chat_routes_a_mixed_message_to_both_agents() {
-    let out =
-        orchestrator().args(["chat", "my receipt didn't scan and find me coffee deals"]).output().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let out = orchestrator(dir.path())
+        .args(["chat", "my receipt didn't scan and find me coffee deals"])
+        .output()
+        .unwrap();
     let stdout = String::from_utf8(out.stdout).unwrap();
     let stderr = String::from_utf8(out.stderr).unwrap();
     assert!(out.status.success(), "{stdout}\n{stderr}");
@@ -44,8 +92,10 @@ async fn chat_uses_forethought_when_a_token_is_set() {
     let ft = ForethoughtServer::start().await.unwrap();
     ft.push(FtReply::text("Forethought says: retake the photo. "));
     let url = ft.base_url();
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().to_owned();
     let out = tokio::task::spawn_blocking(move || {
-        orchestrator()
+        orchestrator(&store)
             .args(["chat", "my receipt didn't scan"])
             .env("FORETHOUGHT_API_TOKEN", "t0ken")
             .env("FORETHOUGHT_BASE_URL", url)
@@ -68,7 +118,8 @@ async fn chat_uses_forethought_when_a_token_is_set() {
 
 #[test]
 fn a_bad_forethought_url_fails_at_start_with_a_clear_error() {
-    let out = orchestrator()
+    let dir = tempfile::tempdir().unwrap();
+    let out = orchestrator(dir.path())
         .args(["chat", "hi"])
         .env("FORETHOUGHT_API_TOKEN", "t")
         .env("FORETHOUGHT_BASE_URL", "app.forethought.ai")
@@ -81,7 +132,8 @@ fn a_bad_forethought_url_fails_at_start_with_a_clear_error() {
 
 #[test]
 fn raw_chat_prints_sse() {
-    let out = orchestrator().args(["chat", "--raw", "hello"]).output().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let out = orchestrator(dir.path()).args(["chat", "--raw", "hello"]).output().unwrap();
     let stdout = String::from_utf8(out.stdout).unwrap();
     assert!(stdout.starts_with("event: thinking\nid: 0\ndata: {\"type\":\"thinking\"}\n\n"), "{stdout}");
     assert!(stdout.contains("event: completed\n"), "{stdout}");
@@ -90,7 +142,8 @@ fn raw_chat_prints_sse() {
 
 #[test]
 fn help_explains_every_option() {
-    let out = orchestrator().args(["serve", "--help"]).output().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let out = orchestrator(dir.path()).args(["serve", "--help"]).output().unwrap();
     let help = String::from_utf8(out.stdout).unwrap();
     for option in [
         "--addr",
@@ -110,16 +163,22 @@ fn help_explains_every_option() {
         "--forethought-base-url",
         "--forethought-channel",
         "--forethought-prior-context",
+        "--store-path",
+        "--table",
+        "--history-messages",
     ] {
         assert!(help.contains(option), "{option} missing from:\n{help}");
     }
     assert!(help.contains("[env: OPENAI_BASE_URL"), "{help}");
     assert!(help.contains("[env: FORETHOUGHT_API_TOKEN"), "{help}");
+    assert!(help.contains("[env: BATON_STORE_PATH") && help.contains("[env: BATON_TABLE"), "{help}");
 }
 
 #[test]
 fn a_bad_base_url_fails_at_start_with_a_clear_error() {
-    let out = orchestrator().args(["chat", "hi"]).env("OPENAI_BASE_URL", "localhost:1").output().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let out =
+        orchestrator(dir.path()).args(["chat", "hi"]).env("OPENAI_BASE_URL", "localhost:1").output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8(out.stderr).unwrap();
     assert!(stderr.contains("OPENAI_BASE_URL") && stderr.contains("http://"), "{stderr}");
@@ -127,23 +186,14 @@ fn a_bad_base_url_fails_at_start_with_a_clear_error() {
 
 #[test]
 fn serve_answers_sse_on_the_printed_address() {
-    let mut child = orchestrator()
-        .args(["serve", "--addr", "127.0.0.1:0"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
-    let addr =
-        line.trim().strip_prefix("listening on http://").unwrap_or_else(|| panic!("{line}")).to_owned();
+    let dir = tempfile::tempdir().unwrap();
+    let serve = Serve::start(orchestrator(dir.path()));
     let body = r#"{"message":"hello"}"#;
-    let mut conn = std::net::TcpStream::connect(&addr).unwrap();
+    let mut conn = std::net::TcpStream::connect(&serve.addr).unwrap();
     write!(conn, "POST /chat HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len()).unwrap();
     let mut response = String::new();
     conn.read_to_string(&mut response).unwrap();
-    child.kill().unwrap();
-    child.wait().unwrap();
+    drop(serve);
     assert!(response.starts_with("HTTP/1.1 200"), "{response}");
     assert!(response.contains("content-type: text/event-stream"), "{response}");
     assert!(response.contains("event: thinking") && response.contains("event: completed"), "{response}");
@@ -151,7 +201,8 @@ fn serve_answers_sse_on_the_printed_address() {
 
 #[test]
 fn routing_eval_prints_accuracy_per_category_and_fault_recovery() {
-    let out = orchestrator().args(["routing-eval", "--faults"]).output().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let out = orchestrator(dir.path()).args(["routing-eval", "--faults"]).output().unwrap();
     let stdout = String::from_utf8(out.stdout).unwrap();
     assert!(out.status.success(), "{stdout}");
     assert!(stdout.contains("routing suite: 66 scenarios, model offline"), "{stdout}");
@@ -163,13 +214,66 @@ fn routing_eval_prints_accuracy_per_category_and_fault_recovery() {
 
 #[test]
 fn a_config_file_with_a_typo_is_refused_naming_line_and_field() {
-    let dir = std::env::temp_dir().join(format!("baton-cli-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("team.yaml");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("team.yaml");
     std::fs::write(&path, "routing:\n  support_categorys: [billing]\n").unwrap();
-    let out = orchestrator().args(["chat", "hi", "--config"]).arg(&path).output().unwrap();
+    let out = orchestrator(dir.path()).args(["chat", "hi", "--config"]).arg(&path).output().unwrap();
     let stderr = String::from_utf8(out.stderr).unwrap();
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("support_categorys") && stderr.contains("line 2"), "{stderr}");
-    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_keeps_the_conversation_across_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = ScriptedServer::start().await.unwrap();
+    server.push("orch", Reply::text("Hello!")).push("orch", Reply::text("Welcome back."));
+    let command = || {
+        let mut c = orchestrator(dir.path());
+        c.env("OPENAI_BASE_URL", server.base_url()).env("BATON_ORCHESTRATOR_MODEL", "orch");
+        c
+    };
+    let serve = Serve::start(command());
+    serve.chat(json!({"message": "hi", "episode_id": "e1"})).await;
+    drop(serve);
+
+    let serve = Serve::start(command());
+    serve.chat(json!({"message": "remember me?", "episode_id": "e1"})).await;
+    let sent = &server.requests_for("orch")[1].body["messages"];
+    let contents: Vec<&str> =
+        sent.as_array().unwrap().iter().skip(1).map(|m| m["content"].as_str().unwrap()).collect();
+    assert_eq!(contents, ["hi", "Hello!", "remember me?"], "the restarted server read the first turn back");
+}
+
+#[test]
+fn a_store_file_in_use_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let _serve = Serve::start(orchestrator(dir.path()));
+    let out = orchestrator(dir.path()).args(["chat", "hi"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(stderr.contains("in use by another process"), "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_records_into_the_dynamodb_table_it_is_given() {
+    let moto = Moto::start(test_clock()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut command = orchestrator(dir.path());
+    command
+        .env_remove("BATON_STORE_PATH")
+        .env("BATON_TABLE", TEST_TABLE)
+        .env("AWS_ENDPOINT_URL_DYNAMODB", moto.endpoint())
+        .env("AWS_REGION", "us-east-1")
+        .env("AWS_ACCESS_KEY_ID", "test")
+        .env("AWS_SECRET_ACCESS_KEY", "test")
+        .env_remove("AWS_PROFILE")
+        .env_remove("AWS_SESSION_TOKEN");
+    let serve = Serve::start(command);
+    let events = serve.chat(json!({"message": "hello", "episode_id": "e1"})).await;
+    assert!(matches!(events.last(), Some(baton::event::Event::Completed { .. })), "{events:?}");
+    let stored = moto.store().recent_messages(&EpisodeKey::new("local", "e1").unwrap(), 10).await.unwrap();
+    assert_eq!(stored.len(), 2, "{stored:?}");
+    assert_eq!(stored[0].content, "hello");
+    assert!(!dir.path().join("store.redb").exists(), "no embedded store was made");
 }

@@ -15,7 +15,7 @@ pub enum AuthMode {
     /// The platform verified the caller (IAM); its principal is the user.
     Iam,
     /// A bearer JWT verified with this key.
-    Jwt(JwtVerifier),
+    Jwt(Box<JwtVerifier>),
     /// Unauthenticated local mode: the `x-baton-user` header names the user.
     LocalHeader,
 }

@@ -138,6 +138,35 @@ impl Backends {
             remote_shopping: None,
         }
     }
+
+    /// State kept in `store`: vendor conversations and response ids on the episode, support
+    /// turns from its history; the store's clock; the sample purchase history.
+    pub fn over_store(store: Arc<dyn crate::store::Store>) -> Backends {
+        let state = Arc::new(crate::store::backends::StoreBackends::new(store.clone()));
+        Backends {
+            support_sessions: state.clone(),
+            response_chains: state,
+            purchases: Arc::new(SamplePurchases::embedded()),
+            clock: Arc::new(StoreClock(store)),
+            remote_shopping: None,
+        }
+    }
+}
+
+/// The clock of a store, shared as an `Arc<dyn Clock>`.
+#[derive(Clone)]
+struct StoreClock(Arc<dyn crate::store::Store>);
+
+impl std::fmt::Debug for StoreClock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("StoreClock")
+    }
+}
+
+impl Clock for StoreClock {
+    fn now(&self) -> std::time::SystemTime {
+        self.0.clock().now()
+    }
 }
 
 /// The reference configuration, embedded: the defaults live in `config/baton.yaml` only.
@@ -381,6 +410,55 @@ impl Config {
     }
 }
 
+/// A remote agent's answer may pause this long between chunks (a slow tool call) before the call
+/// is given up.
+pub const REMOTE_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Builds model clients on one shared HTTP client, or the offline model when none is configured.
+struct ModelFactory<'a> {
+    config: &'a Config,
+    http: Option<reqwest::Client>,
+}
+
+impl<'a> ModelFactory<'a> {
+    fn new(config: &'a Config) -> Result<ModelFactory<'a>, ConfigError> {
+        let models = &config.models;
+        // One HTTP client (one connection pool, one TLS setup) for every model.
+        let http =
+            if models.is_offline() { None } else { Some(OpenAiChatModel::http_client(&models.timeouts)?) };
+        Ok(ModelFactory { config, http })
+    }
+
+    fn openai_config(&self, name: &str) -> OpenAiConfig {
+        let models = &self.config.models;
+        let base_url = models.base_url.clone().unwrap_or_else(|| OPENAI_DEFAULT_BASE_URL.into());
+        let mut config = OpenAiConfig::new(base_url, name);
+        config.api_key = models.api_key.clone();
+        config.timeouts = models.timeouts;
+        config.retry = models.retry;
+        config
+    }
+
+    /// A Chat Completions model (or the offline model).
+    fn chat(&self, name: &str) -> Arc<dyn ChatModel> {
+        match &self.http {
+            None => Arc::new(OfflineModel::new(self.config.support_keywords.clone())),
+            Some(http) => Arc::new(OpenAiChatModel::with_client(http.clone(), self.openai_config(name))),
+        }
+    }
+
+    /// The shopping model: the Responses API when configured, Chat Completions otherwise.
+    fn shopping(&self) -> Arc<dyn ChatModel> {
+        let name = &self.config.models.shopping;
+        match (&self.http, self.config.models.shopping_responses_api) {
+            (Some(http), true) => {
+                Arc::new(ResponsesModel::with_client(http.clone(), self.openai_config(name)))
+            }
+            _ => self.chat(name),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -433,54 +511,5 @@ mod tests {
             .with_yaml("routing:\n  support_categories: [Missing Points]\n", "t.yaml")
             .unwrap_err();
         assert!(err.to_string().contains("snake_case"), "{err}");
-    }
-}
-
-/// A remote agent's answer may pause this long between chunks (a slow tool call) before the call
-/// is given up.
-pub const REMOTE_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
-
-/// Builds model clients on one shared HTTP client, or the offline model when none is configured.
-struct ModelFactory<'a> {
-    config: &'a Config,
-    http: Option<reqwest::Client>,
-}
-
-impl<'a> ModelFactory<'a> {
-    fn new(config: &'a Config) -> Result<ModelFactory<'a>, ConfigError> {
-        let models = &config.models;
-        // One HTTP client (one connection pool, one TLS setup) for every model.
-        let http =
-            if models.is_offline() { None } else { Some(OpenAiChatModel::http_client(&models.timeouts)?) };
-        Ok(ModelFactory { config, http })
-    }
-
-    fn openai_config(&self, name: &str) -> OpenAiConfig {
-        let models = &self.config.models;
-        let base_url = models.base_url.clone().unwrap_or_else(|| OPENAI_DEFAULT_BASE_URL.into());
-        let mut config = OpenAiConfig::new(base_url, name);
-        config.api_key = models.api_key.clone();
-        config.timeouts = models.timeouts;
-        config.retry = models.retry;
-        config
-    }
-
-    /// A Chat Completions model (or the offline model).
-    fn chat(&self, name: &str) -> Arc<dyn ChatModel> {
-        match &self.http {
-            None => Arc::new(OfflineModel::new(self.config.support_keywords.clone())),
-            Some(http) => Arc::new(OpenAiChatModel::with_client(http.clone(), self.openai_config(name))),
-        }
-    }
-
-    /// The shopping model: the Responses API when configured, Chat Completions otherwise.
-    fn shopping(&self) -> Arc<dyn ChatModel> {
-        let name = &self.config.models.shopping;
-        match (&self.http, self.config.models.shopping_responses_api) {
-            (Some(http), true) => {
-                Arc::new(ResponsesModel::with_client(http.clone(), self.openai_config(name)))
-            }
-            _ => self.chat(name),
-        }
     }
 }

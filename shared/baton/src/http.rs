@@ -2,8 +2,10 @@
 //! local socket) and the Lambda function.
 //!
 //! Bad input is answered before the response starts, with a 4xx JSON body
-//! `{"error":{"code":..,"message":..}}`, and starts no model call. Once the stream starts, errors
-//! are in-band `error` events and the stream always ends with `completed`.
+//! `{"error":{"code":..,"message":..}}`, and starts no model call and writes nothing. Then the
+//! user message is recorded and the history loaded ([`History::begin`]); a store that fails here
+//! gets a 5xx JSON error (503 `store_unavailable` when it cannot be reached). Once the stream
+//! starts, errors are in-band `error` events and the stream always ends with `completed`.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -22,7 +24,9 @@ use crate::agent::EventStream;
 use crate::auth::AuthMode;
 use crate::config::RequestLimits;
 use crate::event::{SSE_HEARTBEAT, encode_sse};
+use crate::history::History;
 use crate::orchestrator::{Orchestrator, TurnRequest};
+use crate::store::{StoreError, new_turn_id};
 
 /// Header with the caller's user id in the unauthenticated local mode.
 pub const USER_HEADER: &str = "x-baton-user";
@@ -34,7 +38,7 @@ pub const TURN_HEADER: &str = "x-baton-turn-id";
 /// A request refused before the stream started.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ApiError {
-    /// HTTP status (4xx).
+    /// HTTP status (4xx for bad input, 5xx for a failing store).
     pub status: StatusCode,
     /// Stable machine-readable code.
     pub code: &'static str,
@@ -46,6 +50,18 @@ impl ApiError {
     /// An error with this status, code and message.
     pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> ApiError {
         ApiError { status, code, message: message.into() }
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> ApiError {
+        let status = match &e {
+            StoreError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            StoreError::InvalidKey(_) => StatusCode::BAD_REQUEST,
+            StoreError::Conflict { .. } => StatusCode::CONFLICT,
+            StoreError::Corrupt { .. } | StoreError::Failed(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        };
+        ApiError::new(status, e.code(), e.to_string())
     }
 }
 
@@ -100,18 +116,34 @@ impl Caller {
     }
 }
 
-/// The chat endpoint: an orchestrator, limits, heartbeat pacing, and how callers are identified.
+/// A request that passed validation.
+#[derive(Debug, Clone)]
+pub struct ValidRequest {
+    /// The turn to run.
+    pub turn: TurnRequest,
+    /// The client's id for this request, for idempotent retries.
+    pub request_id: Option<String>,
+}
+
+/// The chat endpoint: an orchestrator, the history it records into, limits, heartbeat pacing,
+/// and how callers are identified.
 pub struct ChatService {
     orchestrator: Arc<Orchestrator>,
+    history: History,
     limits: RequestLimits,
     heartbeat: Duration,
     auth: AuthMode,
 }
 
 impl ChatService {
-    /// A service over `orchestrator`.
-    pub fn new(orchestrator: Arc<Orchestrator>, limits: RequestLimits, heartbeat: Duration) -> ChatService {
-        ChatService { orchestrator, limits, heartbeat, auth: AuthMode::LocalHeader }
+    /// A service over `orchestrator`, recording into `history`.
+    pub fn new(
+        orchestrator: Arc<Orchestrator>,
+        history: History,
+        limits: RequestLimits,
+        heartbeat: Duration,
+    ) -> ChatService {
+        ChatService { orchestrator, history, limits, heartbeat, auth: AuthMode::LocalHeader }
     }
 
     /// The same service identifying callers with `auth`.
@@ -152,7 +184,7 @@ impl ChatService {
         caller: &Caller,
         headers: &HeaderMap,
         body: &[u8],
-    ) -> Result<TurnRequest, ApiError> {
+    ) -> Result<ValidRequest, ApiError> {
         if body.len() > self.limits.max_body_bytes {
             return Err(body_too_large(self.limits.max_body_bytes));
         }
@@ -206,9 +238,7 @@ impl ChatService {
             Some(id) => checked_id("episode_id", id)?,
             None => uuid::Uuid::new_v4().to_string(),
         };
-        if let Some(id) = parsed.request_id {
-            checked_id("request_id", id)?;
-        }
+        let request_id = parsed.request_id.map(|id| checked_id("request_id", id)).transpose()?;
         let image_description = match &parsed.image {
             None => None,
             Some(serde_json::Value::Object(image)) => match image.get("description") {
@@ -240,32 +270,41 @@ impl ChatService {
                 checked_id(USER_HEADER, v.to_owned())?
             }
         };
-        let mut turn = TurnRequest::new(episode_id, uuid::Uuid::new_v4().to_string(), user_id, message);
+        let mut turn = TurnRequest::new(episode_id, new_turn_id(), user_id, message);
         turn.image_description = image_description;
-        Ok(turn)
+        Ok(ValidRequest { turn, request_id })
     }
 
-    /// Answers one request: a 4xx JSON error, or a 200 SSE stream of the turn.
-    ///
-    /// With a `deadline`, the turn ends with `completed` by then whatever is still running.
-    pub fn respond(
+    /// Answers one request: a 4xx JSON error, a 5xx JSON error if the store fails before the
+    /// turn starts, or a 200 SSE stream of the recorded turn. With a `deadline`, the turn ends
+    /// with `completed` by then whatever is still running.
+    pub async fn respond(
         &self,
         caller: &Caller,
         headers: &HeaderMap,
         body: &[u8],
         deadline: Option<tokio::time::Instant>,
     ) -> Response {
-        let turn = match self.validate(caller, headers, body) {
-            Ok(turn) => turn,
+        let ValidRequest { mut turn, request_id } = match self.validate(caller, headers, body) {
+            Ok(valid) => valid,
             Err(e) => return e.into_response(),
+        };
+        let key = match self.history.begin(&mut turn, request_id.as_deref()).await {
+            Ok(key) => key,
+            Err(e) => {
+                tracing::error!(episode = %turn.episode_id, user = %turn.user_id, error = %e, "user message not recorded");
+                return ApiError::from(e).into_response();
+            }
         };
         tracing::info!(episode = %turn.episode_id, turn = %turn.turn_id, user = %turn.user_id, "chat turn");
         let episode = HeaderValue::from_str(&turn.episode_id).expect("checked id is a valid header");
         let turn_id = HeaderValue::from_str(&turn.turn_id).expect("uuid is a valid header");
+        let id = turn.turn_id.clone();
         let events = match deadline {
             Some(deadline) => self.orchestrator.run_turn_until(turn, deadline),
             None => self.orchestrator.run_turn(turn),
         };
+        let events = self.history.record(key, id, events);
         let mut response = Response::new(Body::from_stream(sse_body(events, self.heartbeat)));
         let h = response.headers_mut();
         h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
@@ -337,7 +376,7 @@ async fn chat(State(service): State<Arc<ChatService>>, headers: HeaderMap, body:
         return body_too_large(limit).into_response();
     }
     match axum::body::to_bytes(body, limit).await {
-        Ok(bytes) => service.respond(&caller, &headers, &bytes, None),
+        Ok(bytes) => service.respond(&caller, &headers, &bytes, None).await,
         Err(e) => {
             let too_large = std::iter::successors(Some(&e as &dyn std::error::Error), |e| e.source())
                 .any(|e| e.is::<http_body_util::LengthLimitError>());
@@ -381,18 +420,23 @@ pub async fn serve(
 mod tests {
     use super::*;
     use crate::config::Config;
+    use crate::store::{SystemClock, embedded::EmbeddedStore};
 
-    fn service() -> ChatService {
+    fn service() -> (ChatService, tempfile::TempDir) {
         let config = Config::default();
-        ChatService::new(
+        let dir = tempfile::tempdir().unwrap();
+        let store = EmbeddedStore::open(dir.path().join("s.redb"), Arc::new(SystemClock)).unwrap();
+        let service = ChatService::new(
             config.build().unwrap(),
+            History::new(Arc::new(store), 10),
             RequestLimits { max_body_bytes: 200, max_message_chars: 20 },
             Duration::from_secs(1),
-        )
+        );
+        (service, dir)
     }
 
     fn code(body: &[u8]) -> &'static str {
-        service().validate(&Caller::Local, &HeaderMap::new(), body).unwrap_err().code
+        service().0.validate(&Caller::Local, &HeaderMap::new(), body).unwrap_err().code
     }
 
     #[test]
@@ -404,6 +448,7 @@ mod tests {
         assert_eq!(code(br#"{"message": "aaaaaaaaaaaaaaaaaaaaa"}"#), "message_too_long");
         assert_eq!(code(b"{\"message\": \"\xff\"}"), "invalid_utf8");
         assert_eq!(code(br#"{"message": "hi", "episode_id": "a/b"}"#), "invalid_id");
+        assert_eq!(code(br#"{"message": "hi", "request_id": "r#1"}"#), "invalid_id");
         assert_eq!(code(br#"{"message": "hi", "surprise": 1}"#), "invalid_json");
         assert_eq!(code(&[b' '; 201]), "body_too_large");
     }
@@ -412,7 +457,10 @@ mod tests {
     fn a_good_request_mints_ids_and_takes_the_local_user_header() {
         let mut headers = HeaderMap::new();
         headers.insert(USER_HEADER, HeaderValue::from_static("alice"));
-        let turn = service().validate(&Caller::Local, &headers, br#"{"message":"hi"}"#).unwrap();
+        let valid =
+            service().0.validate(&Caller::Local, &headers, br#"{"message":"hi","request_id":"r1"}"#).unwrap();
+        let turn = valid.turn;
+        assert_eq!(valid.request_id.as_deref(), Some("r1"));
         assert_eq!(turn.user_id, "alice");
         assert_eq!(turn.message, "hi");
         assert!(!turn.episode_id.is_empty() && turn.episode_id != turn.turn_id);
@@ -440,8 +488,8 @@ mod tests {
         let mut headers = HeaderMap::new();
         headers.insert(USER_HEADER, HeaderValue::from_static("mallory"));
         let caller = Caller::verified("alice").unwrap();
-        let turn = service().validate(&caller, &headers, br#"{"message":"hi"}"#).unwrap();
-        assert_eq!(turn.user_id, "alice");
+        let valid = service().0.validate(&caller, &headers, br#"{"message":"hi"}"#).unwrap();
+        assert_eq!(valid.turn.user_id, "alice");
     }
 
     #[test]

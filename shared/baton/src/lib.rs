@@ -24,10 +24,14 @@
 //! - [`eval`]: the routing scenario suite, its scoring, and fault injection.
 //! - [`remote`]: agents in another process: NDJSON over a transport, and the serving side.
 //! - [`http`]: the chat endpoint (validation, SSE body), shared by `serve` and the Lambda.
+//! - [`store`]: the [`store::Store`] trait (episodes, messages, vendor state) and the embedded,
+//!   file-backed store.
+//! - [`history`]: records a turn: the user message before the model call, the reply after it,
+//!   `partial` when the client leaves.
 //!
 //! # Errors
 //! Errors a caller branches on are hand-written enums ([`model::ModelError`],
-//! [`http::ApiError`], [`config::ConfigError`]). Inside a turn, nothing is an `Err`: failures are
+//! [`http::ApiError`], [`config::ConfigError`], [`store::StoreError`]). Inside a turn, nothing is an `Err`: failures are
 //! in-band `error` events and the turn still ends with `completed`.
 
 pub mod agent;
@@ -36,6 +40,7 @@ pub mod config;
 pub mod eval;
 pub mod event;
 pub mod guard;
+pub mod history;
 pub mod http;
 pub mod model;
 pub mod mux;
@@ -44,5 +49,6 @@ pub mod remote;
 pub mod retrieval;
 pub mod routing;
 pub mod shopping;
+pub mod store;
 pub mod support;
 pub mod tool;

@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use futures::future::BoxFuture;
 
@@ -133,42 +133,5 @@ impl SupportSessions for MemorySupportSessions {
     }
 }
 
-/// Where "now" comes from.
-pub trait Clock: Send + Sync {
-    /// The current time.
-    fn now(&self) -> SystemTime;
-}
-
-/// The system clock.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct SystemClock;
-
-impl Clock for SystemClock {
-    fn now(&self) -> SystemTime {
-        SystemTime::now()
-    }
-}
-
-/// A clock that moves only when told, for tests.
-#[derive(Debug)]
-pub struct ManualClock {
-    now: Mutex<SystemTime>,
-}
-
-impl ManualClock {
-    /// A clock showing `start`.
-    pub fn new(start: SystemTime) -> ManualClock {
-        ManualClock { now: Mutex::new(start) }
-    }
-
-    /// Moves the clock forward.
-    pub fn advance(&self, by: Duration) {
-        *self.now.lock().expect("clock lock") += by;
-    }
-}
-
-impl Clock for ManualClock {
-    fn now(&self) -> SystemTime {
-        *self.now.lock().expect("clock lock")
-    }
-}
+/// Time comes from the store's clock, so one injected clock drives expiry and continuity.
+pub use crate::store::{Clock, ManualClock, SystemClock};

@@ -1,0 +1,554 @@
+//! The DynamoDB store: the production [`Store`], one table keyed as DESIGN.md §7 says (see
+//! [`baton::store`] for the items).
+//!
+//! - Idempotency: the user message, its request-id marker and the episode touch are one
+//!   `TransactWriteItems`; the marker's put is conditional on the marker being absent (or
+//!   expired), so a repeated request id cancels the whole write.
+//! - Optimistic locking: [`Store::save_episode`] is a put conditional on the stored `version`.
+//! - Expiry: every item carries `ttl`; DynamoDB deletes lazily, so reads drop expired items
+//!   themselves (after decoding, so a malformed `ttl` is reported rather than hidden), and a new
+//!   message in an episode whose item has expired but is still there deletes it first, so the
+//!   episode starts afresh (version 1, no vendor state) as it does in the embedded store.
+//! - Long histories are read newest first a page at a time (`Limit` = the page size, or fewer
+//!   when fewer messages are still wanted; then `ExclusiveStartKey`) until enough are in hand.
+//! - Reads are strongly consistent: a turn must see the message the previous turn just wrote.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
+use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+use aws_sdk_dynamodb::types::{AttributeValue, CancellationReason, Delete, Put, TransactWriteItem, Update};
+use baton::store::item::{self, Attr, Item};
+use baton::store::{
+    Clock, DEFAULT_RETENTION, Episode, EpisodeKey, META_SK, MSG_PREFIX, Recorded, Store, StoreError,
+    StoredMessage, is_expired, request_sk, ttl_after,
+};
+
+use crate::table::{PARTITION_KEY, SORT_KEY};
+
+/// DynamoDB allows at most this many actions in one transaction.
+const MAX_TRANSACTION_ITEMS: usize = 100;
+
+/// A [`Store`] on one DynamoDB table.
+#[derive(Debug, Clone)]
+pub struct DynamoDbStore {
+    client: Client,
+    table: String,
+    clock: Arc<dyn Clock>,
+    retention: Duration,
+    page_size: i32,
+}
+
+impl DynamoDbStore {
+    /// A store on `table` through `client`; items live for [`DEFAULT_RETENTION`] after their
+    /// last write, and history is read 100 items a page.
+    pub fn new(client: Client, table: impl Into<String>, clock: Arc<dyn Clock>) -> DynamoDbStore {
+        DynamoDbStore { client, table: table.into(), clock, retention: DEFAULT_RETENTION, page_size: 100 }
+    }
+
+    /// A store on `table` with the standard AWS configuration from the environment (region,
+    /// credentials, and `AWS_ENDPOINT_URL_DYNAMODB` / `AWS_ENDPOINT_URL` for a local server).
+    pub async fn from_env(table: impl Into<String>, clock: Arc<dyn Clock>) -> DynamoDbStore {
+        let config = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+        DynamoDbStore::new(Client::new(&config), table, clock)
+    }
+
+    /// Items live for `retention` after their last write.
+    pub fn with_retention(mut self, retention: Duration) -> DynamoDbStore {
+        self.retention = retention;
+        self
+    }
+
+    /// Reads history `page_size` items per request (at least 1).
+    pub fn with_page_size(mut self, page_size: usize) -> DynamoDbStore {
+        self.page_size = page_size.clamp(1, i32::MAX as usize) as i32;
+        self
+    }
+
+    /// The SDK client.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// The table name.
+    pub fn table(&self) -> &str {
+        &self.table
+    }
+
+    fn ttl(&self, now_ms: u64) -> u64 {
+        ttl_after(now_ms, self.retention)
+    }
+
+    /// Writes one item as is, bypassing every check. For repair tools and for tests that need an
+    /// item of unknown shape.
+    pub async fn put_raw(&self, pk: &str, sk: &str, item: &Item) -> Result<(), StoreError> {
+        self.client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(to_dynamo(pk, sk, item)))
+            .send()
+            .await
+            .map_err(|e| sdk_error("put item", e))?;
+        Ok(())
+    }
+
+    async fn get(&self, pk: &str, sk: &str, now_ms: u64) -> Result<Option<Item>, StoreError> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .set_key(Some(key(pk, sk)))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| sdk_error("get item", e))?;
+        let Some(raw) = out.item() else { return Ok(None) };
+        let item = from_dynamo(pk, sk, raw)?;
+        match item::ttl_of(pk, sk, &item)? {
+            Some(ttl) if is_expired(ttl, now_ms) => Ok(None),
+            _ => Ok(Some(item)),
+        }
+    }
+
+    /// The transaction that records a user message: the request-id marker (if any, conditional
+    /// on being new), the message, and the episode touch (conditional on the episode item being
+    /// absent or live).
+    fn user_message_actions(
+        &self,
+        pk: &str,
+        message: &StoredMessage,
+        marker_sk: Option<&str>,
+        now_ms: u64,
+    ) -> Result<Vec<TransactWriteItem>, StoreError> {
+        let ttl = self.ttl(now_ms);
+        let now_s = AttributeValue::N((now_ms / 1000).to_string());
+        let mut actions = Vec::new();
+        if let Some(sk) = marker_sk {
+            let put = Put::builder()
+                .table_name(&self.table)
+                .set_item(Some(to_dynamo(pk, sk, &item::encode_request(&message.turn_id, ttl))))
+                .condition_expression("attribute_not_exists(pk) OR #ttl <= :now_s")
+                .expression_attribute_names("#ttl", "ttl")
+                .expression_attribute_values(":now_s", now_s.clone())
+                .build()
+                .map_err(build)?;
+            actions.push(TransactWriteItem::builder().put(put).build());
+        }
+        let put = Put::builder()
+            .table_name(&self.table)
+            .set_item(Some(to_dynamo(pk, &message.sk(), &item::encode_message(message, ttl))))
+            .build()
+            .map_err(build)?;
+        actions.push(TransactWriteItem::builder().put(put).build());
+        let touch = Update::builder()
+            .table_name(&self.table)
+            .set_key(Some(key(pk, META_SK)))
+            .condition_expression("attribute_not_exists(pk) OR #ttl > :now_s")
+            .update_expression(
+                "SET created_at = if_not_exists(created_at, :now), updated_at = :now, \
+                 #version = if_not_exists(#version, :zero) + :one, #ttl = :ttl",
+            )
+            .expression_attribute_names("#ttl", "ttl")
+            .expression_attribute_names("#version", "version")
+            .expression_attribute_values(":now", AttributeValue::N(now_ms.to_string()))
+            .expression_attribute_values(":now_s", now_s)
+            .expression_attribute_values(":zero", AttributeValue::N("0".into()))
+            .expression_attribute_values(":one", AttributeValue::N("1".into()))
+            .expression_attribute_values(":ttl", AttributeValue::N(ttl.to_string()))
+            .build()
+            .map_err(build)?;
+        actions.push(TransactWriteItem::builder().update(touch).build());
+        Ok(actions)
+    }
+
+    async fn transact(
+        &self,
+        actions: Vec<TransactWriteItem>,
+    ) -> Result<(), SdkError<TransactWriteItemsError>> {
+        self.client.transact_write_items().set_transact_items(Some(actions)).send().await?;
+        Ok(())
+    }
+}
+
+fn key(pk: &str, sk: &str) -> HashMap<String, AttributeValue> {
+    HashMap::from([
+        (PARTITION_KEY.to_owned(), AttributeValue::S(pk.to_owned())),
+        (SORT_KEY.to_owned(), AttributeValue::S(sk.to_owned())),
+    ])
+}
+
+fn to_attribute(attr: &Attr) -> AttributeValue {
+    match attr {
+        Attr::S(s) => AttributeValue::S(s.clone()),
+        Attr::N(n) => AttributeValue::N(n.clone()),
+        Attr::L(l) => AttributeValue::L(l.iter().map(to_attribute).collect()),
+        Attr::M(m) => AttributeValue::M(m.iter().map(|(k, v)| (k.clone(), to_attribute(v))).collect()),
+        Attr::Bool(b) => AttributeValue::Bool(*b),
+        Attr::Null(b) => AttributeValue::Null(*b),
+    }
+}
+
+fn from_attribute(value: &AttributeValue) -> Result<Attr, String> {
+    Ok(match value {
+        AttributeValue::S(s) => Attr::S(s.clone()),
+        AttributeValue::N(n) => Attr::N(n.clone()),
+        AttributeValue::L(l) => Attr::L(l.iter().map(from_attribute).collect::<Result<_, _>>()?),
+        AttributeValue::M(m) => Attr::M(
+            m.iter().map(|(k, v)| Ok((k.clone(), from_attribute(v)?))).collect::<Result<_, String>>()?,
+        ),
+        AttributeValue::Bool(b) => Attr::Bool(*b),
+        AttributeValue::Null(b) => Attr::Null(*b),
+        other => return Err(format!("an attribute of unsupported type {other:?}")),
+    })
+}
+
+fn to_dynamo(pk: &str, sk: &str, item: &Item) -> HashMap<String, AttributeValue> {
+    let mut out = key(pk, sk);
+    out.extend(item.iter().map(|(k, v)| (k.clone(), to_attribute(v))));
+    out
+}
+
+fn from_dynamo(pk: &str, sk: &str, raw: &HashMap<String, AttributeValue>) -> Result<Item, StoreError> {
+    raw.iter()
+        .filter(|(k, _)| *k != PARTITION_KEY && *k != SORT_KEY)
+        .map(|(k, v)| {
+            let attr = from_attribute(v).map_err(|reason| StoreError::Corrupt {
+                key: item::item_name(pk, sk),
+                reason: format!("`{k}` is {reason}"),
+            })?;
+            Ok((k.clone(), attr))
+        })
+        .collect()
+}
+
+fn string_of(raw: &HashMap<String, AttributeValue>, attr: &str) -> Option<String> {
+    raw.get(attr).and_then(|v| v.as_s().ok()).cloned()
+}
+
+/// Maps an SDK failure to a [`StoreError`]: transport failures, timeouts, throttling and 5xx
+/// are `Unavailable`; the rest `Failed`. Conditional-check failures are handled by the callers.
+pub(crate) fn sdk_error<E>(what: &str, e: SdkError<E>) -> StoreError
+where
+    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+{
+    let message = format!("{what}: {}", DisplayErrorContext(&e));
+    let transient = match &e {
+        SdkError::DispatchFailure(_) | SdkError::TimeoutError(_) | SdkError::ResponseError(_) => true,
+        SdkError::ServiceError(ctx) => {
+            ctx.raw().status().is_server_error()
+                || matches!(
+                    ctx.err().code(),
+                    Some(
+                        "ThrottlingException"
+                            | "ProvisionedThroughputExceededException"
+                            | "RequestLimitExceeded"
+                            | "InternalServerError"
+                            | "TransactionInProgressException"
+                    )
+                )
+        }
+        _ => false,
+    };
+    if transient { StoreError::Unavailable(message) } else { StoreError::Failed(message) }
+}
+
+fn build(e: aws_sdk_dynamodb::error::BuildError) -> StoreError {
+    StoreError::Failed(format!("invalid request: {e}"))
+}
+
+/// Why each action of a cancelled transaction failed (empty for any other error).
+fn cancellation_reasons(e: &SdkError<TransactWriteItemsError>) -> &[CancellationReason] {
+    match e.as_service_error() {
+        Some(TransactWriteItemsError::TransactionCanceledException(c)) => c.cancellation_reasons(),
+        _ => &[],
+    }
+}
+
+/// Whether a cancelled transaction's `index`th action failed its condition.
+fn condition_failed_at(e: &SdkError<TransactWriteItemsError>, index: usize) -> bool {
+    cancellation_reasons(e).get(index).and_then(|r| r.code()) == Some("ConditionalCheckFailed")
+}
+
+/// Whether a transaction was cancelled for a passing reason: another transaction on the same item
+/// at the same moment (two turns of one episode), or throttling. Trying again may succeed.
+fn cancelled_transiently(reasons: &[CancellationReason]) -> bool {
+    reasons.iter().any(|r| {
+        matches!(
+            r.code(),
+            Some(
+                "TransactionConflict"
+                    | "ThrottlingError"
+                    | "ProvisionedThroughputExceeded"
+                    | "RequestLimitExceeded"
+            )
+        )
+    })
+}
+
+/// Maps a failed transaction: a transient cancellation is `Unavailable`, the rest as
+/// [`sdk_error`] says.
+fn transaction_error(what: &str, e: SdkError<TransactWriteItemsError>) -> StoreError {
+    if cancelled_transiently(cancellation_reasons(&e)) {
+        let codes: Vec<&str> = cancellation_reasons(&e).iter().filter_map(|r| r.code()).collect();
+        StoreError::Unavailable(format!("{what}: transaction cancelled ({})", codes.join(", ")))
+    } else {
+        sdk_error(what, e)
+    }
+}
+
+/// How often a transaction cancelled by a conflicting one is tried again.
+const CONFLICT_RETRIES: u32 = 3;
+
+#[async_trait::async_trait]
+impl Store for DynamoDbStore {
+    fn clock(&self) -> &dyn Clock {
+        &*self.clock
+    }
+
+    async fn episode(&self, key: &EpisodeKey) -> Result<Option<Episode>, StoreError> {
+        let now = self.clock.now_ms();
+        self.get(&key.pk(), META_SK, now).await?.map(|i| item::decode_episode(key, &i)).transpose()
+    }
+
+    async fn save_episode(&self, episode: &Episode) -> Result<Episode, StoreError> {
+        let now = self.clock.now_ms();
+        let pk = episode.key.pk();
+        let next = Episode {
+            version: episode.version + 1,
+            updated_at: now,
+            created_at: if episode.version == 0 { now } else { episode.created_at },
+            ..episode.clone()
+        };
+        let request = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(to_dynamo(&pk, META_SK, &item::encode_episode(&next, self.ttl(now)))))
+            .expression_attribute_names("#ttl", "ttl")
+            .expression_attribute_values(":now", AttributeValue::N((now / 1000).to_string()));
+        let request = if episode.version == 0 {
+            // Absent, or expired and not yet deleted.
+            request.condition_expression("attribute_not_exists(pk) OR #ttl <= :now")
+        } else {
+            request
+                .condition_expression("#version = :expected AND #ttl > :now")
+                .expression_attribute_names("#version", "version")
+                .expression_attribute_values(":expected", AttributeValue::N(episode.version.to_string()))
+        };
+        match request.send().await {
+            Ok(_) => Ok(next),
+            Err(e) if e.as_service_error().is_some_and(|s| s.is_conditional_check_failed_exception()) => {
+                Err(StoreError::Conflict {
+                    key: item::item_name(&pk, META_SK),
+                    reason: format!("version {} is no longer the stored version", episode.version),
+                })
+            }
+            Err(e) => Err(sdk_error("save episode", e)),
+        }
+    }
+
+    async fn record_user_message(
+        &self,
+        key: &EpisodeKey,
+        message: &StoredMessage,
+        request_id: Option<&str>,
+    ) -> Result<Recorded, StoreError> {
+        let now = self.clock.now_ms();
+        let pk = key.pk();
+        let marker_sk = request_id.map(request_sk);
+        let touch_index = usize::from(marker_sk.is_some()) + 1;
+        let mut cleared_expired = false;
+        let mut conflicts = 0;
+        loop {
+            let actions = self.user_message_actions(&pk, message, marker_sk.as_deref(), now)?;
+            let e = match self.transact(actions).await {
+                Ok(()) => return Ok(Recorded::New),
+                Err(e) => e,
+            };
+            if cancelled_transiently(cancellation_reasons(&e)) && conflicts < CONFLICT_RETRIES {
+                // Two turns of one episode touched its item at once: back off a little, jittered.
+                conflicts += 1;
+                let pause = 10u64 << conflicts;
+                tokio::time::sleep(Duration::from_millis(pause + fastrand::u64(0..pause))).await;
+                continue;
+            }
+            if let Some(sk) = marker_sk.as_deref().filter(|_| condition_failed_at(&e, 0)) {
+                return match self.get(&pk, sk, now).await? {
+                    Some(seen) => Ok(Recorded::Duplicate { turn_id: item::decode_request(&pk, sk, &seen)? }),
+                    None => Err(StoreError::Conflict {
+                        key: item::item_name(&pk, sk),
+                        reason: "the request id was being recorded concurrently; retry".into(),
+                    }),
+                };
+            }
+            if cleared_expired || !condition_failed_at(&e, touch_index) {
+                return Err(transaction_error("record user message", e));
+            }
+            // The episode item has expired but DynamoDB has not deleted it yet: delete it, so the
+            // episode starts afresh as reads already see it, and record again.
+            let cleared = self
+                .client
+                .delete_item()
+                .table_name(&self.table)
+                .set_key(Some(self::key(&pk, META_SK)))
+                .condition_expression("#ttl <= :now")
+                .expression_attribute_names("#ttl", "ttl")
+                .expression_attribute_values(":now", AttributeValue::N((now / 1000).to_string()))
+                .send()
+                .await;
+            match cleared {
+                Ok(_) => {}
+                // Someone else cleared or renewed it first: just as good.
+                Err(e) if e.as_service_error().is_some_and(|s| s.is_conditional_check_failed_exception()) => {
+                }
+                Err(e) => return Err(sdk_error("delete expired episode", e)),
+            }
+            cleared_expired = true;
+        }
+    }
+
+    async fn save_reply(
+        &self,
+        key: &EpisodeKey,
+        turn_id: &str,
+        messages: &[StoredMessage],
+    ) -> Result<(), StoreError> {
+        let ttl = self.ttl(self.clock.now_ms());
+        let pk = key.pk();
+        // The turn's earlier reply, if any (a retried request answers again).
+        let prefix = format!("{MSG_PREFIX}{turn_id}#");
+        let mut old = Vec::new();
+        let mut start = None;
+        loop {
+            let page = self
+                .client
+                .query()
+                .table_name(&self.table)
+                .key_condition_expression("pk = :pk AND begins_with(sk, :prefix)")
+                .expression_attribute_values(":pk", AttributeValue::S(pk.clone()))
+                .expression_attribute_values(":prefix", AttributeValue::S(prefix.clone()))
+                .projection_expression("sk")
+                .consistent_read(true)
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .map_err(|e| sdk_error("read reply", e))?;
+            old.extend(page.items().iter().filter_map(|i| string_of(i, SORT_KEY)));
+            start = page.last_evaluated_key().cloned();
+            if start.is_none() {
+                break;
+            }
+        }
+        let new: Vec<String> = messages.iter().map(StoredMessage::sk).collect();
+        let mut actions = Vec::new();
+        for sk in old.iter().filter(|sk| !new.contains(sk)) {
+            if item::parse_message_sk(sk).is_some_and(|(_, seq)| seq >= 1) {
+                let delete = Delete::builder()
+                    .table_name(&self.table)
+                    .set_key(Some(self::key(&pk, sk)))
+                    .build()
+                    .map_err(build)?;
+                actions.push(TransactWriteItem::builder().delete(delete).build());
+            }
+        }
+        for m in messages {
+            let put = Put::builder()
+                .table_name(&self.table)
+                .set_item(Some(to_dynamo(&pk, &m.sk(), &item::encode_message(m, ttl))))
+                .build()
+                .map_err(build)?;
+            actions.push(TransactWriteItem::builder().put(put).build());
+        }
+        // One transaction for any real reply; a reply of more than 100 messages is written in
+        // several.
+        while !actions.is_empty() {
+            let rest = actions.split_off(actions.len().min(MAX_TRANSACTION_ITEMS));
+            self.transact(actions).await.map_err(|e| transaction_error("save reply", e))?;
+            actions = rest;
+        }
+        Ok(())
+    }
+
+    async fn recent_messages(
+        &self,
+        key: &EpisodeKey,
+        limit: usize,
+    ) -> Result<Vec<StoredMessage>, StoreError> {
+        let now = self.clock.now_ms();
+        let pk = key.pk();
+        let mut out = Vec::new();
+        let mut start = None;
+        while out.len() < limit {
+            let page = self
+                .client
+                .query()
+                .table_name(&self.table)
+                .key_condition_expression("pk = :pk AND begins_with(sk, :msg)")
+                .expression_attribute_values(":pk", AttributeValue::S(pk.clone()))
+                .expression_attribute_values(":msg", AttributeValue::S(MSG_PREFIX.into()))
+                .scan_index_forward(false)
+                .limit(self.page_size.min(i32::try_from(limit - out.len()).unwrap_or(i32::MAX)))
+                .consistent_read(true)
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .map_err(|e| sdk_error("read history", e))?;
+            for raw in page.items() {
+                let sk = string_of(raw, SORT_KEY).ok_or_else(|| StoreError::Corrupt {
+                    key: item::item_name(&pk, "?"),
+                    reason: "a message item has no string sort key".into(),
+                })?;
+                let item = from_dynamo(&pk, &sk, raw)?;
+                if item::ttl_of(&pk, &sk, &item)?.is_some_and(|ttl| is_expired(ttl, now)) {
+                    continue;
+                }
+                if out.len() < limit {
+                    out.push(item::decode_message(&pk, &sk, &item)?);
+                }
+            }
+            start = page.last_evaluated_key().cloned();
+            if start.is_none() {
+                break;
+            }
+        }
+        out.reverse();
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn attributes_round_trip() {
+        let item = item::encode_message(&StoredMessage::user("t1", "hi", 5), 9);
+        let raw = to_dynamo("P", "MSG#t1#0000", &item);
+        assert_eq!(raw["pk"], AttributeValue::S("P".into()));
+        assert_eq!(from_dynamo("P", "MSG#t1#0000", &raw).unwrap(), item);
+    }
+
+    #[test]
+    fn conflicting_or_throttled_transactions_are_transient_and_failed_conditions_are_not() {
+        let reasons = |codes: &[&str]| -> Vec<CancellationReason> {
+            codes.iter().map(|c| CancellationReason::builder().code(*c).build()).collect()
+        };
+        assert!(cancelled_transiently(&reasons(&["None", "TransactionConflict", "None"])));
+        assert!(cancelled_transiently(&reasons(&["ThrottlingError"])));
+        assert!(!cancelled_transiently(&reasons(&["ConditionalCheckFailed", "None"])));
+        assert!(!cancelled_transiently(&[]));
+    }
+
+    #[test]
+    fn an_unsupported_attribute_type_is_corrupt_and_named() {
+        let raw = HashMap::from([("content".to_owned(), AttributeValue::Ss(vec!["a".into()]))]);
+        let err = from_dynamo("USER#u#EP#e", "MSG#t#0001", &raw).unwrap_err();
+        assert!(
+            matches!(&err, StoreError::Corrupt { key, reason } if key == "USER#u#EP#e / MSG#t#0001" && reason.starts_with("`content`")),
+            "{err}"
+        );
+    }
+}

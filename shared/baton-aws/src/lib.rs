@@ -1,0 +1,16 @@
+//! AWS adapters for Baton.
+//!
+//! # Layout
+//! - [`table`]: the DynamoDB table's definition (keys, billing, TTL), the one place it is written
+//!   down in code, and [`table::create_table`], which tests and local setups use.
+//! - [`dynamodb`]: [`dynamodb::DynamoDbStore`], the production [`baton::store::Store`].
+//!
+//! # Errors
+//! Store calls return [`baton::store::StoreError`]: connection failures, timeouts, throttling and
+//! 5xx answers are `Unavailable` (retryable); a lost optimistic lock is `Conflict`; an item of
+//! unknown shape is `Corrupt` and names its key; anything else is `Failed`.
+
+pub mod dynamodb;
+pub mod table;
+
+pub use dynamodb::DynamoDbStore;

@@ -1,0 +1,361 @@
+//! Recording a turn (DESIGN.md §4 steps 1 and 8): the user message before the model call, the
+//! assistant messages after the turn, whatever happens to the client.
+//!
+//! [`History::begin`] records the user message (idempotent on the client's request id) and loads
+//! the recent history into the turn. [`History::record`] runs the turn in a task of its own that
+//! forwards events to the client through a channel and watches them pass: when the turn ends it
+//! saves the reply before releasing `completed`; when the client goes away (the channel's
+//! receiver is dropped) it drops the turn at once, which cancels every model call, and saves what
+//! was produced with status `partial`. A dropped stream cannot `.await` in `Drop`; a task that
+//! notices the receiver closing can.
+//!
+//! The reply is split into messages by speaker: the orchestrator's own text (preamble or
+//! fastpath answer), then each sub-agent instance's text, a new message starting whenever the
+//! speaking agent changes or at `support_content` (the support/shopping boundary of a mixed
+//! turn). Each message carries its agent's usage and status.
+
+use std::sync::Arc;
+
+use futures::StreamExt;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+
+use crate::agent::EventStream;
+use crate::event::{AgentUsage, Event, Status};
+use crate::guard::{PreviousTurn, PriorReply};
+use crate::orchestrator::{ORCHESTRATOR, TurnRequest};
+use crate::store::{EpisodeKey, Recorded, Role, Store, StoreError, StoredMessage, model_history};
+
+/// How many stored messages a turn sees by default.
+pub const DEFAULT_HISTORY_MESSAGES: usize = 40;
+
+/// Records turns into a [`Store`].
+#[derive(Clone)]
+pub struct History {
+    store: Arc<dyn Store>,
+    max_messages: usize,
+}
+
+impl History {
+    /// Records into `store`; turns see the last `max_messages` stored messages.
+    pub fn new(store: Arc<dyn Store>, max_messages: usize) -> History {
+        History { store, max_messages }
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    /// Loads the episode's recent history into `turn` and records its user message. History is
+    /// read first, so a store that cannot be read records nothing. A repeated `request_id`
+    /// records nothing and gives the turn its first turn id back, so the turn is answered again
+    /// (without its own earlier messages in its history) and its new reply replaces the old one.
+    pub async fn begin(
+        &self,
+        turn: &mut TurnRequest,
+        request_id: Option<&str>,
+    ) -> Result<EpisodeKey, StoreError> {
+        let key = EpisodeKey::new(&turn.user_id, &turn.episode_id)?;
+        let mut stored = self.store.recent_messages(&key, self.max_messages + 1).await?;
+        let message = StoredMessage::user(&turn.turn_id, &turn.message, self.store.clock().now_ms());
+        if let Recorded::Duplicate { turn_id } =
+            self.store.record_user_message(&key, &message, request_id).await?
+        {
+            turn.turn_id = turn_id;
+        }
+        stored.retain(|m| m.turn_id != turn.turn_id);
+        let skip = stored.len().saturating_sub(self.max_messages);
+        turn.history = model_history(&stored[skip..]);
+        turn.previous = previous_turn(&stored);
+        Ok(key)
+    }
+
+    /// Runs `events` (the turn `turn_id` of `key`) in a task of its own and returns the events
+    /// for the client. The reply is saved before `completed` is released; if saving fails the
+    /// client gets an `error` event and `completed` with status `error`.
+    pub fn record(&self, key: EpisodeKey, turn_id: String, events: EventStream) -> EventStream {
+        let (tx, rx) = mpsc::channel::<Event>(64);
+        let store = self.store.clone();
+        tokio::spawn(async move {
+            let mut recorder = ReplyRecorder::default();
+            let mut events = events;
+            let mut completed = None;
+            let hung_up = loop {
+                let event = tokio::select! {
+                    biased;
+                    _ = tx.closed() => break true,
+                    event = events.next() => event,
+                };
+                match event {
+                    None => break false,
+                    Some(event) => {
+                        recorder.observe(&event);
+                        if matches!(event, Event::Completed { .. }) {
+                            completed = Some(event);
+                        } else if tx.send(event).await.is_err() {
+                            break true;
+                        }
+                    }
+                }
+            };
+            // Cancels the model calls of a turn the client left.
+            drop(events);
+            let messages = recorder.messages(&turn_id, hung_up, store.clock().now_ms());
+            let saved = store.save_reply(&key, &turn_id, &messages).await;
+            if hung_up {
+                match saved {
+                    Ok(()) => {
+                        tracing::info!(episode = %key, turn = %turn_id, "client left; partial reply saved")
+                    }
+                    Err(e) => {
+                        tracing::error!(episode = %key, turn = %turn_id, error = %e, "client left; partial reply lost")
+                    }
+                }
+                return;
+            }
+            let Some(mut completed) = completed else { return };
+            if let Err(e) = saved {
+                tracing::error!(episode = %key, turn = %turn_id, error = %e, "reply not saved");
+                let error = Event::error(
+                    ORCHESTRATOR,
+                    e.code(),
+                    format!("the answer could not be saved: {e}"),
+                    e.is_retryable(),
+                );
+                if let Event::Completed { status, .. } = &mut completed {
+                    *status = Status::Error;
+                }
+                let _ = tx.send(error).await;
+            }
+            let _ = tx.send(completed).await;
+        });
+        Box::pin(ReceiverStream::new(rx))
+    }
+}
+
+/// A run of text by one agent.
+struct Segment {
+    agent: String,
+    content: String,
+    /// Closed by `support_content`: more text from the same agent starts a new message.
+    closed: bool,
+}
+
+/// Turns a turn's events into the assistant messages to store.
+#[derive(Default)]
+pub struct ReplyRecorder {
+    segments: Vec<Segment>,
+    usage: Vec<AgentUsage>,
+    finished: Vec<(String, Status)>,
+    orchestrator_failed: bool,
+    completed: Option<Status>,
+}
+
+impl ReplyRecorder {
+    /// Takes one event into account.
+    pub fn observe(&mut self, event: &Event) {
+        match event {
+            Event::Text { agent, text } => match self.segments.last_mut() {
+                Some(last) if !last.closed && last.agent == *agent => last.content.push_str(text),
+                _ => {
+                    self.segments.push(Segment { agent: agent.clone(), content: text.clone(), closed: false })
+                }
+            },
+            Event::SupportContent { agent } => {
+                if let Some(last) = self.segments.iter_mut().rev().find(|s| s.agent == *agent) {
+                    last.closed = true;
+                }
+            }
+            Event::Usage { agent, model, usage } => {
+                self.usage.push(AgentUsage { agent: agent.clone(), model: model.clone(), usage: *usage })
+            }
+            Event::AgentFinished { agent, status, .. } => self.finished.push((agent.clone(), *status)),
+            Event::Error { agent, .. } if agent == ORCHESTRATOR => self.orchestrator_failed = true,
+            Event::Completed { status, .. } => self.completed = Some(*status),
+            _ => {}
+        }
+    }
+
+    /// The reply so far as messages of `turn_id` (seq from 1), stamped `now_ms`. `hung_up`: the
+    /// client left, so whatever had not finished is `partial`.
+    ///
+    /// Usage goes with the first message of the agent that spent it; usage of an agent with no
+    /// text (an orchestrator that only called tools) goes with the last message. A turn with no
+    /// text at all is still one (empty) message, so its status and usage are kept.
+    pub fn messages(&self, turn_id: &str, hung_up: bool, now_ms: u64) -> Vec<StoredMessage> {
+        let unfinished = if hung_up { Status::Partial } else { Status::Ok };
+        let status_of = |agent: &str| {
+            if agent == ORCHESTRATOR {
+                if self.orchestrator_failed {
+                    Status::Error
+                } else if self.completed.is_none() {
+                    Status::Partial
+                } else {
+                    Status::Ok
+                }
+            } else {
+                self.finished.iter().find(|(a, _)| a == agent).map_or(unfinished, |(_, s)| *s)
+            }
+        };
+        let mut messages: Vec<StoredMessage> = self
+            .segments
+            .iter()
+            .enumerate()
+            .map(|(i, s)| StoredMessage {
+                turn_id: turn_id.to_owned(),
+                seq: i as u32 + 1,
+                role: Role::Assistant,
+                agent: s.agent.clone(),
+                content: s.content.clone(),
+                usage: Vec::new(),
+                status: status_of(&s.agent),
+                created_at: now_ms,
+            })
+            .collect();
+        if messages.is_empty() {
+            messages.push(StoredMessage {
+                turn_id: turn_id.to_owned(),
+                seq: 1,
+                role: Role::Assistant,
+                agent: ORCHESTRATOR.into(),
+                content: String::new(),
+                usage: Vec::new(),
+                status: if hung_up { Status::Partial } else { self.completed.unwrap_or(Status::Partial) },
+                created_at: now_ms,
+            });
+        }
+        for u in &self.usage {
+            let at = messages.iter().position(|m| m.agent == u.agent).unwrap_or(messages.len() - 1);
+            messages[at].usage.push(u.clone());
+        }
+        messages
+    }
+}
+
+/// The last stored turn, as the routing guards see it: the user's message and each agent's reply
+/// (instance numbers dropped: `support[1]` → `support`).
+fn previous_turn(stored: &[StoredMessage]) -> Option<PreviousTurn> {
+    let last_turn = &stored.last()?.turn_id;
+    let turn: Vec<&StoredMessage> = stored.iter().filter(|m| &m.turn_id == last_turn).collect();
+    let user_message = turn.iter().find(|m| m.role == Role::User)?.content.clone();
+    let replies = turn
+        .iter()
+        .filter(|m| m.role == Role::Assistant && !m.content.trim().is_empty())
+        .map(|m| PriorReply {
+            agent: m.agent.split('[').next().unwrap_or(&m.agent).to_owned(),
+            text: m.content.clone(),
+        })
+        .collect();
+    Some(PreviousTurn { user_message, replies })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::Usage;
+
+    fn usage(agent: &str, n: u64) -> Event {
+        Event::Usage {
+            agent: agent.into(),
+            model: "m".into(),
+            usage: Usage { input_tokens: n, output_tokens: 1 },
+        }
+    }
+
+    fn finished(agent: &str, status: Status) -> Event {
+        Event::AgentFinished { agent: agent.into(), status, duration_ms: 1, usage: Usage::default() }
+    }
+
+    fn completed(status: Status) -> Event {
+        Event::Completed {
+            episode_id: "e".into(),
+            turn_id: "t".into(),
+            status,
+            model: "m".into(),
+            duration_ms: 1,
+            usage: vec![],
+        }
+    }
+
+    fn record(events: &[Event], hung_up: bool) -> Vec<StoredMessage> {
+        let mut r = ReplyRecorder::default();
+        events.iter().for_each(|e| r.observe(e));
+        r.messages("t", hung_up, 7)
+    }
+
+    #[test]
+    fn a_mixed_turn_is_one_message_per_speaker_split_at_support_content() {
+        let messages = record(
+            &[
+                Event::Thinking {},
+                Event::text(ORCHESTRATOR, "On it."),
+                usage(ORCHESTRATOR, 10),
+                Event::text("support[1]", "Receipts "),
+                Event::text("support[1]", "scan."),
+                usage("support[1]", 20),
+                finished("support[1]", Status::Ok),
+                Event::SupportContent { agent: "support[1]".into() },
+                Event::text("shopping[1]", "Deals."),
+                usage("shopping[1]", 30),
+                finished("shopping[1]", Status::Error),
+                completed(Status::Error),
+            ],
+            false,
+        );
+        let got: Vec<(u32, &str, &str, Status, u64)> = messages
+            .iter()
+            .map(|m| (m.seq, m.agent.as_str(), m.content.as_str(), m.status, m.usage[0].usage.input_tokens))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (1, "orchestrator", "On it.", Status::Ok, 10),
+                (2, "support[1]", "Receipts scan.", Status::Ok, 20),
+                (3, "shopping[1]", "Deals.", Status::Error, 30),
+            ]
+        );
+        assert!(
+            messages.iter().all(|m| m.role == Role::Assistant && m.created_at == 7 && m.usage.len() == 1)
+        );
+    }
+
+    #[test]
+    fn support_content_closes_the_support_message_even_if_support_speaks_again() {
+        let messages = record(
+            &[
+                Event::text("support[1]", "a"),
+                Event::SupportContent { agent: "support[1]".into() },
+                Event::text("support[1]", "b"),
+            ],
+            false,
+        );
+        assert_eq!(messages.iter().map(|m| m.content.as_str()).collect::<Vec<_>>(), ["a", "b"]);
+    }
+
+    #[test]
+    fn a_hang_up_marks_unfinished_agents_partial() {
+        let messages = record(
+            &[
+                Event::text(ORCHESTRATOR, "On it."),
+                Event::text("support[1]", "done"),
+                finished("support[1]", Status::Ok),
+                Event::text("shopping[1]", "half"),
+            ],
+            true,
+        );
+        let statuses: Vec<Status> = messages.iter().map(|m| m.status).collect();
+        assert_eq!(statuses, [Status::Partial, Status::Ok, Status::Partial]);
+    }
+
+    #[test]
+    fn usage_without_text_goes_to_the_last_message_and_no_text_is_one_empty_message() {
+        let messages = record(&[usage(ORCHESTRATOR, 5), Event::text("shopping[1]", "x")], false);
+        assert_eq!(messages.len(), 1);
+        assert_eq!(messages[0].usage[0].agent, ORCHESTRATOR);
+        let messages = record(&[usage(ORCHESTRATOR, 5), completed(Status::Error)], false);
+        assert_eq!(messages.len(), 1);
+        assert_eq!((messages[0].content.as_str(), messages[0].status), ("", Status::Error));
+        assert_eq!(messages[0].usage.len(), 1);
+    }
+}

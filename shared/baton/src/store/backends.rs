@@ -1,0 +1,191 @@
+//! Agent state kept in the [`Store`]: the Forethought conversation and the shopping agent's last
+//! Responses API id live on the episode item; the recent support turns are read back from the
+//! episode's stored messages (history already persists them, so recording a turn writes nothing).
+
+use std::sync::Arc;
+use std::time::{Duration, UNIX_EPOCH};
+
+use futures::future::BoxFuture;
+
+use super::{EpisodeKey, Role, Store, epoch_ms, update_episode};
+use crate::agent::{BoxError, ResponseChains};
+use crate::support::sessions::{SupportConversation, SupportSessions, SupportTurn};
+
+/// [`SupportSessions`] and [`ResponseChains`] over a [`Store`].
+#[derive(Clone)]
+pub struct StoreBackends {
+    store: Arc<dyn Store>,
+}
+
+impl StoreBackends {
+    /// State in `store`.
+    pub fn new(store: Arc<dyn Store>) -> StoreBackends {
+        StoreBackends { store }
+    }
+}
+
+fn key(user_id: &str, episode_id: &str) -> Result<EpisodeKey, BoxError> {
+    Ok(EpisodeKey::new(user_id, episode_id)?)
+}
+
+impl SupportSessions for StoreBackends {
+    fn conversation<'a>(
+        &'a self,
+        user_id: &'a str,
+        episode_id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<SupportConversation>, BoxError>> {
+        Box::pin(async move {
+            let episode = self.store.episode(&key(user_id, episode_id)?).await?;
+            Ok(episode.and_then(|e| e.support).map(|c| SupportConversation {
+                conversation_id: c.conversation_id,
+                last_used_at: UNIX_EPOCH + Duration::from_millis(c.last_used_at),
+            }))
+        })
+    }
+
+    fn save_conversation<'a>(
+        &'a self,
+        user_id: &'a str,
+        episode_id: &'a str,
+        conversation: SupportConversation,
+    ) -> BoxFuture<'a, Result<(), BoxError>> {
+        Box::pin(async move {
+            let saved = super::SupportConversation {
+                conversation_id: conversation.conversation_id,
+                last_used_at: epoch_ms(conversation.last_used_at),
+            };
+            update_episode(self.store.as_ref(), &key(user_id, episode_id)?, |e| {
+                e.support = Some(saved.clone())
+            })
+            .await?;
+            Ok(())
+        })
+    }
+
+    fn recent_turns<'a>(
+        &'a self,
+        user_id: &'a str,
+        episode_id: &'a str,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<SupportTurn>, BoxError>> {
+        Box::pin(async move {
+            // A turn holds the user message and up to a few replies; read enough to find `limit`
+            // support answers in mixed histories.
+            let messages =
+                self.store.recent_messages(&key(user_id, episode_id)?, limit.saturating_mul(6)).await?;
+            let mut turns = Vec::new();
+            for (i, m) in messages.iter().enumerate() {
+                if m.role != Role::Assistant
+                    || !m.agent.starts_with("support[")
+                    || m.content.trim().is_empty()
+                {
+                    continue;
+                }
+                let query = messages[..i]
+                    .iter()
+                    .rev()
+                    .find(|u| u.role == Role::User && u.turn_id == m.turn_id)
+                    .map(|u| u.content.clone())
+                    .unwrap_or_default();
+                turns.push(SupportTurn { query, answer: m.content.clone() });
+            }
+            let excess = turns.len().saturating_sub(limit);
+            turns.drain(..excess);
+            Ok(turns)
+        })
+    }
+
+    fn record_turn<'a>(
+        &'a self,
+        _user_id: &'a str,
+        _episode_id: &'a str,
+        _turn: SupportTurn,
+    ) -> BoxFuture<'a, Result<(), BoxError>> {
+        // History stores the support answer with the rest of the turn.
+        Box::pin(async { Ok(()) })
+    }
+}
+
+impl ResponseChains for StoreBackends {
+    fn last_response_id<'a>(
+        &'a self,
+        user_id: &'a str,
+        episode_id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<String>, BoxError>> {
+        Box::pin(async move {
+            Ok(self.store.episode(&key(user_id, episode_id)?).await?.and_then(|e| e.shopping_response_id))
+        })
+    }
+
+    fn set_last_response_id<'a>(
+        &'a self,
+        user_id: &'a str,
+        episode_id: &'a str,
+        response_id: String,
+    ) -> BoxFuture<'a, Result<(), BoxError>> {
+        Box::pin(async move {
+            let key = key(user_id, episode_id)?;
+            update_episode(self.store.as_ref(), &key, |e| e.shopping_response_id = Some(response_id.clone()))
+                .await?;
+            Ok(())
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::embedded::EmbeddedStore;
+    use crate::store::{ManualClock, StoredMessage};
+    use std::time::SystemTime;
+
+    async fn store() -> (tempfile::TempDir, Arc<dyn Store>) {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = Arc::new(ManualClock::new(SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000)));
+        let store = EmbeddedStore::open(dir.path().join("s.redb"), clock).unwrap();
+        (dir, Arc::new(store))
+    }
+
+    #[tokio::test]
+    async fn vendor_state_round_trips_through_the_episode() {
+        let (_dir, store) = store().await;
+        let b = StoreBackends::new(store);
+        assert_eq!(b.conversation("u", "e").await.unwrap(), None);
+        let at = UNIX_EPOCH + Duration::from_millis(1_800_000_000_123);
+        b.save_conversation("u", "e", SupportConversation { conversation_id: "c1".into(), last_used_at: at })
+            .await
+            .unwrap();
+        let got = b.conversation("u", "e").await.unwrap().unwrap();
+        assert_eq!((got.conversation_id.as_str(), got.last_used_at), ("c1", at));
+        b.set_last_response_id("u", "e", "resp_9".into()).await.unwrap();
+        assert_eq!(b.last_response_id("u", "e").await.unwrap().as_deref(), Some("resp_9"));
+        assert_eq!(b.conversation("u", "e").await.unwrap().unwrap().conversation_id, "c1", "both kept");
+        assert_eq!(b.last_response_id("other", "e").await.unwrap(), None, "scoped to the user");
+    }
+
+    #[tokio::test]
+    async fn recent_support_turns_come_from_stored_history() {
+        let (_dir, store) = store().await;
+        let key = EpisodeKey::new("u", "e").unwrap();
+        for (turn, question, answer) in [("t1", "q1", "a1"), ("t2", "q2", "a2"), ("t3", "q3", "a3")] {
+            store.record_user_message(&key, &StoredMessage::user(turn, question, 1), None).await.unwrap();
+            let mut reply = StoredMessage::user(turn, answer, 2);
+            reply.role = Role::Assistant;
+            reply.agent = "support[1]".into();
+            reply.seq = 1;
+            let mut other = reply.clone();
+            other.agent = "shopping[1]".into();
+            other.content = "offers".into();
+            other.seq = 2;
+            store.save_reply(&key, turn, &[reply, other]).await.unwrap();
+        }
+        let turns = StoreBackends::new(store).recent_turns("u", "e", 2).await.unwrap();
+        assert_eq!(
+            turns,
+            [
+                SupportTurn { query: "q2".into(), answer: "a2".into() },
+                SupportTurn { query: "q3".into(), answer: "a3".into() }
+            ]
+        );
+    }
+}

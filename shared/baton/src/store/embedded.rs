@@ -1,0 +1,284 @@
+//! The embedded store: one redb file, no server. The default for local runs.
+//!
+//! It keeps the same items under the same keys as the DynamoDB store (one table keyed by
+//! `(pk, sk)`, values are the items' DynamoDB JSON), and gets the same guarantees from redb's
+//! serializable write transactions: each trait call is one transaction, so optimistic locking and
+//! request-id idempotency are checks inside it. redb calls block, so they run on the blocking
+//! pool. The file is locked while open: a second process that opens it gets a clear error.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use redb::{Database, ReadableTable, TableDefinition};
+
+use super::item::{self, Item};
+use super::{
+    Clock, DEFAULT_RETENTION, Episode, EpisodeKey, META_SK, MSG_PREFIX, Recorded, Store, StoreError,
+    StoredMessage, is_expired, message_sk, request_sk, ttl_after,
+};
+
+/// The one table: `(pk, sk)` → the item's DynamoDB JSON.
+pub const ITEMS: TableDefinition<'static, (&str, &str), &[u8]> = TableDefinition::new("items");
+
+/// A file-backed [`Store`].
+pub struct EmbeddedStore {
+    db: Arc<Database>,
+    path: PathBuf,
+    clock: Arc<dyn Clock>,
+    retention: Duration,
+}
+
+impl std::fmt::Debug for EmbeddedStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EmbeddedStore").field("path", &self.path).finish()
+    }
+}
+
+fn failed(what: &str, e: impl std::fmt::Display) -> StoreError {
+    StoreError::Failed(format!("{what}: {e}"))
+}
+
+impl EmbeddedStore {
+    /// Opens (or creates) the store file at `path`, creating its directory; items live for
+    /// [`DEFAULT_RETENTION`] after their last write.
+    pub fn open(path: impl AsRef<Path>, clock: Arc<dyn Clock>) -> Result<EmbeddedStore, StoreError> {
+        let path = path.as_ref().to_path_buf();
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| failed(&format!("cannot create the store directory {}", dir.display()), e))?;
+        }
+        let db = Database::create(&path).map_err(|e| match e {
+            redb::DatabaseError::DatabaseAlreadyOpen => StoreError::Unavailable(format!(
+                "the store file {} is in use by another process (stop it, or pass another --store-path)",
+                path.display()
+            )),
+            e => failed(&format!("cannot open the store file {}", path.display()), e),
+        })?;
+        let txn = db.begin_write().map_err(|e| failed("begin", e))?;
+        txn.open_table(ITEMS).map_err(|e| failed("open table", e))?;
+        txn.commit().map_err(|e| failed("commit", e))?;
+        Ok(EmbeddedStore { db: Arc::new(db), path, clock, retention: DEFAULT_RETENTION })
+    }
+
+    /// Items live for `retention` after their last write.
+    pub fn with_retention(mut self, retention: Duration) -> EmbeddedStore {
+        self.retention = retention;
+        self
+    }
+
+    /// The store file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Writes one item as is, bypassing every check. For repair tools and for tests that need an
+    /// item of unknown shape.
+    pub async fn put_raw(&self, pk: &str, sk: &str, item: &Item) -> Result<(), StoreError> {
+        let (pk, sk, bytes) = (pk.to_owned(), sk.to_owned(), to_bytes(item));
+        self.write(move |t| {
+            t.insert((pk.as_str(), sk.as_str()), bytes.as_slice()).map_err(|e| failed("insert", e))?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn blocking<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Database) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let db = self.db.clone();
+        tokio::task::spawn_blocking(move || f(&db)).await.map_err(|e| failed("store task", e))?
+    }
+
+    /// Runs `f` in one write transaction and commits if it succeeds.
+    async fn write<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut redb::Table<(&str, &str), &[u8]>) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        self.blocking(move |db| {
+            let txn = db.begin_write().map_err(|e| failed("begin", e))?;
+            let out = {
+                let mut table = txn.open_table(ITEMS).map_err(|e| failed("open table", e))?;
+                f(&mut table)?
+            };
+            txn.commit().map_err(|e| failed("commit", e))?;
+            Ok(out)
+        })
+        .await
+    }
+
+    fn ttl(&self, now_ms: u64) -> u64 {
+        ttl_after(now_ms, self.retention)
+    }
+}
+
+fn to_bytes(item: &Item) -> Vec<u8> {
+    serde_json::to_vec(item).expect("attribute maps serialize")
+}
+
+/// Reads the item at `pk` / `sk`, treating an expired one as absent.
+fn get(
+    table: &impl ReadableTable<(&'static str, &'static str), &'static [u8]>,
+    pk: &str,
+    sk: &str,
+    now_ms: u64,
+) -> Result<Option<Item>, StoreError> {
+    let Some(value) = table.get((pk, sk)).map_err(|e| failed("read", e))? else { return Ok(None) };
+    let item = parse(pk, sk, value.value())?;
+    match item::ttl_of(pk, sk, &item)? {
+        Some(ttl) if is_expired(ttl, now_ms) => Ok(None),
+        _ => Ok(Some(item)),
+    }
+}
+
+fn parse(pk: &str, sk: &str, bytes: &[u8]) -> Result<Item, StoreError> {
+    serde_json::from_slice(bytes).map_err(|e| StoreError::Corrupt {
+        key: item::item_name(pk, sk),
+        reason: format!("not an attribute map: {e}"),
+    })
+}
+
+fn put(
+    table: &mut redb::Table<(&str, &str), &[u8]>,
+    pk: &str,
+    sk: &str,
+    item: &Item,
+) -> Result<(), StoreError> {
+    table.insert((pk, sk), to_bytes(item).as_slice()).map_err(|e| failed("insert", e))?;
+    Ok(())
+}
+
+#[async_trait::async_trait]
+impl Store for EmbeddedStore {
+    fn clock(&self) -> &dyn Clock {
+        &*self.clock
+    }
+
+    async fn episode(&self, key: &EpisodeKey) -> Result<Option<Episode>, StoreError> {
+        let (key, now) = (key.clone(), self.clock.now_ms());
+        self.blocking(move |db| {
+            let txn = db.begin_read().map_err(|e| failed("begin", e))?;
+            let table = txn.open_table(ITEMS).map_err(|e| failed("open table", e))?;
+            get(&table, &key.pk(), META_SK, now)?.map(|item| item::decode_episode(&key, &item)).transpose()
+        })
+        .await
+    }
+
+    async fn save_episode(&self, episode: &Episode) -> Result<Episode, StoreError> {
+        let now = self.clock.now_ms();
+        let ttl = self.ttl(now);
+        let mut next = episode.clone();
+        self.write(move |table| {
+            let pk = next.key.pk();
+            let stored =
+                get(table, &pk, META_SK, now)?.map(|i| item::decode_episode(&next.key, &i)).transpose()?;
+            let stored_version = stored.as_ref().map_or(0, |e| e.version);
+            if stored_version != next.version {
+                return Err(StoreError::Conflict {
+                    key: item::item_name(&pk, META_SK),
+                    reason: format!("expected version {}, found {stored_version}", next.version),
+                });
+            }
+            next.version += 1;
+            next.updated_at = now;
+            next.created_at = stored.map_or(now, |e| e.created_at);
+            put(table, &pk, META_SK, &item::encode_episode(&next, ttl))?;
+            Ok(next)
+        })
+        .await
+    }
+
+    async fn record_user_message(
+        &self,
+        key: &EpisodeKey,
+        message: &StoredMessage,
+        request_id: Option<&str>,
+    ) -> Result<Recorded, StoreError> {
+        let now = self.clock.now_ms();
+        let ttl = self.ttl(now);
+        let (key, message, request_id) = (key.clone(), message.clone(), request_id.map(str::to_owned));
+        self.write(move |table| {
+            let pk = key.pk();
+            if let Some(id) = &request_id {
+                let sk = request_sk(id);
+                if let Some(seen) = get(table, &pk, &sk, now)? {
+                    return Ok(Recorded::Duplicate { turn_id: item::decode_request(&pk, &sk, &seen)? });
+                }
+                put(table, &pk, &sk, &item::encode_request(&message.turn_id, ttl))?;
+            }
+            put(table, &pk, &message.sk(), &item::encode_message(&message, ttl))?;
+            let mut episode = match get(table, &pk, META_SK, now)? {
+                Some(item) => item::decode_episode(&key, &item)?,
+                None => Episode { created_at: now, ..Episode::new(key.clone()) },
+            };
+            episode.version += 1;
+            episode.updated_at = now;
+            put(table, &pk, META_SK, &item::encode_episode(&episode, ttl))?;
+            Ok(Recorded::New)
+        })
+        .await
+    }
+
+    async fn save_reply(
+        &self,
+        key: &EpisodeKey,
+        turn_id: &str,
+        messages: &[StoredMessage],
+    ) -> Result<(), StoreError> {
+        let ttl = self.ttl(self.clock.now_ms());
+        let (pk, turn_id, messages) = (key.pk(), turn_id.to_owned(), messages.to_vec());
+        self.write(move |table| {
+            // Drop an earlier reply of this turn (seq 1 and up), then write this one.
+            let from = message_sk(&turn_id, 1);
+            let to = format!("{MSG_PREFIX}{turn_id}$");
+            let old: Vec<String> = table
+                .range((pk.as_str(), from.as_str())..(pk.as_str(), to.as_str()))
+                .map_err(|e| failed("read", e))?
+                .map(|entry| entry.map(|(k, _)| k.value().1.to_owned()).map_err(|e| failed("read", e)))
+                .collect::<Result<_, _>>()?;
+            for sk in old {
+                table.remove((pk.as_str(), sk.as_str())).map_err(|e| failed("remove", e))?;
+            }
+            for m in &messages {
+                put(table, &pk, &m.sk(), &item::encode_message(m, ttl))?;
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    async fn recent_messages(
+        &self,
+        key: &EpisodeKey,
+        limit: usize,
+    ) -> Result<Vec<StoredMessage>, StoreError> {
+        let (pk, now) = (key.pk(), self.clock.now_ms());
+        self.blocking(move |db| {
+            let txn = db.begin_read().map_err(|e| failed("begin", e))?;
+            let table = txn.open_table(ITEMS).map_err(|e| failed("open table", e))?;
+            // '$' follows '#': every `MSG#...` sort key of the partition lies in this range.
+            let (from, to) = (MSG_PREFIX.to_owned(), "MSG$".to_owned());
+            let mut out = Vec::new();
+            for entry in table
+                .range((pk.as_str(), from.as_str())..(pk.as_str(), to.as_str()))
+                .map_err(|e| failed("read", e))?
+                .rev()
+            {
+                if out.len() >= limit {
+                    break;
+                }
+                let (k, v) = entry.map_err(|e| failed("read", e))?;
+                let sk = k.value().1;
+                let item = parse(&pk, sk, v.value())?;
+                if item::ttl_of(&pk, sk, &item)?.is_some_and(|ttl| is_expired(ttl, now)) {
+                    continue;
+                }
+                out.push(item::decode_message(&pk, sk, &item)?);
+            }
+            out.reverse();
+            Ok(out)
+        })
+        .await
+    }
+}

@@ -1,0 +1,322 @@
+//! Items as attribute maps, the form both stores keep, and their strict decoding.
+//!
+//! [`Attr`] mirrors DynamoDB's attribute values (and serializes as DynamoDB JSON, `{"S": "x"}`),
+//! so the embedded store keeps exactly the items the DynamoDB store does, and one decoder checks
+//! both. Decoding never panics: an item of unknown shape is a [`StoreError::Corrupt`] naming its
+//! key and what is wrong.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::{Episode, EpisodeKey, MSG_PREFIX, Role, StoreError, StoredMessage, SupportConversation};
+use crate::event::{AgentUsage, Status, Usage};
+
+/// One attribute value.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Attr {
+    /// A string.
+    S(String),
+    /// A number, as its decimal text.
+    N(String),
+    /// A list.
+    L(Vec<Attr>),
+    /// A map.
+    M(BTreeMap<String, Attr>),
+    /// A boolean.
+    #[serde(rename = "BOOL")]
+    Bool(bool),
+    /// Null.
+    #[serde(rename = "NULL")]
+    Null(bool),
+}
+
+impl Attr {
+    /// A string attribute.
+    pub fn s(s: impl Into<String>) -> Attr {
+        Attr::S(s.into())
+    }
+
+    /// A number attribute.
+    pub fn n(n: u64) -> Attr {
+        Attr::N(n.to_string())
+    }
+
+    fn kind(&self) -> &'static str {
+        match self {
+            Attr::S(_) => "string",
+            Attr::N(_) => "number",
+            Attr::L(_) => "list",
+            Attr::M(_) => "map",
+            Attr::Bool(_) => "boolean",
+            Attr::Null(_) => "null",
+        }
+    }
+}
+
+/// An item's attributes (without `pk` and `sk`).
+pub type Item = BTreeMap<String, Attr>;
+
+/// `pk / sk`, how errors name an item.
+pub fn item_name(pk: &str, sk: &str) -> String {
+    format!("{pk} / {sk}")
+}
+
+/// Strict reads of one item's attributes, with errors that name the item.
+struct Reader<'a> {
+    name: String,
+    item: &'a Item,
+}
+
+impl<'a> Reader<'a> {
+    fn corrupt(&self, reason: impl Into<String>) -> StoreError {
+        StoreError::Corrupt { key: self.name.clone(), reason: reason.into() }
+    }
+
+    fn opt_s(&self, attr: &str) -> Result<Option<&'a str>, StoreError> {
+        match self.item.get(attr) {
+            None | Some(Attr::Null(_)) => Ok(None),
+            Some(Attr::S(s)) => Ok(Some(s)),
+            Some(other) => Err(self.corrupt(format!("`{attr}` is a {}, expected a string", other.kind()))),
+        }
+    }
+
+    fn s(&self, attr: &str) -> Result<&'a str, StoreError> {
+        self.opt_s(attr)?.ok_or_else(|| self.corrupt(format!("`{attr}` is missing")))
+    }
+
+    fn opt_n(&self, attr: &str) -> Result<Option<u64>, StoreError> {
+        match self.item.get(attr) {
+            None | Some(Attr::Null(_)) => Ok(None),
+            Some(Attr::N(n)) => parse_n(n).map(Some).ok_or_else(|| {
+                self.corrupt(format!("`{attr}` is {n:?}, expected a non-negative whole number"))
+            }),
+            Some(other) => Err(self.corrupt(format!("`{attr}` is a {}, expected a number", other.kind()))),
+        }
+    }
+
+    fn n(&self, attr: &str) -> Result<u64, StoreError> {
+        self.opt_n(attr)?.ok_or_else(|| self.corrupt(format!("`{attr}` is missing")))
+    }
+}
+
+/// Every number this code writes is a non-negative whole number; anything else is corruption.
+fn parse_n(n: &str) -> Option<u64> {
+    n.trim().parse().ok()
+}
+
+/// The expiry of an item (`ttl`, seconds), if it has one; an unreadable `ttl` is corruption.
+pub fn ttl_of(pk: &str, sk: &str, item: &Item) -> Result<Option<u64>, StoreError> {
+    Reader { name: item_name(pk, sk), item }.opt_n("ttl")
+}
+
+/// The episode item of `episode`, expiring at `ttl`.
+pub fn encode_episode(episode: &Episode, ttl: u64) -> Item {
+    let mut item = Item::new();
+    item.insert("created_at".into(), Attr::n(episode.created_at));
+    item.insert("updated_at".into(), Attr::n(episode.updated_at));
+    item.insert("version".into(), Attr::n(episode.version));
+    if let Some(support) = &episode.support {
+        item.insert("ft_conversation_id".into(), Attr::s(&support.conversation_id));
+        item.insert("ft_last_used_at".into(), Attr::n(support.last_used_at));
+    }
+    if let Some(id) = &episode.shopping_response_id {
+        item.insert("shopping_response_id".into(), Attr::s(id));
+    }
+    item.insert("ttl".into(), Attr::n(ttl));
+    item
+}
+
+/// Decodes the episode item of `key`.
+pub fn decode_episode(key: &EpisodeKey, item: &Item) -> Result<Episode, StoreError> {
+    let r = Reader { name: item_name(&key.pk(), super::META_SK), item };
+    let support = match (r.opt_s("ft_conversation_id")?, r.opt_n("ft_last_used_at")?) {
+        (Some(id), Some(at)) => {
+            Some(SupportConversation { conversation_id: id.to_owned(), last_used_at: at })
+        }
+        (None, None) => None,
+        _ => return Err(r.corrupt("`ft_conversation_id` and `ft_last_used_at` must be set together")),
+    };
+    Ok(Episode {
+        key: key.clone(),
+        created_at: r.n("created_at")?,
+        updated_at: r.n("updated_at")?,
+        version: r.n("version")?,
+        support,
+        shopping_response_id: r.opt_s("shopping_response_id")?.map(str::to_owned),
+    })
+}
+
+/// The item of `message`, expiring at `ttl`.
+pub fn encode_message(message: &StoredMessage, ttl: u64) -> Item {
+    let usage = message
+        .usage
+        .iter()
+        .map(|u| {
+            Attr::M(BTreeMap::from([
+                ("agent".to_owned(), Attr::s(&u.agent)),
+                ("model".to_owned(), Attr::s(&u.model)),
+                ("input_tokens".to_owned(), Attr::n(u.usage.input_tokens)),
+                ("output_tokens".to_owned(), Attr::n(u.usage.output_tokens)),
+            ]))
+        })
+        .collect();
+    let mut item = Item::new();
+    item.insert("role".into(), Attr::s(message.role.as_str()));
+    item.insert("agent".into(), Attr::s(&message.agent));
+    item.insert("content".into(), Attr::s(&message.content));
+    item.insert("usage".into(), Attr::L(usage));
+    item.insert("status".into(), Attr::s(status_str(message.status)));
+    item.insert("created_at".into(), Attr::n(message.created_at));
+    item.insert("ttl".into(), Attr::n(ttl));
+    item
+}
+
+fn status_str(status: Status) -> &'static str {
+    match status {
+        Status::Ok => "ok",
+        Status::Partial => "partial",
+        Status::Error => "error",
+    }
+}
+
+/// The turn id and seq a message sort key names.
+pub fn parse_message_sk(sk: &str) -> Option<(&str, u32)> {
+    let rest = sk.strip_prefix(MSG_PREFIX)?;
+    let (turn, seq) = rest.rsplit_once('#')?;
+    if turn.is_empty() || turn.contains('#') {
+        return None;
+    }
+    Some((turn, seq.parse().ok()?))
+}
+
+/// Decodes the message item at `pk` / `sk`.
+pub fn decode_message(pk: &str, sk: &str, item: &Item) -> Result<StoredMessage, StoreError> {
+    let r = Reader { name: item_name(pk, sk), item };
+    let (turn_id, seq) =
+        parse_message_sk(sk).ok_or_else(|| r.corrupt("the sort key is not `MSG#<turn>#<seq>`"))?;
+    let role = match r.s("role")? {
+        "user" => Role::User,
+        "assistant" => Role::Assistant,
+        other => return Err(r.corrupt(format!("`role` is {other:?}, expected \"user\" or \"assistant\""))),
+    };
+    let status = match r.s("status")? {
+        "ok" => Status::Ok,
+        "partial" => Status::Partial,
+        "error" => Status::Error,
+        other => {
+            return Err(
+                r.corrupt(format!("`status` is {other:?}, expected \"ok\", \"partial\" or \"error\""))
+            );
+        }
+    };
+    let usage = match item.get("usage") {
+        None => Vec::new(),
+        Some(Attr::L(list)) => list
+            .iter()
+            .map(|entry| match entry {
+                Attr::M(m) => {
+                    let u = Reader { name: r.name.clone(), item: m };
+                    Ok(AgentUsage {
+                        agent: u.s("agent")?.to_owned(),
+                        model: u.s("model")?.to_owned(),
+                        usage: Usage {
+                            input_tokens: u.n("input_tokens")?,
+                            output_tokens: u.n("output_tokens")?,
+                        },
+                    })
+                }
+                other => Err(r.corrupt(format!("a `usage` entry is a {}, expected a map", other.kind()))),
+            })
+            .collect::<Result<_, _>>()?,
+        Some(other) => return Err(r.corrupt(format!("`usage` is a {}, expected a list", other.kind()))),
+    };
+    Ok(StoredMessage {
+        turn_id: turn_id.to_owned(),
+        seq,
+        role,
+        agent: r.s("agent")?.to_owned(),
+        content: r.s("content")?.to_owned(),
+        usage,
+        status,
+        created_at: r.n("created_at")?,
+    })
+}
+
+/// The request-id marker item: which turn the request was recorded as.
+pub fn encode_request(turn_id: &str, ttl: u64) -> Item {
+    Item::from([("turn_id".to_owned(), Attr::s(turn_id)), ("ttl".to_owned(), Attr::n(ttl))])
+}
+
+/// Decodes a request-id marker item into its turn id.
+pub fn decode_request(pk: &str, sk: &str, item: &Item) -> Result<String, StoreError> {
+    Ok(Reader { name: item_name(pk, sk), item }.s("turn_id")?.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn message() -> StoredMessage {
+        StoredMessage {
+            turn_id: "0190-a".into(),
+            seq: 2,
+            role: Role::Assistant,
+            agent: "shopping[1]".into(),
+            content: "deals".into(),
+            usage: vec![AgentUsage {
+                agent: "shopping[1]".into(),
+                model: "m".into(),
+                usage: Usage { input_tokens: 3, output_tokens: 4 },
+            }],
+            status: Status::Partial,
+            created_at: 1234,
+        }
+    }
+
+    #[test]
+    fn a_message_round_trips() {
+        let m = message();
+        let item = encode_message(&m, 99);
+        assert_eq!(decode_message("P", &m.sk(), &item).unwrap(), m);
+    }
+
+    #[test]
+    fn items_serialize_as_dynamodb_json() {
+        let item = encode_request("t1", 5);
+        assert_eq!(serde_json::to_string(&item).unwrap(), r#"{"ttl":{"N":"5"},"turn_id":{"S":"t1"}}"#);
+    }
+
+    #[test]
+    fn unknown_shapes_are_errors_that_name_the_key() {
+        let sk = message().sk();
+        let mut item = encode_message(&message(), 99);
+        item.insert("role".into(), Attr::s("wizard"));
+        let err = decode_message("USER#u#EP#e", &sk, &item).unwrap_err();
+        assert_eq!(
+            err,
+            StoreError::Corrupt {
+                key: "USER#u#EP#e / MSG#0190-a#0002".into(),
+                reason: "`role` is \"wizard\", expected \"user\" or \"assistant\"".into()
+            }
+        );
+        item.insert("role".into(), Attr::n(1));
+        assert!(decode_message("P", &sk, &item).unwrap_err().to_string().contains("`role` is a number"));
+        item.remove("role");
+        assert!(decode_message("P", &sk, &item).unwrap_err().to_string().contains("`role` is missing"));
+        let err = decode_message("P", "MSG#nope", &encode_message(&message(), 1)).unwrap_err();
+        assert!(err.to_string().contains("P / MSG#nope"), "{err}");
+    }
+
+    #[test]
+    fn a_bad_episode_version_is_corrupt() {
+        let key = EpisodeKey::new("u", "e").unwrap();
+        let mut item = encode_episode(&Episode::new(key.clone()), 1);
+        item.insert("version".into(), Attr::N("-3".into()));
+        let err = decode_episode(&key, &item).unwrap_err();
+        assert!(
+            err.to_string().contains("USER#u#EP#e / META") && err.to_string().contains("`version`"),
+            "{err}"
+        );
+    }
+}

@@ -1,0 +1,463 @@
+//! Conversation storage (DESIGN.md §7): the [`Store`] trait, its types, and the embedded store.
+//!
+//! One logical table of items with two string keys, the same in every implementation:
+//!
+//! | item | `pk` | `sk` | attributes |
+//! |---|---|---|---|
+//! | episode | `USER#<user>#EP#<episode>` | `META` | `created_at`, `updated_at`, `version`, Forethought `ft_conversation_id` and `ft_last_used_at`, `shopping_response_id`, `ttl` |
+//! | message | same | `MSG#<turn>#<seq>` | `role`, `agent`, `content`, `usage`, `status`, `created_at`, `ttl` |
+//! | request | same | `REQ#<request id>` | `turn_id`, `ttl` (makes the user message idempotent) |
+//!
+//! Every key starts with the user, so a store call can only reach the episodes of the user it
+//! names; the HTTP layer names the authenticated user. Turn ids are UUIDv7 ([`new_turn_id`]):
+//! their text sorts by creation time, so messages read back in the order their turns began, and
+//! `<seq>` is zero-padded so a turn's messages sort in order too (the user message is seq 0).
+//!
+//! Times are milliseconds since the Unix epoch, except `ttl`, which is in seconds as DynamoDB's
+//! TTL wants. Expired items are treated as absent by every read, because deletion is lazy.
+//!
+//! - [`item`]: the attribute-map form of each item and its strict decoding.
+//! - [`embedded`]: a file-backed store (redb), the default for local runs.
+
+pub mod backends;
+pub mod embedded;
+pub mod item;
+
+use std::fmt;
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+
+use crate::event::{AgentUsage, Status};
+use crate::model::Message;
+
+/// How long items live after their last write, unless configured otherwise.
+pub const DEFAULT_RETENTION: Duration = Duration::from_secs(90 * 24 * 3600);
+
+/// Why a store call failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StoreError {
+    /// A user or episode id cannot be part of a key.
+    #[error("invalid key: {0}")]
+    InvalidKey(String),
+    /// Someone else changed the item first (optimistic locking); read it again and retry.
+    #[error("conflict on `{key}`: {reason}")]
+    Conflict {
+        /// The item (`pk / sk`).
+        key: String,
+        /// What differed.
+        reason: String,
+    },
+    /// An item has a shape this code does not understand.
+    #[error("corrupt item `{key}`: {reason}")]
+    Corrupt {
+        /// The item (`pk / sk`).
+        key: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The store cannot be reached or refused for a transient reason; retrying may succeed.
+    #[error("store unavailable: {0}")]
+    Unavailable(String),
+    /// Any other failure (missing table, denied access, a local file problem).
+    #[error("store failure: {0}")]
+    Failed(String),
+}
+
+impl StoreError {
+    /// A stable, machine-readable code for `error` events and HTTP error bodies.
+    pub fn code(&self) -> &'static str {
+        match self {
+            StoreError::InvalidKey(_) => "store_invalid_key",
+            StoreError::Conflict { .. } => "store_conflict",
+            StoreError::Corrupt { .. } => "store_corrupt_item",
+            StoreError::Unavailable(_) => "store_unavailable",
+            StoreError::Failed(_) => "store_failed",
+        }
+    }
+
+    /// Whether retrying the same request may succeed.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, StoreError::Unavailable(_) | StoreError::Conflict { .. })
+    }
+}
+
+/// The time source of a store: the system clock, or a [`ManualClock`] in tests.
+pub trait Clock: Send + Sync + fmt::Debug {
+    /// Now.
+    fn now(&self) -> SystemTime;
+
+    /// Now, in milliseconds since the Unix epoch.
+    fn now_ms(&self) -> u64 {
+        epoch_ms(self.now())
+    }
+}
+
+/// The system clock.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> SystemTime {
+        SystemTime::now()
+    }
+}
+
+/// A clock that only moves when told to, for tests of expiry and last-used times.
+#[derive(Debug)]
+pub struct ManualClock(Mutex<SystemTime>);
+
+impl ManualClock {
+    /// A clock at `start`.
+    pub fn new(start: SystemTime) -> ManualClock {
+        ManualClock(Mutex::new(start))
+    }
+
+    /// Moves the clock forward.
+    pub fn advance(&self, by: Duration) {
+        *self.0.lock().expect("clock lock") += by;
+    }
+}
+
+impl Clock for ManualClock {
+    fn now(&self) -> SystemTime {
+        *self.0.lock().expect("clock lock")
+    }
+}
+
+/// Milliseconds since the Unix epoch (0 before it).
+pub fn epoch_ms(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
+/// A new turn id: a UUIDv7, whose text sorts by creation time (milliseconds, then a counter that
+/// keeps ids minted by one process in order).
+pub fn new_turn_id() -> String {
+    uuid::Uuid::now_v7().to_string()
+}
+
+/// One user's episode: the partition every item of a conversation lives in.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct EpisodeKey {
+    user_id: String,
+    episode_id: String,
+}
+
+impl EpisodeKey {
+    /// The key of `user_id`'s episode `episode_id`. Ids must be non-empty and free of `#` and
+    /// control characters, so one user's key can never be spelled to reach another's.
+    pub fn new(user_id: impl Into<String>, episode_id: impl Into<String>) -> Result<EpisodeKey, StoreError> {
+        let (user_id, episode_id) = (user_id.into(), episode_id.into());
+        for (what, id) in [("user id", &user_id), ("episode id", &episode_id)] {
+            if id.is_empty() || id.len() > 256 || id.chars().any(|c| c == '#' || c.is_control()) {
+                return Err(StoreError::InvalidKey(format!(
+                    "{what} {id:?} must be 1 to 256 characters without '#' or control characters"
+                )));
+            }
+        }
+        Ok(EpisodeKey { user_id, episode_id })
+    }
+
+    /// The user.
+    pub fn user_id(&self) -> &str {
+        &self.user_id
+    }
+
+    /// The episode.
+    pub fn episode_id(&self) -> &str {
+        &self.episode_id
+    }
+
+    /// The partition key, `USER#<user>#EP#<episode>`.
+    pub fn pk(&self) -> String {
+        format!("USER#{}#EP#{}", self.user_id, self.episode_id)
+    }
+}
+
+impl fmt::Display for EpisodeKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.pk())
+    }
+}
+
+/// The support vendor's (Forethought) conversation for an episode.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SupportConversation {
+    /// Forethought's `conversation_id`.
+    pub conversation_id: String,
+    /// When it was last used (ms); an old one is not continued (DESIGN.md §7).
+    pub last_used_at: u64,
+}
+
+impl SupportConversation {
+    /// How long after its last use a support conversation is continued rather than started
+    /// anew (DESIGN.md §7).
+    pub const MAX_IDLE: Duration = Duration::from_secs(55 * 60);
+
+    /// Whether the conversation was used recently enough to continue it at `now_ms`.
+    pub fn is_continuable(&self, now_ms: u64) -> bool {
+        now_ms.saturating_sub(self.last_used_at) < Self::MAX_IDLE.as_millis() as u64
+    }
+}
+
+/// An episode's metadata item.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Episode {
+    /// Whose and which.
+    pub key: EpisodeKey,
+    /// When it was created (ms).
+    pub created_at: u64,
+    /// When it was last written (ms).
+    pub updated_at: u64,
+    /// Optimistic-locking version: 0 for an episode not stored yet; every write adds one.
+    pub version: u64,
+    /// The support vendor's conversation, once there is one.
+    pub support: Option<SupportConversation>,
+    /// The shopping agent's last Responses API id (`previous_response_id` of its next call).
+    pub shopping_response_id: Option<String>,
+}
+
+impl Episode {
+    /// A new, not yet stored episode.
+    pub fn new(key: EpisodeKey) -> Episode {
+        Episode { key, created_at: 0, updated_at: 0, version: 0, support: None, shopping_response_id: None }
+    }
+}
+
+/// Who said a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// The user.
+    User,
+    /// An agent (the orchestrator or a sub-agent instance).
+    Assistant,
+}
+
+impl Role {
+    /// The stored spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::User => "user",
+            Role::Assistant => "assistant",
+        }
+    }
+}
+
+/// One stored message of a turn.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredMessage {
+    /// The turn (a [`new_turn_id`]).
+    pub turn_id: String,
+    /// Position in the turn: 0 is the user message, replies count from 1.
+    pub seq: u32,
+    /// Who said it.
+    pub role: Role,
+    /// `user`, `orchestrator`, or the sub-agent instance (`support[1]`).
+    pub agent: String,
+    /// The text.
+    pub content: String,
+    /// Tokens spent producing it, per agent instance and model.
+    pub usage: Vec<AgentUsage>,
+    /// How it ended: `partial` when the turn was cut short.
+    pub status: Status,
+    /// When it was written (ms).
+    pub created_at: u64,
+}
+
+impl StoredMessage {
+    /// The user message (seq 0) of a turn.
+    pub fn user(turn_id: impl Into<String>, content: impl Into<String>, created_at: u64) -> StoredMessage {
+        StoredMessage {
+            turn_id: turn_id.into(),
+            seq: 0,
+            role: Role::User,
+            agent: "user".into(),
+            content: content.into(),
+            usage: Vec::new(),
+            status: Status::Ok,
+            created_at,
+        }
+    }
+
+    /// The sort key, `MSG#<turn>#<seq>`.
+    pub fn sk(&self) -> String {
+        message_sk(&self.turn_id, self.seq)
+    }
+}
+
+/// The sort key of message `seq` of `turn_id`.
+pub fn message_sk(turn_id: &str, seq: u32) -> String {
+    format!("{MSG_PREFIX}{turn_id}#{seq:04}")
+}
+
+/// The sort key of the marker that request `request_id` was recorded.
+pub fn request_sk(request_id: &str) -> String {
+    format!("{REQ_PREFIX}{request_id}")
+}
+
+/// The sort key of the episode item.
+pub const META_SK: &str = "META";
+/// Every message sort key starts with this.
+pub const MSG_PREFIX: &str = "MSG#";
+/// Every request-id marker sort key starts with this.
+pub const REQ_PREFIX: &str = "REQ#";
+
+/// What recording a user message did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Recorded {
+    /// It was written.
+    New,
+    /// The request id was seen before: nothing was written; the original turn is named.
+    Duplicate {
+        /// The turn the request id was first recorded under.
+        turn_id: String,
+    },
+}
+
+/// Conversation storage. Implementations pass the contract suite in `tests/src/contract.rs`.
+///
+/// Every method takes the [`EpisodeKey`] (user and episode) it acts on; expired items are absent.
+#[async_trait::async_trait]
+pub trait Store: Send + Sync {
+    /// The store's clock: message times and expiry come from it.
+    fn clock(&self) -> &dyn Clock;
+
+    /// The episode's metadata, or `None` if it was never written or has expired.
+    async fn episode(&self, key: &EpisodeKey) -> Result<Option<Episode>, StoreError>;
+
+    /// Writes `episode` if the stored version is still `episode.version` (absent for 0), and
+    /// returns what was stored: version plus one, `updated_at` now. Otherwise
+    /// [`StoreError::Conflict`]: someone wrote in between; read again and retry
+    /// ([`update_episode`] does).
+    async fn save_episode(&self, episode: &Episode) -> Result<Episode, StoreError>;
+
+    /// Records a turn's user message (seq 0) and creates or touches the episode item, in one
+    /// atomic write. With a `request_id`, at most once per id: a repeat writes nothing and
+    /// returns [`Recorded::Duplicate`] with the first turn's id.
+    async fn record_user_message(
+        &self,
+        key: &EpisodeKey,
+        message: &StoredMessage,
+        request_id: Option<&str>,
+    ) -> Result<Recorded, StoreError>;
+
+    /// Makes `messages` (seq 1 and up) the reply of `turn_id`, replacing any reply recorded for
+    /// that turn before (a retried request answers again). The user message stays.
+    async fn save_reply(
+        &self,
+        key: &EpisodeKey,
+        turn_id: &str,
+        messages: &[StoredMessage],
+    ) -> Result<(), StoreError>;
+
+    /// The most recent `limit` messages of the episode, oldest first.
+    async fn recent_messages(&self, key: &EpisodeKey, limit: usize)
+    -> Result<Vec<StoredMessage>, StoreError>;
+}
+
+/// Reads the episode (a new one if absent), applies `change`, and saves it, reading again and
+/// reapplying on a [`StoreError::Conflict`] (up to 10 tries).
+pub async fn update_episode(
+    store: &dyn Store,
+    key: &EpisodeKey,
+    mut change: impl FnMut(&mut Episode) + Send,
+) -> Result<Episode, StoreError> {
+    let mut last = None;
+    for _ in 0..10 {
+        let mut episode = store.episode(key).await?.unwrap_or_else(|| Episode::new(key.clone()));
+        change(&mut episode);
+        match store.save_episode(&episode).await {
+            Err(e @ StoreError::Conflict { .. }) => last = Some(e),
+            other => return other,
+        }
+    }
+    Err(last.expect("every try ended in a conflict"))
+}
+
+/// The model-facing history of stored messages: user and non-empty assistant messages in order,
+/// starting at a user message (a window cut mid-turn drops the cut turn's replies).
+pub fn model_history(messages: &[StoredMessage]) -> Vec<Message> {
+    messages
+        .iter()
+        .skip_while(|m| m.role != Role::User)
+        .filter(|m| !m.content.trim().is_empty())
+        .map(|m| match m.role {
+            Role::User => Message::user(m.content.clone()),
+            Role::Assistant => Message::assistant(m.content.clone()),
+        })
+        .collect()
+}
+
+/// The `ttl` (seconds since the epoch) of an item written at `now_ms` and kept for `retention`.
+pub fn ttl_after(now_ms: u64, retention: Duration) -> u64 {
+    now_ms / 1000 + retention.as_secs()
+}
+
+/// Whether an item with `ttl` has expired at `now_ms`.
+pub fn is_expired(ttl: u64, now_ms: u64) -> bool {
+    ttl <= now_ms / 1000
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_cannot_smuggle_another_user() {
+        assert!(EpisodeKey::new("alice#EP#x", "e").is_err());
+        assert!(EpisodeKey::new("alice", "e#MSG").is_err());
+        assert!(EpisodeKey::new("", "e").is_err());
+        assert!(EpisodeKey::new("a\n", "e").is_err());
+        assert_eq!(EpisodeKey::new("alice", "e1").unwrap().pk(), "USER#alice#EP#e1");
+    }
+
+    #[test]
+    fn turn_ids_sort_in_creation_order() {
+        let ids: Vec<String> = (0..200).map(|_| new_turn_id()).collect();
+        let mut sorted = ids.clone();
+        sorted.sort();
+        assert_eq!(ids, sorted);
+    }
+
+    #[test]
+    fn a_support_conversation_is_continued_for_55_minutes() {
+        let c = SupportConversation { conversation_id: "ft".into(), last_used_at: 1_000 };
+        assert!(c.is_continuable(1_000 + 55 * 60_000 - 1));
+        assert!(!c.is_continuable(1_000 + 55 * 60_000));
+    }
+
+    #[test]
+    fn message_sort_keys_sort_by_seq() {
+        assert_eq!(message_sk("t", 7), "MSG#t#0007");
+        assert!(message_sk("t", 9) < message_sk("t", 10));
+    }
+
+    #[test]
+    fn model_history_starts_at_a_user_message_and_skips_empty_replies() {
+        let m = |seq, role, content: &str| {
+            StoredMessage {
+                role,
+                agent: "a".into(),
+                content: content.into(),
+                ..StoredMessage::user("t", "", 0)
+            }
+            .with_seq(seq)
+        };
+        let history = model_history(&[
+            m(2, Role::Assistant, "cut-off reply"),
+            m(0, Role::User, "hi"),
+            m(1, Role::Assistant, ""),
+            m(2, Role::Assistant, "hello"),
+        ]);
+        assert_eq!(history, vec![Message::user("hi"), Message::assistant("hello")]);
+    }
+
+    impl StoredMessage {
+        fn with_seq(mut self, seq: u32) -> StoredMessage {
+            self.seq = seq;
+            self
+        }
+    }
+}

@@ -1,0 +1,365 @@
+//! The store contract: one suite that every [`Store`] implementation must pass.
+//!
+//! Each check is a generic async function over a [`StoreHarness`]; [`store_contract_tests!`]
+//! turns the list into one `#[tokio::test]` per check for a given harness, so
+//! `tests/tests/store_contract.rs` runs the same suite against the embedded store and against
+//! DynamoDB (moto).
+//!
+//! [`store_contract_tests!`]: crate::store_contract_tests
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use baton::event::{AgentUsage, Status, Usage};
+use baton::store::item::{Attr, Item};
+use baton::store::{
+    DEFAULT_RETENTION, Episode, EpisodeKey, Recorded, Role, Store, StoreError, StoredMessage,
+    SupportConversation, new_turn_id, update_episode,
+};
+
+use crate::stores::{StoreHarness, test_clock};
+
+/// Expands to one `#[tokio::test]` per contract check, run against harness `$h`.
+#[macro_export]
+macro_rules! store_contract_tests {
+    ($h:ty) => {
+        $crate::store_contract_tests!(@each $h;
+            a_new_episode_is_absent,
+            recording_a_user_message_creates_the_episode,
+            a_repeated_request_id_records_nothing_and_names_the_first_turn,
+            request_ids_are_scoped_to_their_episode,
+            messages_read_back_in_turn_then_seq_order,
+            saving_a_reply_again_replaces_the_earlier_reply,
+            recent_messages_are_the_newest_oldest_first,
+            a_long_history_is_read_across_pages,
+            saving_a_stale_episode_is_a_conflict,
+            concurrent_episode_updates_lose_nothing,
+            vendor_state_round_trips,
+            expired_items_are_absent,
+            one_users_items_are_invisible_to_another,
+            an_item_of_unknown_shape_is_an_error_naming_its_key,
+            data_survives_reopening_the_store,
+        );
+    };
+    (@each $h:ty; $($name:ident),+ $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() {
+                $crate::contract::$name::<$h>().await;
+            }
+        )+
+    };
+}
+
+fn key(user: &str, episode: &str) -> EpisodeKey {
+    EpisodeKey::new(user, episode).expect("valid key")
+}
+
+fn reply(turn: &str, seq: u32, agent: &str, content: &str, at: u64) -> StoredMessage {
+    StoredMessage {
+        turn_id: turn.into(),
+        seq,
+        role: Role::Assistant,
+        agent: agent.into(),
+        content: content.into(),
+        usage: vec![AgentUsage {
+            agent: agent.into(),
+            model: "m".into(),
+            usage: Usage { input_tokens: seq as u64 * 10, output_tokens: 3 },
+        }],
+        status: Status::Ok,
+        created_at: at,
+    }
+}
+
+fn contents(messages: &[StoredMessage]) -> Vec<&str> {
+    messages.iter().map(|m| m.content.as_str()).collect()
+}
+
+/// Records a whole turn (user message and a one-message reply) and returns its id.
+async fn turn(store: &dyn Store, key: &EpisodeKey, said: &str, answered: &str) -> String {
+    let id = new_turn_id();
+    let now = store.clock().now_ms();
+    store.record_user_message(key, &StoredMessage::user(&id, said, now), None).await.expect("user message");
+    store.save_reply(key, &id, &[reply(&id, 1, "shopping[1]", answered, now)]).await.expect("reply");
+    id
+}
+
+/// No item, no episode, no messages.
+pub async fn a_new_episode_is_absent<H: StoreHarness>() {
+    let h = H::start(test_clock()).await;
+    let store = h.store();
+    assert_eq!(store.episode(&key("u", "e")).await.unwrap(), None);
+    assert!(store.recent_messages(&key("u", "e"), 10).await.unwrap().is_empty());
+}
+
+/// The user message is stored as given and the episode item appears with version 1.
+pub async fn recording_a_user_message_creates_the_episode<H: StoreHarness>() {
+    let clock = test_clock();
+    let h = H::start(clock.clone()).await;
+    let store = h.store();
+    let k = key("alice", "e1");
+    let now = store.clock().now_ms();
+    let message = StoredMessage::user(new_turn_id(), "where are my points?", now);
+    assert_eq!(store.record_user_message(&k, &message, Some("req-1")).await.unwrap(), Recorded::New);
+    let episode = store.episode(&k).await.unwrap().expect("episode exists");
+    assert_eq!((episode.version, episode.created_at, episode.updated_at), (1, now, now));
+    assert_eq!(store.recent_messages(&k, 10).await.unwrap(), vec![message.clone()]);
+
+    clock.advance(Duration::from_secs(5));
+    let second = StoredMessage::user(new_turn_id(), "and now?", store.clock().now_ms());
+    store.record_user_message(&k, &second, None).await.unwrap();
+    let episode = store.episode(&k).await.unwrap().unwrap();
+    assert_eq!((episode.version, episode.created_at, episode.updated_at), (2, now, now + 5000));
+}
+
+/// A retried request writes nothing and gets the first turn's id back.
+pub async fn a_repeated_request_id_records_nothing_and_names_the_first_turn<H: StoreHarness>() {
+    let h = H::start(test_clock()).await;
+    let store = h.store();
+    let k = key("alice", "e1");
+    let (first, retry) = (new_turn_id(), new_turn_id());
+    let now = store.clock().now_ms();
+    store.record_user_message(&k, &StoredMessage::user(&first, "hi", now), Some("r1")).await.unwrap();
+    let again =
+        store.record_user_message(&k, &StoredMessage::user(&retry, "hi", now), Some("r1")).await.unwrap();
+    assert_eq!(again, Recorded::Duplicate { turn_id: first.clone() });
+    let messages = store.recent_messages(&k, 10).await.unwrap();
+    assert_eq!(messages.len(), 1, "{messages:?}");
+    assert_eq!(messages[0].turn_id, first);
+    assert_eq!(store.episode(&k).await.unwrap().unwrap().version, 1, "a duplicate touches nothing");
+}
+
+/// The same request id in another episode, or for another user, is a new request.
+pub async fn request_ids_are_scoped_to_their_episode<H: StoreHarness>() {
+    let h = H::start(test_clock()).await;
+    let store = h.store();
+    let now = store.clock().now_ms();
+    for k in [key("alice", "e1"), key("alice", "e2"), key("bob", "e1")] {
+        let m = StoredMessage::user(new_turn_id(), "hi", now);
+        assert_eq!(store.record_user_message(&k, &m, Some("r1")).await.unwrap(), Recorded::New, "{k}");
+    }
+}
+
+/// Messages come back ordered by turn id (creation time), then by seq, whatever the write order.
+pub async fn messages_read_back_in_turn_then_seq_order<H: StoreHarness>() {
+    let h = H::start(test_clock()).await;
+    let store = h.store();
+    let k = key("alice", "e1");
+    let (early, late) = (new_turn_id(), new_turn_id());
+    let now = store.clock().now_ms();
+    store.record_user_message(&k, &StoredMessage::user(&late, "second question", now), None).await.unwrap();
+    let late_reply = [reply(&late, 1, "support[1]", "second answer", now)];
+    store.save_reply(&k, &late, &late_reply).await.unwrap();
+    store.record_user_message(&k, &StoredMessage::user(&early, "first question", now), None).await.unwrap();
+    let early_reply: Vec<StoredMessage> =
+        (1..=11).map(|seq| reply(&early, seq, "shopping[1]", &format!("part {seq}"), now)).collect();
+    store.save_reply(&k, &early, &early_reply).await.unwrap();
+
+    let messages = store.recent_messages(&k, 100).await.unwrap();
+    let mut expected = vec!["first question".to_owned()];
+    expected.extend((1..=11).map(|seq| format!("part {seq}")));
+    expected.extend(["second question".to_owned(), "second answer".to_owned()]);
+    assert_eq!(contents(&messages), expected);
+    assert_eq!(messages[1], early_reply[0], "every field is kept, usage included");
+    assert_eq!(messages[0].role, Role::User);
+}
+
+/// A reply saved again for the same turn (a retried request) replaces the earlier one entirely.
+pub async fn saving_a_reply_again_replaces_the_earlier_reply<H: StoreHarness>() {
+    let h = H::start(test_clock()).await;
+    let store = h.store();
+    let k = key("alice", "e1");
+    let id = new_turn_id();
+    let now = store.clock().now_ms();
+    store.record_user_message(&k, &StoredMessage::user(&id, "q", now), None).await.unwrap();
+    let long: Vec<StoredMessage> = (1..=3).map(|s| reply(&id, s, "a", &format!("old {s}"), now)).collect();
+    store.save_reply(&k, &id, &long).await.unwrap();
+    store.save_reply(&k, &id, &[reply(&id, 1, "a", "new", now)]).await.unwrap();
+    assert_eq!(contents(&store.recent_messages(&k, 10).await.unwrap()), ["q", "new"]);
+}
+
+/// `recent_messages(n)` is the newest `n`, oldest first.
+pub async fn recent_messages_are_the_newest_oldest_first<H: StoreHarness>() {
+    let h = H::start(test_clock()).await;
+    let store = h.store();
+    let k = key("alice", "e1");
+    for i in 0..6 {
+        turn(&*store, &k, &format!("q{i}"), &format!("a{i}")).await;
+    }
+    assert_eq!(contents(&store.recent_messages(&k, 5).await.unwrap()), ["a3", "q4", "a4", "q5", "a5"]);
+    assert_eq!(store.recent_messages(&k, 0).await.unwrap(), vec![]);
+}
+
+/// A history longer than one page (3 items for DynamoDB in these tests) is read whole, in order.
+pub async fn a_long_history_is_read_across_pages<H: StoreHarness>() {
+    let h = H::start(test_clock()).await;
+    let store = h.store();
+    let k = key("alice", "e1");
+    let mut expected = Vec::new();
+    for i in 0..20 {
+        turn(&*store, &k, &format!("q{i}"), &format!("a{i}")).await;
+        expected.extend([format!("q{i}"), format!("a{i}")]);
+    }
+    let messages = store.recent_messages(&k, 1000).await.unwrap();
+    assert_eq!(contents(&messages), expected);
+}
+
+/// Optimistic locking: a write based on an old version is refused, and nothing changes.
+pub async fn saving_a_stale_episode_is_a_conflict<H: StoreHarness>() {
+    let h = H::start(test_clock()).await;
+    let store = h.store();
+    let k = key("alice", "e1");
+    let v1 = store.save_episode(&Episode::new(k.clone())).await.unwrap();
+    assert_eq!(v1.version, 1);
+    let again = store.save_episode(&Episode::new(k.clone())).await;
+    assert!(matches!(&again, Err(StoreError::Conflict { key, .. }) if key.ends_with("/ META")), "{again:?}");
+
+    let v2 = store
+        .save_episode(&Episode { shopping_response_id: Some("resp_2".into()), ..v1.clone() })
+        .await
+        .unwrap();
+    assert_eq!(v2.version, 2);
+    let stale = store.save_episode(&Episode { shopping_response_id: Some("resp_stale".into()), ..v1 }).await;
+    assert!(matches!(stale, Err(StoreError::Conflict { .. })), "{stale:?}");
+    assert_eq!(store.episode(&k).await.unwrap().unwrap(), v2);
+
+    // Recording a message bumps the version too, so a save based on the version before it loses.
+    let m = StoredMessage::user(new_turn_id(), "hi", store.clock().now_ms());
+    store.record_user_message(&k, &m, None).await.unwrap();
+    assert!(matches!(store.save_episode(&v2).await, Err(StoreError::Conflict { .. })));
+}
+
+/// Concurrent read-modify-write updates retry on conflict and none is lost.
+pub async fn concurrent_episode_updates_lose_nothing<H: StoreHarness>() {
+    let h = H::start(test_clock()).await;
+    let store = h.store();
+    let k = key("alice", "e1");
+    let tasks: Vec<_> = (0..4)
+        .map(|i| {
+            let (store, k) = (store.clone(), k.clone());
+            tokio::spawn(async move {
+                update_episode(&*store, &k, |e| {
+                    let ids = e.shopping_response_id.take().unwrap_or_default();
+                    e.shopping_response_id = Some(format!("{ids}[{i}]"));
+                })
+                .await
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap().expect("every update lands");
+    }
+    let episode = store.episode(&k).await.unwrap().unwrap();
+    assert_eq!(episode.version, 4);
+    let ids = episode.shopping_response_id.unwrap();
+    for i in 0..4 {
+        assert!(ids.contains(&format!("[{i}]")), "update {i} lost: {ids}");
+    }
+}
+
+/// The Forethought conversation and the shopping agent's response id are kept.
+pub async fn vendor_state_round_trips<H: StoreHarness>() {
+    let clock = test_clock();
+    let h = H::start(clock.clone()).await;
+    let store = h.store();
+    let k = key("alice", "e1");
+    let used = store.clock().now_ms();
+    let saved = update_episode(&*store, &k, |e| {
+        e.support = Some(SupportConversation { conversation_id: "ft-123".into(), last_used_at: used });
+        e.shopping_response_id = Some("resp_abc".into());
+    })
+    .await
+    .unwrap();
+    clock.advance(Duration::from_secs(60));
+    let read = store.episode(&k).await.unwrap().unwrap();
+    assert_eq!(read, saved);
+    assert_eq!(read.support.unwrap().conversation_id, "ft-123");
+    assert_eq!(read.shopping_response_id.as_deref(), Some("resp_abc"));
+}
+
+/// Items past their `ttl` are absent from every read, and their request ids can be used again.
+pub async fn expired_items_are_absent<H: StoreHarness>() {
+    let clock = test_clock();
+    let h = H::start(clock.clone()).await;
+    let store = h.store();
+    let k = key("alice", "e1");
+    let first = new_turn_id();
+    let now = store.clock().now_ms();
+    store.record_user_message(&k, &StoredMessage::user(&first, "old", now), Some("r1")).await.unwrap();
+    clock.advance(DEFAULT_RETENTION - Duration::from_secs(1));
+    assert_eq!(store.recent_messages(&k, 10).await.unwrap().len(), 1, "not expired yet");
+    clock.advance(Duration::from_secs(2));
+    assert_eq!(store.episode(&k).await.unwrap(), None);
+    assert!(store.recent_messages(&k, 10).await.unwrap().is_empty());
+    let now = store.clock().now_ms();
+    let m = StoredMessage::user(new_turn_id(), "new", now);
+    assert_eq!(store.record_user_message(&k, &m, Some("r1")).await.unwrap(), Recorded::New);
+    assert_eq!(contents(&store.recent_messages(&k, 10).await.unwrap()), ["new"]);
+    let episode = store.episode(&k).await.unwrap().expect("a fresh episode");
+    assert_eq!((episode.version, episode.created_at), (1, now), "the expired episode is not revived");
+}
+
+/// Two users with the same episode id have separate episodes.
+pub async fn one_users_items_are_invisible_to_another<H: StoreHarness>() {
+    let h = H::start(test_clock()).await;
+    let store = h.store();
+    turn(&*store, &key("alice", "shared"), "alice's secret", "noted").await;
+    assert!(store.recent_messages(&key("bob", "shared"), 10).await.unwrap().is_empty());
+    assert_eq!(store.episode(&key("bob", "shared")).await.unwrap(), None);
+    turn(&*store, &key("bob", "shared"), "bob here", "hi bob").await;
+    assert_eq!(
+        contents(&store.recent_messages(&key("alice", "shared"), 10).await.unwrap()),
+        ["alice's secret", "noted"]
+    );
+    assert_eq!(store.episode(&key("alice", "shared")).await.unwrap().unwrap().version, 1);
+}
+
+/// An item of unknown shape is a `Corrupt` error that names its key; nothing panics.
+pub async fn an_item_of_unknown_shape_is_an_error_naming_its_key<H: StoreHarness>() {
+    let h = H::start(test_clock()).await;
+    let store = h.store();
+    let k = key("alice", "e1");
+    let id = turn(&*store, &k, "q", "a").await;
+    let ttl = Attr::n(4_000_000_000);
+    let bad_message = Item::from([
+        ("role".to_owned(), Attr::s("wizard")),
+        ("agent".to_owned(), Attr::s("x")),
+        ("content".to_owned(), Attr::s("?")),
+        ("status".to_owned(), Attr::s("ok")),
+        ("created_at".to_owned(), Attr::n(1)),
+        ("ttl".to_owned(), ttl.clone()),
+    ]);
+    let sk = format!("MSG#{id}#0002");
+    h.put_raw(&k.pk(), &sk, &bad_message).await;
+    match store.recent_messages(&k, 10).await {
+        Err(StoreError::Corrupt { key, reason }) => {
+            assert_eq!(key, format!("USER#alice#EP#e1 / {sk}"));
+            assert!(reason.contains("`role`"), "{reason}");
+        }
+        other => panic!("expected a corrupt-item error, got {other:?}"),
+    }
+    let bad_episode = Item::from([("version".to_owned(), Attr::s("seven")), ("ttl".to_owned(), ttl)]);
+    h.put_raw(&k.pk(), "META", &bad_episode).await;
+    match store.episode(&k).await {
+        Err(e @ StoreError::Corrupt { .. }) => {
+            let text = e.to_string();
+            assert!(text.contains("USER#alice#EP#e1 / META"), "{text}");
+            assert_eq!(e.code(), "store_corrupt_item");
+        }
+        other => panic!("expected a corrupt-item error, got {other:?}"),
+    }
+}
+
+/// What was written is there after the store is closed and opened again.
+pub async fn data_survives_reopening_the_store<H: StoreHarness>() {
+    let h = H::start(test_clock()).await;
+    let k = key("alice", "e1");
+    let store = h.store();
+    turn(&*store, &k, "remember me", "I will").await;
+    drop(store);
+    let h = h.reopen().await;
+    let store: Arc<dyn Store> = h.store();
+    assert_eq!(contents(&store.recent_messages(&k, 10).await.unwrap()), ["remember me", "I will"]);
+    assert_eq!(store.episode(&k).await.unwrap().unwrap().version, 1);
+}
