@@ -19,9 +19,10 @@ use clap::{Parser, Subcommand};
 /// Support answers from the shipped help center unless FORETHOUGHT_API_TOKEN is set.
 #[derive(Debug, Parser)]
 #[command(version, about, long_about)]
-pub(crate) struct Args {
+pub struct Args {
     #[command(subcommand)]
-    pub(crate) command: Command,
+    /// What to run.
+    pub command: Command,
 
     /// A YAML configuration file applied over the reference configuration (config/baton.yaml):
     /// support categories, support keywords, the orchestrator prompt.
@@ -121,6 +122,15 @@ pub(crate) struct Args {
     #[arg(long, env = "BATON_JWT_AUDIENCE", global = true)]
     jwt_audience: Option<String>,
 
+    /// Run the shopping agent remotely at this URL (NDJSON over HTTP): locally, its Function URL
+    /// path under `cargo lambda watch`, e.g. http://127.0.0.1:9000/lambda-url/shopping/.
+    #[arg(long, env = "BATON_SHOPPING_URL", global = true)]
+    shopping_url: Option<String>,
+
+    /// Run the shopping agent remotely in this Lambda function (InvokeWithResponseStream).
+    #[arg(long, env = "BATON_SHOPPING_FUNCTION", global = true, conflicts_with = "shopping_url")]
+    shopping_function: Option<String>,
+
     /// Retries of a model call that fails before its first delta (connect errors, 429, 5xx).
     #[arg(long, env = "BATON_MAX_RETRIES", default_value_t = 2, global = true)]
     max_retries: u32,
@@ -140,8 +150,9 @@ pub(crate) struct Args {
     history_messages: usize,
 }
 
+/// The subcommands.
 #[derive(Debug, Subcommand)]
-pub(crate) enum Command {
+pub enum Command {
     /// Run one chat turn in-process and print the stream as it arrives.
     Chat(ChatArgs),
     /// Serve the chat endpoint (POST / or /chat, Server-Sent Events) on a local address.
@@ -152,29 +163,31 @@ pub(crate) enum Command {
     RoutingEval(RoutingEvalArgs),
 }
 
+/// Options of `routing-eval`.
 #[derive(Debug, clap::Args)]
-pub(crate) struct RoutingEvalArgs {
+pub struct RoutingEvalArgs {
     /// A scenario suite (YAML); the reference suite (data/routing/scenarios.yaml) by default.
     #[arg(long)]
-    pub(crate) suite: Option<std::path::PathBuf>,
+    pub suite: Option<std::path::PathBuf>,
 
     /// Also run the fault-injection report (scripted model; no network).
     #[arg(long)]
-    pub(crate) faults: bool,
+    pub faults: bool,
 
     /// Scenarios routed at once (for a real model).
     #[arg(long, default_value_t = 4)]
-    pub(crate) concurrency: usize,
+    pub concurrency: usize,
 }
 
+/// Options of `chat`.
 #[derive(Debug, clap::Args)]
-pub(crate) struct ChatArgs {
+pub struct ChatArgs {
     /// What the user says.
     message: String,
 
     /// Continue this episode (a new one is minted otherwise).
     #[arg(long)]
-    pub(crate) episode_id: Option<String>,
+    pub episode_id: Option<String>,
 
     /// The user the conversation belongs to.
     #[arg(long, default_value = "local")]
@@ -182,11 +195,12 @@ pub(crate) struct ChatArgs {
 
     /// Print the raw SSE stream instead of readable text.
     #[arg(long)]
-    pub(crate) raw: bool,
+    pub raw: bool,
 }
 
 impl ChatArgs {
-    pub(crate) fn turn(&self) -> TurnRequest {
+    /// The turn this command describes.
+    pub fn turn(&self) -> TurnRequest {
         let episode = self.episode_id.clone().unwrap_or_else(|| uuid_like("ep"));
         TurnRequest::new(episode, new_turn_id(), self.user.clone(), self.message.clone())
     }
@@ -198,11 +212,12 @@ fn uuid_like(prefix: &str) -> String {
     format!("{prefix}-{nanos:x}")
 }
 
+/// Options of `serve`.
 #[derive(Debug, clap::Args)]
-pub(crate) struct ServeArgs {
+pub struct ServeArgs {
     /// Address to listen on (port 0 picks a free port).
     #[arg(long, env = "BATON_ADDR", default_value = "127.0.0.1:3000")]
-    pub(crate) addr: String,
+    pub addr: String,
 
     /// Largest request body, in bytes.
     #[arg(long, env = "BATON_MAX_BODY_BYTES", default_value_t = RequestLimits::default().max_body_bytes)]
@@ -229,7 +244,7 @@ fn default_store_path() -> PathBuf {
 
 impl Args {
     /// Opens the conversation store these options name, and the history that records into it.
-    pub(crate) async fn history(&self) -> Result<(History, String), String> {
+    pub async fn history(&self) -> Result<(History, String), String> {
         let store: Arc<dyn Store> = match &self.table {
             Some(table) => {
                 Arc::new(baton_aws::DynamoDbStore::from_env(table.clone(), Arc::new(SystemClock)).await)
@@ -249,7 +264,7 @@ impl Args {
     }
 
     /// The configuration these options describe.
-    pub(crate) fn config(&self) -> Result<Config, baton::config::ConfigError> {
+    pub fn config(&self) -> Result<Config, baton::config::ConfigError> {
         let mut c = match &self.config {
             Some(path) => Config::from_file(path)?,
             None => Config::default(),
@@ -285,9 +300,26 @@ impl Args {
 }
 
 impl Args {
+    /// Where the shopping agent runs when it is remote; `None` runs it in-process.
+    pub async fn remote_shopping(&self) -> Option<std::sync::Arc<dyn baton::remote::AgentTransport>> {
+        let nonempty = |v: &Option<String>| v.clone().filter(|s| !s.trim().is_empty());
+        if let Some(url) = nonempty(&self.shopping_url) {
+            let transport = baton::remote::HttpTransport::new(reqwest::Client::new(), url);
+            return Some(std::sync::Arc::new(transport));
+        }
+        let function = nonempty(&self.shopping_function)?;
+        Some(std::sync::Arc::new(baton_aws::lambda_transport::LambdaTransport::from_env(function).await))
+    }
+
+    /// The options of a function running in Lambda: no arguments, everything from the
+    /// environment.
+    pub fn from_env() -> Args {
+        Args::parse_from(["baton", "serve"])
+    }
+
     /// The auth mode these options describe; `in_lambda` picks the default (IAM there, the local
     /// header elsewhere).
-    pub(crate) fn auth(&self, in_lambda: bool) -> Result<baton::auth::AuthMode, String> {
+    pub fn auth(&self, in_lambda: bool) -> Result<baton::auth::AuthMode, String> {
         use baton::auth::{AuthMode, JwtVerifier};
         let nonempty = |v: &Option<String>| v.clone().filter(|s| !s.trim().is_empty());
         let mode = nonempty(&self.auth).unwrap_or_else(|| if in_lambda { "iam" } else { "local" }.into());

@@ -35,7 +35,7 @@ async fn handle(service: &ChatService, auth_is_iam: bool, request: Request) -> a
         Ok(caller) => caller,
         Err(e) => return e.into_response(),
     };
-    let deadline = request.lambda_context_ref().map(|c| deadline_instant(c.deadline));
+    let deadline = request.lambda_context_ref().map(|c| deadline_instant(c.deadline, now_ms()));
     let (parts, body) = request.into_parts();
     service.respond(&caller, &parts.headers, body.as_ref(), deadline).await
 }
@@ -61,14 +61,38 @@ fn iam_caller(request: &Request) -> Result<Caller, ApiError> {
     }
 }
 
-/// A Lambda deadline (ms since the epoch) as a tokio instant, less the margin.
-fn deadline_instant(deadline_ms: u64) -> tokio::time::Instant {
-    let now_ms = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
-    let left = Duration::from_millis(deadline_ms.saturating_sub(now_ms)).saturating_sub(DEADLINE_MARGIN);
-    tokio::time::Instant::now() + left
+/// A Lambda deadline as a tokio instant, less the margin. Lambda sends Unix-epoch milliseconds;
+/// the `cargo lambda watch` emulator sends the timeout itself (e.g. 600000), so a value too small
+/// to be a recent timestamp is taken as milliseconds from now.
+fn deadline_instant(deadline_ms: u64, now_ms: u64) -> tokio::time::Instant {
+    const YEAR_2001_MS: u64 = 978_307_200_000;
+    let left_ms = if deadline_ms < YEAR_2001_MS { deadline_ms } else { deadline_ms.saturating_sub(now_ms) };
+    tokio::time::Instant::now() + Duration::from_millis(left_ms).saturating_sub(DEADLINE_MARGIN)
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
 
 /// Whether the configured auth mode is IAM (identity from the request context).
 pub(crate) fn is_iam(auth: &AuthMode) -> bool {
     matches!(auth, AuthMode::Iam)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn deadlines_are_read_as_epoch_or_emulator_relative_milliseconds() {
+        let now = 1_795_341_525_465;
+        let start = tokio::time::Instant::now();
+        assert_eq!(deadline_instant(now + 30_000, now) - start, Duration::from_millis(28_500), "epoch ms");
+        assert_eq!(
+            deadline_instant(600_000, now) - start,
+            Duration::from_millis(598_500),
+            "relative (emulator)"
+        );
+        assert_eq!(deadline_instant(now - 5, now), start, "already past: cut at once");
+    }
 }

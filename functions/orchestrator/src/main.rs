@@ -2,7 +2,6 @@
 //! chat endpoint on localhost through the same handler the Lambda uses.
 
 mod chat;
-mod cli;
 mod lambda;
 mod render;
 mod routing_eval;
@@ -12,6 +11,7 @@ use std::sync::Arc;
 use baton::config::Backends;
 use baton::http::ChatService;
 use clap::Parser;
+use orchestrator::cli;
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
@@ -23,7 +23,7 @@ async fn main() -> std::process::ExitCode {
         .init();
     // In Lambda there are no arguments: every option comes from the environment.
     let in_lambda = std::env::var_os("AWS_LAMBDA_RUNTIME_API").is_some();
-    let args = if in_lambda { cli::Args::parse_from(["orchestrator", "serve"]) } else { cli::Args::parse() };
+    let args = if in_lambda { cli::Args::from_env() } else { cli::Args::parse() };
     // The store first: agents keep their per-episode state in it.
     let (history, store) = match args.history().await {
         Ok(h) => h,
@@ -32,7 +32,8 @@ async fn main() -> std::process::ExitCode {
             return std::process::ExitCode::from(2);
         }
     };
-    let backends = Backends::over_store(history.store().clone());
+    let mut backends = Backends::over_store(history.store().clone());
+    backends.remote_shopping = args.remote_shopping().await;
     let built = args.config().map_err(|e| e.to_string()).and_then(|c| {
         let orchestrator = c.build_with(backends).map_err(|e| e.to_string())?;
         Ok((c, orchestrator, args.auth(in_lambda)?))

@@ -3,7 +3,7 @@
 pub(crate) async fn run(
     config: &baton::config::Config,
     orchestrator: &baton::orchestrator::Orchestrator,
-    args: &crate::cli::RoutingEvalArgs,
+    args: &orchestrator::cli::RoutingEvalArgs,
 ) -> std::process::ExitCode {
     use baton::eval;
     let (yaml, origin) = match &args.suite {

@@ -4,13 +4,17 @@
 //! - [`table`]: the DynamoDB table's definition (keys, billing, TTL), the one place it is written
 //!   down in code, and [`table::create_table`], which tests and local setups use.
 //! - [`dynamodb`]: [`dynamodb::DynamoDbStore`], the production [`baton::store::Store`].
+//! - [`lambda_transport`]: remote agents over Lambda `InvokeWithResponseStream`.
+//! - [`agent_function`]: the Lambda handler of a remote agent (NDJSON out).
 //!
 //! # Errors
 //! Store calls return [`baton::store::StoreError`]: connection failures, timeouts, throttling and
 //! 5xx answers are `Unavailable` (retryable); a lost optimistic lock is `Conflict`; an item of
 //! unknown shape is `Corrupt` and names its key; anything else is `Failed`.
 
+pub mod agent_function;
 pub mod dynamodb;
+pub mod lambda_transport;
 pub mod table;
 
 pub use dynamodb::DynamoDbStore;

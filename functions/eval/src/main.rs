@@ -1,0 +1,38 @@
+//! The scheduled evaluation (an EventBridge `ScheduleV2` target). The event names a suite
+//! (`{"suite": "routing"}`); the function runs it against the orchestrator's configured model,
+//! adds the fault-injection report, stores the summary as a message of the episode
+//! `USER#eval#EP#<suite>` (one turn per run) and returns it.
+
+mod summary;
+
+use std::sync::Arc;
+
+use baton::config::Backends;
+use lambda_http::{LambdaEvent, service_fn};
+use orchestrator::cli::Args;
+use serde_json::Value;
+
+#[tokio::main]
+async fn main() -> Result<(), lambda_http::Error> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("BATON_LOG").unwrap_or_else(|_| "warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .without_time()
+        .init();
+    let args = Args::from_env();
+    let (history, _) = args.history().await?;
+    let config = args.config()?;
+    let store = history.store().clone();
+    let orchestrator = config.build_with(Backends::over_store(store.clone()))?;
+    let state = Arc::new((config, orchestrator, store));
+    lambda_http::lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| {
+        let state = state.clone();
+        async move {
+            let (config, orchestrator, store) = &*state;
+            summary::run(&event.payload, config, orchestrator, store.as_ref()).await
+        }
+    }))
+    .await
+}

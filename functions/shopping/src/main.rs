@@ -1,0 +1,36 @@
+//! The shopping agent as a Lambda function (the heavy path): one remote request in, its events out
+//! as NDJSON. Settings come from the same environment variables as the orchestrator's.
+
+use baton::config::Backends;
+use orchestrator::cli::Args;
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("BATON_LOG").unwrap_or_else(|_| "warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .without_time()
+        .init();
+    let args = Args::from_env();
+    let agent = async {
+        let (history, _) = args.history().await?;
+        let config = args.config().map_err(|e| e.to_string())?;
+        config.build_shopping(&Backends::over_store(history.store().clone())).map_err(|e| e.to_string())
+    };
+    let agent = match agent.await {
+        Ok(agent) => agent,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    match baton_aws::agent_function::run(vec![agent]).await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
