@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The one test command (`make test`; CI runs exactly this through .ci/run).
-# Format, lints, docs, then every test of the workspace. Needs cargo and python3 (with venv):
+# Format, lints, docs, the SAM template checks, then every test of the workspace (the Lambda
+# functions included, under `cargo lambda watch`). Needs cargo and python3 (with venv):
 # the DynamoDB store's tests run against a real moto_server, which this script installs into
 # .venv (once), starts on a free loopback port, and stops when it exits.
 set -euo pipefail
@@ -46,6 +47,23 @@ then
     exit 1
 fi
 echo "moto_server on $AWS_ENDPOINT_URL_DYNAMODB"
+# The Lambda tests run `cargo lambda` from the same virtual environment.
+export BATON_TEST_VENV="$PWD/.venv"
+
+step "SAM template: sam validate --lint, and the streaming/auth translation check"
+SAM_CLI_TELEMETRY=0 .venv/bin/sam validate --lint
+.venv/bin/python scripts/check_template.py template.yaml
 
 step "cargo test"
 cargo test --workspace --locked
+
+step "Lambda functions under cargo lambda watch (outside cargo's build lock)"
+lambda_test=$(cargo test -p baton-tests --test lambda --no-run --locked --message-format=json 2>/dev/null \
+    | .venv/bin/python -c 'import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("executable") and m.get("target", {}).get("name") == "lambda":
+        print(m["executable"])')
+# Bounded: a hung emulator fails the run instead of holding CI.
+timeout 900 "$lambda_test" --ignored --test-threads=1
+

@@ -127,13 +127,25 @@ pub async fn open_stream_as(
     user: &str,
     body: serde_json::Value,
 ) -> impl Stream<Item = Received> + Unpin {
-    let response = reqwest::Client::new()
-        .post(url)
-        .header(baton::http::USER_HEADER, user)
-        .json(&body)
-        .send()
-        .await
-        .expect("POST succeeds");
+    open(reqwest::Client::new().post(url).header(baton::http::USER_HEADER, user).json(&body)).await
+}
+
+/// POSTs `body` to `url` with an optional bearer token and returns the decoded SSE events as they
+/// arrive.
+pub async fn open_stream_with(
+    url: &str,
+    bearer: Option<&str>,
+    body: serde_json::Value,
+) -> impl Stream<Item = Received> + Unpin + use<> {
+    let mut request = reqwest::Client::new().post(url).json(&body);
+    if let Some(token) = bearer {
+        request = request.bearer_auth(token);
+    }
+    open(request).await
+}
+
+async fn open(request: reqwest::RequestBuilder) -> impl Stream<Item = Received> + Unpin {
+    let response = request.send().await.expect("POST succeeds");
     assert_eq!(response.status(), 200, "chat request refused: {:?}", response.text().await);
     assert_eq!(response.headers()["content-type"], "text/event-stream");
     Box::pin(response.bytes_stream().eventsource().map(|e| {
