@@ -15,7 +15,8 @@ serve:
 test:
 	bash scripts/test.sh
 
-# Benchmarks: turn overhead, mux throughput, serve start/memory. `make bench ONLY=serve` for one.
+# Benchmarks: turn overhead, mux throughput, Lambda cold start, serve start/memory.
+# `make bench ONLY=serve` for one section.
 bench:
-	cargo build --release -p orchestrator
+	cargo build --release -p orchestrator -p shopping -p eval
 	cargo bench -p baton-tests -- $(ONLY)

@@ -5,7 +5,9 @@
 //!    current-thread runtime with no I/O, so wall time is CPU time. p50/p99 per turn, and the mean
 //!    CPU per turn from the process's own CPU clock as a cross-check.
 //! 2. Events per second through the live-slot mux.
-//! 3. The `serve` binary: start → ready, RSS idle, and peak RSS with 1,000 concurrent SSE streams
+//! 3. The orchestrator as a Lambda function: exec → first `GET /runtime/invocation/next` (ready
+//!    for an invocation), against a minimal runtime API on loopback; release binary sizes.
+//! 4. The `serve` binary: start → ready, RSS idle, and peak RSS with 1,000 concurrent SSE streams
 //!    against a scripted model server on loopback.
 
 use std::sync::Arc;
@@ -19,7 +21,7 @@ use baton::orchestrator::{ASK_SHOPPING, ASK_SUPPORT, Orchestrator, TurnConfig, T
 use futures::StreamExt;
 use serde_json::json;
 
-/// `cargo bench -- NAME…` runs only the named sections (`turn`, `mux`, `serve`).
+/// `cargo bench -- NAME…` runs only the named sections (`turn`, `mux`, `lambda`, `serve`).
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with("--")).collect();
     let wanted = |name: &str| args.is_empty() || args.iter().any(|a| a == name);
@@ -30,6 +32,10 @@ fn main() {
     }
     if wanted("mux") {
         rt.block_on(mux_throughput(if quick { 100_000 } else { 1_000_000 }));
+    }
+    if wanted("lambda") {
+        let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+        rt.block_on(lambda_cold_start(if quick { 5 } else { 20 }));
     }
     if wanted("serve") {
         let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
@@ -166,6 +172,11 @@ async fn serve_memory(streams: usize) {
         .env("BATON_ORCHESTRATOR_MODEL", "orch")
         .env("BATON_SUPPORT_MODEL", "sup")
         .env("BATON_SHOPPING_MODEL", "shop")
+        .env(
+            "BATON_STORE_PATH",
+            std::env::temp_dir().join(format!("baton-bench-{}.redb", std::process::id())),
+        )
+        .env_remove("BATON_TABLE")
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())
         .kill_on_drop(true)
@@ -217,4 +228,62 @@ async fn serve_memory(streams: usize) {
         per_stream
     );
     let _ = child.kill().await;
+}
+
+/// Exec → the first poll of the Lambda runtime API, for the release orchestrator in Lambda mode
+/// (offline model, embedded store in a temporary directory, IAM auth), `runs` times.
+async fn lambda_cold_start(runs: usize) {
+    use tokio::io::AsyncReadExt;
+    let release = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/release");
+    let binary = release.join("orchestrator");
+    if !binary.exists() {
+        println!("== lambda cold start: skipped, {} is not built (run `make bench`)", binary.display());
+        return;
+    }
+    let mut samples = Vec::new();
+    for _ in 0..runs {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let api = listener.local_addr().unwrap().to_string();
+        let dir = std::env::temp_dir().join(format!("baton-cold-{}", fastrand::u64(..)));
+        let started = Instant::now();
+        let mut child = tokio::process::Command::new(&binary)
+            .env("AWS_LAMBDA_RUNTIME_API", &api)
+            .env("AWS_LAMBDA_FUNCTION_NAME", "orchestrator")
+            .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "512")
+            .env("AWS_LAMBDA_FUNCTION_VERSION", "$LATEST")
+            .env("AWS_LAMBDA_LOG_STREAM_NAME", "bench")
+            .env("AWS_LAMBDA_LOG_GROUP_NAME", "bench")
+            .env("BATON_STORE_PATH", dir.join("store.redb"))
+            .env_remove("OPENAI_API_KEY")
+            .env_remove("OPENAI_BASE_URL")
+            .env_remove("BATON_TABLE")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let (mut conn, _) = listener.accept().await.unwrap();
+        let mut buf = [0u8; 256];
+        let n = conn.read(&mut buf).await.unwrap();
+        let ready = started.elapsed();
+        assert!(
+            String::from_utf8_lossy(&buf[..n]).contains("/runtime/invocation/next"),
+            "the function polled for work"
+        );
+        samples.push(ready);
+        let _ = child.kill().await;
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    samples.sort();
+    println!("== orchestrator as a Lambda function (release, host architecture)");
+    println!(
+        "   exec → first /runtime/invocation/next: median {:.1} ms, max {:.1} ms over {runs} starts",
+        samples[runs / 2].as_secs_f64() * 1e3,
+        samples[runs - 1].as_secs_f64() * 1e3
+    );
+    for name in ["orchestrator", "shopping", "eval"] {
+        if let Ok(meta) = std::fs::metadata(release.join(name)) {
+            println!("   binary {name}: {:.1} MiB", meta.len() as f64 / (1024.0 * 1024.0));
+        }
+    }
 }
