@@ -14,13 +14,7 @@ use serde_json::Value;
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_http::Error> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("BATON_LOG").unwrap_or_else(|_| "warn".into()),
-        )
-        .with_writer(std::io::stderr)
-        .without_time()
-        .init();
+    orchestrator::cli::init_logging();
     let args = Args::from_env();
     let (history, _) = args.history().await?;
     let config = args.config()?;

@@ -299,6 +299,18 @@ impl Args {
     }
 }
 
+/// Logs to stderr, filtered by `BATON_LOG` (default `warn`); in Lambda, without timestamps
+/// (CloudWatch adds its own).
+pub fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("BATON_LOG").unwrap_or_else(|_| "warn".into());
+    let logs = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    if std::env::var_os("AWS_LAMBDA_RUNTIME_API").is_some() {
+        logs.without_time().init();
+    } else {
+        logs.init();
+    }
+}
+
 impl Args {
     /// Where the shopping agent runs when it is remote; `None` runs it in-process.
     pub async fn remote_shopping(&self) -> Option<std::sync::Arc<dyn baton::remote::AgentTransport>> {

@@ -6,13 +6,7 @@ use orchestrator::cli::Args;
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("BATON_LOG").unwrap_or_else(|_| "warn".into()),
-        )
-        .with_writer(std::io::stderr)
-        .without_time()
-        .init();
+    orchestrator::cli::init_logging();
     let args = Args::from_env();
     let agent = async {
         let (history, _) = args.history().await?;
