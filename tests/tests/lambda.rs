@@ -256,3 +256,23 @@ async fn the_functions_run_under_the_lambda_emulator() {
     let agents: Vec<&str> = stored.iter().map(|m| m.agent.as_str()).collect();
     assert_eq!(agents, ["user", "orchestrator", "shopping[1]"], "stored under the token's subject");
 }
+
+/// Secrets given by reference are read from Secrets Manager (moto) at start.
+#[tokio::test]
+async fn secret_references_resolve_through_secrets_manager() {
+    let endpoint = required_env("AWS_ENDPOINT_URL_DYNAMODB");
+    let config = aws_config::defaults(aws_config::BehaviorVersion::latest())
+        .region(aws_config::Region::new("us-east-1"))
+        .endpoint_url(&endpoint)
+        .credentials_provider(aws_sdk_dynamodb::config::Credentials::for_tests())
+        .load()
+        .await;
+    let client = aws_sdk_secretsmanager::Client::new(&config);
+    let name = format!("baton/openai-{}", std::process::id());
+    let created =
+        client.create_secret().name(&name).secret_string("sk-from-secrets-manager\n").send().await.unwrap();
+    let arn = created.arn().unwrap().to_owned();
+    assert_eq!(baton_aws::secrets::secret_string(&client, &arn).await.unwrap(), "sk-from-secrets-manager");
+    let err = baton_aws::secrets::secret_string(&client, "baton/missing").await.unwrap_err();
+    assert!(err.contains("baton/missing"), "{err}");
+}

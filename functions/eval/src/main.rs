@@ -15,7 +15,8 @@ use serde_json::Value;
 #[tokio::main]
 async fn main() -> Result<(), lambda_http::Error> {
     orchestrator::cli::init_logging();
-    let args = Args::from_env();
+    let mut args = Args::from_env();
+    args.resolve_secrets().await?;
     let (history, _) = args.history().await?;
     let config = args.config()?;
     let store = history.store().clone();

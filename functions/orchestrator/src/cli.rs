@@ -122,6 +122,16 @@ pub struct Args {
     #[arg(long, env = "BATON_JWT_AUDIENCE", global = true)]
     jwt_audience: Option<String>,
 
+    /// Secrets Manager secret (name or ARN) holding the model API key; read at start when no
+    /// key is given directly (how the SAM template passes it).
+    #[arg(long, env = "OPENAI_API_KEY_SECRET_ARN", global = true)]
+    openai_api_key_secret_arn: Option<String>,
+
+    /// Secrets Manager secret (name or ARN) holding the Forethought token; read at start when no
+    /// token is given directly.
+    #[arg(long, env = "FORETHOUGHT_TOKEN_SECRET_ARN", global = true)]
+    forethought_token_secret_arn: Option<String>,
+
     /// Run the shopping agent remotely at this URL (NDJSON over HTTP): locally, its Function URL
     /// path under `cargo lambda watch`, e.g. http://127.0.0.1:9000/lambda-url/shopping/.
     #[arg(long, env = "BATON_SHOPPING_URL", global = true)]
@@ -321,6 +331,25 @@ impl Args {
         }
         let function = nonempty(&self.shopping_function)?;
         Some(std::sync::Arc::new(baton_aws::lambda_transport::LambdaTransport::from_env(function).await))
+    }
+
+    /// Reads the secrets given by reference (Secrets Manager) into the options they stand for;
+    /// a value given directly wins.
+    pub async fn resolve_secrets(&mut self) -> Result<(), String> {
+        let nonempty = |v: &Option<String>| v.clone().filter(|s| !s.trim().is_empty());
+        let wanted = [
+            nonempty(&self.openai_api_key_secret_arn).filter(|_| nonempty(&self.openai_api_key).is_none()),
+            nonempty(&self.forethought_token_secret_arn)
+                .filter(|_| nonempty(&self.forethought_token).is_none()),
+        ];
+        let resolved = baton_aws::secrets::resolve(&wanted).await?;
+        if let Some(key) = resolved[0].clone() {
+            self.openai_api_key = Some(key);
+        }
+        if let Some(token) = resolved[1].clone() {
+            self.forethought_token = Some(token);
+        }
+        Ok(())
     }
 
     /// The options of a function running in Lambda: no arguments, everything from the

@@ -18,7 +18,11 @@ async fn main() -> std::process::ExitCode {
     cli::init_logging();
     // In Lambda there are no arguments: every option comes from the environment.
     let in_lambda = std::env::var_os("AWS_LAMBDA_RUNTIME_API").is_some();
-    let args = if in_lambda { cli::Args::from_env() } else { cli::Args::parse() };
+    let mut args = if in_lambda { cli::Args::from_env() } else { cli::Args::parse() };
+    if let Err(e) = args.resolve_secrets().await {
+        eprintln!("error: {e}");
+        return std::process::ExitCode::from(2);
+    }
     // The store first: agents keep their per-episode state in it.
     let (history, store) = match args.history().await {
         Ok(h) => h,

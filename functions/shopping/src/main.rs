@@ -7,8 +7,9 @@ use orchestrator::cli::Args;
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     orchestrator::cli::init_logging();
-    let args = Args::from_env();
+    let mut args = Args::from_env();
     let agent = async {
+        args.resolve_secrets().await?;
         let (history, _) = args.history().await?;
         let config = args.config().map_err(|e| e.to_string())?;
         config.build_shopping(&Backends::over_store(history.store().clone())).map_err(|e| e.to_string())

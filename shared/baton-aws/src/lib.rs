@@ -5,6 +5,7 @@
 //!   down in code, and [`table::create_table`], which tests and local setups use.
 //! - [`dynamodb`]: [`dynamodb::DynamoDbStore`], the production [`baton::store::Store`].
 //! - [`lambda_transport`]: remote agents over Lambda `InvokeWithResponseStream`.
+//! - [`secrets`]: Secrets Manager references resolved at init.
 //! - [`agent_function`]: the Lambda handler of a remote agent (NDJSON out).
 //!
 //! # Errors
@@ -15,6 +16,7 @@
 pub mod agent_function;
 pub mod dynamodb;
 pub mod lambda_transport;
+pub mod secrets;
 pub mod table;
 
 pub use dynamodb::DynamoDbStore;
