@@ -18,7 +18,13 @@ pub(crate) async fn run(
         return Err(format!("unknown suite `{suite}`; the known suite is `routing`").into());
     }
     let scenarios = eval::load_suite(eval::REFERENCE_SUITE, "data/routing/scenarios.yaml")?;
-    let report = eval::run_suite(orchestrator.router().model(), &config.turn, &scenarios, 4).await;
+    let router = orchestrator.router().ok_or_else(|| {
+        format!(
+            "the configured entry agent `{}` is not a router; the routing suite needs one",
+            config.agents.entry
+        )
+    })?;
+    let report = eval::run_suite(router.model(), &config.turn, &scenarios, 4).await;
     let faults = eval::run_faults(&config.turn, &scenarios).await;
     let summary = summarize(suite, &report, &faults);
     save(store, suite, &summary).await?;

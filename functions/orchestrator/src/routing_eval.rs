@@ -23,7 +23,15 @@ pub(crate) async fn run(
             return std::process::ExitCode::from(2);
         }
     };
-    let model = orchestrator.router().model();
+    let Some(router) = orchestrator.router() else {
+        eprintln!(
+            "error: the configured entry agent `{}` is not a router; the routing suite evaluates the \
+             reference routed turn (entry agent of kind `router`)",
+            config.agents.entry
+        );
+        return std::process::ExitCode::from(2);
+    };
+    let model = router.model();
     print!("{}", eval::run_suite(model, &config.turn, &suite, args.concurrency).await);
     if args.faults {
         println!();

@@ -14,13 +14,15 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use futures::stream::FuturesUnordered;
 use futures::{Stream, StreamExt};
 use tokio::time::Instant;
 
+use crate::agent_tool::{AgentCall, AgentCallResult, Slot};
 use crate::event::{Event, Status, Usage};
 use crate::model::{ChatModel, ChatRequest, Message, ModelDelta, ModelError, ToolCall, ToolChoice};
-use crate::tool::{ToolContext, ToolRegistry};
+use crate::mux::{LiveSlotMux, MuxConfig};
+use crate::tool::{Instances, SessionState, ToolContext, ToolError, ToolOutcome, ToolRegistry};
+use serde_json::Value;
 
 /// What an agent says when its answer broke off.
 pub const APOLOGY: &str = "\n\nSorry, I couldn't finish that answer. Please try again.";
@@ -47,6 +49,15 @@ pub struct AgentRequest {
     pub history: Vec<Message>,
     /// All arguments of the tool call that started the agent.
     pub arguments: serde_json::Value,
+    /// The instance's session state: a copy of its caller's, without internal keys (see
+    /// [`crate::tool::SessionState`]).
+    pub state: serde_json::Map<String, serde_json::Value>,
+    /// How deep below the turn this instance runs: the entry agent is 0, its children 1.
+    pub depth: u32,
+    /// Instance numbering shared by the turn (not sent to remote agents, which number their
+    /// own children).
+    #[serde(skip)]
+    pub instances: Instances,
 }
 
 /// An agent. `run` returns at once; the work starts when the stream is polled and stops when it
@@ -120,7 +131,7 @@ pub fn model_events(instance: String, model: String, deltas: crate::model::Delta
                 Ok(ModelDelta::Reasoning(text)) => yield Event::Reasoning { agent: instance.clone(), text },
                 Ok(ModelDelta::ResponseId(id)) => yield Event::ResponseId { agent: instance.clone(), id },
                 Ok(ModelDelta::Usage(usage)) => {
-                    yield Event::Usage { agent: instance.clone(), model: model.clone(), usage }
+                    yield Event::usage(instance.clone(), model.clone(), usage)
                 }
                 Ok(ModelDelta::ToolCallStart { .. } | ModelDelta::ToolCall(_) | ModelDelta::Finish(_)) => {}
                 Err(e) => {
@@ -221,6 +232,7 @@ pub struct LlmAgent {
     tools: Arc<ToolRegistry>,
     limits: LoopLimits,
     chains: Option<Arc<dyn ResponseChains>>,
+    mux: MuxConfig,
 }
 
 impl LlmAgent {
@@ -232,7 +244,21 @@ impl LlmAgent {
         tools: Arc<ToolRegistry>,
         limits: LoopLimits,
     ) -> LlmAgent {
-        LlmAgent { name: name.into(), instruction: instruction.into(), model, tools, limits, chains: None }
+        LlmAgent {
+            name: name.into(),
+            instruction: instruction.into(),
+            model,
+            tools,
+            limits,
+            chains: None,
+            mux: MuxConfig::default(),
+        }
+    }
+
+    /// Paces the text of concurrent agent tools as the turn paces sub-agents.
+    pub fn with_mux(mut self, mux: MuxConfig) -> LlmAgent {
+        self.mux = mux;
+        self
     }
 
     /// Keeps the vendor's response id per episode in `chains` (used when the model supports it).
@@ -252,7 +278,13 @@ impl Agent for LlmAgent {
         Box::pin(async_stream::stream! {
             let model_name = this.model.model_name().to_owned();
             let server_side = this.model.supports_previous_response();
-            let context = ToolContext { user_id: request.user_id.clone(), episode_id: request.episode_id.clone() };
+            let context = ToolContext {
+                user_id: request.user_id.clone(),
+                episode_id: request.episode_id.clone(),
+                state: SessionState::new(request.state),
+                depth: request.depth,
+                instances: request.instances.clone(),
+            };
             let chains = this.chains.as_ref().filter(|_| server_side);
             let mut previous = match chains {
                 Some(chains) => chains.last_response_id(&context.user_id, &context.episode_id).await
@@ -306,7 +338,7 @@ impl Agent for LlmAgent {
                             yield Event::ResponseId { agent: instance.clone(), id };
                         }
                         Ok(ModelDelta::Usage(usage)) => {
-                            yield Event::Usage { agent: instance.clone(), model: model_name.clone(), usage };
+                            yield Event::usage(instance.clone(), model_name.clone(), usage);
                         }
                         Ok(ModelDelta::ToolCall(call)) => calls.push(call),
                         Ok(ModelDelta::ToolCallStart { .. } | ModelDelta::Finish(_)) => {}
@@ -362,35 +394,43 @@ impl Agent for LlmAgent {
                         agent: instance.clone(), call_id: call.id.clone(), name: call.name.clone(), arguments,
                     };
                 }
-                let mut running: FuturesUnordered<_> = calls
+                // Every call is a source of events, all running at once: an agent tool streams
+                // its child's events, an ordinary tool only its result. They are merged as the
+                // turn merges sub-agents (one agent's text at a time), and each leaves what it
+                // ended with in its slot.
+                let slots: Vec<Slot<CallDone>> = calls.iter().map(|_| Slot::default()).collect();
+                let sources: Vec<EventStream> = calls
                     .iter()
-                    .enumerate()
-                    .map(|(i, call)| {
-                        let (tools, context, timeout) = (&this.tools, &context, this.limits.tool_timeout);
-                        async move {
-                            let started = Instant::now();
-                            let outcome = tools.call(call, context, timeout).await;
-                            (i, outcome, started.elapsed())
-                        }
-                    })
+                    .zip(&slots)
+                    .map(|(call, slot)| this.start_call(call, &context, &instance, slot.clone()))
                     .collect();
-                let mut results = vec![String::new(); calls.len()];
-                while let Some((i, outcome, took)) = running.next().await {
-                    let call = &calls[i];
-                    results[i] = outcome.content();
-                    yield Event::ToolResult {
-                        agent: instance.clone(), call_id: call.id.clone(), name: call.name.clone(),
-                        result: outcome.result, is_error: outcome.is_error,
-                    };
-                    yield Event::ToolCallEnd {
-                        agent: instance.clone(), call_id: call.id.clone(), name: call.name.clone(),
-                        duration_ms: took.as_millis() as u64,
-                    };
+                let mut merged = LiveSlotMux::new(sources, this.mux);
+                while let Some(event) = merged.next().await {
+                    yield event;
                 }
-                drop(running);
+                drop(merged);
+                let done: Vec<CallDone> = slots
+                    .iter()
+                    .zip(&calls)
+                    .map(|(slot, call)| slot.take().unwrap_or_else(|| CallDone::lost(call)))
+                    .collect();
                 // Results go back in call order, whatever order they finished in.
-                for (call, content) in calls.iter().zip(results) {
-                    transcript.push(Message::Tool { call_id: call.id.clone(), content });
+                for (call, done) in calls.iter().zip(&done) {
+                    transcript.push(Message::Tool { call_id: call.id.clone(), content: done.outcome.content() });
+                }
+                // Only skip-summarization agents were called, and all answered: their answers are
+                // this agent's answer, with no further model call.
+                if done.iter().all(|d| d.skip.is_some()) {
+                    let unsent: Vec<String> = done
+                        .into_iter()
+                        .filter_map(|d| d.skip)
+                        .filter(|s| !s.streamed && !s.answer.trim().is_empty())
+                        .map(|s| s.answer)
+                        .collect();
+                    if !unsent.is_empty() {
+                        yield Event::text(instance.clone(), unsent.join("\n\n"));
+                    }
+                    return;
                 }
             }
             // Only a resend on the last step gets here.
@@ -401,22 +441,132 @@ impl Agent for LlmAgent {
     }
 }
 
+/// What one tool call of a batch ended with.
+struct CallDone {
+    outcome: ToolOutcome,
+    /// Set for a skip-summarization agent tool that answered.
+    skip: Option<SkipAnswer>,
+}
+
+struct SkipAnswer {
+    answer: String,
+    streamed: bool,
+}
+
+impl CallDone {
+    /// A call whose stream ended without a result (never expected).
+    fn lost(call: &ToolCall) -> CallDone {
+        let error =
+            ToolError::Failed { tool: call.name.clone(), reason: "the call ended without a result".into() };
+        CallDone {
+            outcome: ToolOutcome { arguments: Value::Null, result: error.to_result(), is_error: true },
+            skip: None,
+        }
+    }
+}
+
+impl LlmAgent {
+    /// Starts one call of a batch: an agent tool's child instance, or an ordinary tool under the
+    /// tool timeout. The stream ends with the call's `tool_result` and `tool_call_end`.
+    fn start_call(
+        &self,
+        call: &ToolCall,
+        context: &ToolContext,
+        instance: &str,
+        slot: Slot<CallDone>,
+    ) -> EventStream {
+        let started = Instant::now();
+        let (agent, call_id, name) = (instance.to_owned(), call.id.clone(), call.name.clone());
+        let checked = self.tools.check(call);
+        if let Ok((tool, arguments)) = &checked {
+            if let Some(agent_tool) = tool.as_agent_tool() {
+                let AgentCall { events, result } = agent_tool.start(arguments.clone(), context);
+                let skip_summarization = agent_tool.options().skip_summarization;
+                let arguments = arguments.clone();
+                return Box::pin(async_stream::stream! {
+                    let mut events = events;
+                    while let Some(event) = events.next().await {
+                        yield event;
+                    }
+                    let result = result.take();
+                    let (outcome, skip) = match result {
+                        Some(AgentCallResult { outcome: Ok(value), answer, streamed }) => (
+                            ToolOutcome { arguments, result: value, is_error: false },
+                            skip_summarization.then_some(SkipAnswer { answer, streamed }),
+                        ),
+                        Some(AgentCallResult { outcome: Err(error), .. }) => {
+                            tracing::warn!(tool = %name, %error, "agent tool call failed");
+                            (ToolOutcome { arguments, result: error.to_result(), is_error: true }, None)
+                        }
+                        None => (CallDone::lost(&ToolCall { id: call_id.clone(), name: name.clone(), arguments: String::new() }).outcome, None),
+                    };
+                    let (result, is_error) = (outcome.result.clone(), outcome.is_error);
+                    slot.set(CallDone { outcome, skip });
+                    yield Event::ToolResult { agent: agent.clone(), call_id: call_id.clone(), name: name.clone(), result, is_error };
+                    yield Event::ToolCallEnd { agent, call_id, name, duration_ms: started.elapsed().as_millis() as u64 };
+                });
+            }
+        }
+        let (tools, context, timeout, call) =
+            (self.tools.clone(), context.clone(), self.limits.tool_timeout, call.clone());
+        Box::pin(async_stream::stream! {
+            let outcome = tools.call(&call, &context, timeout).await;
+            let (result, is_error) = (outcome.result.clone(), outcome.is_error);
+            slot.set(CallDone { outcome, skip: None });
+            yield Event::ToolResult { agent: agent.clone(), call_id: call_id.clone(), name: name.clone(), result, is_error };
+            yield Event::ToolCallEnd { agent, call_id, name, duration_ms: started.elapsed().as_millis() as u64 };
+        })
+    }
+}
+
 /// Wraps an instance's events with `agent_started` first and `agent_finished` last (status from
-/// its `error` events, usage summed from its `usage` events).
+/// its own `error` events, usage summed from its own `usage` events; instances it started report
+/// their own).
 pub fn instrument(instance: String, query: String, inner: EventStream) -> EventStream {
+    instrument_for(instance, query, inner, None)
+}
+
+/// [`instrument`], and past `timeout` the instance is dropped (cancelling its work) and ends with
+/// an `error` event (`agent_timeout`, retryable) and status `error`.
+pub fn instrument_for(
+    instance: String,
+    query: String,
+    inner: EventStream,
+    timeout: Option<Duration>,
+) -> EventStream {
     Box::pin(async_stream::stream! {
         let started = Instant::now();
         yield Event::AgentStarted { agent: instance.clone(), query };
         let mut usage = Usage::default();
         let mut status = Status::Ok;
         let mut inner = inner;
-        while let Some(event) = inner.next().await {
+        let deadline = timeout.map(|t| started + t);
+        let mut timed_out = false;
+        loop {
+            let next = match deadline {
+                Some(deadline) => match tokio::time::timeout_at(deadline, inner.next()).await {
+                    Ok(next) => next,
+                    Err(_) => {
+                        timed_out = true;
+                        break;
+                    }
+                },
+                None => inner.next().await,
+            };
+            let Some(event) = next else { break };
             match &event {
-                Event::Usage { usage: u, .. } => usage.add(*u),
-                Event::Error { .. } => status = Status::Error,
+                Event::Usage { agent, usage: u, .. } if *agent == instance => usage.add(*u),
+                Event::Error { agent, .. } if *agent == instance => status = Status::Error,
                 _ => {}
             }
             yield event;
+        }
+        if timed_out {
+            drop(inner);
+            status = Status::Error;
+            let limit = timeout.unwrap_or_default().as_millis();
+            yield Event::error(instance.clone(), "agent_timeout",
+                format!("`{instance}` did not finish within {limit} ms and was stopped"), true);
         }
         yield Event::AgentFinished {
             agent: instance,

@@ -8,29 +8,36 @@
 //! Support is the Forethought Solve API when a token is configured, and the offline help-center
 //! agent otherwise.
 //!
+//! The agents (which one answers the user, and which call which as tools) come from the
+//! `agents:` list of the same file: see [`crate::team`]. The reference file routes between a
+//! support and a shopping agent; a team's own file declares its own agents.
+//!
 //! Per-episode vendor state (the Forethought conversation, the shopping agent's last response id)
 //! and purchase history come from [`Backends`]: in-memory until a store is plugged in through
 //! [`Config::build_with`].
 
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::agent::{Agent, LoopLimits, MemoryResponseChains, ResponseChains};
+use crate::agent::{Agent, LlmAgent, LoopLimits, MemoryResponseChains, ResponseChains};
+use crate::agent_tool::AgentTool;
 use crate::model::ChatModel;
 use crate::model::offline::OfflineModel;
 use crate::model::openai::{OpenAiChatModel, OpenAiConfig, RetryPolicy, Timeouts};
 use crate::model::responses::ResponsesModel;
 use crate::mux::MuxConfig;
-use crate::orchestrator::{Orchestrator, TurnConfig};
+use crate::orchestrator::{ChildOptions, Orchestrator, TurnConfig};
 use crate::remote::{AgentTransport, RemoteAgent};
-use crate::shopping::catalog::{Catalog, PurchaseHistory, SamplePurchases};
-use crate::shopping::shopping_agent;
+use crate::shopping::catalog::{PurchaseHistory, SamplePurchases};
 use crate::support::agent::ForethoughtAgent;
 use crate::support::forethought::{ForethoughtClient, ForethoughtConfig};
-use crate::support::help_center::{HelpCenter, HelpCenterAgent};
+use crate::support::help_center::HelpCenterAgent;
 use crate::support::sessions::{Clock, MemorySupportSessions, SupportSessions, SystemClock};
+use crate::team::{AgentKind, AgentSpec, AgentsConfig, ModelApi, ToolCatalog, named};
+use crate::tool::{Tool, ToolRegistry};
 
 /// The OpenAI base URL used when only an API key is given.
 pub const OPENAI_DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
@@ -42,12 +49,12 @@ pub struct ModelConfig {
     pub base_url: Option<String>,
     /// API key.
     pub api_key: Option<String>,
-    /// Model of the orchestrator.
+    /// The default model: the orchestrator's, and every configured agent's that names none.
     pub orchestrator: String,
-    /// Model of the shopping agent.
+    /// Model of the agent named `shopping` when its configuration names none.
     pub shopping: String,
-    /// Whether the shopping agent uses the Responses API (with `previous_response_id`) instead
-    /// of Chat Completions.
+    /// Whether the agent named `shopping` uses the Responses API (with `previous_response_id`)
+    /// whatever its configuration says.
     pub shopping_responses_api: bool,
     /// Timeouts of every model call.
     pub timeouts: Timeouts,
@@ -106,8 +113,10 @@ pub struct Config {
     pub support_keywords: Vec<String>,
     /// Forethought settings; `None` runs the offline help-center agent as support.
     pub forethought: Option<ForethoughtConfig>,
-    /// Bounds of the shopping agent's tool loop.
+    /// Bounds of the `shopping` agent's tool loop where its configuration sets none.
     pub shopping_limits: LoopLimits,
+    /// The agents: which one answers the user, and which call which.
+    pub agents: AgentsConfig,
 }
 
 /// Where agents keep per-episode state and read per-user data. [`Backends::in_memory`] until the
@@ -125,6 +134,8 @@ pub struct Backends {
     /// Where the shopping agent runs when it is remote (a separately deployed function); `None`
     /// runs it in-process.
     pub remote_shopping: Option<Arc<dyn AgentTransport>>,
+    /// A team's own tools, which configured agents list by name beside the built-in ones.
+    pub tools: Vec<Arc<dyn Tool>>,
 }
 
 impl Backends {
@@ -136,6 +147,7 @@ impl Backends {
             purchases: Arc::new(SamplePurchases::embedded()),
             clock: Arc::new(SystemClock),
             remote_shopping: None,
+            tools: Vec::new(),
         }
     }
 
@@ -149,6 +161,7 @@ impl Backends {
             purchases: Arc::new(SamplePurchases::embedded()),
             clock: Arc::new(StoreClock(store)),
             remote_shopping: None,
+            tools: Vec::new(),
         }
     }
 }
@@ -179,6 +192,12 @@ pub const REFERENCE_CONFIG: &str = include_str!("../../../config/baton.yaml");
 struct ConfigFile {
     #[serde(default)]
     routing: Option<RoutingFile>,
+    #[serde(default)]
+    entry: Option<String>,
+    #[serde(default)]
+    max_depth: Option<u32>,
+    #[serde(default)]
+    agents: Option<Vec<AgentSpec>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -207,6 +226,12 @@ impl Default for Config {
                     support_keywords: Vec::new(),
                     forethought: None,
                     shopping_limits: LoopLimits::default(),
+                    agents: AgentsConfig {
+                        entry: String::new(),
+                        max_depth: crate::agent_tool::DEFAULT_MAX_DEPTH,
+                        agents: Vec::new(),
+                        source: None,
+                    },
                 };
                 base.with_yaml(REFERENCE_CONFIG, "config/baton.yaml")
                     .expect("the embedded reference config is valid")
@@ -248,6 +273,9 @@ pub enum ConfigError {
 impl Config {
     /// This configuration with the settings of a YAML document applied over it. `origin` names
     /// the document in errors.
+    ///
+    /// An `agents:` list replaces the agents as a whole (and `entry`, when not given, becomes the
+    /// first of them); `entry` and `max_depth` alone change only themselves.
     pub fn with_yaml(mut self, yaml: &str, origin: &str) -> Result<Config, ConfigError> {
         let file_error = |message: String| ConfigError::File { path: origin.to_owned(), message };
         let file: ConfigFile = if yaml.trim().is_empty() {
@@ -267,6 +295,18 @@ impl Config {
             }
         }
         self.validate_routing().map_err(|e| file_error(e.to_string()))?;
+        if let Some(agents) = file.agents {
+            self.agents.entry = agents.first().map(|a| a.name.clone()).unwrap_or_default();
+            self.agents.agents = agents;
+            self.agents.source = Some((origin.to_owned(), Arc::from(yaml)));
+        }
+        if let Some(entry) = file.entry {
+            self.agents.entry = entry;
+        }
+        if let Some(depth) = file.max_depth {
+            self.agents.max_depth = depth;
+        }
+        self.agents.validate()?;
         Ok(self)
     }
 
@@ -323,7 +363,8 @@ impl Config {
         if self.shopping_limits.max_steps == 0 || self.shopping_limits.tool_timeout.is_zero() {
             return invalid("shopping limits", "max steps and tool timeout must be above zero");
         }
-        self.validate_routing()
+        self.validate_routing()?;
+        self.agents.validate()
     }
 
     /// Builds the orchestrator and its sub-agents on in-memory [`Backends`].
@@ -331,50 +372,52 @@ impl Config {
         self.build_with(Backends::in_memory())
     }
 
-    /// Builds the orchestrator and its sub-agents: clients are made once, here.
+    /// Builds the entry agent and every agent below it, into the orchestrator that runs turns:
+    /// clients are made once, here.
     pub fn build_with(&self, backends: Backends) -> Result<Arc<Orchestrator>, ConfigError> {
         self.validate()?;
         let models = ModelFactory::new(self)?;
-        let support: Arc<dyn Agent> = match &self.forethought {
-            Some(ft) => Arc::new(ForethoughtAgent::new(
-                ForethoughtClient::new(ft.clone())?,
-                backends.support_sessions.clone(),
-                backends.clock.clone(),
-            )),
-            None => Arc::new(HelpCenterAgent::new(Arc::new(HelpCenter::embedded()))),
+        let mut graph = Graph::new(self, &models, &backends)?;
+        let entry = self.agents.get(&self.agents.entry).expect("validated");
+        let orchestrator = if entry.kind == AgentKind::Router {
+            let mut child = |name: &str| -> Result<(Arc<dyn Agent>, ChildOptions), ConfigError> {
+                let spec = self.agents.get(name).expect("validated");
+                Ok((
+                    graph.build(name)?,
+                    ChildOptions { timeout: spec.timeout_seconds.map(Duration::from_secs_f64) },
+                ))
+            };
+            let (support, support_options) = child("support")?;
+            let (shopping, shopping_options) = child("shopping")?;
+            let model = entry.model.as_deref().unwrap_or(&self.models.orchestrator);
+            Orchestrator::new(models.chat(model), support, shopping, self.turn.clone())
+                .with_child_options(support_options, shopping_options)
+        } else {
+            let agent = graph.build(&entry.name)?;
+            Orchestrator::for_agent(agent, models.for_agent(entry).model_name().to_owned())
         };
-        let shopping: Arc<dyn Agent> = match &backends.remote_shopping {
-            Some(transport) => Arc::new(RemoteAgent::new("shopping", transport.clone(), REMOTE_IDLE_TIMEOUT)),
-            None => self.shopping_with(&models, &backends)?,
-        };
-        Ok(Arc::new(Orchestrator::new(
-            models.chat(&self.models.orchestrator),
-            support,
-            shopping,
-            self.turn.clone(),
-        )))
+        Ok(Arc::new(orchestrator))
     }
 
     /// The in-process shopping agent: what the orchestrator runs unless shopping is remote, and
     /// what the shopping function serves.
     pub fn build_shopping(&self, backends: &Backends) -> Result<Arc<dyn Agent>, ConfigError> {
-        self.validate()?;
-        self.shopping_with(&ModelFactory::new(self)?, backends)
+        let mut local = backends.clone();
+        local.remote_shopping = None;
+        self.build_agent("shopping", &local)
     }
 
-    fn shopping_with(
-        &self,
-        models: &ModelFactory<'_>,
-        backends: &Backends,
-    ) -> Result<Arc<dyn Agent>, ConfigError> {
-        let agent = shopping_agent(
-            models.shopping(),
-            Arc::new(Catalog::embedded()),
-            backends.purchases.clone(),
-            self.shopping_limits,
-            Some(backends.response_chains.clone()),
-        )?;
-        Ok(Arc::new(agent))
+    /// The configured agent `name`, with every agent below it (to serve it on its own).
+    pub fn build_agent(&self, name: &str, backends: &Backends) -> Result<Arc<dyn Agent>, ConfigError> {
+        self.validate()?;
+        if self.agents.get(name).is_none_or(|a| a.kind == AgentKind::Router) {
+            return Err(ConfigError::Invalid {
+                field: "agents",
+                reason: format!("no agent named `{name}` can be served on its own"),
+            });
+        }
+        let models = ModelFactory::new(self)?;
+        Graph::new(self, &models, backends)?.build(name)
     }
 
     /// A one-line description of the models in use, for start-up logs.
@@ -394,8 +437,30 @@ impl Config {
                 self.models.orchestrator,
                 self.models.shopping,
                 if self.models.shopping_responses_api { "the Responses API" } else { "Chat Completions" },
-            )
+            ) + &self.describe_agents()
         }
+    }
+
+    /// The configured agents in one line: `; agents: lead → [a, b]`, empty for the reference
+    /// routed turn.
+    fn describe_agents(&self) -> String {
+        let Some(entry) = self.agents.get(&self.agents.entry) else { return String::new() };
+        if entry.kind == AgentKind::Router {
+            return String::new();
+        }
+        let described: Vec<String> = self
+            .agents
+            .agents
+            .iter()
+            .map(|a| {
+                if a.agents.is_empty() {
+                    a.name.clone()
+                } else {
+                    format!("{} → [{}]", a.name, a.agents.join(", "))
+                }
+            })
+            .collect();
+        format!("; agents: {} (entry {})", described.join("; "), entry.name)
     }
 
     /// A one-line description of the support agent, for start-up logs.
@@ -447,15 +512,123 @@ impl<'a> ModelFactory<'a> {
         }
     }
 
-    /// The shopping model: the Responses API when configured, Chat Completions otherwise.
-    fn shopping(&self) -> Arc<dyn ChatModel> {
-        let name = &self.config.models.shopping;
-        match (&self.http, self.config.models.shopping_responses_api) {
-            (Some(http), true) => {
+    /// The model of a configured agent: its own name and API, or the defaults (see
+    /// [`crate::team`]).
+    fn for_agent(&self, spec: &AgentSpec) -> Arc<dyn ChatModel> {
+        let models = &self.config.models;
+        let is_shopping = spec.name == "shopping";
+        let default = if is_shopping { &models.shopping } else { &models.orchestrator };
+        let name = spec.model.as_deref().unwrap_or(default);
+        let api = if is_shopping && models.shopping_responses_api {
+            ModelApi::Responses
+        } else {
+            spec.api.unwrap_or_default()
+        };
+        match (&self.http, api) {
+            (Some(http), ModelApi::Responses) => {
                 Arc::new(ResponsesModel::with_client(http.clone(), self.openai_config(name)))
             }
             _ => self.chat(name),
         }
+    }
+}
+
+/// Builds configured agents by name, each once, children first.
+struct Graph<'a> {
+    config: &'a Config,
+    models: &'a ModelFactory<'a>,
+    backends: &'a Backends,
+    tools: ToolCatalog,
+    /// The children of a router entry: they see the conversation and keep the vendor's
+    /// server-side context per episode.
+    routed: HashSet<String>,
+    built: HashMap<String, Arc<dyn Agent>>,
+}
+
+impl<'a> Graph<'a> {
+    fn new(
+        config: &'a Config,
+        models: &'a ModelFactory<'a>,
+        backends: &'a Backends,
+    ) -> Result<Graph<'a>, ConfigError> {
+        let tools = ToolCatalog::new(backends.tools.clone(), backends.purchases.clone());
+        tools.check()?;
+        config.agents.validate_tools(&tools.names())?;
+        let routed = match config.agents.get(&config.agents.entry) {
+            Some(entry) if entry.kind == AgentKind::Router => entry.agents.iter().cloned().collect(),
+            _ => HashSet::new(),
+        };
+        Ok(Graph { config, models, backends, tools, routed, built: HashMap::new() })
+    }
+
+    /// The agent named `name`, with every agent below it.
+    fn build(&mut self, name: &str) -> Result<Arc<dyn Agent>, ConfigError> {
+        if let Some(agent) = self.built.get(name) {
+            return Ok(agent.clone());
+        }
+        let agents = &self.config.agents;
+        let index = agents.index_of(name).expect("validated");
+        let spec = &agents.agents[index];
+        let agent: Arc<dyn Agent> = match spec.kind {
+            AgentKind::Support => named(
+                &spec.name,
+                match &self.config.forethought {
+                    Some(ft) => Arc::new(ForethoughtAgent::new(
+                        ForethoughtClient::new(ft.clone())?,
+                        self.backends.support_sessions.clone(),
+                        self.backends.clock.clone(),
+                    )),
+                    None => Arc::new(HelpCenterAgent::new(self.tools.help_center())),
+                },
+            ),
+            AgentKind::Router => unreachable!("a router is never built as an agent (validated)"),
+            AgentKind::Llm => match (&self.backends.remote_shopping, spec.name.as_str()) {
+                (Some(transport), "shopping") => {
+                    Arc::new(RemoteAgent::new("shopping", transport.clone(), REMOTE_IDLE_TIMEOUT))
+                }
+                _ => {
+                    let mut tools: Vec<Arc<dyn Tool>> = Vec::new();
+                    for tool in &spec.tools {
+                        tools.push(self.tools.tool(tool).expect("validated"));
+                    }
+                    for child in &spec.agents {
+                        let child_agent = self.build(child)?;
+                        let options = agents.tool_options(agents.get(child).expect("validated"));
+                        let tool = AgentTool::new(child_agent, options)
+                            .map_err(|e| agents.error(Some(index), "agents", e))?;
+                        tools.push(Arc::new(tool));
+                    }
+                    let registry =
+                        ToolRegistry::new(tools).map_err(|e| agents.error(Some(index), "tools", e))?;
+                    let fallback = if spec.name == "shopping" {
+                        self.config.shopping_limits
+                    } else {
+                        LoopLimits::default()
+                    };
+                    let limits = LoopLimits {
+                        max_steps: spec.max_steps.unwrap_or(fallback.max_steps),
+                        tool_timeout: spec
+                            .tool_timeout_seconds
+                            .map_or(fallback.tool_timeout, Duration::from_secs_f64),
+                    };
+                    let agent = LlmAgent::new(
+                        spec.name.clone(),
+                        spec.instruction.clone(),
+                        self.models.for_agent(spec),
+                        Arc::new(registry),
+                        limits,
+                    )
+                    .with_mux(self.config.turn.mux);
+                    if self.routed.contains(&spec.name) {
+                        Arc::new(agent.with_response_chains(self.backends.response_chains.clone()))
+                    } else {
+                        Arc::new(agent)
+                    }
+                }
+            },
+        };
+        self.built.insert(name.to_owned(), agent.clone());
+        Ok(agent)
     }
 }
 

@@ -169,6 +169,11 @@ pub enum Event {
         /// Tokens.
         #[serde(flatten)]
         usage: Usage,
+        /// The roll-up: tokens spent so far in this turn by every instance of this agent name
+        /// with this model, this call included. Set by the turn on the way to the client, so the
+        /// last `usage` event of an agent name carries its total.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        agent_total: Option<Usage>,
     },
     /// An in-band error. The stream goes on (or ends with `completed`); it is never an `Err` in the
     /// body stream.
@@ -194,7 +199,7 @@ pub enum Event {
         model: String,
         /// Wall time of the turn.
         duration_ms: u64,
-        /// Usage per agent instance.
+        /// Usage per agent name and model, rolled up over the instances.
         usage: Vec<AgentUsage>,
     },
     /// Mini-agent fan-out: the decomposer split the task.
@@ -290,6 +295,11 @@ impl Event {
     /// Whether clients may see this event (`support_content` is internal).
     pub fn is_client_visible(&self) -> bool {
         !matches!(self, Event::SupportContent { .. })
+    }
+
+    /// A `usage` event (not yet rolled up).
+    pub fn usage(agent: impl Into<String>, model: impl Into<String>, usage: Usage) -> Event {
+        Event::Usage { agent: agent.into(), model: model.into(), usage, agent_total: None }
     }
 
     /// A `text` event.
@@ -398,11 +408,7 @@ mod tests {
 
     #[test]
     fn ndjson_encoding_is_exact_and_round_trips() {
-        let ev = Event::Usage {
-            agent: "shopping[1]".into(),
-            model: "gpt".into(),
-            usage: Usage { input_tokens: 3, output_tokens: 4 },
-        };
+        let ev = Event::usage("shopping[1]", "gpt", Usage { input_tokens: 3, output_tokens: 4 });
         let line = encode_ndjson(&ev);
         assert_eq!(
             &line[..],
@@ -474,7 +480,7 @@ mod tests {
                 usage: Usage { input_tokens: 1, output_tokens: 2 },
             },
             Event::SupportContent { agent: a() },
-            Event::Usage { agent: a(), model: "m".into(), usage: Usage::default() },
+            Event::usage(a(), "m", Usage::default()),
             Event::error(a(), "vendor_timeout", "slow", true),
             Event::Completed {
                 episode_id: "e".into(),

@@ -25,6 +25,7 @@ use crate::event::{AgentUsage, Event, Status};
 use crate::guard::{PreviousTurn, PriorReply};
 use crate::orchestrator::{ORCHESTRATOR, TurnRequest};
 use crate::store::{EpisodeKey, Recorded, Role, Store, StoreError, StoredMessage, model_history};
+use crate::tool::agent_name;
 
 /// How many stored messages a turn sees by default.
 pub const DEFAULT_HISTORY_MESSAGES: usize = 40;
@@ -167,7 +168,7 @@ impl ReplyRecorder {
                     last.closed = true;
                 }
             }
-            Event::Usage { agent, model, usage } => {
+            Event::Usage { agent, model, usage, .. } => {
                 self.usage.push(AgentUsage { agent: agent.clone(), model: model.clone(), usage: *usage })
             }
             Event::AgentFinished { agent, status, .. } => self.finished.push((agent.clone(), *status)),
@@ -180,8 +181,9 @@ impl ReplyRecorder {
     /// The reply so far as messages of `turn_id` (seq from 1), stamped `now_ms`. `hung_up`: the
     /// client left, so whatever had not finished is `partial`.
     ///
-    /// Usage goes with the first message of the agent that spent it; usage of an agent with no
-    /// text (an orchestrator that only called tools) goes with the last message. A turn with no
+    /// Usage, rolled up per agent name and model, goes with the first message of the agent that
+    /// spent it; usage of an agent with no text (an orchestrator that only called tools, an agent
+    /// tool whose text the client does not see) goes with the last message. A turn with no
     /// text at all is still one (empty) message, so its status and usage are kept.
     pub fn messages(&self, turn_id: &str, hung_up: bool, now_ms: u64) -> Vec<StoredMessage> {
         let unfinished = if hung_up { Status::Partial } else { Status::Ok };
@@ -225,9 +227,22 @@ impl ReplyRecorder {
                 created_at: now_ms,
             });
         }
+        // Usage is rolled up per agent name and model over the instances (`researcher[1]` and
+        // `researcher[2]` are one `researcher` entry).
+        let mut rolled: Vec<AgentUsage> = Vec::new();
         for u in &self.usage {
-            let at = messages.iter().position(|m| m.agent == u.agent).unwrap_or(messages.len() - 1);
-            messages[at].usage.push(u.clone());
+            let name = agent_name(&u.agent);
+            match rolled.iter_mut().find(|r| r.agent == name && r.model == u.model) {
+                Some(r) => r.usage.add(u.usage),
+                None => {
+                    rolled.push(AgentUsage { agent: name.to_owned(), model: u.model.clone(), usage: u.usage })
+                }
+            }
+        }
+        for u in rolled {
+            let at =
+                messages.iter().position(|m| agent_name(&m.agent) == u.agent).unwrap_or(messages.len() - 1);
+            messages[at].usage.push(u);
         }
         messages
     }
@@ -256,11 +271,7 @@ mod tests {
     use crate::event::Usage;
 
     fn usage(agent: &str, n: u64) -> Event {
-        Event::Usage {
-            agent: agent.into(),
-            model: "m".into(),
-            usage: Usage { input_tokens: n, output_tokens: 1 },
-        }
+        Event::usage(agent, "m", Usage { input_tokens: n, output_tokens: 1 })
     }
 
     fn finished(agent: &str, status: Status) -> Event {

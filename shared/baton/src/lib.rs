@@ -11,7 +11,10 @@
 //! - [`auth`]: who is calling: IAM principal, verified JWT, or the local header.
 //! - [`tool`]: the [`tool::Tool`] trait, a registry, and JSON Schema validation of arguments.
 //! - [`retrieval`]: BM25 full-text ranking over small corpora (help articles, offers).
-//! - [`agent`]: the [`agent::Agent`] trait (request → event stream) and a model-backed agent.
+//! - [`agent`]: the [`agent::Agent`] trait (request → event stream), a model-backed agent and
+//!   the tool loop.
+//! - [`agent_tool`]: any agent as a tool of another (`agent__<Name>`), with instances, schemas,
+//!   output modes and a nesting limit.
 //! - [`support`]: the support sub-agent: Forethought (with continuity) or the offline help center.
 //! - [`shopping`]: the shopping sub-agent: catalog, tools, tool loop.
 //! - [`orchestrator`]: one chat turn, from `thinking` to `completed`.
@@ -19,6 +22,7 @@
 //! - [`mux`]: the live-slot merge of concurrent sub-agent streams.
 //! - [`guard`]: routing guards: echo follow-up, fastpath allowlist, duplicates, overlap,
 //!   verbatim queries, prior context.
+//! - [`team`]: agents from configuration: validation with line numbers, the agent graph.
 //! - [`config`]: one typed configuration (`config/baton.yaml` embedded as defaults) and the
 //!   runtime built from it.
 //! - [`eval`]: the routing scenario suite, its scoring, and fault injection.
@@ -35,6 +39,7 @@
 //! in-band `error` events and the turn still ends with `completed`.
 
 pub mod agent;
+pub mod agent_tool;
 pub mod auth;
 pub mod config;
 pub mod eval;
@@ -51,4 +56,5 @@ pub mod routing;
 pub mod shopping;
 pub mod store;
 pub mod support;
+pub mod team;
 pub mod tool;

@@ -3,20 +3,21 @@
 //! [`crate::routing`]), every call dispatched at once, the live-slot merge, `support_content` at
 //! the support boundary, usage per agent, and `completed` last, always.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use futures::StreamExt;
 use serde_json::json;
 use tokio::time::Instant;
 
-use crate::agent::{Agent, AgentRequest, EventStream, instrument};
-use crate::event::{AgentUsage, Event, Status};
+use crate::agent::{Agent, AgentRequest, EventStream, instrument, instrument_for};
+use crate::agent_tool::Slot;
+use crate::event::{AgentUsage, Event, Status, Usage};
 use crate::guard::PlannedCall;
 pub use crate::guard::{PreviousTurn, PriorReply};
 use crate::model::{ChatModel, Message, ToolSpec};
 use crate::mux::{LiveSlotMux, MuxConfig};
 use crate::routing::{RouteStep, Router};
+use crate::tool::{Instances, agent_name};
 
 /// Tool name of the support sub-agent.
 pub const ASK_SUPPORT: &str = "ask_support";
@@ -117,47 +118,129 @@ impl TurnRequest {
     }
 }
 
-/// Runs chat turns: one orchestrator model (behind its [`Router`]) and its sub-agents.
+/// How a sub-agent of the routed turn runs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ChildOptions {
+    /// Longest one instance may run; past it the instance is stopped with an `agent_timeout`
+    /// error and the turn goes on.
+    pub timeout: Option<std::time::Duration>,
+}
+
+/// Who answers a turn.
+enum Entry {
+    /// The reference routed turn (DESIGN.md §4): the orchestrator model behind its [`Router`],
+    /// and the support and shopping sub-agents.
+    Router {
+        router: Arc<Router>,
+        support: Arc<dyn Agent>,
+        shopping: Arc<dyn Agent>,
+        options: [ChildOptions; 2],
+    },
+    /// A configured agent (DESIGN.md §5): its tool loop, with its agent tools, answers.
+    Agent { agent: Arc<dyn Agent>, model: String },
+}
+
+/// Runs chat turns: either the routed turn (one orchestrator model behind its [`Router`], and its
+/// two sub-agents), or one configured entry agent with its own agents as tools.
 pub struct Orchestrator {
-    router: Arc<Router>,
-    support: Arc<dyn Agent>,
-    shopping: Arc<dyn Agent>,
+    entry: Entry,
     config: TurnConfig,
 }
 
 impl Orchestrator {
-    /// An orchestrator over `model` with the two sub-agents.
+    /// The routed turn over `model` with the two sub-agents.
     pub fn new(
         model: Arc<dyn ChatModel>,
         support: Arc<dyn Agent>,
         shopping: Arc<dyn Agent>,
         config: TurnConfig,
     ) -> Orchestrator {
-        Orchestrator { router: Arc::new(Router::new(model, &config)), support, shopping, config }
+        let router = Arc::new(Router::new(model, &config));
+        Orchestrator {
+            entry: Entry::Router { router, support, shopping, options: Default::default() },
+            config,
+        }
     }
 
-    /// The orchestrator model's name.
+    /// Turns answered by `agent` (the entry agent, instance name = its name), whose model is
+    /// `model_name` (reported in `completed`).
+    pub fn for_agent(agent: Arc<dyn Agent>, model_name: impl Into<String>) -> Orchestrator {
+        let config = TurnConfig {
+            system_prompt: String::new(),
+            support_categories: Vec::new(),
+            mux: MuxConfig::default(),
+        };
+        Orchestrator { entry: Entry::Agent { agent, model: model_name.into() }, config }
+    }
+
+    /// Sets how the routed turn's support and shopping sub-agents run (no effect on an entry
+    /// agent, whose agent tools carry their own options).
+    pub fn with_child_options(mut self, support: ChildOptions, shopping: ChildOptions) -> Orchestrator {
+        if let Entry::Router { options, .. } = &mut self.entry {
+            *options = [support, shopping];
+        }
+        self
+    }
+
+    /// The model of the turn: the orchestrator model, or the entry agent's.
     pub fn model_name(&self) -> &str {
-        self.router.model_name()
+        match &self.entry {
+            Entry::Router { router, .. } => router.model_name(),
+            Entry::Agent { model, .. } => model,
+        }
     }
 
-    /// The router, for evaluating routing on its own.
-    pub fn router(&self) -> &Arc<Router> {
-        &self.router
+    /// The router, for evaluating routing on its own; `None` when an entry agent answers turns.
+    pub fn router(&self) -> Option<&Arc<Router>> {
+        match &self.entry {
+            Entry::Router { router, .. } => Some(router),
+            Entry::Agent { .. } => None,
+        }
     }
 
     /// Runs one turn. The stream always ends with `completed` unless it is dropped first; dropping
     /// it cancels the model call and every sub-agent.
+    ///
+    /// Every `usage` event gets its roll-up (`agent_total`), and `completed` carries the usage
+    /// per agent name and model.
     pub fn run_turn(self: &Arc<Self>, turn: TurnRequest) -> EventStream {
         let this = self.clone();
         Box::pin(async_stream::stream! {
             let started = Instant::now();
             yield Event::Thinking {};
-            let mut usage: Vec<AgentUsage> = Vec::new();
+            let (episode_id, turn_id) = (turn.episode_id.clone(), turn.turn_id.clone());
+            let status = Slot::default();
+            let mut body = match &this.entry {
+                Entry::Router { .. } => this.routed(turn, status.clone()),
+                Entry::Agent { agent, .. } => agent_turn(agent.clone(), turn, status.clone()),
+            };
+            let mut rollup = UsageRollup::default();
+            while let Some(mut event) = body.next().await {
+                rollup.observe(&mut event);
+                yield event;
+            }
+            drop(body);
+            yield Event::Completed {
+                episode_id,
+                turn_id,
+                status: status.take().unwrap_or(Status::Error),
+                model: this.model_name().to_owned(),
+                duration_ms: started.elapsed().as_millis() as u64,
+                usage: rollup.totals,
+            };
+        })
+    }
+
+    /// The routed turn, from the orchestrator model call to the last sub-agent event; leaves the
+    /// turn's status in `status`.
+    fn routed(self: &Arc<Self>, turn: TurnRequest, status_out: Slot<Status>) -> EventStream {
+        let this = self.clone();
+        Box::pin(async_stream::stream! {
+            let Entry::Router { router, .. } = &this.entry else { return };
             let mut status = Status::Ok;
             let mut decided = None;
             {
-                let routing = this.router.route(&turn);
+                let routing = router.route(&turn);
                 futures::pin_mut!(routing);
                 while let Some(step) = routing.next().await {
                     match step {
@@ -168,35 +251,26 @@ impl Orchestrator {
                 }
             }
             if let Some(route) = decided {
-                usage.extend(route.usage);
                 if route.calls.is_empty() && !route.answered {
                     yield Event::error(ORCHESTRATOR, "empty_model_answer",
                         "the orchestrator model answered with neither text nor a tool call", true);
                     status = Status::Error;
                 }
-                let streams = this.dispatch(&turn, route.calls);
+                let (streams, instances) = this.dispatch(&turn, route.calls);
                 if !streams.is_empty() {
                     let mut merged = LiveSlotMux::new(streams, this.config.mux);
                     while let Some(event) = merged.next().await {
                         match &event {
-                            Event::Usage { agent, model, usage: u } => {
-                                usage.push(AgentUsage { agent: agent.clone(), model: model.clone(), usage: *u });
+                            Event::AgentFinished { agent, status: s, .. } if instances.contains(agent) => {
+                                status = status.worst(*s);
                             }
-                            Event::AgentFinished { status: s, .. } => status = status.worst(*s),
                             _ => {}
                         }
                         yield event;
                     }
                 }
             }
-            yield Event::Completed {
-                episode_id: turn.episode_id,
-                turn_id: turn.turn_id,
-                status,
-                model: this.router.model_name().to_owned(),
-                duration_ms: started.elapsed().as_millis() as u64,
-                usage,
-            };
+            status_out.set(status);
         })
     }
 
@@ -206,22 +280,20 @@ impl Orchestrator {
     /// turn's ids.
     pub fn run_turn_until(self: &Arc<Self>, turn: TurnRequest, deadline: Instant) -> EventStream {
         let (episode_id, turn_id) = (turn.episode_id.clone(), turn.turn_id.clone());
-        let model = self.router.model_name().to_owned();
+        let model = self.model_name().to_owned();
         let inner = self.run_turn(turn);
         Box::pin(async_stream::stream! {
             let started = Instant::now();
             let mut inner = inner;
-            let mut usage: Vec<AgentUsage> = Vec::new();
+            let mut rollup = UsageRollup::default();
             let expired = tokio::time::sleep_until(deadline);
             tokio::pin!(expired);
             loop {
                 tokio::select! {
                     biased;
                     event = inner.next() => match event {
-                        Some(event) => {
-                            if let Event::Usage { agent, model, usage: u } = &event {
-                                usage.push(AgentUsage { agent: agent.clone(), model: model.clone(), usage: *u });
-                            }
+                        Some(mut event) => {
+                            rollup.observe(&mut event);
                             yield event;
                         }
                         None => return,
@@ -239,25 +311,27 @@ impl Orchestrator {
                 status: Status::Partial,
                 model,
                 duration_ms: started.elapsed().as_millis() as u64,
-                usage,
+                usage: rollup.totals,
             };
         })
     }
 
-    /// Starts one instrumented stream per call; in a mixed turn the support stream ends with the
-    /// `support_content` boundary.
-    fn dispatch(&self, turn: &TurnRequest, calls: Vec<PlannedCall>) -> Vec<EventStream> {
+    /// Starts one instrumented stream per call (their instance names come back with them); in a
+    /// mixed turn the support stream ends with the `support_content` boundary.
+    fn dispatch(&self, turn: &TurnRequest, calls: Vec<PlannedCall>) -> (Vec<EventStream>, Vec<String>) {
+        let Entry::Router { support, shopping, options, .. } = &self.entry else { return Default::default() };
         let mixed =
             calls.iter().any(|c| c.tool == ASK_SUPPORT) && calls.iter().any(|c| c.tool != ASK_SUPPORT);
-        let mut counts: HashMap<String, usize> = HashMap::new();
-        calls
+        let instances = Instances::default();
+        let mut names = Vec::with_capacity(calls.len());
+        let streams = calls
             .into_iter()
             .map(|call| {
                 let is_support = call.tool == ASK_SUPPORT;
-                let agent = if is_support { self.support.clone() } else { self.shopping.clone() };
-                let n = counts.entry(agent.name().to_owned()).or_default();
-                *n += 1;
-                let instance = format!("{}[{n}]", agent.name());
+                let (agent, options) =
+                    if is_support { (support.clone(), options[0]) } else { (shopping.clone(), options[1]) };
+                let instance = instances.next(agent.name());
+                names.push(instance.clone());
                 let request = AgentRequest {
                     user_id: turn.user_id.clone(),
                     episode_id: turn.episode_id.clone(),
@@ -265,15 +339,81 @@ impl Orchestrator {
                     prior_context: call.prior_context,
                     history: turn.history.clone(),
                     arguments: call.arguments,
+                    state: serde_json::Map::new(),
+                    depth: 1,
+                    instances: instances.clone(),
                 };
                 let mut events = agent.run(request, instance.clone());
                 if mixed && is_support {
                     let boundary = Event::SupportContent { agent: instance.clone() };
                     events = Box::pin(events.chain(futures::stream::once(async move { boundary })));
                 }
-                instrument(instance, call.query, events)
+                instrument_for(instance, call.query, events, options.timeout)
             })
-            .collect()
+            .collect();
+        (streams, names)
+    }
+}
+
+/// A turn answered by an entry agent: its instance is its name, at depth 0, with the
+/// conversation's history; leaves its status in `status_out`.
+fn agent_turn(agent: Arc<dyn Agent>, turn: TurnRequest, status_out: Slot<Status>) -> EventStream {
+    Box::pin(async_stream::stream! {
+        let instance = agent.name().to_owned();
+        let mut query = turn.message.clone();
+        if let Some(image) = turn.image_description.as_deref().filter(|d| !d.trim().is_empty()) {
+            query.push_str(&format!("\n[The user attached an image: {}]", image.trim()));
+        }
+        let request = AgentRequest {
+            user_id: turn.user_id,
+            episode_id: turn.episode_id,
+            query: query.clone(),
+            prior_context: None,
+            history: turn.history,
+            arguments: json!({"text": turn.message}),
+            state: serde_json::Map::new(),
+            depth: 0,
+            instances: Instances::default(),
+        };
+        let mut status = Status::Error;
+        let mut events = instrument(instance.clone(), query, agent.run(request, instance.clone()));
+        while let Some(event) = events.next().await {
+            if let Event::AgentFinished { agent, status: s, .. } = &event {
+                if *agent == instance {
+                    status = *s;
+                }
+            }
+            yield event;
+        }
+        status_out.set(status);
+    })
+}
+
+/// Rolls usage up per agent name and model over a turn.
+#[derive(Debug, Default)]
+pub struct UsageRollup {
+    /// The totals so far, in order of first use.
+    pub totals: Vec<AgentUsage>,
+}
+
+impl UsageRollup {
+    /// Adds a `usage` event into the totals and sets its `agent_total`; other events pass.
+    pub fn observe(&mut self, event: &mut Event) {
+        let Event::Usage { agent, model, usage, agent_total } = event else { return };
+        let name = agent_name(agent);
+        let at = match self.totals.iter().position(|t| t.agent == name && t.model == *model) {
+            Some(at) => at,
+            None => {
+                self.totals.push(AgentUsage {
+                    agent: name.to_owned(),
+                    model: model.clone(),
+                    usage: Usage::default(),
+                });
+                self.totals.len() - 1
+            }
+        };
+        self.totals[at].usage.add(*usage);
+        *agent_total = Some(self.totals[at].usage);
     }
 }
 
@@ -347,10 +487,19 @@ mod tests {
         assert_eq!(model, "orch");
         let agents: Vec<&str> = usage.iter().map(|u| u.agent.as_str()).collect();
         assert!(
-            agents.contains(&"orchestrator")
-                && agents.contains(&"support[1]")
-                && agents.contains(&"shopping[1]")
+            agents.contains(&"orchestrator") && agents.contains(&"support") && agents.contains(&"shopping"),
+            "rolled up per agent name: {agents:?}"
         );
+        let shopping = usage.iter().find(|u| u.agent == "shopping").unwrap();
+        assert_eq!(shopping.usage, Usage { input_tokens: 5, output_tokens: 2 });
+        let totals: Vec<Option<Usage>> = events
+            .iter()
+            .filter_map(|e| match e {
+                Event::Usage { agent, agent_total, .. } if agent == "support[1]" => Some(*agent_total),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(totals, [Some(Usage { input_tokens: 3, output_tokens: 1 })]);
     }
 
     #[tokio::test]

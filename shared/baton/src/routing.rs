@@ -120,7 +120,7 @@ impl Router {
                     Ok(ModelDelta::ToolCall(call)) => raw_calls.push(call),
                     Ok(ModelDelta::Usage(usage)) => {
                         route.usage.push(AgentUsage { agent: ORCHESTRATOR.into(), model: model_name.clone(), usage });
-                        yield RouteStep::Event(Event::Usage { agent: ORCHESTRATOR.into(), model: model_name.clone(), usage });
+                        yield RouteStep::Event(Event::usage(ORCHESTRATOR, model_name.clone(), usage));
                     }
                     Ok(ModelDelta::ToolCallStart { .. } | ModelDelta::Finish(_)) => {}
                     Err(e) => {
@@ -155,7 +155,7 @@ impl Router {
                         Ok(ModelDelta::ToolCall(call)) => new_calls.push(call),
                         Ok(ModelDelta::Usage(usage)) => {
                             route.usage.push(AgentUsage { agent: ORCHESTRATOR.into(), model: model_name.clone(), usage });
-                            yield RouteStep::Event(Event::Usage { agent: ORCHESTRATOR.into(), model: model_name.clone(), usage });
+                            yield RouteStep::Event(Event::usage(ORCHESTRATOR, model_name.clone(), usage));
                         }
                         Ok(_) => {}
                         Err(e) => {

@@ -6,7 +6,7 @@
 //! [`ToolOutcome`] with `is_error` set, whose message the model reads on its next step.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
@@ -14,13 +14,91 @@ use serde_json::{Value, json};
 
 use crate::model::{ToolCall, ToolSpec};
 
-/// Who a tool call is made for: tools that read per-user data (purchase history) use it.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// Who a tool call is made for, and the session it runs in: tools that read per-user data
+/// (purchase history) use the ids; agent tools ([`crate::agent_tool::AgentTool`]) use the rest
+/// to start their child instance.
+#[derive(Debug, Clone, Default)]
 pub struct ToolContext {
     /// The authenticated user.
     pub user_id: String,
     /// The conversation.
     pub episode_id: String,
+    /// The session state of the calling agent instance.
+    pub state: SessionState,
+    /// How deep the calling instance runs below the turn (the entry agent is 0).
+    pub depth: u32,
+    /// Instance numbering shared by the whole turn.
+    pub instances: Instances,
+}
+
+impl ToolContext {
+    /// A context for `user_id` in `episode_id`, with an empty session at depth 0.
+    pub fn new(user_id: impl Into<String>, episode_id: impl Into<String>) -> ToolContext {
+        ToolContext { user_id: user_id.into(), episode_id: episode_id.into(), ..Default::default() }
+    }
+}
+
+/// State keys that start with this prefix are internal to the instance that set them: they are
+/// never copied into a child agent's session.
+pub const INTERNAL_STATE_PREFIX: &str = "_";
+
+/// Whether a state key is internal (see [`INTERNAL_STATE_PREFIX`]).
+pub fn is_internal_key(key: &str) -> bool {
+    key.starts_with(INTERNAL_STATE_PREFIX)
+}
+
+/// The session state of one agent instance: a JSON object its tools read and write while the
+/// instance runs. A child agent started through an agent tool gets a copy of it, without the
+/// internal keys; what the child writes stays in the child's own session.
+#[derive(Debug, Clone, Default)]
+pub struct SessionState(Arc<Mutex<serde_json::Map<String, Value>>>);
+
+impl SessionState {
+    /// A session holding `values`.
+    pub fn new(values: serde_json::Map<String, Value>) -> SessionState {
+        SessionState(Arc::new(Mutex::new(values)))
+    }
+
+    /// The value of `key`.
+    pub fn get(&self, key: &str) -> Option<Value> {
+        self.0.lock().expect("state lock").get(key).cloned()
+    }
+
+    /// Sets `key` to `value`.
+    pub fn set(&self, key: impl Into<String>, value: Value) {
+        self.0.lock().expect("state lock").insert(key.into(), value);
+    }
+
+    /// Everything, as it is now.
+    pub fn snapshot(&self) -> serde_json::Map<String, Value> {
+        self.0.lock().expect("state lock").clone()
+    }
+
+    /// What a child session starts from: a copy of every key but the internal ones.
+    pub fn for_child(&self) -> serde_json::Map<String, Value> {
+        let values = self.0.lock().expect("state lock");
+        values.iter().filter(|(k, _)| !is_internal_key(k)).map(|(k, v)| (k.clone(), v.clone())).collect()
+    }
+}
+
+/// Numbers agent instances across one turn, so that every instance name (`Name[i]`) is unique in
+/// it however deep the agents nest. Clones share the numbering.
+#[derive(Debug, Clone, Default)]
+pub struct Instances(Arc<Mutex<HashMap<String, usize>>>);
+
+impl Instances {
+    /// The next instance name of agent `name`: `name[1]`, then `name[2]`, ...
+    pub fn next(&self, name: &str) -> String {
+        let mut counts = self.0.lock().expect("instances lock");
+        let n = counts.entry(name.to_owned()).or_default();
+        *n += 1;
+        format!("{name}[{n}]")
+    }
+}
+
+/// The agent name of an instance: `support[2]` → `support`.
+pub fn agent_name(instance: &str) -> &str {
+    instance.split_once('[').map_or(instance, |(name, _)| name)
 }
 
 /// A tool failed.
@@ -58,6 +136,22 @@ pub enum ToolError {
         /// Why.
         reason: String,
     },
+    /// An agent tool's call would nest agents deeper than the configured limit.
+    #[error("`{tool}` was not started: agents may nest at most {max_depth} levels deep")]
+    DepthExceeded {
+        /// The agent tool.
+        tool: String,
+        /// The limit.
+        max_depth: u32,
+    },
+    /// An agent tool's child agent answered with output that breaks its output schema.
+    #[error("`{tool}` answered with output that breaks its output schema: {reason}")]
+    InvalidOutput {
+        /// The agent tool.
+        tool: String,
+        /// What is wrong.
+        reason: String,
+    },
     /// A tool's own schema does not compile (a programming error, found when the registry is
     /// built).
     #[error("the JSON schema of `{tool}` is invalid: {reason}")]
@@ -80,6 +174,8 @@ impl ToolError {
             ToolError::UnknownTool { .. } => "unknown_tool",
             ToolError::Timeout { .. } => "tool_timeout",
             ToolError::Failed { .. } => "tool_failed",
+            ToolError::DepthExceeded { .. } => "agent_depth_exceeded",
+            ToolError::InvalidOutput { .. } => "invalid_agent_output",
             ToolError::InvalidSchema { .. } => "invalid_schema",
             ToolError::DuplicateName(_) => "duplicate_tool",
         }
@@ -111,6 +207,11 @@ pub trait Tool: Send + Sync {
         arguments: Value,
         context: &'a ToolContext,
     ) -> BoxFuture<'a, Result<Value, ToolError>>;
+
+    /// The tool as an agent tool, whose child's events an LLM agent streams while it runs.
+    fn as_agent_tool(&self) -> Option<&crate::agent_tool::AgentTool> {
+        None
+    }
 }
 
 /// What one tool call produced: a result, or an error the model reads as its result.
@@ -235,6 +336,38 @@ impl ToolRegistry {
     }
 }
 
+/// A JSON Schema compiled once (draft 2020-12 by default; no remote `$ref`s), to validate
+/// values against it.
+pub struct JsonSchema {
+    schemas: boon::Schemas,
+    index: boon::SchemaIndex,
+}
+
+impl std::fmt::Debug for JsonSchema {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("JsonSchema")
+    }
+}
+
+impl JsonSchema {
+    /// Compiles `schema`; the error is the compiler's message.
+    pub fn compile(schema: &Value) -> Result<JsonSchema, String> {
+        let mut compiler = boon::Compiler::new();
+        compiler.use_loader(Box::new(boon::SchemeUrlLoader::new()));
+        compiler.set_default_draft(boon::Draft::V2020_12);
+        let mut schemas = boon::Schemas::new();
+        let url = "urn:baton:schema";
+        compiler.add_resource(url, schema.clone()).map_err(|e| format!("{e:#}"))?;
+        let index = compiler.compile(url, &mut schemas).map_err(|e| format!("{e:#}"))?;
+        Ok(JsonSchema { schemas, index })
+    }
+
+    /// Checks `value`; the error names each violation and where it is.
+    pub fn validate(&self, value: &Value) -> Result<(), String> {
+        self.schemas.validate(value, self.index).map_err(|e| schema_violations(&e))
+    }
+}
+
 /// The leaf violations of a validation error, one per line part: `at '/limit': must be >= 1`.
 fn schema_violations(error: &boon::ValidationError<'_, '_>) -> String {
     fn leaves(e: &boon::ValidationError<'_, '_>, out: &mut Vec<String>) {
@@ -297,7 +430,7 @@ mod tests {
     }
 
     async fn run(name: &str, arguments: &str) -> ToolOutcome {
-        let context = ToolContext { user_id: "u1".into(), episode_id: "e".into() };
+        let context = ToolContext::new("u1", "e");
         registry().call(&call(name, arguments), &context, Duration::from_secs(1)).await
     }
 

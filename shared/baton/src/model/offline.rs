@@ -5,7 +5,11 @@
 //!   routes by the configured support keywords: clauses that name a support keyword go to
 //!   `ask_support`, the rest to `ask_shopping`, each call carrying the user's own words.
 //! - Offered `search_offers` (the shopping agent), it searches with the user's words.
-//! - Given tool results, it composes an answer from them (offers as a list).
+//! - Offered other tools (a configured agent's tools and agents), it answers smalltalk
+//!   directly and otherwise calls the tools whose name and description share topic words with
+//!   the message, each with its part of the user's words (the first tool when none matches).
+//! - Given tool results, it composes an answer from them (offers as a list, an agent's answer
+//!   as its text, help articles with their citation).
 //! - Otherwise it says plainly that it is offline and what it was asked.
 
 use futures::stream;
@@ -116,6 +120,75 @@ impl OfflineModel {
         Answer { text: preamble.to_owned(), calls }
     }
 
+    /// Calls the offered tools that match the message, each with its part of it.
+    fn delegate(request: &ChatRequest) -> Answer {
+        let text = request.last_user_text().trim();
+        if guard::classify_smalltalk(text).is_some() {
+            return Answer::text(
+                "Hello! I'm running offline; ask me something and I'll pass it to the right helper.",
+            );
+        }
+        let topics: Vec<Vec<String>> = request
+            .tools
+            .iter()
+            .map(|t| guard::content_words(&format!("{} {}", t.name.replace(['_', '-'], " "), t.description)))
+            .collect();
+        let best = |clause: &str| {
+            let words = guard::content_words(clause);
+            topics
+                .iter()
+                .enumerate()
+                .map(|(i, topic)| (words.iter().filter(|w| topic.contains(w)).count(), i))
+                .filter(|(score, _)| *score > 0)
+                .max_by_key(|(score, i)| (*score, std::cmp::Reverse(*i)))
+                .map(|(_, i)| i)
+        };
+        // Each clause goes to its best tool; a clause with no topic of its own joins the one before.
+        let mut parts: Vec<(usize, String)> = Vec::new();
+        for clause in clauses(text) {
+            match (best(&clause), parts.last_mut()) {
+                (Some(tool), Some((last, part))) if *last == tool => {
+                    part.push(' ');
+                    part.push_str(&clause);
+                }
+                (None, Some((_, part))) => {
+                    part.push(' ');
+                    part.push_str(&clause);
+                }
+                (Some(tool), _) => parts.push((tool, clause)),
+                (None, None) => parts.push((usize::MAX, clause)),
+            }
+        }
+        let mut chosen: Vec<(usize, String)> = Vec::new();
+        for (tool, part) in parts {
+            let tool = if tool == usize::MAX { 0 } else { tool };
+            match chosen.iter_mut().find(|(t, _)| *t == tool) {
+                Some((_, existing)) => {
+                    existing.push(' ');
+                    existing.push_str(&part);
+                }
+                None => chosen.push((tool, part)),
+            }
+        }
+        // One tool: the user's exact words.
+        if chosen.len() == 1 {
+            chosen[0].1 = text.to_owned();
+        }
+        let calls = chosen
+            .into_iter()
+            .enumerate()
+            .map(|(i, (tool, part))| {
+                let spec = &request.tools[tool];
+                ToolCall {
+                    id: format!("offline_call_{i}"),
+                    name: spec.name.clone(),
+                    arguments: arguments_for(&spec.parameters, &part).to_string(),
+                }
+            })
+            .collect();
+        Answer { text: String::new(), calls }
+    }
+
     fn compose(request: &ChatRequest) -> Answer {
         let results: Vec<&str> = request
             .messages
@@ -130,16 +203,66 @@ impl OfflineModel {
         let mut text = String::new();
         for result in results.iter().rev() {
             let value: serde_json::Value = serde_json::from_str(result).unwrap_or_default();
+            let separator = if text.is_empty() { "" } else { "\n\n" };
             if let Some(offers) = value["offers"].as_array() {
+                text.push_str(separator);
                 text.push_str(&compose_offers(value["query"].as_str().unwrap_or_default(), offers));
+            } else if value["shown_to_user"] == json!(true) {
+                // The user has read it already.
+            } else if let Some(answer) = value["answer"].as_str() {
+                text.push_str(separator);
+                text.push_str(answer.trim());
+            } else if let Some(article) = value["articles"].as_array().and_then(|a| a.first()) {
+                text.push_str(separator);
+                text.push_str(&format!(
+                    "{} (Source: \"{}\", {})",
+                    article["text"].as_str().unwrap_or_default().trim(),
+                    article["title"].as_str().unwrap_or("?"),
+                    article["citation"].as_str().unwrap_or("?"),
+                ));
             } else {
                 text.push_str(if text.is_empty() { "Here is what I found:" } else { "" });
                 text.push_str("\n- ");
                 text.push_str(result);
             }
         }
+        if text.is_empty() && results.iter().any(|r| r.contains("\"shown_to_user\":true")) {
+            return Answer::text("");
+        }
         Answer::text(if text.is_empty() { "I found nothing to report." } else { &text })
     }
+}
+
+/// Arguments that satisfy a tool's `parameters` with `text` as its words: `text` when the tool
+/// takes it (an agent tool), otherwise every string property that is required or named `query`
+/// gets the words and other required properties a neutral value.
+fn arguments_for(parameters: &serde_json::Value, text: &str) -> serde_json::Value {
+    let properties = parameters["properties"].as_object().cloned().unwrap_or_default();
+    if properties.contains_key("text") {
+        return json!({"text": text});
+    }
+    let required: Vec<&str> = parameters["required"]
+        .as_array()
+        .map(|r| r.iter().filter_map(|v| v.as_str()).collect())
+        .unwrap_or_default();
+    let mut arguments = serde_json::Map::new();
+    for (name, schema) in &properties {
+        if !required.contains(&name.as_str()) && name != "query" {
+            continue;
+        }
+        let value = match (schema["enum"].as_array().and_then(|e| e.first()), schema["type"].as_str()) {
+            (Some(first), _) => first.clone(),
+            (None, Some("integer" | "number")) => {
+                json!(schema["minimum"].as_f64().unwrap_or(1.0).max(1.0) as i64)
+            }
+            (None, Some("boolean")) => json!(false),
+            (None, Some("array")) => json!([]),
+            (None, Some("object")) => json!({}),
+            _ => json!(text),
+        };
+        arguments.insert(name.clone(), value);
+    }
+    serde_json::Value::Object(arguments)
 }
 
 /// Offers as a short list, as a shopping agent would write them.
@@ -210,8 +333,8 @@ impl ChatModel for OfflineModel {
     fn stream(&self, request: ChatRequest) -> DeltaStream {
         let orchestrating = request.tools.iter().any(|t| t.name == ASK_SUPPORT || t.name == ASK_SHOPPING);
         let has_results = matches!(request.messages.last(), Some(Message::Tool { .. }));
-        let can_search = request.tools.iter().any(|t| t.name == SEARCH_OFFERS)
-            && request.tool_choice != Some(super::ToolChoice::None);
+        let may_call = request.tool_choice != Some(super::ToolChoice::None) && !request.tools.is_empty();
+        let can_search = may_call && request.tools.iter().any(|t| t.name == SEARCH_OFFERS);
         let answer = if orchestrating {
             self.orchestrate(&request)
         } else if has_results {
@@ -226,6 +349,8 @@ impl ChatModel for OfflineModel {
                     arguments: json!({"query": query}).to_string(),
                 }],
             }
+        } else if may_call {
+            OfflineModel::delegate(&request)
         } else {
             Answer::text(&format!(
                 "I'm running offline, with no model or vendor connected, so I can't look this up \

@@ -176,7 +176,7 @@ mod tests {
 
     async fn call(name: &str, args: Value) -> (Value, bool) {
         let call = ToolCall { id: "c".into(), name: name.into(), arguments: args.to_string() };
-        let ctx = ToolContext { user_id: "local".into(), episode_id: "e".into() };
+        let ctx = ToolContext::new("local", "e");
         let out = registry().call(&call, &ctx, Duration::from_secs(1)).await;
         (out.result, out.is_error)
     }

@@ -141,6 +141,58 @@ impl HelpCenter {
     }
 }
 
+/// Name of the [`SearchHelpCenter`] tool.
+pub const SEARCH_HELP_CENTER: &str = "search_help_center";
+
+/// The help center as a tool: the best articles for a query, for any agent that answers from it.
+#[derive(Debug, Clone)]
+pub struct SearchHelpCenter {
+    help: Arc<HelpCenter>,
+}
+
+impl SearchHelpCenter {
+    /// The tool over `help`.
+    pub fn new(help: Arc<HelpCenter>) -> SearchHelpCenter {
+        SearchHelpCenter { help }
+    }
+}
+
+impl crate::tool::Tool for SearchHelpCenter {
+    fn name(&self) -> &str {
+        SEARCH_HELP_CENTER
+    }
+
+    fn description(&self) -> &str {
+        "Search the help center: the best articles for the user's question, with their text and citation."
+    }
+
+    fn parameters(&self) -> serde_json::Value {
+        serde_json::json!({"type": "object", "properties": {
+            "query": {"type": "string", "minLength": 1, "description": "The question, in the user's words."},
+            "limit": {"type": "integer", "minimum": 1, "maximum": 5, "description": "How many articles (default 2)."},
+        }, "required": ["query"], "additionalProperties": false})
+    }
+
+    fn call<'a>(
+        &'a self,
+        arguments: serde_json::Value,
+        _context: &'a crate::tool::ToolContext,
+    ) -> futures::future::BoxFuture<'a, Result<serde_json::Value, crate::tool::ToolError>> {
+        let query = arguments["query"].as_str().unwrap_or_default().to_owned();
+        let limit = arguments["limit"].as_u64().unwrap_or(2) as usize;
+        let articles: Vec<serde_json::Value> = self
+            .help
+            .search(&query, limit)
+            .into_iter()
+            .map(|a| {
+                serde_json::json!({"title": a.title, "category": a.category, "text": a.body,
+                    "citation": format!("help/{}", a.slug)})
+            })
+            .collect();
+        Box::pin(async move { Ok(serde_json::json!({"query": query, "articles": articles})) })
+    }
+}
+
 /// The support agent when no Forethought token is configured.
 #[derive(Debug, Clone)]
 pub struct HelpCenterAgent {
