@@ -174,7 +174,7 @@ async fn a_mixed_turn_stores_support_and_shopping_as_separate_messages_with_usag
         .map(|u| (u.agent.as_str(), u.model.as_str(), u.usage.input_tokens, u.usage.output_tokens))
         .collect();
     // Forethought reports no tokens; the model agents' usage is kept per message.
-    assert_eq!(usage, [("orchestrator", ORCH, 10, 5), ("shopping[1]", SHOP, 40, 9)]);
+    assert_eq!(usage, [("orchestrator", ORCH, 10, 5), ("shopping", SHOP, 40, 9)], "rolled up per agent name");
     assert_eq!(stored.iter().map(|m| m.seq).collect::<Vec<_>>(), [0, 1, 2, 3]);
 }
 

@@ -277,3 +277,62 @@ async fn serve_records_into_the_dynamodb_table_it_is_given() {
     assert_eq!(stored[0].content, "hello");
     assert!(!dir.path().join("store.redb").exists(), "no embedded store was made");
 }
+
+/// The README's example: a team's own three agents, offline.
+#[test]
+fn a_teams_own_agents_run_offline_from_their_config_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let team = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/team.yaml");
+    let out = orchestrator(dir.path())
+        .args(["--config", team, "chat", "my points are missing and find me coffee deals"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stderr.contains("agents: concierge → [deal_finder, help_desk]"), "{stderr}");
+    // The concierge hands each part to its specialist, both at once.
+    assert!(stdout.contains("concierge calls agent__help_desk"), "{stdout}");
+    assert!(stdout.contains("concierge calls agent__deal_finder"), "{stdout}");
+    assert!(stdout.contains("help_desk[1] started: my points are missing"), "{stdout}");
+    assert!(stdout.contains("deal_finder[1] started: find me coffee deals"), "{stdout}");
+    assert!(stdout.contains("deal_finder[1] calls search_offers"), "{stdout}");
+    // deal_finder streams its offers itself (text_and_events); help_desk's answer reaches the user
+    // through the concierge (events), citing its article.
+    assert!(
+        stdout.contains("[deal_finder[1]]") && stdout.contains("offers for \"find me coffee deals\""),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("[help_desk[1]]"), "help_desk's own text stays off the client: {stdout}");
+    assert!(stdout.contains("[concierge]") && stdout.contains("help/missing-points"), "{stdout}");
+    assert!(stdout.contains("✓ completed: Ok"), "{stdout}");
+}
+
+#[test]
+fn a_team_config_with_a_mistake_is_refused_naming_line_and_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let team =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/team.yaml")).unwrap();
+    let path = dir.path().join("team.yaml");
+    std::fs::write(&path, team.replace("tools: [search_help_center]", "tools: [search_helpcenter]")).unwrap();
+    let out =
+        orchestrator(dir.path()).args(["--config", path.to_str().unwrap(), "chat", "hi"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    let line = team.lines().position(|l| l.contains("tools: [search_help_center]")).unwrap() + 1;
+    assert!(
+        stderr.contains(&format!(
+            "line {line}: agents[2] (`help_desk`).tools: unknown tool `search_helpcenter`"
+        )),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn routing_eval_refuses_a_team_without_a_router() {
+    let dir = tempfile::tempdir().unwrap();
+    let team = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/team.yaml");
+    let out = orchestrator(dir.path()).args(["--config", team, "routing-eval"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8(out.stderr).unwrap().contains("`concierge` is not a router"));
+}

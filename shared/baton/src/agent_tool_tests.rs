@@ -369,7 +369,7 @@ fn chain(max_depth: u32) -> (Arc<dyn Agent>, Vec<Arc<ScriptedModel>>) {
         let child = format!("agent__level{}", level + 1);
         m.push(Reply::text("").tool_call(&child, json!({"text": format!("ask level {}", level + 1)})));
         // Summarizes whatever came back: the answer, or the error.
-        m.push(Reply::text(&format!("level {level} relayed")));
+        m.push(Reply::text(format!("level {level} relayed")));
         let options = AgentToolOptions { max_depth, ..opts() };
         below = agent(&format!("level{level}"), m.clone(), vec![tool(below, options)]);
         models.push(m);

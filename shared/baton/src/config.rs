@@ -424,7 +424,8 @@ impl Config {
     pub fn describe_models(&self) -> String {
         if self.models.is_offline() {
             "model: offline (deterministic rules; set OPENAI_API_KEY or OPENAI_BASE_URL for a real model)"
-                .into()
+                .to_owned()
+                + &self.describe_agents()
         } else {
             format!(
                 "model: {} at {} (orchestrator {}, shopping {} via {})",
@@ -684,5 +685,132 @@ mod tests {
             .with_yaml("routing:\n  support_categories: [Missing Points]\n", "t.yaml")
             .unwrap_err();
         assert!(err.to_string().contains("snake_case"), "{err}");
+    }
+
+    const TEAM: &str = "\
+entry: lead
+max_depth: 2
+agents:
+  - name: lead
+    instruction: Lead the team.
+    agents: [researcher, writer]
+  - name: researcher
+    description: Finds facts.
+    instruction: Research.
+    tools: [search_help_center]
+    output: text_and_events
+    skip_summarization: true
+    timeout_seconds: 20
+  - name: writer
+    instruction: Write.
+    input_schema:
+      type: object
+      properties:
+        topic: {type: string}
+      required: [topic]
+    output_schema: {type: object}
+";
+
+    fn team_error(yaml: &str) -> String {
+        let config = Config::default().with_yaml(yaml, "team.yaml");
+        match config {
+            Err(e) => e.to_string(),
+            Ok(c) => c.build().err().map(|e| e.to_string()).expect("the team should be refused"),
+        }
+    }
+
+    #[test]
+    fn the_reference_agents_are_a_router_over_support_and_shopping() {
+        let c = Config::default();
+        assert_eq!(c.agents.entry, "orchestrator");
+        let router = c.agents.get("orchestrator").unwrap();
+        assert_eq!(router.kind, AgentKind::Router);
+        assert_eq!(router.agents, ["support", "shopping"]);
+        assert_eq!(c.agents.get("support").unwrap().kind, AgentKind::Support);
+        let shopping = c.agents.get("shopping").unwrap();
+        assert_eq!(shopping.tools, ["search_offers", "get_offer", "purchase_history"]);
+        assert!(shopping.instruction.contains("shopping agent"));
+        assert!(c.build().unwrap().router().is_some());
+    }
+
+    #[test]
+    fn a_team_file_replaces_the_agents_and_builds_its_entry_agent() {
+        let c = Config::default().with_yaml(TEAM, "team.yaml").unwrap();
+        assert_eq!((c.agents.entry.as_str(), c.agents.max_depth, c.agents.agents.len()), ("lead", 2, 3));
+        let researcher = c.agents.get("researcher").unwrap();
+        let options = c.agents.tool_options(researcher);
+        assert!(options.skip_summarization);
+        assert_eq!(options.output, crate::agent_tool::OutputMode::TextAndEvents);
+        assert_eq!(options.timeout, Some(Duration::from_secs(20)));
+        assert_eq!(options.max_depth, 2);
+        let writer = c.agents.tool_options(c.agents.get("writer").unwrap());
+        assert_eq!(writer.output, crate::agent_tool::OutputMode::Events, "the default");
+        assert!(writer.input_schema.is_some() && writer.output_schema.is_some());
+        let built = c.build().unwrap();
+        assert!(built.router().is_none());
+        assert_eq!(built.model_name(), "offline");
+        assert!(c.describe_models().contains("lead → [researcher, writer]"), "{}", c.describe_models());
+    }
+
+    #[test]
+    fn the_readme_team_example_is_valid() {
+        let c = Config::default()
+            .with_yaml(include_str!("../../../examples/team.yaml"), "examples/team.yaml")
+            .unwrap();
+        assert_eq!(c.agents.agents.len(), 3);
+        c.build().unwrap();
+    }
+
+    #[test]
+    fn team_errors_name_the_line_and_the_field() {
+        let cases = [
+            (
+                TEAM.replace("[search_help_center]", "[serch_help_center]"),
+                "line 10: agents[1] (`researcher`).tools: unknown tool `serch_help_center`",
+            ),
+            (
+                TEAM.replace("[researcher, writer]", "[researcher, editor]"),
+                "line 6: agents[0] (`lead`).agents: unknown agent `editor`",
+            ),
+            (
+                TEAM.replace("timeout_seconds: 20", "timeout_seconds: 0"),
+                "line 13: agents[1] (`researcher`).timeout_seconds",
+            ),
+            (TEAM.replace("{type: string}", "{type: strung}"), "line 16: agents[2] (`writer`).input_schema"),
+            (
+                TEAM.replace(
+                    "output_schema: {type: object}",
+                    "output_schema: {type: object}\n    agents: [lead]",
+                ),
+                "agents call each other in a circle: lead → writer → lead",
+            ),
+            (TEAM.replace("entry: lead", "entry: boss"), "line 1: entry: unknown agent `boss`"),
+            (TEAM.replace("max_depth: 2", "max_depth: 0"), "line 2: max_depth"),
+            (
+                TEAM.replace("    instruction: Write.\n", ""),
+                "agents[2] (`writer`).instruction: an `llm` agent needs an instruction",
+            ),
+            (
+                TEAM.replace("  - name: writer", "  - name: researcher"),
+                "line 14: agents[2] (`researcher`).name: `researcher` is defined twice",
+            ),
+            (TEAM.replace("output: text_and_events", "output: loud"), "unknown variant `loud`"),
+            (TEAM.replace("skip_summarization", "skip_summary"), "unknown field `skip_summary`"),
+            (
+                TEAM.replace("instruction: Lead the team.", "kind: router"),
+                "a `router` routes to exactly [support, shopping]",
+            ),
+            (TEAM.replace("name: writer", "name: write me"), "line 14: agents[2] (`write me`).name"),
+        ];
+        for (yaml, expected) in cases {
+            let message = team_error(&yaml);
+            assert!(
+                message.contains("team.yaml") && message.contains(expected),
+                "expected {expected:?} in {message:?}"
+            );
+        }
+        // serde's own errors carry the line too.
+        let message = team_error(&TEAM.replace("skip_summarization", "skip_summary"));
+        assert!(message.contains("line 12"), "{message}");
     }
 }

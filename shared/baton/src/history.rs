@@ -369,4 +369,26 @@ mod tests {
         assert_eq!((messages[0].content.as_str(), messages[0].status), ("", Status::Error));
         assert_eq!(messages[0].usage.len(), 1);
     }
+
+    #[test]
+    fn usage_is_stored_rolled_up_per_agent_name() {
+        let messages = record(
+            &[
+                usage("lead", 3),
+                usage("helper[1]", 10),
+                usage("helper[2]", 5),
+                Event::text("lead", "answer"),
+                usage("lead", 4),
+                completed(Status::Ok),
+            ],
+            false,
+        );
+        assert_eq!(messages.len(), 1);
+        let stored: Vec<(&str, u64, u64)> = messages[0]
+            .usage
+            .iter()
+            .map(|u| (u.agent.as_str(), u.usage.input_tokens, u.usage.output_tokens))
+            .collect();
+        assert_eq!(stored, [("lead", 7, 2), ("helper", 15, 2)]);
+    }
 }

@@ -582,4 +582,25 @@ mod tests {
         assert!(matches!(events.last(), Some(Event::Completed { status: Status::Ok, .. })));
         assert!(!events.iter().any(|e| matches!(e, Event::Error { .. })));
     }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_sub_agent_past_its_own_timeout_is_stopped_and_the_rest_of_the_turn_goes_on() {
+        let o = setup(
+            mixed_calls(),
+            Reply::text("slow support").first_byte_delay(Duration::from_secs(30)).into(),
+            Reply::text("fast deals").into(),
+        );
+        let o = Arc::new(Arc::into_inner(o).unwrap().with_child_options(
+            ChildOptions { timeout: Some(Duration::from_secs(5)) },
+            ChildOptions::default(),
+        ));
+        let started = Instant::now();
+        let events: Vec<Event> = o.run_turn(turn("my receipt and coffee")).collect().await;
+        assert_eq!(started.elapsed(), Duration::from_secs(5));
+        assert!(events.iter().any(
+            |e| matches!(e, Event::Error { agent, code, .. } if agent == "support[1]" && code == "agent_timeout")
+        ));
+        assert!(events.iter().any(|e| matches!(e, Event::Text { agent, .. } if agent == "shopping[1]")));
+        assert!(matches!(events.last(), Some(Event::Completed { status: Status::Error, .. })));
+    }
 }

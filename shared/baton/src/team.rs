@@ -179,25 +179,29 @@ impl AgentsConfig {
         if self.max_depth == 0 || self.max_depth > MAX_DEPTH_LIMIT {
             return Err(self.error(None, "max_depth", format!("must be between 1 and {MAX_DEPTH_LIMIT}")));
         }
+        // Names first: every other check refers to agents by name.
         let mut seen = HashSet::new();
         for (i, a) in self.agents.iter().enumerate() {
-            let err = |field: &str, reason: String| Err(self.error(Some(i), field, reason));
             let valid_name = !a.name.is_empty()
                 && a.name.len() <= 64 - AGENT_TOOL_PREFIX.len()
                 && a.name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
             if !valid_name {
-                return err(
+                return Err(self.error(
+                    Some(i),
                     "name",
                     format!(
                         "`{}` must be 1 to {} letters, digits, `_` or `-` (its tool name is `agent__<name>`)",
                         a.name,
                         64 - AGENT_TOOL_PREFIX.len()
                     ),
-                );
+                ));
             }
             if !seen.insert(a.name.as_str()) {
-                return err("name", format!("`{}` is defined twice", a.name));
+                return Err(self.error(Some(i), "name", format!("`{}` is defined twice", a.name)));
             }
+        }
+        for (i, a) in self.agents.iter().enumerate() {
+            let err = |field: &str, reason: String| Err(self.error(Some(i), field, reason));
             for (field, secs) in
                 [("timeout_seconds", a.timeout_seconds), ("tool_timeout_seconds", a.tool_timeout_seconds)]
             {

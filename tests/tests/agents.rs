@@ -1,0 +1,235 @@
+//! A team's own agents from a YAML file, through the real endpoint: SSE over loopback, the OpenAI
+//! client against the scripted model server, and the turn recorded in both stores (embedded, and
+//! DynamoDB on moto_server).
+
+use baton::event::{Event, Status, Usage};
+use baton::model::scripted::{Reply, ScriptedServer};
+use baton::store::{EpisodeKey, Role, StoredMessage};
+use baton_tests::stores::{StoreHarness, test_clock};
+use baton_tests::{Endpoint, open_stream_as, scripted_config, start_endpoint_with, text_of};
+use futures::StreamExt;
+use serde_json::{Value, json};
+
+macro_rules! for_both_stores {
+    ($($name:ident),+ $(,)?) => {
+        mod embedded {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name::<baton_tests::stores::Embedded>().await;
+                }
+            )+
+        }
+        mod dynamodb {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name::<baton_tests::stores::Moto>().await;
+                }
+            )+
+        }
+    };
+}
+
+for_both_stores!(a_team_turn_streams_its_instances_and_stores_usage_per_agent_name);
+
+/// Each agent has its own model on the scripted server, keyed by its name.
+const TEAM: &str = "\
+entry: lead
+agents:
+  - name: lead
+    model: lead
+    instruction: Lead the team.
+    tools: [search_help_center]
+    agents: [researcher, writer]
+  - name: researcher
+    model: researcher
+    description: Finds facts.
+    instruction: Research.
+    output: text_and_events
+  - name: writer
+    model: writer
+    instruction: Write.
+    input_schema:
+      type: object
+      properties: {topic: {type: string}}
+      required: [topic]
+";
+
+struct Team<H> {
+    harness: H,
+    server: ScriptedServer,
+    endpoint: Endpoint,
+}
+
+impl<H: StoreHarness> Team<H> {
+    async fn start(yaml: &str) -> Team<H> {
+        let harness = H::start(test_clock()).await;
+        let server = ScriptedServer::start().await.unwrap();
+        let config = scripted_config(&server).with_yaml(yaml, "team.yaml").expect("the team is valid");
+        let endpoint = start_endpoint_with(&config, harness.store()).await;
+        Team { harness, server, endpoint }
+    }
+
+    async fn chat(&self, message: &str) -> Vec<Event> {
+        let body = json!({"message": message, "episode_id": "e1"});
+        open_stream_as(&self.endpoint.url, "alice", body).await.map(|r| r.event).collect().await
+    }
+
+    async fn stored(&self) -> Vec<StoredMessage> {
+        let key = EpisodeKey::new("alice", "e1").unwrap();
+        self.harness.store().recent_messages(&key, 100).await.unwrap()
+    }
+
+    /// The tool results `model` was sent in its `n`th request, in order, parsed.
+    fn tool_results(&self, model: &str, n: usize) -> Vec<Value> {
+        self.server.requests_for(model)[n].body["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|m| m["role"] == "tool")
+            .map(|m| serde_json::from_str(m["content"].as_str().unwrap()).unwrap())
+            .collect()
+    }
+}
+
+fn completed(events: &[Event]) -> (Status, Vec<(String, Usage)>) {
+    match events.last() {
+        Some(Event::Completed { status, usage, .. }) => {
+            (*status, usage.iter().map(|u| (u.agent.clone(), u.usage)).collect())
+        }
+        other => panic!("the last event is {other:?}"),
+    }
+}
+
+async fn a_team_turn_streams_its_instances_and_stores_usage_per_agent_name<H: StoreHarness>() {
+    let t = Team::<H>::start(TEAM).await;
+    // One model turn: two researchers, an ordinary tool, a call that breaks the writer's input
+    // schema, and an agent that does not exist.
+    t.server.push(
+        "lead",
+        Reply::text("Asking around.")
+            .tool_call("agent__researcher", json!({"text": "missing points"}))
+            .tool_call("search_help_center", json!({"query": "missing points"}))
+            .tool_call("agent__researcher", json!({"text": "late receipts"}))
+            .tool_call("agent__writer", json!({"subject": "points"}))
+            .tool_call("agent__editor", json!({"text": "proofread"}))
+            .usage(10, 3),
+    );
+    t.server.push("researcher", Reply::text("Points take a day.").usage(4, 1));
+    t.server.push("researcher", Reply::text("Receipts take a week.").usage(5, 2));
+    t.server.push("lead", Reply::text("In short: wait a day.").usage(20, 5));
+    let events = t.chat("why are my points missing?").await;
+
+    let (status, usage) = completed(&events);
+    assert_eq!(status, Status::Ok);
+    assert_eq!(
+        usage,
+        [
+            ("lead".to_owned(), Usage { input_tokens: 30, output_tokens: 8 }),
+            ("researcher".to_owned(), Usage { input_tokens: 9, output_tokens: 3 }),
+        ],
+        "rolled up per agent name"
+    );
+    // Every event names its instance; the researchers' text streamed (text_and_events).
+    let researchers = text_of(&events, "researcher[1]") + "|" + &text_of(&events, "researcher[2]");
+    assert!(
+        researchers == "Points take a day.|Receipts take a week."
+            || researchers == "Receipts take a week.|Points take a day.",
+        "{researchers}"
+    );
+    assert!(
+        !events.iter().any(|e| e.agent().is_some_and(|a| a.starts_with("writer"))),
+        "the writer never ran"
+    );
+    assert_eq!(text_of(&events, "lead"), "Asking around.In short: wait a day.");
+
+    // The lead's model got every result back in call order, errors included.
+    let results = t.tool_results("lead", 1);
+    assert_eq!(results.len(), 5);
+    let answers = [results[0]["answer"].as_str().unwrap(), results[2]["answer"].as_str().unwrap()];
+    assert!(answers.contains(&"Points take a day.") && answers.contains(&"Receipts take a week."));
+    assert_eq!(results[0]["shown_to_user"], true);
+    assert_eq!(results[1]["articles"][0]["citation"], "help/missing-points");
+    assert_eq!(results[3]["error"]["code"], "invalid_arguments");
+    assert_eq!(results[4]["error"]["code"], "unknown_tool");
+    // A researcher's session holds its input only, not the user's conversation.
+    let sent = &t.server.requests_for("researcher")[0].body["messages"];
+    assert_eq!(sent.as_array().unwrap().len(), 2, "{sent}");
+
+    // The store keeps each speaker's text and the usage rolled up per agent name.
+    let stored = t.stored().await;
+    let assistant: Vec<&StoredMessage> = stored.iter().filter(|m| m.role == Role::Assistant).collect();
+    let speakers: Vec<&str> = assistant.iter().map(|m| m.agent.as_str()).collect();
+    assert_eq!(speakers.first(), Some(&"lead"));
+    assert_eq!(speakers.last(), Some(&"lead"));
+    assert!(speakers.contains(&"researcher[1]") && speakers.contains(&"researcher[2]"), "{speakers:?}");
+    let usage: Vec<(&str, &str, u64, u64)> = assistant
+        .iter()
+        .flat_map(|m| &m.usage)
+        .map(|u| (u.agent.as_str(), u.model.as_str(), u.usage.input_tokens, u.usage.output_tokens))
+        .collect();
+    assert_eq!(usage, [("lead", "lead", 30, 8), ("researcher", "researcher", 9, 3)]);
+}
+
+/// Four agents, each calling the next.
+fn chain(max_depth: u32) -> String {
+    let mut yaml = format!("entry: level0\nmax_depth: {max_depth}\nagents:\n");
+    for level in 0..4 {
+        yaml.push_str(&format!(
+            "  - name: level{level}\n    model: level{level}\n    instruction: Level {level}.\n"
+        ));
+        if level < 3 {
+            yaml.push_str(&format!("    agents: [level{}]\n", level + 1));
+        }
+    }
+    yaml
+}
+
+fn script_chain(server: &ScriptedServer) {
+    for level in 0..3 {
+        server.push(
+            &format!("level{level}"),
+            Reply::text("").tool_call(&format!("agent__level{}", level + 1), json!({"text": "go deeper"})),
+        );
+        server.push(&format!("level{level}"), Reply::text(format!("level {level} done")));
+    }
+    server.push("level3", Reply::text("the bottom"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agents_nest_three_levels_below_the_entry_agent() {
+    let t = Team::<baton_tests::stores::Embedded>::start(&chain(3)).await;
+    script_chain(&t.server);
+    let events = t.chat("dig").await;
+    assert_eq!(completed(&events).0, Status::Ok);
+    let started: Vec<&str> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::AgentStarted { agent, .. } => Some(agent.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(started, ["level0", "level1[1]", "level2[1]", "level3[1]"]);
+    assert_eq!(t.tool_results("level2", 1), [json!({"answer": "the bottom"})]);
+    assert_eq!(text_of(&events, "level0"), "level 0 done");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_deeper_than_max_depth_is_refused_and_the_turn_still_answers() {
+    let t = Team::<baton_tests::stores::Embedded>::start(&chain(2)).await;
+    script_chain(&t.server);
+    let events = t.chat("dig").await;
+    assert_eq!(completed(&events).0, Status::Ok);
+    let refused = events.iter().find_map(|e| match e {
+        Event::ToolResult { agent, result, is_error: true, .. } if agent == "level2[1]" => {
+            Some(result.clone())
+        }
+        _ => None,
+    });
+    let refused = refused.expect("level 2's call was refused");
+    assert_eq!(refused["error"]["code"], "agent_depth_exceeded");
+    assert!(refused["error"]["message"].as_str().unwrap().contains("at most 2 levels"), "{refused}");
+    assert!(t.server.requests_for("level3").is_empty(), "level 3 never ran");
+    assert_eq!(text_of(&events, "level0"), "level 0 done");
+}
