@@ -25,7 +25,8 @@ pub struct Args {
     pub command: Command,
 
     /// A YAML configuration file applied over the reference configuration (config/baton.yaml):
-    /// support categories, support keywords, the orchestrator prompt.
+    /// the agents (entry, max_depth, agents: a team's own agents and which call which as tools),
+    /// support categories, support keywords, the orchestrator prompt. See examples/team.yaml.
     #[arg(long, env = "BATON_CONFIG", global = true)]
     config: Option<std::path::PathBuf>,
 
@@ -37,11 +38,11 @@ pub struct Args {
     #[arg(long, env = "OPENAI_API_KEY", hide_env_values = true, global = true)]
     openai_api_key: Option<String>,
 
-    /// Model of the orchestrator.
+    /// Model of the orchestrator, and of every configured agent that names none.
     #[arg(long, env = "BATON_ORCHESTRATOR_MODEL", default_value = "gpt-4.1-mini", global = true)]
     orchestrator_model: String,
 
-    /// Model of the shopping agent.
+    /// Model of the agent named `shopping` when its configuration names none.
     #[arg(long, env = "BATON_SHOPPING_MODEL", default_value = "gpt-4.1-mini", global = true)]
     shopping_model: String,
 

@@ -1,5 +1,7 @@
 //! Prints a turn's events for a person reading a terminal: text as it streams, a header when the
-//! speaking agent changes, and progress on lines of its own.
+//! speaking agent changes, and progress on lines of its own. Progress of other agents that arrives
+//! while one agent is in the middle of a line waits for that line to end, so concurrent agents do
+//! not chop each other's sentences.
 
 use std::io::Write;
 
@@ -12,11 +14,13 @@ pub(crate) struct Renderer<W: Write> {
     speaker: Option<String>,
     at_line_start: bool,
     status: Option<Status>,
+    /// Progress lines held while the speaker is mid-line.
+    held: Vec<String>,
 }
 
 impl<W: Write> Renderer<W> {
     pub(crate) fn new(out: W, raw: bool) -> Renderer<W> {
-        Renderer { out, raw, seq: 0, speaker: None, at_line_start: true, status: None }
+        Renderer { out, raw, seq: 0, speaker: None, at_line_start: true, status: None, held: Vec::new() }
     }
 
     pub(crate) fn event(&mut self, event: &Event) -> std::io::Result<()> {
@@ -33,12 +37,15 @@ impl<W: Write> Renderer<W> {
         match event {
             Event::Text { agent, text } => {
                 if self.speaker.as_deref() != Some(agent) {
-                    self.line_break()?;
+                    self.release()?;
                     write!(self.out, "\n[{agent}] ")?;
                     self.speaker = Some(agent.clone());
                 }
                 write!(self.out, "{text}")?;
                 self.at_line_start = text.ends_with('\n');
+                if self.at_line_start && !self.held.is_empty() {
+                    self.release()?;
+                }
             }
             Event::Thinking {} => self.note("… thinking")?,
             Event::AgentStarted { agent, query } => self.note(&format!("· {agent} started: {query}"))?,
@@ -74,8 +81,23 @@ impl<W: Write> Renderer<W> {
     }
 
     fn note(&mut self, line: &str) -> std::io::Result<()> {
-        self.line_break()?;
+        let mid_line = self.speaker.is_some() && !self.at_line_start;
+        let own = self.speaker.as_deref().is_some_and(|s| line.starts_with(&format!("· {s} ")));
+        if mid_line && !own && !line.starts_with('✓') {
+            self.held.push(line.to_owned());
+            return Ok(());
+        }
+        self.release()?;
         writeln!(self.out, "{line}")?;
+        Ok(())
+    }
+
+    /// Ends the current line and prints the held progress lines.
+    fn release(&mut self) -> std::io::Result<()> {
+        self.line_break()?;
+        for line in std::mem::take(&mut self.held) {
+            writeln!(self.out, "{line}")?;
+        }
         self.speaker = None;
         Ok(())
     }

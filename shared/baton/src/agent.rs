@@ -6,7 +6,8 @@
 //! - [`ModelAgent`]: one model call, no tools.
 //! - [`LlmAgent`]: a tool loop (max steps, per-tool timeout, a step's calls run concurrently),
 //!   continuing the vendor's server-side conversation through [`ResponseChains`] where the model
-//!   supports it.
+//!   supports it. Its tools may be agents ([`crate::agent_tool::AgentTool`]): their events stream
+//!   through while they run, merged like the turn's sub-agents.
 
 use std::collections::HashMap;
 use std::pin::Pin;
@@ -202,7 +203,8 @@ impl ResponseChains for MemoryResponseChains {
 pub struct LoopLimits {
     /// Model calls per run; the last one is offered no tools, so the model must answer.
     pub max_steps: usize,
-    /// Longest a single tool call may take; past it the model gets a timeout error result.
+    /// Longest a single ordinary tool call may take; past it the model gets a timeout error
+    /// result. Agent tools have their own timeout ([`crate::agent_tool::AgentToolOptions`]).
     pub tool_timeout: Duration,
 }
 
