@@ -4,24 +4,29 @@
 //!    turn (thinking, orchestrator stream, two sub-agents, mux, SSE encoding of every event), on a
 //!    current-thread runtime with no I/O, so wall time is CPU time. p50/p99 per turn, and the mean
 //!    CPU per turn from the process's own CPU clock as a cross-check.
-//! 2. Events per second through the live-slot mux.
-//! 3. The orchestrator as a Lambda function: exec → first `GET /runtime/invocation/next` (ready
+//! 2. A configured team's turn (an entry agent calling two agent tools at once, then answering),
+//!    against the routed turn in the same run: p50/p99 and the ratio.
+//! 3. Events per second through the live-slot mux.
+//! 4. The orchestrator as a Lambda function: exec → first `GET /runtime/invocation/next` (ready
 //!    for an invocation), against a minimal runtime API on loopback; release binary sizes.
-//! 4. The `serve` binary: start → ready, RSS idle, and peak RSS with 1,000 concurrent SSE streams
+//! 5. The `serve` binary: start → ready, RSS idle, and peak RSS with 1,000 concurrent SSE streams
 //!    against a scripted model server on loopback.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use baton::agent::{EventStream, ModelAgent};
+use baton::agent::{EventStream, LlmAgent, LoopLimits, ModelAgent};
+use baton::agent_tool::{AgentTool, AgentToolOptions, OutputMode};
 use baton::event::{Event, encode_sse};
 use baton::model::scripted::{Reply, ScriptedModel, ScriptedServer};
+use baton::model::{ChatModel, ChatRequest};
 use baton::mux::{LiveSlotMux, MuxConfig};
 use baton::orchestrator::{ASK_SHOPPING, ASK_SUPPORT, Orchestrator, TurnConfig, TurnRequest};
+use baton::tool::{Tool, ToolRegistry};
 use futures::StreamExt;
 use serde_json::json;
 
-/// `cargo bench -- NAME…` runs only the named sections (`turn`, `mux`, `lambda`, `serve`).
+/// `cargo bench -- NAME…` runs only the named sections (`turn`, `agents`, `mux`, `lambda`, `serve`).
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with("--")).collect();
     let wanted = |name: &str| args.is_empty() || args.iter().any(|a| a == name);
@@ -29,6 +34,9 @@ fn main() {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     if wanted("turn") {
         rt.block_on(turn_overhead(if quick { 2_000 } else { 20_000 }));
+    }
+    if wanted("agents") {
+        rt.block_on(team_overhead(if quick { 2_000 } else { 20_000 }));
     }
     if wanted("mux") {
         rt.block_on(mux_throughput(if quick { 100_000 } else { 1_000_000 }));
@@ -71,8 +79,66 @@ fn process_cpu() -> Duration {
     Duration::from_millis(ticks * 10) // USER_HZ is 100 on Linux
 }
 
-async fn turn_overhead(turns: usize) {
-    let o = orchestrator();
+/// A team: `lead` calls `researcher` twice at once (each streaming 40 words), then answers.
+fn team() -> Arc<Orchestrator> {
+    let words = |n: usize| (0..n).map(|i| format!("word{i}")).collect::<Vec<_>>().join(" ");
+    // The lead's two steps, repeated for every turn: calls, then the answer.
+    let calls = Reply::text("Asking.")
+        .tool_call("agent__researcher", json!({"text": "my receipt didn't scan"}))
+        .tool_call("agent__researcher", json!({"text": "find me coffee deals"}));
+    let researcher = ModelAgent::new(
+        "researcher",
+        "r",
+        Arc::new(ScriptedModel::new("researcher", Some(Reply::text(words(40))))),
+    );
+    let options = AgentToolOptions { output: OutputMode::TextAndEvents, ..AgentToolOptions::default() };
+    let tool: Arc<dyn Tool> = Arc::new(AgentTool::new(Arc::new(researcher), options).unwrap());
+    let limits = LoopLimits { max_steps: 3, tool_timeout: Duration::from_secs(5) };
+    let agent = LlmAgent::new(
+        "lead",
+        "l",
+        Alternating::new("lead", calls, Reply::text("Done.")),
+        Arc::new(ToolRegistry::new(vec![tool]).unwrap()),
+        limits,
+    )
+    .with_mux(MuxConfig { flush_interval: Duration::ZERO, flush_budget: Duration::ZERO });
+    Arc::new(Orchestrator::for_agent(Arc::new(agent), "lead"))
+}
+
+/// A scripted model answering `first` and `second` in turn, forever.
+struct Alternating {
+    name: &'static str,
+    replies: [baton::model::scripted::StreamReply; 2],
+    next: std::sync::atomic::AtomicUsize,
+}
+
+impl Alternating {
+    fn new(
+        name: &'static str,
+        first: baton::model::scripted::StreamReply,
+        second: baton::model::scripted::StreamReply,
+    ) -> Arc<Alternating> {
+        Arc::new(Alternating { name, replies: [first, second], next: Default::default() })
+    }
+}
+
+impl ChatModel for Alternating {
+    fn model_name(&self) -> &str {
+        self.name
+    }
+
+    fn stream(&self, _: ChatRequest) -> baton::model::DeltaStream {
+        let i = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % 2;
+        Box::pin(futures::stream::iter(self.replies[i].deltas()))
+    }
+}
+
+/// Runs `turns` turns of `o` after a warm-up: per-turn wall times (sorted), events per turn, SSE
+/// bytes, wall and process CPU in all.
+async fn sample_turns(
+    o: &Arc<Orchestrator>,
+    turns: usize,
+) -> (Vec<Duration>, u64, usize, Duration, Duration) {
     let mut bytes = 0usize;
     let mut events_per_turn = 0;
     for i in 0..turns / 10 {
@@ -98,7 +164,37 @@ async fn turn_overhead(turns: usize) {
     let wall = wall.elapsed();
     let cpu = process_cpu() - cpu_before;
     samples.sort();
-    let pct = |p: f64| samples[((samples.len() as f64 * p) as usize).min(samples.len() - 1)];
+    (samples, events_per_turn, bytes, wall, cpu)
+}
+
+fn percentile(samples: &[Duration], p: f64) -> Duration {
+    samples[((samples.len() as f64 * p) as usize).min(samples.len() - 1)]
+}
+
+async fn team_overhead(turns: usize) {
+    let (routed, routed_events, ..) = sample_turns(&orchestrator(), turns).await;
+    let (team, team_events, ..) = sample_turns(&team(), turns).await;
+    println!(
+        "== a team's turn: entry agent + two agent-tool instances + its answer ({turns} turns, {team_events} events each), against the routed turn ({routed_events} events)"
+    );
+    let (t50, r50) = (percentile(&team, 0.5), percentile(&routed, 0.5));
+    println!(
+        "   team   p50 {:>8.1} µs, p99 {:>8.1} µs",
+        t50.as_secs_f64() * 1e6,
+        percentile(&team, 0.99).as_secs_f64() * 1e6
+    );
+    println!(
+        "   routed p50 {:>8.1} µs, p99 {:>8.1} µs",
+        r50.as_secs_f64() * 1e6,
+        percentile(&routed, 0.99).as_secs_f64() * 1e6
+    );
+    println!("   team / routed at p50: {:.2}×", t50.as_secs_f64() / r50.as_secs_f64());
+}
+
+async fn turn_overhead(turns: usize) {
+    let o = orchestrator();
+    let (samples, events_per_turn, bytes, wall, cpu) = sample_turns(&o, turns).await;
+    let pct = |p: f64| percentile(&samples, p);
     println!(
         "== orchestration overhead per turn (zero-latency scripted models, {turns} turns, {events_per_turn} events each)"
     );

@@ -580,14 +580,14 @@ pub fn instrument_for(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::model::scripted::{Part, Reply, ScriptedModel};
     use crate::tool::{Tool, ToolError};
     use serde_json::{Value, json};
 
     /// Sleeps `ms` (paused time in tests), then answers with its arguments.
-    struct Wait;
+    pub(crate) struct Wait;
 
     impl Tool for Wait {
         fn name(&self) -> &str {

@@ -22,6 +22,14 @@
 //! fails (an `error` event of its own), times out or breaks its output schema gives an error
 //! result; the parent goes on.
 //!
+//! # Where this departs from, or fills in, DESIGN.md §5
+//! - State flows one way: a child starts from a copy of its caller's state, and nothing it writes
+//!   comes back (the design says "copied"; merging a child's writes into a caller that runs several
+//!   children at once would make their order matter).
+//! - Instance numbers are shared by the whole turn, so `helper[2]` is unique even when two
+//!   different parents call `helper`. The entry agent, which no one calls, is named without a
+//!   number, as the routed turn's own events are named `orchestrator`.
+//!
 //! # What the client sees
 //! [`OutputMode`] filters the child's events (and those of the instances below it):
 //! text and progress events, progress events only (the default: the parent answers), or nothing

@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 use tokio::time::Instant;
 
 use super::*;
+use crate::agent::tests::Wait;
 use crate::agent::{LlmAgent, LoopLimits, instrument};
 use crate::event::{Status, Usage};
 use crate::model::scripted::{Part, Reply, ScriptedModel};
@@ -41,27 +42,6 @@ impl Tool for StateTool {
                 context.state.set("note", json!(note));
             }
             Ok(before)
-        })
-    }
-}
-
-/// Sleeps `ms` (paused time), then answers.
-struct Wait;
-
-impl Tool for Wait {
-    fn name(&self) -> &str {
-        "wait"
-    }
-    fn description(&self) -> &str {
-        "Waits."
-    }
-    fn parameters(&self) -> Value {
-        json!({"type": "object", "properties": {"ms": {"type": "integer"}}, "required": ["ms"]})
-    }
-    fn call<'a>(&'a self, arguments: Value, _: &'a ToolContext) -> BoxFuture<'a, Result<Value, ToolError>> {
-        Box::pin(async move {
-            tokio::time::sleep(Duration::from_millis(arguments["ms"].as_u64().unwrap_or(0))).await;
-            Ok(json!({"waited": arguments["ms"]}))
         })
     }
 }
@@ -239,7 +219,11 @@ async fn agent_and_ordinary_tools_in_one_batch_run_at_once_and_return_in_call_or
         .collect();
     assert_eq!(ended, ["wait", "agent__slow"], "reported as they finish");
     let seen = results(&parent_model.requests()[1]);
-    assert_eq!(seen, [json!({"answer": "a b c d"}), json!({"waited": 200})], "given back in call order");
+    assert_eq!(
+        seen,
+        [json!({"answer": "a b c d"}), json!({"waited": 200, "user": "u1"})],
+        "given back in call order"
+    );
 }
 
 #[tokio::test]

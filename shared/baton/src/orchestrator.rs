@@ -2,6 +2,13 @@
 //! sub-agent tools, the preamble streamed as it arrives, failsafe and guards: see
 //! [`crate::routing`]), every call dispatched at once, the live-slot merge, `support_content` at
 //! the support boundary, usage per agent, and `completed` last, always.
+//!
+//! A configured entry agent (DESIGN.md §5, [`crate::team`]) answers a turn instead of the router
+//! when the configuration names one: `thinking`, the entry agent's tool loop (its agent tools
+//! stream their instances' events through it), and `completed`. Either way every `usage` event
+//! gets its per-name roll-up (`agent_total`) on the way out and `completed` carries usage per
+//! agent name and model. (DESIGN.md §3 speaks of usage "per agent instance"; the instance figures
+//! are still each `usage` event's own, and the roll-up is added beside them.)
 
 use std::sync::Arc;
 
