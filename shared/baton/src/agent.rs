@@ -18,11 +18,11 @@ use futures::future::BoxFuture;
 use futures::{Stream, StreamExt};
 use tokio::time::Instant;
 
-use crate::agent_tool::{AgentCall, AgentCallResult, Slot};
+use crate::agent_tool::{AgentCall, Slot};
 use crate::event::{Event, Status, Usage};
 use crate::model::{ChatModel, ChatRequest, Message, ModelDelta, ModelError, ToolCall, ToolChoice};
 use crate::mux::{LiveSlotMux, MuxConfig};
-use crate::tool::{Instances, SessionState, ToolContext, ToolError, ToolOutcome, ToolRegistry};
+use crate::tool::{Instances, SessionState, ToolContext, ToolError, ToolOutcome, ToolRegistry, run_checked};
 use serde_json::Value;
 
 /// What an agent says when its answer broke off.
@@ -411,11 +411,10 @@ impl Agent for LlmAgent {
                     yield event;
                 }
                 drop(merged);
-                let done: Vec<CallDone> = slots
-                    .iter()
-                    .zip(&calls)
-                    .map(|(slot, call)| slot.take().unwrap_or_else(|| CallDone::lost(call)))
-                    .collect();
+                // The merge ends only when every source has, and each fills its slot before its
+                // last events.
+                let done: Vec<CallDone> =
+                    slots.iter().map(|s| s.take().expect("every call's stream ran to its end")).collect();
                 // Results go back in call order, whatever order they finished in.
                 for (call, done) in calls.iter().zip(&done) {
                     transcript.push(Message::Tool { call_id: call.id.clone(), content: done.outcome.content() });
@@ -455,21 +454,19 @@ struct SkipAnswer {
     streamed: bool,
 }
 
-impl CallDone {
-    /// A call whose stream ended without a result (never expected).
-    fn lost(call: &ToolCall) -> CallDone {
-        let error =
-            ToolError::Failed { tool: call.name.clone(), reason: "the call ended without a result".into() };
-        CallDone {
-            outcome: ToolOutcome { arguments: Value::Null, result: error.to_result(), is_error: true },
-            skip: None,
-        }
-    }
+/// One call of a batch, started.
+enum Started {
+    /// Refused before it ran (unknown tool, bad arguments).
+    Refused(ToolOutcome),
+    /// An ordinary tool, running under the tool timeout.
+    Tool(BoxFuture<'static, ToolOutcome>),
+    /// An agent tool's child instance.
+    Agent { call: AgentCall, arguments: Value, skip_summarization: bool },
 }
 
 impl LlmAgent {
-    /// Starts one call of a batch: an agent tool's child instance, or an ordinary tool under the
-    /// tool timeout. The stream ends with the call's `tool_result` and `tool_call_end`.
+    /// Starts one call of a batch. The stream carries an agent tool's child events, then the
+    /// call's `tool_result` and `tool_call_end`; the outcome is left in `slot` before those.
     fn start_call(
         &self,
         call: &ToolCall,
@@ -479,42 +476,48 @@ impl LlmAgent {
     ) -> EventStream {
         let started = Instant::now();
         let (agent, call_id, name) = (instance.to_owned(), call.id.clone(), call.name.clone());
-        let checked = self.tools.check(call);
-        if let Ok((tool, arguments)) = &checked {
-            if let Some(agent_tool) = tool.as_agent_tool() {
-                let AgentCall { events, result } = agent_tool.start(arguments.clone(), context);
-                let skip_summarization = agent_tool.options().skip_summarization;
-                let arguments = arguments.clone();
-                return Box::pin(async_stream::stream! {
-                    let mut events = events;
+        let running = match self.tools.check(call) {
+            Err((arguments, error)) => Started::Refused(ToolOutcome::error(arguments, error)),
+            Ok((tool, arguments)) => match tool.as_agent_tool() {
+                Some(agent_tool) => Started::Agent {
+                    call: agent_tool.start(arguments.clone(), context),
+                    arguments,
+                    skip_summarization: agent_tool.options().skip_summarization,
+                },
+                None => {
+                    let (context, timeout) = (context.clone(), self.limits.tool_timeout);
+                    Started::Tool(Box::pin(
+                        async move { run_checked(tool, arguments, &context, timeout).await },
+                    ))
+                }
+            },
+        };
+        Box::pin(async_stream::stream! {
+            let done = match running {
+                Started::Refused(outcome) => CallDone { outcome, skip: None },
+                Started::Tool(outcome) => CallDone { outcome: outcome.await, skip: None },
+                Started::Agent { call: AgentCall { mut events, result }, arguments, skip_summarization } => {
                     while let Some(event) = events.next().await {
                         yield event;
                     }
-                    let result = result.take();
-                    let (outcome, skip) = match result {
-                        Some(AgentCallResult { outcome: Ok(value), answer, streamed }) => (
-                            ToolOutcome { arguments, result: value, is_error: false },
-                            skip_summarization.then_some(SkipAnswer { answer, streamed }),
-                        ),
-                        Some(AgentCallResult { outcome: Err(error), .. }) => {
+                    let outcome = result.take().map_or_else(
+                        || Err(ToolError::Failed { tool: name.clone(), reason: "the call ended without a result".into() }),
+                        |r| r.outcome.map(|value| (value, r.answer, r.streamed)),
+                    );
+                    match outcome {
+                        Ok((value, answer, streamed)) => CallDone {
+                            outcome: ToolOutcome { arguments, result: value, is_error: false },
+                            skip: skip_summarization.then_some(SkipAnswer { answer, streamed }),
+                        },
+                        Err(error) => {
                             tracing::warn!(tool = %name, %error, "agent tool call failed");
-                            (ToolOutcome { arguments, result: error.to_result(), is_error: true }, None)
+                            CallDone { outcome: ToolOutcome::error(arguments, error), skip: None }
                         }
-                        None => (CallDone::lost(&ToolCall { id: call_id.clone(), name: name.clone(), arguments: String::new() }).outcome, None),
-                    };
-                    let (result, is_error) = (outcome.result.clone(), outcome.is_error);
-                    slot.set(CallDone { outcome, skip });
-                    yield Event::ToolResult { agent: agent.clone(), call_id: call_id.clone(), name: name.clone(), result, is_error };
-                    yield Event::ToolCallEnd { agent, call_id, name, duration_ms: started.elapsed().as_millis() as u64 };
-                });
-            }
-        }
-        let (tools, context, timeout, call) =
-            (self.tools.clone(), context.clone(), self.limits.tool_timeout, call.clone());
-        Box::pin(async_stream::stream! {
-            let outcome = tools.call(&call, &context, timeout).await;
-            let (result, is_error) = (outcome.result.clone(), outcome.is_error);
-            slot.set(CallDone { outcome, skip: None });
+                    }
+                }
+            };
+            let (result, is_error) = (done.outcome.result.clone(), done.outcome.is_error);
+            slot.set(done);
             yield Event::ToolResult { agent: agent.clone(), call_id: call_id.clone(), name: name.clone(), result, is_error };
             yield Event::ToolCallEnd { agent, call_id, name, duration_ms: started.elapsed().as_millis() as u64 };
         })

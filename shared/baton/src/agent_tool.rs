@@ -200,14 +200,14 @@ impl AgentCall {
 }
 
 impl AgentTool {
-    /// `agent` as a tool; fails if a schema does not compile or the input schema does not
-    /// describe an object.
+    /// `agent` as a tool; fails if the output schema does not compile or the input schema does
+    /// not describe an object (a [`crate::tool::ToolRegistry`] compiles the input schema).
     pub fn new(agent: Arc<dyn Agent>, options: AgentToolOptions) -> Result<AgentTool, ToolError> {
         let name = agent_tool_name(agent.name());
         let invalid = |reason: String| ToolError::InvalidSchema { tool: name.clone(), reason };
         let parameters = match &options.input_schema {
+            // The registry it joins compiles it, and says so if it does not compile.
             Some(schema) => {
-                JsonSchema::compile(schema).map_err(|e| invalid(format!("input schema: {e}")))?;
                 if schema.get("type").and_then(Value::as_str) != Some("object") {
                     return Err(invalid(
                         "input schema: must be `type: object` (tool arguments are an object)".into(),

@@ -71,6 +71,43 @@ pub struct AgentUsage {
     pub usage: Usage,
 }
 
+/// The agent name of an instance: `support[2]` → `support`.
+pub fn agent_name(instance: &str) -> &str {
+    instance.split_once('[').map_or(instance, |(name, _)| name)
+}
+
+/// Usage rolled up per agent name and model over a turn's instances (`researcher[1]` and
+/// `researcher[2]` are one `researcher` entry), in order of first use.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct UsageRollup {
+    /// The totals so far.
+    pub totals: Vec<AgentUsage>,
+}
+
+impl UsageRollup {
+    /// Adds `usage` of `instance` with `model`; returns that agent name's total with that model.
+    pub fn add(&mut self, instance: &str, model: &str, usage: Usage) -> Usage {
+        let name = agent_name(instance);
+        let at = match self.totals.iter().position(|t| t.agent == name && t.model == model) {
+            Some(at) => at,
+            None => {
+                let zero = Usage::default();
+                self.totals.push(AgentUsage { agent: name.to_owned(), model: model.to_owned(), usage: zero });
+                self.totals.len() - 1
+            }
+        };
+        self.totals[at].usage.add(usage);
+        self.totals[at].usage
+    }
+
+    /// Adds a `usage` event into the totals and sets its `agent_total`; other events pass.
+    pub fn observe(&mut self, event: &mut Event) {
+        if let Event::Usage { agent, model, usage, agent_total } = event {
+            *agent_total = Some(self.add(agent, model, *usage));
+        }
+    }
+}
+
 /// One event of a chat turn. See DESIGN.md §3 for the meaning of each.
 ///
 /// `agent` names the source instance (`"shopping[1]"`), or `"orchestrator"` for the orchestrator's

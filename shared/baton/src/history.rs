@@ -21,11 +21,10 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
 use crate::agent::EventStream;
-use crate::event::{AgentUsage, Event, Status};
+use crate::event::{Event, Status, UsageRollup, agent_name};
 use crate::guard::{PreviousTurn, PriorReply};
 use crate::orchestrator::{ORCHESTRATOR, TurnRequest};
 use crate::store::{EpisodeKey, Recorded, Role, Store, StoreError, StoredMessage, model_history};
-use crate::tool::agent_name;
 
 /// How many stored messages a turn sees by default.
 pub const DEFAULT_HISTORY_MESSAGES: usize = 40;
@@ -147,7 +146,7 @@ struct Segment {
 #[derive(Default)]
 pub struct ReplyRecorder {
     segments: Vec<Segment>,
-    usage: Vec<AgentUsage>,
+    usage: UsageRollup,
     finished: Vec<(String, Status)>,
     orchestrator_failed: bool,
     completed: Option<Status>,
@@ -169,7 +168,7 @@ impl ReplyRecorder {
                 }
             }
             Event::Usage { agent, model, usage, .. } => {
-                self.usage.push(AgentUsage { agent: agent.clone(), model: model.clone(), usage: *usage })
+                self.usage.add(agent, model, *usage);
             }
             Event::AgentFinished { agent, status, .. } => self.finished.push((agent.clone(), *status)),
             Event::Error { agent, .. } if agent == ORCHESTRATOR => self.orchestrator_failed = true,
@@ -227,22 +226,10 @@ impl ReplyRecorder {
                 created_at: now_ms,
             });
         }
-        // Usage is rolled up per agent name and model over the instances (`researcher[1]` and
-        // `researcher[2]` are one `researcher` entry).
-        let mut rolled: Vec<AgentUsage> = Vec::new();
-        for u in &self.usage {
-            let name = agent_name(&u.agent);
-            match rolled.iter_mut().find(|r| r.agent == name && r.model == u.model) {
-                Some(r) => r.usage.add(u.usage),
-                None => {
-                    rolled.push(AgentUsage { agent: name.to_owned(), model: u.model.clone(), usage: u.usage })
-                }
-            }
-        }
-        for u in rolled {
+        for u in &self.usage.totals {
             let at =
                 messages.iter().position(|m| agent_name(&m.agent) == u.agent).unwrap_or(messages.len() - 1);
-            messages[at].usage.push(u);
+            messages[at].usage.push(u.clone());
         }
         messages
     }
@@ -257,10 +244,7 @@ fn previous_turn(stored: &[StoredMessage]) -> Option<PreviousTurn> {
     let replies = turn
         .iter()
         .filter(|m| m.role == Role::Assistant && !m.content.trim().is_empty())
-        .map(|m| PriorReply {
-            agent: m.agent.split('[').next().unwrap_or(&m.agent).to_owned(),
-            text: m.content.clone(),
-        })
+        .map(|m| PriorReply { agent: agent_name(&m.agent).to_owned(), text: m.content.clone() })
         .collect();
     Some(PreviousTurn { user_message, replies })
 }

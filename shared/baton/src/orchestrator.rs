@@ -18,13 +18,13 @@ use tokio::time::Instant;
 
 use crate::agent::{Agent, AgentRequest, EventStream, instrument, instrument_for};
 use crate::agent_tool::Slot;
-use crate::event::{AgentUsage, Event, Status, Usage};
+use crate::event::{Event, Status, UsageRollup};
 use crate::guard::PlannedCall;
 pub use crate::guard::{PreviousTurn, PriorReply};
 use crate::model::{ChatModel, Message, ToolSpec};
 use crate::mux::{LiveSlotMux, MuxConfig};
 use crate::routing::{RouteStep, Router};
-use crate::tool::{Instances, agent_name};
+use crate::tool::Instances;
 
 /// Tool name of the support sub-agent.
 pub const ASK_SUPPORT: &str = "ask_support";
@@ -396,38 +396,11 @@ fn agent_turn(agent: Arc<dyn Agent>, turn: TurnRequest, status_out: Slot<Status>
     })
 }
 
-/// Rolls usage up per agent name and model over a turn.
-#[derive(Debug, Default)]
-pub struct UsageRollup {
-    /// The totals so far, in order of first use.
-    pub totals: Vec<AgentUsage>,
-}
-
-impl UsageRollup {
-    /// Adds a `usage` event into the totals and sets its `agent_total`; other events pass.
-    pub fn observe(&mut self, event: &mut Event) {
-        let Event::Usage { agent, model, usage, agent_total } = event else { return };
-        let name = agent_name(agent);
-        let at = match self.totals.iter().position(|t| t.agent == name && t.model == *model) {
-            Some(at) => at,
-            None => {
-                self.totals.push(AgentUsage {
-                    agent: name.to_owned(),
-                    model: model.clone(),
-                    usage: Usage::default(),
-                });
-                self.totals.len() - 1
-            }
-        };
-        self.totals[at].usage.add(*usage);
-        *agent_total = Some(self.totals[at].usage);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::agent::ModelAgent;
+    use crate::event::Usage;
     use crate::model::scripted::{Reply, ScriptedModel};
     use std::time::Duration;
 

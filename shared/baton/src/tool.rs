@@ -96,11 +96,6 @@ impl Instances {
     }
 }
 
-/// The agent name of an instance: `support[2]` → `support`.
-pub fn agent_name(instance: &str) -> &str {
-    instance.split_once('[').map_or(instance, |(name, _)| name)
-}
-
 /// A tool failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ToolError {
@@ -226,6 +221,11 @@ pub struct ToolOutcome {
 }
 
 impl ToolOutcome {
+    /// An error outcome for a call with `arguments`.
+    pub fn error(arguments: Value, error: ToolError) -> ToolOutcome {
+        ToolOutcome { arguments, result: error.to_result(), is_error: true }
+    }
+
     /// The text a model gets back for this call.
     pub fn content(&self) -> String {
         self.result.to_string()
@@ -316,22 +316,30 @@ impl ToolRegistry {
     /// Runs one call: validation, then the tool under `timeout`. Never fails: every problem is an
     /// error outcome.
     pub async fn call(&self, call: &ToolCall, context: &ToolContext, timeout: Duration) -> ToolOutcome {
-        let (tool, arguments) = match self.check(call) {
-            Ok(checked) => checked,
-            Err((arguments, error)) => {
-                return ToolOutcome { arguments, result: error.to_result(), is_error: true };
-            }
-        };
-        let result = match tokio::time::timeout(timeout, tool.call(arguments.clone(), context)).await {
-            Ok(result) => result,
-            Err(_) => Err(ToolError::Timeout { tool: call.name.clone(), timeout }),
-        };
-        match result {
-            Ok(result) => ToolOutcome { arguments, result, is_error: false },
-            Err(error) => {
-                tracing::warn!(tool = %call.name, %error, "tool call failed");
-                ToolOutcome { arguments, result: error.to_result(), is_error: true }
-            }
+        match self.check(call) {
+            Ok((tool, arguments)) => run_checked(tool, arguments, context, timeout).await,
+            Err((arguments, error)) => ToolOutcome::error(arguments, error),
+        }
+    }
+}
+
+/// Runs a call [`ToolRegistry::check`] accepted, under `timeout`. Never fails: a tool error or a
+/// timeout is an error outcome.
+pub async fn run_checked(
+    tool: Arc<dyn Tool>,
+    arguments: Value,
+    context: &ToolContext,
+    timeout: Duration,
+) -> ToolOutcome {
+    let result = match tokio::time::timeout(timeout, tool.call(arguments.clone(), context)).await {
+        Ok(result) => result,
+        Err(_) => Err(ToolError::Timeout { tool: tool.name().to_owned(), timeout }),
+    };
+    match result {
+        Ok(result) => ToolOutcome { arguments, result, is_error: false },
+        Err(error) => {
+            tracing::warn!(tool = %tool.name(), %error, "tool call failed");
+            ToolOutcome::error(arguments, error)
         }
     }
 }
