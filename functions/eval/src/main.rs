@@ -22,12 +22,15 @@ async fn main() -> Result<(), lambda_http::Error> {
     let store = history.store().clone();
     let orchestrator = config.build_with(Backends::over_store(store.clone()))?;
     let state = Arc::new((config, orchestrator, store));
-    lambda_http::lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| {
+    baton_aws::runtime::keep_running(|| {
         let state = state.clone();
-        async move {
-            let (config, orchestrator, store) = &*state;
-            summary::run(&event.payload, config, orchestrator, store.as_ref()).await
-        }
-    }))
+        lambda_http::lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| {
+            let state = state.clone();
+            async move {
+                let (config, orchestrator, store) = &*state;
+                summary::run(&event.payload, config, orchestrator, store.as_ref()).await
+            }
+        }))
+    })
     .await
 }

@@ -20,10 +20,13 @@ const DEADLINE_MARGIN: Duration = Duration::from_millis(1500);
 
 /// Runs the Lambda event loop until the runtime stops it.
 pub(crate) async fn run(service: Arc<ChatService>, auth_is_iam: bool) -> Result<(), lambda_http::Error> {
-    lambda_http::run_with_streaming_response(service_fn(move |request: Request| {
+    baton_aws::runtime::keep_running(|| {
         let service = service.clone();
-        async move { Ok::<_, Infallible>(handle(&service, auth_is_iam, request).await) }
-    }))
+        lambda_http::run_with_streaming_response(service_fn(move |request: Request| {
+            let service = service.clone();
+            async move { Ok::<_, Infallible>(handle(&service, auth_is_iam, request).await) }
+        }))
+    })
     .await
 }
 

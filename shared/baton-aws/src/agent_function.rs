@@ -34,15 +34,19 @@ pub fn respond(agents: &[Arc<dyn Agent>], body: &[u8]) -> Response<axum::body::B
     }
 }
 
-/// Runs the Lambda event loop serving `agents`.
+/// Runs the Lambda event loop serving `agents` (entered again after a failed Runtime API call:
+/// see [`crate::runtime`]).
 pub async fn run(agents: Vec<Arc<dyn Agent>>) -> Result<(), lambda_http::Error> {
     let agents = Arc::new(agents);
-    lambda_http::run_with_streaming_response(service_fn(move |request: Request| {
+    crate::runtime::keep_running(|| {
         let agents = agents.clone();
-        async move {
-            let body: &Body = request.body();
-            Ok::<_, Infallible>(respond(&agents, body.as_ref()))
-        }
-    }))
+        lambda_http::run_with_streaming_response(service_fn(move |request: Request| {
+            let agents = agents.clone();
+            async move {
+                let body: &Body = request.body();
+                Ok::<_, Infallible>(respond(&agents, body.as_ref()))
+            }
+        }))
+    })
     .await
 }

@@ -7,6 +7,7 @@
 //! - [`lambda_transport`]: remote agents over Lambda `InvokeWithResponseStream`.
 //! - [`secrets`]: Secrets Manager references resolved at init.
 //! - [`agent_function`]: the Lambda handler of a remote agent (NDJSON out).
+//! - [`runtime`]: keeps a function's event loop alive across a failed Runtime API call.
 //!
 //! # Errors
 //! Store calls return [`baton::store::StoreError`]: connection failures, timeouts, throttling and
@@ -16,6 +17,7 @@
 pub mod agent_function;
 pub mod dynamodb;
 pub mod lambda_transport;
+pub mod runtime;
 pub mod secrets;
 pub mod table;
 
