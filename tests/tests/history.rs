@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use baton::event::{Event, Status};
 use baton::model::scripted::{Reply, ScriptedServer};
-use baton::orchestrator::{ASK_SHOPPING, ASK_SUPPORT};
+use baton_tests::{ASK_SHOPPING, ASK_SUPPORT};
 use baton::store::item::{Attr, Item};
 use baton::store::{EpisodeKey, Role, Store, StoredMessage};
 use baton::support::scripted::{ForethoughtServer, FtReply};

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use baton::event::{Event, Status};
 use baton::model::scripted::{Reply, ScriptedServer};
-use baton::orchestrator::ASK_SHOPPING;
+use baton_tests::ASK_SHOPPING;
 use baton::store::{EpisodeKey, Store, SystemClock};
 use baton_aws::DynamoDbStore;
 use baton_tests::{ORCH, SHOP, open_stream_with, text_of};

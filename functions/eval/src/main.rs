@@ -7,7 +7,6 @@ mod summary;
 
 use std::sync::Arc;
 
-use baton::config::Backends;
 use lambda_http::{LambdaEvent, service_fn};
 use orchestrator::cli::Args;
 use serde_json::Value;
@@ -20,15 +19,15 @@ async fn main() -> Result<(), lambda_http::Error> {
     let (history, _) = args.history().await?;
     let config = args.config()?;
     let store = history.store().clone();
-    let orchestrator = config.build_with(Backends::over_store(store.clone()))?;
-    let state = Arc::new((config, orchestrator, store));
+    let router = baton::wiring::build_router(&config)?.map(Arc::new);
+    let state = Arc::new((config, router, store));
     baton_aws::runtime::keep_running(|| {
         let state = state.clone();
         lambda_http::lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| {
             let state = state.clone();
             async move {
-                let (config, orchestrator, store) = &*state;
-                summary::run(&event.payload, config, orchestrator, store.as_ref()).await
+                let (config, router, store) = &*state;
+                summary::run(&event.payload, router, config, store.as_ref()).await
             }
         }))
     })

@@ -2,15 +2,15 @@
 
 use baton::config::Config;
 use baton::eval::{self, Report};
-use baton::orchestrator::Orchestrator;
+use baton::routing::Router;
 use baton::store::{EpisodeKey, Role, Store, StoredMessage, new_turn_id};
 use serde_json::{Value, json};
 
 /// Runs the suite the event names and stores its summary; the summary is the function's result.
 pub(crate) async fn run(
     event: &Value,
+    router: &Option<std::sync::Arc<Router>>,
     config: &Config,
-    orchestrator: &Orchestrator,
     store: &dyn Store,
 ) -> Result<Value, lambda_http::Error> {
     let suite = event.get("suite").and_then(Value::as_str).unwrap_or("routing");
@@ -18,14 +18,14 @@ pub(crate) async fn run(
         return Err(format!("unknown suite `{suite}`; the known suite is `routing`").into());
     }
     let scenarios = eval::load_suite(eval::REFERENCE_SUITE, "data/routing/scenarios.yaml")?;
-    let router = orchestrator.router().ok_or_else(|| {
+    let router = router.clone().ok_or_else(|| {
         format!(
-            "the configured entry agent `{}` is not a router; the routing suite needs one",
+            "the configured entry agent `{}` does not route; the routing suite needs a `routing:` policy",
             config.agents.entry
         )
     })?;
-    let report = eval::run_suite(router.model(), &config.turn, &scenarios, 4).await;
-    let faults = eval::run_faults(&config.turn, &scenarios).await;
+    let report = eval::run_suite(router.clone(), &scenarios, 4).await;
+    let faults = eval::run_faults(&router, &scenarios).await;
     let summary = summarize(suite, &report, &faults);
     save(store, suite, &summary).await?;
     Ok(summary)

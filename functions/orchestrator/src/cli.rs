@@ -4,7 +4,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use baton::config::{Config, RequestLimits};
+use baton::config::{AgentDefaults, Config, RequestLimits};
+use baton::team::RemoteSpec;
 use baton::history::{DEFAULT_HISTORY_MESSAGES, History};
 use baton::orchestrator::TurnRequest;
 use baton::store::embedded::EmbeddedStore;
@@ -283,10 +284,24 @@ impl Args {
         c.models.base_url = self.openai_base_url.clone().filter(|s| !s.is_empty());
         c.models.api_key = self.openai_api_key.clone().filter(|s| !s.is_empty());
         c.models.orchestrator = self.orchestrator_model.clone();
-        c.models.shopping = self.shopping_model.clone();
-        c.models.shopping_responses_api = self.shopping_responses_api;
-        c.shopping_limits.max_steps = self.shopping_max_steps;
-        c.shopping_limits.tool_timeout = Duration::from_millis(self.tool_timeout_ms);
+        // The shopping flags and variables are the `shopping` agent's settings where its entry
+        // sets none.
+        let nonempty = |v: &Option<String>| v.clone().filter(|s| !s.trim().is_empty());
+        let remote = match (nonempty(&self.shopping_url), nonempty(&self.shopping_function)) {
+            (Some(url), _) => Some(RemoteSpec { url: Some(url), function: None }),
+            (None, Some(function)) => Some(RemoteSpec { url: None, function: Some(function) }),
+            (None, None) => None,
+        };
+        c.apply_agent_defaults(
+            "shopping",
+            AgentDefaults {
+                model: Some(self.shopping_model.clone()),
+                responses_api: self.shopping_responses_api,
+                max_steps: Some(self.shopping_max_steps),
+                tool_timeout: Some(Duration::from_millis(self.tool_timeout_ms)),
+                remote,
+            },
+        );
         if let Some(token) = self.forethought_token.clone().filter(|t| !t.is_empty()) {
             let mut ft = ForethoughtConfig::new(self.forethought_base_url.clone(), token);
             ft.channel = self.forethought_channel.clone();
@@ -299,8 +314,8 @@ impl Args {
         c.models.timeouts.first_byte = Duration::from_millis(self.first_byte_timeout_ms);
         c.models.timeouts.idle = Duration::from_millis(self.idle_timeout_ms);
         c.models.retry.max_retries = self.max_retries;
-        c.turn.mux.flush_interval = Duration::from_millis(self.flush_interval_ms);
-        c.turn.mux.flush_budget = Duration::from_millis(self.flush_budget_ms);
+        c.mux.flush_interval = Duration::from_millis(self.flush_interval_ms);
+        c.mux.flush_budget = Duration::from_millis(self.flush_budget_ms);
         if let Command::Serve(s) = &self.command {
             c.limits =
                 RequestLimits { max_body_bytes: s.max_body_bytes, max_message_chars: s.max_message_chars };
@@ -323,17 +338,29 @@ pub fn init_logging() {
 }
 
 impl Args {
-    /// Where the shopping agent runs when it is remote; `None` runs it in-process.
-    pub async fn remote_shopping(&self) -> Option<std::sync::Arc<dyn baton::remote::AgentTransport>> {
-        let nonempty = |v: &Option<String>| v.clone().filter(|s| !s.trim().is_empty());
-        if let Some(url) = nonempty(&self.shopping_url) {
-            let transport = baton::remote::HttpTransport::new(reqwest::Client::new(), url);
-            return Some(std::sync::Arc::new(transport));
-        }
-        let function = nonempty(&self.shopping_function)?;
-        Some(std::sync::Arc::new(baton_aws::lambda_transport::LambdaTransport::from_env(function).await))
-    }
+}
 
+/// The transports of the agents `config` runs remotely (their `remote:`), by agent name.
+pub async fn remote_agents(
+    config: &Config,
+) -> std::collections::HashMap<String, Arc<dyn baton::remote::AgentTransport>> {
+    let mut transports = std::collections::HashMap::new();
+    for spec in &config.agents.agents {
+        let transport: Arc<dyn baton::remote::AgentTransport> = match &spec.remote {
+            Some(RemoteSpec { url: Some(url), .. }) => {
+                Arc::new(baton::remote::HttpTransport::new(reqwest::Client::new(), url.clone()))
+            }
+            Some(RemoteSpec { function: Some(function), .. }) => {
+                Arc::new(baton_aws::lambda_transport::LambdaTransport::from_env(function.clone()).await)
+            }
+            _ => continue,
+        };
+        transports.insert(spec.name.clone(), transport);
+    }
+    transports
+}
+
+impl Args {
     /// Reads the secrets given by reference (Secrets Manager) into the options they stand for;
     /// a value given directly wins.
     pub async fn resolve_secrets(&mut self) -> Result<(), String> {

@@ -8,7 +8,7 @@ mod routing_eval;
 
 use std::sync::Arc;
 
-use baton::config::Backends;
+use baton::wiring::Backends;
 use baton::http::ChatService;
 use clap::Parser;
 use orchestrator::cli;
@@ -32,11 +32,15 @@ async fn main() -> std::process::ExitCode {
         }
     };
     let mut backends = Backends::over_store(history.store().clone());
-    backends.remote_shopping = args.remote_shopping().await;
-    let built = args.config().map_err(|e| e.to_string()).and_then(|c| {
-        let orchestrator = c.build_with(backends).map_err(|e| e.to_string())?;
-        Ok((c, orchestrator, args.auth(in_lambda)?))
-    });
+    let built = match args.config() {
+        Ok(c) => {
+            backends.remote = cli::remote_agents(&c).await;
+            baton::wiring::build(&c, backends)
+                .map_err(|e| e.to_string())
+                .and_then(|orchestrator| Ok((c, orchestrator, args.auth(in_lambda)?)))
+        }
+        Err(e) => Err(e.to_string()),
+    };
     let (config, orchestrator, auth) = match built {
         Ok(built) => built,
         Err(e) => {
@@ -61,7 +65,7 @@ async fn main() -> std::process::ExitCode {
     }
     match args.command {
         cli::Command::Chat(chat) => chat::run(&orchestrator, &history, &chat).await,
-        cli::Command::RoutingEval(eval) => routing_eval::run(&config, &orchestrator, &eval).await,
+        cli::Command::RoutingEval(eval) => routing_eval::run(&config, &eval).await,
         cli::Command::Serve(serve) => {
             let listener = match tokio::net::TcpListener::bind(&serve.addr).await {
                 Ok(l) => l,

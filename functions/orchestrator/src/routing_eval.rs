@@ -2,7 +2,6 @@
 
 pub(crate) async fn run(
     config: &baton::config::Config,
-    orchestrator: &baton::orchestrator::Orchestrator,
     args: &orchestrator::cli::RoutingEvalArgs,
 ) -> std::process::ExitCode {
     use baton::eval;
@@ -23,19 +22,25 @@ pub(crate) async fn run(
             return std::process::ExitCode::from(2);
         }
     };
-    let Some(router) = orchestrator.router() else {
-        eprintln!(
-            "error: the configured entry agent `{}` is not a router; the routing suite evaluates the \
-             reference routed turn (entry agent of kind `router`)",
-            config.agents.entry
-        );
-        return std::process::ExitCode::from(2);
+    let router = match baton::wiring::build_router(config) {
+        Ok(Some(router)) => std::sync::Arc::new(router),
+        Ok(None) => {
+            eprintln!(
+                "error: the configured entry agent `{}` does not route; the routing suite evaluates an \
+                 entry agent with a `routing:` policy (as in the reference configuration)",
+                config.agents.entry
+            );
+            return std::process::ExitCode::from(2);
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            return std::process::ExitCode::from(2);
+        }
     };
-    let model = router.model();
-    print!("{}", eval::run_suite(model, &config.turn, &suite, args.concurrency).await);
+    print!("{}", eval::run_suite(router.clone(), &suite, args.concurrency).await);
     if args.faults {
         println!();
-        print!("{}", eval::format_faults(&eval::run_faults(&config.turn, &suite).await));
+        print!("{}", eval::format_faults(&eval::run_faults(&router, &suite).await));
     }
     std::process::ExitCode::SUCCESS
 }

@@ -1,7 +1,7 @@
 //! The shopping agent as a Lambda function (the heavy path): one remote request in, its events out
 //! as NDJSON. Settings come from the same environment variables as the orchestrator's.
 
-use baton::config::Backends;
+use baton::wiring::Backends;
 use orchestrator::cli::Args;
 
 #[tokio::main]
@@ -12,7 +12,8 @@ async fn main() -> std::process::ExitCode {
         args.resolve_secrets().await?;
         let (history, _) = args.history().await?;
         let config = args.config().map_err(|e| e.to_string())?;
-        config.build_shopping(&Backends::over_store(history.store().clone())).map_err(|e| e.to_string())
+        let backends = Backends::over_store(history.store().clone());
+        baton::wiring::build_agent(&config, "shopping", &backends).map_err(|e| e.to_string())
     };
     let agent = match agent.await {
         Ok(agent) => agent,

@@ -18,7 +18,7 @@ use std::time::Duration;
 use futures::Stream;
 use tokio::time::{Instant, Sleep};
 
-use crate::agent::EventStream;
+use crate::event::EventStream;
 use crate::event::Event;
 
 /// Pacing of buffered content when it is flushed.
