@@ -3,7 +3,7 @@
 pub(crate) async fn run(
     config: &baton::config::Config,
     orchestrator: &baton::orchestrator::Orchestrator,
-    args: &orchestrator::cli::RoutingEvalArgs,
+    args: &crate::cli::RoutingEvalArgs,
 ) -> std::process::ExitCode {
     use baton::eval;
     let (yaml, origin) = match &args.suite {
