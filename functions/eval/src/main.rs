@@ -7,14 +7,14 @@ mod summary;
 
 use std::sync::Arc;
 
+use baton_aws::settings::{self, Settings};
 use lambda_http::{LambdaEvent, service_fn};
-use orchestrator::cli::Args;
 use serde_json::Value;
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_http::Error> {
-    orchestrator::cli::init_logging();
-    let mut args = Args::from_env();
+    settings::init_logging();
+    let mut args = Settings::from_env()?;
     args.resolve_secrets().await?;
     let (history, _) = args.history().await?;
     let config = args.config()?;

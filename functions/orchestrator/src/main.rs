@@ -2,6 +2,7 @@
 //! chat endpoint on localhost through the same handler the Lambda uses.
 
 mod chat;
+mod cli;
 mod lambda;
 mod render;
 mod routing_eval;
@@ -11,20 +12,20 @@ use std::sync::Arc;
 use baton::wiring::Backends;
 use baton::http::ChatService;
 use clap::Parser;
-use orchestrator::cli;
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    cli::init_logging();
+    baton_aws::settings::init_logging();
     // In Lambda there are no arguments: every option comes from the environment.
     let in_lambda = std::env::var_os("AWS_LAMBDA_RUNTIME_API").is_some();
-    let mut args = if in_lambda { cli::Args::from_env() } else { cli::Args::parse() };
-    if let Err(e) = args.resolve_secrets().await {
+    let mut args =
+        if in_lambda { cli::Args::from_env().unwrap_or_else(|e| e.exit()) } else { cli::Args::parse() };
+    if let Err(e) = args.settings.resolve_secrets().await {
         eprintln!("error: {e}");
         return std::process::ExitCode::from(2);
     }
     // The store first: agents keep their per-episode state in it.
-    let (history, store) = match args.history().await {
+    let (history, store) = match args.settings.history().await {
         Ok(h) => h,
         Err(e) => {
             eprintln!("error: {e}");
@@ -34,10 +35,10 @@ async fn main() -> std::process::ExitCode {
     let mut backends = Backends::over_store(history.store().clone());
     let built = match args.config() {
         Ok(c) => {
-            backends.remote = cli::remote_agents(&c).await;
+            backends.remote = baton_aws::settings::remote_agents(&c).await;
             baton::wiring::build(&c, backends)
                 .map_err(|e| e.to_string())
-                .and_then(|orchestrator| Ok((c, orchestrator, args.auth(in_lambda)?)))
+                .and_then(|orchestrator| Ok((c, orchestrator, args.settings.auth(in_lambda)?)))
         }
         Err(e) => Err(e.to_string()),
     };

@@ -2,7 +2,7 @@
 
 pub(crate) async fn run(
     config: &baton::config::Config,
-    args: &orchestrator::cli::RoutingEvalArgs,
+    args: &crate::cli::RoutingEvalArgs,
 ) -> std::process::ExitCode {
     use baton::eval;
     let (yaml, origin) = match &args.suite {

@@ -278,7 +278,7 @@ async fn serve_records_into_the_dynamodb_table_it_is_given() {
     assert!(!dir.path().join("store.redb").exists(), "no embedded store was made");
 }
 
-/// The README's example: a team's own three agents, offline.
+/// The example of docs/agents.md: a team's own three agents, offline.
 #[test]
 fn a_teams_own_agents_run_offline_from_their_config_file() {
     let dir = tempfile::tempdir().unwrap();

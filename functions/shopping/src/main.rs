@@ -2,13 +2,13 @@
 //! as NDJSON. Settings come from the same environment variables as the orchestrator's.
 
 use baton::wiring::Backends;
-use orchestrator::cli::Args;
+use baton_aws::settings::{self, Settings};
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    orchestrator::cli::init_logging();
-    let mut args = Args::from_env();
+    settings::init_logging();
     let agent = async {
+        let mut args = Settings::from_env().map_err(|e| e.to_string())?;
         args.resolve_secrets().await?;
         let (history, _) = args.history().await?;
         let config = args.config().map_err(|e| e.to_string())?;
