@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use baton::config::{AgentDefaults, Config};
 use baton::remote::AgentTransport;
-use baton::team::RemoteSpec;
+use baton::config::agents::RemoteSpec;
 use baton::history::{DEFAULT_HISTORY_MESSAGES, History};
 use baton::store::embedded::EmbeddedStore;
 use baton::store::{Store, SystemClock};

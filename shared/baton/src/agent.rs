@@ -7,7 +7,7 @@
 //! - [`LlmAgent`]: a tool loop (max steps, per-tool timeout, a step's calls run concurrently and
 //!   stream through the live-slot merge), continuing the vendor's server-side conversation
 //!   through [`ResponseChains`] where the model supports it. A [`StepPolicy`] may shape its first
-//!   model step: the routing policy ([`crate::routing`]) does, for an entry agent that routes.
+//!   model step: the routing policy (module `routing`) does, for an entry agent that routes.
 //! - [`start_child`]: the one place a child instance starts (its name, depth, session,
 //!   conversation, timeout); [`run_instance`] runs an instance between `agent_started` and
 //!   `agent_finished`.
@@ -106,6 +106,10 @@ fn user_message(request: &AgentRequest) -> Message {
     Message::user(content)
 }
 
+/// How deep agents may nest below the turn unless configured otherwise: the entry agent's
+/// children are level 1.
+pub const DEFAULT_MAX_DEPTH: u32 = 3;
+
 /// What a child instance sees of the conversation its caller answers in.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum ChildContext {
@@ -133,7 +137,7 @@ impl Default for InstanceOptions {
     fn default() -> Self {
         InstanceOptions {
             timeout: None,
-            max_depth: crate::agent_tool::DEFAULT_MAX_DEPTH,
+            max_depth: DEFAULT_MAX_DEPTH,
             context: ChildContext::Isolated,
         }
     }
@@ -261,7 +265,7 @@ pub struct LoopLimits {
     /// Model calls per run; the last one is offered no tools, so the model must answer.
     pub max_steps: usize,
     /// Longest a single ordinary tool call may take; past it the model gets a timeout error
-    /// result. Agent tools have their own timeout ([`crate::agent_tool::AgentToolOptions`]).
+    /// result. Agent tools run under their agent's own timeout.
     pub tool_timeout: Duration,
 }
 
@@ -328,7 +332,7 @@ impl From<ToolCall> for StepCall {
 pub type StepStream = Pin<Box<dyn Stream<Item = StepItem> + Send>>;
 
 /// A policy hooked into an agent's model step: it calls the model itself, and decides which
-/// text the client sees and which calls run. The routing policy ([`crate::routing`]) is one:
+/// text the client sees and which calls run. The routing policy (module `routing`) is one:
 /// preamble gate, failsafe re-ask, guards and the fastpath allowlist.
 pub trait StepPolicy: Send + Sync {
     /// Runs the first model step of a run: `input.request` is what the loop would send.

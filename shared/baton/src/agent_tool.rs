@@ -42,16 +42,12 @@ use futures::StreamExt;
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
 
-use crate::agent::{Agent, ChildContext, ChildInput, InstanceOptions, start_child};
+use crate::agent::{Agent, ChildContext, ChildInput, DEFAULT_MAX_DEPTH, InstanceOptions, start_child};
 use crate::event::Event;
 use crate::tool::{CallOptions, DirectAnswer, JsonSchema, Slot, Tool, ToolContext, ToolError, ToolFinish, ToolRun};
 
 /// The prefix of an agent tool's name: `agent__<Name>`.
 pub const AGENT_TOOL_PREFIX: &str = "agent__";
-
-/// How deep agents may nest below the turn unless configured otherwise: the entry agent's
-/// children are level 1.
-pub const DEFAULT_MAX_DEPTH: u32 = 3;
 
 /// The tool name of agent `name`.
 pub fn agent_tool_name(name: &str) -> String {

@@ -1,6 +1,6 @@
 //! What an agent instance knows of the conversation it answers in: the earlier turns as model
 //! messages, and the previous turn's message and replies by agent (what the routing guards read).
-//! History ([`crate::history`]) fills it from the store; a turn hands it down to the instances
+//! The turn's history (the `history` module) fills it from the store; a turn hands it down to the instances
 //! that see the conversation.
 
 use crate::model::Message;

@@ -57,7 +57,6 @@ pub mod routing;
 pub mod shopping;
 pub mod store;
 pub mod support;
-pub mod team;
 pub mod text;
 pub mod tool;
 pub mod wiring;

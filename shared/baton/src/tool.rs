@@ -18,7 +18,7 @@ use crate::event::{Event, EventStream};
 use crate::model::{ToolCall, ToolSpec};
 
 /// Who a tool call is made for, and the session it runs in: tools that read per-user data
-/// (purchase history) use the ids; agent tools ([`crate::agent_tool::AgentTool`]) use the rest
+/// (purchase history) use the ids; agent tools use the rest
 /// to start their child instance.
 #[derive(Debug, Clone, Default)]
 pub struct ToolContext {

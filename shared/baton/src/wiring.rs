@@ -27,7 +27,7 @@ use crate::support::agent::ForethoughtAgent;
 use crate::support::forethought::ForethoughtClient;
 use crate::support::help_center::{HelpCenter, HelpCenterAgent, SEARCH_HELP_CENTER, SearchHelpCenter};
 use crate::support::sessions::{Clock, MemorySupportSessions, SupportSessions, SystemClock};
-use crate::team::{AgentKind, AgentSpec, AgentsConfig, BUILTIN_TOOLS, ModelApi, RoutingSpec};
+use crate::config::agents::{AgentKind, AgentSpec, AgentsConfig, BUILTIN_TOOLS, ModelApi, RoutingSpec};
 use crate::tool::{Tool, ToolRegistry};
 
 /// Builds the entry agent and every agent below it, into the orchestrator that runs turns.
@@ -183,7 +183,7 @@ impl<'a> ModelFactory<'a> {
     }
 
     /// The model of a configured agent: its own name and API, or the defaults (see
-    /// [`crate::team`]).
+    /// [`crate::config::agents`]).
     fn for_agent(&self, spec: &AgentSpec) -> Arc<dyn ChatModel> {
         let name = spec.model.as_deref().unwrap_or(&self.config.models.orchestrator);
         let api = spec.api.unwrap_or_default();

@@ -50,7 +50,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::agent_tool::{AGENT_TOOL_PREFIX, AgentToolOptions, OutputMode};
-use crate::config::ConfigError;
+use super::ConfigError;
 use crate::shopping::tools::{GET_OFFER, PURCHASE_HISTORY, SEARCH_OFFERS};
 use crate::support::help_center::SEARCH_HELP_CENTER;
 use crate::tool::JsonSchema;

@@ -1,5 +1,5 @@
 //! One typed configuration, with defaults that run offline: parsing and validation of the YAML
-//! file, the environment and the flags. It builds nothing: [`crate::wiring`] builds the runtime
+//! file, the environment and the flags. It builds nothing: the `wiring` module builds the runtime
 //! from it.
 //!
 //! With no `OPENAI_API_KEY` and no `OPENAI_BASE_URL`, every agent uses the offline model (it says
@@ -10,7 +10,7 @@
 //! agent otherwise.
 //!
 //! The agents (which one answers the user, and which call which as tools) come from the
-//! `agents:` list of the same file: see [`crate::team`]. The reference file routes between a
+//! `agents:` list of the same file: see [`agents`]. The reference file routes between a
 //! support and a shopping agent; a team's own file declares its own agents.
 
 use std::sync::{Arc, OnceLock};
@@ -21,7 +21,9 @@ use serde::Deserialize;
 use crate::model::openai::{RetryPolicy, Timeouts};
 use crate::mux::MuxConfig;
 use crate::support::forethought::ForethoughtConfig;
-use crate::team::{AgentKind, AgentSpec, AgentsConfig, ModelApi, RemoteSpec};
+pub mod agents;
+
+use self::agents::{AgentKind, AgentSpec, AgentsConfig, ModelApi, RemoteSpec};
 
 /// The OpenAI base URL used when only an API key is given.
 pub const OPENAI_DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
@@ -95,7 +97,7 @@ pub struct Config {
 }
 
 /// The reference configuration, embedded: the defaults live in `config/baton.yaml` only.
-pub const REFERENCE_CONFIG: &str = include_str!("../../../config/baton.yaml");
+pub const REFERENCE_CONFIG: &str = include_str!("../../../../config/baton.yaml");
 
 /// The parts of [`Config`] a YAML file sets. Every key is optional; a missing one keeps its
 /// default, an unknown one is an error.
@@ -148,7 +150,7 @@ impl Default for Config {
                     forethought: None,
                     agents: AgentsConfig {
                         entry: String::new(),
-                        max_depth: crate::agent_tool::DEFAULT_MAX_DEPTH,
+                        max_depth: crate::agent::DEFAULT_MAX_DEPTH,
                         agents: Vec::new(),
                         source: None,
                     },
@@ -482,7 +484,7 @@ agents:
     #[test]
     fn the_readme_team_example_is_valid() {
         let c = Config::default()
-            .with_yaml(include_str!("../../../examples/team.yaml"), "examples/team.yaml")
+            .with_yaml(include_str!("../../../../examples/team.yaml"), "examples/team.yaml")
             .unwrap();
         assert_eq!(c.agents.agents.len(), 3);
         built(&c).unwrap();
