@@ -16,8 +16,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use baton::agent::{Agent, LlmAgent, LoopLimits};
-use baton::event::EventStream;
 use baton::agent_tool::{AgentTool, AgentToolOptions, OutputMode};
+use baton::event::EventStream;
 use baton::event::{Event, encode_sse};
 use baton::model::scripted::{Reply, ScriptedModel, ScriptedServer};
 use baton::model::{ChatModel, ChatRequest};
@@ -70,7 +70,9 @@ fn orchestrator() -> Arc<Orchestrator> {
         .tool_call("ask_shopping", json!({"query": "find me coffee deals", "intent_count": 2}));
     let model = |name: &str, reply| Arc::new(ScriptedModel::new(name, Some(reply)));
     let settings = RoutingSettings {
-        agents: ["support", "shopping"].map(|a| RoutedAgent { agent: a.into(), description: a.into() }).into(),
+        agents: ["support", "shopping"]
+            .map(|a| RoutedAgent { agent: a.into(), description: a.into() })
+            .into(),
         followup: Some("support".into()),
         fallback: "shopping".into(),
         categories: vec!["general".into()],

@@ -13,7 +13,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use baton::config::{AgentDefaults, Config};
-use baton::wiring::Backends;
 use baton::event::{Event, decode_sse};
 use baton::history::History;
 use baton::http::ChatService;
@@ -22,6 +21,7 @@ use baton::store::embedded::EmbeddedStore;
 use baton::store::{Store, SystemClock};
 use baton::support::forethought::ForethoughtConfig;
 use baton::support::scripted::ForethoughtServer;
+use baton::wiring::Backends;
 use eventsource_stream::Eventsource;
 use futures::{Stream, StreamExt};
 use std::time::Instant;
@@ -96,7 +96,8 @@ pub async fn start_endpoint(config: &Config) -> Endpoint {
 
 /// Serves `config`'s chat endpoint on `127.0.0.1:0`, recording into `store`.
 pub async fn start_endpoint_with(config: &Config, store: Arc<dyn Store>) -> Endpoint {
-    let orchestrator = baton::wiring::build(config, Backends::over_store(store.clone())).expect("config builds");
+    let orchestrator =
+        baton::wiring::build(config, Backends::over_store(store.clone())).expect("config builds");
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind loopback");
     let url = format!("http://{}", listener.local_addr().expect("local addr"));
     let history = History::new(store, baton::history::DEFAULT_HISTORY_MESSAGES);

@@ -290,13 +290,16 @@ async fn a_routing_entry_agent_recovers_a_dropped_call_its_intent_count_reveals(
     let message = "where is my refund and how much is the blue lamp";
     t.server.push(
         "desk",
-        Reply::text("Checking both.")
-            .tool_call("ask_billing", json!({"query": "where is my refund", "intent_count": 2,
-                                              "support_category": "refunds"})),
+        Reply::text("Checking both.").tool_call(
+            "ask_billing",
+            json!({"query": "where is my refund", "intent_count": 2,
+                                              "support_category": "refunds"}),
+        ),
     );
     t.server.push(
         "desk",
-        Reply::text("").tool_call("ask_catalog", json!({"query": "how much is the blue lamp", "intent_count": 2})),
+        Reply::text("")
+            .tool_call("ask_catalog", json!({"query": "how much is the blue lamp", "intent_count": 2})),
     );
     t.server.push("billing", Reply::text("Your refund left yesterday."));
     t.server.push("catalog", Reply::text("The blue lamp is 32 dollars."));
@@ -311,7 +314,10 @@ async fn a_routing_entry_agent_recovers_a_dropped_call_its_intent_count_reveals(
     // The routing tools carry the policy's schema: billing's takes the configured categories.
     let tools = t.server.requests_for("desk")[0].body["tools"].clone();
     let billing = tools.as_array().unwrap().iter().find(|t| t["function"]["name"] == "ask_billing").unwrap();
-    assert_eq!(billing["function"]["parameters"]["properties"]["support_category"]["enum"], json!(["invoices", "refunds"]));
+    assert_eq!(
+        billing["function"]["parameters"]["properties"]["support_category"]["enum"],
+        json!(["invoices", "refunds"])
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -319,8 +325,10 @@ async fn a_routing_entry_agent_drops_a_category_outside_its_list() {
     let t = Team::<baton_tests::stores::Embedded>::start(ROUTING_TEAM).await;
     t.server.push(
         "desk",
-        Reply::text("")
-            .tool_call("ask_billing", json!({"query": "my invoice", "intent_count": 1, "support_category": "shipping"})),
+        Reply::text("").tool_call(
+            "ask_billing",
+            json!({"query": "my invoice", "intent_count": 1, "support_category": "shipping"}),
+        ),
     );
     t.server.push("billing", Reply::text("Here is your invoice."));
     let events = t.chat("my invoice").await;

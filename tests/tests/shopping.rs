@@ -4,13 +4,13 @@
 
 use std::sync::Arc;
 
+use baton::config::AgentDefaults;
 use baton::event::{Event, Status};
 use baton::model::Message;
 use baton::model::scripted::{Api, Part, Reply, ScriptedServer};
-use baton::config::AgentDefaults;
 use baton::orchestrator::TurnRequest;
-use baton_tests::{ASK_SHOPPING, ASK_SUPPORT};
 use baton::support::scripted::{ForethoughtServer, FtReply};
+use baton_tests::{ASK_SHOPPING, ASK_SUPPORT};
 use baton_tests::{
     ORCH, SHOP, chat, scripted_config, scripted_config_with_forethought, start_endpoint, text_of,
 };

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use baton::event::{Event, Status};
 use baton::model::scripted::{Reply, ScriptedServer};
-use baton_tests::{ASK_SHOPPING, ASK_SUPPORT};
 use baton::support::scripted::{ForethoughtServer, FtReply};
+use baton_tests::{ASK_SHOPPING, ASK_SUPPORT};
 use baton_tests::{
     ORCH, SHOP, chat, open_stream, scripted_config, scripted_config_with_forethought, speakers,
     start_endpoint, text_of,

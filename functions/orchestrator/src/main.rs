@@ -9,8 +9,8 @@ mod routing_eval;
 
 use std::sync::Arc;
 
-use baton::wiring::Backends;
 use baton::http::ChatService;
+use baton::wiring::Backends;
 use clap::Parser;
 
 #[tokio::main]

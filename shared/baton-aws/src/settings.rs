@@ -13,10 +13,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use baton::config::{AgentDefaults, Config};
-use baton::remote::AgentTransport;
 use baton::config::agents::RemoteSpec;
+use baton::config::{AgentDefaults, Config};
 use baton::history::{DEFAULT_HISTORY_MESSAGES, History};
+use baton::remote::AgentTransport;
 use baton::store::embedded::EmbeddedStore;
 use baton::store::{Store, SystemClock};
 use baton::support::forethought::{FORETHOUGHT_DEFAULT_BASE_URL, ForethoughtConfig, PriorContextMode};

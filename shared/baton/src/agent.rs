@@ -135,11 +135,7 @@ pub struct InstanceOptions {
 
 impl Default for InstanceOptions {
     fn default() -> Self {
-        InstanceOptions {
-            timeout: None,
-            max_depth: DEFAULT_MAX_DEPTH,
-            context: ChildContext::Isolated,
-        }
+        InstanceOptions { timeout: None, max_depth: DEFAULT_MAX_DEPTH, context: ChildContext::Isolated }
     }
 }
 
@@ -451,9 +447,82 @@ impl Transcript {
         self.previous = None;
     }
 
+    /// Records a decided step: the model's answer joins the transcript (the server now has
+    /// everything up to it); returns its calls.
+    fn record(&mut self, decision: &StepDecision, server_side: bool) -> Vec<ToolCall> {
+        self.fallback = None;
+        if server_side {
+            self.previous = decision.response_id.clone();
+        }
+        let calls: Vec<ToolCall> = decision.calls.iter().map(|c| c.call.clone()).collect();
+        self.messages.push(Message::Assistant {
+            content: (!decision.text.is_empty()).then(|| decision.text.clone()),
+            tool_calls: calls.clone(),
+        });
+        self.sent = self.messages.len();
+        calls
+    }
+
     /// The messages to send: after the stored response only what follows it.
     fn to_send(&self) -> &[Message] {
         if self.previous.is_some() { &self.messages[self.sent..] } else { &self.messages[..] }
+    }
+}
+
+/// What a run starts from.
+struct Run {
+    context: ToolContext,
+    transcript: Transcript,
+    /// The user's words (the instance's query).
+    message: String,
+    previous_turn: Option<PreviousTurn>,
+}
+
+impl LlmAgent {
+    /// The run's tool context and transcript: the stored response to continue, if `chains` has
+    /// one, else the history.
+    async fn begin(&self, request: AgentRequest, chains: Option<&dyn ResponseChains>) -> Run {
+        let previous_id = match chains {
+            Some(chains) => {
+                chains.last_response_id(&request.user_id, &request.episode_id).await.unwrap_or_else(|e| {
+                    tracing::warn!(error = %e, "cannot read the last response id; starting afresh");
+                    None
+                })
+            }
+            None => None,
+        };
+        let user_message = user_message(&request);
+        let message = request.query.clone();
+        let previous_turn = request.previous.clone();
+        let context = ToolContext {
+            user_id: request.user_id,
+            episode_id: request.episode_id,
+            state: SessionState::new(request.state),
+            depth: request.depth,
+            instances: request.instances,
+            conversation: Arc::new(Conversation {
+                history: request.history.clone(),
+                previous: request.previous,
+            }),
+        };
+        let transcript = Transcript::new(request.history, user_message, previous_id);
+        Run { context, transcript, message, previous_turn }
+    }
+
+    /// The request of one step: the instruction, what the model has not seen yet, and the tools
+    /// (none may be called on the last step).
+    fn chat_request(&self, transcript: &Transcript, last_step: bool) -> ChatRequest {
+        let mut messages = vec![Message::system(self.instruction.clone())];
+        messages.extend(transcript.to_send().iter().cloned());
+        let specs = self.tools.specs();
+        let offered = !specs.is_empty();
+        ChatRequest {
+            messages,
+            tools: specs,
+            tool_choice: offered.then_some(if last_step { ToolChoice::None } else { ToolChoice::Auto }),
+            parallel_tool_calls: offered.then_some(true),
+            max_tokens: None,
+        }
     }
 }
 
@@ -467,43 +536,11 @@ impl Agent for LlmAgent {
         Box::pin(async_stream::stream! {
             let server_side = this.model.supports_previous_response();
             let chains = this.chains.clone().filter(|_| server_side);
-            let previous_id = match &chains {
-                Some(chains) => chains.last_response_id(&request.user_id, &request.episode_id).await
-                    .unwrap_or_else(|e| {
-                        tracing::warn!(error = %e, "cannot read the last response id; starting afresh");
-                        None
-                    }),
-                None => None,
-            };
-            let user_message = user_message(&request);
-            let message = request.query.clone();
-            let previous_turn = request.previous.clone();
-            let context = ToolContext {
-                user_id: request.user_id,
-                episode_id: request.episode_id,
-                state: SessionState::new(request.state),
-                depth: request.depth,
-                instances: request.instances,
-                conversation: Arc::new(Conversation {
-                    history: request.history.clone(),
-                    previous: request.previous,
-                }),
-            };
-            let mut transcript = Transcript::new(request.history, user_message, previous_id);
-            let specs = this.tools.specs();
+            let Run { context, mut transcript, message, previous_turn } = this.begin(request, chains.as_deref()).await;
             let max_steps = this.limits.max_steps.max(1);
             for step in 0..max_steps {
                 let last_step = step + 1 >= max_steps;
-                let mut messages = vec![Message::system(this.instruction.clone())];
-                messages.extend(transcript.to_send().iter().cloned());
-                let offered = !specs.is_empty();
-                let chat = ChatRequest {
-                    messages,
-                    tools: specs.clone(),
-                    tool_choice: offered.then_some(if last_step { ToolChoice::None } else { ToolChoice::Auto }),
-                    parallel_tool_calls: offered.then_some(true),
-                    max_tokens: None,
-                };
+                let chat = this.chat_request(&transcript, last_step);
                 let mut items = match (&this.policy, step) {
                     (Some(policy), 0) => {
                         let input = StepInput {
@@ -532,17 +569,7 @@ impl Agent for LlmAgent {
                     continue;
                 }
                 let Some(decision) = decision else { return };
-                transcript.fallback = None;
-                if server_side {
-                    transcript.previous = decision.response_id.clone();
-                }
-                let calls: Vec<ToolCall> = decision.calls.iter().map(|c| c.call.clone()).collect();
-                transcript.messages.push(Message::Assistant {
-                    content: (!decision.text.is_empty()).then(|| decision.text.clone()),
-                    tool_calls: calls.clone(),
-                });
-                // The server has everything up to its own answer; continuing sends what follows.
-                transcript.sent = transcript.messages.len();
+                let calls = transcript.record(&decision, server_side);
                 if calls.is_empty() {
                     if let (Some(chains), Some(id)) = (&chains, decision.response_id) {
                         if let Err(e) = chains.set_last_response_id(&context.user_id, &context.episode_id, id).await {
@@ -704,12 +731,19 @@ impl LlmAgent {
     /// Starts one call: the registry checks it, the tool starts it. The stream carries the
     /// call's own events, then its `tool_result` and `tool_call_end`; the outcome is left in
     /// `slot` before those.
-    fn start_call(&self, call: &StepCall, context: &ToolContext, instance: &str, slot: Slot<CallDone>) -> EventStream {
+    fn start_call(
+        &self,
+        call: &StepCall,
+        context: &ToolContext,
+        instance: &str,
+        slot: Slot<CallDone>,
+    ) -> EventStream {
         let started = Instant::now();
         let (agent, call_id, name) = (instance.to_owned(), call.call.id.clone(), call.call.name.clone());
-        let options = CallOptions { timeout: self.limits.tool_timeout, mark_content_end: call.mark_content_end };
+        let options =
+            CallOptions { timeout: self.limits.tool_timeout, mark_content_end: call.mark_content_end };
         let (arguments, run) = match self.tools.check(&call.call) {
-            Err((arguments, error)) => (arguments, ToolRun::failed(error)),
+            Err(refused) => (refused.arguments, ToolRun::failed(refused.error)),
             Ok((tool, arguments)) => (arguments.clone(), tool.start(arguments, context.clone(), options)),
         };
         Box::pin(async_stream::stream! {

@@ -44,7 +44,9 @@ use serde_json::{Value, json};
 
 use crate::agent::{Agent, ChildContext, ChildInput, DEFAULT_MAX_DEPTH, InstanceOptions, start_child};
 use crate::event::Event;
-use crate::tool::{CallOptions, DirectAnswer, JsonSchema, Slot, Tool, ToolContext, ToolError, ToolFinish, ToolRun};
+use crate::tool::{
+    CallOptions, DirectAnswer, JsonSchema, Slot, Tool, ToolContext, ToolError, ToolFinish, ToolRun,
+};
 
 /// The prefix of an agent tool's name: `agent__<Name>`.
 pub const AGENT_TOOL_PREFIX: &str = "agent__";
@@ -385,9 +387,9 @@ impl Tool for AgentTool {
 
 impl AgentTool {
     fn start_run(&self, arguments: Value, context: &ToolContext, mark_content_end: bool) -> ToolRun {
-        let started = self
-            .input(arguments)
-            .and_then(|input| start_child(&*self.agent, &self.name, context, input, &self.instance_options()));
+        let started = self.input(arguments).and_then(|input| {
+            start_child(&*self.agent, &self.name, context, input, &self.instance_options())
+        });
         match started {
             Ok((instance, events)) => child_events(self, instance, events, mark_content_end),
             Err(e) => ToolRun::failed(e),

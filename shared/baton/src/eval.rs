@@ -22,9 +22,9 @@ use serde_json::json;
 use crate::agent::AgentRequest;
 use crate::conversation::{PreviousTurn, PriorReply};
 use crate::guard::{GuardAction, PlannedCall};
-use crate::text as guard;
-use crate::model::scripted::{Reply, ScriptedModel, StreamReply};
 use crate::model::Message;
+use crate::model::scripted::{Reply, ScriptedModel, StreamReply};
+use crate::text as guard;
 /// The reference routing tools the scenario suite names.
 const ASK_SUPPORT: &str = "ask_support";
 const ASK_SHOPPING: &str = "ask_shopping";

@@ -209,7 +209,9 @@ impl Guards {
                 "verbatim" => &mut g.verbatim,
                 "prior_context" => &mut g.prior_context,
                 "summary_cap" => &mut g.summary_cap,
-                other => return Err(format!("unknown guard `{other}`; guards: {}", Guards::NAMES.join(", "))),
+                other => {
+                    return Err(format!("unknown guard `{other}`; guards: {}", Guards::NAMES.join(", ")));
+                }
             };
             *flag = true;
         }
@@ -382,7 +384,10 @@ mod tests {
     }
 
     fn route(message: &str, calls: Vec<PlannedCall>) -> (Vec<(String, String)>, Vec<GuardAction>) {
-        let (calls, actions) = apply_guards(&RoutingInput { message, previous: None, roles: &Roles::reference(), guards: &Guards::default() }, calls);
+        let (calls, actions) = apply_guards(
+            &RoutingInput { message, previous: None, roles: &Roles::reference(), guards: &Guards::default() },
+            calls,
+        );
         (calls.into_iter().map(|c| (c.tool, c.query)).collect(), actions)
     }
 
@@ -460,14 +465,24 @@ mod tests {
                 text: "Sorry! Was it a paper receipt or an e-receipt?".into(),
             }],
         };
-        let input = RoutingInput { message: "an e-receipt", previous: Some(&previous), roles: &Roles::reference(), guards: &Guards::default() };
+        let input = RoutingInput {
+            message: "an e-receipt",
+            previous: Some(&previous),
+            roles: &Roles::reference(),
+            guards: &Guards::default(),
+        };
         let (calls, actions) = apply_guards(&input, vec![call(ASK_SHOPPING, "e-receipt deals")]);
         assert_eq!(calls.len(), 1);
         assert_eq!((calls[0].tool.as_str(), calls[0].query.as_str()), (ASK_SUPPORT, "an e-receipt"));
         assert!(calls[0].prior_context.as_deref().unwrap().contains("paper receipt"));
         assert_eq!(actions[0], GuardAction::EchoFollowup);
         // "thanks" after the same question is an acknowledgement, not an echo.
-        let ack = RoutingInput { message: "thanks", previous: Some(&previous), roles: &Roles::reference(), guards: &Guards::default() };
+        let ack = RoutingInput {
+            message: "thanks",
+            previous: Some(&previous),
+            roles: &Roles::reference(),
+            guards: &Guards::default(),
+        };
         assert_eq!(apply_guards(&ack, vec![]).0, vec![]);
     }
 
@@ -480,7 +495,12 @@ mod tests {
                 text: "2x points on Brand A coffee.".into(),
             }],
         };
-        let input = RoutingInput { message: "I bought it but got no points", previous: Some(&previous), roles: &Roles::reference(), guards: &Guards::default() };
+        let input = RoutingInput {
+            message: "I bought it but got no points",
+            previous: Some(&previous),
+            roles: &Roles::reference(),
+            guards: &Guards::default(),
+        };
         let (calls, actions) = apply_guards(&input, vec![call(ASK_SUPPORT, "no points")]);
         let context = calls[0].prior_context.as_deref().unwrap();
         assert!(context.contains("find me coffee deals") && context.contains("Brand A"), "{context}");
@@ -492,7 +512,15 @@ mod tests {
     fn support_summary_is_capped() {
         let mut c = call(ASK_SUPPORT, "points");
         c.arguments["support_summary"] = json!("é".repeat(400));
-        let (calls, actions) = apply_guards(&RoutingInput { message: "points", previous: None, roles: &Roles::reference(), guards: &Guards::default() }, vec![c]);
+        let (calls, actions) = apply_guards(
+            &RoutingInput {
+                message: "points",
+                previous: None,
+                roles: &Roles::reference(),
+                guards: &Guards::default(),
+            },
+            vec![c],
+        );
         assert_eq!(calls[0].arguments["support_summary"].as_str().unwrap().chars().count(), 300);
         assert!(actions.contains(&GuardAction::SummaryCapped));
     }

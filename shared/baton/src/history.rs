@@ -20,9 +20,9 @@ use futures::StreamExt;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
+use crate::conversation::{PreviousTurn, PriorReply};
 use crate::event::EventStream;
 use crate::event::{Event, Status, UsageRollup, agent_name};
-use crate::conversation::{PreviousTurn, PriorReply};
 use crate::orchestrator::{ORCHESTRATOR, TurnRequest};
 use crate::store::{EpisodeKey, Recorded, Role, Store, StoreError, StoredMessage, model_history};
 

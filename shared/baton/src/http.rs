@@ -20,9 +20,9 @@ use axum::routing::{get, post};
 use futures::{Stream, StreamExt};
 use serde::Deserialize;
 
-use crate::event::EventStream;
 use crate::auth::AuthMode;
 use crate::config::RequestLimits;
+use crate::event::EventStream;
 use crate::event::{SSE_HEARTBEAT, encode_sse};
 use crate::history::History;
 use crate::orchestrator::{Orchestrator, TurnRequest};

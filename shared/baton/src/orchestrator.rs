@@ -329,7 +329,8 @@ mod tests {
             Reply::text("fast deals").into(),
         );
         let deadline = Instant::now() + Duration::from_secs(3);
-        let events: Vec<Event> = o.run_turn_until(turn("my receipt and coffee"), Some(deadline)).collect().await;
+        let events: Vec<Event> =
+            o.run_turn_until(turn("my receipt and coffee"), Some(deadline)).collect().await;
         assert!(events.iter().any(|e| matches!(e, Event::Error { code, .. } if code == "deadline_exceeded")));
         let Some(Event::Completed { status, usage, turn_id, .. }) = events.last() else {
             panic!("{events:?}")

@@ -19,8 +19,8 @@ use futures::future::BoxFuture;
 use futures::{Stream, StreamExt};
 use serde::{Deserialize, Serialize};
 
-use crate::event::EventStream;
 use crate::agent::{Agent, AgentRequest};
+use crate::event::EventStream;
 use crate::event::{Event, decode_ndjson, encode_ndjson};
 
 /// The payload a remote agent receives.

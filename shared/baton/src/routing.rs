@@ -28,6 +28,7 @@ use crate::agent::{
     Agent, AgentRequest, ChildContext, StepCall, StepDecision, StepInput, StepItem, StepPolicy, StepStream,
 };
 use crate::agent_tool::{AgentTool, AgentToolOptions, InputMapping};
+use crate::conversation::PreviousTurn;
 use crate::event::{AgentUsage, Event, agent_name};
 use crate::guard::{self, GuardAction, Guards, PlannedCall, Roles, RoutingInput};
 use crate::model::{ChatModel, ChatRequest, Message, ModelDelta, ToolCall, ToolChoice, ToolSpec};
@@ -181,7 +182,11 @@ impl RoutingPolicy {
     }
 
     /// Routes one step. Dropping the stream cancels the model call.
-    pub fn route(&self, model: Arc<dyn ChatModel>, input: StepInput) -> impl Stream<Item = RouteStep> + Send + 'static {
+    pub fn route(
+        &self,
+        model: Arc<dyn ChatModel>,
+        input: StepInput,
+    ) -> impl Stream<Item = RouteStep> + Send + 'static {
         let settings = self.settings.clone();
         async_stream::stream! {
             let StepInput { instance, request, message, previous } = input;
@@ -238,21 +243,15 @@ impl RoutingPolicy {
                 let distinct = distinct_count(&planned);
                 let reask = failsafe_request(&settings, request, &route.text, &raw_calls, intents, &planned);
                 let mut added = 0;
-                let mut deltas = model.stream(reask);
                 let mut new_calls = Vec::new();
-                while let Some(delta) = deltas.next().await {
-                    match delta {
-                        Ok(ModelDelta::ToolCall(call)) => new_calls.push(call),
-                        Ok(ModelDelta::Usage(usage)) => {
-                            route.usage.push(AgentUsage { agent: instance.clone(), model: model_name.clone(), usage });
-                            yield RouteStep::Event(Event::usage(instance.clone(), model_name.clone(), usage));
+                let mut reasked = std::pin::pin!(reask_calls(model.clone(), reask, instance.clone()));
+                while let Some(item) = reasked.next().await {
+                    match item {
+                        Reask::Usage(usage) => {
+                            yield RouteStep::Event(Event::usage(instance.clone(), usage.model.clone(), usage.usage));
+                            route.usage.push(usage);
                         }
-                        Ok(_) => {}
-                        Err(e) => {
-                            // The first answer still stands; the failsafe is best effort.
-                            tracing::warn!(error = %e, "failsafe re-ask failed");
-                            break;
-                        }
+                        Reask::Call(call) => new_calls.push(call),
                     }
                 }
                 for call in plan(&settings, &message, &new_calls).0 {
@@ -266,16 +265,7 @@ impl RoutingPolicy {
                 route.actions.push(GuardAction::FailsafeReasked { intents, calls: distinct, added });
             }
 
-            let roles = settings.roles(&instance);
-            let input = RoutingInput { message: &message, previous: previous.as_ref(), roles: &roles, guards: &settings.guards };
-            let (calls, actions) = guard::apply_guards(&input, planned);
-            let rejected = actions.contains(&GuardAction::FastpathRejected);
-            route.actions.extend(actions);
-            route.calls = calls;
-            route.actions.extend(valid_arguments(&settings, &mut route.calls));
-            for action in &route.actions {
-                tracing::info!(?action, "routing repaired the model's routing");
-            }
+            let rejected = repair(&settings, &message, previous.as_ref(), &instance, planned, &mut route);
             let held = gate.release();
             if rejected {
                 if !held.trim().is_empty() {
@@ -312,7 +302,12 @@ impl StepPolicy for RoutingPolicy {
                         mark_content_end: mixed && Some(&c.tool) == followup.as_ref(),
                     })
                     .collect();
-                StepItem::Decided(StepDecision { text: route.text, calls, response_id: route.response_id, last: true })
+                StepItem::Decided(StepDecision {
+                    text: route.text,
+                    calls,
+                    response_id: route.response_id,
+                    last: true,
+                })
             }
         }))
     }
@@ -368,6 +363,61 @@ impl Router {
     }
 }
 
+/// Applies the guards and makes the calls' arguments valid; the repairs go into `route` and the
+/// log. Returns whether a direct answer was refused.
+fn repair(
+    settings: &RoutingSettings,
+    message: &str,
+    previous: Option<&PreviousTurn>,
+    instance: &str,
+    planned: Vec<PlannedCall>,
+    route: &mut Route,
+) -> bool {
+    let roles = settings.roles(instance);
+    let input = RoutingInput { message, previous, roles: &roles, guards: &settings.guards };
+    let (calls, actions) = guard::apply_guards(&input, planned);
+    let rejected = actions.contains(&GuardAction::FastpathRejected);
+    route.actions.extend(actions);
+    route.calls = calls;
+    route.actions.extend(valid_arguments(settings, &mut route.calls));
+    for action in &route.actions {
+        tracing::info!(?action, "routing repaired the model's routing");
+    }
+    rejected
+}
+
+/// What the failsafe's re-ask yields.
+enum Reask {
+    Usage(AgentUsage),
+    Call(ToolCall),
+}
+
+/// Streams the failsafe's re-ask: its usage and its calls. A failure ends it: the first answer
+/// still stands, the failsafe is best effort.
+fn reask_calls(
+    model: Arc<dyn ChatModel>,
+    request: ChatRequest,
+    instance: String,
+) -> impl Stream<Item = Reask> {
+    async_stream::stream! {
+        let model_name = model.model_name().to_owned();
+        let mut deltas = model.stream(request);
+        while let Some(delta) = deltas.next().await {
+            match delta {
+                Ok(ModelDelta::ToolCall(call)) => yield Reask::Call(call),
+                Ok(ModelDelta::Usage(usage)) => {
+                    yield Reask::Usage(AgentUsage { agent: instance.clone(), model: model_name.clone(), usage });
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, "failsafe re-ask failed");
+                    break;
+                }
+            }
+        }
+    }
+}
+
 /// The model's calls as planned calls; names of unknown tools are returned apart.
 fn plan(settings: &RoutingSettings, message: &str, calls: &[ToolCall]) -> (Vec<PlannedCall>, Vec<String>) {
     let mut planned = Vec::new();
@@ -392,7 +442,7 @@ fn valid_arguments(settings: &RoutingSettings, calls: &mut [PlannedCall]) -> Vec
     let mut actions = Vec::new();
     for call in calls {
         let Some(args) = call.arguments.as_object_mut() else { continue };
-        if !args.get("intent_count").and_then(Value::as_u64).is_some_and(|n| n >= 1) {
+        if args.get("intent_count").and_then(Value::as_u64).is_none_or(|n| n < 1) {
             args.insert("intent_count".into(), json!(1));
         }
         let followup = settings.followup.as_deref().map(routing_tool_name);
@@ -400,7 +450,10 @@ fn valid_arguments(settings: &RoutingSettings, calls: &mut [PlannedCall]) -> Vec
             let known = category.as_str().is_some_and(|c| settings.categories.iter().any(|k| k == c));
             if !known || followup.as_deref() != Some(call.tool.as_str()) {
                 args.remove("support_category");
-                actions.push(GuardAction::CategoryDropped { tool: call.tool.clone(), category: category.to_string() });
+                actions.push(GuardAction::CategoryDropped {
+                    tool: call.tool.clone(),
+                    category: category.to_string(),
+                });
             }
         }
         if followup.as_deref() != Some(call.tool.as_str()) {
@@ -545,8 +598,10 @@ pub(crate) mod testing {
             .into_iter()
             .zip(timeouts)
             .map(|(agent, timeout)| {
-                let options = AgentToolOptions { output: OutputMode::TextAndEvents, timeout, ..Default::default() };
-                Arc::new(routing_tool(agent, &settings, options).expect("valid")) as Arc<dyn crate::tool::Tool>
+                let options =
+                    AgentToolOptions { output: OutputMode::TextAndEvents, timeout, ..Default::default() };
+                Arc::new(routing_tool(agent, &settings, options).expect("valid"))
+                    as Arc<dyn crate::tool::Tool>
             })
             .collect();
         let registry = Arc::new(ToolRegistry::new(tools).expect("valid tools"));

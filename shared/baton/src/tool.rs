@@ -346,6 +346,16 @@ impl ToolOutcome {
     }
 }
 
+/// A call the registry refused before it ran: the arguments as parsed (the raw text as a JSON
+/// string when they were not JSON), and why.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Refused {
+    /// The arguments.
+    pub arguments: Value,
+    /// Why the call cannot run.
+    pub error: ToolError,
+}
+
 struct Registered {
     tool: Arc<dyn Tool>,
     schema: boon::SchemaIndex,
@@ -409,20 +419,24 @@ impl ToolRegistry {
     }
 
     /// Parses and validates a model's call, without running it.
-    pub fn check(&self, call: &ToolCall) -> Result<(Arc<dyn Tool>, Value), (Value, ToolError)> {
+    pub fn check(&self, call: &ToolCall) -> Result<(Arc<dyn Tool>, Value), Box<Refused>> {
+        let refused = |arguments, error| Box::new(Refused { arguments, error });
         let raw = || Value::String(call.arguments.clone());
         let Some(&index) = self.by_name.get(&call.name) else {
             let available = self.tools.iter().map(|r| r.tool.name()).collect::<Vec<_>>().join(", ");
-            return Err((raw(), ToolError::UnknownTool { name: call.name.clone(), available }));
+            return Err(refused(raw(), ToolError::UnknownTool { name: call.name.clone(), available }));
         };
         let registered = &self.tools[index];
         let arguments = call.parse_arguments().map_err(|e| {
             let reason = format!("the arguments are not valid JSON ({e}); send one JSON object");
-            (raw(), ToolError::InvalidArguments { tool: call.name.clone(), reason })
+            refused(raw(), ToolError::InvalidArguments { tool: call.name.clone(), reason })
         })?;
         if let Err(e) = self.schemas.validate(&arguments, registered.schema) {
             let reason = schema_violations(&e);
-            return Err((arguments.clone(), ToolError::InvalidArguments { tool: call.name.clone(), reason }));
+            return Err(refused(
+                arguments.clone(),
+                ToolError::InvalidArguments { tool: call.name.clone(), reason },
+            ));
         }
         Ok((registered.tool.clone(), arguments))
     }
@@ -432,7 +446,7 @@ impl ToolRegistry {
     pub async fn call(&self, call: &ToolCall, context: &ToolContext, timeout: Duration) -> ToolOutcome {
         match self.check(call) {
             Ok((tool, arguments)) => run_checked(tool, arguments, context, timeout).await,
-            Err((arguments, error)) => ToolOutcome::error(arguments, error),
+            Err(refused) => ToolOutcome::error(refused.arguments, refused.error),
         }
     }
 }

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use crate::agent::{Agent, AgentRequest, LlmAgent, LoopLimits, MemoryResponseChains, ResponseChains};
 use crate::agent_tool::{AGENT_TOOL_PREFIX, AgentTool};
+use crate::config::agents::{AgentKind, AgentSpec, AgentsConfig, BUILTIN_TOOLS, ModelApi, RoutingSpec};
 use crate::config::{Config, ConfigError, OPENAI_DEFAULT_BASE_URL};
 use crate::event::EventStream;
 use crate::guard::Guards;
@@ -22,12 +23,13 @@ use crate::orchestrator::Orchestrator;
 use crate::remote::{AgentTransport, RemoteAgent};
 use crate::routing::{RoutedAgent, Router, RoutingPolicy, RoutingSettings, routing_tool};
 use crate::shopping::catalog::{Catalog, PurchaseHistory, SamplePurchases};
-use crate::shopping::tools::{GET_OFFER, GetOffer, PURCHASE_HISTORY, PurchaseHistoryTool, SEARCH_OFFERS, SearchOffers};
+use crate::shopping::tools::{
+    GET_OFFER, GetOffer, PURCHASE_HISTORY, PurchaseHistoryTool, SEARCH_OFFERS, SearchOffers,
+};
 use crate::support::agent::ForethoughtAgent;
 use crate::support::forethought::ForethoughtClient;
 use crate::support::help_center::{HelpCenter, HelpCenterAgent, SEARCH_HELP_CENTER, SearchHelpCenter};
 use crate::support::sessions::{Clock, MemorySupportSessions, SupportSessions, SystemClock};
-use crate::config::agents::{AgentKind, AgentSpec, AgentsConfig, BUILTIN_TOOLS, ModelApi, RoutingSpec};
 use crate::tool::{Tool, ToolRegistry};
 
 /// Builds the entry agent and every agent below it, into the orchestrator that runs turns.
@@ -78,7 +80,10 @@ fn routing_settings(agents: &AgentsConfig, spec: &AgentSpec, routing: &RoutingSp
         followup: routing.followup.clone(),
         fallback: routing.fallback.clone(),
         categories: routing.categories.clone(),
-        guards: routing.guards.as_deref().map_or_else(Guards::default, |g| Guards::only(g).expect("validated")),
+        guards: routing
+            .guards
+            .as_deref()
+            .map_or_else(Guards::default, |g| Guards::only(g).expect("validated")),
     }
 }
 
@@ -235,7 +240,9 @@ impl<'a> Graph<'a> {
         let index = self.config.agents.index_of(name).expect("validated");
         let spec = &self.config.agents.agents[index];
         let agent: Arc<dyn Agent> = match (self.backends.remote.get(&spec.name), spec.kind) {
-            (Some(transport), _) => Arc::new(RemoteAgent::new(&spec.name, transport.clone(), REMOTE_IDLE_TIMEOUT)),
+            (Some(transport), _) => {
+                Arc::new(RemoteAgent::new(&spec.name, transport.clone(), REMOTE_IDLE_TIMEOUT))
+            }
             (None, AgentKind::Support) => named(
                 &spec.name,
                 match &self.config.forethought {
@@ -280,8 +287,9 @@ impl<'a> Graph<'a> {
             tool_timeout: spec.tool_timeout_seconds.map_or(defaults.tool_timeout, Duration::from_secs_f64),
         };
         let model = self.models.for_agent(spec);
-        let mut agent = LlmAgent::new(spec.name.clone(), spec.instruction.clone(), model, Arc::new(registry), limits)
-            .with_mux(self.config.mux);
+        let mut agent =
+            LlmAgent::new(spec.name.clone(), spec.instruction.clone(), model, Arc::new(registry), limits)
+                .with_mux(self.config.mux);
         if let Some(routing) = routing {
             agent = agent.with_policy(Arc::new(RoutingPolicy::new(routing)));
         }
@@ -373,4 +381,3 @@ impl ToolCatalog {
         Ok(())
     }
 }
-

@@ -49,8 +49,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::agent_tool::{AGENT_TOOL_PREFIX, AgentToolOptions, OutputMode};
 use super::ConfigError;
+use crate::agent_tool::{AGENT_TOOL_PREFIX, AgentToolOptions, OutputMode};
 use crate::shopping::tools::{GET_OFFER, PURCHASE_HISTORY, SEARCH_OFFERS};
 use crate::support::help_center::SEARCH_HELP_CENTER;
 use crate::tool::JsonSchema;
@@ -246,73 +246,7 @@ impl AgentsConfig {
             }
         }
         for (i, a) in self.agents.iter().enumerate() {
-            let err = |field: &str, reason: String| Err(self.error(Some(i), field, reason));
-            for (field, secs) in
-                [("timeout_seconds", a.timeout_seconds), ("tool_timeout_seconds", a.tool_timeout_seconds)]
-            {
-                if let Some(s) = secs {
-                    if !(s.is_finite() && s > 0.0 && s <= 900.0) {
-                        return err(field, format!("{s} must be above 0 and at most 900"));
-                    }
-                }
-            }
-            if a.max_steps.is_some_and(|n| n == 0 || n > 50) {
-                return err("max_steps", "must be between 1 and 50".into());
-            }
-            if let Some(schema) = &a.input_schema {
-                JsonSchema::compile(schema).map_err(|e| self.error(Some(i), "input_schema", e))?;
-                if schema.get("type").and_then(|t| t.as_str()) != Some("object") {
-                    return err(
-                        "input_schema",
-                        "must be `type: object` (tool arguments are an object)".into(),
-                    );
-                }
-            }
-            if let Some(schema) = &a.output_schema {
-                JsonSchema::compile(schema).map_err(|e| self.error(Some(i), "output_schema", e))?;
-            }
-            match a.kind {
-                AgentKind::Llm => {
-                    if a.instruction.trim().is_empty() {
-                        return err("instruction", "an `llm` agent needs an instruction".into());
-                    }
-                }
-                AgentKind::Support => {
-                    for (field, set) in [
-                        ("instruction", !a.instruction.is_empty()),
-                        ("tools", !a.tools.is_empty()),
-                        ("agents", !a.agents.is_empty()),
-                        ("model", a.model.is_some()),
-                    ] {
-                        if set {
-                            return err(field, "a `support` agent is built in: it takes no instruction, model, tools or agents".into());
-                        }
-                    }
-                }
-            }
-            if let Some(routing) = &a.routing {
-                self.validate_routing(i, a, routing)?;
-            }
-            if let Some(remote) = &a.remote {
-                if remote.url.is_some() == remote.function.is_some() {
-                    return err("remote", "give exactly one of `url` and `function`".into());
-                }
-            }
-            let mut listed = HashSet::new();
-            for child in &a.agents {
-                if self.index_of(child).is_none() {
-                    return err("agents", format!("unknown agent `{child}`; defined: {}", self.names()));
-                }
-                if !listed.insert(child) {
-                    return err("agents", format!("`{child}` is listed twice"));
-                }
-            }
-            let mut tools = HashSet::new();
-            for tool in &a.tools {
-                if !tools.insert(tool) {
-                    return err("tools", format!("`{tool}` is listed twice"));
-                }
-            }
+            self.validate_agent(i, a)?;
         }
         let Some(entry) = self.index_of(&self.entry) else {
             return Err(self.error(
@@ -327,6 +261,80 @@ impl AgentsConfig {
         self.check_cycles()
     }
 
+    /// Checks agent `i` on its own: numbers, schemas, what its kind takes, its routing, its
+    /// remote, and the agents and tools it lists.
+    fn validate_agent(&self, i: usize, a: &AgentSpec) -> Result<(), ConfigError> {
+        let err = |field: &str, reason: String| Err(self.error(Some(i), field, reason));
+        for (field, secs) in
+            [("timeout_seconds", a.timeout_seconds), ("tool_timeout_seconds", a.tool_timeout_seconds)]
+        {
+            if let Some(s) = secs {
+                if !(s.is_finite() && s > 0.0 && s <= 900.0) {
+                    return err(field, format!("{s} must be above 0 and at most 900"));
+                }
+            }
+        }
+        if a.max_steps.is_some_and(|n| n == 0 || n > 50) {
+            return err("max_steps", "must be between 1 and 50".into());
+        }
+        if let Some(schema) = &a.input_schema {
+            JsonSchema::compile(schema).map_err(|e| self.error(Some(i), "input_schema", e))?;
+            if schema.get("type").and_then(|t| t.as_str()) != Some("object") {
+                return err("input_schema", "must be `type: object` (tool arguments are an object)".into());
+            }
+        }
+        if let Some(schema) = &a.output_schema {
+            JsonSchema::compile(schema).map_err(|e| self.error(Some(i), "output_schema", e))?;
+        }
+        match a.kind {
+            AgentKind::Llm => {
+                if a.instruction.trim().is_empty() {
+                    return err("instruction", "an `llm` agent needs an instruction".into());
+                }
+            }
+            AgentKind::Support => {
+                for (field, set) in [
+                    ("instruction", !a.instruction.is_empty()),
+                    ("tools", !a.tools.is_empty()),
+                    ("agents", !a.agents.is_empty()),
+                    ("model", a.model.is_some()),
+                ] {
+                    if set {
+                        return err(
+                            field,
+                            "a `support` agent is built in: it takes no instruction, model, tools or agents"
+                                .into(),
+                        );
+                    }
+                }
+            }
+        }
+        if let Some(routing) = &a.routing {
+            self.validate_routing(i, a, routing)?;
+        }
+        if let Some(remote) = &a.remote {
+            if remote.url.is_some() == remote.function.is_some() {
+                return err("remote", "give exactly one of `url` and `function`".into());
+            }
+        }
+        let mut listed = HashSet::new();
+        for child in &a.agents {
+            if self.index_of(child).is_none() {
+                return err("agents", format!("unknown agent `{child}`; defined: {}", self.names()));
+            }
+            if !listed.insert(child) {
+                return err("agents", format!("`{child}` is listed twice"));
+            }
+        }
+        let mut tools = HashSet::new();
+        for tool in &a.tools {
+            if !tools.insert(tool) {
+                return err("tools", format!("`{tool}` is listed twice"));
+            }
+        }
+        Ok(())
+    }
+
     /// Checks agent `i`'s routing policy.
     fn validate_routing(&self, i: usize, a: &AgentSpec, routing: &RoutingSpec) -> Result<(), ConfigError> {
         let err = |reason: String| Err(self.error(Some(i), "routing", reason));
@@ -339,7 +347,10 @@ impl AgentsConfig {
         for (what, name) in [("fallback", Some(&routing.fallback)), ("followup", routing.followup.as_ref())] {
             if let Some(name) = name {
                 if !a.agents.contains(name) {
-                    return err(format!("{what} `{name}` is not one of its agents ({})", a.agents.join(", ")));
+                    return err(format!(
+                        "{what} `{name}` is not one of its agents ({})",
+                        a.agents.join(", ")
+                    ));
                 }
             }
         }
@@ -352,7 +363,8 @@ impl AgentsConfig {
             return err(format!("categories: `{bad}` must be snake_case"));
         }
         if let Some(guards) = &routing.guards {
-            crate::guard::Guards::only(guards).map_err(|e| self.error(Some(i), "routing", format!("guards: {e}")))?;
+            crate::guard::Guards::only(guards)
+                .map_err(|e| self.error(Some(i), "routing", format!("guards: {e}")))?;
         }
         for child in &a.agents {
             if let Some(spec) = self.get(child) {

@@ -410,7 +410,8 @@ mod tests {
         let err =
             Config::default().with_yaml("offline_model:\n  support_keywords: 3\n", "t.yaml").unwrap_err();
         assert!(err.to_string().contains("support_keywords"), "{err}");
-        let categories = REFERENCE_CONFIG.replace("categories: [missing_points", "categories: [Missing Points");
+        let categories =
+            REFERENCE_CONFIG.replace("categories: [missing_points", "categories: [Missing Points");
         let err = Config::default().with_yaml(&categories, "t.yaml").unwrap_err();
         assert!(err.to_string().contains("snake_case") && err.to_string().contains("routing"), "{err}");
     }

@@ -15,9 +15,9 @@
 use futures::stream;
 use serde_json::json;
 
+use super::ToolSpec;
 use super::{ChatModel, ChatRequest, DeltaStream, FinishReason, Message, ModelDelta, ToolCall};
 use crate::event::Usage;
-use super::ToolSpec;
 use crate::shopping::tools::SEARCH_OFFERS;
 use crate::text::{self as guard, Smalltalk};
 
@@ -34,7 +34,8 @@ fn is_routing_tool(tool: &ToolSpec) -> bool {
 /// The routing tools offered for the support and the shopping role.
 fn routing_tools(request: &ChatRequest) -> (Option<&ToolSpec>, Option<&ToolSpec>) {
     let routing: Vec<&ToolSpec> = request.tools.iter().filter(|t| is_routing_tool(t)).collect();
-    let support = routing.iter().copied().find(|t| t.parameters.pointer("/properties/support_category").is_some());
+    let support =
+        routing.iter().copied().find(|t| t.parameters.pointer("/properties/support_category").is_some());
     let shopping = routing.iter().copied().find(|t| support.is_none_or(|s| s.name != t.name));
     (support.or(shopping), shopping.or(support))
 }
@@ -131,7 +132,11 @@ impl OfflineModel {
                 if tool.parameters.pointer("/properties/support_summary").is_some() {
                     args["support_summary"] = json!(query.chars().take(300).collect::<String>());
                 }
-                Some(ToolCall { id: format!("offline_call_{i}"), name: tool.name.clone(), arguments: args.to_string() })
+                Some(ToolCall {
+                    id: format!("offline_call_{i}"),
+                    name: tool.name.clone(),
+                    arguments: args.to_string(),
+                })
             })
             .collect();
         Answer { text: preamble.to_owned(), calls }
@@ -419,7 +424,11 @@ mod tests {
             categories: vec!["general".into()],
             guards: Default::default(),
         };
-        ChatRequest { messages: vec![Message::user(text)], tools: settings.tool_specs(), ..Default::default() }
+        ChatRequest {
+            messages: vec![Message::user(text)],
+            tools: settings.tool_specs(),
+            ..Default::default()
+        }
     }
 
     #[tokio::test]

@@ -15,9 +15,9 @@
 use std::sync::Arc;
 
 use super::SUPPORT_APOLOGY;
-use crate::event::EventStream;
 use crate::agent::{Agent, AgentRequest};
 use crate::event::Event;
+use crate::event::EventStream;
 use crate::retrieval::SearchIndex;
 
 /// `(slug, file text)` of every shipped article, embedded by the build script.
