@@ -16,6 +16,14 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 step "cargo doc (warnings are errors)"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked --quiet
 
+step "no import circles between the runtime's modules"
+circles=$(python3 scripts/import_circles.py shared/baton/src)
+if [[ "$(tail -n 1 <<<"$circles")" != 0 ]]; then
+    echo "$circles" >&2
+    exit 1
+fi
+echo "none"
+
 step "moto_server (local DynamoDB for the store tests)"
 requirements=scripts/requirements-test.txt
 if [[ ! -x .venv/bin/moto_server ]] || ! cmp -s "$requirements" .venv/requirements-test.txt; then

@@ -5,33 +5,45 @@
 //! This crate is the runtime and has no AWS dependency.
 //!
 //! # Layout
-//! - [`event`]: the wire protocol: the event enum, SSE and NDJSON encoding and decoding.
-//! - [`model`]: the [`model::ChatModel`] trait; OpenAI Chat Completions, the offline model, and
-//!   scripted models for tests.
-//! - [`auth`]: who is calling: IAM principal, verified JWT, or the local header.
-//! - [`tool`]: the [`tool::Tool`] trait, a registry, and JSON Schema validation of arguments.
-//! - [`retrieval`]: BM25 full-text ranking over small corpora (help articles, offers).
-//! - [`agent`]: the [`agent::Agent`] trait (request → event stream), a model-backed agent and
-//!   the tool loop.
-//! - [`agent_tool`]: any agent as a tool of another (`agent__<Name>`), with instances, schemas,
-//!   output modes and a nesting limit.
-//! - [`support`]: the support sub-agent: Forethought (with continuity) or the offline help center.
-//! - [`shopping`]: the shopping sub-agent: catalog, tools, tool loop.
-//! - [`orchestrator`]: one chat turn, from `thinking` to `completed`.
-//! - [`routing`]: which sub-agents a turn calls: model pass, failsafe re-ask, guards.
-//! - [`mux`]: the live-slot merge of concurrent sub-agent streams.
-//! - [`guard`]: routing guards: echo follow-up, fastpath allowlist, duplicates, overlap,
-//!   verbatim queries, prior context.
-//! - [`team`]: agents from configuration: validation with line numbers, the agent graph.
-//! - [`config`]: one typed configuration (`config/baton.yaml` embedded as defaults) and the
-//!   runtime built from it.
-//! - [`eval`]: the routing scenario suite, its scoring, and fault injection.
-//! - [`remote`]: agents in another process: NDJSON over a transport, and the serving side.
+//! In the order a chat turn's data flows, top to bottom: a module uses modules below it, never
+//! above (two adapters reach up, both leaves: `store::backends` keeps the agents' per-episode
+//! state in the store, and the offline model knows the shopping tool it impersonates a model
+//! for). `python3 scripts/import_circles.py shared/baton/src` finds no circle.
 //! - [`http`]: the chat endpoint (validation, SSE body), shared by `serve` and the Lambda.
-//! - [`store`]: the [`store::Store`] trait (episodes, messages, vendor state) and the embedded,
-//!   file-backed store.
+//! - [`auth`]: who is calling: IAM principal, verified JWT, or the local header.
 //! - [`history`]: records a turn: the user message before the model call, the reply after it,
 //!   `partial` when the client leaves.
+//! - [`orchestrator`]: one chat turn: `thinking`, the entry agent's run, `completed` (built here
+//!   only).
+//! - [`wiring`]: the composition root: builds models, agents, tools, the routing policy and
+//!   remote agents from a [`config::Config`], once, at start.
+//! - [`config`]: one typed configuration (`config/baton.yaml` embedded as defaults), parsed and
+//!   validated with line-numbered errors; [`config::agents`] is the `agents:` list. It builds
+//!   nothing.
+//! - [`eval`]: the routing scenario suite, its scoring, and fault injection.
+//! - [`routing`]: the routing policy an entry agent's first model step can carry: preamble gate,
+//!   failsafe re-ask, guards, fastpath; the routing tools `ask_<agent>`.
+//! - [`guard`]: the routing guards, pure functions that return the repairs they made.
+//! - [`agent_tool`]: any agent as a tool of another (`agent__<Name>`, or a routing tool), with
+//!   schemas, output modes and answers the user reads as is.
+//! - [`remote`]: agents in another process: NDJSON over a transport, and the serving side.
+//! - [`support`]: the support agent: Forethought (with continuity) or the offline help center.
+//! - [`shopping`]: the shopping tools over the offer catalog and purchase history.
+//! - [`agent`]: the [`agent::Agent`] trait, the tool loop ([`agent::LlmAgent`]) with its
+//!   [`agent::StepPolicy`] hook, and [`agent::start_child`], the one place a child instance
+//!   starts.
+//! - [`tool`]: the [`tool::Tool`] trait (`call`, and `start` for tools whose events stream), a
+//!   registry, and JSON Schema validation of arguments.
+//! - [`conversation`]: what an instance knows of the conversation: history, the previous turn.
+//! - [`store`]: the [`store::Store`] trait (episodes, messages, vendor state) and the embedded,
+//!   file-backed store.
+//! - [`model`]: the [`model::ChatModel`] trait; OpenAI Chat Completions and Responses, the
+//!   offline model, and the scripted model (its HTTP server only with the `test-support`
+//!   feature).
+//! - [`retrieval`]: BM25 full-text ranking over small corpora (help articles, offers).
+//! - [`mux`]: the live-slot merge of concurrent agents' event streams.
+//! - [`text`]: words, content words and smalltalk: how the rules read a message.
+//! - [`event`]: the wire protocol: the event enum, SSE and NDJSON encoding and decoding.
 //!
 //! # Errors
 //! Errors a caller branches on are hand-written enums ([`model::ModelError`],

@@ -26,7 +26,7 @@ use crate::text::{self as guard, Smalltalk};
 const ASK_SUPPORT: &str = "support";
 const ASK_SHOPPING: &str = "shopping";
 
-/// Whether `tool` is a routing tool (see [`crate::routing`]): it takes an `intent_count`.
+/// Whether `tool` is a routing tool (`ask_<agent>`): it takes an `intent_count`.
 fn is_routing_tool(tool: &ToolSpec) -> bool {
     tool.parameters.pointer("/properties/intent_count").is_some()
 }
