@@ -27,7 +27,10 @@
 //!   runtime built from it.
 //! - [`eval`]: the routing scenario suite, its scoring, and fault injection.
 //! - [`remote`]: agents in another process: NDJSON over a transport, and the serving side.
+//! - [`eval_report`]: the routing eval as a self-contained HTML report (charts, failures, trend),
+//!   and a suite run that keeps the routed calls and shows progress.
 //! - [`http`]: the chat endpoint (validation, SSE body), shared by `serve` and the Lambda.
+//! - [`web`]: the browser chat page (`web/`), embedded and served at `GET /`.
 //! - [`store`]: the [`store::Store`] trait (episodes, messages, vendor state) and the embedded,
 //!   file-backed store.
 //! - [`history`]: records a turn: the user message before the model call, the reply after it,
@@ -43,6 +46,7 @@ pub mod agent_tool;
 pub mod auth;
 pub mod config;
 pub mod eval;
+pub mod eval_report;
 pub mod event;
 pub mod guard;
 pub mod history;
@@ -58,3 +62,4 @@ pub mod store;
 pub mod support;
 pub mod team;
 pub mod tool;
+pub mod web;
