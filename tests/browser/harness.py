@@ -109,6 +109,7 @@ class Serve:
         )
         env.pop("BATON_CONFIG", None)
         env.pop("OPENAI_API_KEY", None)
+        self.store_path = Path(store_path)
         self.log_path = Path(log_path)
         self.log = open(self.log_path, "w")
         self.proc = subprocess.Popen(
