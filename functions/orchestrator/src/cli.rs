@@ -188,6 +188,19 @@ pub struct RoutingEvalArgs {
     /// Scenarios routed at once (for a real model).
     #[arg(long, default_value_t = 4)]
     pub concurrency: usize,
+
+    /// Also write a self-contained HTML report (charts, failing scenarios, trend) to this file.
+    #[arg(long)]
+    pub html: Option<std::path::PathBuf>,
+
+    /// Previous runs for the report's trend: a JSON summary file (one, an array, or one per line)
+    /// or a directory of them.
+    #[arg(long, requires = "html")]
+    pub history: Option<std::path::PathBuf>,
+
+    /// Also write this run's JSON summary to this file (keep them in a directory for --history).
+    #[arg(long)]
+    pub summary: Option<std::path::PathBuf>,
 }
 
 /// Options of `chat`.

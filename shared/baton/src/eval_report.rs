@@ -158,6 +158,11 @@ impl Summary {
         }
     }
 
+    /// The summary as pretty JSON (what `routing-eval --summary` writes).
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).expect("a summary serializes")
+    }
+
     /// Overall accuracy in percent.
     pub fn accuracy(&self) -> f64 {
         percent(self.passed, self.total)
