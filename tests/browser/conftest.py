@@ -10,6 +10,9 @@ from selenium.webdriver.chrome.service import Service
 
 from harness import ROOT, Scripts, Serve
 
+# Selenium must use the given chromium and chromedriver, never download its own.
+os.environ.setdefault("SE_OFFLINE", "true")
+
 OUTPUT = Path(os.environ.get("BATON_TEST_OUTPUT", ROOT / "target" / "browser-test-output"))
 
 
