@@ -319,12 +319,12 @@ fn categories(h: &mut String, report: &Report) {
     for (i, (category, (passed, total))) in rows.iter().enumerate() {
         let y = i as f64 * row_h + 4.0;
         let acc = percent(*passed, *total);
-        let _ = write!(
+        let _ = writeln!(
             h,
             "<text x=\"{tx}\" y=\"{ty}\" text-anchor=\"end\">{c}</text>\
              <rect x=\"{label_w}\" y=\"{y}\" width=\"{bar_w}\" height=\"16\" fill=\"#eee\" stroke=\"#999\"/>\
              <rect x=\"{label_w}\" y=\"{y}\" width=\"{bw:.1}\" height=\"16\" fill=\"{fill}\"/>\
-             <text x=\"{nx}\" y=\"{ty}\">{passed}/{total} {acc:.1}%</text>\n",
+             <text x=\"{nx}\" y=\"{ty}\">{passed}/{total} {acc:.1}%</text>",
             tx = label_w - 6.0,
             ty = y + 12.5,
             c = esc(category),
@@ -649,7 +649,7 @@ mod tests {
             run: &run,
             scenarios: &suite,
             faults: None,
-            history: &[summary.clone()],
+            history: std::slice::from_ref(&summary),
             run_at_ms: Some(1_700_000_100_000),
         });
         for o in run.report.outcomes.iter().filter(|o| o.result.is_err()) {
