@@ -42,6 +42,27 @@ def block_text(turn, agent):
     return blocks[0].find_element(By.CSS_SELECTOR, ".text").get_attribute("textContent")
 
 
+SLOW_TEXT = "word " * 200
+
+
+def queue_shopping_turn(scripts, text, chunk_delay_ms=0):
+    scripts.push(ORCH, text="Looking.", tool_calls=[
+        {"name": "ask_shopping", "arguments": {"query": "find me coffee deals", "intent_count": 1}}])
+    scripts.push(SHOP, text=text, chunk_delay_ms=chunk_delay_ms)
+
+
+def start_slow_shopping_turn(driver, server, scripts):
+    """Opens the page and sends a turn whose shopping answer streams slowly; returns once five
+    words of it are shown."""
+    open_page(driver, server)
+    queue_shopping_turn(scripts, SLOW_TEXT, chunk_delay_ms=50)
+    send_by_keyboard(driver, "find me coffee deals")
+    WebDriverWait(driver, WAIT).until(
+        lambda d: len(d.find_elements(By.CSS_SELECTOR, '[data-agent="shopping[1]"] .text')) == 1
+        and len(block_text(last_turn(d), "shopping[1]").split()) >= 5
+    )
+
+
 def test_a_mixed_turn_renders_preamble_both_answers_progress_and_footer(driver, server, scripts, output_dir):
     open_page(driver, server)
     # Keyboard only: Tab to the skip link, Enter moves focus to the message box, Enter sends.
@@ -117,15 +138,7 @@ def test_a_second_message_continues_the_episode(driver, server, scripts):
 
 
 def test_stop_aborts_the_turn_and_the_server_keeps_a_partial_reply(driver, own_server, scripts, output_dir):
-    open_page(driver, own_server)
-    scripts.push(ORCH, text="Looking.", tool_calls=[
-        {"name": "ask_shopping", "arguments": {"query": "find me coffee deals", "intent_count": 1}}])
-    scripts.push(SHOP, text="word " * 200, chunk_delay_ms=50)
-    send_by_keyboard(driver, "find me coffee deals")
-    WebDriverWait(driver, WAIT).until(
-        lambda d: len(d.find_elements(By.CSS_SELECTOR, '[data-agent="shopping[1]"] .text')) == 1
-        and len(block_text(last_turn(d), "shopping[1]").split()) >= 5
-    )
+    start_slow_shopping_turn(driver, own_server, scripts)
     episode = driver.find_element(By.ID, "episode").text.removeprefix("Conversation ")
     driver.find_element(By.ID, "stop").click()
     note = WebDriverWait(driver, WAIT).until(
@@ -145,18 +158,11 @@ def test_stop_aborts_the_turn_and_the_server_keeps_a_partial_reply(driver, own_s
     shopping = [m for m in messages if m["agent"] == "shopping[1]"]
     assert len(shopping) == 1 and shopping[0]["status"] == "partial", messages
     assert shopping[0]["content"].startswith(shown.strip()), "the server kept at least what was shown"
-    assert len(shopping[0]["content"]) < len("word " * 200) - 1
+    assert len(shopping[0]["content"]) < len(SLOW_TEXT.strip())
 
 
 def test_a_lost_connection_says_so_and_a_retry_shows_the_answer_once(driver, own_server, scripts, tmp_path):
-    open_page(driver, own_server)
-    scripts.push(ORCH, text="Looking.", tool_calls=[
-        {"name": "ask_shopping", "arguments": {"query": "find me coffee deals", "intent_count": 1}}])
-    scripts.push(SHOP, text="word " * 200, chunk_delay_ms=50)
-    send_by_keyboard(driver, "find me coffee deals")
-    WebDriverWait(driver, WAIT).until(
-        lambda d: len(d.find_elements(By.CSS_SELECTOR, '[data-agent="shopping[1]"] .text')) == 1
-    )
+    start_slow_shopping_turn(driver, own_server, scripts)
     addr = own_server.url.removeprefix("http://")
     own_server.stop(signal.SIGKILL)  # the network goes away mid-stream
     note = WebDriverWait(driver, WAIT).until(
@@ -167,9 +173,7 @@ def test_a_lost_connection_says_so_and_a_retry_shows_the_answer_once(driver, own
 
     back = Serve(scripts, own_server.store_path, tmp_path / "serve-again.log", addr=addr)
     try:
-        scripts.push(ORCH, text="Looking.", tool_calls=[
-            {"name": "ask_shopping", "arguments": {"query": "find me coffee deals", "intent_count": 1}}])
-        scripts.push(SHOP, text=SHOP_TEXT)
+        queue_shopping_turn(scripts, SHOP_TEXT)
         retry.send_keys(Keys.ENTER)  # keyboard again
         wait_footer(driver)
         turns = driver.find_elements(By.CSS_SELECTOR, "#transcript > li.turn")
