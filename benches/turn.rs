@@ -15,13 +15,15 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use baton::agent::{EventStream, LlmAgent, LoopLimits, ModelAgent};
+use baton::agent::{Agent, LlmAgent, LoopLimits};
 use baton::agent_tool::{AgentTool, AgentToolOptions, OutputMode};
+use baton::event::EventStream;
 use baton::event::{Event, encode_sse};
 use baton::model::scripted::{Reply, ScriptedModel, ScriptedServer};
 use baton::model::{ChatModel, ChatRequest};
 use baton::mux::{LiveSlotMux, MuxConfig};
-use baton::orchestrator::{ASK_SHOPPING, ASK_SUPPORT, Orchestrator, TurnConfig, TurnRequest};
+use baton::orchestrator::{Orchestrator, TurnRequest};
+use baton::routing::{RoutedAgent, RoutingPolicy, RoutingSettings, routing_tool};
 use baton::tool::{Tool, ToolRegistry};
 use futures::StreamExt;
 use serde_json::json;
@@ -51,20 +53,49 @@ fn main() {
     }
 }
 
+/// An agent that answers with one model call and no tools.
+fn plain(name: &str, model: Arc<dyn ChatModel>) -> Arc<dyn Agent> {
+    let tools = Arc::new(ToolRegistry::new(Vec::new()).unwrap());
+    Arc::new(LlmAgent::new(name, "answer", model, tools, LoopLimits::default()).with_mux(NO_PACING))
+}
+
+/// No flush pacing: pacing is deliberate waiting, not overhead.
+const NO_PACING: MuxConfig = MuxConfig { flush_interval: Duration::ZERO, flush_budget: Duration::ZERO };
+
+/// The reference routed turn: `orchestrator` routing to `support` and `shopping`.
 fn orchestrator() -> Arc<Orchestrator> {
     let words = |n: usize| (0..n).map(|i| format!("word{i}")).collect::<Vec<_>>().join(" ");
     let orch = Reply::text("Let me check both of those.")
-        .tool_call(ASK_SUPPORT, json!({"query": "my receipt didn't scan", "intent_count": 2}))
-        .tool_call(ASK_SHOPPING, json!({"query": "find me coffee deals", "intent_count": 2}));
+        .tool_call("ask_support", json!({"query": "my receipt didn't scan", "intent_count": 2}))
+        .tool_call("ask_shopping", json!({"query": "find me coffee deals", "intent_count": 2}));
     let model = |name: &str, reply| Arc::new(ScriptedModel::new(name, Some(reply)));
-    let support = ModelAgent::new("support", "s", model("sup", Reply::text(words(40))));
-    let shopping = ModelAgent::new("shopping", "p", model("shop", Reply::text(words(40))));
-    // No flush pacing: pacing is deliberate waiting, not overhead.
-    let config = TurnConfig {
-        mux: MuxConfig { flush_interval: Duration::ZERO, flush_budget: Duration::ZERO },
-        ..TurnConfig::default()
+    let settings = RoutingSettings {
+        agents: ["support", "shopping"]
+            .map(|a| RoutedAgent { agent: a.into(), description: a.into() })
+            .into(),
+        followup: Some("support".into()),
+        fallback: "shopping".into(),
+        categories: vec!["general".into()],
+        guards: Default::default(),
     };
-    Arc::new(Orchestrator::new(model("orch", orch), Arc::new(support), Arc::new(shopping), config))
+    let options = AgentToolOptions { output: OutputMode::TextAndEvents, ..AgentToolOptions::default() };
+    let tools: Vec<Arc<dyn Tool>> = [
+        plain("support", model("sup", Reply::text(words(40)))),
+        plain("shopping", model("shop", Reply::text(words(40)))),
+    ]
+    .into_iter()
+    .map(|agent| Arc::new(routing_tool(agent, &settings, options.clone()).unwrap()) as Arc<dyn Tool>)
+    .collect();
+    let entry = LlmAgent::new(
+        "orchestrator",
+        "route",
+        model("orch", orch),
+        Arc::new(ToolRegistry::new(tools).unwrap()),
+        LoopLimits::default(),
+    )
+    .with_mux(NO_PACING)
+    .with_policy(Arc::new(RoutingPolicy::new(settings)));
+    Arc::new(Orchestrator::new(Arc::new(entry), "orch"))
 }
 
 fn turn(i: usize) -> TurnRequest {
@@ -86,13 +117,10 @@ fn team() -> Arc<Orchestrator> {
     let calls = Reply::text("Asking.")
         .tool_call("agent__researcher", json!({"text": "my receipt didn't scan"}))
         .tool_call("agent__researcher", json!({"text": "find me coffee deals"}));
-    let researcher = ModelAgent::new(
-        "researcher",
-        "r",
-        Arc::new(ScriptedModel::new("researcher", Some(Reply::text(words(40))))),
-    );
+    let researcher =
+        plain("researcher", Arc::new(ScriptedModel::new("researcher", Some(Reply::text(words(40))))));
     let options = AgentToolOptions { output: OutputMode::TextAndEvents, ..AgentToolOptions::default() };
-    let tool: Arc<dyn Tool> = Arc::new(AgentTool::new(Arc::new(researcher), options).unwrap());
+    let tool: Arc<dyn Tool> = Arc::new(AgentTool::new(researcher, options).unwrap());
     let limits = LoopLimits { max_steps: 3, tool_timeout: Duration::from_secs(5) };
     let agent = LlmAgent::new(
         "lead",
@@ -101,8 +129,8 @@ fn team() -> Arc<Orchestrator> {
         Arc::new(ToolRegistry::new(vec![tool]).unwrap()),
         limits,
     )
-    .with_mux(MuxConfig { flush_interval: Duration::ZERO, flush_budget: Duration::ZERO });
-    Arc::new(Orchestrator::for_agent(Arc::new(agent), "lead"))
+    .with_mux(NO_PACING);
+    Arc::new(Orchestrator::new(Arc::new(agent), "lead"))
 }
 
 /// A scripted model answering `first` and `second` in turn, forever.
@@ -250,8 +278,8 @@ async fn serve_memory(streams: usize) {
     server.set_default(
         "orch",
         Reply::text("Checking both.")
-            .tool_call(ASK_SUPPORT, json!({"query": "receipt", "intent_count": 2}))
-            .tool_call(ASK_SHOPPING, json!({"query": "coffee", "intent_count": 2})),
+            .tool_call("ask_support", json!({"query": "receipt", "intent_count": 2}))
+            .tool_call("ask_shopping", json!({"query": "coffee", "intent_count": 2})),
     );
     // Each sub-agent streams 20 words over 2 s, so all streams are open at once.
     let slow = Reply::text("lorem ipsum ".repeat(10)).chunk_delay(Duration::from_millis(100));

@@ -12,7 +12,7 @@ pub mod stores;
 use std::sync::Arc;
 use std::time::Duration;
 
-use baton::config::{Backends, Config};
+use baton::config::{AgentDefaults, Config};
 use baton::event::{Event, decode_sse};
 use baton::history::History;
 use baton::http::ChatService;
@@ -21,12 +21,18 @@ use baton::store::embedded::EmbeddedStore;
 use baton::store::{Store, SystemClock};
 use baton::support::forethought::ForethoughtConfig;
 use baton::support::scripted::ForethoughtServer;
+use baton::wiring::Backends;
 use eventsource_stream::Eventsource;
 use futures::{Stream, StreamExt};
 use std::time::Instant;
 
 /// Model names the scripted server keys its replies by.
 pub const ORCH: &str = "orch";
+/// The reference configuration's routing tool for support.
+pub const ASK_SUPPORT: &str = "ask_support";
+/// The reference configuration's routing tool for shopping.
+pub const ASK_SHOPPING: &str = "ask_shopping";
+
 /// The shopping agent's model name.
 pub const SHOP: &str = "shop";
 /// The Forethought token the tests configure.
@@ -38,13 +44,13 @@ pub fn scripted_config(server: &ScriptedServer) -> Config {
     let mut c = Config::default();
     c.models.base_url = Some(server.base_url());
     c.models.orchestrator = ORCH.into();
-    c.models.shopping = SHOP.into();
+    c.apply_agent_defaults("shopping", AgentDefaults { model: Some(SHOP.into()), ..Default::default() });
     c.models.timeouts.first_byte = Duration::from_secs(5);
     c.models.timeouts.idle = Duration::from_millis(500);
     c.models.retry.base_delay = Duration::from_millis(10);
     c.models.retry.max_delay = Duration::from_millis(50);
-    c.turn.mux.flush_interval = Duration::from_millis(1);
-    c.turn.mux.flush_budget = Duration::from_millis(20);
+    c.mux.flush_interval = Duration::from_millis(1);
+    c.mux.flush_budget = Duration::from_millis(20);
     c
 }
 
@@ -90,7 +96,8 @@ pub async fn start_endpoint(config: &Config) -> Endpoint {
 
 /// Serves `config`'s chat endpoint on `127.0.0.1:0`, recording into `store`.
 pub async fn start_endpoint_with(config: &Config, store: Arc<dyn Store>) -> Endpoint {
-    let orchestrator = config.build_with(Backends::over_store(store.clone())).expect("config builds");
+    let orchestrator =
+        baton::wiring::build(config, Backends::over_store(store.clone())).expect("config builds");
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind loopback");
     let url = format!("http://{}", listener.local_addr().expect("local addr"));
     let history = History::new(store, baton::history::DEFAULT_HISTORY_MESSAGES);

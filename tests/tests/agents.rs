@@ -233,3 +233,111 @@ async fn a_call_deeper_than_max_depth_is_refused_and_the_turn_still_answers() {
     assert!(t.server.requests_for("level3").is_empty(), "level 3 never ran");
     assert_eq!(text_of(&events, "level0"), "level 0 done");
 }
+
+/// A team's own entry agent with the routing policy on: `desk` routes to `billing` (follow-ups,
+/// categories) and `catalog` (the fallback).
+const ROUTING_TEAM: &str = "\
+entry: desk
+agents:
+  - name: desk
+    model: desk
+    instruction: Route the customer's requests.
+    agents: [billing, catalog]
+    routing:
+      followup: billing
+      fallback: catalog
+      categories: [invoices, refunds]
+  - name: billing
+    model: billing
+    description: Invoices and refunds.
+    instruction: Answer billing questions.
+    output: text_and_events
+  - name: catalog
+    model: catalog
+    description: Products and prices.
+    instruction: Answer product questions.
+    output: text_and_events
+";
+
+/// The last user message a sub-agent's model was sent.
+fn asked(t: &Team<baton_tests::stores::Embedded>, model: &str) -> String {
+    let requests = t.server.requests_for(model);
+    let request = requests.last().expect("the agent was called");
+    let messages = request.body["messages"].as_array().unwrap();
+    let user = messages.iter().rev().find(|m| m["role"] == "user").unwrap();
+    user["content"].as_str().unwrap().to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_routing_entry_agent_refuses_a_direct_answer_to_a_real_question_and_dispatches_it() {
+    let t = Team::<baton_tests::stores::Embedded>::start(ROUTING_TEAM).await;
+    t.server.push("desk", Reply::text("Our lamps cost 40 dollars. The blue one is on sale."));
+    t.server.push("catalog", Reply::text("The blue lamp is 32 dollars this week."));
+    let events = t.chat("how much is the blue lamp").await;
+    assert_eq!(completed(&events).0, Status::Ok);
+    // The refused answer shows its first sentence only; the fallback agent answers the question
+    // in the user's own words.
+    assert_eq!(text_of(&events, "desk"), "Our lamps cost 40 dollars.");
+    assert_eq!(asked(&t, "catalog"), "how much is the blue lamp");
+    assert_eq!(text_of(&events, "catalog[1]"), "The blue lamp is 32 dollars this week.");
+    assert!(t.server.requests_for("billing").is_empty());
+    assert_eq!(t.server.requests_for("desk").len(), 1, "no further model call: the agents answered");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_routing_entry_agent_recovers_a_dropped_call_its_intent_count_reveals() {
+    let t = Team::<baton_tests::stores::Embedded>::start(ROUTING_TEAM).await;
+    let message = "where is my refund and how much is the blue lamp";
+    t.server.push(
+        "desk",
+        Reply::text("Checking both.").tool_call(
+            "ask_billing",
+            json!({"query": "where is my refund", "intent_count": 2,
+                                              "support_category": "refunds"}),
+        ),
+    );
+    t.server.push(
+        "desk",
+        Reply::text("")
+            .tool_call("ask_catalog", json!({"query": "how much is the blue lamp", "intent_count": 2})),
+    );
+    t.server.push("billing", Reply::text("Your refund left yesterday."));
+    t.server.push("catalog", Reply::text("The blue lamp is 32 dollars."));
+    let events = t.chat(message).await;
+    assert_eq!(completed(&events).0, Status::Ok);
+    let reask = &t.server.requests_for("desk")[1].body;
+    assert_eq!(reask["tool_choice"], "required", "the failsafe re-asks for the missing call");
+    assert_eq!(asked(&t, "billing"), "where is my refund");
+    assert_eq!(asked(&t, "catalog"), "how much is the blue lamp");
+    assert_eq!(text_of(&events, "billing[1]"), "Your refund left yesterday.");
+    assert_eq!(text_of(&events, "catalog[1]"), "The blue lamp is 32 dollars.");
+    // The routing tools carry the policy's schema: billing's takes the configured categories.
+    let tools = t.server.requests_for("desk")[0].body["tools"].clone();
+    let billing = tools.as_array().unwrap().iter().find(|t| t["function"]["name"] == "ask_billing").unwrap();
+    assert_eq!(
+        billing["function"]["parameters"]["properties"]["support_category"]["enum"],
+        json!(["invoices", "refunds"])
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_routing_entry_agent_drops_a_category_outside_its_list() {
+    let t = Team::<baton_tests::stores::Embedded>::start(ROUTING_TEAM).await;
+    t.server.push(
+        "desk",
+        Reply::text("").tool_call(
+            "ask_billing",
+            json!({"query": "my invoice", "intent_count": 1, "support_category": "shipping"}),
+        ),
+    );
+    t.server.push("billing", Reply::text("Here is your invoice."));
+    let events = t.chat("my invoice").await;
+    assert_eq!(completed(&events).0, Status::Ok, "the call ran, without the invented category");
+    let sent = events.iter().find_map(|e| match e {
+        Event::ToolCallStart { name, arguments, .. } if name == "ask_billing" => Some(arguments.clone()),
+        _ => None,
+    });
+    let sent = sent.expect("billing was called");
+    assert!(sent.get("support_category").is_none(), "{sent}");
+    assert_eq!(text_of(&events, "billing[1]"), "Here is your invoice.");
+}

@@ -8,11 +8,11 @@ use std::time::Duration;
 
 use baton::event::{Event, Status};
 use baton::model::scripted::{Reply, ScriptedServer};
-use baton::orchestrator::{ASK_SHOPPING, ASK_SUPPORT};
 use baton::store::item::{Attr, Item};
 use baton::store::{EpisodeKey, Role, Store, StoredMessage};
 use baton::support::scripted::{ForethoughtServer, FtReply};
 use baton_tests::stores::{Moto, StoreHarness, test_clock};
+use baton_tests::{ASK_SHOPPING, ASK_SUPPORT};
 use baton_tests::{
     Endpoint, ORCH, SHOP, open_stream_as, scripted_config_with_forethought, start_endpoint_with, text_of,
     wait_until,

@@ -16,9 +16,9 @@ use std::time::{Duration, Instant};
 
 use baton::event::{Event, Status};
 use baton::model::scripted::{Reply, ScriptedServer};
-use baton::orchestrator::ASK_SHOPPING;
 use baton::store::{EpisodeKey, Store, SystemClock};
 use baton_aws::DynamoDbStore;
+use baton_tests::ASK_SHOPPING;
 use baton_tests::{ORCH, SHOP, open_stream_with, text_of};
 use futures::StreamExt;
 use serde_json::json;

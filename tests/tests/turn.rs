@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use baton::event::{Event, Status};
 use baton::model::scripted::{Reply, ScriptedServer};
-use baton::orchestrator::{ASK_SHOPPING, ASK_SUPPORT};
 use baton::support::scripted::{ForethoughtServer, FtReply};
+use baton_tests::{ASK_SHOPPING, ASK_SUPPORT};
 use baton_tests::{
     ORCH, SHOP, chat, open_stream, scripted_config, scripted_config_with_forethought, speakers,
     start_endpoint, text_of,
@@ -138,7 +138,10 @@ async fn the_preamble_streams_before_the_tool_calls_complete() {
         .iter()
         .find(|r| matches!(&r.event, Event::Text { agent, .. } if agent == "orchestrator"))
         .unwrap();
-    let started = received.iter().find(|r| matches!(r.event, Event::AgentStarted { .. })).unwrap();
+    let started = received
+        .iter()
+        .find(|r| matches!(&r.event, Event::AgentStarted { agent, .. } if agent == "shopping[1]"))
+        .unwrap();
     // 7 more words and 10 argument fragments, 30 ms apart, separate the first word from dispatch.
     assert!(started.at - first_text.at >= Duration::from_millis(300), "{:?}", started.at - first_text.at);
 }

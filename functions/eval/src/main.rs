@@ -9,28 +9,27 @@ mod summary;
 
 use std::sync::Arc;
 
-use baton::config::Backends;
+use baton_aws::settings::{self, Settings};
 use lambda_http::{LambdaEvent, service_fn};
-use orchestrator::cli::Args;
 use serde_json::Value;
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_http::Error> {
-    orchestrator::cli::init_logging();
-    let mut args = Args::from_env();
+    settings::init_logging();
+    let mut args = Settings::from_env()?;
     args.resolve_secrets().await?;
     let (history, _) = args.history().await?;
     let config = args.config()?;
     let store = history.store().clone();
-    let orchestrator = config.build_with(Backends::over_store(store.clone()))?;
-    let state = Arc::new((config, orchestrator, store));
+    let router = baton::wiring::build_router(&config)?.map(Arc::new);
+    let state = Arc::new((config, router, store));
     baton_aws::runtime::keep_running(|| {
         let state = state.clone();
         lambda_http::lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| {
             let state = state.clone();
             async move {
-                let (config, orchestrator, store) = &*state;
-                summary::run(&event.payload, config, orchestrator, store.as_ref()).await
+                let (config, router, store) = &*state;
+                summary::run(&event.payload, router, config, store.as_ref()).await
             }
         }))
     })

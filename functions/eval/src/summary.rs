@@ -9,7 +9,7 @@
 use baton::config::Config;
 use baton::eval;
 use baton::eval_report::{self, ReportInput, Summary};
-use baton::orchestrator::Orchestrator;
+use baton::routing::Router;
 use baton::store::{EpisodeKey, Role, Store, StoredMessage, new_turn_id};
 use serde_json::{Value, json};
 
@@ -31,8 +31,8 @@ pub(crate) fn report_episode(suite: &str) -> String {
 /// report went) is the function's result.
 pub(crate) async fn run(
     event: &Value,
+    router: &Option<std::sync::Arc<Router>>,
     config: &Config,
-    orchestrator: &Orchestrator,
     store: &dyn Store,
 ) -> Result<Value, lambda_http::Error> {
     let suite = event.get("suite").and_then(Value::as_str).unwrap_or("routing");
@@ -40,20 +40,20 @@ pub(crate) async fn run(
         return Err(format!("unknown suite `{suite}`; the known suite is `routing`").into());
     }
     let scenarios = eval::load_suite(eval::REFERENCE_SUITE, "data/routing/scenarios.yaml")?;
-    let router = orchestrator.router().ok_or_else(|| {
+    let router = router.clone().ok_or_else(|| {
         format!(
-            "the configured entry agent `{}` is not a router; the routing suite needs one",
+            "the configured entry agent `{}` does not route; the routing suite needs a `routing:` policy",
             config.agents.entry
         )
     })?;
     let history = previous_runs(store, suite).await?;
-    let run = eval_report::run_suite(router.model(), &config.turn, &scenarios, 4, |done, total, o| {
+    let run = eval_report::run_suite(router.clone(), &scenarios, 4, |done, total, o| {
         if done % 10 == 0 || done == total {
             tracing::info!(done, total, last = %o.id, "routing eval progress");
         }
     })
     .await;
-    let faults = eval::run_faults(&config.turn, &scenarios).await;
+    let faults = eval::run_faults(&router, &scenarios).await;
     let run_at_ms = store.clock().now_ms();
     let summary = Summary::new(suite, &run.report, &faults, Some(run_at_ms));
     let html = eval_report::render_html(&ReportInput {
@@ -120,7 +120,6 @@ async fn save(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use baton::config::Backends;
     use baton::store::SystemClock;
     use baton::store::embedded::EmbeddedStore;
     use std::sync::Arc;
@@ -131,10 +130,10 @@ mod tests {
         let store: Arc<dyn Store> =
             Arc::new(EmbeddedStore::open(dir.path().join("s.redb"), Arc::new(SystemClock)).unwrap());
         let config = Config::default(); // the offline model: no network
-        let orchestrator = config.build_with(Backends::over_store(store.clone())).unwrap();
+        let router = baton::wiring::build_router(&config).unwrap().map(Arc::new);
         let event = json!({"suite": "routing"});
-        let first = run(&event, &config, &orchestrator, store.as_ref()).await.unwrap();
-        let second = run(&event, &config, &orchestrator, store.as_ref()).await.unwrap();
+        let first = run(&event, &router, &config, store.as_ref()).await.unwrap();
+        let second = run(&event, &router, &config, store.as_ref()).await.unwrap();
         assert_eq!(first["total"], second["total"]);
         assert!(second["run_at_ms"].as_u64() >= first["run_at_ms"].as_u64());
 
@@ -170,8 +169,8 @@ mod tests {
         let store: Arc<dyn Store> =
             Arc::new(EmbeddedStore::open(dir.path().join("s.redb"), Arc::new(SystemClock)).unwrap());
         let config = Config::default();
-        let orchestrator = config.build_with(Backends::over_store(store.clone())).unwrap();
-        let err = run(&json!({"suite": "nope"}), &config, &orchestrator, store.as_ref()).await.unwrap_err();
+        let router = baton::wiring::build_router(&config).unwrap().map(Arc::new);
+        let err = run(&json!({"suite": "nope"}), &router, &config, store.as_ref()).await.unwrap_err();
         assert!(err.to_string().contains("unknown suite `nope`"), "{err}");
     }
 }

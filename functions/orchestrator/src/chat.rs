@@ -4,8 +4,8 @@ use baton::history::History;
 use baton::orchestrator::Orchestrator;
 use futures::StreamExt;
 
+use crate::cli;
 use crate::render;
-use orchestrator::cli;
 
 pub(crate) async fn run(
     orchestrator: &std::sync::Arc<Orchestrator>,

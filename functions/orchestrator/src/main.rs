@@ -2,29 +2,30 @@
 //! chat endpoint on localhost through the same handler the Lambda uses.
 
 mod chat;
+mod cli;
 mod lambda;
 mod render;
 mod routing_eval;
 
 use std::sync::Arc;
 
-use baton::config::Backends;
 use baton::http::ChatService;
+use baton::wiring::Backends;
 use clap::Parser;
-use orchestrator::cli;
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    cli::init_logging();
+    baton_aws::settings::init_logging();
     // In Lambda there are no arguments: every option comes from the environment.
     let in_lambda = std::env::var_os("AWS_LAMBDA_RUNTIME_API").is_some();
-    let mut args = if in_lambda { cli::Args::from_env() } else { cli::Args::parse() };
-    if let Err(e) = args.resolve_secrets().await {
+    let mut args =
+        if in_lambda { cli::Args::from_env().unwrap_or_else(|e| e.exit()) } else { cli::Args::parse() };
+    if let Err(e) = args.settings.resolve_secrets().await {
         eprintln!("error: {e}");
         return std::process::ExitCode::from(2);
     }
     // The store first: agents keep their per-episode state in it.
-    let (history, store) = match args.history().await {
+    let (history, store) = match args.settings.history().await {
         Ok(h) => h,
         Err(e) => {
             eprintln!("error: {e}");
@@ -32,11 +33,15 @@ async fn main() -> std::process::ExitCode {
         }
     };
     let mut backends = Backends::over_store(history.store().clone());
-    backends.remote_shopping = args.remote_shopping().await;
-    let built = args.config().map_err(|e| e.to_string()).and_then(|c| {
-        let orchestrator = c.build_with(backends).map_err(|e| e.to_string())?;
-        Ok((c, orchestrator, args.auth(in_lambda)?))
-    });
+    let built = match args.config() {
+        Ok(c) => {
+            backends.remote = baton_aws::settings::remote_agents(&c).await;
+            baton::wiring::build(&c, backends)
+                .map_err(|e| e.to_string())
+                .and_then(|orchestrator| Ok((c, orchestrator, args.settings.auth(in_lambda)?)))
+        }
+        Err(e) => Err(e.to_string()),
+    };
     let (config, orchestrator, auth) = match built {
         Ok(built) => built,
         Err(e) => {
@@ -61,7 +66,7 @@ async fn main() -> std::process::ExitCode {
     }
     match args.command {
         cli::Command::Chat(chat) => chat::run(&orchestrator, &history, &chat).await,
-        cli::Command::RoutingEval(eval) => routing_eval::run(&config, &orchestrator, &eval).await,
+        cli::Command::RoutingEval(eval) => routing_eval::run(&config, &eval).await,
         cli::Command::Serve(serve) => {
             let listener = match tokio::net::TcpListener::bind(&serve.addr).await {
                 Ok(l) => l,

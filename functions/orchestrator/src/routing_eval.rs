@@ -9,8 +9,7 @@ use baton::eval_report::{self, ReportInput, Summary};
 
 pub(crate) async fn run(
     config: &baton::config::Config,
-    orchestrator: &baton::orchestrator::Orchestrator,
-    args: &orchestrator::cli::RoutingEvalArgs,
+    args: &crate::cli::RoutingEvalArgs,
 ) -> std::process::ExitCode {
     let fail = |message: String| {
         eprintln!("error: {message}");
@@ -32,24 +31,27 @@ pub(crate) async fn run(
         Ok(h) => h.unwrap_or_default(),
         Err(e) => return fail(e),
     };
-    let Some(router) = orchestrator.router() else {
-        return fail(format!(
-            "the configured entry agent `{}` is not a router; the routing suite evaluates the \
-             reference routed turn (entry agent of kind `router`)",
-            config.agents.entry
-        ));
+    let router = match baton::wiring::build_router(config) {
+        Ok(Some(router)) => std::sync::Arc::new(router),
+        Ok(None) => {
+            return fail(format!(
+                "the configured entry agent `{}` does not route; the routing suite evaluates an \
+                 entry agent with a `routing:` policy (as in the reference configuration)",
+                config.agents.entry
+            ));
+        }
+        Err(e) => return fail(e.to_string()),
     };
     let progress = Progress::new();
-    let run =
-        eval_report::run_suite(router.model(), &config.turn, &suite, args.concurrency, |done, total, o| {
-            progress.show(done, total, &o.id, o.result.is_ok())
-        })
-        .await;
+    let run = eval_report::run_suite(router.clone(), &suite, args.concurrency, |done, total, o| {
+        progress.show(done, total, &o.id, o.result.is_ok())
+    })
+    .await;
     progress.finish();
     print!("{}", run.report);
     let faults = if args.faults {
         eprintln!("fault injection: {} faults over {} scenarios…", eval::Fault::ALL.len(), suite.len());
-        let faults = eval::run_faults(&config.turn, &suite).await;
+        let faults = eval::run_faults(&router, &suite).await;
         println!();
         print!("{}", eval::format_faults(&faults));
         Some(faults)

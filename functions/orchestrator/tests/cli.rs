@@ -216,11 +216,11 @@ fn routing_eval_prints_accuracy_per_category_and_fault_recovery() {
 fn a_config_file_with_a_typo_is_refused_naming_line_and_field() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("team.yaml");
-    std::fs::write(&path, "routing:\n  support_categorys: [billing]\n").unwrap();
+    std::fs::write(&path, "offline_model:\n  support_keywordz: [billing]\n").unwrap();
     let out = orchestrator(dir.path()).args(["chat", "hi", "--config"]).arg(&path).output().unwrap();
     let stderr = String::from_utf8(out.stderr).unwrap();
     assert_eq!(out.status.code(), Some(2), "{stderr}");
-    assert!(stderr.contains("support_categorys") && stderr.contains("line 2"), "{stderr}");
+    assert!(stderr.contains("support_keywordz") && stderr.contains("line 2"), "{stderr}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -278,7 +278,7 @@ async fn serve_records_into_the_dynamodb_table_it_is_given() {
     assert!(!dir.path().join("store.redb").exists(), "no embedded store was made");
 }
 
-/// The README's example: a team's own three agents, offline.
+/// The example of docs/agents.md: a team's own three agents, offline.
 #[test]
 fn a_teams_own_agents_run_offline_from_their_config_file() {
     let dir = tempfile::tempdir().unwrap();
@@ -329,10 +329,10 @@ fn a_team_config_with_a_mistake_is_refused_naming_line_and_field() {
 }
 
 #[test]
-fn routing_eval_refuses_a_team_without_a_router() {
+fn routing_eval_refuses_a_team_whose_entry_does_not_route() {
     let dir = tempfile::tempdir().unwrap();
     let team = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/team.yaml");
     let out = orchestrator(dir.path()).args(["--config", team, "routing-eval"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8(out.stderr).unwrap().contains("`concierge` is not a router"));
+    assert!(String::from_utf8(out.stderr).unwrap().contains("`concierge` does not route"));
 }

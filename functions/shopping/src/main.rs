@@ -1,18 +1,19 @@
 //! The shopping agent as a Lambda function (the heavy path): one remote request in, its events out
 //! as NDJSON. Settings come from the same environment variables as the orchestrator's.
 
-use baton::config::Backends;
-use orchestrator::cli::Args;
+use baton::wiring::Backends;
+use baton_aws::settings::{self, Settings};
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    orchestrator::cli::init_logging();
-    let mut args = Args::from_env();
+    settings::init_logging();
     let agent = async {
+        let mut args = Settings::from_env().map_err(|e| e.to_string())?;
         args.resolve_secrets().await?;
         let (history, _) = args.history().await?;
         let config = args.config().map_err(|e| e.to_string())?;
-        config.build_shopping(&Backends::over_store(history.store().clone())).map_err(|e| e.to_string())
+        let backends = Backends::over_store(history.store().clone());
+        baton::wiring::build_agent(&config, "shopping", &backends).map_err(|e| e.to_string())
     };
     let agent = match agent.await {
         Ok(agent) => agent,

@@ -6,6 +6,8 @@
 //! - [`dynamodb`]: [`dynamodb::DynamoDbStore`], the production [`baton::store::Store`].
 //! - [`lambda_transport`]: remote agents over Lambda `InvokeWithResponseStream`.
 //! - [`secrets`]: Secrets Manager references resolved at init.
+//! - [`settings`]: [`settings::Settings`], the flags and environment variables every function
+//!   reads (the orchestrator's CLI flattens them; Lambda reads them from the environment alone).
 //! - [`agent_function`]: the Lambda handler of a remote agent (NDJSON out).
 //! - [`runtime`]: keeps a function's event loop alive across a failed Runtime API call.
 //!
@@ -19,6 +21,7 @@ pub mod dynamodb;
 pub mod lambda_transport;
 pub mod runtime;
 pub mod secrets;
+pub mod settings;
 pub mod table;
 
 pub use dynamodb::DynamoDbStore;

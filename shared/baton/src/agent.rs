@@ -1,13 +1,16 @@
-//! Agents: anything that turns an input into a stream of [`Event`]s.
+//! Agents: anything that turns a request into a stream of [`Event`]s.
 //!
 //! An in-process agent is an async stream; a remote one (a separately deployed Lambda) is a byte
-//! stream decoded into the same events. The orchestrator does not know the difference.
+//! stream decoded into the same events. Whoever runs an agent does not know the difference.
 //!
-//! - [`ModelAgent`]: one model call, no tools.
-//! - [`LlmAgent`]: a tool loop (max steps, per-tool timeout, a step's calls run concurrently),
-//!   continuing the vendor's server-side conversation through [`ResponseChains`] where the model
-//!   supports it. Its tools may be agents ([`crate::agent_tool::AgentTool`]): their events stream
-//!   through while they run, merged like the turn's sub-agents.
+//! - [`Agent`]: the trait; [`AgentRequest`]: what an instance is asked.
+//! - [`LlmAgent`]: a tool loop (max steps, per-tool timeout, a step's calls run concurrently and
+//!   stream through the live-slot merge), continuing the vendor's server-side conversation
+//!   through [`ResponseChains`] where the model supports it. A [`StepPolicy`] may shape its first
+//!   model step: the routing policy ([`crate::routing`]) does, for an entry agent that routes.
+//! - [`start_child`]: the one place a child instance starts (its name, depth, session,
+//!   conversation, timeout); [`run_instance`] runs an instance between `agent_started` and
+//!   `agent_finished`.
 
 use std::collections::HashMap;
 use std::pin::Pin;
@@ -16,23 +19,23 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use futures::{Stream, StreamExt};
+use serde_json::Value;
 use tokio::time::Instant;
 
-use crate::agent_tool::{AgentCall, Slot};
-use crate::event::{Event, Status, Usage};
+use crate::conversation::{Conversation, PreviousTurn};
+use crate::event::{Event, EventStream, Status, Usage};
 use crate::model::{ChatModel, ChatRequest, Message, ModelDelta, ModelError, ToolCall, ToolChoice};
 use crate::mux::{LiveSlotMux, MuxConfig};
-use crate::tool::{Instances, SessionState, ToolContext, ToolError, ToolOutcome, ToolRegistry, run_checked};
-use serde_json::Value;
+use crate::tool::{
+    CallOptions, DirectAnswer, Instances, SessionState, Slot, ToolContext, ToolError, ToolOutcome,
+    ToolRegistry, ToolRun,
+};
 
 /// What an agent says when its answer broke off.
 pub const APOLOGY: &str = "\n\nSorry, I couldn't finish that answer. Please try again.";
 
 /// A boxed error from a pluggable backend (a store), logged and survived.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
-
-/// The events of one agent run. Errors are in-band `error` events; the stream always ends.
-pub type EventStream = Pin<Box<dyn Stream<Item = Event> + Send>>;
 
 /// What an agent is asked to do (serializable: remote agents receive it as JSON).
 #[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
@@ -42,12 +45,16 @@ pub struct AgentRequest {
     pub user_id: String,
     /// The conversation (agents keep vendor state per episode).
     pub episode_id: String,
-    /// The query, as the orchestrator (or its guards) phrased it.
+    /// The query: the user's words for the entry agent, its caller's for a child.
     pub query: String,
     /// Context from earlier turns, filled when the user switches intent.
     pub prior_context: Option<String>,
-    /// Cross-turn conversation history (for LLM agents).
+    /// A description of an image the user attached, if any.
+    pub image: Option<String>,
+    /// Cross-turn conversation history (for LLM agents that see the conversation).
     pub history: Vec<Message>,
+    /// The previous turn, for a routing policy's guards.
+    pub previous: Option<PreviousTurn>,
     /// All arguments of the tool call that started the agent.
     pub arguments: serde_json::Value,
     /// The instance's session state: a copy of its caller's, without internal keys (see
@@ -81,38 +88,6 @@ impl<A: Agent + ?Sized> Agent for Arc<A> {
     }
 }
 
-/// An agent that answers with one model call: its instruction, the history, and the query.
-pub struct ModelAgent {
-    name: String,
-    instruction: String,
-    model: Arc<dyn ChatModel>,
-}
-
-impl ModelAgent {
-    /// A new agent.
-    pub fn new(
-        name: impl Into<String>,
-        instruction: impl Into<String>,
-        model: Arc<dyn ChatModel>,
-    ) -> ModelAgent {
-        ModelAgent { name: name.into(), instruction: instruction.into(), model }
-    }
-}
-
-impl Agent for ModelAgent {
-    fn name(&self) -> &str {
-        &self.name
-    }
-
-    fn run(&self, request: AgentRequest, instance: String) -> EventStream {
-        let mut messages = vec![Message::system(self.instruction.clone())];
-        messages.extend(request.history);
-        messages.push(Message::user(with_prior_context(request.query, request.prior_context)));
-        let deltas = self.model.stream(ChatRequest { messages, ..Default::default() });
-        model_events(instance, self.model.model_name().to_owned(), deltas)
-    }
-}
-
 /// The query with the orchestrator's `prior_context` in front, when there is one.
 pub fn with_prior_context(query: String, prior_context: Option<String>) -> String {
     match prior_context {
@@ -121,28 +96,110 @@ pub fn with_prior_context(query: String, prior_context: Option<String>) -> Strin
     }
 }
 
-/// Maps a model's deltas to an agent's events; a model error becomes an `error` event and a short
-/// apology the user can read.
-pub fn model_events(instance: String, model: String, deltas: crate::model::DeltaStream) -> EventStream {
-    Box::pin(async_stream::stream! {
-        let mut deltas = deltas;
-        while let Some(delta) = deltas.next().await {
-            match delta {
-                Ok(ModelDelta::Text(text)) => yield Event::Text { agent: instance.clone(), text },
-                Ok(ModelDelta::Reasoning(text)) => yield Event::Reasoning { agent: instance.clone(), text },
-                Ok(ModelDelta::ResponseId(id)) => yield Event::ResponseId { agent: instance.clone(), id },
-                Ok(ModelDelta::Usage(usage)) => {
-                    yield Event::usage(instance.clone(), model.clone(), usage)
-                }
-                Ok(ModelDelta::ToolCallStart { .. } | ModelDelta::ToolCall(_) | ModelDelta::Finish(_)) => {}
-                Err(e) => {
-                    yield Event::error(instance.clone(), e.code(), e.to_string(), e.is_retryable());
-                    yield Event::text(instance.clone(), APOLOGY);
-                    return;
-                }
-            }
+/// The user message an LLM agent's model reads: the query, with the caller's `prior_context`
+/// before it and the attached image's description after it.
+fn user_message(request: &AgentRequest) -> Message {
+    let mut content = with_prior_context(request.query.clone(), request.prior_context.clone());
+    if let Some(image) = request.image.as_deref().filter(|d| !d.trim().is_empty()) {
+        content.push_str(&format!("\n[The user attached an image: {}]", image.trim()));
+    }
+    Message::user(content)
+}
+
+/// What a child instance sees of the conversation its caller answers in.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ChildContext {
+    /// Only its input (agents called as tools, DESIGN.md §5).
+    #[default]
+    Isolated,
+    /// The cross-turn history and the previous turn too (the sub-agents of a routing entry
+    /// agent, DESIGN.md §4 step 7).
+    Conversation,
+}
+
+/// How a child instance runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InstanceOptions {
+    /// Longest one instance may run; past it the instance is stopped with an `agent_timeout`
+    /// error.
+    pub timeout: Option<Duration>,
+    /// Deepest level an instance may start at (the turn's entry agent is level 0).
+    pub max_depth: u32,
+    /// What it sees of the conversation.
+    pub context: ChildContext,
+}
+
+impl Default for InstanceOptions {
+    fn default() -> Self {
+        InstanceOptions {
+            timeout: None,
+            max_depth: crate::agent_tool::DEFAULT_MAX_DEPTH,
+            context: ChildContext::Isolated,
         }
-    })
+    }
+}
+
+/// What a child instance is asked.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ChildInput {
+    /// Its query.
+    pub query: String,
+    /// Context from earlier turns, if its caller gave any.
+    pub prior_context: Option<String>,
+    /// The arguments of the call that starts it.
+    pub arguments: Value,
+}
+
+/// Starts one child instance of `agent` for the caller in `parent` (the call of tool `tool`):
+/// the instance is named `Name[i]` from the turn's numbering, runs one level deeper in a session
+/// copied from its caller's without internal keys, sees the conversation or not as `options`
+/// say, and is stopped past its timeout. Every child instance starts here.
+///
+/// A call past `options.max_depth` is refused with [`ToolError::DepthExceeded`].
+pub fn start_child(
+    agent: &dyn Agent,
+    tool: &str,
+    parent: &ToolContext,
+    input: ChildInput,
+    options: &InstanceOptions,
+) -> Result<(String, EventStream), ToolError> {
+    let depth = parent.depth + 1;
+    if depth > options.max_depth {
+        return Err(ToolError::DepthExceeded { tool: tool.to_owned(), max_depth: options.max_depth });
+    }
+    let instance = parent.instances.next(agent.name());
+    let (history, previous) = match options.context {
+        ChildContext::Isolated => (Vec::new(), None),
+        ChildContext::Conversation => {
+            (parent.conversation.history.clone(), parent.conversation.previous.clone())
+        }
+    };
+    let request = AgentRequest {
+        user_id: parent.user_id.clone(),
+        episode_id: parent.episode_id.clone(),
+        query: input.query,
+        prior_context: input.prior_context,
+        image: None,
+        history,
+        previous,
+        arguments: input.arguments,
+        state: parent.state.for_child(),
+        depth,
+        instances: parent.instances.clone(),
+    };
+    let events = run_instance(agent, instance.clone(), request, options.timeout);
+    Ok((instance, events))
+}
+
+/// Runs one instance between `agent_started` and `agent_finished`, stopped past `timeout`.
+pub fn run_instance(
+    agent: &dyn Agent,
+    instance: String,
+    request: AgentRequest,
+    timeout: Option<Duration>,
+) -> EventStream {
+    let query = request.query.clone();
+    instrument_for(instance.clone(), query, agent.run(request, instance), timeout)
 }
 
 /// Where an agent keeps the vendor's last response id per episode, so its next turn continues the
@@ -214,12 +271,83 @@ impl Default for LoopLimits {
     }
 }
 
+/// What a [`StepPolicy`] gets for one model step.
+#[derive(Debug, Clone)]
+pub struct StepInput {
+    /// The instance whose step it is: the name its events carry.
+    pub instance: String,
+    /// The request the loop would send to the model.
+    pub request: ChatRequest,
+    /// The user's words: the instance's query, without context or image notes.
+    pub message: String,
+    /// The previous turn, when the instance sees the conversation.
+    pub previous: Option<PreviousTurn>,
+}
+
+/// One item of a model step.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StepItem {
+    /// An event for the client now (text, reasoning, usage, response id, errors).
+    Event(Event),
+    /// The step is decided.
+    Decided(StepDecision),
+    /// The model failed and an `error` event was already sent: the run ends.
+    Failed,
+}
+
+/// What a model step decided.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct StepDecision {
+    /// The model's text, for the transcript.
+    pub text: String,
+    /// The calls to run.
+    pub calls: Vec<StepCall>,
+    /// The model's response id, if it sent one.
+    pub response_id: Option<String>,
+    /// No model step follows these calls: their answers are the agent's answer (a routing
+    /// policy dispatches, and its sub-agents answer the user).
+    pub last: bool,
+}
+
+/// One call a model step decided.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StepCall {
+    /// The call, with the arguments the tool gets.
+    pub call: ToolCall,
+    /// Its user-visible content ends with a `support_content` boundary.
+    pub mark_content_end: bool,
+}
+
+impl From<ToolCall> for StepCall {
+    fn from(call: ToolCall) -> StepCall {
+        StepCall { call, mark_content_end: false }
+    }
+}
+
+/// The items of one model step.
+pub type StepStream = Pin<Box<dyn Stream<Item = StepItem> + Send>>;
+
+/// A policy hooked into an agent's model step: it calls the model itself, and decides which
+/// text the client sees and which calls run. The routing policy ([`crate::routing`]) is one:
+/// preamble gate, failsafe re-ask, guards and the fastpath allowlist.
+pub trait StepPolicy: Send + Sync {
+    /// Runs the first model step of a run: `input.request` is what the loop would send.
+    fn first_step(&self, model: Arc<dyn ChatModel>, input: StepInput) -> StepStream;
+}
+
 /// An agent with tools: the model calls tools, sees their results, and answers.
 ///
 /// Each step streams the model's text, reasoning, response id and usage at once; a step's tool
 /// calls run concurrently, each reported as `tool_call_start`, then `tool_result` and
 /// `tool_call_end` as it finishes. Bad arguments, unknown tools, tool failures and timeouts are
-/// error results the model reads on its next step.
+/// error results the model reads on its next step. Every tool is started the same way
+/// ([`crate::tool::Tool::start`]): an agent tool streams its child's events through the
+/// live-slot merge while it runs.
+///
+/// A step whose calls all answered the user as is (`skip_summarization` agent tools), or that a
+/// [`StepPolicy`] marked last, ends the run without another model call; a call of a last step
+/// that failed is reported as an `agent_failed` error of this instance (its part of the answer
+/// is missing).
 ///
 /// Context: a model with server-side state (the Responses API) continues the episode's last
 /// response when [`ResponseChains`] has one, and then sends only the new turn; otherwise the
@@ -235,6 +363,7 @@ pub struct LlmAgent {
     limits: LoopLimits,
     chains: Option<Arc<dyn ResponseChains>>,
     mux: MuxConfig,
+    policy: Option<Arc<dyn StepPolicy>>,
 }
 
 impl LlmAgent {
@@ -254,10 +383,11 @@ impl LlmAgent {
             limits,
             chains: None,
             mux: MuxConfig::default(),
+            policy: None,
         }
     }
 
-    /// Paces the text of concurrent agent tools as the turn paces sub-agents.
+    /// Paces the text of concurrent agent tools as configured.
     pub fn with_mux(mut self, mux: MuxConfig) -> LlmAgent {
         self.mux = mux;
         self
@@ -267,6 +397,59 @@ impl LlmAgent {
     pub fn with_response_chains(mut self, chains: Arc<dyn ResponseChains>) -> LlmAgent {
         self.chains = Some(chains);
         self
+    }
+
+    /// Shapes the first model step of every run with `policy`.
+    pub fn with_policy(mut self, policy: Arc<dyn StepPolicy>) -> LlmAgent {
+        self.policy = Some(policy);
+        self
+    }
+
+    /// The agent's model.
+    pub fn model(&self) -> &Arc<dyn ChatModel> {
+        &self.model
+    }
+}
+
+/// One step's items, as the loop reads them.
+enum Step {
+    Item(StepItem),
+    /// The stored response is gone: resend the history.
+    Resend,
+}
+
+/// What a run carries from step to step.
+struct Transcript {
+    /// Messages after the system prompt.
+    messages: Vec<Message>,
+    /// How many of them the server already has (when continuing a stored response).
+    sent: usize,
+    /// The stored response this run continues, if any.
+    previous: Option<String>,
+    /// The history, kept aside while continuing a stored response in case the server no longer
+    /// has it.
+    fallback: Option<Vec<Message>>,
+    user_message: Message,
+}
+
+impl Transcript {
+    fn new(history: Vec<Message>, user_message: Message, previous: Option<String>) -> Transcript {
+        let (mut messages, fallback) =
+            if previous.is_some() { (Vec::new(), Some(history)) } else { (history, None) };
+        messages.push(user_message.clone());
+        Transcript { messages, sent: 0, previous, fallback, user_message }
+    }
+
+    /// Drops the stored response and resends the history.
+    fn resend_history(&mut self) {
+        self.messages = self.fallback.take().unwrap_or_default();
+        self.messages.push(self.user_message.clone());
+        self.previous = None;
+    }
+
+    /// The messages to send: after the stored response only what follows it.
+    fn to_send(&self) -> &[Message] {
+        if self.previous.is_some() { &self.messages[self.sent..] } else { &self.messages[..] }
     }
 }
 
@@ -278,40 +461,37 @@ impl Agent for LlmAgent {
     fn run(&self, request: AgentRequest, instance: String) -> EventStream {
         let this = self.clone();
         Box::pin(async_stream::stream! {
-            let model_name = this.model.model_name().to_owned();
             let server_side = this.model.supports_previous_response();
-            let context = ToolContext {
-                user_id: request.user_id.clone(),
-                episode_id: request.episode_id.clone(),
-                state: SessionState::new(request.state),
-                depth: request.depth,
-                instances: request.instances.clone(),
-            };
-            let chains = this.chains.as_ref().filter(|_| server_side);
-            let mut previous = match chains {
-                Some(chains) => chains.last_response_id(&context.user_id, &context.episode_id).await
+            let chains = this.chains.clone().filter(|_| server_side);
+            let previous_id = match &chains {
+                Some(chains) => chains.last_response_id(&request.user_id, &request.episode_id).await
                     .unwrap_or_else(|e| {
                         tracing::warn!(error = %e, "cannot read the last response id; starting afresh");
                         None
                     }),
                 None => None,
             };
-            let user_message = Message::user(with_prior_context(request.query, request.prior_context));
-            // While continuing a stored response, the history is kept aside in case the server
-            // no longer has that response.
-            let (mut transcript, mut fallback) = if previous.is_some() {
-                (Vec::new(), Some(request.history))
-            } else {
-                (request.history, None)
+            let user_message = user_message(&request);
+            let message = request.query.clone();
+            let previous_turn = request.previous.clone();
+            let context = ToolContext {
+                user_id: request.user_id,
+                episode_id: request.episode_id,
+                state: SessionState::new(request.state),
+                depth: request.depth,
+                instances: request.instances,
+                conversation: Arc::new(Conversation {
+                    history: request.history.clone(),
+                    previous: request.previous,
+                }),
             };
-            transcript.push(user_message.clone());
-            let mut sent = 0;
+            let mut transcript = Transcript::new(request.history, user_message, previous_id);
             let specs = this.tools.specs();
-            for step in 0..this.limits.max_steps.max(1) {
-                let last_step = step + 1 >= this.limits.max_steps;
+            let max_steps = this.limits.max_steps.max(1);
+            for step in 0..max_steps {
+                let last_step = step + 1 >= max_steps;
                 let mut messages = vec![Message::system(this.instruction.clone())];
-                let new_items = if previous.is_some() { &transcript[sent..] } else { &transcript[..] };
-                messages.extend(new_items.iter().cloned());
+                messages.extend(transcript.to_send().iter().cloned());
                 let offered = !specs.is_empty();
                 let chat = ChatRequest {
                     messages,
@@ -320,116 +500,81 @@ impl Agent for LlmAgent {
                     parallel_tool_calls: offered.then_some(true),
                     max_tokens: None,
                 };
-                let mut deltas = match &previous {
-                    Some(id) => this.model.stream_continuing(chat, id.clone()),
-                    None => this.model.stream(chat),
+                let mut items = match (&this.policy, step) {
+                    (Some(policy), 0) => {
+                        let input = StepInput {
+                            instance: instance.clone(),
+                            request: chat,
+                            message: message.clone(),
+                            previous: previous_turn.clone(),
+                        };
+                        Box::pin(policy.first_step(this.model.clone(), input).map(Step::Item))
+                    }
+                    _ => this.model_step(chat, transcript.previous.clone(), transcript.fallback.is_some(), instance.clone()),
                 };
-                let mut text = String::new();
-                let mut calls: Vec<ToolCall> = Vec::new();
-                let mut response_id = None;
+                let mut decision = None;
                 let mut resend = false;
-                while let Some(delta) = deltas.next().await {
-                    match delta {
-                        Ok(ModelDelta::Text(t)) => {
-                            text.push_str(&t);
-                            yield Event::Text { agent: instance.clone(), text: t };
-                        }
-                        Ok(ModelDelta::Reasoning(t)) => yield Event::Reasoning { agent: instance.clone(), text: t },
-                        Ok(ModelDelta::ResponseId(id)) => {
-                            response_id = Some(id.clone());
-                            yield Event::ResponseId { agent: instance.clone(), id };
-                        }
-                        Ok(ModelDelta::Usage(usage)) => {
-                            yield Event::usage(instance.clone(), model_name.clone(), usage);
-                        }
-                        Ok(ModelDelta::ToolCall(call)) => calls.push(call),
-                        Ok(ModelDelta::ToolCallStart { .. } | ModelDelta::Finish(_)) => {}
-                        Err(ModelError::Http { status: 400 | 404, .. })
-                            if fallback.is_some() && text.is_empty() && response_id.is_none() =>
-                        {
-                            // The stored response expired or was deleted: resend the history.
-                            tracing::warn!("cannot continue the stored response; resending the history");
-                            transcript = fallback.take().unwrap_or_default();
-                            transcript.push(user_message.clone());
-                            previous = None;
-                            resend = true;
-                            break;
-                        }
-                        Err(e) => {
-                            yield Event::error(instance.clone(), e.code(), e.to_string(), e.is_retryable());
-                            yield Event::text(instance.clone(), APOLOGY);
-                            return;
-                        }
+                while let Some(item) = items.next().await {
+                    match item {
+                        Step::Item(StepItem::Event(event)) => yield event,
+                        Step::Item(StepItem::Decided(d)) => decision = Some(d),
+                        Step::Item(StepItem::Failed) => return,
+                        Step::Resend => resend = true,
                     }
                 }
-                drop(deltas);
+                drop(items);
                 if resend {
+                    transcript.resend_history();
                     continue;
                 }
-                fallback = None;
+                let Some(decision) = decision else { return };
+                transcript.fallback = None;
                 if server_side {
-                    previous = response_id.clone();
+                    transcript.previous = decision.response_id.clone();
                 }
-                transcript.push(Message::Assistant {
-                    content: (!text.is_empty()).then_some(text),
+                let calls: Vec<ToolCall> = decision.calls.iter().map(|c| c.call.clone()).collect();
+                transcript.messages.push(Message::Assistant {
+                    content: (!decision.text.is_empty()).then(|| decision.text.clone()),
                     tool_calls: calls.clone(),
                 });
                 // The server has everything up to its own answer; continuing sends what follows.
-                sent = transcript.len();
+                transcript.sent = transcript.messages.len();
                 if calls.is_empty() {
-                    if let (Some(chains), Some(id)) = (chains, response_id) {
+                    if let (Some(chains), Some(id)) = (&chains, decision.response_id) {
                         if let Err(e) = chains.set_last_response_id(&context.user_id, &context.episode_id, id).await {
                             tracing::warn!(error = %e, "cannot store the last response id");
                         }
                     }
                     return;
                 }
-                if last_step {
+                if last_step && !decision.last {
                     yield Event::error(instance.clone(), "max_steps_exceeded",
                         format!("the model still called tools after {} steps", this.limits.max_steps), false);
                     yield Event::text(instance.clone(), APOLOGY);
                     return;
                 }
-                for call in &calls {
-                    let arguments = call.parse_arguments().unwrap_or_else(|_| call.arguments.clone().into());
+                for call in &decision.calls {
+                    let arguments = call.call.parse_arguments().unwrap_or_else(|_| call.call.arguments.clone().into());
                     yield Event::ToolCallStart {
-                        agent: instance.clone(), call_id: call.id.clone(), name: call.name.clone(), arguments,
+                        agent: instance.clone(), call_id: call.call.id.clone(), name: call.call.name.clone(), arguments,
                     };
                 }
-                // Every call is a source of events, all running at once: an agent tool streams
-                // its child's events, an ordinary tool only its result. They are merged as the
-                // turn merges sub-agents (one agent's text at a time), and each leaves what it
-                // ended with in its slot.
-                let slots: Vec<Slot<CallDone>> = calls.iter().map(|_| Slot::default()).collect();
-                let sources: Vec<EventStream> = calls
-                    .iter()
-                    .zip(&slots)
-                    .map(|(call, slot)| this.start_call(call, &context, &instance, slot.clone()))
-                    .collect();
-                let mut merged = LiveSlotMux::new(sources, this.mux);
-                while let Some(event) = merged.next().await {
+                let mut batch = this.start_batch(&decision.calls, &context, &instance);
+                while let Some(event) = batch.events.next().await {
                     yield event;
                 }
-                drop(merged);
-                // The merge ends only when every source has, and each fills its slot before its
-                // last events.
+                drop(batch.events);
+                // The merge ends only when every call's stream has, and each fills its slot
+                // before its last events.
                 let done: Vec<CallDone> =
-                    slots.iter().map(|s| s.take().expect("every call's stream ran to its end")).collect();
+                    batch.slots.iter().map(|s| s.take().expect("every call's stream ran to its end")).collect();
                 // Results go back in call order, whatever order they finished in.
                 for (call, done) in calls.iter().zip(&done) {
-                    transcript.push(Message::Tool { call_id: call.id.clone(), content: done.outcome.content() });
+                    transcript.messages.push(Message::Tool { call_id: call.id.clone(), content: done.outcome.content() });
                 }
-                // Only skip-summarization agents were called, and all answered: their answers are
-                // this agent's answer, with no further model call.
-                if done.iter().all(|d| d.skip.is_some()) {
-                    let unsent: Vec<String> = done
-                        .into_iter()
-                        .filter_map(|d| d.skip)
-                        .filter(|s| !s.streamed && !s.answer.trim().is_empty())
-                        .map(|s| s.answer)
-                        .collect();
-                    if !unsent.is_empty() {
-                        yield Event::text(instance.clone(), unsent.join("\n\n"));
+                if decision.last || done.iter().all(|d| d.answer.is_some()) {
+                    for event in final_answer(&instance, &calls, done, decision.last) {
+                        yield event;
                     }
                     return;
                 }
@@ -442,82 +587,147 @@ impl Agent for LlmAgent {
     }
 }
 
+/// The end of a run whose last calls answered the user: the answers the client has not seen
+/// yet, and an `agent_failed` error for each call of a policy's last step that failed.
+fn final_answer(instance: &str, calls: &[ToolCall], done: Vec<CallDone>, last: bool) -> Vec<Event> {
+    let mut events = Vec::new();
+    if last {
+        for (call, done) in calls.iter().zip(&done) {
+            if done.outcome.is_error {
+                events.push(Event::error(
+                    instance,
+                    "agent_failed",
+                    format!("`{}` did not answer; its part of the answer is missing", call.name),
+                    true,
+                ));
+            }
+        }
+    }
+    let unsent: Vec<String> = done
+        .into_iter()
+        .filter_map(|d| d.answer)
+        .filter(|a| !a.streamed && !a.text.trim().is_empty())
+        .map(|a| a.text)
+        .collect();
+    if !unsent.is_empty() {
+        events.push(Event::text(instance, unsent.join("\n\n")));
+    }
+    events
+}
+
 /// What one tool call of a batch ended with.
 struct CallDone {
     outcome: ToolOutcome,
-    /// Set for a skip-summarization agent tool that answered.
-    skip: Option<SkipAnswer>,
+    /// Set for a call whose result is the user's answer as is.
+    answer: Option<DirectAnswer>,
 }
 
-struct SkipAnswer {
-    answer: String,
-    streamed: bool,
-}
-
-/// One call of a batch, started.
-enum Started {
-    /// Refused before it ran (unknown tool, bad arguments).
-    Refused(ToolOutcome),
-    /// An ordinary tool, running under the tool timeout.
-    Tool(BoxFuture<'static, ToolOutcome>),
-    /// An agent tool's child instance.
-    Agent { call: AgentCall, arguments: Value, skip_summarization: bool },
+/// The calls of one step, started: their merged events, and where each leaves its outcome.
+struct Batch {
+    events: LiveSlotMux,
+    slots: Vec<Slot<CallDone>>,
 }
 
 impl LlmAgent {
-    /// Starts one call of a batch. The stream carries an agent tool's child events, then the
-    /// call's `tool_result` and `tool_call_end`; the outcome is left in `slot` before those.
+    /// The loop's own model step: text, reasoning, response id and usage stream at once; the
+    /// calls are collected. A model error ends the run with an `error` event and an apology.
+    fn model_step(
+        &self,
+        chat: ChatRequest,
+        previous: Option<String>,
+        may_resend: bool,
+        instance: String,
+    ) -> Pin<Box<dyn Stream<Item = Step> + Send>> {
+        let model = self.model.clone();
+        Box::pin(async_stream::stream! {
+            let model_name = model.model_name().to_owned();
+            let mut deltas = match previous {
+                Some(id) => model.stream_continuing(chat, id),
+                None => model.stream(chat),
+            };
+            let mut decision = StepDecision::default();
+            while let Some(delta) = deltas.next().await {
+                match delta {
+                    Ok(ModelDelta::Text(t)) => {
+                        decision.text.push_str(&t);
+                        yield Step::Item(StepItem::Event(Event::Text { agent: instance.clone(), text: t }));
+                    }
+                    Ok(ModelDelta::Reasoning(t)) => {
+                        yield Step::Item(StepItem::Event(Event::Reasoning { agent: instance.clone(), text: t }));
+                    }
+                    Ok(ModelDelta::ResponseId(id)) => {
+                        decision.response_id = Some(id.clone());
+                        yield Step::Item(StepItem::Event(Event::ResponseId { agent: instance.clone(), id }));
+                    }
+                    Ok(ModelDelta::Usage(usage)) => {
+                        yield Step::Item(StepItem::Event(Event::usage(instance.clone(), model_name.clone(), usage)));
+                    }
+                    Ok(ModelDelta::ToolCall(call)) => decision.calls.push(call.into()),
+                    Ok(ModelDelta::ToolCallStart { .. } | ModelDelta::Finish(_)) => {}
+                    Err(ModelError::Http { status: 400 | 404, .. })
+                        if may_resend && decision.text.is_empty() && decision.response_id.is_none() =>
+                    {
+                        // The stored response expired or was deleted: resend the history.
+                        tracing::warn!("cannot continue the stored response; resending the history");
+                        yield Step::Resend;
+                        return;
+                    }
+                    Err(e) => {
+                        yield Step::Item(StepItem::Event(Event::error(instance.clone(), e.code(), e.to_string(), e.is_retryable())));
+                        yield Step::Item(StepItem::Event(Event::text(instance.clone(), APOLOGY)));
+                        yield Step::Item(StepItem::Failed);
+                        return;
+                    }
+                }
+            }
+            yield Step::Item(StepItem::Decided(decision));
+        })
+    }
+
+    /// Starts every call of a step at once (each announced before with `tool_call_start`): each
+    /// streams its own events (an agent tool its child's), then its `tool_result` and `tool_call_end`;
+    /// they are merged as the turn merges sub-agents (one agent's text at a time).
+    fn start_batch(&self, calls: &[StepCall], context: &ToolContext, instance: &str) -> Batch {
+        let slots: Vec<Slot<CallDone>> = calls.iter().map(|_| Slot::default()).collect();
+        let sources: Vec<EventStream> = calls
+            .iter()
+            .zip(&slots)
+            .map(|(call, slot)| self.start_call(call, context, instance, slot.clone()))
+            .collect();
+        Batch { events: LiveSlotMux::new(sources, self.mux), slots }
+    }
+
+    /// Starts one call: the registry checks it, the tool starts it. The stream carries the
+    /// call's own events, then its `tool_result` and `tool_call_end`; the outcome is left in
+    /// `slot` before those.
     fn start_call(
         &self,
-        call: &ToolCall,
+        call: &StepCall,
         context: &ToolContext,
         instance: &str,
         slot: Slot<CallDone>,
     ) -> EventStream {
         let started = Instant::now();
-        let (agent, call_id, name) = (instance.to_owned(), call.id.clone(), call.name.clone());
-        let running = match self.tools.check(call) {
-            Err((arguments, error)) => Started::Refused(ToolOutcome::error(arguments, error)),
-            Ok((tool, arguments)) => match tool.as_agent_tool() {
-                Some(agent_tool) => Started::Agent {
-                    call: agent_tool.start(arguments.clone(), context),
-                    arguments,
-                    skip_summarization: agent_tool.options().skip_summarization,
-                },
-                None => {
-                    let (context, timeout) = (context.clone(), self.limits.tool_timeout);
-                    Started::Tool(Box::pin(
-                        async move { run_checked(tool, arguments, &context, timeout).await },
-                    ))
-                }
-            },
+        let (agent, call_id, name) = (instance.to_owned(), call.call.id.clone(), call.call.name.clone());
+        let options =
+            CallOptions { timeout: self.limits.tool_timeout, mark_content_end: call.mark_content_end };
+        let (arguments, run) = match self.tools.check(&call.call) {
+            Err((arguments, error)) => (arguments, ToolRun::failed(error)),
+            Ok((tool, arguments)) => (arguments.clone(), tool.start(arguments, context.clone(), options)),
         };
         Box::pin(async_stream::stream! {
-            let done = match running {
-                Started::Refused(outcome) => CallDone { outcome, skip: None },
-                Started::Tool(outcome) => CallDone { outcome: outcome.await, skip: None },
-                Started::Agent { call: AgentCall { mut events, result }, arguments, skip_summarization } => {
-                    while let Some(event) = events.next().await {
-                        yield event;
-                    }
-                    let outcome = result.take().map_or_else(
-                        || Err(ToolError::Failed { tool: name.clone(), reason: "the call ended without a result".into() }),
-                        |r| r.outcome.map(|value| (value, r.answer, r.streamed)),
-                    );
-                    match outcome {
-                        Ok((value, answer, streamed)) => CallDone {
-                            outcome: ToolOutcome { arguments, result: value, is_error: false },
-                            skip: skip_summarization.then_some(SkipAnswer { answer, streamed }),
-                        },
-                        Err(error) => {
-                            tracing::warn!(tool = %name, %error, "agent tool call failed");
-                            CallDone { outcome: ToolOutcome::error(arguments, error), skip: None }
-                        }
-                    }
-                }
+            let ToolRun { mut events, finish } = run;
+            while let Some(event) = events.next().await {
+                yield event;
+            }
+            drop(events);
+            let (outcome, answer) = match finish.take() {
+                Some(finish) => (finish.outcome, finish.answer),
+                None => (Err(ToolError::Failed { tool: name.clone(), reason: "the call ended without a result".into() }), None),
             };
-            let (result, is_error) = (done.outcome.result.clone(), done.outcome.is_error);
-            slot.set(done);
+            let outcome = ToolOutcome::from_result(&name, arguments, outcome);
+            let (result, is_error) = (outcome.result.clone(), outcome.is_error);
+            slot.set(CallDone { answer: answer.filter(|_| !is_error), outcome });
             yield Event::ToolResult { agent: agent.clone(), call_id: call_id.clone(), name: name.clone(), result, is_error };
             yield Event::ToolCallEnd { agent, call_id, name, duration_ms: started.elapsed().as_millis() as u64 };
         })
@@ -753,7 +963,7 @@ pub(crate) mod tests {
     #[tokio::test]
     async fn model_agent_streams_text_and_usage_under_its_instance_name() {
         let model = Arc::new(ScriptedModel::new("m", Some(Reply::text("two words").usage(7, 2))));
-        let agent = ModelAgent::new("support", "be helpful", model.clone());
+        let agent = crate::routing::testing::plain("support", model.clone());
         let events: Vec<Event> = instrument(
             "support[1]".into(),
             "q".into(),
@@ -778,13 +988,13 @@ pub(crate) mod tests {
             }
             other => panic!("last event {other:?}"),
         }
-        assert_eq!(model.requests()[0].system_text(), "be helpful");
+        assert_eq!(model.requests()[0].system_text(), "You are support.");
     }
 
     #[tokio::test]
     async fn model_failure_becomes_error_event_and_apology() {
         let model = Arc::new(ScriptedModel::new("m", Some(Reply::parts(vec![Part::Error("boom".into())]))));
-        let agent = ModelAgent::new("shopping", "x", model);
+        let agent = crate::routing::testing::plain("shopping", model);
         let events: Vec<Event> = instrument(
             "shopping[1]".into(),
             "q".into(),

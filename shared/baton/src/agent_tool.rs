@@ -8,7 +8,7 @@
 //!
 //! # Input
 //! Without an input schema the tool takes the permissive `{text, json}`: the child's query is
-//! `text` as is, then `json` serialized, then any other arguments serialized as one object, in
+//! `text` as is, then `json` (a string as is, any other value serialized), then any other arguments serialized as one object, in
 //! that order, separated by blank lines. With an input schema the arguments are validated
 //! against it before the child runs (a violation is an error result the parent model reads and
 //! can fix) and the child's query is the arguments as compact JSON.
@@ -35,16 +35,18 @@
 //! text and progress events, progress events only (the default: the parent answers), or nothing
 //! but `usage` (cost is always accounted for).
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
 
-use crate::agent::{Agent, AgentRequest, EventStream, instrument_for};
+use crate::agent::{Agent, ChildContext, ChildInput, InstanceOptions, start_child};
 use crate::event::Event;
-use crate::tool::{JsonSchema, Tool, ToolContext, ToolError};
+use crate::tool::{
+    CallOptions, DirectAnswer, JsonSchema, Slot, Tool, ToolContext, ToolError, ToolFinish, ToolRun,
+};
 
 /// The prefix of an agent tool's name: `agent__<Name>`.
 pub const AGENT_TOOL_PREFIX: &str = "agent__";
@@ -100,6 +102,24 @@ pub struct AgentToolOptions {
     pub output: OutputMode,
     /// Deepest level an instance may start at (the turn's entry agent is level 0).
     pub max_depth: u32,
+    /// The tool's name; `agent__<Name>` when `None`.
+    pub tool_name: Option<String>,
+    /// How the arguments become the child's query.
+    pub input: InputMapping,
+    /// What the child sees of the conversation.
+    pub context: ChildContext,
+}
+
+/// How an agent tool's arguments become its child's input.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum InputMapping {
+    /// The permissive `{text, json}` (see the module docs); with an input schema, the
+    /// arguments as compact JSON.
+    #[default]
+    TextOrJson,
+    /// The `query` argument is the query and `prior_context` its context (the routing tools
+    /// `ask_<agent>` of DESIGN.md §4); the other arguments reach the child as its arguments.
+    Query,
 }
 
 impl Default for AgentToolOptions {
@@ -112,6 +132,9 @@ impl Default for AgentToolOptions {
             timeout: None,
             output: OutputMode::default(),
             max_depth: DEFAULT_MAX_DEPTH,
+            tool_name: None,
+            input: InputMapping::default(),
+            context: ChildContext::default(),
         }
     }
 }
@@ -143,67 +166,11 @@ impl std::fmt::Debug for AgentTool {
     }
 }
 
-/// What one call of an agent tool ended with.
-#[derive(Debug, Clone, PartialEq)]
-pub struct AgentCallResult {
-    /// The result the parent model reads, or why there is none.
-    pub outcome: Result<Value, ToolError>,
-    /// The child's answer as text.
-    pub answer: String,
-    /// Whether that text already reached the client (output mode `text_and_events`).
-    pub streamed: bool,
-}
-
-/// A value filled once, read after: where a stream leaves its result.
-#[derive(Debug)]
-pub struct Slot<T>(Arc<Mutex<Option<T>>>);
-
-impl<T> Clone for Slot<T> {
-    fn clone(&self) -> Self {
-        Slot(self.0.clone())
-    }
-}
-
-impl<T> Default for Slot<T> {
-    fn default() -> Self {
-        Slot(Arc::new(Mutex::new(None)))
-    }
-}
-
-impl<T> Slot<T> {
-    /// Fills the slot.
-    pub fn set(&self, value: T) {
-        *self.0.lock().expect("slot lock") = Some(value);
-    }
-
-    /// Empties the slot.
-    pub fn take(&self) -> Option<T> {
-        self.0.lock().expect("slot lock").take()
-    }
-}
-
-/// One running call of an agent tool.
-pub struct AgentCall {
-    /// The events for the client (filtered by the output mode); the call runs while it is
-    /// polled and is cancelled when it is dropped.
-    pub events: EventStream,
-    /// Filled when `events` ends.
-    pub result: Slot<AgentCallResult>,
-}
-
-impl AgentCall {
-    fn failed(error: ToolError) -> AgentCall {
-        let result = Slot::default();
-        result.set(AgentCallResult { outcome: Err(error), answer: String::new(), streamed: false });
-        AgentCall { events: Box::pin(futures::stream::empty()), result }
-    }
-}
-
 impl AgentTool {
     /// `agent` as a tool; fails if the output schema does not compile or the input schema does
     /// not describe an object (a [`crate::tool::ToolRegistry`] compiles the input schema).
     pub fn new(agent: Arc<dyn Agent>, options: AgentToolOptions) -> Result<AgentTool, ToolError> {
-        let name = agent_tool_name(agent.name());
+        let name = options.tool_name.clone().unwrap_or_else(|| agent_tool_name(agent.name()));
         let invalid = |reason: String| ToolError::InvalidSchema { tool: name.clone(), reason };
         let parameters = match &options.input_schema {
             // The registry it joins compiles it, and says so if it does not compile.
@@ -238,6 +205,17 @@ impl AgentTool {
 
     /// The child's query for validated `arguments` (see the module docs for the rules).
     pub fn input_text(&self, arguments: &Value) -> Result<String, ToolError> {
+        if self.options.input == InputMapping::Query {
+            return arguments
+                .get("query")
+                .and_then(Value::as_str)
+                .filter(|q| !q.trim().is_empty())
+                .map(str::to_owned)
+                .ok_or_else(|| ToolError::InvalidArguments {
+                    tool: self.name.clone(),
+                    reason: "`query` must be a non-empty string".into(),
+                });
+        }
         if self.options.input_schema.is_some() {
             return Ok(arguments.to_string());
         }
@@ -247,8 +225,11 @@ impl AgentTool {
             if let Some(text) = map.get("text").and_then(Value::as_str).filter(|t| !t.trim().is_empty()) {
                 parts.push(text.to_owned());
             }
-            if let Some(value) = map.get("json").filter(|v| !v.is_null()) {
-                parts.push(value.to_string());
+            match map.get("json") {
+                // A string is the child's words, not a JSON document to quote.
+                Some(Value::String(s)) if !s.trim().is_empty() => parts.push(s.clone()),
+                Some(Value::Null | Value::String(_)) | None => {}
+                Some(value) => parts.push(value.to_string()),
             }
             others.extend(
                 map.iter().filter(|(k, _)| *k != "text" && *k != "json").map(|(k, v)| (k.clone(), v.clone())),
@@ -266,79 +247,88 @@ impl AgentTool {
         Ok(parts.join("\n\n"))
     }
 
-    /// Starts one instance of the child for `arguments` (already validated against the input
-    /// schema) on behalf of the caller in `context`.
-    pub fn start(&self, arguments: Value, context: &ToolContext) -> AgentCall {
-        let depth = context.depth + 1;
-        if depth > self.options.max_depth {
-            return AgentCall::failed(ToolError::DepthExceeded {
-                tool: self.name.clone(),
-                max_depth: self.options.max_depth,
-            });
-        }
-        let query = match self.input_text(&arguments) {
-            Ok(query) => query,
-            Err(e) => return AgentCall::failed(e),
+    /// The child's input for validated `arguments`.
+    fn input(&self, arguments: Value) -> Result<ChildInput, ToolError> {
+        let query = self.input_text(&arguments)?;
+        let prior_context = match self.options.input {
+            InputMapping::Query => arguments
+                .get("prior_context")
+                .and_then(Value::as_str)
+                .map(str::trim)
+                .filter(|c| !c.is_empty())
+                .map(str::to_owned),
+            InputMapping::TextOrJson => None,
         };
-        let instance = context.instances.next(self.agent.name());
-        let request = AgentRequest {
-            user_id: context.user_id.clone(),
-            episode_id: context.episode_id.clone(),
-            query: query.clone(),
-            prior_context: None,
-            history: Vec::new(),
-            arguments,
-            state: context.state.for_child(),
-            depth,
-            instances: context.instances.clone(),
-        };
-        let inner = instrument_for(
-            instance.clone(),
-            query,
-            self.agent.run(request, instance.clone()),
-            self.options.timeout,
-        );
-        let result = Slot::default();
-        let slot = result.clone();
-        let (name, output, schema, timeout) =
-            (self.name.clone(), self.options.output, self.output_schema.clone(), self.options.timeout);
-        let events = Box::pin(async_stream::stream! {
-            let mut inner = inner;
-            let (mut own, mut below) = (String::new(), String::new());
-            let mut failure: Option<ToolError> = None;
-            while let Some(event) = inner.next().await {
-                match &event {
-                    Event::Text { agent, text } if *agent == instance => own.push_str(text),
-                    Event::Text { text, .. } => below.push_str(text),
-                    Event::Error { agent, code, message, .. } if *agent == instance && failure.is_none() => {
-                        failure = Some(match (code.as_str(), timeout) {
-                            ("agent_timeout", Some(timeout)) => ToolError::Timeout { tool: name.clone(), timeout },
-                            _ => ToolError::Failed { tool: name.clone(), reason: format!("{code}: {message}") },
-                        });
-                    }
-                    _ => {}
-                }
-                if output.passes(&event) {
-                    yield event;
-                }
-            }
-            let answer = if own.trim().is_empty() { below } else { own };
-            let outcome = match failure {
-                Some(e) => Err(e),
-                None => parse_output(&name, &answer, schema.as_deref()),
-            };
-            let streamed = output == OutputMode::TextAndEvents && !answer.is_empty();
-            // The parent's model should not repeat what the user has already read.
-            let outcome = outcome.map(|mut value| {
-                if streamed && schema.is_none() {
-                    value["shown_to_user"] = Value::Bool(true);
-                }
-                value
-            });
-            slot.set(AgentCallResult { outcome, answer, streamed });
-        });
-        AgentCall { events, result }
+        Ok(ChildInput { query, prior_context, arguments })
     }
+
+    fn instance_options(&self) -> InstanceOptions {
+        InstanceOptions {
+            timeout: self.options.timeout,
+            max_depth: self.options.max_depth,
+            context: self.options.context,
+        }
+    }
+}
+
+/// The child's events filtered by its output mode, its answer collected; with
+/// `mark_content_end` its content ends with a `support_content` boundary.
+fn child_events(
+    tool: &AgentTool,
+    instance: String,
+    inner: crate::event::EventStream,
+    mark_content_end: bool,
+) -> ToolRun {
+    let finish = Slot::default();
+    let slot = finish.clone();
+    let (name, output, schema, timeout, skip) = (
+        tool.name.clone(),
+        tool.options.output,
+        tool.output_schema.clone(),
+        tool.options.timeout,
+        tool.options.skip_summarization,
+    );
+    let events = Box::pin(async_stream::stream! {
+        let mut inner = inner;
+        let (mut own, mut below) = (String::new(), String::new());
+        let mut failure: Option<ToolError> = None;
+        while let Some(event) = inner.next().await {
+            match &event {
+                Event::Text { agent, text } if *agent == instance => own.push_str(text),
+                Event::Text { text, .. } => below.push_str(text),
+                Event::Error { agent, code, message, .. } if *agent == instance && failure.is_none() => {
+                    failure = Some(match (code.as_str(), timeout) {
+                        ("agent_timeout", Some(timeout)) => ToolError::Timeout { tool: name.clone(), timeout },
+                        _ => ToolError::Failed { tool: name.clone(), reason: format!("{code}: {message}") },
+                    });
+                }
+                Event::AgentFinished { agent, .. } if *agent == instance && mark_content_end => {
+                    // The boundary closes the child's content, before its end.
+                    yield Event::SupportContent { agent: instance.clone() };
+                }
+                _ => {}
+            }
+            if output.passes(&event) {
+                yield event;
+            }
+        }
+        let answer = if own.trim().is_empty() { below } else { own };
+        let outcome = match failure {
+            Some(e) => Err(e),
+            None => parse_output(&name, &answer, schema.as_deref()),
+        };
+        let streamed = output == OutputMode::TextAndEvents && !answer.is_empty();
+        // The parent's model should not repeat what the user has already read.
+        let outcome = outcome.map(|mut value| {
+            if streamed && schema.is_none() {
+                value["shown_to_user"] = Value::Bool(true);
+            }
+            value
+        });
+        let answer = (skip && outcome.is_ok()).then_some(DirectAnswer { text: answer, streamed });
+        slot.set(ToolFinish { outcome, answer });
+    });
+    ToolRun { events, finish }
 }
 
 /// The result a parent model reads for a child's `answer`.
@@ -376,31 +366,46 @@ impl Tool for AgentTool {
         self.parameters.clone()
     }
 
-    /// Runs the child to the end without streaming its events (an LLM agent streams them
-    /// through [`AgentTool::start`] instead).
+    /// Runs the child to the end; its events are dropped.
     fn call<'a>(
         &'a self,
         arguments: Value,
         context: &'a ToolContext,
     ) -> BoxFuture<'a, Result<Value, ToolError>> {
-        let call = self.start(arguments, context);
+        let run = self.start_run(arguments, context, false);
         Box::pin(async move {
-            call.events.for_each(|_| async {}).await;
-            match call.result.take() {
-                Some(result) => result.outcome,
+            run.events.for_each(|_| std::future::ready(())).await;
+            match run.finish.take() {
+                Some(finish) => finish.outcome,
                 None => Err(ToolError::Failed { tool: self.name.clone(), reason: "no answer".into() }),
             }
         })
     }
 
-    fn as_agent_tool(&self) -> Option<&AgentTool> {
-        Some(self)
+    /// Starts one instance of the child (through [`start_child`]) whose events stream while it
+    /// runs. The instance runs under the agent's own timeout, not the tool loop's.
+    fn start(self: Arc<Self>, arguments: Value, context: ToolContext, options: CallOptions) -> ToolRun {
+        self.start_run(arguments, &context, options.mark_content_end)
+    }
+}
+
+impl AgentTool {
+    fn start_run(&self, arguments: Value, context: &ToolContext, mark_content_end: bool) -> ToolRun {
+        let started = self.input(arguments).and_then(|input| {
+            start_child(&*self.agent, &self.name, context, input, &self.instance_options())
+        });
+        match started {
+            Ok((instance, events)) => child_events(self, instance, events, mark_content_end),
+            Err(e) => ToolRun::failed(e),
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::agent::AgentRequest;
+    use crate::event::EventStream;
 
     #[test]
     fn permissive_input_follows_the_mapping_rules() {
@@ -414,10 +419,15 @@ mod tests {
             }
         }
         let tool = AgentTool::new(Arc::new(Nobody), AgentToolOptions::default()).unwrap();
+        assert_eq!(
+            permissive_input_schema()["properties"].as_object().unwrap().keys().next().map(String::as_str),
+            Some("text"),
+            "`text` is offered first: a model filling the first property asks in words"
+        );
         assert_eq!(tool.name(), "agent__nobody");
         assert_eq!(tool.input_text(&json!({"text": "find tea"})).unwrap(), "find tea");
         assert_eq!(tool.input_text(&json!({"json": {"sku": 7}})).unwrap(), r#"{"sku":7}"#);
-        assert_eq!(tool.input_text(&json!({"json": "raw"})).unwrap(), r#""raw""#);
+        assert_eq!(tool.input_text(&json!({"json": "raw"})).unwrap(), "raw", "a string arrives unquoted");
         assert_eq!(
             tool.input_text(&json!({"text": "compare", "json": [1, 2], "budget": 5, "city": "Oslo"}))
                 .unwrap(),

@@ -11,7 +11,7 @@ use tokio::time::Instant;
 
 use super::*;
 use crate::agent::tests::Wait;
-use crate::agent::{LlmAgent, LoopLimits, instrument};
+use crate::agent::{AgentRequest, LlmAgent, LoopLimits, instrument};
 use crate::event::{Status, Usage};
 use crate::model::scripted::{Part, Reply, ScriptedModel};
 use crate::model::{ChatRequest, Message};
@@ -443,7 +443,7 @@ async fn a_turn_rolls_usage_up_per_agent_name() {
     );
     parent_model.push(Reply::text("ok").usage(7, 1));
     let parent = agent("lead", parent_model, vec![tool(child, opts())]);
-    let orchestrator = Arc::new(Orchestrator::for_agent(parent, "p"));
+    let orchestrator = Arc::new(Orchestrator::new(parent, "p"));
     let events: Vec<Event> = orchestrator.run_turn(TurnRequest::new("e1", "t1", "u1", "hi")).collect().await;
     let Some(Event::Completed { usage, status, model, .. }) = events.last() else { panic!("{events:?}") };
     assert_eq!((*status, model.as_str()), (Status::Ok, "p"));

@@ -19,10 +19,15 @@ use futures::StreamExt;
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::guard::{self, GuardAction, PlannedCall, PreviousTurn, PriorReply};
+use crate::agent::AgentRequest;
+use crate::conversation::{PreviousTurn, PriorReply};
+use crate::guard::{GuardAction, PlannedCall};
+use crate::model::Message;
 use crate::model::scripted::{Reply, ScriptedModel, StreamReply};
-use crate::model::{ChatModel, Message};
-use crate::orchestrator::{ASK_SHOPPING, ASK_SUPPORT, TurnConfig, TurnRequest};
+use crate::text as guard;
+/// The reference routing tools the scenario suite names.
+const ASK_SUPPORT: &str = "ask_support";
+const ASK_SHOPPING: &str = "ask_shopping";
 use crate::routing::{Route, RouteStep, Router};
 
 /// The reference routing suite, embedded.
@@ -111,10 +116,15 @@ pub fn load_suite(yaml: &str, origin: &str) -> Result<Vec<Scenario>, SuiteError>
 }
 
 impl Scenario {
-    /// The turn this scenario describes.
-    pub fn turn(&self) -> TurnRequest {
-        let mut turn = TurnRequest::new("eval", format!("eval-{}", self.id), "eval", self.message.clone());
-        turn.image_description = self.image.clone();
+    /// What the routing agent is asked in this scenario.
+    pub fn request(&self) -> AgentRequest {
+        let mut turn = AgentRequest {
+            user_id: "eval".into(),
+            episode_id: "eval".into(),
+            query: self.message.clone(),
+            image: self.image.clone(),
+            ..Default::default()
+        };
         if let Some(prev) = &self.previous {
             turn.history.push(Message::user(prev.user.clone()));
             let said: Vec<&str> = prev.replies.iter().map(|r| r.text.as_str()).collect();
@@ -218,8 +228,8 @@ pub struct Outcome {
 }
 
 /// Routes one scenario with `router`.
-pub async fn route_scenario(router: &Arc<Router>, scenario: &Scenario) -> Result<Route, String> {
-    let steps: Vec<RouteStep> = router.route(&scenario.turn()).collect().await;
+pub async fn route_scenario(router: &Router, scenario: &Scenario) -> Result<Route, String> {
+    let steps: Vec<RouteStep> = router.route(&scenario.request()).collect().await;
     for step in steps.into_iter().rev() {
         match step {
             RouteStep::Decided(route) => return Ok(route),
@@ -231,13 +241,7 @@ pub async fn route_scenario(router: &Arc<Router>, scenario: &Scenario) -> Result
 }
 
 /// Runs the suite against `model`, `concurrency` scenarios at a time.
-pub async fn run_suite(
-    model: Arc<dyn ChatModel>,
-    config: &TurnConfig,
-    scenarios: &[Scenario],
-    concurrency: usize,
-) -> Report {
-    let router = Arc::new(Router::new(model, config));
+pub async fn run_suite(router: Arc<Router>, scenarios: &[Scenario], concurrency: usize) -> Report {
     let outcomes = futures::stream::iter(scenarios)
         .map(|s| {
             let router = router.clone();
@@ -435,7 +439,7 @@ pub struct FaultOutcome {
 }
 
 /// Injects every fault into every scenario it applies to and scores the recovery.
-pub async fn run_faults(config: &TurnConfig, scenarios: &[Scenario]) -> Vec<FaultOutcome> {
+pub async fn run_faults(router: &Router, scenarios: &[Scenario]) -> Vec<FaultOutcome> {
     let mut out = Vec::new();
     for fault in Fault::ALL {
         let mut o = FaultOutcome {
@@ -452,7 +456,7 @@ pub async fn run_faults(config: &TurnConfig, scenarios: &[Scenario]) -> Vec<Faul
             let model = Arc::new(ScriptedModel::new("faulty", None));
             model.push(first);
             model.push(reask);
-            let router = Arc::new(Router::new(model, config));
+            let router = router.with_model(model);
             let result = route_scenario(&router, s).await.and_then(|route| s.score(&route.calls, true));
             match (result, fault.unrecoverable(s)) {
                 (Ok(Strictness::Exact), _) => o.exact += 1,
@@ -583,10 +587,15 @@ mod tests {
         assert!(err.to_string().contains("categry"), "{err}");
     }
 
+    /// The reference configuration's routing (offline model).
+    fn reference_router() -> Router {
+        crate::wiring::build_router(&crate::config::Config::default()).unwrap().unwrap()
+    }
+
     #[tokio::test]
     async fn every_recoverable_fault_is_recovered() {
         let suite = load_suite(REFERENCE_SUITE, "reference").unwrap();
-        let outcomes = run_faults(&TurnConfig::default(), &suite).await;
+        let outcomes = run_faults(&reference_router(), &suite).await;
         let report = format_faults(&outcomes);
         for o in &outcomes {
             assert!(o.applicable > 0, "{} was never injected\n{report}", o.fault.name());
@@ -609,7 +618,7 @@ mod tests {
             "always-shopping",
             Some(Reply::text("").tool_call(ASK_SHOPPING, json!({"query": "x", "intent_count": 1}))),
         ));
-        let report = run_suite(model, &TurnConfig::default(), &suite, 4).await;
+        let report = run_suite(Arc::new(reference_router().with_model(model)), &suite, 4).await;
         let by = report.by_category();
         assert_eq!(by["single_support"].0, 0, "{report}");
         assert_eq!(by["single_shopping"].0, by["single_shopping"].1, "{report}");

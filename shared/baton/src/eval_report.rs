@@ -20,8 +20,6 @@ use serde::{Deserialize, Serialize};
 
 use crate::eval::{self, FaultOutcome, Outcome, Report, Scenario};
 use crate::guard::PlannedCall;
-use crate::model::ChatModel;
-use crate::orchestrator::TurnConfig;
 use crate::routing::Router;
 
 /// A suite run with the calls each scenario was routed to.
@@ -33,16 +31,14 @@ pub struct SuiteRun {
     pub routed: HashMap<String, Vec<PlannedCall>>,
 }
 
-/// Runs `scenarios` against `model`, `concurrency` at a time, calling `progress(done, total,
+/// Runs `scenarios` through `router`, `concurrency` at a time, calling `progress(done, total,
 /// outcome)` as each finishes (in suite order).
 pub async fn run_suite(
-    model: Arc<dyn ChatModel>,
-    config: &TurnConfig,
+    router: Arc<Router>,
     scenarios: &[Scenario],
     concurrency: usize,
     mut progress: impl FnMut(usize, usize, &Outcome),
 ) -> SuiteRun {
-    let router = Arc::new(Router::new(model, config));
     let total = scenarios.len();
     let mut routed = HashMap::new();
     let mut outcomes = Vec::with_capacity(total);
@@ -608,7 +604,14 @@ fn trend(h: &mut String, input: &ReportInput<'_>) {
 mod tests {
     use super::*;
     use crate::model::scripted::{Reply, ScriptedModel};
-    use crate::orchestrator::ASK_SHOPPING;
+
+    const ASK_SHOPPING: &str = "ask_shopping";
+
+    /// The reference configuration's routing with `model`.
+    fn router_with(model: Arc<ScriptedModel>) -> Arc<Router> {
+        let reference = crate::wiring::build_router(&crate::config::Config::default()).unwrap().unwrap();
+        Arc::new(reference.with_model(model))
+    }
     use serde_json::json;
 
     async fn always_shopping_run() -> (Vec<Scenario>, SuiteRun) {
@@ -618,10 +621,9 @@ mod tests {
             Some(Reply::text("").tool_call(ASK_SHOPPING, json!({"query": "x", "intent_count": 1}))),
         ));
         let mut seen = Vec::new();
-        let run = run_suite(model, &TurnConfig::default(), &suite, 4, |done, total, o| {
-            seen.push((done, total, o.id.clone()))
-        })
-        .await;
+        let run =
+            run_suite(router_with(model), &suite, 4, |done, total, o| seen.push((done, total, o.id.clone())))
+                .await;
         assert_eq!(seen.len(), suite.len(), "progress for every scenario");
         assert_eq!(seen.last().unwrap().0, suite.len());
         (suite, run)
@@ -634,7 +636,7 @@ mod tests {
             "always-shopping",
             Some(Reply::text("").tool_call(ASK_SHOPPING, json!({"query": "x", "intent_count": 1}))),
         ));
-        let reference = eval::run_suite(model, &TurnConfig::default(), &suite, 4).await;
+        let reference = eval::run_suite(router_with(model), &suite, 4).await;
         assert_eq!(run.report.to_string(), reference.to_string(), "same scores as eval::run_suite");
         let failing = run.report.outcomes.iter().find(|o| o.result.is_err()).unwrap();
         assert_eq!(run.routed[&failing.id][0].tool, ASK_SHOPPING);

@@ -11,6 +11,10 @@
 use bytes::{BufMut, Bytes, BytesMut};
 use serde::{Deserialize, Serialize};
 
+/// The events of one agent run, tool call or turn. Errors are in-band `error` events; the stream
+/// always ends.
+pub type EventStream = std::pin::Pin<Box<dyn futures::Stream<Item = Event> + Send>>;
+
 /// Token usage reported by a model for one call (or summed over several).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Usage {

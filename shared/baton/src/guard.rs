@@ -21,148 +21,8 @@
 
 use serde_json::Value;
 
-use crate::orchestrator::{ASK_SHOPPING, ASK_SUPPORT};
-
-/// The kinds of message the fastpath may answer directly.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Smalltalk {
-    /// "hi", "good morning".
-    Greeting,
-    /// "thanks", "ok got it".
-    Acknowledgement,
-    /// "how are you", "who are you".
-    Chitchat,
-}
-
-const GREETING: &[&str] = &[
-    "hi",
-    "hello",
-    "hey",
-    "hiya",
-    "howdy",
-    "yo",
-    "greetings",
-    "good",
-    "morning",
-    "afternoon",
-    "evening",
-    "there",
-    "again",
-];
-const ACK: &[&str] = &[
-    "thanks", "thank", "you", "ty", "thx", "ok", "okay", "k", "great", "cool", "got", "it", "perfect",
-    "awesome", "nice", "sounds", "good", "alright", "sure", "bye", "goodbye", "cheers", "so", "much", "that",
-    "helps", "helped", "makes", "sense", "will", "do", "see", "ya", "later",
-];
-const CHITCHAT: &[&[&str]] = &[
-    &["how", "are", "you"],
-    &["how", "are", "you", "doing"],
-    &["how's", "it", "going"],
-    &["hows", "it", "going"],
-    &["what's", "up"],
-    &["whats", "up"],
-    &["who", "are", "you"],
-    &["what", "are", "you"],
-    &["what", "can", "you", "do"],
-    &["are", "you", "a", "bot"],
-    &["are", "you", "human"],
-];
-
-/// Lowercased words of `text`, punctuation trimmed (apostrophes kept).
-pub fn words(text: &str) -> Vec<String> {
-    text.split(|c: char| c.is_whitespace() || c == ',' || c == '-' || c == '/')
-        .map(|w| w.trim_matches(|c: char| !c.is_alphanumeric() && c != '\'').to_lowercase())
-        .filter(|w| !w.is_empty())
-        .collect()
-}
-
-/// Whether `text` is a greeting, an acknowledgement or chitchat, and nothing else.
-pub fn classify_smalltalk(text: &str) -> Option<Smalltalk> {
-    let words = words(text);
-    if words.is_empty() || words.len() > 8 {
-        return None;
-    }
-    let all_in = |set: &[&str]| words.iter().all(|w| set.contains(&w.as_str()));
-    if all_in(GREETING) && words.iter().any(|w| w != "good" && w != "there" && w != "again") {
-        return Some(Smalltalk::Greeting);
-    }
-    if all_in(ACK) {
-        return Some(Smalltalk::Acknowledgement);
-    }
-    // A greeting may lead into chitchat: "hi, how are you?"
-    let rest: Vec<&str> = words
-        .iter()
-        .map(String::as_str)
-        .skip_while(|w| GREETING.contains(w))
-        .filter(|w| *w != "today" && *w != "there")
-        .collect();
-    if CHITCHAT.contains(&rest.as_slice()) {
-        return Some(Smalltalk::Chitchat);
-    }
-    None
-}
-
-/// Words that carry no topic: they never count as overlap.
-const STOPWORDS: &[&str] = &[
-    "a", "about", "also", "am", "an", "and", "any", "are", "as", "at", "be", "been", "but", "by", "can",
-    "could", "did", "didn't", "do", "does", "doesn't", "don't", "for", "from", "get", "got", "had", "has",
-    "have", "how", "i", "i'm", "i've", "if", "in", "is", "isn't", "it", "it's", "its", "just", "me", "my",
-    "no", "not", "of", "on", "or", "our", "please", "so", "some", "that", "the", "their", "them", "then",
-    "there", "these", "this", "to", "too", "up", "us", "was", "wasn't", "we", "what", "when", "where",
-    "which", "who", "why", "will", "with", "would", "you", "your", "yes", "hi", "hello", "hey", "thanks",
-    "find", "show", "tell", "want", "need", "help", "any", "all", "out", "still", "yet",
-];
-
-/// The topic words of `text`: lowercased, stopwords removed, a plural `s` trimmed.
-pub fn content_words(text: &str) -> Vec<String> {
-    words(text)
-        .into_iter()
-        .filter(|w| !STOPWORDS.contains(&w.as_str()))
-        .map(|w| {
-            let w = w.trim_end_matches("'s").to_owned();
-            if w.len() > 3 && w.ends_with('s') && !w.ends_with("ss") {
-                w[..w.len() - 1].to_owned()
-            } else {
-                w
-            }
-        })
-        .collect()
-}
-
-/// Whether two texts share a topic word.
-pub fn overlaps(a: &str, b: &str) -> bool {
-    let b = content_words(b);
-    content_words(a).iter().any(|w| b.contains(w))
-}
-
-/// Lowercase, single-spaced, without surrounding punctuation: for comparing queries.
-pub fn normalize(text: &str) -> String {
-    words(text).join(" ")
-}
-
-/// What the previous turn said, for routing.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct PreviousTurn {
-    /// The user's message.
-    pub user_message: String,
-    /// The replies, by agent name (`support`, `shopping`, `orchestrator`).
-    pub replies: Vec<PriorReply>,
-}
-
-/// One reply of the previous turn.
-#[derive(Debug, Clone, PartialEq)]
-pub struct PriorReply {
-    /// Agent name without instance (`support`).
-    pub agent: String,
-    /// What it said.
-    pub text: String,
-}
-
-impl PreviousTurn {
-    fn reply_of(&self, agent: &str) -> Option<&str> {
-        self.replies.iter().find(|r| r.agent == agent).map(|r| r.text.as_str())
-    }
-}
+use crate::conversation::PreviousTurn;
+use crate::text::{Smalltalk, classify_smalltalk, normalize, overlaps, words};
 
 /// A sub-agent call the orchestrator will make.
 #[derive(Debug, Clone, PartialEq)]
@@ -229,6 +89,14 @@ pub enum GuardAction {
     },
     /// `support_summary` was cut to 300 characters.
     SummaryCapped,
+    /// A `support_category` outside the configured list (or on a tool that takes none) was
+    /// dropped.
+    CategoryDropped {
+        /// The tool.
+        tool: String,
+        /// The category the model gave, as JSON.
+        category: String,
+    },
     /// The failsafe re-asked the model for missing calls.
     FailsafeReasked {
         /// Intents the model reported.
@@ -243,6 +111,114 @@ pub enum GuardAction {
 /// The longest `support_summary` kept.
 pub const SUPPORT_SUMMARY_MAX_CHARS: usize = 300;
 
+/// Which routing tools the guards treat specially.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Roles {
+    /// The follow-up agent's tool (`ask_support`): echo follow-ups go to it, prior context is
+    /// filled on a switch to it, its summary is capped.
+    pub followup_tool: Option<String>,
+    /// The follow-up agent's name, as the previous turn's replies name it (`support`).
+    pub followup_agent: Option<String>,
+    /// Where a refused direct answer goes (`ask_shopping`).
+    pub fallback_tool: String,
+    /// The routing agent's own name, as the previous turn's replies name it (`orchestrator`).
+    pub own_agent: String,
+}
+
+impl Roles {
+    /// The reference roles: `ask_support` (agent `support`) for follow-ups, `ask_shopping` as
+    /// the fallback, `orchestrator` routing.
+    pub fn reference() -> Roles {
+        Roles {
+            followup_tool: Some("ask_support".into()),
+            followup_agent: Some("support".into()),
+            fallback_tool: "ask_shopping".into(),
+            own_agent: "orchestrator".into(),
+        }
+    }
+}
+
+/// Which guards run (all by default).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Guards {
+    /// The failsafe re-ask when a call reports more intents than calls were made.
+    pub failsafe: bool,
+    /// A short reply echoing the follow-up agent's question goes back to it.
+    pub echo_followup: bool,
+    /// A direct answer is kept only for smalltalk.
+    pub fastpath: bool,
+    /// The same tool with the same query counts once.
+    pub duplicates: bool,
+    /// A call beyond the reported intents that shares no word with the message is dropped.
+    pub overlap: bool,
+    /// Queries are the user's own words.
+    pub verbatim: bool,
+    /// The follow-up agent gets the previous turn on a switch.
+    pub prior_context: bool,
+    /// `support_summary` is capped.
+    pub summary_cap: bool,
+}
+
+impl Default for Guards {
+    fn default() -> Self {
+        Guards {
+            failsafe: true,
+            echo_followup: true,
+            fastpath: true,
+            duplicates: true,
+            overlap: true,
+            verbatim: true,
+            prior_context: true,
+            summary_cap: true,
+        }
+    }
+}
+
+impl Guards {
+    /// The guards' configuration names, in the order they run.
+    pub const NAMES: &'static [&'static str] = &[
+        "failsafe",
+        "echo_followup",
+        "fastpath",
+        "duplicates",
+        "overlap",
+        "verbatim",
+        "prior_context",
+        "summary_cap",
+    ];
+
+    /// Only the guards named in `names` (names from [`Guards::NAMES`]); `Err` names an unknown one.
+    pub fn only(names: &[String]) -> Result<Guards, String> {
+        let mut g = Guards {
+            failsafe: false,
+            echo_followup: false,
+            fastpath: false,
+            duplicates: false,
+            overlap: false,
+            verbatim: false,
+            prior_context: false,
+            summary_cap: false,
+        };
+        for name in names {
+            let flag = match name.as_str() {
+                "failsafe" => &mut g.failsafe,
+                "echo_followup" => &mut g.echo_followup,
+                "fastpath" => &mut g.fastpath,
+                "duplicates" => &mut g.duplicates,
+                "overlap" => &mut g.overlap,
+                "verbatim" => &mut g.verbatim,
+                "prior_context" => &mut g.prior_context,
+                "summary_cap" => &mut g.summary_cap,
+                other => {
+                    return Err(format!("unknown guard `{other}`; guards: {}", Guards::NAMES.join(", ")));
+                }
+            };
+            *flag = true;
+        }
+        Ok(g)
+    }
+}
+
 /// The guards' view of the turn.
 #[derive(Debug, Clone, Copy)]
 pub struct RoutingInput<'a> {
@@ -250,11 +226,15 @@ pub struct RoutingInput<'a> {
     pub message: &'a str,
     /// The previous turn, if any.
     pub previous: Option<&'a PreviousTurn>,
+    /// Which tools are special.
+    pub roles: &'a Roles,
+    /// Which guards run.
+    pub guards: &'a Guards,
 }
 
 /// Whether `message` is a short reply echoing the previous turn's support question.
 fn echoes_support_question(input: &RoutingInput<'_>) -> Option<String> {
-    let question = input.previous?.reply_of("support")?.trim();
+    let question = input.previous?.reply_of(input.roles.followup_agent.as_deref()?)?.trim();
     if !question.ends_with('?') || words(input.message).len() > 6 {
         return None;
     }
@@ -276,13 +256,13 @@ pub fn apply_guards(
     let mut actions = Vec::new();
     let message = input.message.trim();
 
-    if let Some(question) = echoes_support_question(input) {
-        let already = calls.len() == 1 && calls[0].tool == ASK_SUPPORT;
+    let echo = input.guards.echo_followup.then(|| echoes_support_question(input)).flatten();
+    if let (Some(question), Some(followup)) = (echo, input.roles.followup_tool.as_deref()) {
+        let already = calls.len() == 1 && calls[0].tool == followup;
         if !already {
             actions.push(GuardAction::EchoFollowup);
         }
-        let mut call =
-            PlannedCall::from_arguments(ASK_SUPPORT, serde_json::json!({"intent_count": 1}), message);
+        let mut call = PlannedCall::from_arguments(followup, serde_json::json!({"intent_count": 1}), message);
         call.prior_context = Some(format!("The support agent had asked: {question}"));
         if already {
             call.arguments = calls[0].arguments.clone();
@@ -291,17 +271,19 @@ pub fn apply_guards(
     }
 
     if calls.is_empty() {
-        if classify_smalltalk(message).is_some() {
+        if !input.guards.fastpath || classify_smalltalk(message).is_some() {
             return (calls, actions);
         }
         actions.push(GuardAction::FastpathRejected);
-        let call = PlannedCall::from_arguments(ASK_SHOPPING, serde_json::json!({"intent_count": 1}), message);
+        let fallback = input.roles.fallback_tool.as_str();
+        let call = PlannedCall::from_arguments(fallback, serde_json::json!({"intent_count": 1}), message);
         return finish(input, vec![call], actions);
     }
 
     let mut unique: Vec<PlannedCall> = Vec::with_capacity(calls.len());
     for call in calls {
-        let dup = unique.iter().any(|c| c.tool == call.tool && normalize(&c.query) == normalize(&call.query));
+        let dup = input.guards.duplicates
+            && unique.iter().any(|c| c.tool == call.tool && normalize(&c.query) == normalize(&call.query));
         if dup {
             actions.push(GuardAction::DuplicateRemoved { tool: call.tool });
         } else {
@@ -313,7 +295,11 @@ pub fn apply_guards(
     // have been rewritten; the verbatim rule repairs it): only calls beyond the reported intent
     // count are candidates for dropping.
     let reported = unique.iter().filter_map(PlannedCall::intent_count).max().unwrap_or(1);
-    if unique.len() > 1 && reported < unique.len() && unique.iter().any(|c| overlaps(&c.query, message)) {
+    if input.guards.overlap
+        && unique.len() > 1
+        && reported < unique.len()
+        && unique.iter().any(|c| overlaps(&c.query, message))
+    {
         unique.retain(|c| {
             let keep = overlaps(&c.query, message);
             if !keep {
@@ -335,7 +321,7 @@ fn finish(
     let short = words(message).len() <= 4;
     let single = calls.len() == 1;
     for call in &mut calls {
-        let verbatim = single || short || !overlaps(&call.query, message);
+        let verbatim = input.guards.verbatim && (single || short || !overlaps(&call.query, message));
         if verbatim && call.query != message {
             actions.push(GuardAction::QueryVerbatim { tool: call.tool.clone(), was: call.query.clone() });
             call.query = message.to_owned();
@@ -343,9 +329,13 @@ fn finish(
         if let Some(obj) = call.arguments.as_object_mut() {
             obj.insert("query".into(), Value::String(call.query.clone()));
         }
-        if call.tool == ASK_SUPPORT {
-            fill_prior_context(input, call, &mut actions);
-            cap_summary(call, &mut actions);
+        if input.roles.followup_tool.as_deref() == Some(call.tool.as_str()) {
+            if input.guards.prior_context {
+                fill_prior_context(input, call, &mut actions);
+            }
+            if input.guards.summary_cap {
+                cap_summary(call, &mut actions);
+            }
         }
     }
     (calls, actions)
@@ -353,12 +343,14 @@ fn finish(
 
 fn fill_prior_context(input: &RoutingInput<'_>, call: &mut PlannedCall, actions: &mut Vec<GuardAction>) {
     let Some(previous) = input.previous else { return };
-    let switched = !previous.replies.is_empty() && previous.reply_of("support").is_none();
+    let Some(followup) = input.roles.followup_agent.as_deref() else { return };
+    let switched = !previous.replies.is_empty() && previous.reply_of(followup).is_none();
     if !switched || call.prior_context.is_some() {
         return;
     }
     let mut context = format!("Earlier the user said: \"{}\".", previous.user_message.trim());
-    if let Some(reply) = previous.replies.iter().find(|r| r.agent != "orchestrator") {
+    // The first reply of an agent the turn called (the entry agent's own preamble is first).
+    if let Some(reply) = previous.replies.iter().find(|r| r.agent != input.roles.own_agent) {
         let answer: String = reply.text.chars().take(300).collect();
         context.push_str(&format!(" The {} agent answered: \"{}\".", reply.agent, answer.trim()));
     }
@@ -380,25 +372,10 @@ fn cap_summary(call: &mut PlannedCall, actions: &mut Vec<GuardAction>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::conversation::PriorReply;
 
-    #[test]
-    fn smalltalk_is_recognised() {
-        assert_eq!(classify_smalltalk("Hi!"), Some(Smalltalk::Greeting));
-        assert_eq!(classify_smalltalk("good morning"), Some(Smalltalk::Greeting));
-        assert_eq!(classify_smalltalk("thanks so much"), Some(Smalltalk::Acknowledgement));
-        assert_eq!(classify_smalltalk("ok got it"), Some(Smalltalk::Acknowledgement));
-        assert_eq!(classify_smalltalk("hey, how are you today?"), Some(Smalltalk::Chitchat));
-    }
-
-    #[test]
-    fn real_questions_are_not_smalltalk() {
-        assert_eq!(classify_smalltalk("hi, my receipt didn't scan"), None);
-        assert_eq!(classify_smalltalk("good coffee deals?"), None);
-        assert_eq!(classify_smalltalk("thanks, where are my points"), None);
-        assert_eq!(classify_smalltalk(""), None);
-        assert_eq!(classify_smalltalk("points"), None);
-        assert_eq!(classify_smalltalk("hello, find me deals"), None);
-    }
+    const ASK_SUPPORT: &str = "ask_support";
+    const ASK_SHOPPING: &str = "ask_shopping";
 
     use serde_json::json;
 
@@ -407,19 +384,15 @@ mod tests {
     }
 
     fn route(message: &str, calls: Vec<PlannedCall>) -> (Vec<(String, String)>, Vec<GuardAction>) {
-        let (calls, actions) = apply_guards(&RoutingInput { message, previous: None }, calls);
+        let (calls, actions) = apply_guards(
+            &RoutingInput { message, previous: None, roles: &Roles::reference(), guards: &Guards::default() },
+            calls,
+        );
         (calls.into_iter().map(|c| (c.tool, c.query)).collect(), actions)
     }
 
     fn pair(tool: &str, query: &str) -> (String, String) {
         (tool.to_owned(), query.to_owned())
-    }
-
-    #[test]
-    fn content_words_drop_stopwords_and_plurals() {
-        assert_eq!(content_words("Where are my Points?"), ["point"]);
-        assert!(overlaps("coffee deals", "find me coffee deals and check my receipt"));
-        assert!(!overlaps("help me", "where are my points"));
     }
 
     #[test]
@@ -492,14 +465,24 @@ mod tests {
                 text: "Sorry! Was it a paper receipt or an e-receipt?".into(),
             }],
         };
-        let input = RoutingInput { message: "an e-receipt", previous: Some(&previous) };
+        let input = RoutingInput {
+            message: "an e-receipt",
+            previous: Some(&previous),
+            roles: &Roles::reference(),
+            guards: &Guards::default(),
+        };
         let (calls, actions) = apply_guards(&input, vec![call(ASK_SHOPPING, "e-receipt deals")]);
         assert_eq!(calls.len(), 1);
         assert_eq!((calls[0].tool.as_str(), calls[0].query.as_str()), (ASK_SUPPORT, "an e-receipt"));
         assert!(calls[0].prior_context.as_deref().unwrap().contains("paper receipt"));
         assert_eq!(actions[0], GuardAction::EchoFollowup);
         // "thanks" after the same question is an acknowledgement, not an echo.
-        let ack = RoutingInput { message: "thanks", previous: Some(&previous) };
+        let ack = RoutingInput {
+            message: "thanks",
+            previous: Some(&previous),
+            roles: &Roles::reference(),
+            guards: &Guards::default(),
+        };
         assert_eq!(apply_guards(&ack, vec![]).0, vec![]);
     }
 
@@ -512,7 +495,12 @@ mod tests {
                 text: "2x points on Brand A coffee.".into(),
             }],
         };
-        let input = RoutingInput { message: "I bought it but got no points", previous: Some(&previous) };
+        let input = RoutingInput {
+            message: "I bought it but got no points",
+            previous: Some(&previous),
+            roles: &Roles::reference(),
+            guards: &Guards::default(),
+        };
         let (calls, actions) = apply_guards(&input, vec![call(ASK_SUPPORT, "no points")]);
         let context = calls[0].prior_context.as_deref().unwrap();
         assert!(context.contains("find me coffee deals") && context.contains("Brand A"), "{context}");
@@ -524,7 +512,15 @@ mod tests {
     fn support_summary_is_capped() {
         let mut c = call(ASK_SUPPORT, "points");
         c.arguments["support_summary"] = json!("é".repeat(400));
-        let (calls, actions) = apply_guards(&RoutingInput { message: "points", previous: None }, vec![c]);
+        let (calls, actions) = apply_guards(
+            &RoutingInput {
+                message: "points",
+                previous: None,
+                roles: &Roles::reference(),
+                guards: &Guards::default(),
+            },
+            vec![c],
+        );
         assert_eq!(calls[0].arguments["support_summary"].as_str().unwrap().chars().count(), 300);
         assert!(actions.contains(&GuardAction::SummaryCapped));
     }

@@ -20,9 +20,9 @@ use futures::StreamExt;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
-use crate::agent::EventStream;
+use crate::conversation::{PreviousTurn, PriorReply};
+use crate::event::EventStream;
 use crate::event::{Event, Status, UsageRollup, agent_name};
-use crate::guard::{PreviousTurn, PriorReply};
 use crate::orchestrator::{ORCHESTRATOR, TurnRequest};
 use crate::store::{EpisodeKey, Recorded, Role, Store, StoreError, StoredMessage, model_history};
 
@@ -148,7 +148,8 @@ pub struct ReplyRecorder {
     segments: Vec<Segment>,
     usage: UsageRollup,
     finished: Vec<(String, Status)>,
-    orchestrator_failed: bool,
+    /// The entry agent: the first instance to start.
+    entry: Option<String>,
     completed: Option<Status>,
 }
 
@@ -170,8 +171,8 @@ impl ReplyRecorder {
             Event::Usage { agent, model, usage, .. } => {
                 self.usage.add(agent, model, *usage);
             }
+            Event::AgentStarted { agent, .. } if self.entry.is_none() => self.entry = Some(agent.clone()),
             Event::AgentFinished { agent, status, .. } => self.finished.push((agent.clone(), *status)),
-            Event::Error { agent, .. } if agent == ORCHESTRATOR => self.orchestrator_failed = true,
             Event::Completed { status, .. } => self.completed = Some(*status),
             _ => {}
         }
@@ -186,19 +187,8 @@ impl ReplyRecorder {
     /// text at all is still one (empty) message, so its status and usage are kept.
     pub fn messages(&self, turn_id: &str, hung_up: bool, now_ms: u64) -> Vec<StoredMessage> {
         let unfinished = if hung_up { Status::Partial } else { Status::Ok };
-        let status_of = |agent: &str| {
-            if agent == ORCHESTRATOR {
-                if self.orchestrator_failed {
-                    Status::Error
-                } else if self.completed.is_none() {
-                    Status::Partial
-                } else {
-                    Status::Ok
-                }
-            } else {
-                self.finished.iter().find(|(a, _)| a == agent).map_or(unfinished, |(_, s)| *s)
-            }
-        };
+        let status_of =
+            |agent: &str| self.finished.iter().find(|(a, _)| a == agent).map_or(unfinished, |(_, s)| *s);
         let mut messages: Vec<StoredMessage> = self
             .segments
             .iter()
@@ -219,7 +209,7 @@ impl ReplyRecorder {
                 turn_id: turn_id.to_owned(),
                 seq: 1,
                 role: Role::Assistant,
-                agent: ORCHESTRATOR.into(),
+                agent: self.entry.clone().unwrap_or_else(|| ORCHESTRATOR.into()),
                 content: String::new(),
                 usage: Vec::new(),
                 status: if hung_up { Status::Partial } else { self.completed.unwrap_or(Status::Partial) },

@@ -20,9 +20,9 @@ use axum::routing::{get, post};
 use futures::{Stream, StreamExt};
 use serde::Deserialize;
 
-use crate::agent::EventStream;
 use crate::auth::AuthMode;
 use crate::config::RequestLimits;
+use crate::event::EventStream;
 use crate::event::{SSE_HEARTBEAT, encode_sse};
 use crate::history::History;
 use crate::orchestrator::{Orchestrator, TurnRequest};
@@ -301,7 +301,7 @@ impl ChatService {
         let turn_id = HeaderValue::from_str(&turn.turn_id).expect("uuid is a valid header");
         let id = turn.turn_id.clone();
         let events = match deadline {
-            Some(deadline) => self.orchestrator.run_turn_until(turn, deadline),
+            Some(deadline) => self.orchestrator.run_turn_until(turn, Some(deadline)),
             None => self.orchestrator.run_turn(turn),
         };
         let events = self.history.record(key, id, events);
@@ -429,7 +429,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = EmbeddedStore::open(dir.path().join("s.redb"), Arc::new(SystemClock)).unwrap();
         let service = ChatService::new(
-            config.build().unwrap(),
+            crate::wiring::build(&config, crate::wiring::Backends::in_memory()).unwrap(),
             History::new(Arc::new(store), 10),
             RequestLimits { max_body_bytes: 200, max_message_chars: 20 },
             Duration::from_secs(1),

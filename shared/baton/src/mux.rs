@@ -18,8 +18,8 @@ use std::time::Duration;
 use futures::Stream;
 use tokio::time::{Instant, Sleep};
 
-use crate::agent::EventStream;
 use crate::event::Event;
+use crate::event::EventStream;
 
 /// Pacing of buffered content when it is flushed.
 #[derive(Debug, Clone, Copy, PartialEq)]

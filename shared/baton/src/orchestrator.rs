@@ -1,90 +1,35 @@
-//! One chat turn (DESIGN.md §4): `thinking`, routing (the orchestrator model call with the
-//! sub-agent tools, the preamble streamed as it arrives, failsafe and guards: see
-//! [`crate::routing`]), every call dispatched at once, the live-slot merge, `support_content` at
-//! the support boundary, usage per agent, and `completed` last, always.
+//! One chat turn (DESIGN.md §4): `thinking`, the entry agent's run, and `completed` last,
+//! always. This module builds `completed` (status, duration, usage per agent name) and nothing
+//! else does.
 //!
-//! A configured entry agent (DESIGN.md §5, [`crate::team`]) answers a turn instead of the router
-//! when the configuration names one: `thinking`, the entry agent's tool loop (its agent tools
-//! stream their instances' events through it), and `completed`. Either way every `usage` event
-//! gets its per-name roll-up (`agent_total`) on the way out and `completed` carries usage per
-//! agent name and model. (DESIGN.md §3 speaks of usage "per agent instance"; the instance figures
-//! are still each `usage` event's own, and the roll-up is added beside them.)
+//! The entry agent is any [`Agent`]: in the reference configuration an [`crate::agent::LlmAgent`]
+//! named `orchestrator` whose routing policy ([`crate::routing`]) dispatches to its agents
+//! `ask_support` and `ask_shopping`; in a team's configuration the team's own entry agent. The
+//! turn does not know which.
+//!
+//! Usage: every `usage` event gets its per-name roll-up (`agent_total`) on the way out and
+//! `completed` carries usage per agent name and model. (DESIGN.md §3 speaks of usage "per agent
+//! instance"; the instance figures are still each `usage` event's own, and the roll-up is added
+//! beside them.)
+//!
+//! Status: the entry agent's own (`agent_finished`): `error` when it reported an error of its
+//! own (a failed model call, or a sub-agent whose answer was part of its answer and failed),
+//! `partial` when the turn was cut at its deadline.
 
 use std::sync::Arc;
 
 use futures::StreamExt;
-use serde_json::json;
 use tokio::time::Instant;
 
-use crate::agent::{Agent, AgentRequest, EventStream, instrument, instrument_for};
-use crate::agent_tool::Slot;
-use crate::event::{Event, Status, UsageRollup};
-use crate::guard::PlannedCall;
-pub use crate::guard::{PreviousTurn, PriorReply};
-use crate::model::{ChatModel, Message, ToolSpec};
-use crate::mux::{LiveSlotMux, MuxConfig};
-use crate::routing::{RouteStep, Router};
+use crate::agent::{Agent, AgentRequest, run_instance};
+use crate::conversation::PreviousTurn;
+use crate::event::{Event, EventStream, Status, UsageRollup};
+use crate::model::Message;
 use crate::tool::Instances;
 
-/// Tool name of the support sub-agent.
-pub const ASK_SUPPORT: &str = "ask_support";
-/// Tool name of the shopping sub-agent.
-pub const ASK_SHOPPING: &str = "ask_shopping";
-/// The `agent` of the orchestrator's own events.
+/// The `agent` of the events the turn itself emits (the deadline, a failed save), and the
+/// name of the reference entry agent.
 pub const ORCHESTRATOR: &str = "orchestrator";
-
-/// The two sub-agent tools offered to the orchestrator model.
-pub fn tool_specs(support_categories: &[String]) -> Vec<ToolSpec> {
-    let intent_count = json!({"type": "integer", "minimum": 1,
-        "description": "How many separate intents the user's message has (one call per intent)."});
-    let prior_context = json!({"type": "string",
-        "description": "Context from earlier turns the sub-agent needs, when the user switches topic."});
-    vec![
-        ToolSpec {
-            name: ASK_SUPPORT.into(),
-            description:
-                "Ask the support agent about the user's account, receipts, points, rewards or app problems."
-                    .into(),
-            parameters: json!({"type": "object", "properties": {
-                "query": {"type": "string", "description": "The user's support question, in their words."},
-                "support_category": {"type": "string", "enum": support_categories},
-                "support_summary": {"type": "string", "maxLength": 300,
-                    "description": "One-line summary of the support issue."},
-                "prior_context": prior_context,
-                "intent_count": intent_count,
-            }, "required": ["query", "intent_count"]}),
-        },
-        ToolSpec {
-            name: ASK_SHOPPING.into(),
-            description:
-                "Ask the shopping agent to find offers, products and deals, or look at purchase history."
-                    .into(),
-            parameters: json!({"type": "object", "properties": {
-                "query": {"type": "string", "description": "The user's shopping request, in their words."},
-                "prior_context": prior_context,
-                "intent_count": intent_count,
-            }, "required": ["query", "intent_count"]}),
-        },
-    ]
-}
-
-/// Settings of a turn.
-#[derive(Debug, Clone)]
-pub struct TurnConfig {
-    /// The orchestrator prompt.
-    pub system_prompt: String,
-    /// Support categories for `ask_support`.
-    pub support_categories: Vec<String>,
-    /// Merge pacing.
-    pub mux: MuxConfig,
-}
-
-impl Default for TurnConfig {
-    /// The reference configuration's turn settings (`config/baton.yaml`).
-    fn default() -> Self {
-        crate::config::Config::default().turn
-    }
-}
 
 /// One user message to answer.
 #[derive(Debug, Clone)]
@@ -123,286 +68,123 @@ impl TurnRequest {
             image_description: None,
         }
     }
+
+    /// What the entry agent is asked: the user's words, at depth 0, with the conversation.
+    fn entry_request(self) -> AgentRequest {
+        AgentRequest {
+            user_id: self.user_id,
+            episode_id: self.episode_id,
+            arguments: serde_json::json!({"text": self.message}),
+            query: self.message,
+            prior_context: None,
+            image: self.image_description,
+            history: self.history,
+            previous: self.previous,
+            state: serde_json::Map::new(),
+            depth: 0,
+            instances: Instances::default(),
+        }
+    }
 }
 
-/// How a sub-agent of the routed turn runs.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ChildOptions {
-    /// Longest one instance may run; past it the instance is stopped with an `agent_timeout`
-    /// error and the turn goes on.
-    pub timeout: Option<std::time::Duration>,
-}
-
-/// Who answers a turn.
-enum Entry {
-    /// The reference routed turn (DESIGN.md §4): the orchestrator model behind its [`Router`],
-    /// and the support and shopping sub-agents.
-    Router {
-        router: Arc<Router>,
-        support: Arc<dyn Agent>,
-        shopping: Arc<dyn Agent>,
-        options: [ChildOptions; 2],
-    },
-    /// A configured agent (DESIGN.md §5): its tool loop, with its agent tools, answers.
-    Agent { agent: Arc<dyn Agent>, model: String },
-}
-
-/// Runs chat turns: either the routed turn (one orchestrator model behind its [`Router`], and its
-/// two sub-agents), or one configured entry agent with its own agents as tools.
+/// Runs chat turns with one entry agent.
 pub struct Orchestrator {
-    entry: Entry,
-    config: TurnConfig,
+    entry: Arc<dyn Agent>,
+    model: String,
 }
 
 impl Orchestrator {
-    /// The routed turn over `model` with the two sub-agents.
-    pub fn new(
-        model: Arc<dyn ChatModel>,
-        support: Arc<dyn Agent>,
-        shopping: Arc<dyn Agent>,
-        config: TurnConfig,
-    ) -> Orchestrator {
-        let router = Arc::new(Router::new(model, &config));
-        Orchestrator {
-            entry: Entry::Router { router, support, shopping, options: Default::default() },
-            config,
-        }
+    /// Turns answered by `entry` (its instance is its own name), whose model is `model_name`
+    /// (reported in `completed`).
+    pub fn new(entry: Arc<dyn Agent>, model_name: impl Into<String>) -> Orchestrator {
+        Orchestrator { entry, model: model_name.into() }
     }
 
-    /// Turns answered by `agent` (the entry agent, instance name = its name), whose model is
-    /// `model_name` (reported in `completed`).
-    pub fn for_agent(agent: Arc<dyn Agent>, model_name: impl Into<String>) -> Orchestrator {
-        let config = TurnConfig {
-            system_prompt: String::new(),
-            support_categories: Vec::new(),
-            mux: MuxConfig::default(),
-        };
-        Orchestrator { entry: Entry::Agent { agent, model: model_name.into() }, config }
-    }
-
-    /// Sets how the routed turn's support and shopping sub-agents run (no effect on an entry
-    /// agent, whose agent tools carry their own options).
-    pub fn with_child_options(mut self, support: ChildOptions, shopping: ChildOptions) -> Orchestrator {
-        if let Entry::Router { options, .. } = &mut self.entry {
-            *options = [support, shopping];
-        }
-        self
-    }
-
-    /// The model of the turn: the orchestrator model, or the entry agent's.
+    /// The entry agent's model.
     pub fn model_name(&self) -> &str {
-        match &self.entry {
-            Entry::Router { router, .. } => router.model_name(),
-            Entry::Agent { model, .. } => model,
-        }
+        &self.model
     }
 
-    /// The router, for evaluating routing on its own; `None` when an entry agent answers turns.
-    pub fn router(&self) -> Option<&Arc<Router>> {
-        match &self.entry {
-            Entry::Router { router, .. } => Some(router),
-            Entry::Agent { .. } => None,
-        }
+    /// The entry agent.
+    pub fn entry(&self) -> &Arc<dyn Agent> {
+        &self.entry
     }
 
     /// Runs one turn. The stream always ends with `completed` unless it is dropped first; dropping
-    /// it cancels the model call and every sub-agent.
-    ///
-    /// Every `usage` event gets its roll-up (`agent_total`), and `completed` carries the usage
-    /// per agent name and model.
+    /// it cancels the model calls and every sub-agent.
     pub fn run_turn(self: &Arc<Self>, turn: TurnRequest) -> EventStream {
+        self.run_turn_until(turn, None)
+    }
+
+    /// Runs one turn that must end by `deadline` (a Lambda function's, or `serve`'s turn limit):
+    /// when it comes, whatever is still running is dropped (cancelling its model calls) and the
+    /// turn ends with an `error` (`deadline_exceeded`) and `completed` with status `partial`, the
+    /// usage seen so far and the turn's ids.
+    pub fn run_turn_until(self: &Arc<Self>, turn: TurnRequest, deadline: Option<Instant>) -> EventStream {
         let this = self.clone();
         Box::pin(async_stream::stream! {
             let started = Instant::now();
             yield Event::Thinking {};
             let (episode_id, turn_id) = (turn.episode_id.clone(), turn.turn_id.clone());
-            let status = Slot::default();
-            let mut body = match &this.entry {
-                Entry::Router { .. } => this.routed(turn, status.clone()),
-                Entry::Agent { agent, .. } => agent_turn(agent.clone(), turn, status.clone()),
-            };
+            let instance = this.entry.name().to_owned();
+            let mut body = run_instance(&*this.entry, instance.clone(), turn.entry_request(), None);
             let mut rollup = UsageRollup::default();
-            while let Some(mut event) = body.next().await {
-                rollup.observe(&mut event);
-                yield event;
-            }
-            drop(body);
-            yield Event::Completed {
-                episode_id,
-                turn_id,
-                status: status.take().unwrap_or(Status::Error),
-                model: this.model_name().to_owned(),
-                duration_ms: started.elapsed().as_millis() as u64,
-                usage: rollup.totals,
+            let mut status = Status::Error;
+            let expired = async move {
+                match deadline {
+                    Some(deadline) => tokio::time::sleep_until(deadline).await,
+                    None => std::future::pending().await,
+                }
             };
-        })
-    }
-
-    /// The routed turn, from the orchestrator model call to the last sub-agent event; leaves the
-    /// turn's status in `status`.
-    fn routed(self: &Arc<Self>, turn: TurnRequest, status_out: Slot<Status>) -> EventStream {
-        let this = self.clone();
-        Box::pin(async_stream::stream! {
-            let Entry::Router { router, .. } = &this.entry else { return };
-            let mut status = Status::Ok;
-            let mut decided = None;
-            {
-                let routing = router.route(&turn);
-                futures::pin_mut!(routing);
-                while let Some(step) = routing.next().await {
-                    match step {
-                        RouteStep::Event(event) => yield event,
-                        RouteStep::Decided(route) => decided = Some(route),
-                        RouteStep::Failed => status = Status::Error,
-                    }
-                }
-            }
-            if let Some(route) = decided {
-                if route.calls.is_empty() && !route.answered {
-                    yield Event::error(ORCHESTRATOR, "empty_model_answer",
-                        "the orchestrator model answered with neither text nor a tool call", true);
-                    status = Status::Error;
-                }
-                let (streams, instances) = this.dispatch(&turn, route.calls);
-                if !streams.is_empty() {
-                    let mut merged = LiveSlotMux::new(streams, this.config.mux);
-                    while let Some(event) = merged.next().await {
-                        match &event {
-                            Event::AgentFinished { agent, status: s, .. } if instances.contains(agent) => {
-                                status = status.worst(*s);
-                            }
-                            _ => {}
-                        }
-                        yield event;
-                    }
-                }
-            }
-            status_out.set(status);
-        })
-    }
-
-    /// Runs one turn that must end by `deadline` (a Lambda function's): when it comes, whatever is
-    /// still running is dropped (cancelling its model calls) and the turn ends with an `error`
-    /// (`deadline_exceeded`) and `completed` with status `partial`, the usage seen so far and the
-    /// turn's ids.
-    pub fn run_turn_until(self: &Arc<Self>, turn: TurnRequest, deadline: Instant) -> EventStream {
-        let (episode_id, turn_id) = (turn.episode_id.clone(), turn.turn_id.clone());
-        let model = self.model_name().to_owned();
-        let inner = self.run_turn(turn);
-        Box::pin(async_stream::stream! {
-            let started = Instant::now();
-            let mut inner = inner;
-            let mut rollup = UsageRollup::default();
-            let expired = tokio::time::sleep_until(deadline);
             tokio::pin!(expired);
             loop {
                 tokio::select! {
                     biased;
-                    event = inner.next() => match event {
+                    event = body.next() => match event {
                         Some(mut event) => {
                             rollup.observe(&mut event);
+                            if let Event::AgentFinished { agent, status: s, .. } = &event {
+                                if *agent == instance {
+                                    status = *s;
+                                }
+                            }
                             yield event;
                         }
-                        None => return,
+                        None => break,
                     },
-                    () = &mut expired => break,
+                    () = &mut expired => {
+                        drop(body);
+                        tracing::warn!(episode = %episode_id, turn = %turn_id, "turn cut at its deadline");
+                        yield Event::error(ORCHESTRATOR, "deadline_exceeded",
+                            "the turn reached its time limit; what was produced so far is kept", true);
+                        status = Status::Partial;
+                        break;
+                    }
                 }
             }
-            drop(inner);
-            tracing::warn!(episode = %episode_id, turn = %turn_id, "turn cut at its deadline");
-            yield Event::error(ORCHESTRATOR, "deadline_exceeded",
-                "the turn reached its time limit; what was produced so far is kept", true);
             yield Event::Completed {
                 episode_id,
                 turn_id,
-                status: Status::Partial,
-                model,
+                status,
+                model: this.model.clone(),
                 duration_ms: started.elapsed().as_millis() as u64,
                 usage: rollup.totals,
             };
         })
     }
-
-    /// Starts one instrumented stream per call (their instance names come back with them); in a
-    /// mixed turn the support stream ends with the `support_content` boundary.
-    fn dispatch(&self, turn: &TurnRequest, calls: Vec<PlannedCall>) -> (Vec<EventStream>, Vec<String>) {
-        let Entry::Router { support, shopping, options, .. } = &self.entry else { return Default::default() };
-        let mixed =
-            calls.iter().any(|c| c.tool == ASK_SUPPORT) && calls.iter().any(|c| c.tool != ASK_SUPPORT);
-        let instances = Instances::default();
-        let mut names = Vec::with_capacity(calls.len());
-        let streams = calls
-            .into_iter()
-            .map(|call| {
-                let is_support = call.tool == ASK_SUPPORT;
-                let (agent, options) =
-                    if is_support { (support.clone(), options[0]) } else { (shopping.clone(), options[1]) };
-                let instance = instances.next(agent.name());
-                names.push(instance.clone());
-                let request = AgentRequest {
-                    user_id: turn.user_id.clone(),
-                    episode_id: turn.episode_id.clone(),
-                    query: call.query.clone(),
-                    prior_context: call.prior_context,
-                    history: turn.history.clone(),
-                    arguments: call.arguments,
-                    state: serde_json::Map::new(),
-                    depth: 1,
-                    instances: instances.clone(),
-                };
-                let mut events = agent.run(request, instance.clone());
-                if mixed && is_support {
-                    let boundary = Event::SupportContent { agent: instance.clone() };
-                    events = Box::pin(events.chain(futures::stream::once(async move { boundary })));
-                }
-                instrument_for(instance, call.query, events, options.timeout)
-            })
-            .collect();
-        (streams, names)
-    }
-}
-
-/// A turn answered by an entry agent: its instance is its name, at depth 0, with the
-/// conversation's history; leaves its status in `status_out`.
-fn agent_turn(agent: Arc<dyn Agent>, turn: TurnRequest, status_out: Slot<Status>) -> EventStream {
-    Box::pin(async_stream::stream! {
-        let instance = agent.name().to_owned();
-        let mut query = turn.message.clone();
-        if let Some(image) = turn.image_description.as_deref().filter(|d| !d.trim().is_empty()) {
-            query.push_str(&format!("\n[The user attached an image: {}]", image.trim()));
-        }
-        let request = AgentRequest {
-            user_id: turn.user_id,
-            episode_id: turn.episode_id,
-            query: query.clone(),
-            prior_context: None,
-            history: turn.history,
-            arguments: json!({"text": turn.message}),
-            state: serde_json::Map::new(),
-            depth: 0,
-            instances: Instances::default(),
-        };
-        let mut status = Status::Error;
-        let mut events = instrument(instance.clone(), query, agent.run(request, instance.clone()));
-        while let Some(event) = events.next().await {
-            if let Event::AgentFinished { agent, status: s, .. } = &event {
-                if *agent == instance {
-                    status = *s;
-                }
-            }
-            yield event;
-        }
-        status_out.set(status);
-    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::agent::ModelAgent;
     use crate::event::Usage;
     use crate::model::scripted::{Reply, ScriptedModel};
+    use crate::routing::testing::{plain, routed};
+    use serde_json::json;
     use std::time::Duration;
+
+    const ASK_SUPPORT: &str = "ask_support";
+    const ASK_SHOPPING: &str = "ask_shopping";
 
     fn turn(message: &str) -> TurnRequest {
         TurnRequest::new("ep", "t1", "u", message)
@@ -413,18 +195,23 @@ mod tests {
             Reply::Stream(s) => s,
             other => panic!("in-process scripts are streams, got {other:?}"),
         };
+        setup_with_timeouts(orchestrator, as_stream(support).into(), as_stream(shopping).into(), [None, None])
+    }
+
+    fn setup_with_timeouts(
+        orchestrator: Reply,
+        support: Reply,
+        shopping: Reply,
+        timeouts: [Option<Duration>; 2],
+    ) -> Arc<Orchestrator> {
+        let as_stream = |r: Reply| match r {
+            Reply::Stream(s) => s,
+            other => panic!("in-process scripts are streams, got {other:?}"),
+        };
         let model = Arc::new(ScriptedModel::new("orch", Some(as_stream(orchestrator))));
-        let support = Arc::new(ModelAgent::new(
-            "support",
-            "s",
-            Arc::new(ScriptedModel::new("sup", Some(as_stream(support)))),
-        ));
-        let shopping = Arc::new(ModelAgent::new(
-            "shopping",
-            "p",
-            Arc::new(ScriptedModel::new("shop", Some(as_stream(shopping)))),
-        ));
-        Arc::new(Orchestrator::new(model, support, shopping, TurnConfig::default()))
+        let support = plain("support", Arc::new(ScriptedModel::new("sup", Some(as_stream(support)))));
+        let shopping = plain("shopping", Arc::new(ScriptedModel::new("shop", Some(as_stream(shopping)))));
+        Arc::new(Orchestrator::new(routed(model, support, shopping, timeouts), "orch"))
     }
 
     fn mixed_calls() -> Reply {
@@ -527,9 +314,9 @@ mod tests {
         });
         model.push(script);
         let shop_model = Arc::new(ScriptedModel::new("shop", Some(Reply::text("ok"))));
-        let shopping = Arc::new(ModelAgent::new("shopping", "p", shop_model.clone()));
-        let support = Arc::new(ModelAgent::new("support", "s", Arc::new(ScriptedModel::new("sup", None))));
-        let o = Arc::new(Orchestrator::new(model, support, shopping, TurnConfig::default()));
+        let shopping = plain("shopping", shop_model.clone());
+        let support = plain("support", Arc::new(ScriptedModel::new("sup", None)));
+        let o = Arc::new(Orchestrator::new(routed(model, support, shopping, [None, None]), "orch"));
         let _: Vec<Event> = o.run_turn(turn("find me tea")).collect().await;
         assert_eq!(shop_model.requests()[0].last_user_text(), "find me tea");
     }
@@ -542,7 +329,8 @@ mod tests {
             Reply::text("fast deals").into(),
         );
         let deadline = Instant::now() + Duration::from_secs(3);
-        let events: Vec<Event> = o.run_turn_until(turn("my receipt and coffee"), deadline).collect().await;
+        let events: Vec<Event> =
+            o.run_turn_until(turn("my receipt and coffee"), Some(deadline)).collect().await;
         assert!(events.iter().any(|e| matches!(e, Event::Error { code, .. } if code == "deadline_exceeded")));
         let Some(Event::Completed { status, usage, turn_id, .. }) = events.last() else {
             panic!("{events:?}")
@@ -558,22 +346,19 @@ mod tests {
     async fn a_turn_within_its_deadline_is_untouched() {
         let o = setup(mixed_calls(), Reply::text("help").into(), Reply::text("deals").into());
         let deadline = Instant::now() + Duration::from_secs(3);
-        let events: Vec<Event> = o.run_turn_until(turn("x"), deadline).collect().await;
+        let events: Vec<Event> = o.run_turn_until(turn("x"), Some(deadline)).collect().await;
         assert!(matches!(events.last(), Some(Event::Completed { status: Status::Ok, .. })));
         assert!(!events.iter().any(|e| matches!(e, Event::Error { .. })));
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_sub_agent_past_its_own_timeout_is_stopped_and_the_rest_of_the_turn_goes_on() {
-        let o = setup(
+        let o = setup_with_timeouts(
             mixed_calls(),
             Reply::text("slow support").first_byte_delay(Duration::from_secs(30)).into(),
             Reply::text("fast deals").into(),
+            [Some(Duration::from_secs(5)), None],
         );
-        let o = Arc::new(Arc::into_inner(o).unwrap().with_child_options(
-            ChildOptions { timeout: Some(Duration::from_secs(5)) },
-            ChildOptions::default(),
-        ));
         let started = Instant::now();
         let events: Vec<Event> = o.run_turn(turn("my receipt and coffee")).collect().await;
         assert_eq!(started.elapsed(), Duration::from_secs(5));

@@ -19,7 +19,8 @@ use futures::future::BoxFuture;
 use futures::{Stream, StreamExt};
 use serde::{Deserialize, Serialize};
 
-use crate::agent::{Agent, AgentRequest, EventStream};
+use crate::agent::{Agent, AgentRequest};
+use crate::event::EventStream;
 use crate::event::{Event, decode_ndjson, encode_ndjson};
 
 /// The payload a remote agent receives.
@@ -199,8 +200,8 @@ pub fn serve_ndjson(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::agent::ModelAgent;
     use crate::model::scripted::{Reply, ScriptedModel};
+    use crate::routing::testing::plain;
 
     /// A transport that calls [`serve_ndjson`] in-process and chops its bytes at odd places.
     struct Loopback {
@@ -226,11 +227,7 @@ mod tests {
     }
 
     fn shopping() -> Arc<dyn Agent> {
-        Arc::new(ModelAgent::new(
-            "shopping",
-            "p",
-            Arc::new(ScriptedModel::new("m", Some(Reply::text("two deals for you")))),
-        ))
+        plain("shopping", Arc::new(ScriptedModel::new("m", Some(Reply::text("two deals for you")))))
     }
 
     #[tokio::test]

@@ -1,24 +1,139 @@
-//! Deciding which sub-agents a turn calls (DESIGN.md §4 steps 2–5).
+//! The routing policy (DESIGN.md §4 steps 2–5): how an entry agent whose agents are its
+//! intents decides which of them a turn calls. It hooks the agent's first model step
+//! ([`crate::agent::StepPolicy`]); the agent's tool loop then dispatches the calls it leaves, all
+//! at once, and the sub-agents' answers are the turn's answer (no further model call).
 //!
-//! [`Router::route`] streams the orchestrator model's answer and ends with a [`Route`]:
-//! 1. The model is called with the sub-agent tools. Its text streams to the client at once (the
-//!    preamble). For a message that is not smalltalk, text after the first sentence is held until
-//!    the model has finished: if it turns out to be a direct answer the fastpath allowlist refuses,
-//!    the held part is dropped instead of shown.
+//! 1. The model is called with the routing tools `ask_<agent>` (query, prior_context,
+//!    intent_count; the follow-up agent's tool also takes support_category and
+//!    support_summary). Its text streams to the client at once (the preamble). For a message that
+//!    is not smalltalk, text after the first sentence is held until the model has finished: if it
+//!    turns out to be a direct answer the fastpath allowlist refuses, the held part is dropped.
 //! 2. **Failsafe**: if a call's `intent_count` exceeds the number of distinct calls, the model is
 //!    asked once more, with an instruction naming the calls it made and the count it reported; new
 //!    calls are merged without duplicates. One retry at most.
 //! 3. The [`crate::guard`]s repair what code can check.
+//! 4. The calls' arguments are made valid for their tools: the guards' query and prior context,
+//!    an `intent_count` of at least 1, a `support_category` from the configured list (another is
+//!    dropped, and the repair logged).
+//!
+//! Which agents are intents, which one follow-ups and switches concern, where a refused direct
+//! answer goes and which guards run are [`RoutingSettings`], configured per agent.
 
 use std::sync::Arc;
 
 use futures::{Stream, StreamExt};
-use serde_json::Value;
+use serde_json::{Value, json};
 
-use crate::event::{AgentUsage, Event};
-use crate::guard::{self, GuardAction, PlannedCall, RoutingInput};
+use crate::agent::{
+    Agent, AgentRequest, ChildContext, StepCall, StepDecision, StepInput, StepItem, StepPolicy, StepStream,
+};
+use crate::agent_tool::{AgentTool, AgentToolOptions, InputMapping};
+use crate::event::{AgentUsage, Event, agent_name};
+use crate::guard::{self, GuardAction, Guards, PlannedCall, Roles, RoutingInput};
 use crate::model::{ChatModel, ChatRequest, Message, ModelDelta, ToolCall, ToolChoice, ToolSpec};
-use crate::orchestrator::{ASK_SHOPPING, ASK_SUPPORT, ORCHESTRATOR, TurnConfig, TurnRequest, tool_specs};
+use crate::text;
+use crate::tool::ToolError;
+
+/// The prefix of a routing tool's name: `ask_<agent>`.
+pub const ROUTING_TOOL_PREFIX: &str = "ask_";
+
+/// The routing tool of agent `agent`.
+pub fn routing_tool_name(agent: &str) -> String {
+    format!("{ROUTING_TOOL_PREFIX}{agent}")
+}
+
+/// One agent the policy routes to.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RoutedAgent {
+    /// The agent's name.
+    pub agent: String,
+    /// What it does, for the model.
+    pub description: String,
+}
+
+/// How an agent routes (the `routing:` key of its configuration).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RoutingSettings {
+    /// The agents that are intents, each offered as `ask_<agent>`, in configured order.
+    pub agents: Vec<RoutedAgent>,
+    /// The agent a short reply echoing its question goes back to, whose calls get the previous
+    /// turn as prior context on an intent switch, and whose content ends with the
+    /// `support_content` boundary in a mixed turn (the reference `support`).
+    pub followup: Option<String>,
+    /// Where a direct answer the fastpath allowlist refuses is sent (the reference `shopping`).
+    pub fallback: String,
+    /// The follow-up agent's `support_category` values.
+    pub categories: Vec<String>,
+    /// Which guards run.
+    pub guards: Guards,
+}
+
+impl RoutingSettings {
+    fn roles(&self, own_agent: &str) -> Roles {
+        Roles {
+            followup_tool: self.followup.as_deref().map(routing_tool_name),
+            followup_agent: self.followup.clone(),
+            fallback_tool: routing_tool_name(&self.fallback),
+            own_agent: agent_name(own_agent).to_owned(),
+        }
+    }
+
+    /// The JSON Schema of `agent`'s routing tool.
+    pub fn tool_schema(&self, agent: &str) -> Value {
+        let intent_count = json!({"type": "integer", "minimum": 1,
+            "description": "How many separate intents the user's message has (one call per intent)."});
+        let prior_context = json!({"type": "string",
+            "description": "Context from earlier turns the sub-agent needs, when the user switches topic."});
+        let mut properties = serde_json::Map::new();
+        properties.insert(
+            "query".into(),
+            json!({"type": "string", "description": format!("The user's {agent} request, in their words.")}),
+        );
+        if self.followup.as_deref() == Some(agent) {
+            properties.insert("support_category".into(), json!({"type": "string", "enum": self.categories}));
+            properties.insert(
+                "support_summary".into(),
+                json!({"type": "string", "maxLength": guard::SUPPORT_SUMMARY_MAX_CHARS,
+                       "description": "One-line summary of the support issue."}),
+            );
+        }
+        properties.insert("prior_context".into(), prior_context);
+        properties.insert("intent_count".into(), intent_count);
+        json!({"type": "object", "properties": properties, "required": ["query", "intent_count"]})
+    }
+
+    /// The routing tools, as offered to the model.
+    pub fn tool_specs(&self) -> Vec<ToolSpec> {
+        self.agents
+            .iter()
+            .map(|a| ToolSpec {
+                name: routing_tool_name(&a.agent),
+                description: a.description.clone(),
+                parameters: self.tool_schema(&a.agent),
+            })
+            .collect()
+    }
+
+    fn is_tool(&self, name: &str) -> bool {
+        self.agents.iter().any(|a| routing_tool_name(&a.agent) == name)
+    }
+}
+
+/// Agent `agent` as the routing tool `ask_<name>` of an agent routing with `settings`: the
+/// routing schema, the `query` and `prior_context` arguments as its input, the conversation in
+/// view, its answer the user's (`options` gives the rest: output mode, timeout, depth).
+pub fn routing_tool(
+    agent: Arc<dyn Agent>,
+    settings: &RoutingSettings,
+    mut options: AgentToolOptions,
+) -> Result<AgentTool, ToolError> {
+    options.tool_name = Some(routing_tool_name(agent.name()));
+    options.input_schema = Some(settings.tool_schema(agent.name()));
+    options.input = InputMapping::Query;
+    options.context = ChildContext::Conversation;
+    options.skip_summarization = true;
+    AgentTool::new(agent, options)
+}
 
 /// One step of routing.
 #[derive(Debug, Clone, PartialEq)]
@@ -40,92 +155,71 @@ pub struct Route {
     pub actions: Vec<GuardAction>,
     /// Whether the model wrote any text that was shown.
     pub answered: bool,
-    /// Token usage of the orchestrator's model calls.
+    /// Token usage of the routing model calls.
     pub usage: Vec<AgentUsage>,
+    /// The model's text (shown or not).
+    pub text: String,
+    /// The model's response id, if any.
+    pub response_id: Option<String>,
 }
 
-/// The orchestrator's routing: its model, tools and prompt.
-pub struct Router {
-    model: Arc<dyn ChatModel>,
-    tools: Vec<ToolSpec>,
-    system_prompt: String,
+/// The routing policy of one agent.
+#[derive(Debug, Clone)]
+pub struct RoutingPolicy {
+    settings: Arc<RoutingSettings>,
 }
 
-impl Router {
-    /// A router over `model` with the turn configuration's prompt and categories.
-    pub fn new(model: Arc<dyn ChatModel>, config: &TurnConfig) -> Router {
-        Router {
-            model,
-            tools: tool_specs(&config.support_categories),
-            system_prompt: config.system_prompt.clone(),
-        }
+impl RoutingPolicy {
+    /// A policy with `settings`.
+    pub fn new(settings: RoutingSettings) -> RoutingPolicy {
+        RoutingPolicy { settings: Arc::new(settings) }
     }
 
-    /// The orchestrator model.
-    pub fn model(&self) -> Arc<dyn ChatModel> {
-        self.model.clone()
+    /// Its settings.
+    pub fn settings(&self) -> &RoutingSettings {
+        &self.settings
     }
 
-    /// The model's name.
-    pub fn model_name(&self) -> &str {
-        self.model.model_name()
-    }
-
-    /// The conversation the orchestrator model sees for `turn`.
-    fn request(&self, turn: &TurnRequest) -> ChatRequest {
-        let mut messages = vec![Message::system(self.system_prompt.clone())];
-        messages.extend(turn.history.iter().cloned());
-        let mut content = turn.message.clone();
-        if let Some(image) = turn.image_description.as_deref().filter(|d| !d.trim().is_empty()) {
-            content.push_str(&format!("\n[The user attached an image: {}]", image.trim()));
-        }
-        messages.push(Message::user(content));
-        ChatRequest {
-            messages,
-            tools: self.tools.clone(),
-            tool_choice: Some(ToolChoice::Auto),
-            parallel_tool_calls: Some(true),
-            max_tokens: None,
-        }
-    }
-
-    /// Routes one turn. Dropping the stream cancels the model call.
-    pub fn route(self: &Arc<Self>, turn: &TurnRequest) -> impl Stream<Item = RouteStep> + Send + 'static {
-        let this = self.clone();
-        let turn = turn.clone();
+    /// Routes one step. Dropping the stream cancels the model call.
+    pub fn route(
+        &self,
+        model: Arc<dyn ChatModel>,
+        input: StepInput,
+    ) -> impl Stream<Item = RouteStep> + Send + 'static {
+        let settings = self.settings.clone();
         async_stream::stream! {
-            let model_name = this.model.model_name().to_owned();
-            let smalltalk = guard::classify_smalltalk(&turn.message).is_some();
-            let request = this.request(&turn);
+            let StepInput { instance, request, message, previous } = input;
+            let model_name = model.model_name().to_owned();
+            let smalltalk = text::classify_smalltalk(&message).is_some();
             let mut route = Route::default();
             let mut gate = PreambleGate::new(smalltalk);
             let mut raw_calls: Vec<ToolCall> = Vec::new();
-            let mut text = String::new();
-            let mut deltas = this.model.stream(request.clone());
+            let mut deltas = model.stream(request.clone());
             while let Some(delta) = deltas.next().await {
                 match delta {
                     Ok(ModelDelta::Text(t)) => {
-                        text.push_str(&t);
+                        route.text.push_str(&t);
                         if let Some(shown) = gate.push(t) {
                             route.answered |= !shown.trim().is_empty();
-                            yield RouteStep::Event(Event::text(ORCHESTRATOR, shown));
+                            yield RouteStep::Event(Event::text(instance.clone(), shown));
                         }
                     }
                     Ok(ModelDelta::Reasoning(t)) => {
-                        yield RouteStep::Event(Event::Reasoning { agent: ORCHESTRATOR.into(), text: t });
+                        yield RouteStep::Event(Event::Reasoning { agent: instance.clone(), text: t });
                     }
                     Ok(ModelDelta::ResponseId(id)) => {
-                        yield RouteStep::Event(Event::ResponseId { agent: ORCHESTRATOR.into(), id });
+                        route.response_id = Some(id.clone());
+                        yield RouteStep::Event(Event::ResponseId { agent: instance.clone(), id });
                     }
                     Ok(ModelDelta::ToolCall(call)) => raw_calls.push(call),
                     Ok(ModelDelta::Usage(usage)) => {
-                        route.usage.push(AgentUsage { agent: ORCHESTRATOR.into(), model: model_name.clone(), usage });
-                        yield RouteStep::Event(Event::usage(ORCHESTRATOR, model_name.clone(), usage));
+                        route.usage.push(AgentUsage { agent: instance.clone(), model: model_name.clone(), usage });
+                        yield RouteStep::Event(Event::usage(instance.clone(), model_name.clone(), usage));
                     }
                     Ok(ModelDelta::ToolCallStart { .. } | ModelDelta::Finish(_)) => {}
                     Err(e) => {
-                        tracing::warn!(error = %e, "orchestrator model call failed");
-                        yield RouteStep::Event(Event::error(ORCHESTRATOR, e.code(), e.to_string(), e.is_retryable()));
+                        tracing::warn!(error = %e, "routing model call failed");
+                        yield RouteStep::Event(Event::error(instance.clone(), e.code(), e.to_string(), e.is_retryable()));
                         yield RouteStep::Failed;
                         return;
                     }
@@ -133,29 +227,29 @@ impl Router {
             }
             drop(deltas);
 
-            let (mut planned, unknown) = plan(&turn.message, &raw_calls);
+            let (mut planned, unknown) = plan(&settings, &message, &raw_calls);
             for name in unknown {
-                tracing::warn!(tool = %name, "orchestrator model called an unknown tool");
+                tracing::warn!(tool = %name, "the routing model called an unknown tool");
                 yield RouteStep::Event(Event::error(
-                    ORCHESTRATOR,
+                    instance.clone(),
                     "unknown_tool",
                     format!("the orchestrator model called an unknown tool `{name}`; the call was skipped"),
                     false,
                 ));
             }
 
-            if let Some(intents) = missing_intents(&planned) {
+            if let Some(intents) = missing_intents(&planned).filter(|_| settings.guards.failsafe) {
                 let distinct = distinct_count(&planned);
-                let reask = failsafe_request(request, &text, &raw_calls, intents, &planned);
+                let reask = failsafe_request(&settings, request, &route.text, &raw_calls, intents, &planned);
                 let mut added = 0;
-                let mut deltas = this.model.stream(reask);
+                let mut deltas = model.stream(reask);
                 let mut new_calls = Vec::new();
                 while let Some(delta) = deltas.next().await {
                     match delta {
                         Ok(ModelDelta::ToolCall(call)) => new_calls.push(call),
                         Ok(ModelDelta::Usage(usage)) => {
-                            route.usage.push(AgentUsage { agent: ORCHESTRATOR.into(), model: model_name.clone(), usage });
-                            yield RouteStep::Event(Event::usage(ORCHESTRATOR, model_name.clone(), usage));
+                            route.usage.push(AgentUsage { agent: instance.clone(), model: model_name.clone(), usage });
+                            yield RouteStep::Event(Event::usage(instance.clone(), model_name.clone(), usage));
                         }
                         Ok(_) => {}
                         Err(e) => {
@@ -165,25 +259,27 @@ impl Router {
                         }
                     }
                 }
-                for call in plan(&turn.message, &new_calls).0 {
-                    let dup = planned.iter().any(|c| c.tool == call.tool && guard::normalize(&c.query) == guard::normalize(&call.query));
+                for call in plan(&settings, &message, &new_calls).0 {
+                    let dup = planned.iter().any(|c| c.tool == call.tool && text::normalize(&c.query) == text::normalize(&call.query));
                     if !dup {
                         planned.push(call);
                         added += 1;
                     }
                 }
-                tracing::info!(intents, calls = distinct, added, "routing failsafe re-asked the orchestrator model");
+                tracing::info!(intents, calls = distinct, added, "routing failsafe re-asked the model");
                 route.actions.push(GuardAction::FailsafeReasked { intents, calls: distinct, added });
             }
 
-            let input = RoutingInput { message: &turn.message, previous: turn.previous.as_ref() };
+            let roles = settings.roles(&instance);
+            let input = RoutingInput { message: &message, previous: previous.as_ref(), roles: &roles, guards: &settings.guards };
             let (calls, actions) = guard::apply_guards(&input, planned);
-            for action in &actions {
-                tracing::info!(?action, "routing guard repaired the model's routing");
-            }
             let rejected = actions.contains(&GuardAction::FastpathRejected);
             route.actions.extend(actions);
             route.calls = calls;
+            route.actions.extend(valid_arguments(&settings, &mut route.calls));
+            for action in &route.actions {
+                tracing::info!(?action, "routing repaired the model's routing");
+            }
             let held = gate.release();
             if rejected {
                 if !held.trim().is_empty() {
@@ -191,19 +287,102 @@ impl Router {
                 }
             } else if !held.is_empty() {
                 route.answered |= !held.trim().is_empty();
-                yield RouteStep::Event(Event::text(ORCHESTRATOR, held));
+                yield RouteStep::Event(Event::text(instance.clone(), held));
             }
             yield RouteStep::Decided(route);
         }
     }
 }
 
+impl StepPolicy for RoutingPolicy {
+    fn first_step(&self, model: Arc<dyn ChatModel>, input: StepInput) -> StepStream {
+        let followup = self.settings.followup.as_deref().map(routing_tool_name);
+        Box::pin(self.route(model, input).map(move |step| match step {
+            RouteStep::Event(event) => StepItem::Event(event),
+            RouteStep::Failed => StepItem::Failed,
+            RouteStep::Decided(route) => {
+                let mixed = route.calls.iter().any(|c| Some(&c.tool) != followup.as_ref())
+                    && route.calls.iter().any(|c| Some(&c.tool) == followup.as_ref());
+                let calls = route
+                    .calls
+                    .iter()
+                    .enumerate()
+                    .map(|(i, c)| StepCall {
+                        call: ToolCall {
+                            id: format!("route_{i}"),
+                            name: c.tool.clone(),
+                            arguments: c.arguments.to_string(),
+                        },
+                        mark_content_end: mixed && Some(&c.tool) == followup.as_ref(),
+                    })
+                    .collect();
+                StepItem::Decided(StepDecision {
+                    text: route.text,
+                    calls,
+                    response_id: route.response_id,
+                    last: true,
+                })
+            }
+        }))
+    }
+}
+
+/// A routing model, its policy and its agent's instruction: routing one message on its own, as
+/// the routing evaluation does.
+pub struct Router {
+    model: Arc<dyn ChatModel>,
+    policy: RoutingPolicy,
+    instruction: String,
+}
+
+impl Router {
+    /// Routes with `model` under `policy`, the agent's system prompt being `instruction`.
+    pub fn new(model: Arc<dyn ChatModel>, policy: RoutingPolicy, instruction: impl Into<String>) -> Router {
+        Router { model, policy, instruction: instruction.into() }
+    }
+
+    /// The model's name.
+    pub fn model_name(&self) -> &str {
+        self.model.model_name()
+    }
+
+    /// The same routing with another model.
+    pub fn with_model(&self, model: Arc<dyn ChatModel>) -> Router {
+        Router { model, policy: self.policy.clone(), instruction: self.instruction.clone() }
+    }
+
+    /// Routes `request` as the agent's first model step would.
+    pub fn route(&self, request: &AgentRequest) -> impl Stream<Item = RouteStep> + Send + 'static {
+        let mut messages = vec![Message::system(self.instruction.clone())];
+        messages.extend(request.history.iter().cloned());
+        let mut content = request.query.clone();
+        if let Some(image) = request.image.as_deref().filter(|d| !d.trim().is_empty()) {
+            content.push_str(&format!("\n[The user attached an image: {}]", image.trim()));
+        }
+        messages.push(Message::user(content));
+        let chat = ChatRequest {
+            messages,
+            tools: self.policy.settings.tool_specs(),
+            tool_choice: Some(ToolChoice::Auto),
+            parallel_tool_calls: Some(true),
+            max_tokens: None,
+        };
+        let input = StepInput {
+            instance: "orchestrator".into(),
+            request: chat,
+            message: request.query.clone(),
+            previous: request.previous.clone(),
+        };
+        self.policy.route(self.model.clone(), input)
+    }
+}
+
 /// The model's calls as planned calls; names of unknown tools are returned apart.
-fn plan(message: &str, calls: &[ToolCall]) -> (Vec<PlannedCall>, Vec<String>) {
+fn plan(settings: &RoutingSettings, message: &str, calls: &[ToolCall]) -> (Vec<PlannedCall>, Vec<String>) {
     let mut planned = Vec::new();
     let mut unknown = Vec::new();
     for call in calls {
-        if call.name != ASK_SUPPORT && call.name != ASK_SHOPPING {
+        if !settings.is_tool(&call.name) {
             unknown.push(call.name.clone());
             continue;
         }
@@ -216,10 +395,37 @@ fn plan(message: &str, calls: &[ToolCall]) -> (Vec<PlannedCall>, Vec<String>) {
     (planned, unknown)
 }
 
+/// Makes each call's arguments valid for its routing tool: at least one intent, a category from
+/// the configured list (another is dropped). Returns the repairs.
+fn valid_arguments(settings: &RoutingSettings, calls: &mut [PlannedCall]) -> Vec<GuardAction> {
+    let mut actions = Vec::new();
+    for call in calls {
+        let Some(args) = call.arguments.as_object_mut() else { continue };
+        if !args.get("intent_count").and_then(Value::as_u64).is_some_and(|n| n >= 1) {
+            args.insert("intent_count".into(), json!(1));
+        }
+        let followup = settings.followup.as_deref().map(routing_tool_name);
+        if let Some(category) = args.get("support_category").cloned() {
+            let known = category.as_str().is_some_and(|c| settings.categories.iter().any(|k| k == c));
+            if !known || followup.as_deref() != Some(call.tool.as_str()) {
+                args.remove("support_category");
+                actions.push(GuardAction::CategoryDropped {
+                    tool: call.tool.clone(),
+                    category: category.to_string(),
+                });
+            }
+        }
+        if followup.as_deref() != Some(call.tool.as_str()) {
+            args.remove("support_summary");
+        }
+    }
+    actions
+}
+
 fn distinct_count(calls: &[PlannedCall]) -> usize {
     let mut seen: Vec<(&str, String)> = Vec::new();
     for c in calls {
-        let key = (c.tool.as_str(), guard::normalize(&c.query));
+        let key = (c.tool.as_str(), text::normalize(&c.query));
         if !seen.contains(&key) {
             seen.push(key);
         }
@@ -236,6 +442,7 @@ fn missing_intents(calls: &[PlannedCall]) -> Option<usize> {
 /// The failsafe's second request: the first answer, its calls acknowledged, and an instruction
 /// naming what was made and what is missing.
 fn failsafe_request(
+    settings: &RoutingSettings,
     mut request: ChatRequest,
     text: &str,
     calls: &[ToolCall],
@@ -250,10 +457,15 @@ fn failsafe_request(
         request.messages.push(Message::Tool { call_id: call.id.clone(), content: "dispatched".into() });
     }
     let made: Vec<String> = planned.iter().map(|c| format!("{}(\"{}\")", c.tool, c.query)).collect();
-    let tools_used: Vec<&str> = planned.iter().map(|c| c.tool.as_str()).collect();
-    let hint = match (tools_used.contains(&ASK_SUPPORT), tools_used.contains(&ASK_SHOPPING)) {
-        (true, false) => format!(" The uncovered part is most likely for {ASK_SHOPPING}."),
-        (false, true) => format!(" The uncovered part is most likely for {ASK_SUPPORT}."),
+    // With two routed agents and one of them called, the missing part is the other's.
+    let unused: Vec<String> = settings
+        .agents
+        .iter()
+        .map(|a| routing_tool_name(&a.agent))
+        .filter(|t| !planned.iter().any(|c| &c.tool == t))
+        .collect();
+    let hint = match unused.as_slice() {
+        [only] if settings.agents.len() == 2 => format!(" The uncovered part is most likely for {only}."),
         _ => String::new(),
     };
     request.messages.push(Message::system(format!(
@@ -305,18 +517,74 @@ impl PreambleGate {
     }
 }
 
+/// Test helpers: the reference routing over in-process agents.
+#[cfg(test)]
+pub(crate) mod testing {
+    use super::*;
+    use crate::agent::{LlmAgent, LoopLimits};
+    use crate::agent_tool::OutputMode;
+    use crate::tool::ToolRegistry;
+
+    /// The reference routing: `support` follows up, `shopping` is the fallback.
+    pub(crate) fn settings() -> RoutingSettings {
+        RoutingSettings {
+            agents: ["support", "shopping"]
+                .map(|a| RoutedAgent { agent: a.into(), description: format!("Ask {a}.") })
+                .into(),
+            followup: Some("support".into()),
+            fallback: "shopping".into(),
+            categories: vec!["missing_points".into(), "general".into()],
+            guards: Guards::default(),
+        }
+    }
+
+    /// An agent that answers with one call of `model` and no tools.
+    pub(crate) fn plain(name: &str, model: Arc<dyn ChatModel>) -> Arc<dyn Agent> {
+        let tools = Arc::new(ToolRegistry::new(Vec::new()).expect("no tools"));
+        Arc::new(LlmAgent::new(name, format!("You are {name}."), model, tools, LoopLimits::default()))
+    }
+
+    /// The reference routing agent `orchestrator` over `support` and `shopping` (each with
+    /// `output: text_and_events`; `timeouts` per child).
+    pub(crate) fn routed(
+        model: Arc<dyn ChatModel>,
+        support: Arc<dyn Agent>,
+        shopping: Arc<dyn Agent>,
+        timeouts: [Option<std::time::Duration>; 2],
+    ) -> Arc<dyn Agent> {
+        let settings = settings();
+        let tools: Vec<Arc<dyn crate::tool::Tool>> = [support, shopping]
+            .into_iter()
+            .zip(timeouts)
+            .map(|(agent, timeout)| {
+                let options =
+                    AgentToolOptions { output: OutputMode::TextAndEvents, timeout, ..Default::default() };
+                Arc::new(routing_tool(agent, &settings, options).expect("valid"))
+                    as Arc<dyn crate::tool::Tool>
+            })
+            .collect();
+        let registry = Arc::new(ToolRegistry::new(tools).expect("valid tools"));
+        let agent = LlmAgent::new("orchestrator", "Route.", model, registry, LoopLimits::default())
+            .with_policy(Arc::new(RoutingPolicy::new(settings)));
+        Arc::new(agent)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::model::scripted::{Reply, ScriptedModel};
     use serde_json::json;
 
-    fn turn(message: &str) -> TurnRequest {
-        TurnRequest::new("ep", "t", "u", message)
+    const ASK_SUPPORT: &str = "ask_support";
+    const ASK_SHOPPING: &str = "ask_shopping";
+
+    fn turn(message: &str) -> AgentRequest {
+        AgentRequest { query: message.into(), ..Default::default() }
     }
 
     async fn route_of(model: Arc<ScriptedModel>, message: &str) -> (Vec<RouteStep>, Route) {
-        let router = Arc::new(Router::new(model, &TurnConfig::default()));
+        let router = Router::new(model, RoutingPolicy::new(testing::settings()), "Route.");
         let steps: Vec<RouteStep> = router.route(&turn(message)).collect().await;
         let Some(RouteStep::Decided(route)) = steps.last().cloned() else { panic!("{steps:?}") };
         (steps, route)

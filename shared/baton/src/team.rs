@@ -18,30 +18,42 @@
 //!     timeout_seconds: 20
 //! ```
 //!
-//! Kinds: `llm` (the default: a tool loop over `instruction`, `model`, `tools` and `agents`),
+//! Kinds: `llm` (the default: a tool loop over `instruction`, `model`, `tools` and `agents`) and
 //! `support` (the reference support agent: Forethought when a token is configured, the offline
-//! help center otherwise) and `router` (the reference routed turn of DESIGN.md §4, whose two
-//! agents must be `support` and `shopping`; only the entry agent may be one).
+//! help center otherwise).
+//!
+//! Routing: an `llm` agent with `routing:` offers its agents as routing tools `ask_<name>` and
+//! routes with the routing policy of [`crate::routing`] (DESIGN.md §4): its agents see the
+//! conversation, their answers are its answer.
+//!
+//! ```yaml
+//!   - name: orchestrator
+//!     instruction: You route the user's requests to your agents.
+//!     agents: [support, shopping]
+//!     routing:
+//!       followup: support        # echo follow-ups, prior context on a switch, support_category
+//!       fallback: shopping       # where a refused direct answer goes
+//!       categories: [missing_points, rewards]
+//!       guards: [failsafe, echo_followup, fastpath, duplicates, overlap, verbatim, prior_context, summary_cap]
+//! ```
 //!
 //! Models: `model` names a model on the configured server; an agent that names none uses the
-//! default model (`--orchestrator-model`), except the agent named `shopping`, which uses
-//! `--shopping-model`. `api: responses` uses the Responses API.
+//! default model (`--orchestrator-model`). `api: responses` uses the Responses API. `remote:
+//! {url: ...}` or `{function: ...}` runs the agent in another process (a separately deployed
+//! function). The settings of the command line and the environment may fill these for an agent
+//! (`--shopping-model` and its siblings fill the agent named `shopping`).
 
 use std::collections::HashSet;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::agent::{Agent, AgentRequest, EventStream};
 use crate::agent_tool::{AGENT_TOOL_PREFIX, AgentToolOptions, OutputMode};
 use crate::config::ConfigError;
-use crate::shopping::catalog::Catalog;
-use crate::shopping::tools::{
-    GET_OFFER, GetOffer, PURCHASE_HISTORY, PurchaseHistoryTool, SEARCH_OFFERS, SearchOffers,
-};
-use crate::support::help_center::{HelpCenter, SEARCH_HELP_CENTER, SearchHelpCenter};
-use crate::tool::{JsonSchema, Tool};
+use crate::shopping::tools::{GET_OFFER, PURCHASE_HISTORY, SEARCH_OFFERS};
+use crate::support::help_center::SEARCH_HELP_CENTER;
+use crate::tool::JsonSchema;
 
 /// What an agent is.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
@@ -52,8 +64,35 @@ pub enum AgentKind {
     Llm,
     /// The reference support agent (Forethought, or the offline help center).
     Support,
-    /// The reference routed turn (DESIGN.md §4).
-    Router,
+}
+
+/// How an agent routes (see the module docs).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RoutingSpec {
+    /// Where a direct answer the fastpath refuses goes: one of the agent's agents.
+    pub fallback: String,
+    /// The agent follow-ups and switches concern, whose tool takes a `support_category`.
+    #[serde(default)]
+    pub followup: Option<String>,
+    /// The follow-up agent's categories (snake_case).
+    #[serde(default)]
+    pub categories: Vec<String>,
+    /// Which guards run; all when not given.
+    #[serde(default)]
+    pub guards: Option<Vec<String>>,
+}
+
+/// Where a remote agent runs.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RemoteSpec {
+    /// Its endpoint (NDJSON over HTTP; locally a function URL path).
+    #[serde(default)]
+    pub url: Option<String>,
+    /// The Lambda function it is deployed as (InvokeWithResponseStream).
+    #[serde(default)]
+    pub function: Option<String>,
 }
 
 /// Which OpenAI API an agent's model is called through.
@@ -115,6 +154,12 @@ pub struct AgentSpec {
     /// Longest one of its (ordinary) tool calls may take.
     #[serde(default)]
     pub tool_timeout_seconds: Option<f64>,
+    /// Its routing policy, for an agent that routes to its agents.
+    #[serde(default)]
+    pub routing: Option<RoutingSpec>,
+    /// Where it runs when it runs in another process.
+    #[serde(default)]
+    pub remote: Option<RemoteSpec>,
 }
 
 /// The configured agents.
@@ -244,58 +289,22 @@ impl AgentsConfig {
                         }
                     }
                 }
-                AgentKind::Router => {
-                    if a.name != self.entry {
-                        return err("kind", "only the entry agent may be a `router`".into());
-                    }
-                    if !a.instruction.is_empty() || !a.tools.is_empty() {
-                        return err(
-                            "instruction",
-                            "a `router` takes its prompt from routing.orchestrator_prompt and has no tools"
-                                .into(),
-                        );
-                    }
-                    let mut children: Vec<&str> = a.agents.iter().map(String::as_str).collect();
-                    children.sort_unstable();
-                    if children != ["shopping", "support"] {
-                        return err("agents", "a `router` routes to exactly [support, shopping]".into());
-                    }
+            }
+            if let Some(routing) = &a.routing {
+                self.validate_routing(i, a, routing)?;
+            }
+            if let Some(remote) = &a.remote {
+                if remote.url.is_some() == remote.function.is_some() {
+                    return err("remote", "give exactly one of `url` and `function`".into());
                 }
             }
             let mut listed = HashSet::new();
             for child in &a.agents {
-                let Some(c) = self.index_of(child) else {
+                if self.index_of(child).is_none() {
                     return err("agents", format!("unknown agent `{child}`; defined: {}", self.names()));
-                };
+                }
                 if !listed.insert(child) {
                     return err("agents", format!("`{child}` is listed twice"));
-                }
-                let spec = &self.agents[c];
-                if spec.kind == AgentKind::Router {
-                    return err("agents", format!("`{child}` is a router and cannot be called as a tool"));
-                }
-                if a.kind == AgentKind::Router {
-                    if child == "support" && spec.kind != AgentKind::Support {
-                        return Err(self.error(
-                            Some(c),
-                            "kind",
-                            "the router's `support` must be of kind `support`",
-                        ));
-                    }
-                    if child == "shopping" && spec.kind != AgentKind::Llm {
-                        return Err(self.error(
-                            Some(c),
-                            "kind",
-                            "the router's `shopping` must be of kind `llm`",
-                        ));
-                    }
-                    if spec.output != OutputMode::TextAndEvents {
-                        return Err(self.error(
-                            Some(c),
-                            "output",
-                            "the routed turn streams its sub-agents' answers: set `output: text_and_events`",
-                        ));
-                    }
                 }
             }
             let mut tools = HashSet::new();
@@ -313,9 +322,52 @@ impl AgentsConfig {
             ));
         };
         if self.agents[entry].kind == AgentKind::Support {
-            return Err(self.error(None, "entry", "the entry agent must be of kind `llm` or `router`"));
+            return Err(self.error(None, "entry", "the entry agent must be of kind `llm`"));
         }
         self.check_cycles()
+    }
+
+    /// Checks agent `i`'s routing policy.
+    fn validate_routing(&self, i: usize, a: &AgentSpec, routing: &RoutingSpec) -> Result<(), ConfigError> {
+        let err = |reason: String| Err(self.error(Some(i), "routing", reason));
+        if a.kind != AgentKind::Llm {
+            return err("only an `llm` agent routes".into());
+        }
+        if !a.tools.is_empty() {
+            return err("a routing agent dispatches to its agents only: it takes no `tools`".into());
+        }
+        for (what, name) in [("fallback", Some(&routing.fallback)), ("followup", routing.followup.as_ref())] {
+            if let Some(name) = name {
+                if !a.agents.contains(name) {
+                    return err(format!(
+                        "{what} `{name}` is not one of its agents ({})",
+                        a.agents.join(", ")
+                    ));
+                }
+            }
+        }
+        if routing.followup.is_some() && routing.categories.is_empty() {
+            return err("categories: a follow-up agent needs at least one category".into());
+        }
+        if let Some(bad) = routing.categories.iter().find(|c| {
+            c.is_empty() || !c.chars().all(|ch| ch.is_ascii_lowercase() || ch.is_ascii_digit() || ch == '_')
+        }) {
+            return err(format!("categories: `{bad}` must be snake_case"));
+        }
+        if let Some(guards) = &routing.guards {
+            crate::guard::Guards::only(guards)
+                .map_err(|e| self.error(Some(i), "routing", format!("guards: {e}")))?;
+        }
+        for child in &a.agents {
+            if let Some(spec) = self.get(child) {
+                if spec.output != OutputMode::TextAndEvents {
+                    return err(format!(
+                        "its agents' answers are its answer: set `output: text_and_events` on `{child}`"
+                    ));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Checks that every listed tool exists among `available`.
@@ -389,6 +441,7 @@ impl AgentsConfig {
             timeout: spec.timeout_seconds.map(Duration::from_secs_f64),
             output: spec.output,
             max_depth: self.max_depth,
+            ..AgentToolOptions::default()
         }
     }
 }
@@ -438,88 +491,6 @@ fn locate_agent_field(yaml: &str, index: usize, field: &str) -> Option<usize> {
 fn locate_top_level(yaml: &str, field: &str) -> Option<usize> {
     let key = format!("{field}:");
     yaml.lines().position(|l| l.starts_with(&key)).map(|n| n + 1)
-}
-
-/// An agent under another name (the built-in support agents call themselves `support`).
-struct Named {
-    name: String,
-    inner: Arc<dyn Agent>,
-}
-
-impl Agent for Named {
-    fn name(&self) -> &str {
-        &self.name
-    }
-
-    fn run(&self, request: AgentRequest, instance: String) -> EventStream {
-        self.inner.run(request, instance)
-    }
-}
-
-/// Renames `agent` to `name` unless it already has it.
-pub(crate) fn named(name: &str, agent: Arc<dyn Agent>) -> Arc<dyn Agent> {
-    if agent.name() == name { agent } else { Arc::new(Named { name: name.to_owned(), inner: agent }) }
-}
-
-/// The tools agents may list: the built-in ones (made on first use) and the ones given in code.
-pub(crate) struct ToolCatalog {
-    custom: Vec<Arc<dyn Tool>>,
-    purchases: Arc<dyn crate::shopping::catalog::PurchaseHistory>,
-    offers: OnceLock<Arc<Catalog>>,
-    help: OnceLock<Arc<HelpCenter>>,
-}
-
-impl ToolCatalog {
-    pub(crate) fn new(
-        custom: Vec<Arc<dyn Tool>>,
-        purchases: Arc<dyn crate::shopping::catalog::PurchaseHistory>,
-    ) -> ToolCatalog {
-        ToolCatalog { custom, purchases, offers: OnceLock::new(), help: OnceLock::new() }
-    }
-
-    /// Every tool name an agent may list.
-    pub(crate) fn names(&self) -> Vec<&str> {
-        let mut names: Vec<&str> = BUILTIN_TOOLS.to_vec();
-        names.extend(self.custom.iter().map(|t| t.name()));
-        names
-    }
-
-    /// The help center, shared with the offline support agent.
-    pub(crate) fn help_center(&self) -> Arc<HelpCenter> {
-        self.help.get_or_init(|| Arc::new(HelpCenter::embedded())).clone()
-    }
-
-    fn offers(&self) -> Arc<Catalog> {
-        self.offers.get_or_init(|| Arc::new(Catalog::embedded())).clone()
-    }
-
-    /// The tool named `name`.
-    pub(crate) fn tool(&self, name: &str) -> Option<Arc<dyn Tool>> {
-        if let Some(tool) = self.custom.iter().find(|t| t.name() == name) {
-            return Some(tool.clone());
-        }
-        Some(match name {
-            SEARCH_OFFERS => Arc::new(SearchOffers::new(self.offers())),
-            GET_OFFER => Arc::new(GetOffer::new(self.offers())),
-            PURCHASE_HISTORY => Arc::new(PurchaseHistoryTool::new(self.purchases.clone())),
-            SEARCH_HELP_CENTER => Arc::new(SearchHelpCenter::new(self.help_center())),
-            _ => return None,
-        })
-    }
-
-    /// Checks that custom tools neither clash with built-in ones nor look like agent tools.
-    pub(crate) fn check(&self) -> Result<(), ConfigError> {
-        for tool in &self.custom {
-            let name = tool.name();
-            if BUILTIN_TOOLS.contains(&name) || name.starts_with(AGENT_TOOL_PREFIX) {
-                return Err(ConfigError::Invalid {
-                    field: "tools",
-                    reason: format!("the custom tool `{name}` clashes with a built-in or agent tool name"),
-                });
-            }
-        }
-        Ok(())
-    }
 }
 
 #[cfg(test)]

@@ -9,9 +9,12 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use futures::StreamExt;
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
 
+use crate::conversation::Conversation;
+use crate::event::{Event, EventStream};
 use crate::model::{ToolCall, ToolSpec};
 
 /// Who a tool call is made for, and the session it runs in: tools that read per-user data
@@ -29,6 +32,9 @@ pub struct ToolContext {
     pub depth: u32,
     /// Instance numbering shared by the whole turn.
     pub instances: Instances,
+    /// The conversation the calling instance sees (empty for an isolated one); children that
+    /// see the conversation get it.
+    pub conversation: Arc<Conversation>,
 }
 
 impl ToolContext {
@@ -186,7 +192,7 @@ impl ToolError {
 ///
 /// `call` gets arguments that already passed the schema; it may still refuse values the schema
 /// cannot express, with [`ToolError::InvalidArguments`].
-pub trait Tool: Send + Sync {
+pub trait Tool: Send + Sync + 'static {
     /// The name the model calls it by.
     fn name(&self) -> &str;
 
@@ -203,9 +209,105 @@ pub trait Tool: Send + Sync {
         context: &'a ToolContext,
     ) -> BoxFuture<'a, Result<Value, ToolError>>;
 
-    /// The tool as an agent tool, whose child's events an LLM agent streams while it runs.
-    fn as_agent_tool(&self) -> Option<&crate::agent_tool::AgentTool> {
-        None
+    /// Starts one call whose events stream while it runs (an agent tool streams its child
+    /// instance's events); the tool loop never asks what kind of tool it runs.
+    ///
+    /// The default runs [`Tool::call`] under `options.timeout` and streams nothing.
+    fn start(self: Arc<Self>, arguments: Value, context: ToolContext, options: CallOptions) -> ToolRun {
+        let finish = Slot::default();
+        let slot = finish.clone();
+        let run = async move {
+            let outcome = match tokio::time::timeout(options.timeout, self.call(arguments, &context)).await {
+                Ok(outcome) => outcome,
+                Err(_) => Err(ToolError::Timeout { tool: self.name().to_owned(), timeout: options.timeout }),
+            };
+            slot.set(ToolFinish { outcome, answer: None });
+        };
+        let events = futures::stream::once(run).filter_map(|()| std::future::ready(None::<Event>));
+        ToolRun { events: Box::pin(events), finish }
+    }
+}
+
+/// How the tool loop runs one call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CallOptions {
+    /// Longest an ordinary tool call may take (an agent tool runs its instance under the
+    /// agent's own timeout instead).
+    pub timeout: Duration,
+    /// The call's user-visible content must end with a `support_content` boundary (set by the
+    /// routing policy for the follow-up agent of a mixed turn; tools without text ignore it).
+    pub mark_content_end: bool,
+}
+
+impl CallOptions {
+    /// A call bounded by `timeout`.
+    pub fn new(timeout: Duration) -> CallOptions {
+        CallOptions { timeout, mark_content_end: false }
+    }
+}
+
+/// One started tool call: the events it streams for the client while it runs, and, once they
+/// have ended, what it ended with.
+pub struct ToolRun {
+    /// The call's events; it runs while they are polled and is cancelled when they are dropped.
+    pub events: EventStream,
+    /// Filled when `events` ends.
+    pub finish: Slot<ToolFinish>,
+}
+
+impl ToolRun {
+    /// A call that ended before it started.
+    pub fn failed(error: ToolError) -> ToolRun {
+        let finish = Slot::default();
+        finish.set(ToolFinish { outcome: Err(error), answer: None });
+        ToolRun { events: Box::pin(futures::stream::empty()), finish }
+    }
+}
+
+/// What one tool call ended with.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolFinish {
+    /// The result the model reads, or why there is none.
+    pub outcome: Result<Value, ToolError>,
+    /// Set when the result is also the user's answer as is (an agent tool with
+    /// `skip_summarization` whose child answered).
+    pub answer: Option<DirectAnswer>,
+}
+
+/// A tool result that is the user's answer as is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirectAnswer {
+    /// The answer.
+    pub text: String,
+    /// Whether the client has already seen it (streamed while the call ran).
+    pub streamed: bool,
+}
+
+/// A value filled once and read after: where a stream leaves what it ended with.
+#[derive(Debug)]
+pub struct Slot<T>(Arc<Mutex<Option<T>>>);
+
+impl<T> Clone for Slot<T> {
+    fn clone(&self) -> Self {
+        Slot(self.0.clone())
+    }
+}
+
+impl<T> Default for Slot<T> {
+    fn default() -> Self {
+        Slot(Arc::new(Mutex::new(None)))
+    }
+}
+
+impl<T> Slot<T> {
+    /// Fills the slot.
+    pub fn set(&self, value: T) {
+        *self.0.lock().expect("slot lock") = Some(value);
+    }
+
+    /// Empties the slot.
+    pub fn take(&self) -> Option<T> {
+        self.0.lock().expect("slot lock").take()
     }
 }
 
@@ -224,6 +326,18 @@ impl ToolOutcome {
     /// An error outcome for a call with `arguments`.
     pub fn error(arguments: Value, error: ToolError) -> ToolOutcome {
         ToolOutcome { arguments, result: error.to_result(), is_error: true }
+    }
+
+    /// The outcome of a call of `tool` with `arguments` that ended with `result`; a failure is
+    /// logged.
+    pub fn from_result(tool: &str, arguments: Value, result: Result<Value, ToolError>) -> ToolOutcome {
+        match result {
+            Ok(result) => ToolOutcome { arguments, result, is_error: false },
+            Err(error) => {
+                tracing::warn!(%tool, %error, "tool call failed");
+                ToolOutcome::error(arguments, error)
+            }
+        }
     }
 
     /// The text a model gets back for this call.
@@ -323,25 +437,22 @@ impl ToolRegistry {
     }
 }
 
-/// Runs a call [`ToolRegistry::check`] accepted, under `timeout`. Never fails: a tool error or a
-/// timeout is an error outcome.
+/// Runs a call [`ToolRegistry::check`] accepted to its end, its events dropped. Never fails: a
+/// tool error or a timeout is an error outcome.
 pub async fn run_checked(
     tool: Arc<dyn Tool>,
     arguments: Value,
     context: &ToolContext,
     timeout: Duration,
 ) -> ToolOutcome {
-    let result = match tokio::time::timeout(timeout, tool.call(arguments.clone(), context)).await {
-        Ok(result) => result,
-        Err(_) => Err(ToolError::Timeout { tool: tool.name().to_owned(), timeout }),
-    };
-    match result {
-        Ok(result) => ToolOutcome { arguments, result, is_error: false },
-        Err(error) => {
-            tracing::warn!(tool = %tool.name(), %error, "tool call failed");
-            ToolOutcome::error(arguments, error)
-        }
-    }
+    let name = tool.name().to_owned();
+    let run = tool.start(arguments.clone(), context.clone(), CallOptions::new(timeout));
+    run.events.for_each(|_| std::future::ready(())).await;
+    let outcome = run.finish.take().map_or_else(
+        || Err(ToolError::Failed { tool: name.clone(), reason: "the call ended without a result".into() }),
+        |finish| finish.outcome,
+    );
+    ToolOutcome::from_result(&name, arguments, outcome)
 }
 
 /// A JSON Schema compiled once (draft 2020-12 by default; no remote `$ref`s), to validate

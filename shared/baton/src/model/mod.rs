@@ -7,7 +7,8 @@
 //! - [`openai`]: OpenAI Chat Completions over HTTP (any compatible server).
 //! - [`responses`]: the OpenAI Responses API over HTTP, with `previous_response_id`.
 //! - [`offline`]: the deterministic rule-based model used when no model is configured.
-//! - [`scripted`]: a scripted OpenAI-compatible HTTP server, and an in-process scripted model.
+//! - [`scripted`]: scripted answers and an in-process scripted model (the routing suite's fault
+//!   injection uses it); with feature `test-support`, a scripted OpenAI-compatible HTTP server.
 
 pub mod offline;
 pub mod openai;

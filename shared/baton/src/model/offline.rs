@@ -15,11 +15,30 @@
 use futures::stream;
 use serde_json::json;
 
+use super::ToolSpec;
 use super::{ChatModel, ChatRequest, DeltaStream, FinishReason, Message, ModelDelta, ToolCall};
 use crate::event::Usage;
-use crate::guard::{self, Smalltalk};
-use crate::orchestrator::{ASK_SHOPPING, ASK_SUPPORT};
 use crate::shopping::tools::SEARCH_OFFERS;
+use crate::text::{self as guard, Smalltalk};
+
+/// The two roles of routing tools (those with an `intent_count` parameter): the one that takes a
+/// `support_category` gets the support clauses, the other the rest.
+const ASK_SUPPORT: &str = "support";
+const ASK_SHOPPING: &str = "shopping";
+
+/// Whether `tool` is a routing tool (see [`crate::routing`]): it takes an `intent_count`.
+fn is_routing_tool(tool: &ToolSpec) -> bool {
+    tool.parameters.pointer("/properties/intent_count").is_some()
+}
+
+/// The routing tools offered for the support and the shopping role.
+fn routing_tools(request: &ChatRequest) -> (Option<&ToolSpec>, Option<&ToolSpec>) {
+    let routing: Vec<&ToolSpec> = request.tools.iter().filter(|t| is_routing_tool(t)).collect();
+    let support =
+        routing.iter().copied().find(|t| t.parameters.pointer("/properties/support_category").is_some());
+    let shopping = routing.iter().copied().find(|t| support.is_none_or(|s| s.name != t.name));
+    (support.or(shopping), shopping.or(support))
+}
 
 /// The offline model's name in `usage` and `completed` events.
 pub const OFFLINE_MODEL_NAME: &str = "offline";
@@ -99,22 +118,25 @@ impl OfflineModel {
             (1, _) => "Let me look that up.",
             _ => "I'll look into both of those at once.",
         };
+        let (support, shopping) = routing_tools(request);
         let calls = routes
             .into_iter()
             .enumerate()
-            .map(|(i, (tool, query))| {
-                let args = if tool == ASK_SUPPORT {
-                    let summary: String = query.chars().take(300).collect();
-                    json!({"query": query, "support_category": "general",
-                           "support_summary": summary, "intent_count": count})
-                } else {
-                    json!({"query": query, "intent_count": count})
-                };
-                ToolCall {
-                    id: format!("offline_call_{i}"),
-                    name: tool.to_owned(),
-                    arguments: args.to_string(),
+            .filter_map(|(i, (role, query))| {
+                let tool = if role == ASK_SUPPORT { support? } else { shopping? };
+                let mut args = json!({"query": query, "intent_count": count});
+                let categories = tool.parameters.pointer("/properties/support_category/enum");
+                if categories.and_then(|c| c.as_array()).is_some_and(|c| c.iter().any(|v| v == "general")) {
+                    args["support_category"] = json!("general");
                 }
+                if tool.parameters.pointer("/properties/support_summary").is_some() {
+                    args["support_summary"] = json!(query.chars().take(300).collect::<String>());
+                }
+                Some(ToolCall {
+                    id: format!("offline_call_{i}"),
+                    name: tool.name.clone(),
+                    arguments: args.to_string(),
+                })
             })
             .collect();
         Answer { text: preamble.to_owned(), calls }
@@ -331,7 +353,7 @@ impl ChatModel for OfflineModel {
     }
 
     fn stream(&self, request: ChatRequest) -> DeltaStream {
-        let orchestrating = request.tools.iter().any(|t| t.name == ASK_SUPPORT || t.name == ASK_SHOPPING);
+        let orchestrating = request.tools.iter().any(is_routing_tool);
         let has_results = matches!(request.messages.last(), Some(Message::Tool { .. }));
         let may_call = request.tool_choice != Some(super::ToolChoice::None) && !request.tools.is_empty();
         let can_search = may_call && request.tools.iter().any(|t| t.name == SEARCH_OFFERS);
@@ -389,12 +411,22 @@ mod tests {
         OfflineModel::new(vec!["receipt".into(), "points".into(), "scan".into(), "e-receipt".into()])
     }
 
+    const ASK_SUPPORT: &str = "ask_support";
+    const ASK_SHOPPING: &str = "ask_shopping";
+
     fn orchestrator_request(text: &str) -> ChatRequest {
-        let tool =
-            |name: &str| ToolSpec { name: name.into(), description: String::new(), parameters: json!({}) };
+        let settings = crate::routing::RoutingSettings {
+            agents: ["support", "shopping"]
+                .map(|a| crate::routing::RoutedAgent { agent: a.into(), description: String::new() })
+                .into(),
+            followup: Some("support".into()),
+            fallback: "shopping".into(),
+            categories: vec!["general".into()],
+            guards: Default::default(),
+        };
         ChatRequest {
             messages: vec![Message::user(text)],
-            tools: vec![tool(ASK_SUPPORT), tool(ASK_SHOPPING)],
+            tools: settings.tool_specs(),
             ..Default::default()
         }
     }

@@ -10,8 +10,9 @@ use serde_json::{Map, Value};
 use super::SUPPORT_APOLOGY;
 use super::forethought::{ForethoughtClient, PriorContextMode, SolveRequest, SolveStream, VendorError};
 use super::sessions::{Clock, SupportConversation, SupportSessions, SupportTurn};
-use crate::agent::{Agent, AgentRequest, EventStream, with_prior_context};
+use crate::agent::{Agent, AgentRequest, with_prior_context};
 use crate::event::Event;
+use crate::event::EventStream;
 
 /// Support through the Forethought Solve API.
 ///

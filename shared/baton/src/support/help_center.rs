@@ -15,8 +15,9 @@
 use std::sync::Arc;
 
 use super::SUPPORT_APOLOGY;
-use crate::agent::{Agent, AgentRequest, EventStream};
+use crate::agent::{Agent, AgentRequest};
 use crate::event::Event;
+use crate::event::EventStream;
 use crate::retrieval::SearchIndex;
 
 /// `(slug, file text)` of every shipped article, embedded by the build script.
@@ -242,7 +243,9 @@ mod tests {
     fn every_shipped_article_parses_and_every_category_is_covered() {
         let help = HelpCenter::embedded();
         assert!(help.articles().len() >= 30, "{}", help.articles().len());
-        for category in crate::config::Config::default().turn.support_categories {
+        let config = crate::config::Config::default();
+        let routing = config.agents.get("orchestrator").and_then(|a| a.routing.clone()).unwrap();
+        for category in routing.categories {
             assert!(help.articles().iter().any(|a| a.category == category), "no article for {category}");
         }
     }

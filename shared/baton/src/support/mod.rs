@@ -4,11 +4,13 @@
 //!   conversation continuity ([`sessions`]).
 //! - [`help_center::HelpCenterAgent`]: offline retrieval over the shipped help-center articles,
 //!   used when no Forethought token is configured.
-//! - [`scripted`]: a Forethought test server on loopback speaking the documented API.
+//! - `scripted` (feature `test-support`): a Forethought test server on loopback speaking the
+//!   documented API.
 
 pub mod agent;
 pub mod forethought;
 pub mod help_center;
+#[cfg(any(test, feature = "test-support"))]
 pub mod scripted;
 pub mod sessions;
 

@@ -1,0 +1,375 @@
+//! The settings shared by Baton's three functions (orchestrator, shopping, eval): the model
+//! server and models, Forethought, timeouts, flushing, auth, the conversation store, the remote
+//! shopping agent, and the secrets given by reference.
+//!
+//! [`Settings`] is one clap argument group. Every field is a flag and an environment variable, so
+//! the same names work on the command line (the orchestrator flattens it into its CLI) and in
+//! Lambda, where a function has no arguments and [`Settings::from_env`] reads the environment
+//! alone. The settings parse and describe; [`Settings::config`] turns them into a
+//! [`Config`], and the store, the remote transport and the auth mode are opened from them.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use baton::config::{AgentDefaults, Config};
+use baton::history::{DEFAULT_HISTORY_MESSAGES, History};
+use baton::remote::AgentTransport;
+use baton::store::embedded::EmbeddedStore;
+use baton::store::{Store, SystemClock};
+use baton::support::forethought::{FORETHOUGHT_DEFAULT_BASE_URL, ForethoughtConfig, PriorContextMode};
+use baton::team::RemoteSpec;
+use clap::{Args, FromArgMatches};
+
+/// The settings every Baton function reads. Each one is a flag (global, so it may follow a
+/// subcommand) and the environment variable it names. Not `Debug`: it holds secrets.
+#[derive(Clone, Args)]
+pub struct Settings {
+    /// A YAML configuration file applied over the reference configuration (config/baton.yaml):
+    /// the agents (entry, max_depth, agents: a team's own agents and which call which as tools),
+    /// support categories, support keywords, the orchestrator prompt. See examples/team.yaml.
+    #[arg(long, env = "BATON_CONFIG", global = true)]
+    config: Option<PathBuf>,
+
+    /// Base URL of an OpenAI-compatible server (up to and including /v1).
+    #[arg(long, env = "OPENAI_BASE_URL", global = true)]
+    openai_base_url: Option<String>,
+
+    /// API key for the model server (sent as a bearer token).
+    #[arg(long, env = "OPENAI_API_KEY", hide_env_values = true, global = true)]
+    openai_api_key: Option<String>,
+
+    /// Model of the orchestrator, and of every configured agent that names none.
+    #[arg(long, env = "BATON_ORCHESTRATOR_MODEL", default_value = "gpt-4.1-mini", global = true)]
+    orchestrator_model: String,
+
+    /// Model of the agent named `shopping` when its configuration names none.
+    #[arg(long, env = "BATON_SHOPPING_MODEL", default_value = "gpt-4.1-mini", global = true)]
+    shopping_model: String,
+
+    /// The shopping agent uses the OpenAI Responses API (server-side context through
+    /// previous_response_id) instead of Chat Completions.
+    #[arg(long, env = "BATON_SHOPPING_RESPONSES_API", global = true)]
+    shopping_responses_api: bool,
+
+    /// Model calls per shopping answer (the last one may not call tools).
+    #[arg(long, env = "BATON_SHOPPING_MAX_STEPS", default_value_t = 5, global = true)]
+    shopping_max_steps: usize,
+
+    /// Longest one shopping tool call may take.
+    #[arg(long, env = "BATON_TOOL_TIMEOUT_MS", default_value_t = 10_000, global = true)]
+    tool_timeout_ms: u64,
+
+    /// Forethought Solve API token; support uses Forethought when it is set, the offline help
+    /// center otherwise.
+    #[arg(long, env = "FORETHOUGHT_API_TOKEN", hide_env_values = true, global = true)]
+    forethought_token: Option<String>,
+
+    /// Forethought base URL.
+    #[arg(long, env = "FORETHOUGHT_BASE_URL", default_value = FORETHOUGHT_DEFAULT_BASE_URL, global = true)]
+    forethought_base_url: String,
+
+    /// The `channel` sent to Forethought.
+    #[arg(long, env = "FORETHOUGHT_CHANNEL", default_value = "headless", global = true)]
+    forethought_channel: String,
+
+    /// Where the orchestrator's prior_context goes: `prefix` (before the query) or
+    /// `variable:<name>` (a context variable).
+    #[arg(long, env = "FORETHOUGHT_PRIOR_CONTEXT", default_value = "prefix", global = true)]
+    forethought_prior_context: PriorContextMode,
+
+    /// Forethought first-byte and idle timeout.
+    #[arg(long, env = "FORETHOUGHT_TIMEOUT_MS", default_value_t = 20_000, global = true)]
+    forethought_timeout_ms: u64,
+
+    /// Longest pause between two flushed events when a buffered agent's text is released.
+    #[arg(long, env = "BATON_FLUSH_INTERVAL_MS", default_value_t = 12, global = true)]
+    flush_interval_ms: u64,
+
+    /// Upper bound on the time one flush of buffered text takes (0 = at once).
+    #[arg(long, env = "BATON_FLUSH_BUDGET_MS", default_value_t = 300, global = true)]
+    flush_budget_ms: u64,
+
+    /// Model connect timeout.
+    #[arg(long, env = "BATON_CONNECT_TIMEOUT_MS", default_value_t = 5_000, global = true)]
+    connect_timeout_ms: u64,
+
+    /// Model first-byte timeout (request sent → response headers).
+    #[arg(long, env = "BATON_FIRST_BYTE_TIMEOUT_MS", default_value_t = 30_000, global = true)]
+    first_byte_timeout_ms: u64,
+
+    /// Model idle timeout (between two stream chunks).
+    #[arg(long, env = "BATON_IDLE_TIMEOUT_MS", default_value_t = 30_000, global = true)]
+    idle_timeout_ms: u64,
+
+    /// How callers are identified: `local` (the x-baton-user header, unauthenticated; the default
+    /// for `serve`), `iam` (the signed IAM principal; the default in Lambda), or `jwt` (a bearer
+    /// token verified with --jwt-public-key or --jwt-hs256-secret).
+    #[arg(long, env = "BATON_AUTH", global = true)]
+    auth: Option<String>,
+
+    /// RS256 public key (PEM) of the JWT issuer, for --auth jwt.
+    #[arg(long, env = "BATON_JWT_PUBLIC_KEY", global = true)]
+    jwt_public_key: Option<String>,
+
+    /// HS256 shared secret (at least 32 bytes), for --auth jwt in tests and local setups.
+    #[arg(long, env = "BATON_JWT_HS256_SECRET", hide_env_values = true, global = true)]
+    jwt_hs256_secret: Option<String>,
+
+    /// Required `iss` of JWTs.
+    #[arg(long, env = "BATON_JWT_ISSUER", global = true)]
+    jwt_issuer: Option<String>,
+
+    /// Required `aud` of JWTs.
+    #[arg(long, env = "BATON_JWT_AUDIENCE", global = true)]
+    jwt_audience: Option<String>,
+
+    /// Secrets Manager secret (name or ARN) holding the model API key; read at start when no
+    /// key is given directly (how the SAM template passes it).
+    #[arg(long, env = "OPENAI_API_KEY_SECRET_ARN", global = true)]
+    openai_api_key_secret_arn: Option<String>,
+
+    /// Secrets Manager secret (name or ARN) holding the Forethought token; read at start when no
+    /// token is given directly.
+    #[arg(long, env = "FORETHOUGHT_TOKEN_SECRET_ARN", global = true)]
+    forethought_token_secret_arn: Option<String>,
+
+    /// Run the shopping agent remotely at this URL (NDJSON over HTTP): locally, its Function URL
+    /// path under `cargo lambda watch`, e.g. http://127.0.0.1:9000/lambda-url/shopping/.
+    #[arg(long, env = "BATON_SHOPPING_URL", global = true)]
+    shopping_url: Option<String>,
+
+    /// Run the shopping agent remotely in this Lambda function (InvokeWithResponseStream).
+    #[arg(long, env = "BATON_SHOPPING_FUNCTION", global = true, conflicts_with = "shopping_url")]
+    shopping_function: Option<String>,
+
+    /// Retries of a model call that fails before its first delta (connect errors, 429, 5xx).
+    #[arg(long, env = "BATON_MAX_RETRIES", default_value_t = 2, global = true)]
+    max_retries: u32,
+
+    /// File of the embedded conversation store [default: $XDG_DATA_HOME/baton/store.redb, or
+    /// ~/.local/share/baton/store.redb].
+    #[arg(long, env = "BATON_STORE_PATH", global = true)]
+    store_path: Option<PathBuf>,
+
+    /// Keep conversations in this DynamoDB table instead of the embedded store (region and
+    /// credentials from the AWS environment; AWS_ENDPOINT_URL_DYNAMODB for a local server).
+    #[arg(long, env = "BATON_TABLE", global = true, conflicts_with = "store_path")]
+    table: Option<String>,
+
+    /// How many stored messages of the episode each turn sees.
+    #[arg(long, env = "BATON_HISTORY_MESSAGES", default_value_t = DEFAULT_HISTORY_MESSAGES, global = true)]
+    history_messages: usize,
+}
+
+/// The embedded store's file when no path is given: the user's data directory.
+fn default_store_path() -> PathBuf {
+    let data = std::env::var_os("XDG_DATA_HOME")
+        .filter(|d| !d.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/share")))
+        .unwrap_or_else(|| PathBuf::from("."));
+    data.join("baton").join("store.redb")
+}
+
+impl Settings {
+    /// Opens the conversation store these options name, and the history that records into it.
+    pub async fn history(&self) -> Result<(History, String), String> {
+        let store: Arc<dyn Store> = match &self.table {
+            Some(table) => {
+                Arc::new(crate::DynamoDbStore::from_env(table.clone(), Arc::new(SystemClock)).await)
+            }
+            None => {
+                let path = self.store_path.clone().unwrap_or_else(default_store_path);
+                Arc::new(EmbeddedStore::open(&path, Arc::new(SystemClock)).map_err(|e| e.to_string())?)
+            }
+        };
+        let described = match (&self.table, &self.store_path) {
+            (Some(table), _) => format!("store: DynamoDB table {table}"),
+            (None, path) => {
+                format!("store: {}", path.clone().unwrap_or_else(default_store_path).display())
+            }
+        };
+        Ok((History::new(store, self.history_messages), described))
+    }
+
+    /// The configuration these options describe.
+    pub fn config(&self) -> Result<Config, baton::config::ConfigError> {
+        let mut c = match &self.config {
+            Some(path) => Config::from_file(path)?,
+            None => Config::default(),
+        };
+        c.models.base_url = self.openai_base_url.clone().filter(|s| !s.is_empty());
+        c.models.api_key = self.openai_api_key.clone().filter(|s| !s.is_empty());
+        c.models.orchestrator = self.orchestrator_model.clone();
+        // The shopping flags and variables are the `shopping` agent's settings where its entry
+        // sets none.
+        let nonempty = |v: &Option<String>| v.clone().filter(|s| !s.trim().is_empty());
+        let remote = match (nonempty(&self.shopping_url), nonempty(&self.shopping_function)) {
+            (Some(url), _) => Some(RemoteSpec { url: Some(url), function: None }),
+            (None, Some(function)) => Some(RemoteSpec { url: None, function: Some(function) }),
+            (None, None) => None,
+        };
+        c.apply_agent_defaults(
+            "shopping",
+            AgentDefaults {
+                model: Some(self.shopping_model.clone()),
+                responses_api: self.shopping_responses_api,
+                max_steps: Some(self.shopping_max_steps),
+                tool_timeout: Some(Duration::from_millis(self.tool_timeout_ms)),
+                remote,
+            },
+        );
+        if let Some(token) = self.forethought_token.clone().filter(|t| !t.is_empty()) {
+            let mut ft = ForethoughtConfig::new(self.forethought_base_url.clone(), token);
+            ft.channel = self.forethought_channel.clone();
+            ft.prior_context = self.forethought_prior_context.clone();
+            ft.timeouts.first_byte = Duration::from_millis(self.forethought_timeout_ms);
+            ft.timeouts.idle = Duration::from_millis(self.forethought_timeout_ms);
+            c.forethought = Some(ft);
+        }
+        c.models.timeouts.connect = Duration::from_millis(self.connect_timeout_ms);
+        c.models.timeouts.first_byte = Duration::from_millis(self.first_byte_timeout_ms);
+        c.models.timeouts.idle = Duration::from_millis(self.idle_timeout_ms);
+        c.models.retry.max_retries = self.max_retries;
+        c.mux.flush_interval = Duration::from_millis(self.flush_interval_ms);
+        c.mux.flush_budget = Duration::from_millis(self.flush_budget_ms);
+        Ok(c)
+    }
+}
+
+/// The transports of the agents `config` runs remotely (their `remote:`), by agent name: a URL
+/// over HTTP (NDJSON), a function name through Lambda's InvokeWithResponseStream.
+pub async fn remote_agents(config: &Config) -> HashMap<String, Arc<dyn AgentTransport>> {
+    let mut transports = HashMap::new();
+    for spec in &config.agents.agents {
+        let transport: Arc<dyn AgentTransport> = match &spec.remote {
+            Some(RemoteSpec { url: Some(url), .. }) => {
+                Arc::new(baton::remote::HttpTransport::new(reqwest::Client::new(), url.clone()))
+            }
+            Some(RemoteSpec { function: Some(function), .. }) => {
+                Arc::new(crate::lambda_transport::LambdaTransport::from_env(function.clone()).await)
+            }
+            _ => continue,
+        };
+        transports.insert(spec.name.clone(), transport);
+    }
+    transports
+}
+
+/// Logs to stderr, filtered by `BATON_LOG` (default `warn`); in Lambda, without timestamps
+/// (CloudWatch adds its own).
+pub fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("BATON_LOG").unwrap_or_else(|_| "warn".into());
+    let logs = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    if std::env::var_os("AWS_LAMBDA_RUNTIME_API").is_some() {
+        logs.without_time().init();
+    } else {
+        logs.init();
+    }
+}
+
+impl Settings {
+    /// Reads the secrets given by reference (Secrets Manager) into the options they stand for;
+    /// a value given directly wins.
+    pub async fn resolve_secrets(&mut self) -> Result<(), String> {
+        let nonempty = |v: &Option<String>| v.clone().filter(|s| !s.trim().is_empty());
+        let wanted = [
+            nonempty(&self.openai_api_key_secret_arn).filter(|_| nonempty(&self.openai_api_key).is_none()),
+            nonempty(&self.forethought_token_secret_arn)
+                .filter(|_| nonempty(&self.forethought_token).is_none()),
+        ];
+        let resolved = crate::secrets::resolve(&wanted).await?;
+        if let Some(key) = resolved[0].clone() {
+            self.openai_api_key = Some(key);
+        }
+        if let Some(token) = resolved[1].clone() {
+            self.forethought_token = Some(token);
+        }
+        Ok(())
+    }
+
+    /// The settings of a function running in Lambda, read from the environment alone (see
+    /// [`from_env`]).
+    pub fn from_env() -> Result<Settings, clap::Error> {
+        from_env()
+    }
+
+    /// The auth mode these options describe; `in_lambda` picks the default (IAM there, the local
+    /// header elsewhere).
+    pub fn auth(&self, in_lambda: bool) -> Result<baton::auth::AuthMode, String> {
+        use baton::auth::{AuthMode, JwtVerifier};
+        let nonempty = |v: &Option<String>| v.clone().filter(|s| !s.trim().is_empty());
+        let mode = nonempty(&self.auth).unwrap_or_else(|| if in_lambda { "iam" } else { "local" }.into());
+        let (iss, aud) = (nonempty(&self.jwt_issuer), nonempty(&self.jwt_audience));
+        match mode.as_str() {
+            "local" if in_lambda => Err("BATON_AUTH=local is refused in Lambda: use iam or jwt".into()),
+            "local" => Ok(AuthMode::LocalHeader),
+            "iam" if !in_lambda => Err("BATON_AUTH=iam needs the Lambda platform to sign requests".into()),
+            "iam" => Ok(AuthMode::Iam),
+            "jwt" => {
+                let verifier = match (nonempty(&self.jwt_public_key), nonempty(&self.jwt_hs256_secret)) {
+                    (Some(pem), _) => JwtVerifier::rs256_pem(pem.as_bytes(), iss.as_deref(), aud.as_deref()),
+                    (None, Some(secret)) => {
+                        JwtVerifier::hs256(secret.as_bytes(), iss.as_deref(), aud.as_deref())
+                    }
+                    (None, None) => {
+                        return Err("--auth jwt needs --jwt-public-key or --jwt-hs256-secret".into());
+                    }
+                };
+                verifier.map(|v| AuthMode::Jwt(Box::new(v))).map_err(|e| e.to_string())
+            }
+            other => Err(format!("BATON_AUTH must be local, iam or jwt, not `{other}`")),
+        }
+    }
+}
+
+/// Reads an argument group from the environment alone: a command with no binary name and no
+/// arguments, so clap still applies each field's `env` variable and default (and reports a value
+/// it cannot parse). How a Lambda function, which gets no arguments, reads its settings.
+pub fn from_env<T: Args + FromArgMatches>() -> Result<T, clap::Error> {
+    let command = T::augment_args(clap::Command::new("baton").no_binary_name(true));
+    let matches = command.try_get_matches_from(std::iter::empty::<String>())?;
+    T::from_arg_matches(&matches)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Settings read from variables every process has (`PATH`, `HOME`) and one nobody sets.
+    #[derive(Debug, Args)]
+    struct Probe {
+        #[arg(long, env = "PATH")]
+        path: String,
+        #[arg(long, env = "BATON_SETTINGS_TEST_UNSET_VARIABLE", default_value_t = 7)]
+        unset: u32,
+    }
+
+    #[derive(Debug, Args)]
+    struct NotANumber {
+        #[arg(long, env = "HOME")]
+        home: u64,
+    }
+
+    #[test]
+    fn the_environment_alone_sets_values_and_defaults_fill_the_rest() {
+        // The test binary's own arguments (filters, --nocapture) are not read.
+        let probe: Probe = from_env().expect("settings from the environment");
+        assert_eq!(Some(probe.path.as_str()), std::env::var("PATH").ok().as_deref());
+        assert_eq!(probe.unset, 7);
+    }
+
+    #[test]
+    fn a_variable_that_does_not_parse_is_an_error_naming_it() {
+        let err = from_env::<NotANumber>().expect_err("HOME is not a number");
+        assert!(err.to_string().contains("--home"), "{err}");
+    }
+
+    #[test]
+    fn settings_parse_from_an_empty_environment_list() {
+        // Whatever the environment holds, every setting has a default or is optional.
+        Settings::from_env().expect("the settings need no argument");
+    }
+}

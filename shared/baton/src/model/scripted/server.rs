@@ -1,0 +1,467 @@
+//! The scripted OpenAI-compatible HTTP server (feature `test-support`): [`ScriptedServer`] and the
+//! loopback plumbing the Forethought test server shares ([`LoopbackServer`], [`paced_body`]).
+
+use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use serde_json::{Value, json};
+use tokio::sync::Semaphore;
+
+use super::{Part, Reply, StreamReply, words};
+
+/// The scripts as wire payloads, for the server.
+impl StreamReply {
+    /// The Chat Completions chunks (`data:` payloads) of this answer, `[DONE]` excluded.
+    pub fn chunks(&self, model: &str) -> Vec<Value> {
+        let id = "chatcmpl-scripted";
+        let chunk = |delta: Value, finish: Value| {
+            json!({"id": id, "object": "chat.completion.chunk", "model": model,
+                   "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+        };
+        let mut out = vec![chunk(json!({"role": "assistant", "content": null}), Value::Null)];
+        let mut call_index = 0;
+        for part in &self.parts {
+            match part {
+                Part::Text(t) => out.extend(words(t).map(|w| chunk(json!({"content": w}), Value::Null))),
+                Part::Reasoning(t) => {
+                    out.extend(words(t).map(|w| chunk(json!({"reasoning_content": w}), Value::Null)))
+                }
+                Part::ToolCall { name, arguments } => {
+                    let args = arguments.to_string();
+                    let pieces = split_even(&args, self.fragments);
+                    for (i, piece) in pieces.iter().enumerate() {
+                        let call = if i == 0 {
+                            json!({"index": call_index, "id": format!("call_{call_index}"),
+                                   "type": "function",
+                                   "function": {"name": name, "arguments": piece}})
+                        } else {
+                            json!({"index": call_index, "function": {"arguments": piece}})
+                        };
+                        out.push(chunk(json!({"tool_calls": [call]}), Value::Null));
+                    }
+                    call_index += 1;
+                }
+                Part::Error(message) => {
+                    out.push(json!({"error": {"message": message, "type": "server_error"}}))
+                }
+            }
+        }
+        let finish = if call_index > 0 { "tool_calls" } else { "stop" };
+        out.push(chunk(json!({}), json!(finish)));
+        out.push(json!({"id": id, "object": "chat.completion.chunk", "model": model,
+            "choices": [], "usage": {"prompt_tokens": self.usage.input_tokens,
+            "completion_tokens": self.usage.output_tokens,
+            "total_tokens": self.usage.total()}}));
+        out
+    }
+
+    /// The Responses API stream events of this answer, as `response_id`.
+    pub fn response_events(&self, model: &str, response_id: &str) -> Vec<Value> {
+        let response = |status: &str, output: &[Value]| {
+            json!({"id": response_id, "object": "response", "status": status, "model": model,
+                   "output": output})
+        };
+        let mut out = vec![json!({"type": "response.created", "response": response("in_progress", &[])})];
+        let mut output: Vec<Value> = Vec::new();
+        let mut calls = 0;
+        for part in &self.parts {
+            let index = output.len();
+            match part {
+                Part::Text(t) => {
+                    let id = format!("msg_{index}");
+                    let item = |status: &str, text: &str| {
+                        json!({"type": "message", "id": id, "role": "assistant", "status": status,
+                               "content": [{"type": "output_text", "text": text, "annotations": []}]})
+                    };
+                    out.push(json!({"type": "response.output_item.added", "output_index": index,
+                                    "item": item("in_progress", "")}));
+                    out.extend(words(t).map(|w| {
+                        json!({"type": "response.output_text.delta", "item_id": id, "output_index": index,
+                               "content_index": 0, "delta": w})
+                    }));
+                    out.push(
+                        json!({"type": "response.output_text.done", "item_id": id, "output_index": index,
+                                    "content_index": 0, "text": t}),
+                    );
+                    out.push(json!({"type": "response.output_item.done", "output_index": index,
+                                    "item": item("completed", t)}));
+                    output.push(item("completed", t));
+                }
+                Part::Reasoning(t) => {
+                    let id = format!("rs_{index}");
+                    let item = json!({"type": "reasoning", "id": id, "summary": []});
+                    out.push(
+                        json!({"type": "response.output_item.added", "output_index": index, "item": item}),
+                    );
+                    out.extend(words(t).map(|w| {
+                        json!({"type": "response.reasoning_summary_text.delta", "item_id": id,
+                               "output_index": index, "summary_index": 0, "delta": w})
+                    }));
+                    let done = json!({"type": "reasoning", "id": id,
+                                      "summary": [{"type": "summary_text", "text": t}]});
+                    out.push(
+                        json!({"type": "response.output_item.done", "output_index": index, "item": done}),
+                    );
+                    output.push(done);
+                }
+                Part::ToolCall { name, arguments } => {
+                    let (id, call_id) = (format!("fc_{index}"), format!("call_{calls}"));
+                    calls += 1;
+                    let args = arguments.to_string();
+                    let item = |status: &str, args: &str| {
+                        json!({"type": "function_call", "id": id, "call_id": call_id, "name": name,
+                               "arguments": args, "status": status})
+                    };
+                    out.push(json!({"type": "response.output_item.added", "output_index": index,
+                                    "item": item("in_progress", "")}));
+                    out.extend(split_even(&args, self.fragments).into_iter().map(|piece| {
+                        json!({"type": "response.function_call_arguments.delta", "item_id": id,
+                               "output_index": index, "delta": piece})
+                    }));
+                    out.push(json!({"type": "response.function_call_arguments.done", "item_id": id,
+                                    "output_index": index, "arguments": args}));
+                    out.push(json!({"type": "response.output_item.done", "output_index": index,
+                                    "item": item("completed", &args)}));
+                    output.push(item("completed", &args));
+                }
+                Part::Error(message) => out.push(
+                    json!({"type": "error", "code": "server_error", "message": message, "param": null}),
+                ),
+            }
+        }
+        let mut completed = response("completed", &output);
+        completed["usage"] = json!({"input_tokens": self.usage.input_tokens,
+            "output_tokens": self.usage.output_tokens, "total_tokens": self.usage.total()});
+        out.push(json!({"type": "response.completed", "response": completed}));
+        for (n, event) in out.iter_mut().enumerate() {
+            event["sequence_number"] = json!(n);
+        }
+        out
+    }
+}
+
+/// A request the server received.
+#[derive(Debug, Clone)]
+pub struct RecordedRequest {
+    /// Which API it called.
+    pub api: Api,
+    /// The `model` field.
+    pub model: String,
+    /// The whole JSON body.
+    pub body: Value,
+    /// The `Authorization` header, if any.
+    pub authorization: Option<String>,
+    /// When it arrived.
+    pub received_at: Instant,
+    /// When the server sent the first byte of its answer, once it has.
+    pub first_byte_at: Option<Instant>,
+    /// For streamed answers: `Some(true)` once the whole stream was sent, `Some(false)` if it was
+    /// dropped before its end (the client went away), `None` while it is still going.
+    pub completed: Option<bool>,
+}
+
+/// The two OpenAI APIs the scripted server speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Api {
+    /// `POST /v1/chat/completions`.
+    ChatCompletions,
+    /// `POST /v1/responses`; response ids are `resp_<n>` with `n` the request's arrival index.
+    Responses,
+}
+
+#[derive(Default)]
+struct ServerState {
+    queues: Mutex<HashMap<String, VecDeque<Reply>>>,
+    defaults: Mutex<HashMap<String, Reply>>,
+    requests: Mutex<Vec<RecordedRequest>>,
+}
+
+/// A router served on `127.0.0.1:0` until dropped; the base of the scripted servers.
+pub(crate) struct LoopbackServer {
+    pub(crate) addr: SocketAddr,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl LoopbackServer {
+    /// Serves `app` on a free loopback port.
+    pub(crate) async fn start(app: axum::Router) -> std::io::Result<LoopbackServer> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let task = tokio::spawn(async move {
+            // The server only ends with the process or when the handle is dropped (aborted).
+            let _ = axum::serve(listener, app).await;
+        });
+        Ok(LoopbackServer { addr, task })
+    }
+}
+
+impl Drop for LoopbackServer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// A scripted OpenAI-compatible server on loopback. Stops when dropped.
+pub struct ScriptedServer {
+    server: LoopbackServer,
+    state: Arc<ServerState>,
+}
+
+impl ScriptedServer {
+    /// Starts the server on `127.0.0.1:0`.
+    pub async fn start() -> std::io::Result<ScriptedServer> {
+        let state = Arc::new(ServerState::default());
+        let app = axum::Router::new()
+            .route("/v1/chat/completions", post(completions))
+            .route("/chat/completions", post(completions))
+            .route("/v1/responses", post(responses))
+            .route("/responses", post(responses))
+            .with_state(state.clone());
+        Ok(ScriptedServer { server: LoopbackServer::start(app).await?, state })
+    }
+
+    /// The base URL to give a client (`http://127.0.0.1:PORT/v1`).
+    pub fn base_url(&self) -> String {
+        format!("http://{}/v1", self.server.addr)
+    }
+
+    /// Queues `reply` for the next request for `model`.
+    pub fn push(&self, model: &str, reply: impl Into<Reply>) -> &Self {
+        let mut queues = self.state.queues.lock().expect("queues lock");
+        queues.entry(model.to_owned()).or_default().push_back(reply.into());
+        self
+    }
+
+    /// Answers every request for `model` with `reply` once its queue is empty.
+    pub fn set_default(&self, model: &str, reply: impl Into<Reply>) -> &Self {
+        self.state.defaults.lock().expect("defaults lock").insert(model.to_owned(), reply.into());
+        self
+    }
+
+    /// The requests received so far, in arrival order.
+    pub fn requests(&self) -> Vec<RecordedRequest> {
+        self.state.requests.lock().expect("requests lock").clone()
+    }
+
+    /// The requests received for `model`.
+    pub fn requests_for(&self, model: &str) -> Vec<RecordedRequest> {
+        self.requests().into_iter().filter(|r| r.model == model).collect()
+    }
+}
+
+async fn completions(
+    State(state): State<Arc<ServerState>>,
+    headers: axum::http::HeaderMap,
+    body: Bytes,
+) -> Response {
+    answer(state, headers, body, Api::ChatCompletions).await
+}
+
+async fn responses(
+    State(state): State<Arc<ServerState>>,
+    headers: axum::http::HeaderMap,
+    body: Bytes,
+) -> Response {
+    answer(state, headers, body, Api::Responses).await
+}
+
+async fn answer(state: Arc<ServerState>, headers: axum::http::HeaderMap, body: Bytes, api: Api) -> Response {
+    let body: Value = match serde_json::from_slice(&body) {
+        Ok(v) => v,
+        Err(e) => return error_response(400, None, &format!("invalid JSON body: {e}")),
+    };
+    let model = body["model"].as_str().unwrap_or_default().to_owned();
+    let index = {
+        let mut requests = state.requests.lock().expect("requests lock");
+        requests.push(RecordedRequest {
+            api,
+            model: model.clone(),
+            body,
+            authorization: headers.get("authorization").and_then(|v| v.to_str().ok()).map(str::to_owned),
+            received_at: Instant::now(),
+            first_byte_at: None,
+            completed: None,
+        });
+        requests.len() - 1
+    };
+    let reply = {
+        let queued = state.queues.lock().expect("queues lock").get_mut(&model).and_then(|q| q.pop_front());
+        queued.or_else(|| state.defaults.lock().expect("defaults lock").get(&model).cloned())
+    };
+    let mark_first_byte = {
+        let state = state.clone();
+        move || {
+            state.requests.lock().expect("requests lock")[index].first_byte_at = Some(Instant::now());
+        }
+    };
+    match reply {
+        None => {
+            mark_first_byte();
+            error_response(500, None, &format!("scripted server: no reply left for model `{model}`"))
+        }
+        Some(Reply::Status { status, retry_after, message }) => {
+            mark_first_byte();
+            error_response(status, retry_after, &message)
+        }
+        Some(Reply::Hang) => std::future::pending().await,
+        Some(Reply::Raw(bytes)) => {
+            mark_first_byte();
+            sse_response(Body::from(bytes))
+        }
+        Some(Reply::Stream(script)) => {
+            if let Some(gate) = &script.gate {
+                // Closing the gate's semaphore releases everyone; a closed gate is not an error.
+                drop(gate.acquire().await);
+            }
+            tokio::time::sleep(script.first_byte_delay).await;
+            mark_first_byte();
+            let (frames, trailer) = match api {
+                Api::ChatCompletions => (
+                    script.chunks(&model).iter().map(|c| Bytes::from(format!("data: {c}\n\n"))).collect(),
+                    Some(Bytes::from_static(b"data: [DONE]\n\n")),
+                ),
+                Api::Responses => (
+                    script
+                        .response_events(&model, &format!("resp_{index}"))
+                        .iter()
+                        .map(|e| {
+                            Bytes::from(format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap_or("")))
+                        })
+                        .collect(),
+                    None,
+                ),
+            };
+            let pacing = Pacing {
+                chunk_delay: script.chunk_delay,
+                cut_after: script.cut_after,
+                stall_after: script.stall_after,
+                gate: None,
+            };
+            let on_end = move |completed| {
+                if let Ok(mut requests) = state.requests.lock() {
+                    requests[index].completed = Some(completed);
+                }
+            };
+            sse_response(Body::from_stream(paced_body(frames, trailer, pacing, |_| {}, on_end)))
+        }
+    }
+}
+
+/// How a scripted body sends its frames.
+pub(crate) struct Pacing {
+    /// Delay before each frame after the first.
+    pub(crate) chunk_delay: Duration,
+    /// Abort the connection before frame `n`.
+    pub(crate) cut_after: Option<usize>,
+    /// Go silent before frame `n`, keeping the connection open.
+    pub(crate) stall_after: Option<usize>,
+    /// Hold frame `n` until the semaphore has a permit.
+    pub(crate) gate: Option<(usize, Arc<Semaphore>)>,
+}
+
+/// Calls its function with whether the body was sent whole when it is dropped.
+struct OnEnd<F: FnOnce(bool)> {
+    f: Option<F>,
+    completed: bool,
+}
+
+impl<F: FnOnce(bool)> Drop for OnEnd<F> {
+    fn drop(&mut self) {
+        if let Some(f) = self.f.take() {
+            f(self.completed);
+        }
+    }
+}
+
+/// A scripted response body: `frames` paced by `pacing`, then `trailer`. `on_frame(i)` runs as
+/// frame `i` goes out; `on_end(true)` once every frame was sent, `on_end(false)` if the body was
+/// dropped first (the client went away) or cut.
+pub(crate) fn paced_body(
+    frames: Vec<Bytes>,
+    trailer: Option<Bytes>,
+    pacing: Pacing,
+    mut on_frame: impl FnMut(usize) + Send + 'static,
+    on_end: impl FnOnce(bool) + Send + 'static,
+) -> impl futures::Stream<Item = Result<Bytes, std::io::Error>> + Send {
+    async_stream::stream! {
+        let mut end = OnEnd { f: Some(on_end), completed: false };
+        for (i, frame) in frames.into_iter().enumerate() {
+            // The delay comes first, so frames sent before a cut have been flushed to the client
+            // (a body error drops whatever the server still had buffered).
+            if i > 0 && !pacing.chunk_delay.is_zero() {
+                tokio::time::sleep(pacing.chunk_delay).await;
+            }
+            if let Some((n, gate)) = &pacing.gate {
+                if *n == i {
+                    // A closed gate releases everyone; it is not an error.
+                    drop(gate.acquire().await);
+                }
+            }
+            if pacing.cut_after == Some(i) {
+                yield Err(std::io::Error::new(std::io::ErrorKind::ConnectionAborted, "scripted cut"));
+                return;
+            }
+            if pacing.stall_after == Some(i) {
+                std::future::pending::<()>().await;
+            }
+            on_frame(i);
+            yield Ok(frame);
+        }
+        end.completed = true;
+        if let Some(trailer) = trailer {
+            yield Ok(trailer);
+        }
+    }
+}
+
+fn sse_response(body: Body) -> Response {
+    let mut response = Response::new(body);
+    response.headers_mut().insert("content-type", HeaderValue::from_static("text/event-stream"));
+    response
+}
+
+fn error_response(status: u16, retry_after: Option<u64>, message: &str) -> Response {
+    let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let body = json!({"error": {"message": message, "type": "scripted_error"}});
+    let mut response = (status, axum::Json(body)).into_response();
+    if let Some(secs) = retry_after {
+        response.headers_mut().insert("retry-after", HeaderValue::from(secs));
+    }
+    response
+}
+
+/// Splits `s` into `n` pieces of about equal length on char boundaries.
+fn split_even(s: &str, n: usize) -> Vec<&str> {
+    let chars: Vec<usize> = s.char_indices().map(|(i, _)| i).collect();
+    let n = n.clamp(1, chars.len().max(1));
+    let mut out = Vec::with_capacity(n);
+    let mut start = 0;
+    for k in 1..=n {
+        let end = if k == n { s.len() } else { chars[chars.len() * k / n] };
+        out.push(&s[start..end]);
+        start = end;
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn split_even_rejoins_to_the_input() {
+        let s = r#"{"query":"café deals"}"#;
+        for n in 1..30 {
+            let parts = split_even(s, n);
+            assert_eq!(parts.concat(), s);
+            assert!(parts.len() <= n);
+        }
+    }
+}
