@@ -75,3 +75,16 @@ for line in sys.stdin:
 # Bounded: a hung emulator fails the run instead of holding CI.
 timeout 900 "$lambda_test" --ignored --test-threads=1
 
+
+step "Browser: the JS client's SSE parser (node --test), the chat page and eval report in headless Chromium"
+# Debian's Chromium and its WebDriver, installed once (CI runs as root; elsewhere through sudo).
+if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null || ! command -v node >/dev/null; then
+    as_root=(); [[ $(id -u) -eq 0 ]] || as_root=(sudo)
+    "${as_root[@]}" apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive "${as_root[@]}" apt-get install -y -qq chromium chromium-driver nodejs >/dev/null
+fi
+node --test tests/browser/
+cargo build -p orchestrator --locked --quiet
+cargo build -p baton-tests --example scripted_server --locked --quiet
+BATON_TEST_OUTPUT="$PWD/target/browser-test-output" timeout 600 .venv/bin/python -m pytest -q -p no:cacheprovider tests/browser
+echo "browser screenshots: target/browser-test-output/"

@@ -1,7 +1,9 @@
 //! The scheduled evaluation (an EventBridge `ScheduleV2` target). The event names a suite
 //! (`{"suite": "routing"}`); the function runs it against the orchestrator's configured model,
 //! adds the fault-injection report, stores the summary as a message of the episode
-//! `USER#eval#EP#<suite>` (one turn per run) and returns it.
+//! `USER#eval#EP#<suite>` (one turn per run) and the HTML report (charts, failing scenarios, the
+//! trend over the stored runs) as a message of `USER#eval#EP#<suite>-report`, and returns the
+//! summary.
 
 mod summary;
 

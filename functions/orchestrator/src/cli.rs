@@ -53,6 +53,19 @@ pub(crate) struct RoutingEvalArgs {
     /// Scenarios routed at once (for a real model).
     #[arg(long, default_value_t = 4)]
     pub(crate) concurrency: usize,
+
+    /// Also write a self-contained HTML report (charts, failing scenarios, trend) to this file.
+    #[arg(long)]
+    pub(crate) html: Option<std::path::PathBuf>,
+
+    /// Previous runs for the report's trend: a JSON summary file (one, an array, or one per line)
+    /// or a directory of them.
+    #[arg(long, requires = "html")]
+    pub(crate) history: Option<std::path::PathBuf>,
+
+    /// Also write this run's JSON summary to this file (keep them in a directory for --history).
+    #[arg(long)]
+    pub(crate) summary: Option<std::path::PathBuf>,
 }
 
 /// Options of `chat`.

@@ -398,12 +398,14 @@ async fn health() -> &'static str {
     "ok"
 }
 
-/// The router: `POST /` and `POST /chat` (the chat endpoint), `GET /health`.
+/// The router: `POST /` and `POST /chat` (the chat endpoint), `GET /health`, and the chat page
+/// ([`crate::web`]) at `GET /`.
 pub fn app(service: Arc<ChatService>) -> Router {
     Router::new()
         .route("/", post(chat))
         .route("/chat", post(chat))
         .route("/health", get(health))
+        .merge(crate::web::routes())
         .with_state(service)
 }
 

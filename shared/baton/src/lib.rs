@@ -10,6 +10,7 @@
 //! state in the store, and the offline model knows the shopping tool it impersonates a model
 //! for). `python3 scripts/import_circles.py shared/baton/src` finds no circle.
 //! - [`http`]: the chat endpoint (validation, SSE body), shared by `serve` and the Lambda.
+//! - [`web`]: the browser chat page (`web/`), embedded and served at `GET /`.
 //! - [`auth`]: who is calling: IAM principal, verified JWT, or the local header.
 //! - [`history`]: records a turn: the user message before the model call, the reply after it,
 //!   `partial` when the client leaves.
@@ -20,6 +21,8 @@
 //! - [`config`]: one typed configuration (`config/baton.yaml` embedded as defaults), parsed and
 //!   validated with line-numbered errors; [`config::agents`] is the `agents:` list. It builds
 //!   nothing.
+//! - [`eval_report`]: the routing eval as a self-contained HTML report (charts, failures, trend),
+//!   and a suite run that keeps the routed calls and shows progress.
 //! - [`eval`]: the routing scenario suite, its scoring, and fault injection.
 //! - [`routing`]: the routing policy an entry agent's first model step can carry: preamble gate,
 //!   failsafe re-ask, guards, fastpath; the routing tools `ask_<agent>`.
@@ -56,6 +59,7 @@ pub mod auth;
 pub mod config;
 pub mod conversation;
 pub mod eval;
+pub mod eval_report;
 pub mod event;
 pub mod guard;
 pub mod history;
@@ -71,4 +75,5 @@ pub mod store;
 pub mod support;
 pub mod text;
 pub mod tool;
+pub mod web;
 pub mod wiring;

@@ -1,0 +1,140 @@
+//! The browser chat page, embedded in the binary and served by `serve` at `GET /`.
+//!
+//! The page is static (HTML, CSS and two ES modules from the repository's `web/` folder, no build
+//! step), so it can equally be shipped from any static host in front of the Function URL. This
+//! module owns only the serving: the embedded files, their content types, and headers that keep
+//! the page from being framed or sniffed. The page itself (and `web/baton-client.js`, the
+//! reference client of the SSE protocol) is documented in `docs/web-client.md`.
+
+use axum::Router;
+use axum::http::{HeaderValue, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+
+/// One embedded file of the page.
+#[derive(Debug, Clone, Copy)]
+pub struct Asset {
+    /// The path it is served at.
+    pub path: &'static str,
+    /// Its `content-type`.
+    pub content_type: &'static str,
+    /// Its bytes.
+    pub body: &'static str,
+}
+
+/// The page's files. `index.html` is also served at `/`.
+pub const ASSETS: &[Asset] = &[
+    Asset {
+        path: "/index.html",
+        content_type: "text/html; charset=utf-8",
+        body: include_str!("../../../web/index.html"),
+    },
+    Asset {
+        path: "/style.css",
+        content_type: "text/css; charset=utf-8",
+        body: include_str!("../../../web/style.css"),
+    },
+    Asset {
+        path: "/chat.js",
+        content_type: "text/javascript; charset=utf-8",
+        body: include_str!("../../../web/chat.js"),
+    },
+    Asset {
+        path: "/baton-client.js",
+        content_type: "text/javascript; charset=utf-8",
+        body: include_str!("../../../web/baton-client.js"),
+    },
+];
+
+/// Scripts, styles and requests from the page's own origin only; no framing.
+const CONTENT_SECURITY_POLICY: &str = "default-src 'self'; connect-src 'self'; img-src 'self' data:; object-src 'none'; base-uri 'none'; frame-ancestors 'none'";
+
+impl IntoResponse for Asset {
+    fn into_response(self) -> Response {
+        let mut response = self.body.into_response();
+        let h = response.headers_mut();
+        h.insert(header::CONTENT_TYPE, HeaderValue::from_static(self.content_type));
+        // Embedded in the binary: a new binary may bring new files, so revalidate each time.
+        h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+        h.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+        h.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(CONTENT_SECURITY_POLICY));
+        h.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+        response
+    }
+}
+
+/// `GET /` (the page) and `GET` of each of its files, for any router state.
+pub fn routes<S: Clone + Send + Sync + 'static>() -> Router<S> {
+    let mut router = Router::new().route("/", get(|| async { ASSETS[0] }));
+    for asset in ASSETS {
+        router = router.route(asset.path, get(move || async move { *asset }));
+    }
+    router
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_file_the_page_loads_is_embedded() {
+        let index = ASSETS[0].body;
+        for asset in &ASSETS[1..] {
+            assert!(index.contains(&asset.path[1..]), "index.html does not load {}", asset.path);
+        }
+        assert!(ASSETS[2].body.contains("from \"./baton-client.js\""), "chat.js imports the client");
+    }
+
+    /// The browser client's parser is tested on these files (tests/browser/sse_parser.test.mjs).
+    const SSE_FIXTURES: [&str; 3] = [
+        include_str!("../../../tests/browser/fixtures/mixed-turn.sse"),
+        include_str!("../../../tests/browser/fixtures/heartbeat-turn.sse"),
+        include_str!("../../../tests/browser/fixtures/error-turn.sse"),
+    ];
+
+    #[test]
+    fn sse_fixtures_are_what_the_encoder_writes() {
+        use crate::event::{SSE_HEARTBEAT, decode_sse, encode_sse};
+        for fixture in SSE_FIXTURES {
+            let mut events = 0;
+            for block in fixture.split_inclusive("\n\n") {
+                if block.as_bytes() == SSE_HEARTBEAT {
+                    continue;
+                }
+                let field = |name: &str| {
+                    block
+                        .lines()
+                        .find_map(|l| l.strip_prefix(name))
+                        .unwrap_or_else(|| panic!("{name} in {block:?}"))
+                };
+                let id: u64 = field("id: ").parse().unwrap();
+                let event = decode_sse(field("event: "), field("data: ")).unwrap();
+                assert_eq!(&encode_sse(id, &event)[..], block.as_bytes());
+                assert_eq!(id, events, "ids count up from 0");
+                events += 1;
+            }
+            assert!(fixture.ends_with("\n\n") && events > 2);
+        }
+    }
+
+    #[tokio::test]
+    async fn the_page_and_its_files_are_served_with_their_types() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let server = tokio::spawn(async move { axum::serve(listener, routes::<()>()).await });
+        let get = |path: &str| reqwest::get(format!("{url}{path}"));
+        let page = get("/").await.unwrap();
+        assert_eq!(page.status(), 200);
+        assert_eq!(page.headers()["content-type"], "text/html; charset=utf-8");
+        assert_eq!(page.headers()["x-content-type-options"], "nosniff");
+        assert!(
+            page.headers()["content-security-policy"].to_str().unwrap().contains("frame-ancestors 'none'")
+        );
+        assert_eq!(page.text().await.unwrap(), ASSETS[0].body);
+        let client = get("/baton-client.js").await.unwrap();
+        assert_eq!(client.headers()["content-type"], "text/javascript; charset=utf-8");
+        assert!(client.text().await.unwrap().contains("export class BatonClient"));
+        assert_eq!(get("/nope.js").await.unwrap().status(), 404);
+        server.abort();
+    }
+}
