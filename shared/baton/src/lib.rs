@@ -26,6 +26,7 @@
 //! - [`config`]: one typed configuration (`config/baton.yaml` embedded as defaults) and the
 //!   runtime built from it.
 //! - [`eval`]: the routing scenario suite, its scoring, and fault injection.
+//! - [`redact`]: what of a vendor's error text may reach a log: a bounded excerpt, secrets masked.
 //! - [`remote`]: agents in another process: NDJSON over a transport, and the serving side.
 //! - [`http`]: the chat endpoint (validation, SSE body), shared by `serve` and the Lambda.
 //! - [`store`]: the [`store::Store`] trait (episodes, messages, vendor state) and the embedded,
@@ -50,6 +51,7 @@ pub mod http;
 pub mod model;
 pub mod mux;
 pub mod orchestrator;
+pub mod redact;
 pub mod remote;
 pub mod retrieval;
 pub mod routing;

@@ -3,7 +3,8 @@
 //! - [`ScriptedServer`]: a real OpenAI-compatible HTTP server on `127.0.0.1:0` that replays
 //!   [`Reply`] scripts as Chat Completions streams (`/v1/chat/completions`) or Responses API
 //!   streams (`/v1/responses`): per-chunk delays, argument fragmentation,
-//!   HTTP errors with `Retry-After`, streams cut off or stalled midway, raw captured bytes.
+//!   HTTP errors with `Retry-After`, streams cut off or stalled midway, raw captured bytes, an
+//!   error body that echoes the `Authorization` header it was sent, and a stream that never ends.
 //!   Replies are queued per model name, so concurrent agents that use different model names get
 //!   deterministic answers whatever order their requests arrive in.
 //! - [`ScriptedModel`]: the same scripts as an in-process [`ChatModel`], with no HTTP, for unit
@@ -61,7 +62,21 @@ pub enum Reply {
     Raw(Bytes),
     /// Accept the request and never answer.
     Hang,
+    /// An HTTP error whose OpenAI-style body echoes the request's `Authorization` header, as
+    /// some servers do on a bad key.
+    EchoAuthorization {
+        /// The status.
+        status: u16,
+    },
+    /// A text answer that never ends: one word every `every`, forever.
+    Endless {
+        /// The pause between words.
+        every: Duration,
+    },
 }
+
+/// The word a [`Reply::Endless`] stream repeats.
+pub const ENDLESS_WORD: &str = " more";
 
 /// A scripted streamed answer. Build one with [`Reply::text`] or [`Reply::parts`] and the
 /// builder methods.
@@ -99,6 +114,16 @@ impl Reply {
     /// An HTTP error.
     pub fn status(status: u16, message: impl Into<String>) -> Reply {
         Reply::Status { status, retry_after: None, message: message.into() }
+    }
+
+    /// An HTTP error whose body echoes the `Authorization` header.
+    pub fn echo_authorization(status: u16) -> Reply {
+        Reply::EchoAuthorization { status }
+    }
+
+    /// A text answer of [`ENDLESS_WORD`] every `every`, forever.
+    pub fn endless(every: Duration) -> Reply {
+        Reply::Endless { every }
     }
 
     /// A 429 with `Retry-After`.
@@ -529,6 +554,15 @@ async fn answer(state: Arc<ServerState>, headers: axum::http::HeaderMap, body: B
             error_response(status, retry_after, &message)
         }
         Some(Reply::Hang) => std::future::pending().await,
+        Some(Reply::EchoAuthorization { status }) => {
+            mark_first_byte();
+            let sent = headers.get("authorization").and_then(|v| v.to_str().ok()).unwrap_or("(none)");
+            error_response(status, None, &format!("Incorrect API key provided: {sent}. Check the header `Authorization: {sent}`."))
+        }
+        Some(Reply::Endless { every }) => {
+            mark_first_byte();
+            sse_response(Body::from_stream(endless_body(api, model, format!("resp_{index}"), every)))
+        }
         Some(Reply::Raw(bytes)) => {
             mark_first_byte();
             sse_response(Body::from(bytes))
@@ -568,6 +602,43 @@ async fn answer(state: Arc<ServerState>, headers: axum::http::HeaderMap, body: B
                 }
             };
             sse_response(Body::from_stream(paced_body(frames, trailer, pacing, |_| {}, on_end)))
+        }
+    }
+}
+
+/// One word every `every`, forever, in the framing of `api`.
+fn endless_body(
+    api: Api,
+    model: String,
+    response_id: String,
+    every: Duration,
+) -> impl futures::Stream<Item = Result<Bytes, std::io::Error>> + Send {
+    let frame = |value: Value, name: Option<&str>| {
+        Ok::<_, std::io::Error>(Bytes::from(match name {
+            Some(name) => format!("event: {name}\ndata: {value}\n\n"),
+            None => format!("data: {value}\n\n"),
+        }))
+    };
+    async_stream::stream! {
+        if api == Api::Responses {
+            let created = json!({"type": "response.created", "response": {"id": response_id, "object": "response",
+                                 "status": "in_progress", "model": model, "output": []}});
+            yield frame(created, Some("response.created"));
+        }
+        loop {
+            match api {
+                Api::ChatCompletions => yield frame(
+                    json!({"id": "chatcmpl-endless", "object": "chat.completion.chunk", "model": model,
+                           "choices": [{"index": 0, "delta": {"content": ENDLESS_WORD}, "finish_reason": null}]}),
+                    None,
+                ),
+                Api::Responses => yield frame(
+                    json!({"type": "response.output_text.delta", "item_id": "msg_0", "output_index": 0,
+                           "content_index": 0, "delta": ENDLESS_WORD}),
+                    Some("response.output_text.delta"),
+                ),
+            }
+            tokio::time::sleep(every).await;
         }
     }
 }
