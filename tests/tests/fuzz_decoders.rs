@@ -176,7 +176,8 @@ proptest! {
 
 #[test]
 fn a_prelude_without_its_separator_is_refused_once_past_the_cap() {
-    let chunks = (0..(MAX_PRELUDE_BYTES / 1024 + 2)).map(|_| Ok(StreamEvent::Chunk(Bytes::from(vec![b'{'; 1024]))));
+    let chunks =
+        (0..(MAX_PRELUDE_BYTES / 1024 + 2)).map(|_| Ok(StreamEvent::Chunk(Bytes::from(vec![b'{'; 1024]))));
     let out: Vec<_> = futures::executor::block_on(response_body(futures::stream::iter(chunks)).collect());
     assert!(matches!(out.as_slice(), [Err(TransportError::Broken(_))]), "{out:?}");
 }

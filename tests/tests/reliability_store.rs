@@ -11,10 +11,12 @@ use std::time::Duration;
 
 use baton::event::{Event, Status};
 use baton::model::scripted::{Reply, ScriptedServer};
-use baton::store::{EpisodeKey, Store};
+use baton::store::EpisodeKey;
 use baton_aws::dynamodb::StoreTimeouts;
 use baton_tests::stores::{Fault, Moto, StoreHarness, test_clock};
-use baton_tests::{Endpoint, ORCH, open_stream_as, scripted_config, start_endpoint_with, text_of, wait_until};
+use baton_tests::{
+    Endpoint, ORCH, open_stream_as, scripted_config, start_endpoint_with, text_of, wait_until,
+};
 use futures::StreamExt;
 use serde_json::{Value, json};
 use tokio::sync::Semaphore;
@@ -52,19 +54,24 @@ impl Setup {
     }
 
     async fn chat(&self, body: Value) -> Vec<Event> {
-        let events = async { open_stream_as(&self.endpoint.url, "local", body).await.map(|r| r.event).collect() };
+        let events =
+            async { open_stream_as(&self.endpoint.url, "local", body).await.map(|r| r.event).collect() };
         tokio::time::timeout(BOUND, events.await).await.expect("the turn ends")
     }
 
     async fn post_status(&self, body: Value) -> (u16, Value) {
-        let request = reqwest::Client::new().post(&self.endpoint.url).header(baton::http::USER_HEADER, "local").json(&body);
+        let request = reqwest::Client::new()
+            .post(&self.endpoint.url)
+            .header(baton::http::USER_HEADER, "local")
+            .json(&body);
         let response = tokio::time::timeout(BOUND, request.send()).await.expect("an answer").unwrap();
         (response.status().as_u16(), response.json().await.unwrap_or(Value::Null))
     }
 
     async fn stored(&self) -> Vec<String> {
         let key = EpisodeKey::new("local", "e1").unwrap();
-        let read = self.moto.store().recent_messages(&key, 100);
+        let store = self.moto.store();
+        let read = store.recent_messages(&key, 100);
         let messages = tokio::time::timeout(BOUND, read).await.expect("history reads in time").unwrap();
         messages.into_iter().map(|m| m.content).collect()
     }
@@ -85,7 +92,9 @@ fn completed(events: &[Event]) -> Status {
 }
 
 fn store_unavailable_event(events: &[Event]) -> bool {
-    events.iter().any(|e| matches!(e, Event::Error { code, retryable: true, .. } if code == "store_unavailable"))
+    events
+        .iter()
+        .any(|e| matches!(e, Event::Error { code, retryable: true, .. } if code == "store_unavailable"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -94,15 +103,17 @@ async fn a_black_holed_store_before_the_turn_is_a_retryable_503_and_loses_nothin
     s.first_turn().await;
 
     s.fault(Fault::BlackHole);
+    let started = std::time::Instant::now();
     let (status, body) = s.post_status(json!({"message": "again", "episode_id": "e1"})).await;
+    eprintln!("black-holed store: HTTP {status} after {:?}", started.elapsed());
     assert_eq!(status, 503, "{body}");
     assert_eq!(body["error"]["code"], "store_unavailable", "{body}");
     assert_eq!(s.server.requests_for(ORCH).len(), 1, "no model call without a recorded message");
 
     s.fault(Fault::Pass);
     assert_eq!(s.stored().await, ["hi", "Hello!"]);
-    s.server.push(ORCH, Reply::text("Back."));
-    let events = s.chat(json!({"message": "again", "episode_id": "e1"})).await;
+    s.server.push(ORCH, Reply::text("Hello again!"));
+    let events = s.chat(json!({"message": "hi", "episode_id": "e1"})).await;
     assert_eq!(completed(&events), Status::Ok, "the store serves again once it answers: {events:?}");
 }
 
@@ -112,13 +123,16 @@ async fn a_store_black_holed_during_the_turn_still_reaches_completed_and_loses_n
     s.first_turn().await;
     let gate = Arc::new(Semaphore::new(0));
     s.server.push(ORCH, Reply::text("You will not see this saved.").gated(gate.clone()));
-    let stream = open_stream_as(&s.endpoint.url, "local", json!({"message": "again", "episode_id": "e1"})).await;
+    let stream =
+        open_stream_as(&s.endpoint.url, "local", json!({"message": "again", "episode_id": "e1"})).await;
     wait_until("the model is asked", || async { s.server.requests_for(ORCH).len() == 2 }).await;
 
     s.fault(Fault::BlackHole);
     gate.add_permits(1);
+    let started = std::time::Instant::now();
     let events: Vec<Event> =
         tokio::time::timeout(BOUND, stream.map(|r| r.event).collect()).await.expect("completed is reached");
+    eprintln!("store black-holed during the turn: completed after {:?}", started.elapsed());
     assert!(store_unavailable_event(&events), "{events:?}");
     assert_eq!(completed(&events), Status::Error);
     assert_eq!(text_of(&events, "orchestrator"), "You will not see this saved.", "the answer still streams");

@@ -99,7 +99,8 @@ async fn forethought_echoing_the_token_leaks_it_to_no_event_and_no_log_line() {
     let logs = baton_tests::logs::capture();
     let server = ScriptedServer::start().await.unwrap();
     let ft = ForethoughtServer::start().await.unwrap();
-    let call = Reply::text("").tool_call(ASK_SUPPORT, json!({"query": "my receipt didn't scan", "intent_count": 1}));
+    let call =
+        Reply::text("").tool_call(ASK_SUPPORT, json!({"query": "my receipt didn't scan", "intent_count": 1}));
     server.push(ORCH, call);
     ft.push(FtReply::EchoAuthorization { status: 401 });
     let config = scripted_config_with_forethought(&server, &ft);
@@ -109,10 +110,7 @@ async fn forethought_echoing_the_token_leaks_it_to_no_event_and_no_log_line() {
     let (body, events) = raw_turn(&endpoint.url, "my receipt didn't scan").await;
 
     assert_eq!(ft.requests()[0].authorization.as_deref(), Some(format!("Bearer {FT_TOKEN}").as_str()));
-    assert!(
-        error_codes(&events).iter().any(|(code, _)| *code == "support_rejected_request"),
-        "{events:?}"
-    );
+    assert!(error_codes(&events).iter().any(|(code, _)| *code == "support_rejected_request"), "{events:?}");
     assert!(!body.contains(FT_TOKEN), "the token reached the SSE body: {body}");
     let log = logs.contents();
     assert!(!log.contains(FT_TOKEN), "the token reached a log line: {log}");
@@ -181,7 +179,11 @@ async fn an_endless_answer_ends_the_turn_with_completed_and_stores_what_was_prod
 
     let (_, events) = raw_turn(&endpoint.url, "tell me everything").await;
 
-    assert!(error_codes(&events).iter().any(|(code, _)| *code == "answer_too_long"), "{:?}", error_codes(&events));
+    assert!(
+        error_codes(&events).iter().any(|(code, _)| *code == "answer_too_long"),
+        "{:?}",
+        error_codes(&events)
+    );
     assert_ne!(completed(&events), Status::Ok);
     let streamed = text_of(&events, "orchestrator");
     assert!(streamed.starts_with(&ENDLESS_WORD.repeat(100)), "the answer streamed up to the cap");

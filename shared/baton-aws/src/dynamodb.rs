@@ -82,7 +82,9 @@ impl StoreTimeouts {
 
     /// The SDK's retry configuration for these values.
     pub fn retry_config(&self) -> RetryConfig {
-        RetryConfig::standard().with_max_attempts(self.max_attempts.max(1)).with_initial_backoff(self.initial_backoff)
+        RetryConfig::standard()
+            .with_max_attempts(self.max_attempts.max(1))
+            .with_initial_backoff(self.initial_backoff)
     }
 
     /// `builder` with these timeouts and retries.
@@ -607,7 +609,8 @@ mod tests {
     #[test]
     fn clients_built_from_shared_config_have_bounded_calls() {
         // The path of `DynamoDbStore::from_env`, without reading this machine's environment.
-        let shared = aws_config::SdkConfig::builder().behavior_version(aws_config::BehaviorVersion::latest()).build();
+        let shared =
+            aws_config::SdkConfig::builder().behavior_version(aws_config::BehaviorVersion::latest()).build();
         let client = StoreTimeouts::default().client(&shared);
         let config = client.config();
         let timeouts = config.timeout_config().expect("a timeout configuration");

@@ -142,7 +142,11 @@ fn find_prelude_end(buffer: &[u8]) -> Option<usize> {
 
 fn check_prelude(prelude: &[u8]) -> Result<(), TransportError> {
     let value: serde_json::Value = serde_json::from_slice(prelude).map_err(|e| {
-        TransportError::Broken(format!("unreadable response prelude (line {}, column {})", e.line(), e.column()))
+        TransportError::Broken(format!(
+            "unreadable response prelude (line {}, column {})",
+            e.line(),
+            e.column()
+        ))
     })?;
     let status = value.get("statusCode").and_then(serde_json::Value::as_u64).unwrap_or(200);
     if (200..300).contains(&status) {

@@ -557,7 +557,11 @@ async fn answer(state: Arc<ServerState>, headers: axum::http::HeaderMap, body: B
         Some(Reply::EchoAuthorization { status }) => {
             mark_first_byte();
             let sent = headers.get("authorization").and_then(|v| v.to_str().ok()).unwrap_or("(none)");
-            error_response(status, None, &format!("Incorrect API key provided: {sent}. Check the header `Authorization: {sent}`."))
+            error_response(
+                status,
+                None,
+                &format!("Incorrect API key provided: {sent}. Check the header `Authorization: {sent}`."),
+            )
         }
         Some(Reply::Endless { every }) => {
             mark_first_byte();

@@ -269,7 +269,10 @@ impl ForethoughtClient {
         }))
     }
 
-    fn call_raw(&self, builder: reqwest::RequestBuilder) -> impl Stream<Item = Result<SolveChunk, VendorError>> + Send + 'static {
+    fn call_raw(
+        &self,
+        builder: reqwest::RequestBuilder,
+    ) -> impl Stream<Item = Result<SolveChunk, VendorError>> + Send + 'static {
         let timeouts = self.config.timeouts;
         async_stream::stream! {
             let response = match tokio::time::timeout(timeouts.first_byte, builder.send()).await {
