@@ -44,6 +44,20 @@ fn mangle(valid: &[u8], cut: f64, at: f64, splice: &[u8]) -> Vec<u8> {
     bytes
 }
 
+/// `items` with the one at `which` (modulo their count) mangled.
+fn mangled_one(items: &[String], which: usize, cut: f64, at: f64, splice: &[u8]) -> Vec<String> {
+    let which = which % items.len();
+    items
+        .iter()
+        .enumerate()
+        .map(
+            |(i, item)| {
+                if i == which { lossy(&mangle(item.as_bytes(), cut, at, splice)) } else { item.clone() }
+            },
+        )
+        .collect()
+}
+
 fn lossy(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
@@ -104,10 +118,8 @@ proptest! {
         cut in 0.0..=1.0f64, at in 0.0..=1.0f64, splice in proptest::collection::vec(any::<u8>(), 0..16),
         which in 0usize..64, garbage in proptest::collection::vec(any::<u8>(), 0..256),
     ) {
-        let chunks = chat_chunks();
         let mut parser = ChunkParser::default();
-        for (i, chunk) in chunks.iter().enumerate() {
-            let data = if i == which % chunks.len() { lossy(&mangle(chunk.as_bytes(), cut, at, &splice)) } else { chunk.clone() };
+        for data in mangled_one(&chat_chunks(), which, cut, at, &splice) {
             if parser.feed(&data).is_err() {
                 break;
             }
@@ -121,10 +133,8 @@ proptest! {
         cut in 0.0..=1.0f64, at in 0.0..=1.0f64, splice in proptest::collection::vec(any::<u8>(), 0..16),
         which in 0usize..64, garbage in proptest::collection::vec(any::<u8>(), 0..256),
     ) {
-        let events = responses_events();
         let mut parser = EventParser::default();
-        for (i, event) in events.iter().enumerate() {
-            let data = if i == which % events.len() { lossy(&mangle(event.as_bytes(), cut, at, &splice)) } else { event.clone() };
+        for data in mangled_one(&responses_events(), which, cut, at, &splice) {
             if parser.feed(&data).is_err() {
                 break;
             }

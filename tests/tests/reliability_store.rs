@@ -54,9 +54,10 @@ impl Setup {
     }
 
     async fn chat(&self, body: Value) -> Vec<Event> {
-        let events =
-            async { open_stream_as(&self.endpoint.url, "local", body).await.map(|r| r.event).collect() };
-        tokio::time::timeout(BOUND, events.await).await.expect("the turn ends")
+        let events = async {
+            open_stream_as(&self.endpoint.url, "local", body).await.map(|r| r.event).collect::<Vec<_>>().await
+        };
+        tokio::time::timeout(BOUND, events).await.expect("the turn ends")
     }
 
     async fn post_status(&self, body: Value) -> (u16, Value) {
