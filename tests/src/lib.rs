@@ -2,11 +2,15 @@
 //! socket wired to a scripted model server (and a scripted Forethought server), an incremental SSE client, the stores under test and
 //! the store contract suite.
 //!
-//! - [`stores`]: the embedded store in a temporary directory; DynamoDB on moto_server; a proxy
-//!   that stages a store outage.
+//! - [`stores`]: the embedded store in a temporary directory; DynamoDB on moto_server, directly
+//!   or behind the fault proxy.
+//! - [`logs`]: this process's log lines captured in memory.
+//! - [`fault_proxy`]: a loopback TCP proxy that passes, black-holes, slows or resets traffic.
 //! - [`contract`]: the one contract suite every store passes.
 
 pub mod contract;
+pub mod fault_proxy;
+pub mod logs;
 pub mod stores;
 
 use std::sync::Arc;

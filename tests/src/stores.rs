@@ -1,6 +1,6 @@
 //! The stores under test: a fresh embedded store in a temporary directory, and a DynamoDB store on
 //! a real `moto_server` (reset and given a fresh table for each test), optionally reached through
-//! a TCP proxy that can be switched off to stage an outage.
+//! a [`FaultProxy`] that stages an outage (refused, black-holed, slow or reset connections).
 //!
 //! The DynamoDB endpoint comes from `AWS_ENDPOINT_URL_DYNAMODB`, which `scripts/test.sh` exports
 //! after starting `moto_server` on a free loopback port. Without it a DynamoDB test fails and
@@ -9,21 +9,18 @@
 //! moto's reset is global to the server, so DynamoDB tests in one test binary take turns: each
 //! [`Moto`] holds a process-wide lock until it is dropped. Test binaries run one at a time.
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use aws_sdk_dynamodb::config::retry::RetryConfig;
-use aws_sdk_dynamodb::config::timeout::TimeoutConfig;
 use aws_sdk_dynamodb::config::{BehaviorVersion, Credentials, Region};
 use baton::store::embedded::EmbeddedStore;
 use baton::store::item::Item;
 use baton::store::{ManualClock, Store};
 use baton_aws::DynamoDbStore;
-use tokio::net::{TcpListener, TcpStream};
-use tokio::task::AbortHandle;
+use baton_aws::dynamodb::StoreTimeouts;
+
+pub use crate::fault_proxy::{Fault, FaultProxy};
 
 /// The environment variable naming the DynamoDB endpoint the tests use.
 pub const ENDPOINT_VAR: &str = "AWS_ENDPOINT_URL_DYNAMODB";
@@ -103,28 +100,30 @@ pub struct Moto {
     store: Arc<DynamoDbStore>,
     clock: Arc<ManualClock>,
     endpoint: String,
-    proxy: Option<TcpProxy>,
+    proxy: Option<FaultProxy>,
     _turn: tokio::sync::MutexGuard<'static, ()>,
 }
 
-/// A DynamoDB client for `endpoint` with test credentials and quick, bounded retries.
+/// The timeouts of the tests' DynamoDB clients: the production defaults with a quicker first
+/// retry (moto on a busy machine can be slow, so no attempt timeout is shorter than production's).
+pub fn test_timeouts() -> StoreTimeouts {
+    StoreTimeouts { initial_backoff: Duration::from_millis(20), ..StoreTimeouts::default() }
+}
+
+/// A DynamoDB client for `endpoint` with test credentials and [`test_timeouts`].
 pub fn dynamodb_client(endpoint: &str) -> aws_sdk_dynamodb::Client {
-    let config = aws_sdk_dynamodb::Config::builder()
+    dynamodb_client_with(endpoint, test_timeouts())
+}
+
+/// A DynamoDB client for `endpoint` with test credentials and these timeouts, configured as
+/// the production store configures its client ([`StoreTimeouts::apply`]).
+pub fn dynamodb_client_with(endpoint: &str, timeouts: StoreTimeouts) -> aws_sdk_dynamodb::Client {
+    let builder = aws_sdk_dynamodb::Config::builder()
         .behavior_version(BehaviorVersion::latest())
         .endpoint_url(endpoint)
         .region(Region::new("us-east-1"))
-        .credentials_provider(Credentials::new("test", "test", None, None, "baton-tests"))
-        .retry_config(
-            RetryConfig::standard().with_max_attempts(2).with_initial_backoff(Duration::from_millis(20)),
-        )
-        .timeout_config(
-            TimeoutConfig::builder()
-                .connect_timeout(Duration::from_secs(2))
-                .operation_timeout(Duration::from_secs(10))
-                .build(),
-        )
-        .build();
-    aws_sdk_dynamodb::Client::from_conf(config)
+        .credentials_provider(Credentials::new("test", "test", None, None, "baton-tests"));
+    aws_sdk_dynamodb::Client::from_conf(timeouts.apply(builder).build())
 }
 
 /// Resets moto (drops every table and item) and creates the test table.
@@ -141,12 +140,17 @@ pub async fn reset_moto(endpoint: &str) -> aws_sdk_dynamodb::Client {
 }
 
 impl Moto {
-    /// Like [`StoreHarness::start`], with the store reaching moto through a [`TcpProxy`].
+    /// Like [`StoreHarness::start`], with the store reaching moto through a [`FaultProxy`].
     pub async fn start_behind_proxy(clock: Arc<ManualClock>) -> Moto {
+        Moto::start_behind_proxy_with(clock, test_timeouts()).await
+    }
+
+    /// [`Moto::start_behind_proxy`] with the store's client on these timeouts.
+    pub async fn start_behind_proxy_with(clock: Arc<ManualClock>, timeouts: StoreTimeouts) -> Moto {
         let mut moto = Moto::start(clock).await;
         let target = moto.endpoint.strip_prefix("http://").expect("an http:// endpoint").to_owned();
-        let proxy = TcpProxy::start(&target).await;
-        let client = dynamodb_client(&format!("http://{}", proxy.addr()));
+        let proxy = FaultProxy::start(&target).await;
+        let client = dynamodb_client_with(&proxy.url(), timeouts);
         moto.store = Arc::new(
             DynamoDbStore::new(client, TEST_TABLE, moto.clock.clone()).with_page_size(TEST_PAGE_SIZE),
         );
@@ -155,7 +159,7 @@ impl Moto {
     }
 
     /// The proxy in front of moto (with [`Moto::start_behind_proxy`]).
-    pub fn proxy(&self) -> &TcpProxy {
+    pub fn proxy(&self) -> &FaultProxy {
         self.proxy.as_ref().expect("started behind a proxy")
     }
 
@@ -189,67 +193,5 @@ impl StoreHarness for Moto {
             DynamoDbStore::new(client, TEST_TABLE, self.clock.clone()).with_page_size(TEST_PAGE_SIZE),
         );
         self
-    }
-}
-
-/// A TCP forwarder on loopback that can be taken down and brought back, to stage an outage of the
-/// server behind it without losing that server's data.
-pub struct TcpProxy {
-    addr: SocketAddr,
-    up: Arc<AtomicBool>,
-    connections: Arc<Mutex<Vec<AbortHandle>>>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl TcpProxy {
-    /// Forwards `127.0.0.1:<free port>` to `target` (`host:port`).
-    pub async fn start(target: &str) -> TcpProxy {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind loopback");
-        let addr = listener.local_addr().expect("local addr");
-        let up = Arc::new(AtomicBool::new(true));
-        let connections: Arc<Mutex<Vec<AbortHandle>>> = Arc::default();
-        let target = target.to_owned();
-        let task = {
-            let (up, connections) = (up.clone(), connections.clone());
-            tokio::spawn(async move {
-                while let Ok((mut inbound, _)) = listener.accept().await {
-                    if !up.load(Ordering::SeqCst) {
-                        // Down: the connection is closed at once, as a dead server's would be.
-                        drop(inbound);
-                        continue;
-                    }
-                    let target = target.clone();
-                    let forward = tokio::spawn(async move {
-                        if let Ok(mut outbound) = TcpStream::connect(&target).await {
-                            let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
-                        }
-                    });
-                    connections.lock().expect("lock").push(forward.abort_handle());
-                }
-            })
-        };
-        TcpProxy { addr, up, connections, task }
-    }
-
-    /// Where clients connect.
-    pub fn addr(&self) -> SocketAddr {
-        self.addr
-    }
-
-    /// Takes the proxy down (cutting every open connection) or brings it back.
-    pub fn set_up(&self, up: bool) {
-        self.up.store(up, Ordering::SeqCst);
-        if !up {
-            for connection in self.connections.lock().expect("lock").drain(..) {
-                connection.abort();
-            }
-        }
-    }
-}
-
-impl Drop for TcpProxy {
-    fn drop(&mut self) {
-        self.set_up(false);
-        self.task.abort();
     }
 }

@@ -115,7 +115,8 @@ async fn server_errors_are_retried_then_reported() {
     server.push("m", Reply::status(400, "unknown parameter: previous_response_id"));
     let err = collect(model(&server).stream(ask("x"))).await.unwrap_err();
     assert_eq!(err.code(), "model_rejected_request");
-    assert!(err.to_string().contains("previous_response_id"), "{err}");
+    assert!(!err.to_string().contains("previous_response_id"), "the vendor's words stay out: {err}");
+    assert!(err.detail().unwrap().contains("previous_response_id"), "and reach the log: {err:?}");
 }
 
 #[tokio::test]

@@ -12,12 +12,19 @@
 //! - Long histories are read newest first a page at a time (`Limit` = the page size, or fewer
 //!   when fewer messages are still wanted; then `ExclusiveStartKey`) until enough are in hand.
 //! - Reads are strongly consistent: a turn must see the message the previous turn just wrote.
+//! - Every call is bounded by the SDK's own timeout and retry configuration ([`StoreTimeouts`]:
+//!   connect, per attempt, per operation including its retries), so a table that accepts
+//!   connections and never answers is a retryable [`StoreError::Unavailable`] within the
+//!   operation timeout, never a hung turn. Retried `TransactWriteItems` are idempotent: the SDK
+//!   fills their `ClientRequestToken`.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::config::retry::RetryConfig;
+use aws_sdk_dynamodb::config::timeout::TimeoutConfig;
 use aws_sdk_dynamodb::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{AttributeValue, CancellationReason, Delete, Put, TransactWriteItem, Update};
@@ -31,6 +38,66 @@ use crate::table::{PARTITION_KEY, SORT_KEY};
 
 /// DynamoDB allows at most this many actions in one transaction.
 const MAX_TRANSACTION_ITEMS: usize = 100;
+
+/// How long DynamoDB calls may take and how often they are tried, applied through the SDK's
+/// [`TimeoutConfig`] and [`RetryConfig`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoreTimeouts {
+    /// Establishing a connection.
+    pub connect: Duration,
+    /// One attempt: request sent to response read.
+    pub attempt: Duration,
+    /// One operation, every attempt and backoff included: the most a store call can take.
+    pub operation: Duration,
+    /// Attempts per operation (the first included); throttling, 5xx, connection failures and
+    /// attempt timeouts are retried, with the SDK's jittered exponential backoff.
+    pub max_attempts: u32,
+    /// The backoff before the first retry.
+    pub initial_backoff: Duration,
+}
+
+impl Default for StoreTimeouts {
+    /// DynamoDB answers in milliseconds; a turn must not wait long for one that does not: 2 s to
+    /// connect, 3 s per attempt, 3 attempts, 8 s in all.
+    fn default() -> StoreTimeouts {
+        StoreTimeouts {
+            connect: Duration::from_secs(2),
+            attempt: Duration::from_secs(3),
+            operation: Duration::from_secs(8),
+            max_attempts: 3,
+            initial_backoff: Duration::from_millis(50),
+        }
+    }
+}
+
+impl StoreTimeouts {
+    /// The SDK's timeout configuration for these values.
+    pub fn timeout_config(&self) -> TimeoutConfig {
+        TimeoutConfig::builder()
+            .connect_timeout(self.connect)
+            .operation_attempt_timeout(self.attempt)
+            .operation_timeout(self.operation)
+            .build()
+    }
+
+    /// The SDK's retry configuration for these values.
+    pub fn retry_config(&self) -> RetryConfig {
+        RetryConfig::standard()
+            .with_max_attempts(self.max_attempts.max(1))
+            .with_initial_backoff(self.initial_backoff)
+    }
+
+    /// `builder` with these timeouts and retries.
+    pub fn apply(&self, builder: aws_sdk_dynamodb::config::Builder) -> aws_sdk_dynamodb::config::Builder {
+        builder.timeout_config(self.timeout_config()).retry_config(self.retry_config())
+    }
+
+    /// A client from the shared AWS configuration (region, credentials, endpoint) with these
+    /// timeouts and retries.
+    pub fn client(&self, shared: &aws_config::SdkConfig) -> Client {
+        Client::from_conf(self.apply(aws_sdk_dynamodb::config::Builder::from(shared)).build())
+    }
+}
 
 /// A [`Store`] on one DynamoDB table.
 #[derive(Debug, Clone)]
@@ -50,10 +117,20 @@ impl DynamoDbStore {
     }
 
     /// A store on `table` with the standard AWS configuration from the environment (region,
-    /// credentials, and `AWS_ENDPOINT_URL_DYNAMODB` / `AWS_ENDPOINT_URL` for a local server).
+    /// credentials, and `AWS_ENDPOINT_URL_DYNAMODB` / `AWS_ENDPOINT_URL` for a local server) and
+    /// the default [`StoreTimeouts`].
     pub async fn from_env(table: impl Into<String>, clock: Arc<dyn Clock>) -> DynamoDbStore {
-        let config = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
-        DynamoDbStore::new(Client::new(&config), table, clock)
+        DynamoDbStore::from_env_with(table, clock, StoreTimeouts::default()).await
+    }
+
+    /// [`DynamoDbStore::from_env`] with these timeouts and retries.
+    pub async fn from_env_with(
+        table: impl Into<String>,
+        clock: Arc<dyn Clock>,
+        timeouts: StoreTimeouts,
+    ) -> DynamoDbStore {
+        let shared = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+        DynamoDbStore::new(timeouts.client(&shared), table, clock)
     }
 
     /// Items live for `retention` after their last write.
@@ -234,7 +311,13 @@ pub(crate) fn sdk_error<E>(what: &str, e: SdkError<E>) -> StoreError
 where
     E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
 {
-    let message = format!("{what}: {}", DisplayErrorContext(&e));
+    let message = match &e {
+        SdkError::TimeoutError(_) => {
+            format!("{what}: DynamoDB did not answer within the operation timeout (retries included)")
+        }
+        SdkError::DispatchFailure(_) => format!("{what}: cannot reach DynamoDB: {}", DisplayErrorContext(&e)),
+        _ => format!("{what}: {}", DisplayErrorContext(&e)),
+    };
     let transient = match &e {
         SdkError::DispatchFailure(_) | SdkError::TimeoutError(_) | SdkError::ResponseError(_) => true,
         SdkError::ServiceError(ctx) => {
@@ -522,6 +605,22 @@ impl Store for DynamoDbStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn clients_built_from_shared_config_have_bounded_calls() {
+        // The path of `DynamoDbStore::from_env`, without reading this machine's environment.
+        let shared =
+            aws_config::SdkConfig::builder().behavior_version(aws_config::BehaviorVersion::latest()).build();
+        let client = StoreTimeouts::default().client(&shared);
+        let config = client.config();
+        let timeouts = config.timeout_config().expect("a timeout configuration");
+        let wanted = StoreTimeouts::default();
+        assert_eq!(timeouts.connect_timeout(), Some(wanted.connect));
+        assert_eq!(timeouts.operation_attempt_timeout(), Some(wanted.attempt));
+        assert_eq!(timeouts.operation_timeout(), Some(wanted.operation));
+        let retry = config.retry_config().expect("a retry configuration");
+        assert_eq!(retry.max_attempts(), wanted.max_attempts);
+    }
 
     #[test]
     fn attributes_round_trip() {

@@ -5,7 +5,9 @@
 //! [`baton::remote::RemoteRequest`] wrapped in a Function URL event, and answers with an HTTP
 //! response: a JSON prelude (status and headers) ended by 8 NUL bytes, then the NDJSON body.
 //! This transport strips the prelude, refuses non-2xx statuses, and maps a failed invocation
-//! (`InvokeComplete.error_code`) to [`TransportError::Remote`].
+//! (`InvokeComplete.error_code`) to [`TransportError::Remote`] (its details as a redacted,
+//! bounded excerpt). A prelude that has not ended within [`MAX_PRELUDE_BYTES`] is an error, so
+//! a callee that never sends the NUL separator cannot grow this process's memory.
 
 use aws_sdk_lambda::primitives::Blob;
 use aws_sdk_lambda::types::InvokeWithResponseStreamResponseEvent;
@@ -13,6 +15,9 @@ use baton::remote::{AgentTransport, ByteStream, TransportError};
 use bytes::{Bytes, BytesMut};
 use futures::future::BoxFuture;
 use futures::{Stream, StreamExt};
+
+/// The longest response prelude (status and headers as JSON) accepted.
+pub const MAX_PRELUDE_BYTES: usize = 64 * 1024;
 
 /// Calls a remote agent deployed as a Lambda function.
 #[derive(Debug, Clone)]
@@ -95,7 +100,8 @@ fn body_stream(
                     }
                     Some(Err(e)) => return Some((Err(e), (events, prelude, true))),
                     Some(Ok(StreamEvent::Complete { error_code: Some(code), error_details })) => {
-                        let e = TransportError::Remote { code, message: error_details.unwrap_or_default() };
+                        let message = baton::redact::excerpt(error_details.as_deref().unwrap_or(""), &[]);
+                        let e = TransportError::Remote { code: baton::redact::excerpt(&code, &[]), message };
                         return Some((Err(e), (events, prelude, true)));
                     }
                     Some(Ok(StreamEvent::Complete { error_code: None, .. })) => return None,
@@ -103,8 +109,18 @@ fn body_stream(
                         let Some(buffer) = prelude.as_mut() else {
                             return Some((Ok(chunk), (events, prelude, false)));
                         };
+                        // Only the new bytes (and the 7 before them) can complete the separator.
+                        let from = buffer.len().saturating_sub(7);
                         buffer.extend_from_slice(&chunk);
-                        let Some(end) = find_prelude_end(buffer) else { continue };
+                        let Some(end) = find_prelude_end(&buffer[from..]).map(|at| from + at) else {
+                            if buffer.len() > MAX_PRELUDE_BYTES {
+                                let e = TransportError::Broken(format!(
+                                    "the response prelude passed {MAX_PRELUDE_BYTES} bytes without ending"
+                                ));
+                                return Some((Err(e), (events, None, true)));
+                            }
+                            continue;
+                        };
                         let rest = buffer.split_off(end + 8).freeze();
                         if let Err(e) = check_prelude(&buffer[..end]) {
                             return Some((Err(e), (events, None, true)));
@@ -125,8 +141,13 @@ fn find_prelude_end(buffer: &[u8]) -> Option<usize> {
 }
 
 fn check_prelude(prelude: &[u8]) -> Result<(), TransportError> {
-    let value: serde_json::Value = serde_json::from_slice(prelude)
-        .map_err(|e| TransportError::Broken(format!("unreadable response prelude: {e}")))?;
+    let value: serde_json::Value = serde_json::from_slice(prelude).map_err(|e| {
+        TransportError::Broken(format!(
+            "unreadable response prelude (line {}, column {})",
+            e.line(),
+            e.column()
+        ))
+    })?;
     let status = value.get("statusCode").and_then(serde_json::Value::as_u64).unwrap_or(200);
     if (200..300).contains(&status) {
         Ok(())
@@ -238,6 +259,23 @@ mod tests {
         first.extend_from_slice(b"{\"error\":\"bad\"}");
         let err = body(vec![chunk(&first), complete()]).await.unwrap_err();
         assert!(matches!(err, TransportError::Remote { ref code, .. } if code == "400"), "{err:?}");
+    }
+
+    #[tokio::test]
+    async fn a_prelude_that_never_ends_is_refused_within_its_cap() {
+        let endless = (0..100).map(|_| chunk(&[b'x'; 1024])).collect();
+        let err = body(endless).await.unwrap_err();
+        assert!(matches!(&err, TransportError::Broken(m) if m.contains("prelude passed")), "{err:?}");
+    }
+
+    #[tokio::test]
+    async fn failure_details_are_redacted() {
+        let events = vec![Ok(StreamEvent::Complete {
+            error_code: Some("Unhandled".into()),
+            error_details: Some("auth failed for Bearer sk-live-abcdef123456".into()),
+        })];
+        let err = body(events).await.unwrap_err();
+        assert!(!err.to_string().contains("sk-live"), "{err}");
     }
 
     #[tokio::test]

@@ -418,6 +418,59 @@ pub fn decode_ndjson(line: &[u8]) -> Result<Event, DecodeError> {
     Ok(serde_json::from_slice(line.trim_ascii_end())?)
 }
 
+/// Splits a byte stream into NDJSON lines as chunks arrive, holding at most `max_line` bytes
+/// of a line that has not ended: a peer that never sends a newline gets an error, not all of
+/// this process's memory. Each byte is scanned once.
+#[derive(Debug)]
+pub struct LineSplitter {
+    buffer: BytesMut,
+    scanned: usize,
+    max_line: usize,
+}
+
+/// A line passed the [`LineSplitter`]'s cap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("a line passed {max} bytes without ending")]
+pub struct LineTooLong {
+    /// The cap.
+    pub max: usize,
+}
+
+impl LineSplitter {
+    /// A splitter whose lines may be at most `max_line` bytes (newline excluded).
+    pub fn new(max_line: usize) -> LineSplitter {
+        LineSplitter { buffer: BytesMut::new(), scanned: 0, max_line }
+    }
+
+    /// Adds `chunk`; returns the lines it completed (newline included), blank ones skipped.
+    pub fn push(&mut self, chunk: &[u8]) -> Result<Vec<Bytes>, LineTooLong> {
+        self.buffer.extend_from_slice(chunk);
+        let mut lines = Vec::new();
+        while let Some(at) = self.buffer[self.scanned..].iter().position(|b| *b == b'\n') {
+            let line = self.buffer.split_to(self.scanned + at + 1).freeze();
+            self.scanned = 0;
+            if line.len() - 1 > self.max_line {
+                return Err(LineTooLong { max: self.max_line });
+            }
+            if !line.trim_ascii().is_empty() {
+                lines.push(line);
+            }
+        }
+        self.scanned = self.buffer.len();
+        if self.buffer.len() > self.max_line {
+            return Err(LineTooLong { max: self.max_line });
+        }
+        Ok(lines)
+    }
+
+    /// The stream ended: the last line if it had no newline (and is not blank).
+    pub fn finish(&mut self) -> Option<Bytes> {
+        self.scanned = 0;
+        let rest = std::mem::take(&mut self.buffer).freeze();
+        (!rest.trim_ascii().is_empty()).then_some(rest)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -536,5 +589,18 @@ mod tests {
             Event::MiniAgentFinished { agent: a(), outcome: "ok".into(), duration_ms: 1 },
             Event::MiniAgentAggregated { agent: a(), ok: 1, failed: 0 },
         ]
+    }
+
+    #[test]
+    fn lines_split_across_chunks_come_out_whole_and_long_ones_are_refused() {
+        let mut lines = LineSplitter::new(8);
+        assert_eq!(lines.push(b"ab").unwrap(), Vec::<Bytes>::new());
+        assert_eq!(lines.push(b"c\n\nde\nf").unwrap(), [Bytes::from("abc\n"), Bytes::from("de\n")]);
+        assert_eq!(lines.finish(), Some(Bytes::from("f")));
+        assert_eq!(lines.finish(), None);
+        assert_eq!(lines.push(b"123456789").unwrap_err(), LineTooLong { max: 8 });
+        let mut lines = LineSplitter::new(8);
+        assert_eq!(lines.push(b"12345678\n").unwrap(), [Bytes::from("12345678\n")]);
+        assert!(lines.push(b"123456789\n").is_err());
     }
 }

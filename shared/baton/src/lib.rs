@@ -67,6 +67,7 @@ pub mod http;
 pub mod model;
 pub mod mux;
 pub mod orchestrator;
+pub mod redact;
 pub mod remote;
 pub mod retrieval;
 pub mod routing;

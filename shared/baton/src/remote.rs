@@ -8,20 +8,24 @@
 //! - the Lambda `InvokeWithResponseStream` transport lives in `baton-aws`.
 //!
 //! Failures of the callee or the transport become an `error` event and a short apology, never a
-//! hang: each chunk must arrive within the idle timeout.
+//! hang: each chunk must arrive within the idle timeout, and an event line past
+//! [`MAX_EVENT_BYTES`] is an error, never unbounded memory. What a failing callee said reaches
+//! the event only as a redacted, bounded excerpt ([`crate::redact`]).
 
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use futures::future::BoxFuture;
 use futures::{Stream, StreamExt};
 use serde::{Deserialize, Serialize};
 
 use crate::agent::{Agent, AgentRequest};
-use crate::event::EventStream;
-use crate::event::{Event, decode_ndjson, encode_ndjson};
+use crate::event::{Event, EventStream, LineSplitter, decode_ndjson, encode_ndjson};
+
+/// The longest event line a remote agent may send.
+pub const MAX_EVENT_BYTES: usize = 1024 * 1024;
 
 /// The payload a remote agent receives.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -62,6 +66,9 @@ pub trait AgentTransport: Send + Sync {
     fn invoke(&self, payload: Bytes) -> BoxFuture<'static, Result<ByteStream, TransportError>>;
 }
 
+/// How long an error body may take to arrive.
+const ERROR_BODY_WAIT: Duration = Duration::from_secs(5);
+
 /// Calls a remote agent over HTTP: `POST url` with the JSON request, NDJSON back.
 #[derive(Debug, Clone)]
 pub struct HttpTransport {
@@ -83,8 +90,8 @@ impl AgentTransport for HttpTransport {
             let response = request.send().await.map_err(|e| TransportError::Unreachable(e.to_string()))?;
             let status = response.status();
             if !status.is_success() {
-                let body = response.text().await.unwrap_or_default();
-                let message: String = body.chars().take(300).collect();
+                let body = crate::model::openai::read_capped(response, ERROR_BODY_WAIT, 16 * 1024).await;
+                let message = crate::redact::excerpt(&String::from_utf8_lossy(&body), &[]);
                 return Err(TransportError::Remote { code: status.as_u16().to_string(), message });
             }
             let bytes = response.bytes_stream().map(|c| c.map_err(|e| TransportError::Broken(e.to_string())));
@@ -138,7 +145,7 @@ impl Agent for RemoteAgent {
                     return;
                 }
             };
-            let mut buffer = BytesMut::new();
+            let mut lines = LineSplitter::new(MAX_EVENT_BYTES);
             loop {
                 let chunk = match tokio::time::timeout(idle, bytes.next()).await {
                     Err(_) => {
@@ -152,22 +159,28 @@ impl Agent for RemoteAgent {
                     }
                     Ok(Some(Ok(chunk))) => chunk,
                 };
-                buffer.extend_from_slice(&chunk);
-                while let Some(end) = buffer.iter().position(|b| *b == b'\n') {
-                    let line = buffer.split_to(end + 1);
-                    if line.trim_ascii().is_empty() {
-                        continue;
+                let complete = match lines.push(&chunk) {
+                    Ok(complete) => complete,
+                    Err(e) => {
+                        for ev in fail("remote_agent_invalid", e.to_string(), false) { yield ev; }
+                        return;
                     }
+                };
+                for line in complete {
                     match decode_ndjson(&line) {
                         Ok(event) => yield event,
-                        Err(e) => {
-                            for ev in fail("remote_agent_invalid", e.to_string(), false) { yield ev; }
+                        Err(_) => {
+                            // serde's message can quote the line: it goes to the log, redacted.
+                            let detail = crate::redact::excerpt(&String::from_utf8_lossy(&line), &[]);
+                            tracing::warn!(agent = %instance, %detail, "invalid event from a remote agent");
+                            let e = "the remote agent sent an invalid event".to_owned();
+                            for ev in fail("remote_agent_invalid", e, false) { yield ev; }
                             return;
                         }
                     }
                 }
             }
-            if !buffer.trim_ascii().is_empty() {
+            if lines.finish().is_some() {
                 let e = "the stream ended inside an event".to_owned();
                 for ev in fail("remote_agent_truncated", e, true) { yield ev; }
             }

@@ -247,36 +247,60 @@ impl std::fmt::Display for TimeoutKind {
 }
 
 /// A model call failed.
+///
+/// The `Display` text is what clients see. It never repeats an error body or a transport's
+/// words (a 401 body may echo the credentials Baton sent): those are kept, redacted and bounded
+/// ([`crate::redact::excerpt`]), in the variant's field for logs ([`ModelError::detail`]). The
+/// one vendor text shown is a mid-stream error payload ([`ModelError::Stream`]), redacted.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ModelError {
     /// The server could not be reached.
-    #[error("cannot reach the model server: {0}")]
+    #[error("cannot reach the model server")]
     Connect(String),
     /// A timeout fired.
     #[error("the model server timed out ({0} timeout)")]
     Timeout(TimeoutKind),
     /// The server answered with an HTTP error.
-    #[error("the model server answered HTTP {status}: {message}")]
+    #[error("{}", http_summary(*status))]
     Http {
         /// HTTP status.
         status: u16,
-        /// The error message from the body (or the body itself).
+        /// The error message from the body (or the body), redacted and bounded: for logs.
         message: String,
         /// The server's `Retry-After`, if any.
         retry_after: Option<Duration>,
     },
-    /// The stream carried an error payload.
+    /// The stream carried an error payload. Its message comes from a stream that had already
+    /// been authenticated, and the clients pass it through [`crate::redact::excerpt`] (key
+    /// masked, bounded) before it is shown, so it is the one vendor text an error may carry.
     #[error("the model stream reported an error: {0}")]
     Stream(String),
     /// The stream broke or ended before the model finished.
-    #[error("the model stream ended early: {0}")]
+    #[error("the model stream ended early")]
     Truncated(String),
     /// The server sent something that is not a valid response.
-    #[error("invalid model response: {0}")]
+    #[error("the model server sent an answer Baton cannot read")]
     Decode(String),
+    /// The answer passed the configured cap ([`openai::OpenAiConfig::max_answer_chars`]); what
+    /// came before the cap was delivered.
+    #[error("the model's answer passed the limit of {limit} characters and was cut")]
+    AnswerTooLong {
+        /// The cap, in characters.
+        limit: usize,
+    },
     /// The client was misconfigured.
     #[error("model client configuration: {0}")]
     Config(String),
+}
+
+/// Baton's words for an HTTP error status of a model server.
+fn http_summary(status: u16) -> String {
+    match status {
+        401 | 403 => format!("the model server refused Baton's credentials (HTTP {status})"),
+        429 => format!("the model server is rate limiting requests (HTTP {status})"),
+        500.. => format!("the model server failed (HTTP {status})"),
+        _ => format!("the model server rejected the request (HTTP {status})"),
+    }
 }
 
 impl ModelError {
@@ -285,7 +309,10 @@ impl ModelError {
         match self {
             ModelError::Connect(_) | ModelError::Timeout(_) | ModelError::Truncated(_) => true,
             ModelError::Http { status, .. } => *status == 429 || *status >= 500,
-            ModelError::Stream(_) | ModelError::Decode(_) | ModelError::Config(_) => false,
+            ModelError::Stream(_)
+            | ModelError::Decode(_)
+            | ModelError::AnswerTooLong { .. }
+            | ModelError::Config(_) => false,
         }
     }
 
@@ -300,7 +327,37 @@ impl ModelError {
             ModelError::Stream(_) => "model_stream_error",
             ModelError::Truncated(_) => "model_stream_truncated",
             ModelError::Decode(_) => "model_invalid_response",
+            ModelError::AnswerTooLong { .. } => "answer_too_long",
             ModelError::Config(_) => "model_config",
+        }
+    }
+
+    /// What the server or the transport said, redacted and bounded, for a log line; never for
+    /// a client.
+    pub fn detail(&self) -> Option<&str> {
+        match self {
+            ModelError::Connect(d)
+            | ModelError::Http { message: d, .. }
+            | ModelError::Stream(d)
+            | ModelError::Truncated(d)
+            | ModelError::Decode(d) => Some(d),
+            ModelError::Timeout(_) | ModelError::AnswerTooLong { .. } | ModelError::Config(_) => None,
+        }
+    }
+
+    /// The same error with its detail passed through [`crate::redact::excerpt`], masking
+    /// `secrets` too.
+    pub(crate) fn redacted(self, secrets: &[&str]) -> ModelError {
+        let scrub = |d: String| crate::redact::excerpt(&d, secrets);
+        match self {
+            ModelError::Connect(d) => ModelError::Connect(scrub(d)),
+            ModelError::Http { status, message, retry_after } => {
+                ModelError::Http { status, message: scrub(message), retry_after }
+            }
+            ModelError::Stream(d) => ModelError::Stream(scrub(d)),
+            ModelError::Truncated(d) => ModelError::Truncated(scrub(d)),
+            ModelError::Decode(d) => ModelError::Decode(scrub(d)),
+            other => other,
         }
     }
 }
@@ -407,6 +464,7 @@ pub async fn collect(mut stream: DeltaStream) -> Result<ChatResponse, ModelError
 pub struct ToolCallAssembler {
     calls: BTreeMap<usize, ToolCall>,
     last_index: Option<usize>,
+    chars: usize,
 }
 
 impl ToolCallAssembler {
@@ -434,19 +492,29 @@ impl ToolCallAssembler {
             arguments: String::new(),
         });
         let had_name = !call.name.is_empty();
+        // A new call counts one character, so a stream of empty calls cannot grow unbounded.
+        self.chars += usize::from(is_new);
         if let Some(id) = id.filter(|s| !s.is_empty()) {
             call.id = id.to_owned();
         }
         if let Some(name) = name {
+            self.chars += name.chars().count();
             call.name.push_str(name);
         }
         if let Some(args) = arguments {
+            self.chars += args.chars().count();
             call.arguments.push_str(args);
         }
         if (is_new || !had_name) && !call.name.is_empty() {
             return Some(ModelDelta::ToolCallStart { index, id: call.id.clone(), name: call.name.clone() });
         }
         None
+    }
+
+    /// Characters of tool names and arguments received so far (never decreases), for the
+    /// answer cap.
+    pub fn chars(&self) -> usize {
+        self.chars
     }
 
     /// Whether any fragment was seen.
@@ -516,6 +584,25 @@ mod tests {
         assert!(!http(401).is_retryable());
         assert!(ModelError::Timeout(TimeoutKind::Idle).is_retryable());
         assert!(!ModelError::Stream("x".into()).is_retryable());
+        assert!(!ModelError::AnswerTooLong { limit: 10 }.is_retryable());
         assert_eq!(http(429).code(), "model_rate_limited");
+        assert_eq!(ModelError::AnswerTooLong { limit: 10 }.code(), "answer_too_long");
+    }
+
+    #[test]
+    fn client_facing_text_never_carries_the_vendor_body() {
+        let echoed = "Incorrect API key provided: Bearer sk-live-0123456789";
+        for e in [
+            ModelError::Http { status: 401, message: echoed.into(), retry_after: None },
+            ModelError::Decode(echoed.into()),
+            ModelError::Truncated(echoed.into()),
+            ModelError::Connect(echoed.into()),
+        ] {
+            assert!(!e.to_string().contains("sk-live"), "{e}");
+            let redacted = e.redacted(&[]);
+            assert!(!redacted.detail().unwrap().contains("sk-live"), "{redacted:?}");
+        }
+        let stream = ModelError::Stream(echoed.into()).redacted(&[]);
+        assert!(!stream.to_string().contains("sk-live"), "{stream}");
     }
 }

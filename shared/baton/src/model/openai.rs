@@ -4,6 +4,11 @@
 //! Retries (connect errors, timeouts, 429 and 5xx, with exponential backoff and jitter, honouring
 //! `retry-after-ms` / `Retry-After` seconds) happen only while no delta has reached the caller:
 //! once text is out, a retry would repeat it, so a later failure is an error instead.
+//!
+//! Every answer is capped ([`OpenAiConfig::max_answer_chars`]): a server that streams forever
+//! ends in [`ModelError::AnswerTooLong`] after what came before the cap. Error bodies are read
+//! up to [`MAX_ERROR_BODY_BYTES`] and kept only as a redacted excerpt for logs
+//! ([`crate::redact`]); the client sees Baton's own message.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -80,6 +85,14 @@ impl RetryPolicy {
     }
 }
 
+/// The default cap on one model answer: text, reasoning and tool-call names and arguments.
+pub const DEFAULT_MAX_ANSWER_CHARS: usize = 32_000;
+/// A response body may carry this many bytes per answer character (JSON framing, ids, usage)
+/// before it is cut: the cap on memory for a stream whose events carry no answer at all.
+const BODY_BYTES_PER_ANSWER_CHAR: usize = 256;
+/// How much of an error body is read.
+pub const MAX_ERROR_BODY_BYTES: usize = 64 * 1024;
+
 /// Settings of one Chat Completions model.
 #[derive(Debug, Clone)]
 pub struct OpenAiConfig {
@@ -93,6 +106,9 @@ pub struct OpenAiConfig {
     pub timeouts: Timeouts,
     /// Retries.
     pub retry: RetryPolicy,
+    /// The longest answer, in characters of text, reasoning and tool calls; past it the stream
+    /// ends with [`ModelError::AnswerTooLong`].
+    pub max_answer_chars: usize,
 }
 
 impl OpenAiConfig {
@@ -104,6 +120,7 @@ impl OpenAiConfig {
             model: model.into(),
             timeouts: Timeouts::default(),
             retry: RetryPolicy::default(),
+            max_answer_chars: DEFAULT_MAX_ANSWER_CHARS,
         }
     }
 }
@@ -141,6 +158,10 @@ pub(crate) trait StreamParser: Default + Send {
 
     /// The body ended: what is left to emit, or why the answer is incomplete.
     fn end(&mut self) -> Result<Vec<ModelDelta>, ModelError>;
+
+    /// Characters of tool-call names and arguments received so far (they reach the caller only
+    /// when the answer is over, so the cap counts them here).
+    fn tool_chars(&self) -> usize;
 }
 
 impl OpenAiChatModel {
@@ -205,13 +226,16 @@ pub(crate) fn retrying_stream<P: StreamParser + 'static>(
                 }
             }
             let Some(error) = failure else { return };
+            let model = &endpoint.config.model;
+            let (code, detail) = (error.code(), error.detail().unwrap_or(""));
             match endpoint.config.retry.delay(attempt, &error).filter(|_| !delivered) {
                 Some(wait) => {
-                    tracing::warn!(model = %endpoint.config.model, attempt, ?wait, %error, "retrying model call");
+                    tracing::warn!(%model, attempt, ?wait, code, %error, detail, "retrying model call");
                     tokio::time::sleep(wait).await;
                     attempt += 1;
                 }
                 None => {
+                    tracing::warn!(%model, code, %error, detail, "model call failed");
                     yield Err(error);
                     return;
                 }
@@ -221,8 +245,17 @@ pub(crate) fn retrying_stream<P: StreamParser + 'static>(
 }
 
 impl Endpoint {
-    /// One HTTP attempt: the deltas it produced, ending with an error if it failed.
+    /// One HTTP attempt: the deltas it produced, ending with an error if it failed (its detail
+    /// redacted of the API key).
     fn attempt<'a, P: StreamParser + 'a>(
+        &'a self,
+        body: &'a Value,
+    ) -> impl futures::Stream<Item = Result<ModelDelta, ModelError>> + Send + 'a {
+        let secrets: Vec<&str> = self.config.api_key.as_deref().into_iter().collect();
+        self.attempt_raw::<P>(body).map(move |item| item.map_err(|e| e.redacted(&secrets)))
+    }
+
+    fn attempt_raw<'a, P: StreamParser + 'a>(
         &'a self,
         body: &'a Value,
     ) -> impl futures::Stream<Item = Result<ModelDelta, ModelError>> + Send + 'a {
@@ -238,24 +271,36 @@ impl Endpoint {
                 Ok(Ok(r)) => r,
             };
             if !response.status().is_success() {
-                yield Err(http_error(response).await);
+                yield Err(http_error(response, timeouts.idle).await);
                 return;
             }
-            let mut events = response.bytes_stream().eventsource();
+            let limit = self.config.max_answer_chars;
+            let mut events = capped_body(response, limit.saturating_mul(BODY_BYTES_PER_ANSWER_CHAR))
+                .eventsource();
             let mut parser = P::default();
+            let mut answer_chars = 0usize;
             while !parser.is_done() {
                 let event = match tokio::time::timeout(timeouts.idle, events.next()).await {
                     Err(_) => { yield Err(ModelError::Timeout(TimeoutKind::Idle)); return; }
                     Ok(None) => break,
                     Ok(Some(Err(e))) => {
-                        yield Err(ModelError::Truncated(e.to_string()));
+                        yield Err(stream_error(e, limit));
                         return;
                     }
                     Ok(Some(Ok(event))) => event,
                 };
                 match parser.event(&event) {
-                    Ok(deltas) => for d in deltas { yield Ok(d); },
+                    Ok(deltas) => for d in deltas {
+                        if let ModelDelta::Text(t) | ModelDelta::Reasoning(t) = &d {
+                            answer_chars += t.chars().count();
+                        }
+                        yield Ok(d);
+                    },
                     Err(e) => { yield Err(e); return; }
+                }
+                if answer_chars + parser.tool_chars() > limit {
+                    yield Err(ModelError::AnswerTooLong { limit });
+                    return;
                 }
             }
             match parser.end() {
@@ -287,11 +332,72 @@ fn error_chain(e: &dyn std::error::Error) -> String {
     s
 }
 
-pub(crate) async fn http_error(response: reqwest::Response) -> ModelError {
+/// Why a response body stopped.
+#[derive(Debug)]
+enum BodyError {
+    /// The transport failed.
+    Transport(String),
+    /// The body passed its byte cap.
+    TooLarge,
+}
+
+impl std::fmt::Display for BodyError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BodyError::Transport(e) => f.write_str(e),
+            BodyError::TooLarge => f.write_str("the body passed its size cap"),
+        }
+    }
+}
+
+impl std::error::Error for BodyError {}
+
+/// The body's bytes, ending in [`BodyError::TooLarge`] once more than `max_bytes` came.
+fn capped_body(
+    response: reqwest::Response,
+    max_bytes: usize,
+) -> impl futures::Stream<Item = Result<bytes::Bytes, BodyError>> + Send {
+    let mut seen = 0usize;
+    response.bytes_stream().map(move |chunk| {
+        let chunk = chunk.map_err(|e| BodyError::Transport(error_chain(&e)))?;
+        seen = seen.saturating_add(chunk.len());
+        if seen > max_bytes { Err(BodyError::TooLarge) } else { Ok(chunk) }
+    })
+}
+
+/// A failure of the event stream: the byte cap is the answer cap; a transport failure or
+/// malformed framing is a truncation (the parser's message would repeat the body: dropped).
+fn stream_error(e: eventsource_stream::EventStreamError<BodyError>, limit: usize) -> ModelError {
+    use eventsource_stream::EventStreamError;
+    match e {
+        EventStreamError::Transport(BodyError::TooLarge) => ModelError::AnswerTooLong { limit },
+        EventStreamError::Transport(BodyError::Transport(e)) => ModelError::Truncated(e),
+        EventStreamError::Utf8(e) => ModelError::Truncated(format!("the stream is not UTF-8: {e}")),
+        EventStreamError::Parser(_) => ModelError::Truncated("the event stream is malformed".into()),
+    }
+}
+
+/// Reads at most `max_bytes` of a body, each chunk within `idle`; what came before a failure
+/// or the cap is kept.
+pub(crate) async fn read_capped(response: reqwest::Response, idle: Duration, max_bytes: usize) -> Vec<u8> {
+    let mut bytes = response.bytes_stream();
+    let mut body = Vec::new();
+    while body.len() < max_bytes {
+        match tokio::time::timeout(idle, bytes.next()).await {
+            Ok(Some(Ok(chunk))) => body.extend_from_slice(&chunk[..chunk.len().min(max_bytes - body.len())]),
+            _ => break,
+        }
+    }
+    body
+}
+
+/// The error of a non-2xx answer: its status, `Retry-After`, and the body's message for logs
+/// (read up to [`MAX_ERROR_BODY_BYTES`]; redacted by the caller).
+pub(crate) async fn http_error(response: reqwest::Response, idle: Duration) -> ModelError {
     let status = response.status().as_u16();
     let retry_after = retry_after(response.headers());
-    let body = response.text().await.unwrap_or_default();
-    ModelError::Http { status, message: error_message(&body), retry_after }
+    let body = read_capped(response, idle, MAX_ERROR_BODY_BYTES).await;
+    ModelError::Http { status, message: error_message(&String::from_utf8_lossy(&body)), retry_after }
 }
 
 /// OpenAI sends `retry-after-ms`; the HTTP standard header is seconds (an HTTP date is ignored and
@@ -534,6 +640,10 @@ impl StreamParser for ChunkParser {
 
     fn end(&mut self) -> Result<Vec<ModelDelta>, ModelError> {
         self.finish()
+    }
+
+    fn tool_chars(&self) -> usize {
+        self.tools.chars()
     }
 }
 

@@ -164,6 +164,8 @@ pub struct EventParser {
     response_id_sent: bool,
     calls: BTreeMap<usize, ToolCall>,
     finished: bool,
+    /// Characters of tool names and arguments received (never decreases), for the answer cap.
+    tool_chars: usize,
 }
 
 impl EventParser {
@@ -195,8 +197,12 @@ impl EventParser {
                     name: item.name.clone().unwrap_or_default(),
                     arguments: String::new(),
                 });
+                if is_new {
+                    self.tool_chars += 1 + call.name.chars().count();
+                }
                 if event.kind == "response.output_item.done" {
                     if let Some(arguments) = item.arguments {
+                        self.tool_chars += grown_by(&call.arguments, &arguments);
                         call.arguments = arguments;
                     }
                 }
@@ -211,6 +217,7 @@ impl EventParser {
             "response.function_call_arguments.delta" => {
                 if let (Some(index), Some(delta)) = (event.output_index, event.delta) {
                     if let Some(call) = self.calls.get_mut(&index) {
+                        self.tool_chars += delta.chars().count();
                         call.arguments.push_str(&delta);
                     }
                 }
@@ -218,6 +225,7 @@ impl EventParser {
             "response.function_call_arguments.done" => {
                 if let (Some(index), Some(arguments)) = (event.output_index, event.arguments) {
                     if let Some(call) = self.calls.get_mut(&index) {
+                        self.tool_chars += grown_by(&call.arguments, &arguments);
                         call.arguments = arguments;
                     }
                 }
@@ -280,6 +288,12 @@ impl EventParser {
     }
 }
 
+/// How many characters longer `new` is than `old` (a `.done` event repeats the arguments the
+/// deltas already brought: only what is new counts).
+fn grown_by(old: &str, new: &str) -> usize {
+    new.chars().count().saturating_sub(old.chars().count())
+}
+
 impl StreamParser for EventParser {
     fn event(&mut self, event: &eventsource_stream::Event) -> Result<Vec<ModelDelta>, ModelError> {
         if event.data.trim().is_empty() {
@@ -298,6 +312,10 @@ impl StreamParser for EventParser {
         } else {
             Err(ModelError::Truncated("the stream closed before response.completed".into()))
         }
+    }
+
+    fn tool_chars(&self) -> usize {
+        self.tool_chars
     }
 }
 

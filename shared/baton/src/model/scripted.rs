@@ -9,7 +9,8 @@
 //!   per-chunk delays, argument fragmentation, HTTP errors with `Retry-After`, streams cut off or
 //!   stalled midway, raw captured bytes. Replies are queued per model name, so concurrent agents
 //!   that use different model names get deterministic answers whatever order their requests
-//!   arrive in. It lives in `scripted/server.rs`, out of the runtime a deployment compiles.
+//!   arrive in. Its error bodies can echo the `Authorization` header they were sent, and a stream
+//!   can go on forever. It lives in `scripted/server.rs`, out of the runtime a deployment compiles.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -65,7 +66,21 @@ pub enum Reply {
     Raw(Bytes),
     /// Accept the request and never answer.
     Hang,
+    /// An HTTP error whose OpenAI-style body echoes the request's `Authorization` header, as
+    /// some servers do on a bad key.
+    EchoAuthorization {
+        /// The status.
+        status: u16,
+    },
+    /// A text answer that never ends: one word every `every`, forever.
+    Endless {
+        /// The pause between words.
+        every: Duration,
+    },
 }
+
+/// The word a [`Reply::Endless`] stream repeats.
+pub const ENDLESS_WORD: &str = " more";
 
 /// A scripted streamed answer. Build one with [`Reply::text`] or [`Reply::parts`] and the
 /// builder methods.
@@ -103,6 +118,16 @@ impl Reply {
     /// An HTTP error.
     pub fn status(status: u16, message: impl Into<String>) -> Reply {
         Reply::Status { status, retry_after: None, message: message.into() }
+    }
+
+    /// An HTTP error whose body echoes the `Authorization` header.
+    pub fn echo_authorization(status: u16) -> Reply {
+        Reply::EchoAuthorization { status }
+    }
+
+    /// A text answer of [`ENDLESS_WORD`] every `every`, forever.
+    pub fn endless(every: Duration) -> Reply {
+        Reply::Endless { every }
     }
 
     /// A 429 with `Retry-After`.

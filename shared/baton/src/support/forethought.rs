@@ -8,7 +8,11 @@
 //! a stream of such objects whose `response` fields are consecutive fragments of the answer
 //! (`application/x-ndjson`, one per line, or `text/event-stream`, one per `data:`); fragments are
 //! handed on as they arrive. Connect, first-byte and idle timeouts bound every call, so a vendor
-//! that stalls becomes an error, never a hang.
+//! that stalls becomes an error, never a hang; a line or body past [`MAX_ANSWER_BYTES`] is an
+//! error too, never unbounded memory.
+//!
+//! A [`VendorError`]'s text is Baton's own; what Forethought said (which may echo the token) is
+//! kept as a redacted excerpt for the log ([`crate::redact`]), never shown to a client.
 
 use std::time::Duration;
 
@@ -17,7 +21,11 @@ use futures::{Stream, StreamExt};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-use crate::model::openai::Timeouts;
+use crate::event::LineSplitter;
+use crate::model::openai::{MAX_ERROR_BODY_BYTES, Timeouts, read_capped};
+
+/// The longest answer piece (an NDJSON line, an SSE event, a JSON body) read from Forethought.
+pub const MAX_ANSWER_BYTES: usize = 1024 * 1024;
 
 /// The Forethought production host.
 pub const FORETHOUGHT_DEFAULT_BASE_URL: &str = "https://app.forethought.ai";
@@ -107,29 +115,41 @@ pub struct SolveChunk {
     pub text: String,
 }
 
-/// A Forethought call failed.
+/// A Forethought call failed. The text is Baton's; the fields keep what the vendor or the
+/// transport said, redacted, for logs ([`VendorError::detail`]).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum VendorError {
     /// Forethought could not be reached.
-    #[error("cannot reach Forethought: {0}")]
+    #[error("cannot reach Forethought")]
     Connect(String),
     /// A timeout fired.
     #[error("Forethought timed out ({0})")]
     Timeout(&'static str),
     /// Forethought answered with an HTTP error.
-    #[error("Forethought answered HTTP {status}: {message}")]
+    #[error("{}", http_summary(*status))]
     Http {
         /// The status.
         status: u16,
-        /// The body's message (or the body).
+        /// The body's message (or the body), redacted and bounded: for logs.
         message: String,
     },
     /// The answer broke off.
-    #[error("the Forethought answer broke off: {0}")]
+    #[error("the Forethought answer broke off")]
     Truncated(String),
     /// The answer was not what the API documents.
-    #[error("invalid Forethought answer: {0}")]
+    #[error("Forethought sent an answer Baton cannot read")]
     Decode(String),
+}
+
+/// Baton's words for an HTTP error status of Forethought.
+fn http_summary(status: u16) -> String {
+    match status {
+        401 | 403 => format!("Forethought refused Baton's credentials (HTTP {status})"),
+        429 => format!("Forethought is rate limiting requests (HTTP {status})"),
+        404 | 410 => format!("Forethought no longer knows the conversation (HTTP {status})"),
+        500.. => format!("Forethought failed (HTTP {status})"),
+        _ => format!("Forethought rejected the request (HTTP {status})"),
+    }
 }
 
 impl VendorError {
@@ -158,6 +178,30 @@ impl VendorError {
     /// Whether a continued conversation no longer exists on Forethought's side.
     pub fn is_conversation_gone(&self) -> bool {
         matches!(self, VendorError::Http { status: 404 | 410, .. })
+    }
+
+    /// What Forethought or the transport said, redacted and bounded, for a log line; never for
+    /// a client.
+    pub fn detail(&self) -> Option<&str> {
+        match self {
+            VendorError::Connect(d)
+            | VendorError::Http { message: d, .. }
+            | VendorError::Truncated(d)
+            | VendorError::Decode(d) => Some(d),
+            VendorError::Timeout(_) => None,
+        }
+    }
+
+    /// The same error with its detail passed through [`crate::redact::excerpt`].
+    fn redacted(self, secrets: &[&str]) -> VendorError {
+        let scrub = |d: String| crate::redact::excerpt(&d, secrets);
+        match self {
+            VendorError::Connect(d) => VendorError::Connect(scrub(d)),
+            VendorError::Http { status, message } => VendorError::Http { status, message: scrub(message) },
+            VendorError::Truncated(d) => VendorError::Truncated(scrub(d)),
+            VendorError::Decode(d) => VendorError::Decode(scrub(d)),
+            timeout @ VendorError::Timeout(_) => timeout,
+        }
     }
 }
 
@@ -215,8 +259,22 @@ impl ForethoughtClient {
         let body = json!({"query": request.query, "user_id": request.user_id,
                           "channel": self.config.channel, "context_variables": variables});
         let builder = builder.bearer_auth(&self.config.token).json(&body);
+        let token = self.config.token.clone();
+        Box::pin(self.call_raw(builder).map(move |piece| {
+            piece.map_err(|e| {
+                let e = e.redacted(&[&token]);
+                tracing::warn!(code = e.code(), error = %e, detail = e.detail().unwrap_or(""), "Forethought call failed");
+                e
+            })
+        }))
+    }
+
+    fn call_raw(
+        &self,
+        builder: reqwest::RequestBuilder,
+    ) -> impl Stream<Item = Result<SolveChunk, VendorError>> + Send + 'static {
         let timeouts = self.config.timeouts;
-        Box::pin(async_stream::stream! {
+        async_stream::stream! {
             let response = match tokio::time::timeout(timeouts.first_byte, builder.send()).await {
                 Err(_) => { yield Err(VendorError::Timeout("first byte")); return; }
                 Ok(Err(e)) if e.is_connect() => { yield Err(VendorError::Connect(e.to_string())); return; }
@@ -225,8 +283,9 @@ impl ForethoughtClient {
             };
             let status = response.status();
             if !status.is_success() {
-                let body = read_all(response, timeouts.idle).await.unwrap_or_default();
-                yield Err(VendorError::Http { status: status.as_u16(), message: error_message(&body) });
+                let body = read_capped(response, timeouts.idle, MAX_ERROR_BODY_BYTES).await;
+                let message = error_message(&String::from_utf8_lossy(&body));
+                yield Err(VendorError::Http { status: status.as_u16(), message });
                 return;
             }
             let content_type = response
@@ -236,37 +295,30 @@ impl ForethoughtClient {
                 .unwrap_or("application/json")
                 .to_ascii_lowercase();
             if content_type.starts_with("text/event-stream") {
-                let mut events = response.bytes_stream().eventsource();
+                let mut events = capped_body(response).eventsource();
                 loop {
                     match tokio::time::timeout(timeouts.idle, events.next()).await {
                         Err(_) => { yield Err(VendorError::Timeout("idle")); return; }
                         Ok(None) => return,
-                        Ok(Some(Err(e))) => { yield Err(VendorError::Truncated(e.to_string())); return; }
+                        Ok(Some(Err(e))) => { yield Err(stream_error(e)); return; }
                         Ok(Some(Ok(event))) if event.data.trim().is_empty() => {}
                         Ok(Some(Ok(event))) => yield parse_piece(&event.data),
                     }
                 }
             } else if content_type.contains("ndjson") || content_type.contains("jsonl") {
                 let mut bytes = response.bytes_stream();
-                let mut buffer: Vec<u8> = Vec::new();
+                let mut lines = LineSplitter::new(MAX_ANSWER_BYTES);
                 loop {
                     match tokio::time::timeout(timeouts.idle, bytes.next()).await {
                         Err(_) => { yield Err(VendorError::Timeout("idle")); return; }
                         Ok(Some(Err(e))) => { yield Err(VendorError::Truncated(e.to_string())); return; }
-                        Ok(Some(Ok(chunk))) => {
-                            buffer.extend_from_slice(&chunk);
-                            while let Some(end) = buffer.iter().position(|b| *b == b'\n') {
-                                let line: Vec<u8> = buffer.drain(..=end).collect();
-                                let line = String::from_utf8_lossy(&line);
-                                if !line.trim().is_empty() {
-                                    yield parse_piece(&line);
-                                }
-                            }
-                        }
+                        Ok(Some(Ok(chunk))) => match lines.push(&chunk) {
+                            Ok(complete) => for line in complete { yield decode_piece(&line); },
+                            Err(e) => { yield Err(VendorError::Decode(e.to_string())); return; }
+                        },
                         Ok(None) => {
-                            let rest = String::from_utf8_lossy(&buffer).into_owned();
-                            if !rest.trim().is_empty() {
-                                yield parse_piece(&rest);
+                            if let Some(rest) = lines.finish() {
+                                yield decode_piece(&rest);
                             }
                             return;
                         }
@@ -274,26 +326,57 @@ impl ForethoughtClient {
                 }
             } else {
                 match read_all(response, timeouts.idle).await {
-                    Ok(body) => yield parse_piece(&body),
+                    Ok(body) => yield decode_piece(&body),
                     Err(e) => yield Err(e),
                 }
             }
-        })
+        }
     }
 }
 
-/// Reads a whole body, each chunk within `idle`.
-async fn read_all(response: reqwest::Response, idle: Duration) -> Result<String, VendorError> {
+/// The body's bytes, ending in an error once more than [`MAX_ANSWER_BYTES`] came.
+fn capped_body(response: reqwest::Response) -> impl Stream<Item = Result<bytes::Bytes, VendorError>> + Send {
+    let mut seen = 0usize;
+    response.bytes_stream().map(move |chunk| {
+        let chunk = chunk.map_err(|e| VendorError::Truncated(e.to_string()))?;
+        seen = seen.saturating_add(chunk.len());
+        if seen > MAX_ANSWER_BYTES { Err(too_long()) } else { Ok(chunk) }
+    })
+}
+
+fn too_long() -> VendorError {
+    VendorError::Decode(format!("the answer passed {MAX_ANSWER_BYTES} bytes"))
+}
+
+/// A failure of an SSE answer (the parser's own message would repeat the body: dropped).
+fn stream_error(e: eventsource_stream::EventStreamError<VendorError>) -> VendorError {
+    use eventsource_stream::EventStreamError;
+    match e {
+        EventStreamError::Transport(e) => e,
+        EventStreamError::Utf8(e) => VendorError::Truncated(format!("the stream is not UTF-8: {e}")),
+        EventStreamError::Parser(_) => VendorError::Truncated("the event stream is malformed".into()),
+    }
+}
+
+/// Reads a whole body of at most [`MAX_ANSWER_BYTES`], each chunk within `idle`.
+async fn read_all(response: reqwest::Response, idle: Duration) -> Result<Vec<u8>, VendorError> {
     let mut bytes = response.bytes_stream();
     let mut body = Vec::new();
     loop {
         match tokio::time::timeout(idle, bytes.next()).await {
             Err(_) => return Err(VendorError::Timeout("idle")),
-            Ok(None) => return Ok(String::from_utf8_lossy(&body).into_owned()),
+            Ok(None) => return Ok(body),
             Ok(Some(Err(e))) => return Err(VendorError::Truncated(e.to_string())),
+            Ok(Some(Ok(chunk))) if body.len() + chunk.len() > MAX_ANSWER_BYTES => return Err(too_long()),
             Ok(Some(Ok(chunk))) => body.extend_from_slice(&chunk),
         }
     }
+}
+
+/// Decodes one answer object (or fragment), `{conversation_id?, response}`, from the bytes of
+/// an NDJSON line, an SSE `data:` or a JSON body.
+pub fn decode_piece(bytes: &[u8]) -> Result<SolveChunk, VendorError> {
+    parse_piece(&String::from_utf8_lossy(bytes))
 }
 
 /// One answer object (or fragment): `{conversation_id?, response}`.
@@ -353,6 +436,9 @@ mod tests {
     #[test]
     fn error_codes_and_retryability() {
         let http = |status| VendorError::Http { status, message: String::new() };
+        let echoed = VendorError::Http { status: 401, message: "bad token Bearer ft-secret-1234".into() };
+        assert!(!echoed.to_string().contains("ft-secret"), "{echoed}");
+        assert!(!echoed.redacted(&[]).detail().unwrap().contains("ft-secret"));
         assert_eq!(http(401).code(), "support_rejected_request");
         assert_eq!(http(503).code(), "support_server_error");
         assert!(http(503).is_retryable() && !http(400).is_retryable());

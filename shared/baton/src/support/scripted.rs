@@ -1,7 +1,8 @@
 //! A Forethought Solve test server: real HTTP on `127.0.0.1:0`, speaking the documented API
 //! (`POST /solve/api/v1/conversation`, `PUT /solve/api/v1/conversation/{id}`, bearer token, JSON
 //! body), answering from a queue of scripted [`FtReply`]s: chunked answers (NDJSON or SSE) with
-//! delays, gates, cuts and stalls; a single JSON answer; HTTP errors; or no answer at all.
+//! delays, gates, cuts and stalls; a single JSON answer; HTTP errors (one that echoes the
+//! `Authorization` header it was sent); or no answer at all.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -69,6 +70,11 @@ pub enum FtReply {
     },
     /// Accept the request and never answer.
     Hang,
+    /// An HTTP error whose body echoes the request's `Authorization` header.
+    EchoAuthorization {
+        /// The status.
+        status: u16,
+    },
 }
 
 impl FtReply {
@@ -267,6 +273,10 @@ async fn answer(
         None => error(500, "scripted Forethought server: no reply left"),
         Some(FtReply::Status { status, message }) => error(status, &message),
         Some(FtReply::Hang) => std::future::pending().await,
+        Some(FtReply::EchoAuthorization { status }) => {
+            let sent = headers.get("authorization").and_then(|v| v.to_str().ok()).unwrap_or("(none)");
+            error(status, &format!("invalid credentials: {sent}"))
+        }
         Some(FtReply::Json { response, conversation_id }) => axum::Json(json!({
             "conversation_id": conversation_id.unwrap_or(default_id), "response": response,
             "is_solved": false, "should_escalate": false,

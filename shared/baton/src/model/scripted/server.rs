@@ -311,6 +311,19 @@ async fn answer(state: Arc<ServerState>, headers: axum::http::HeaderMap, body: B
             error_response(status, retry_after, &message)
         }
         Some(Reply::Hang) => std::future::pending().await,
+        Some(Reply::EchoAuthorization { status }) => {
+            mark_first_byte();
+            let sent = headers.get("authorization").and_then(|v| v.to_str().ok()).unwrap_or("(none)");
+            error_response(
+                status,
+                None,
+                &format!("Incorrect API key provided: {sent}. Check the header `Authorization: {sent}`."),
+            )
+        }
+        Some(Reply::Endless { every }) => {
+            mark_first_byte();
+            sse_response(Body::from_stream(endless_body(api, model, format!("resp_{index}"), every)))
+        }
         Some(Reply::Raw(bytes)) => {
             mark_first_byte();
             sse_response(Body::from(bytes))
@@ -350,6 +363,43 @@ async fn answer(state: Arc<ServerState>, headers: axum::http::HeaderMap, body: B
                 }
             };
             sse_response(Body::from_stream(paced_body(frames, trailer, pacing, |_| {}, on_end)))
+        }
+    }
+}
+
+/// One word every `every`, forever, in the framing of `api`.
+fn endless_body(
+    api: Api,
+    model: String,
+    response_id: String,
+    every: Duration,
+) -> impl futures::Stream<Item = Result<Bytes, std::io::Error>> + Send {
+    let frame = |value: Value, name: Option<&str>| {
+        Ok::<_, std::io::Error>(Bytes::from(match name {
+            Some(name) => format!("event: {name}\ndata: {value}\n\n"),
+            None => format!("data: {value}\n\n"),
+        }))
+    };
+    async_stream::stream! {
+        if api == Api::Responses {
+            let created = json!({"type": "response.created", "response": {"id": response_id, "object": "response",
+                                 "status": "in_progress", "model": model, "output": []}});
+            yield frame(created, Some("response.created"));
+        }
+        loop {
+            match api {
+                Api::ChatCompletions => yield frame(
+                    json!({"id": "chatcmpl-endless", "object": "chat.completion.chunk", "model": model,
+                           "choices": [{"index": 0, "delta": {"content": super::ENDLESS_WORD}, "finish_reason": null}]}),
+                    None,
+                ),
+                Api::Responses => yield frame(
+                    json!({"type": "response.output_text.delta", "item_id": "msg_0", "output_index": 0,
+                           "content_index": 0, "delta": super::ENDLESS_WORD}),
+                    Some("response.output_text.delta"),
+                ),
+            }
+            tokio::time::sleep(every).await;
         }
     }
 }
