@@ -35,9 +35,9 @@ async fn main() -> std::process::ExitCode {
     backends.remote_shopping = args.remote_shopping().await;
     let built = args.config().map_err(|e| e.to_string()).and_then(|c| {
         let orchestrator = c.build_with(backends).map_err(|e| e.to_string())?;
-        Ok((c, orchestrator, args.auth(in_lambda)?))
+        Ok((c, orchestrator, args.auth(in_lambda)?, args.endpoint_limits()?))
     });
-    let (config, orchestrator, auth) = match built {
+    let (config, orchestrator, auth, endpoint) = match built {
         Ok(built) => built,
         Err(e) => {
             eprintln!("error: {e}");
@@ -48,7 +48,8 @@ async fn main() -> std::process::ExitCode {
     let iam = lambda::is_iam(&auth);
     let for_service = orchestrator.clone();
     let service = move |history| {
-        Arc::new(ChatService::new(for_service, history, config.limits, config.heartbeat).with_auth(auth))
+        let service = ChatService::new(for_service, history, config.limits, config.heartbeat);
+        Arc::new(service.with_auth(auth).with_endpoint_limits(endpoint))
     };
     if in_lambda {
         return match lambda::run(service(history), iam).await {
