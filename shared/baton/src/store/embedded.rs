@@ -25,6 +25,11 @@ use super::{
     StoredMessage, is_expired, message_sk, request_sk, ttl_after,
 };
 
+/// Store calls that run on the blocking pool at once. redb runs one write transaction at a time,
+/// so more threads only wait on its lock: after a burst of 500 dropped streams (each saving its
+/// partial reply) the pool had grown to ~400 threads, each keeping its stack and malloc arena.
+pub const MAX_CONCURRENT_CALLS: usize = 4;
+
 /// How long [`EmbeddedStore::open`] waits for a store file another process holds.
 pub const LOCK_WAIT: Duration = Duration::from_secs(5);
 
@@ -34,6 +39,7 @@ pub const ITEMS: TableDefinition<'static, (&str, &str), &[u8]> = TableDefinition
 /// A file-backed [`Store`].
 pub struct EmbeddedStore {
     db: Arc<Database>,
+    calls: Arc<tokio::sync::Semaphore>,
     path: PathBuf,
     clock: Arc<dyn Clock>,
     retention: Duration,
@@ -98,7 +104,13 @@ impl EmbeddedStore {
         let txn = db.begin_write().map_err(|e| failed("begin", e))?;
         txn.open_table(ITEMS).map_err(|e| failed("open table", e))?;
         txn.commit().map_err(|e| failed("commit", e))?;
-        Ok(EmbeddedStore { db: Arc::new(db), path, clock, retention: DEFAULT_RETENTION })
+        Ok(EmbeddedStore {
+            db: Arc::new(db),
+            calls: Arc::new(tokio::sync::Semaphore::new(MAX_CONCURRENT_CALLS)),
+            path,
+            clock,
+            retention: DEFAULT_RETENTION,
+        })
     }
 
     /// Items live for `retention` after their last write.
@@ -128,7 +140,13 @@ impl EmbeddedStore {
         f: impl FnOnce(&Database) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
         let db = self.db.clone();
-        tokio::task::spawn_blocking(move || f(&db)).await.map_err(|e| failed("store task", e))?
+        let permit = self.calls.clone().acquire_owned().await.expect("the semaphore is never closed");
+        tokio::task::spawn_blocking(move || {
+            let _permit = permit;
+            f(&db)
+        })
+        .await
+        .map_err(|e| failed("store task", e))?
     }
 
     /// Runs `f` in one write transaction and commits if it succeeds.
