@@ -167,14 +167,18 @@ async def main():
         await asyncio.sleep(0.3)
         idle = proc_status(pid)
         print(f"serve pid {pid}; env {args.env or 'default'}; {args.bursts} bursts of {args.burst} dropped streams")
-        print(f"{'burst':>5} {'ok':>5} {'RSS MiB':>8} {'Δ MiB':>7} {'threads':>7} {'fds':>5}")
+        store_file = env["BATON_STORE_PATH"]
+        print(f"{'burst':>5} {'ok':>5} {'RSS MiB':>8} {'Δ MiB':>7} {'threads':>7} {'fds':>5} {'store MiB':>9}")
         print(f"{'idle':>5} {'':>5} {idle[0] / 1024:>8.1f} {'':>7} {idle[1]:>7} {idle[2]:>5}")
         rows, prev = [], idle[0]
         for i in range(1, args.bursts + 1):
             ok = await burst(host, int(port), args.burst)
             rss, threads, fds = await settle(pid)
             rows.append(rss)
-            print(f"{i:>5} {ok:>5} {rss / 1024:>8.1f} {(rss - prev) / 1024:>+7.1f} {threads:>7} {fds:>5}")
+            size = os.path.getsize(store_file) / 2**20
+            print(
+                f"{i:>5} {ok:>5} {rss / 1024:>8.1f} {(rss - prev) / 1024:>+7.1f} {threads:>7} {fds:>5} {size:>9.1f}"
+            )
             prev = rss
         half = len(rows) // 2
         if half:

@@ -30,6 +30,10 @@ use super::{
 /// partial reply) the pool had grown to ~400 threads, each keeping its stack and malloc arena.
 pub const MAX_CONCURRENT_CALLS: usize = 4;
 
+/// redb's page cache. Its default (1 GiB) lets a long-running `serve` grow with the store file;
+/// a turn reads a few recent messages of one episode, so a small cache serves it.
+pub const CACHE_BYTES: usize = 16 * 1024 * 1024;
+
 /// How long [`EmbeddedStore::open`] waits for a store file another process holds.
 pub const LOCK_WAIT: Duration = Duration::from_secs(5);
 
@@ -77,7 +81,7 @@ impl EmbeddedStore {
         let give_up = std::time::Instant::now() + wait;
         let mut said = false;
         let db = loop {
-            match Database::create(&path) {
+            match Database::builder().set_cache_size(CACHE_BYTES).create(&path) {
                 Ok(db) => break db,
                 Err(redb::DatabaseError::DatabaseAlreadyOpen) if std::time::Instant::now() < give_up => {
                     if !said {
