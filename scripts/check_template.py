@@ -1,6 +1,8 @@
 """Translates template.yaml with SAM's own translator, offline, and checks what would otherwise fail
 silently in AWS: streaming on both endpoints (a misspelt REST property builds a buffered API), IAM auth by
-default, the table's key schema and TTL, the schedule, and no secret passed as a plain parameter.
+default, the table's key schema and TTL, the schedule, and no secret passed as a plain parameter; and what a
+production deployment needs: tracing, reserved concurrency, API access logs, a dead-letter queue for the
+scheduled eval.
 
 Run by scripts/test.sh with the virtual environment's Python (aws-sam-cli ships samtranslator)."""
 
@@ -79,6 +81,18 @@ def main(path):
 
     schedules = [r for r in resources.values() if r["Type"] == "AWS::Scheduler::Schedule"]
     check(len(schedules) == 1, "one EventBridge Scheduler schedule (ScheduleV2) for the eval")
+    target = schedules[0]["Properties"].get("Target", {}) if schedules else {}
+    check("EvalFailures" in json.dumps(target.get("DeadLetterConfig")), "the schedule has a dead-letter queue")
+
+    stage = next((r["Properties"] for r in resources.values() if r["Type"] == "AWS::ApiGateway::Stage"), {})
+    check(stage.get("TracingEnabled") is True, "REST API stage is traced (X-Ray)")
+    check("ApiAccessLogs" in json.dumps(stage.get("AccessLogSetting")), "REST API stage writes access logs")
+
+    functions = {n: r["Properties"] for n, r in resources.items() if r["Type"] == "AWS::Lambda::Function"}
+    for name in ["OrchestratorFunction", "ShoppingFunction", "EvalFunction"]:
+        check("ReservedConcurrentExecutions" in functions.get(name, {}), f"{name} has reserved concurrency")
+    eval_dlq = json.dumps(functions.get("EvalFunction", {}).get("DeadLetterConfig"))
+    check("EvalFailures" in eval_dlq, "the eval function sends failed runs to a dead-letter queue")
 
     for name, fn in resources.items():
         if fn["Type"] != "AWS::Lambda::Function":
@@ -86,6 +100,7 @@ def main(path):
         props = fn["Properties"]
         check(props.get("Architectures") == ["arm64"], f"{name} is arm64")
         check(props.get("Runtime") == "provided.al2023", f"{name} runs on provided.al2023")
+        check(props.get("TracingConfig") == {"Mode": "Active"}, f"{name} is traced (X-Ray)")
         env = json.dumps(props.get("Environment", {}))
         for secret in ["OPENAI_API_KEY\"", "FORETHOUGHT_TOKEN\""]:
             check(secret not in env, f"{name} gets no plain {secret.strip(chr(34))} (secret ARNs only)")
@@ -99,7 +114,7 @@ def main(path):
         print(f"template check FAILED: {f}")
     if failures:
         sys.exit(1)
-    print(f"template check: {path} translates, streaming and auth settings verified")
+    print(f"template check: {path} translates, streaming, auth and production settings verified")
 
 
 if __name__ == "__main__":

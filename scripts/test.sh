@@ -62,6 +62,16 @@ step "SAM template: sam validate --lint, and the streaming/auth translation chec
 SAM_CLI_TELEMETRY=0 .venv/bin/sam validate --lint
 .venv/bin/python scripts/check_template.py template.yaml
 
+step "checkov on template.yaml (findings fixed, or suppressed in the template with a reason)"
+# Its own virtual environment: checkov pins urllib3 and packaging below what the tools above need.
+checkov_requirements=scripts/requirements-checkov.txt
+if [[ ! -x .venv-checkov/bin/checkov ]] || ! cmp -s "$checkov_requirements" .venv-checkov/requirements.txt; then
+    python3 -m venv .venv-checkov
+    .venv-checkov/bin/pip install --quiet --disable-pip-version-check -r "$checkov_requirements"
+    cp "$checkov_requirements" .venv-checkov/requirements.txt
+fi
+timeout 600 .venv-checkov/bin/checkov --file template.yaml --framework cloudformation --compact --quiet
+
 step "cargo test"
 cargo test --workspace --locked
 

@@ -19,7 +19,7 @@ use std::time::Duration;
 use baton::config::{AgentDefaults, Config};
 use baton::event::{Event, decode_sse};
 use baton::history::History;
-use baton::http::ChatService;
+use baton::http::{ChatService, EndpointLimits};
 use baton::model::scripted::ScriptedServer;
 use baton::store::embedded::EmbeddedStore;
 use baton::store::{Store, SystemClock};
@@ -100,12 +100,22 @@ pub async fn start_endpoint(config: &Config) -> Endpoint {
 
 /// Serves `config`'s chat endpoint on `127.0.0.1:0`, recording into `store`.
 pub async fn start_endpoint_with(config: &Config, store: Arc<dyn Store>) -> Endpoint {
+    start_endpoint_limited(config, store, EndpointLimits::default()).await
+}
+
+/// Serves `config`'s chat endpoint on `127.0.0.1:0` within `limits`, recording into `store`.
+pub async fn start_endpoint_limited(
+    config: &Config,
+    store: Arc<dyn Store>,
+    limits: EndpointLimits,
+) -> Endpoint {
     let orchestrator =
         baton::wiring::build(config, Backends::over_store(store.clone())).expect("config builds");
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind loopback");
     let url = format!("http://{}", listener.local_addr().expect("local addr"));
     let history = History::new(store, baton::history::DEFAULT_HISTORY_MESSAGES);
-    let service = Arc::new(ChatService::new(orchestrator, history, config.limits, config.heartbeat));
+    let service = ChatService::new(orchestrator, history, config.limits, config.heartbeat);
+    let service = Arc::new(service.with_endpoint_limits(limits));
     let task = tokio::spawn(async move {
         let _ = baton::http::serve(listener, service, std::future::pending()).await;
     });

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use baton::config::{Config, RequestLimits};
+use baton::http::EndpointLimits;
 use baton::orchestrator::TurnRequest;
 use baton::store::new_turn_id;
 use baton_aws::settings::{self, Settings};
@@ -119,6 +120,45 @@ pub(crate) struct ServeArgs {
     /// Seconds of silence before an SSE heartbeat comment is sent.
     #[arg(long, env = "BATON_HEARTBEAT_SECS", default_value_t = 10)]
     heartbeat_secs: u64,
+
+    /// Longest a turn runs; then it ends with `completed` (status partial), keeping its output.
+    #[arg(long, env = "BATON_TURN_DEADLINE_SECS", default_value_t = EndpointLimits::default().turn_deadline.as_secs())]
+    turn_deadline_secs: u64,
+
+    /// Longest the request body may take to arrive (then 408).
+    #[arg(long, env = "BATON_BODY_READ_TIMEOUT_SECS", default_value_t = EndpointLimits::default().body_read_timeout.as_secs())]
+    body_read_timeout_secs: u64,
+
+    /// Longest a connection may wait for a complete request head, idle keep-alive time included
+    /// (then it is closed).
+    #[arg(long, env = "BATON_REQUEST_HEAD_TIMEOUT_SECS", default_value_t = EndpointLimits::default().request_head_timeout.as_secs())]
+    request_head_timeout_secs: u64,
+
+    /// Connections served at once; more wait in the listen backlog.
+    #[arg(long, env = "BATON_MAX_CONNECTIONS", default_value_t = EndpointLimits::default().max_connections)]
+    max_connections: usize,
+}
+
+impl ServeArgs {
+    /// The time and connection limits these options set; every one must be above zero.
+    pub(crate) fn endpoint_limits(&self) -> Result<EndpointLimits, String> {
+        let limits = EndpointLimits {
+            turn_deadline: Duration::from_secs(self.turn_deadline_secs),
+            body_read_timeout: Duration::from_secs(self.body_read_timeout_secs),
+            request_head_timeout: Duration::from_secs(self.request_head_timeout_secs),
+            max_connections: self.max_connections,
+        };
+        let zero = [
+            ("BATON_TURN_DEADLINE_SECS", limits.turn_deadline.is_zero()),
+            ("BATON_BODY_READ_TIMEOUT_SECS", limits.body_read_timeout.is_zero()),
+            ("BATON_REQUEST_HEAD_TIMEOUT_SECS", limits.request_head_timeout.is_zero()),
+            ("BATON_MAX_CONNECTIONS", limits.max_connections == 0),
+        ];
+        match zero.iter().find(|(_, is_zero)| *is_zero) {
+            Some((name, _)) => Err(format!("{name} must be above zero")),
+            None => Ok(limits),
+        }
+    }
 }
 
 impl Args {
@@ -126,6 +166,14 @@ impl Args {
     /// and the settings read from the environment alone.
     pub(crate) fn from_env() -> Result<Args, clap::Error> {
         Ok(Args { command: Command::Serve(settings::from_env()?), settings: Settings::from_env()? })
+    }
+
+    /// The endpoint's time and connection limits (`serve` and Lambda; defaults for other commands).
+    pub(crate) fn endpoint_limits(&self) -> Result<EndpointLimits, String> {
+        match &self.command {
+            Command::Serve(s) => s.endpoint_limits(),
+            _ => Ok(EndpointLimits::default()),
+        }
     }
 
     /// The configuration these options describe: the settings', and for `serve` its request

@@ -36,13 +36,13 @@ async fn main() -> std::process::ExitCode {
     let built = match args.config() {
         Ok(c) => {
             backends.remote = baton_aws::settings::remote_agents(&c).await;
-            baton::wiring::build(&c, backends)
-                .map_err(|e| e.to_string())
-                .and_then(|orchestrator| Ok((c, orchestrator, args.settings.auth(in_lambda)?)))
+            baton::wiring::build(&c, backends).map_err(|e| e.to_string()).and_then(|orchestrator| {
+                Ok((c, orchestrator, args.settings.auth(in_lambda)?, args.endpoint_limits()?))
+            })
         }
         Err(e) => Err(e.to_string()),
     };
-    let (config, orchestrator, auth) = match built {
+    let (config, orchestrator, auth, endpoint) = match built {
         Ok(built) => built,
         Err(e) => {
             eprintln!("error: {e}");
@@ -53,7 +53,8 @@ async fn main() -> std::process::ExitCode {
     let iam = lambda::is_iam(&auth);
     let for_service = orchestrator.clone();
     let service = move |history| {
-        Arc::new(ChatService::new(for_service, history, config.limits, config.heartbeat).with_auth(auth))
+        let service = ChatService::new(for_service, history, config.limits, config.heartbeat);
+        Arc::new(service.with_auth(auth).with_endpoint_limits(endpoint))
     };
     if in_lambda {
         return match lambda::run(service(history), iam).await {

@@ -3,12 +3,17 @@
 //! - [`AuthMode::Iam`]: the platform verified the caller (Function URL `AWS_IAM`, or API Gateway
 //!   IAM auth); the Lambda glue reads the principal from the request context.
 //! - [`AuthMode::Jwt`]: a browser client sends `Authorization: Bearer <JWT>`, verified here
-//!   (signature, expiry, issuer and audience); the user is its `sub`.
+//!   (signature; `exp` and `sub` required; `nbf` and `iat` not in the future; `iss` and `aud`
+//!   required and matched when configured; [`JWT_LEEWAY_SECS`] of clock skew); the user is its
+//!   `sub`.
 //! - [`AuthMode::LocalHeader`]: local development only: the user is the `x-baton-user` header,
 //!   unauthenticated.
 
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use serde::Deserialize;
+
+/// Clock skew tolerated between the token issuer and this server on `exp`, `nbf` and `iat`.
+pub const JWT_LEEWAY_SECS: u64 = 60;
 
 /// How callers are identified.
 pub enum AuthMode {
@@ -53,6 +58,7 @@ pub struct JwtVerifier {
 #[derive(Deserialize)]
 struct Claims {
     sub: Option<String>,
+    iat: Option<serde_json::Value>,
 }
 
 impl JwtVerifier {
@@ -81,15 +87,26 @@ impl JwtVerifier {
 
     fn new(key: DecodingKey, alg: Algorithm, issuer: Option<&str>, audience: Option<&str>) -> JwtVerifier {
         let mut validation = Validation::new(alg);
-        validation.leeway = 30;
+        validation.leeway = JWT_LEEWAY_SECS;
+        validation.validate_nbf = true;
+        // A configured issuer or audience is required, not only matched when present: a token
+        // minted for another service without `aud` must not pass here.
+        let mut required = vec!["exp", "sub"];
         match issuer {
-            Some(iss) => validation.set_issuer(&[iss]),
+            Some(iss) => {
+                validation.set_issuer(&[iss]);
+                required.push("iss");
+            }
             None => validation.iss = None,
         }
         match audience {
-            Some(aud) => validation.set_audience(&[aud]),
+            Some(aud) => {
+                validation.set_audience(&[aud]);
+                required.push("aud");
+            }
             None => validation.validate_aud = false,
         }
+        validation.set_required_spec_claims(&required);
         JwtVerifier { key, validation }
     }
 
@@ -102,6 +119,16 @@ impl JwtVerifier {
             .ok_or(AuthError::Missing("the Authorization header must be `Bearer <token>`"))?;
         let data = jsonwebtoken::decode::<Claims>(token.trim(), &self.key, &self.validation)
             .map_err(|e| AuthError::Invalid(e.to_string()))?;
+        // jsonwebtoken does not look at `iat`: a token issued in the future is forged or minted
+        // by a clock that cannot be trusted.
+        match &data.claims.iat {
+            None => {}
+            Some(iat) => match iat.as_u64() {
+                Some(iat) if iat <= jsonwebtoken::get_current_timestamp() + JWT_LEEWAY_SECS => {}
+                Some(_) => return Err(AuthError::Invalid("the token's `iat` is in the future".into())),
+                None => return Err(AuthError::Invalid("the token's `iat` is not a timestamp".into())),
+            },
+        }
         data.claims
             .sub
             .filter(|s| !s.is_empty())
@@ -155,6 +182,69 @@ mod tests {
         assert!(verifier().verify(Some(&format!("Bearer {}", token(no_sub, SECRET)))).is_err());
         assert!(matches!(verifier().verify(None), Err(AuthError::Missing(_))));
         assert!(matches!(verifier().verify(Some("Basic abc")), Err(AuthError::Missing(_))));
+    }
+
+    fn good() -> serde_json::Value {
+        json!({"sub": "alice", "exp": now() + 600, "iss": "https://issuer.example", "aud": "baton"})
+    }
+
+    fn verify_claims(claims: serde_json::Value) -> Result<String, AuthError> {
+        verifier().verify(Some(&format!("Bearer {}", token(claims, SECRET))))
+    }
+
+    fn without(claim: &str) -> serde_json::Value {
+        let mut claims = good();
+        claims.as_object_mut().unwrap().remove(claim);
+        claims
+    }
+
+    fn with(claim: &str, value: serde_json::Value) -> serde_json::Value {
+        let mut claims = good();
+        claims[claim] = value;
+        claims
+    }
+
+    #[test]
+    fn a_configured_audience_is_required() {
+        let refused = verify_claims(without("aud")).unwrap_err();
+        assert!(refused.to_string().contains("aud"), "{refused}");
+        let no_aud_configured = JwtVerifier::hs256(SECRET, Some("https://issuer.example"), None).unwrap();
+        let t = token(without("aud"), SECRET);
+        assert_eq!(no_aud_configured.verify(Some(&format!("Bearer {t}"))), Ok("alice".into()));
+    }
+
+    #[test]
+    fn a_configured_issuer_is_required() {
+        assert!(verify_claims(without("iss")).is_err());
+    }
+
+    #[test]
+    fn exp_is_required() {
+        let refused = verify_claims(without("exp")).unwrap_err();
+        assert!(refused.to_string().contains("exp"), "{refused}");
+    }
+
+    #[test]
+    fn a_token_not_yet_valid_is_refused_beyond_the_leeway() {
+        assert!(verify_claims(with("nbf", json!(now() + 3600))).is_err(), "an hour ahead");
+        assert!(verify_claims(with("nbf", json!(now() + 2 * JWT_LEEWAY_SECS))).is_err(), "past the leeway");
+        assert_eq!(verify_claims(with("nbf", json!(now() + 10))), Ok("alice".into()), "within the leeway");
+        assert_eq!(verify_claims(with("nbf", json!(now() - 10))), Ok("alice".into()));
+    }
+
+    #[test]
+    fn a_token_issued_in_the_future_is_refused_beyond_the_leeway() {
+        let refused = verify_claims(with("iat", json!(now() + 3600))).unwrap_err();
+        assert!(refused.to_string().contains("iat"), "{refused}");
+        assert!(verify_claims(with("iat", json!("yesterday"))).is_err(), "not a timestamp");
+        assert_eq!(verify_claims(with("iat", json!(now() + 10))), Ok("alice".into()), "within the leeway");
+        assert_eq!(verify_claims(with("iat", json!(now() - 60))), Ok("alice".into()));
+    }
+
+    #[test]
+    fn expiry_has_the_same_small_leeway() {
+        assert_eq!(verify_claims(with("exp", json!(now() - 10))), Ok("alice".into()), "within the leeway");
+        assert!(verify_claims(with("exp", json!(now() - 2 * JWT_LEEWAY_SECS))).is_err());
     }
 
     #[test]

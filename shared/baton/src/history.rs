@@ -179,14 +179,19 @@ impl ReplyRecorder {
     }
 
     /// The reply so far as messages of `turn_id` (seq from 1), stamped `now_ms`. `hung_up`: the
-    /// client left, so whatever had not finished is `partial`.
+    /// client left, so whatever had not finished is `partial`; so is it when the turn did not
+    /// complete `ok` (cut at its deadline).
     ///
     /// Usage, rolled up per agent name and model, goes with the first message of the agent that
     /// spent it; usage of an agent with no text (an orchestrator that only called tools, an agent
     /// tool whose text the client does not see) goes with the last message. A turn with no
     /// text at all is still one (empty) message, so its status and usage are kept.
     pub fn messages(&self, turn_id: &str, hung_up: bool, now_ms: u64) -> Vec<StoredMessage> {
-        let unfinished = if hung_up { Status::Partial } else { Status::Ok };
+        let unfinished = if hung_up || self.completed.is_some_and(|s| s != Status::Ok) {
+            Status::Partial
+        } else {
+            Status::Ok
+        };
         let status_of =
             |agent: &str| self.finished.iter().find(|(a, _)| a == agent).map_or(unfinished, |(_, s)| *s);
         let mut messages: Vec<StoredMessage> = self
@@ -331,6 +336,29 @@ mod tests {
         );
         let statuses: Vec<Status> = messages.iter().map(|m| m.status).collect();
         assert_eq!(statuses, [Status::Partial, Status::Ok, Status::Partial]);
+    }
+
+    #[test]
+    fn a_turn_cut_at_its_deadline_marks_unfinished_agents_partial() {
+        let completed = Event::Completed {
+            episode_id: "e".into(),
+            turn_id: "t".into(),
+            status: Status::Partial,
+            model: "m".into(),
+            duration_ms: 1,
+            usage: Vec::new(),
+        };
+        let messages = record(
+            &[
+                Event::text("support[1]", "done"),
+                finished("support[1]", Status::Ok),
+                Event::text("shopping[1]", "half"),
+                completed,
+            ],
+            false,
+        );
+        let statuses: Vec<Status> = messages.iter().map(|m| m.status).collect();
+        assert_eq!(statuses, [Status::Ok, Status::Partial]);
     }
 
     #[test]

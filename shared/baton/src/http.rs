@@ -6,6 +6,11 @@
 //! user message is recorded and the history loaded ([`History::begin`]); a store that fails here
 //! gets a 5xx JSON error (503 `store_unavailable` when it cannot be reached). Once the stream
 //! starts, errors are in-band `error` events and the stream always ends with `completed`.
+//!
+//! Every wait has a bound ([`EndpointLimits`]): a turn ends by its deadline (`completed` with
+//! status `partial`), a body must arrive within its read timeout, and `serve` closes a connection
+//! that sends no complete request head in time (which also ends idle keep-alive connections) and
+//! serves at most a fixed number of connections at once. Accepted sockets set `TCP_NODELAY`.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -72,6 +77,35 @@ impl IntoResponse for ApiError {
     }
 }
 
+/// The time and connection limits of the endpoint. The turn deadline and the body-read timeout
+/// apply wherever [`ChatService`] answers; the request-head timeout and the connection cap are
+/// `serve`'s (in Lambda the platform owns the connections).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EndpointLimits {
+    /// Longest a turn runs, from its request: then it ends with `completed` (status `partial`),
+    /// keeping what was produced. In Lambda the invocation deadline cuts it earlier if nearer.
+    pub turn_deadline: Duration,
+    /// Longest the request body may take to arrive (a body trickle is cut with 408).
+    pub body_read_timeout: Duration,
+    /// Longest a connection may wait for a complete request head: on a new connection the time
+    /// to send the headers, on a kept-alive one the idle time plus that (hyper's header-read
+    /// timer starts when the connection waits for a request). Then the connection is closed.
+    pub request_head_timeout: Duration,
+    /// Connections served at once; further ones wait in the listen backlog until one closes.
+    pub max_connections: usize,
+}
+
+impl Default for EndpointLimits {
+    fn default() -> EndpointLimits {
+        EndpointLimits {
+            turn_deadline: Duration::from_secs(120),
+            body_read_timeout: Duration::from_secs(15),
+            request_head_timeout: Duration::from_secs(30),
+            max_connections: 512,
+        }
+    }
+}
+
 /// The JSON body of a chat request.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -133,6 +167,7 @@ pub struct ChatService {
     limits: RequestLimits,
     heartbeat: Duration,
     auth: AuthMode,
+    endpoint: EndpointLimits,
 }
 
 impl ChatService {
@@ -143,13 +178,31 @@ impl ChatService {
         limits: RequestLimits,
         heartbeat: Duration,
     ) -> ChatService {
-        ChatService { orchestrator, history, limits, heartbeat, auth: AuthMode::LocalHeader }
+        ChatService {
+            orchestrator,
+            history,
+            limits,
+            heartbeat,
+            auth: AuthMode::LocalHeader,
+            endpoint: EndpointLimits::default(),
+        }
     }
 
     /// The same service identifying callers with `auth`.
     pub fn with_auth(mut self, auth: AuthMode) -> ChatService {
         self.auth = auth;
         self
+    }
+
+    /// The same service with these time and connection limits.
+    pub fn with_endpoint_limits(mut self, endpoint: EndpointLimits) -> ChatService {
+        self.endpoint = endpoint;
+        self
+    }
+
+    /// The time and connection limits.
+    pub fn endpoint_limits(&self) -> EndpointLimits {
+        self.endpoint
     }
 
     /// The caller of a request that carries its credentials in headers (JWT or local mode). IAM
@@ -185,6 +238,7 @@ impl ChatService {
         headers: &HeaderMap,
         body: &[u8],
     ) -> Result<ValidRequest, ApiError> {
+        require_json(headers)?;
         if body.len() > self.limits.max_body_bytes {
             return Err(body_too_large(self.limits.max_body_bytes));
         }
@@ -276,8 +330,9 @@ impl ChatService {
     }
 
     /// Answers one request: a 4xx JSON error, a 5xx JSON error if the store fails before the
-    /// turn starts, or a 200 SSE stream of the recorded turn. With a `deadline`, the turn ends
-    /// with `completed` by then whatever is still running.
+    /// turn starts, or a 200 SSE stream of the recorded turn. The turn ends with `completed` by
+    /// the turn deadline, or by `deadline` (a Lambda invocation's) if that is nearer, whatever
+    /// is still running.
     pub async fn respond(
         &self,
         caller: &Caller,
@@ -285,6 +340,8 @@ impl ChatService {
         body: &[u8],
         deadline: Option<tokio::time::Instant>,
     ) -> Response {
+        let turn_deadline = tokio::time::Instant::now() + self.endpoint.turn_deadline;
+        let deadline = deadline.map_or(turn_deadline, |d| d.min(turn_deadline));
         let ValidRequest { mut turn, request_id } = match self.validate(caller, headers, body) {
             Ok(valid) => valid,
             Err(e) => return e.into_response(),
@@ -300,10 +357,7 @@ impl ChatService {
         let episode = HeaderValue::from_str(&turn.episode_id).expect("checked id is a valid header");
         let turn_id = HeaderValue::from_str(&turn.turn_id).expect("uuid is a valid header");
         let id = turn.turn_id.clone();
-        let events = match deadline {
-            Some(deadline) => self.orchestrator.run_turn_until(turn, Some(deadline)),
-            None => self.orchestrator.run_turn(turn),
-        };
+        let events = self.orchestrator.run_turn_until(turn, Some(deadline));
         let events = self.history.record(key, id, events);
         let mut response = Response::new(Body::from_stream(sse_body(events, self.heartbeat)));
         let h = response.headers_mut();
@@ -322,6 +376,23 @@ fn body_too_large(limit: usize) -> ApiError {
         "body_too_large",
         format!("the body is larger than {limit} bytes"),
     )
+}
+
+/// Chat requests are JSON: anything else is refused before the body is read. Besides saying what
+/// the endpoint speaks, this makes a cross-site browser POST a CORS-preflighted request, so a web
+/// page cannot start turns on a local unauthenticated `serve` with a plain form or `text/plain`.
+fn require_json(headers: &HeaderMap) -> Result<(), ApiError> {
+    let content_type = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
+    let essence = content_type.split(';').next().unwrap_or("").trim();
+    if essence.eq_ignore_ascii_case("application/json") {
+        Ok(())
+    } else {
+        Err(ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+            "send the request as JSON with `content-type: application/json`",
+        ))
+    }
 }
 
 fn bad_id(field: &str) -> ApiError {
@@ -375,7 +446,26 @@ async fn chat(State(service): State<Arc<ChatService>>, headers: HeaderMap, body:
     if declared.is_some_and(|n| n > limit) {
         return body_too_large(limit).into_response();
     }
-    match axum::body::to_bytes(body, limit).await {
+    if let Err(e) = require_json(&headers) {
+        return e.into_response();
+    }
+    // A total bound on the body, not an idle one: a client trickling a byte now and then would
+    // reset any per-read timer forever. hyper closes the connection after this answer, since
+    // the rest of the body was not read.
+    let timeout = service.endpoint.body_read_timeout;
+    let read = match tokio::time::timeout(timeout, axum::body::to_bytes(body, limit)).await {
+        Ok(read) => read,
+        Err(_) => {
+            tracing::info!(timeout_ms = timeout.as_millis() as u64, "request body too slow");
+            return ApiError::new(
+                StatusCode::REQUEST_TIMEOUT,
+                "body_timeout",
+                format!("the request body did not arrive within {} ms", timeout.as_millis()),
+            )
+            .into_response();
+        }
+    };
+    match read {
         Ok(bytes) => service.respond(&caller, &headers, &bytes, None).await,
         Err(e) => {
             let too_large = std::iter::successors(Some(&e as &dyn std::error::Error), |e| e.source())
@@ -398,6 +488,20 @@ async fn health() -> &'static str {
     "ok"
 }
 
+/// Unknown paths get the JSON error shape too.
+async fn not_found() -> ApiError {
+    ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such endpoint: POST /chat to chat")
+}
+
+/// A known path with a method it does not serve (axum adds the `Allow` header).
+async fn method_not_allowed() -> ApiError {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        "this path does not serve that method",
+    )
+}
+
 /// The router: `POST /` and `POST /chat` (the chat endpoint), `GET /health`, and the chat page
 /// ([`crate::web`]) at `GET /`.
 pub fn app(service: Arc<ChatService>) -> Router {
@@ -406,16 +510,71 @@ pub fn app(service: Arc<ChatService>) -> Router {
         .route("/chat", post(chat))
         .route("/health", get(health))
         .merge(crate::web::routes())
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
         .with_state(service)
 }
 
-/// Serves `app` on `listener` until `shutdown` resolves.
+/// Serves `app` on `listener` until `shutdown` resolves, within the service's
+/// [`EndpointLimits`]: at most `max_connections` at once (more wait in the listen backlog), each
+/// closed when it sends no complete request head within `request_head_timeout`, each with
+/// `TCP_NODELAY`. On shutdown it stops accepting, closes idle connections and waits for the
+/// turns in progress (each bounded by its deadline).
 pub async fn serve(
     listener: tokio::net::TcpListener,
     service: Arc<ChatService>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, app(service)).with_graceful_shutdown(shutdown).await
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    use hyper_util::service::TowerToHyperService;
+
+    let limits = service.endpoint_limits();
+    let router = app(service);
+    let slots = Arc::new(tokio::sync::Semaphore::new(limits.max_connections.max(1)));
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new()).header_read_timeout(limits.request_head_timeout);
+    tokio::pin!(shutdown);
+    loop {
+        // A free slot first, then accept: connections over the cap stay in the kernel's backlog.
+        let slot = tokio::select! {
+            slot = slots.clone().acquire_owned() => slot.expect("the semaphore is never closed"),
+            () = &mut shutdown => break,
+        };
+        let stream = tokio::select! {
+            accepted = accept(&listener) => match accepted {
+                Ok(stream) => stream,
+                Err(e) => {
+                    // Out of file descriptors and the like: wait instead of spinning.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        let connection =
+            http.serve_connection(TokioIo::new(stream), TowerToHyperService::new(router.clone()));
+        let connection = graceful.watch(connection);
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!(error = %e, "connection ended with an error");
+            }
+            drop(slot);
+        });
+    }
+    drop(listener);
+    graceful.shutdown().await;
+    Ok(())
+}
+
+/// Accepts one connection and sets `TCP_NODELAY`: without it, Nagle's algorithm holds a small
+/// SSE event (the next turn's `thinking`) on a kept-alive connection until the client's delayed
+/// ACK, ~40 ms.
+async fn accept(listener: &tokio::net::TcpListener) -> std::io::Result<tokio::net::TcpStream> {
+    let (stream, _) = listener.accept().await?;
+    stream.set_nodelay(true)?;
+    Ok(stream)
 }
 
 #[cfg(test)]
@@ -437,8 +596,40 @@ mod tests {
         (service, dir)
     }
 
+    fn json_headers() -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        headers
+    }
+
     fn code(body: &[u8]) -> &'static str {
-        service().0.validate(&Caller::Local, &HeaderMap::new(), body).unwrap_err().code
+        service().0.validate(&Caller::Local, &json_headers(), body).unwrap_err().code
+    }
+
+    #[test]
+    fn only_json_bodies_are_accepted() {
+        let (service, _dir) = service();
+        let with = |content_type: Option<&'static str>| {
+            let mut headers = HeaderMap::new();
+            if let Some(t) = content_type {
+                headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(t));
+            }
+            service.validate(&Caller::Local, &headers, br#"{"message":"hi"}"#).map(|_| ()).map_err(|e| e.code)
+        };
+        assert_eq!(with(Some("application/json")), Ok(()));
+        assert_eq!(with(Some("Application/JSON; charset=utf-8")), Ok(()));
+        assert_eq!(with(None), Err("unsupported_media_type"));
+        assert_eq!(with(Some("text/plain")), Err("unsupported_media_type"));
+        assert_eq!(with(Some("application/x-www-form-urlencoded")), Err("unsupported_media_type"));
+    }
+
+    #[tokio::test]
+    async fn accepted_sockets_set_tcp_nodelay() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let client = tokio::net::TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
+        let accepted = accept(&listener).await.unwrap();
+        assert!(accepted.nodelay().unwrap(), "the server side of the connection has TCP_NODELAY");
+        assert!(!client.nodelay().unwrap(), "not the default: the setting comes from accept");
     }
 
     #[test]
@@ -457,7 +648,7 @@ mod tests {
 
     #[test]
     fn a_good_request_mints_ids_and_takes_the_local_user_header() {
-        let mut headers = HeaderMap::new();
+        let mut headers = json_headers();
         headers.insert(USER_HEADER, HeaderValue::from_static("alice"));
         let valid =
             service().0.validate(&Caller::Local, &headers, br#"{"message":"hi","request_id":"r1"}"#).unwrap();
@@ -487,7 +678,7 @@ mod tests {
 
     #[test]
     fn a_verified_caller_wins_over_the_user_header() {
-        let mut headers = HeaderMap::new();
+        let mut headers = json_headers();
         headers.insert(USER_HEADER, HeaderValue::from_static("mallory"));
         let caller = Caller::verified("alice").unwrap();
         let valid = service().0.validate(&caller, &headers, br#"{"message":"hi"}"#).unwrap();

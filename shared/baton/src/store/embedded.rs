@@ -4,7 +4,14 @@
 //! `(pk, sk)`, values are the items' DynamoDB JSON), and gets the same guarantees from redb's
 //! serializable write transactions: each trait call is one transaction, so optimistic locking and
 //! request-id idempotency are checks inside it. redb calls block, so they run on the blocking
-//! pool. The file is locked while open: a second process that opens it gets a clear error.
+//! pool.
+//!
+//! The file is locked while open (redb takes an exclusive `flock`), so one process uses it at a
+//! time. A second process waits for it up to [`LOCK_WAIT`], saying so on the log, which lets two
+//! `chat` commands run one after the other; a `serve` holds the file for its whole life, so a
+//! `chat` beside it fails after the wait with a clear error. Sharing the file between processes
+//! would mean opening it per operation (an open costs more than the operation) or a store
+//! server; the local default keeps redb and this bounded wait, and DynamoDB serves many processes.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -18,12 +25,25 @@ use super::{
     StoredMessage, is_expired, message_sk, request_sk, ttl_after,
 };
 
+/// Store calls that run on the blocking pool at once. redb runs one write transaction at a time,
+/// so more threads only wait on its lock: after a burst of 500 dropped streams (each saving its
+/// partial reply) the pool had grown to ~400 threads, each keeping its stack and malloc arena.
+pub const MAX_CONCURRENT_CALLS: usize = 4;
+
+/// redb's page cache. Its default (1 GiB) lets a long-running `serve` grow with the store file;
+/// a turn reads a few recent messages of one episode, so a small cache serves it.
+pub const CACHE_BYTES: usize = 16 * 1024 * 1024;
+
+/// How long [`EmbeddedStore::open`] waits for a store file another process holds.
+pub const LOCK_WAIT: Duration = Duration::from_secs(5);
+
 /// The one table: `(pk, sk)` → the item's DynamoDB JSON.
 pub const ITEMS: TableDefinition<'static, (&str, &str), &[u8]> = TableDefinition::new("items");
 
 /// A file-backed [`Store`].
 pub struct EmbeddedStore {
     db: Arc<Database>,
+    calls: Arc<tokio::sync::Semaphore>,
     path: PathBuf,
     clock: Arc<dyn Clock>,
     retention: Duration,
@@ -41,24 +61,60 @@ fn failed(what: &str, e: impl std::fmt::Display) -> StoreError {
 
 impl EmbeddedStore {
     /// Opens (or creates) the store file at `path`, creating its directory; items live for
-    /// [`DEFAULT_RETENTION`] after their last write.
+    /// [`DEFAULT_RETENTION`] after their last write. If another process holds the file, waits
+    /// for it up to [`LOCK_WAIT`] (blocking the calling thread: open stores at start-up).
     pub fn open(path: impl AsRef<Path>, clock: Arc<dyn Clock>) -> Result<EmbeddedStore, StoreError> {
+        EmbeddedStore::open_waiting(path, clock, LOCK_WAIT)
+    }
+
+    /// [`EmbeddedStore::open`], waiting up to `wait` for a file another process holds.
+    pub fn open_waiting(
+        path: impl AsRef<Path>,
+        clock: Arc<dyn Clock>,
+        wait: Duration,
+    ) -> Result<EmbeddedStore, StoreError> {
         let path = path.as_ref().to_path_buf();
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir)
                 .map_err(|e| failed(&format!("cannot create the store directory {}", dir.display()), e))?;
         }
-        let db = Database::create(&path).map_err(|e| match e {
-            redb::DatabaseError::DatabaseAlreadyOpen => StoreError::Unavailable(format!(
-                "the store file {} is in use by another process (stop it, or pass another --store-path)",
-                path.display()
-            )),
-            e => failed(&format!("cannot open the store file {}", path.display()), e),
-        })?;
+        let give_up = std::time::Instant::now() + wait;
+        let mut said = false;
+        let db = loop {
+            match Database::builder().set_cache_size(CACHE_BYTES).create(&path) {
+                Ok(db) => break db,
+                Err(redb::DatabaseError::DatabaseAlreadyOpen) if std::time::Instant::now() < give_up => {
+                    if !said {
+                        tracing::warn!(
+                            path = %path.display(),
+                            "the store file is in use by another process; waiting up to {} ms for it",
+                            wait.as_millis()
+                        );
+                        said = true;
+                    }
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                Err(redb::DatabaseError::DatabaseAlreadyOpen) => {
+                    return Err(StoreError::Unavailable(format!(
+                        "the store file {} is in use by another process (waited {} ms; a `serve` holds \
+                         it while it runs: stop it, chat through it, or pass another --store-path)",
+                        path.display(),
+                        wait.as_millis()
+                    )));
+                }
+                Err(e) => return Err(failed(&format!("cannot open the store file {}", path.display()), e)),
+            }
+        };
         let txn = db.begin_write().map_err(|e| failed("begin", e))?;
         txn.open_table(ITEMS).map_err(|e| failed("open table", e))?;
         txn.commit().map_err(|e| failed("commit", e))?;
-        Ok(EmbeddedStore { db: Arc::new(db), path, clock, retention: DEFAULT_RETENTION })
+        Ok(EmbeddedStore {
+            db: Arc::new(db),
+            calls: Arc::new(tokio::sync::Semaphore::new(MAX_CONCURRENT_CALLS)),
+            path,
+            clock,
+            retention: DEFAULT_RETENTION,
+        })
     }
 
     /// Items live for `retention` after their last write.
@@ -88,7 +144,13 @@ impl EmbeddedStore {
         f: impl FnOnce(&Database) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
         let db = self.db.clone();
-        tokio::task::spawn_blocking(move || f(&db)).await.map_err(|e| failed("store task", e))?
+        let permit = self.calls.clone().acquire_owned().await.expect("the semaphore is never closed");
+        tokio::task::spawn_blocking(move || {
+            let _permit = permit;
+            f(&db)
+        })
+        .await
+        .map_err(|e| failed("store task", e))?
     }
 
     /// Runs `f` in one write transaction and commits if it succeeds.
@@ -280,5 +342,43 @@ impl Store for EmbeddedStore {
             Ok(out)
         })
         .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::SystemClock;
+
+    #[test]
+    fn a_second_open_waits_for_the_file_to_be_released() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.redb");
+        let first = EmbeddedStore::open(&path, Arc::new(SystemClock)).unwrap();
+        let (released_tx, released_rx) = std::sync::mpsc::channel();
+        let holder = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            drop(first);
+            released_tx.send(()).unwrap();
+        });
+        let second = EmbeddedStore::open_waiting(&path, Arc::new(SystemClock), Duration::from_secs(30));
+        assert!(second.is_ok(), "{second:?}");
+        assert!(released_rx.try_recv().is_ok(), "opened only once the first one let go");
+        holder.join().unwrap();
+    }
+
+    #[test]
+    fn a_file_held_past_the_wait_is_a_clear_unavailable_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.redb");
+        let _first = EmbeddedStore::open(&path, Arc::new(SystemClock)).unwrap();
+        let err = EmbeddedStore::open_waiting(&path, Arc::new(SystemClock), Duration::from_millis(200))
+            .unwrap_err();
+        assert!(matches!(err, StoreError::Unavailable(_)), "{err:?}");
+        let message = err.to_string();
+        assert!(
+            message.contains("in use by another process") && message.contains("--store-path"),
+            "{message}"
+        );
     }
 }
