@@ -27,6 +27,7 @@
 //!   runtime built from it.
 //! - [`eval`]: the routing scenario suite, its scoring, and fault injection.
 //! - [`remote`]: agents in another process: NDJSON over a transport, and the serving side.
+//! - [`mcp`]: Model Context Protocol: MCP servers' tools for agents, and agents served over MCP.
 //! - [`http`]: the chat endpoint (validation, SSE body), shared by `serve` and the Lambda.
 //! - [`store`]: the [`store::Store`] trait (episodes, messages, vendor state) and the embedded,
 //!   file-backed store.
@@ -47,6 +48,7 @@ pub mod event;
 pub mod guard;
 pub mod history;
 pub mod http;
+pub mod mcp;
 pub mod model;
 pub mod mux;
 pub mod orchestrator;
