@@ -3,6 +3,7 @@
 
 mod chat;
 mod lambda;
+mod mcp;
 mod render;
 mod routing_eval;
 
@@ -33,6 +34,7 @@ async fn main() -> std::process::ExitCode {
     };
     let mut backends = Backends::over_store(history.store().clone());
     backends.remote_shopping = args.remote_shopping().await;
+    let mcp_backends = backends.clone();
     let built = args.config().map_err(|e| e.to_string()).and_then(|c| {
         let orchestrator = c.build_with(backends).map_err(|e| e.to_string())?;
         Ok((c, orchestrator, args.auth(in_lambda)?))
@@ -62,6 +64,7 @@ async fn main() -> std::process::ExitCode {
     match args.command {
         cli::Command::Chat(chat) => chat::run(&orchestrator, &history, &chat).await,
         cli::Command::RoutingEval(eval) => routing_eval::run(&config, &orchestrator, &eval).await,
+        cli::Command::Mcp(mcp) => mcp::run(&config, &mcp_backends, &mcp).await,
         cli::Command::Serve(serve) => {
             let listener = match tokio::net::TcpListener::bind(&serve.addr).await {
                 Ok(l) => l,

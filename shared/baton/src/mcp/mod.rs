@@ -89,6 +89,13 @@ impl McpTools {
         self.servers.iter().flat_map(|(_, tools)| tools.iter().map(|t| t.clone() as Arc<dyn Tool>)).collect()
     }
 
+    /// One tool, by its server and its name on the server: for callers that stream its
+    /// progress ([`McpTool::start`]).
+    pub fn tool(&self, server: &str, tool: &str) -> Option<Arc<McpTool>> {
+        let (_, tools) = self.servers.iter().find(|(name, _)| name == server)?;
+        tools.iter().find(|t| t.remote_name() == tool).cloned()
+    }
+
     /// The tools an agent's `tools:` entry names: `server.*` (all of a server's tools) or
     /// `server.tool` (one, by its name on the server). An unknown server, or a tool the server
     /// does not offer (or the allowlist leaves out), is an error naming the pattern; an
@@ -221,6 +228,6 @@ mod tests {
     fn selecting_from_no_servers_names_the_pattern() {
         let tools = McpTools { servers: vec![], absent: vec!["maybe".into()] };
         assert!(tools.select("maybe.*").unwrap().is_empty(), "an absent optional server selects nothing");
-        assert_eq!(tools.select("nope.x").unwrap_err().path, "nope.x");
+        assert_eq!(tools.select("nope.x").err().map(|e| e.path).as_deref(), Some("nope.x"));
     }
 }
