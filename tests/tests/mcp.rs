@@ -10,7 +10,6 @@
 //! scripts/test.sh installs the npm packages into tests/mcp/node_modules and `mcp` into .venv.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Duration;
 
 use baton::config::{Backends, Config};
@@ -31,17 +30,25 @@ fn everything_js() -> String {
     js.display().to_string()
 }
 
-fn servers(yaml: &str) -> McpServers {
-    serde_yaml_ng::from_str(yaml).unwrap()
+fn servers(config: Value) -> McpServers {
+    serde_json::from_value(config).unwrap()
 }
 
-fn stdio_config(extra: &str) -> McpServers {
-    servers(&format!("everything: {{command: node, args: ['{}', stdio]{extra}}}", everything_js()))
+/// `server` with the fields of `extra` added.
+fn with(mut server: Value, extra: &Value) -> Value {
+    if let (Some(server), Some(extra)) = (server.as_object_mut(), extra.as_object()) {
+        server.extend(extra.clone());
+    }
+    server
+}
+
+fn stdio_config(extra: Value) -> McpServers {
+    servers(json!({"everything": with(json!({"command": "node", "args": [everything_js(), "stdio"]}), &extra)}))
 }
 
 /// The reference server's streamable HTTP transport on a free loopback port, killed on drop.
 struct HttpEverything {
-    child: tokio::process::Child,
+    _child: tokio::process::Child,
     url: String,
 }
 
@@ -60,11 +67,11 @@ impl HttpEverything {
             tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok()
         })
         .await;
-        HttpEverything { child, url: format!("http://127.0.0.1:{port}/mcp") }
+        HttpEverything { _child: child, url: format!("http://127.0.0.1:{port}/mcp") }
     }
 
-    fn config(&self, extra: &str) -> McpServers {
-        servers(&format!("everything: {{url: '{}'{extra}}}", self.url))
+    fn config(&self, extra: Value) -> McpServers {
+        servers(json!({"everything": with(json!({"url": self.url}), &extra)}))
     }
 }
 
@@ -76,7 +83,7 @@ enum Transport {
 
 /// Connects to the reference server over `transport`; the HTTP server lives as long as the
 /// returned guard.
-async fn connect(transport: Transport, extra: &str) -> (McpTools, Option<HttpEverything>) {
+async fn connect(transport: Transport, extra: Value) -> (McpTools, Option<HttpEverything>) {
     match transport {
         Transport::Stdio => (connect_all(&stdio_config(extra)).await.unwrap(), None),
         Transport::Http => {
@@ -93,7 +100,7 @@ async fn call(tools: &McpTools, name: &str, arguments: Value) -> baton::tool::To
 }
 
 async fn lists_tools_with_their_schemas(transport: Transport) {
-    let (tools, _server) = connect(transport, "").await;
+    let (tools, _server) = connect(transport, json!({})).await;
     let registry = ToolRegistry::new(tools.select("everything.*").unwrap()).unwrap();
     let specs = registry.specs();
     let sum = specs.iter().find(|s| s.name == "mcp__everything__get-sum").expect("get-sum is offered");
@@ -103,7 +110,7 @@ async fn lists_tools_with_their_schemas(transport: Transport) {
 }
 
 async fn calls_with_validated_arguments(transport: Transport) {
-    let (tools, _server) = connect(transport, "").await;
+    let (tools, _server) = connect(transport, json!({})).await;
     let outcome = call(&tools, "mcp__everything__get-sum", json!({"a": 2, "b": 40})).await;
     assert!(!outcome.is_error, "{outcome:?}");
     assert!(outcome.result.as_str().unwrap().contains("42"), "{outcome:?}");
@@ -112,13 +119,13 @@ async fn calls_with_validated_arguments(transport: Transport) {
 }
 
 async fn a_structured_result_is_the_tool_result(transport: Transport) {
-    let (tools, _server) = connect(transport, "").await;
+    let (tools, _server) = connect(transport, json!({})).await;
     let outcome = call(&tools, "mcp__everything__get-structured-content", json!({"location": "Chicago"})).await;
     assert_eq!(outcome.result, json!({"temperature": 36, "conditions": "Light rain / drizzle", "humidity": 82}));
 }
 
 async fn an_is_error_result_is_an_error_the_model_reads(transport: Transport) {
-    let (tools, _server) = connect(transport, "").await;
+    let (tools, _server) = connect(transport, json!({})).await;
     let outcome = call(&tools, "mcp__everything__gzip-file-as-resource", json!({"data": "ftp://127.0.0.1/x"})).await;
     assert!(outcome.is_error);
     assert_eq!(outcome.result["error"]["code"], "tool_failed");
@@ -127,7 +134,7 @@ async fn an_is_error_result_is_an_error_the_model_reads(transport: Transport) {
 }
 
 async fn progress_notifications_come_before_the_result(transport: Transport) {
-    let (tools, _server) = connect(transport, "").await;
+    let (tools, _server) = connect(transport, json!({})).await;
     let tool = tools.tool("everything", "trigger-long-running-operation").unwrap();
     let items: Vec<McpCallItem> = tool.start(json!({"duration": 0.3, "steps": 3})).collect().await;
     let progress: Vec<f64> = items
@@ -143,7 +150,7 @@ async fn progress_notifications_come_before_the_result(transport: Transport) {
 }
 
 async fn a_slow_call_is_cancelled_at_its_timeout(transport: Transport) {
-    let (tools, _server) = connect(transport, ", timeout_seconds: 1").await;
+    let (tools, _server) = connect(transport, json!({"timeout_seconds": 1})).await;
     let slow = call(&tools, "mcp__everything__trigger-long-running-operation", json!({"duration": 30, "steps": 30})).await;
     assert_eq!(slow.result["error"]["code"], "tool_timeout", "{slow:?}");
     // The session survived the cancellation: the next call is answered.
@@ -189,7 +196,7 @@ async fn a_server_killed_mid_call_is_retried_once_then_an_error_result_then_rest
     let dir = tempfile::tempdir().unwrap();
     let pidfile = dir.path().join("pids");
     let script = format!("echo $$ >> '{}'; exec node '{}' stdio", pidfile.display(), everything_js());
-    let config = servers(&format!("everything: {{command: sh, args: ['-c', \"{script}\"]}}"));
+    let config = servers(json!({"everything": {"command": "sh", "args": ["-c", script]}}));
     let tools = connect_all(&config).await.unwrap();
     let long = call(&tools, "mcp__everything__trigger-long-running-operation", json!({"duration": 20, "steps": 20}));
     let killer = async {
@@ -209,12 +216,12 @@ async fn a_server_killed_mid_call_is_retried_once_then_an_error_result_then_rest
 
 #[tokio::test]
 async fn a_server_that_will_not_start_is_named_unless_optional() {
-    let missing = servers("ghost: {command: /nonexistent/mcp-server}");
+    let missing = servers(json!({"ghost": {"command": "/nonexistent/mcp-server"}}));
     match connect_all(&missing).await {
         Err(McpError::Start { server, .. }) => assert_eq!(server, "ghost"),
         other => panic!("expected a start error: {other:?}"),
     }
-    let optional = servers("ghost: {command: /nonexistent/mcp-server, optional: true}");
+    let optional = servers(json!({"ghost": {"command": "/nonexistent/mcp-server", "optional": true}}));
     let tools = connect_all(&optional).await.unwrap();
     assert!(tools.all().is_empty());
     assert!(tools.select("ghost.*").unwrap().is_empty(), "an absent optional server offers nothing");
@@ -222,11 +229,11 @@ async fn a_server_that_will_not_start_is_named_unless_optional() {
 
 #[tokio::test]
 async fn an_allowlisted_tool_the_server_lacks_is_refused_naming_the_field() {
-    let error = connect_all(&stdio_config(", tools: [echo, no-such-tool]")).await.unwrap_err();
+    let error = connect_all(&stdio_config(json!({"tools": ["echo", "no-such-tool"]}))).await.unwrap_err();
     let McpError::Config(e) = error else { panic!("{error:?}") };
     assert_eq!(e.path, "mcp_servers.everything.tools[1]");
     assert!(e.reason.contains("no-such-tool") && e.reason.contains("get-sum"), "{e}");
-    let tools = connect_all(&stdio_config(", tools: [echo]")).await.unwrap();
+    let tools = connect_all(&stdio_config(json!({"tools": ["echo"]}))).await.unwrap();
     assert_eq!(tools.all().len(), 1, "the allowlist leaves out the rest");
     assert!(tools.select("everything.get-sum").is_err());
 }
@@ -330,7 +337,7 @@ async fn conformance_client_entry() {
         return;
     }
     let url = std::env::args().last().unwrap();
-    let tools = connect_all(&servers(&format!("suite: {{url: '{url}'}}"))).await.unwrap();
+    let tools = connect_all(&servers(json!({"suite": {"url": url}}))).await.unwrap();
     for tool in tools.all() {
         let schema = tool.parameters();
         let arguments: serde_json::Map<String, Value> = schema["properties"]
@@ -363,9 +370,4 @@ async fn batons_client_passes_the_conformance_scenarios_that_apply() {
             String::from_utf8_lossy(&out.stderr)
         );
     }
-}
-
-#[allow(dead_code)]
-fn _tools_are_shared(t: &McpTools) -> Vec<Arc<dyn baton::tool::Tool>> {
-    t.all()
 }

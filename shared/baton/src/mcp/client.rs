@@ -16,7 +16,7 @@ use futures::{Stream, StreamExt};
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotification,
     CancelledNotificationParam, ClientCapabilities, ClientConfig, ClientRequest, Implementation,
-    ProgressNotificationParam, RequestId, ServerResult,
+    ProgressNotificationParam, ProtocolVersion, RequestId, ServerResult,
 };
 use rmcp::service::{NotificationContext, Peer, PeerRequestOptions, RoleClient, RunningService, ServiceError};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
@@ -49,6 +49,10 @@ pub struct McpProgress {
     pub message: Option<String>,
 }
 
+/// Longest a server may take to start (a child process, or a connection and its handshake) and
+/// to list its tools: `npx` fetching a package is slow, a call's own timeout may be short.
+pub const START_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// The message of a call that failed twice on the transport.
 pub const TRANSPORT_ERROR_AFTER_RETRY: &str = "MCP transport error (after retry)";
 
@@ -79,10 +83,10 @@ impl ClientHandler for ProgressRouter {
     }
 
     fn get_info(&self) -> ClientConfig {
-        ClientConfig::new(
-            ClientCapabilities::default(),
-            Implementation::new("baton", env!("CARGO_PKG_VERSION")),
-        )
+        // The newest version with the `initialize` handshake: what deployed servers (and the
+        // conformance suite) speak; a server on an older version answers with its own.
+        ClientConfig::new(ClientCapabilities::default(), Implementation::new("baton", env!("CARGO_PKG_VERSION")))
+            .with_protocol_version(ProtocolVersion::LATEST_WITH_INITIALIZE)
     }
 }
 
@@ -167,8 +171,8 @@ impl McpConnection {
             return Ok(session.clone());
         }
         *slot = None;
-        let started = tokio::time::timeout(self.timeout, self.start()).await.unwrap_or_else(|_| {
-            Err(format!("did not finish its start-up handshake within {} ms", self.timeout.as_millis()))
+        let started = tokio::time::timeout(START_TIMEOUT, self.start()).await.unwrap_or_else(|_| {
+            Err(format!("did not finish its start-up handshake within {} s", START_TIMEOUT.as_secs()))
         });
         let session = Arc::new(started.map_err(|reason| McpError::Start { server: self.name.clone(), reason })?);
         *slot = Some(session.clone());
@@ -204,16 +208,16 @@ impl McpConnection {
         Ok(Session { peer: service.peer().clone(), progress, _service: service })
     }
 
-    /// Every tool the server offers (all pages), under the start-up timeout.
+    /// Every tool the server offers (all pages), under the start-up bound.
     pub async fn list_tools(&self) -> Result<Vec<rmcp::model::Tool>, McpError> {
         let session = self.session().await?;
-        let listed = tokio::time::timeout(self.timeout, session.peer.list_all_tools()).await;
+        let listed = tokio::time::timeout(START_TIMEOUT, session.peer.list_all_tools()).await;
         match listed {
             Ok(Ok(tools)) => Ok(tools),
             Ok(Err(e)) => Err(McpError::Start { server: self.name.clone(), reason: format!("tools/list failed: {e}") }),
             Err(_) => Err(McpError::Start {
                 server: self.name.clone(),
-                reason: format!("tools/list did not answer within {} ms", self.timeout.as_millis()),
+                reason: format!("tools/list did not answer within {} s", START_TIMEOUT.as_secs()),
             }),
         }
     }

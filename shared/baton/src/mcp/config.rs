@@ -11,8 +11,7 @@ use serde::Deserialize;
 /// `mcp__<server>__<tool>` (see [`super::tool_name`]).
 pub type McpServers = BTreeMap<String, McpServerConfig>;
 
-/// How long one call (and the server's start and tool listing) may take when the
-/// configuration says nothing.
+/// How long one call may take when the configuration says nothing.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Longest `timeout_seconds` accepted (an hour: a call that runs longer is a job, not a tool).
@@ -45,7 +44,8 @@ pub struct McpServerConfig {
     /// The server's tools agents may use, by their name on the server; all of them when absent.
     #[serde(default)]
     pub tools: Option<Vec<String>>,
-    /// Longest one call may take (and the start and tool listing); 30 s by default.
+    /// Longest one call may take; 30 s by default. (Start and listing have their own bound,
+    /// [`super::client::START_TIMEOUT`].)
     #[serde(default)]
     pub timeout_seconds: Option<f64>,
     /// A server that fails to start is a warning and its tools are absent, instead of a
