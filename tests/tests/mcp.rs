@@ -43,7 +43,9 @@ fn with(mut server: Value, extra: &Value) -> Value {
 }
 
 fn stdio_config(extra: Value) -> McpServers {
-    servers(json!({"everything": with(json!({"command": "node", "args": [everything_js(), "stdio"]}), &extra)}))
+    servers(
+        json!({"everything": with(json!({"command": "node", "args": [everything_js(), "stdio"]}), &extra)}),
+    )
 }
 
 /// The reference server's streamable HTTP transport on a free loopback port, killed on drop.
@@ -120,13 +122,18 @@ async fn calls_with_validated_arguments(transport: Transport) {
 
 async fn a_structured_result_is_the_tool_result(transport: Transport) {
     let (tools, _server) = connect(transport, json!({})).await;
-    let outcome = call(&tools, "mcp__everything__get-structured-content", json!({"location": "Chicago"})).await;
-    assert_eq!(outcome.result, json!({"temperature": 36, "conditions": "Light rain / drizzle", "humidity": 82}));
+    let outcome =
+        call(&tools, "mcp__everything__get-structured-content", json!({"location": "Chicago"})).await;
+    assert_eq!(
+        outcome.result,
+        json!({"temperature": 36, "conditions": "Light rain / drizzle", "humidity": 82})
+    );
 }
 
 async fn an_is_error_result_is_an_error_the_model_reads(transport: Transport) {
     let (tools, _server) = connect(transport, json!({})).await;
-    let outcome = call(&tools, "mcp__everything__gzip-file-as-resource", json!({"data": "ftp://127.0.0.1/x"})).await;
+    let outcome =
+        call(&tools, "mcp__everything__gzip-file-as-resource", json!({"data": "ftp://127.0.0.1/x"})).await;
     assert!(outcome.is_error);
     assert_eq!(outcome.result["error"]["code"], "tool_failed");
     let message = outcome.result["error"]["message"].as_str().unwrap();
@@ -151,7 +158,9 @@ async fn progress_notifications_come_before_the_result(transport: Transport) {
 
 async fn a_slow_call_is_cancelled_at_its_timeout(transport: Transport) {
     let (tools, _server) = connect(transport, json!({"timeout_seconds": 1})).await;
-    let slow = call(&tools, "mcp__everything__trigger-long-running-operation", json!({"duration": 30, "steps": 30})).await;
+    let slow =
+        call(&tools, "mcp__everything__trigger-long-running-operation", json!({"duration": 30, "steps": 30}))
+            .await;
     assert_eq!(slow.result["error"]["code"], "tool_timeout", "{slow:?}");
     // The session survived the cancellation: the next call is answered.
     let next = call(&tools, "mcp__everything__echo", json!({"message": "still here"})).await;
@@ -198,7 +207,8 @@ async fn a_server_killed_mid_call_is_retried_once_then_an_error_result_then_rest
     let script = format!("echo $$ >> '{}'; exec node '{}' stdio", pidfile.display(), everything_js());
     let config = servers(json!({"everything": {"command": "sh", "args": ["-c", script]}}));
     let tools = connect_all(&config).await.unwrap();
-    let long = call(&tools, "mcp__everything__trigger-long-running-operation", json!({"duration": 20, "steps": 20}));
+    let long =
+        call(&tools, "mcp__everything__trigger-long-running-operation", json!({"duration": 20, "steps": 20}));
     let killer = async {
         kill_when_started(&pidfile, 0).await;
         kill_when_started(&pidfile, 1).await;
@@ -279,7 +289,8 @@ async fn the_python_mcp_client_lists_and_calls_a_baton_agent_and_sees_progress()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let got: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let names: Vec<&str> = got["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
+    let names: Vec<&str> =
+        got["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
     assert_eq!(names, ["shopping", "support"]);
     assert_eq!(got["tools"][0]["input_schema"]["required"], json!(["text"]));
     assert_eq!(got["is_error"], false, "{got}");
@@ -336,7 +347,7 @@ async fn conformance_client_entry() {
     if std::env::var_os("MCP_CONFORMANCE_SCENARIO").is_none() {
         return;
     }
-    let url = std::env::args().last().unwrap();
+    let url = std::env::args().next_back().unwrap();
     let tools = connect_all(&servers(json!({"suite": {"url": url}}))).await.unwrap();
     for tool in tools.all() {
         let schema = tool.parameters();
@@ -345,7 +356,11 @@ async fn conformance_client_entry() {
             .map(|p| p.keys().map(|k| (k.clone(), json!(1))).collect())
             .unwrap_or_default();
         let registry = ToolRegistry::new(vec![tool.clone()]).unwrap();
-        let call = ToolCall { id: "c".into(), name: tool.name().into(), arguments: Value::Object(arguments).to_string() };
+        let call = ToolCall {
+            id: "c".into(),
+            name: tool.name().into(),
+            arguments: Value::Object(arguments).to_string(),
+        };
         let outcome = registry.call(&call, &ToolContext::new("u", "e"), Duration::from_secs(10)).await;
         eprintln!("{}: {:?}", tool.name(), outcome.result);
     }

@@ -18,7 +18,9 @@ use rmcp::model::{
     CancelledNotificationParam, ClientCapabilities, ClientConfig, ClientRequest, Implementation,
     ProgressNotificationParam, ProtocolVersion, RequestId, ServerResult,
 };
-use rmcp::service::{NotificationContext, Peer, PeerRequestOptions, RoleClient, RunningService, ServiceError};
+use rmcp::service::{
+    NotificationContext, Peer, PeerRequestOptions, RoleClient, RunningService, ServiceError,
+};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{ClientHandler, ServiceExt};
@@ -85,8 +87,11 @@ impl ClientHandler for ProgressRouter {
     fn get_info(&self) -> ClientConfig {
         // The newest version with the `initialize` handshake: what deployed servers (and the
         // conformance suite) speak; a server on an older version answers with its own.
-        ClientConfig::new(ClientCapabilities::default(), Implementation::new("baton", env!("CARGO_PKG_VERSION")))
-            .with_protocol_version(ProtocolVersion::LATEST_WITH_INITIALIZE)
+        ClientConfig::new(
+            ClientCapabilities::default(),
+            Implementation::new("baton", env!("CARGO_PKG_VERSION")),
+        )
+        .with_protocol_version(ProtocolVersion::LATEST_WITH_INITIALIZE)
     }
 }
 
@@ -122,12 +127,15 @@ impl McpConnection {
         config: &McpServerConfig,
         lookup: impl Fn(&str) -> Option<String>,
     ) -> Result<McpConnection, McpError> {
-        let field_error = |field: String, reason: String| McpError::Config(super::McpConfigError { path: format!("mcp_servers.{name}.{field}"), reason });
+        let field_error = |field: String, reason: String| {
+            McpError::Config(super::McpConfigError { path: format!("mcp_servers.{name}.{field}"), reason })
+        };
         let endpoint = match (&config.command, &config.url) {
             (Some(command), None) => {
                 let mut env = BTreeMap::new();
                 for (key, value) in &config.env {
-                    let value = expand_env(value, &lookup).map_err(|e| field_error(format!("env.{key}"), e))?;
+                    let value =
+                        expand_env(value, &lookup).map_err(|e| field_error(format!("env.{key}"), e))?;
                     env.insert(key.clone(), value);
                 }
                 Endpoint::Stdio { command: command.clone(), args: config.args.clone(), env }
@@ -174,7 +182,8 @@ impl McpConnection {
         let started = tokio::time::timeout(START_TIMEOUT, self.start()).await.unwrap_or_else(|_| {
             Err(format!("did not finish its start-up handshake within {} s", START_TIMEOUT.as_secs()))
         });
-        let session = Arc::new(started.map_err(|reason| McpError::Start { server: self.name.clone(), reason })?);
+        let session =
+            Arc::new(started.map_err(|reason| McpError::Start { server: self.name.clone(), reason })?);
         *slot = Some(session.clone());
         Ok(session)
     }
@@ -195,7 +204,8 @@ impl McpConnection {
             Endpoint::Stdio { command, args, env } => {
                 let mut cmd = tokio::process::Command::new(command);
                 cmd.args(args).envs(env);
-                let transport = TokioChildProcess::new(cmd).map_err(|e| format!("`{command}` did not start: {e}"))?;
+                let transport =
+                    TokioChildProcess::new(cmd).map_err(|e| format!("`{command}` did not start: {e}"))?;
                 router.serve(transport).await.map_err(|e| e.to_string())?
             }
             Endpoint::Http { url, headers } => {
@@ -214,7 +224,9 @@ impl McpConnection {
         let listed = tokio::time::timeout(START_TIMEOUT, session.peer.list_all_tools()).await;
         match listed {
             Ok(Ok(tools)) => Ok(tools),
-            Ok(Err(e)) => Err(McpError::Start { server: self.name.clone(), reason: format!("tools/list failed: {e}") }),
+            Ok(Err(e)) => {
+                Err(McpError::Start { server: self.name.clone(), reason: format!("tools/list failed: {e}") })
+            }
             Err(_) => Err(McpError::Start {
                 server: self.name.clone(),
                 reason: format!("tools/list did not answer within {} s", START_TIMEOUT.as_secs()),
@@ -381,9 +393,11 @@ fn classify(tool: &str, timeout: Duration, response: Result<ServerResult, Servic
             Attempt::Finished(Err(ToolError::Timeout { tool: tool.to_owned(), timeout }))
         }
         Err(ServiceError::McpError(e)) => failed(format!("the server refused the call: {}", e.message)),
-        Err(e @ (ServiceError::TransportClosed | ServiceError::TransportSend(_) | ServiceError::Cancelled { .. })) => {
-            Attempt::Transport(e.to_string())
-        }
+        Err(
+            e @ (ServiceError::TransportClosed
+            | ServiceError::TransportSend(_)
+            | ServiceError::Cancelled { .. }),
+        ) => Attempt::Transport(e.to_string()),
         Err(e) => failed(e.to_string()),
     }
 }
@@ -392,7 +406,8 @@ fn classify(tool: &str, timeout: Duration, response: Result<ServerResult, Servic
 /// else the text (one string) when every block is text; else the content blocks as JSON. An
 /// `isError` result is an error the model reads, with the server's text.
 fn call_result(tool: &str, result: CallToolResult) -> Result<Value, ToolError> {
-    let texts: Option<Vec<&str>> = result.content.iter().map(|c| c.as_text().map(|t| t.text.as_str())).collect();
+    let texts: Option<Vec<&str>> =
+        result.content.iter().map(|c| c.as_text().map(|t| t.text.as_str())).collect();
     let content = || match &texts {
         Some(texts) => Value::String(texts.join("\n")),
         None => serde_json::to_value(&result.content).unwrap_or(Value::Null),
@@ -429,7 +444,10 @@ impl Tool for McpTool {
                     return outcome;
                 }
             }
-            Err(ToolError::Failed { tool: self.name.clone(), reason: "the call ended without an outcome".into() })
+            Err(ToolError::Failed {
+                tool: self.name.clone(),
+                reason: "the call ended without an outcome".into(),
+            })
         })
     }
 }
@@ -461,11 +479,20 @@ mod tests {
 
     #[test]
     fn transport_failures_are_retried_and_server_errors_are_not() {
-        assert!(matches!(classify("x", Duration::ZERO, Err(ServiceError::TransportClosed)), Attempt::Transport(_)));
+        assert!(matches!(
+            classify("x", Duration::ZERO, Err(ServiceError::TransportClosed)),
+            Attempt::Transport(_)
+        ));
         let refused = Err(ServiceError::McpError(rmcp::ErrorData::invalid_params("bad", None)));
-        assert!(matches!(classify("x", Duration::ZERO, refused), Attempt::Finished(Err(ToolError::Failed { .. }))));
+        assert!(matches!(
+            classify("x", Duration::ZERO, refused),
+            Attempt::Finished(Err(ToolError::Failed { .. }))
+        ));
         let timeout = Err(ServiceError::Timeout { timeout: Duration::from_secs(1) });
-        assert!(matches!(classify("x", Duration::ZERO, timeout), Attempt::Finished(Err(ToolError::Timeout { .. }))));
+        assert!(matches!(
+            classify("x", Duration::ZERO, timeout),
+            Attempt::Finished(Err(ToolError::Timeout { .. }))
+        ));
     }
 
     #[test]

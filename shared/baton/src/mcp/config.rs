@@ -162,7 +162,10 @@ fn validate_server(name: &str, s: &McpServerConfig) -> Result<(), McpConfigError
                 return Err(McpConfigError::new(at(&format!("tools[{i}]")), "must not be empty"));
             }
             if !seen.insert(tool) {
-                return Err(McpConfigError::new(at(&format!("tools[{i}]")), format!("`{tool}` is listed twice")));
+                return Err(McpConfigError::new(
+                    at(&format!("tools[{i}]")),
+                    format!("`{tool}` is listed twice"),
+                ));
             }
         }
     }
@@ -257,9 +260,15 @@ mod tests {
     fn bad_values_are_refused_naming_the_field() {
         assert_eq!(check("x: {url: 'ftp://h/m'}").unwrap_err().path, "mcp_servers.x.url");
         assert_eq!(check("x: {url: 'not a url'}").unwrap_err().path, "mcp_servers.x.url");
-        assert_eq!(check("x: {command: a, timeout_seconds: 0}").unwrap_err().path, "mcp_servers.x.timeout_seconds");
+        assert_eq!(
+            check("x: {command: a, timeout_seconds: 0}").unwrap_err().path,
+            "mcp_servers.x.timeout_seconds"
+        );
         assert_eq!(check("x: {command: a, tools: [a, a]}").unwrap_err().path, "mcp_servers.x.tools[1]");
-        assert_eq!(check("x: {url: 'http://h/m', headers: {'a b': c}}").unwrap_err().path, "mcp_servers.x.headers.a b");
+        assert_eq!(
+            check("x: {url: 'http://h/m', headers: {'a b': c}}").unwrap_err().path,
+            "mcp_servers.x.headers.a b"
+        );
         assert_eq!(check("a__b: {command: a}").unwrap_err().path, "mcp_servers.a__b");
     }
 

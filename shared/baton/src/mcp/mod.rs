@@ -61,14 +61,17 @@ pub enum McpError {
 /// refuse replaced by `_`, and a long name shortened with a hash of the original so that two
 /// tools never share one.
 pub fn tool_name(server: &str, tool: &str) -> String {
-    let clean: String =
-        tool.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' || c == '-' { c } else { '_' }).collect();
+    let clean: String = tool
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || c == '_' || c == '-' { c } else { '_' })
+        .collect();
     let name = format!("{MCP_TOOL_PREFIX}{server}__{clean}");
     if name.len() <= MAX_TOOL_NAME && clean == tool {
         return name;
     }
     // FNV-1a of the original name: stable across runs and builds.
-    let hash = tool.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
+    let hash =
+        tool.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
     let suffix = format!("_{:08x}", hash as u32);
     let keep = name.len().min(MAX_TOOL_NAME - suffix.len());
     format!("{}{suffix}", &name[..keep])
@@ -188,7 +191,9 @@ pub async fn connect_all(servers: &McpServers) -> Result<McpTools, McpError> {
                 }
             }
         }
-        let allowed = |t: &&rmcp::model::Tool| config.tools.as_ref().is_none_or(|a| a.iter().any(|w| w == t.name.as_ref()));
+        let allowed = |t: &&rmcp::model::Tool| {
+            config.tools.as_ref().is_none_or(|a| a.iter().any(|w| w == t.name.as_ref()))
+        };
         let server_tools: Vec<Arc<McpTool>> =
             listed.iter().filter(allowed).map(|t| Arc::new(McpTool::new(connection.clone(), t))).collect();
         tracing::info!(server = %name, tools = server_tools.len(), "MCP server connected");
@@ -206,7 +211,11 @@ mod tests {
         assert_eq!(tool_name("everything", "get-sum"), "mcp__everything__get-sum");
         let dotted = tool_name("fs", "files.read");
         assert!(dotted.starts_with("mcp__fs__files_read_") && dotted.len() <= 64, "{dotted}");
-        assert_ne!(tool_name("fs", "files.read"), tool_name("fs", "files_read"), "a cleaned name keeps its own hash");
+        assert_ne!(
+            tool_name("fs", "files.read"),
+            tool_name("fs", "files_read"),
+            "a cleaned name keeps its own hash"
+        );
         let long = tool_name("server", &"x".repeat(100));
         assert_eq!(long.len(), 64);
         assert_ne!(long, tool_name("server", &"x".repeat(101)));

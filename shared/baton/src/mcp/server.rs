@@ -74,7 +74,9 @@ pub fn progress_message(event: &Event) -> Option<String> {
             format!("{agent} finished ({}, {duration_ms} ms)", serde_json::to_value(status).ok()?.as_str()?)
         }
         Event::ToolCallStart { agent, name, .. } => format!("{agent} calls {name}"),
-        Event::ToolCallEnd { agent, name, duration_ms, .. } => format!("{agent}: {name} done ({duration_ms} ms)"),
+        Event::ToolCallEnd { agent, name, duration_ms, .. } => {
+            format!("{agent}: {name} done ({duration_ms} ms)")
+        }
         Event::Error { agent, code, message, .. } => format!("{agent} error {code}: {message}"),
         Event::MiniAgentStarted { agent, task } => format!("{agent} started: {task}"),
         Event::MiniAgentFinished { agent, outcome, .. } => format!("{agent} finished ({outcome})"),
@@ -88,12 +90,17 @@ impl AgentsServer {
         AgentsServer { agents: Arc::new(agents) }
     }
 
-    async fn run(&self, params: CallToolRequestParams, context: RequestContext<RoleServer>) -> Result<CallToolResult, ErrorData> {
+    async fn run(
+        &self,
+        params: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, ErrorData> {
         let Some(served) = self.agents.iter().find(|a| a.agent.name() == params.name.as_ref()) else {
             return Err(ErrorData::invalid_params(format!("unknown tool `{}`", params.name), None));
         };
         let arguments = Value::Object(params.arguments.clone().unwrap_or_default());
-        let Some(text) = arguments.get("text").and_then(Value::as_str).filter(|t| !t.trim().is_empty()) else {
+        let Some(text) = arguments.get("text").and_then(Value::as_str).filter(|t| !t.trim().is_empty())
+        else {
             return Ok(CallToolResult::error(vec![ContentBlock::text("`text` must be a non-empty string")]));
         };
         let request = AgentRequest {
@@ -140,7 +147,9 @@ impl ServerHandler for AgentsServer {
     fn get_info(&self) -> InitializeResult {
         InitializeResult::new(ServerCapabilities::builder().enable_tools().build())
             .with_server_info(Implementation::new("baton", env!("CARGO_PKG_VERSION")))
-            .with_instructions("Each tool is a Baton agent: pass what you want in `text`; the answer is its reply.")
+            .with_instructions(
+                "Each tool is a Baton agent: pass what you want in `text`; the answer is its reply.",
+            )
     }
 
     async fn list_tools(
@@ -182,7 +191,8 @@ pub fn http_router(agents: Vec<McpAgent>) -> (axum::Router, impl FnOnce() + Send
     let server = AgentsServer::new(agents);
     let config = StreamableHttpServerConfig::default();
     let stop = config.cancellation_token.clone();
-    let service = StreamableHttpService::new(move || Ok(server.clone()), LocalSessionManager::default().into(), config);
+    let service =
+        StreamableHttpService::new(move || Ok(server.clone()), LocalSessionManager::default().into(), config);
     (axum::Router::new().nest_service("/mcp", service), move || stop.cancel())
 }
 
