@@ -306,8 +306,19 @@ async fn the_python_mcp_client_lists_and_calls_a_baton_agent_and_sees_progress()
 
 // ---- The official conformance suite ----
 
-fn conformance() -> PathBuf {
-    mcp_dir().join("node_modules/.bin/conformance")
+/// Runs the conformance suite with `args` (its results written to a temporary directory);
+/// fails with its report unless every check passed.
+async fn run_conformance(args: &[&str]) {
+    let results = tempfile::tempdir().unwrap();
+    let out = tokio::process::Command::new(mcp_dir().join("node_modules/.bin/conformance"))
+        .args(args)
+        .current_dir(results.path())
+        .output()
+        .await
+        .unwrap();
+    let report =
+        format!("{}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{args:?}: {report}");
 }
 
 /// Server scenarios that apply to a server offering agents as tools (docs/mcp.md lists the
@@ -318,19 +329,7 @@ const SERVER_SCENARIOS: &[&str] = &["server-initialize", "ping", "tools-list", "
 async fn batons_server_passes_the_conformance_scenarios_that_apply() {
     let (url, server, stop) = serve_agents().await;
     for scenario in SERVER_SCENARIOS {
-        let results = tempfile::tempdir().unwrap();
-        let out = tokio::process::Command::new(conformance())
-            .args(["server", "--url", &url, "--scenario", scenario])
-            .current_dir(results.path())
-            .output()
-            .await
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{scenario}: {}\n{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        run_conformance(&["server", "--url", &url, "--scenario", scenario]).await;
     }
     let _ = stop.send(());
     server.await.unwrap();
@@ -370,18 +369,6 @@ async fn batons_client_passes_the_conformance_scenarios_that_apply() {
     let me = std::env::current_exe().unwrap();
     let command = format!("{} --exact conformance_client_entry --ignored --nocapture", me.display());
     for scenario in CLIENT_SCENARIOS {
-        let results = tempfile::tempdir().unwrap();
-        let out = tokio::process::Command::new(conformance())
-            .args(["client", "--command", &command, "--scenario", scenario])
-            .current_dir(results.path())
-            .output()
-            .await
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{scenario}: {}\n{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        run_conformance(&["client", "--command", &command, "--scenario", scenario]).await;
     }
 }
