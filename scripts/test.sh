@@ -58,6 +58,15 @@ echo "moto_server on $AWS_ENDPOINT_URL_DYNAMODB"
 # The Lambda tests run `cargo lambda` from the same virtual environment.
 export BATON_TEST_VENV="$PWD/.venv"
 
+step "MCP test servers and conformance suite (npm, into tests/mcp/node_modules)"
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+    sudo_if_needed=$([[ $(id -u) -eq 0 ]] && echo "" || echo sudo)
+    $sudo_if_needed apt-get update -qq && $sudo_if_needed apt-get install -y -qq nodejs npm
+fi
+if ! cmp -s tests/mcp/package-lock.json tests/mcp/node_modules/.installed-lock.json; then
+    (cd tests/mcp && npm ci --no-audit --no-fund --loglevel=error && cp package-lock.json node_modules/.installed-lock.json)
+fi
+
 step "SAM template: sam validate --lint, and the streaming/auth translation check"
 SAM_CLI_TELEMETRY=0 .venv/bin/sam validate --lint
 .venv/bin/python scripts/check_template.py template.yaml

@@ -38,6 +38,17 @@ pub(crate) enum Command {
     /// category; `--faults` also reports what the failsafe and guards recover from injected
     /// routing mistakes.
     RoutingEval(RoutingEvalArgs),
+    /// Serve the configured agents (all but the router) as MCP tools: over stdio, or over
+    /// streamable HTTP at /mcp with --http.
+    Mcp(McpArgs),
+}
+
+/// Options of `mcp`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct McpArgs {
+    /// Serve streamable HTTP at http://ADDR/mcp instead of stdio (port 0 picks a free port).
+    #[arg(long, value_name = "ADDR")]
+    pub http: Option<String>,
 }
 
 /// Options of `routing-eval`.

@@ -4,6 +4,7 @@
 mod chat;
 mod cli;
 mod lambda;
+mod mcp;
 mod render;
 mod routing_eval;
 
@@ -33,6 +34,7 @@ async fn main() -> std::process::ExitCode {
         }
     };
     let mut backends = Backends::over_store(history.store().clone());
+    let mcp_backends = backends.clone();
     let built = match args.config() {
         Ok(c) => {
             backends.remote = baton_aws::settings::remote_agents(&c).await;
@@ -68,6 +70,7 @@ async fn main() -> std::process::ExitCode {
     match args.command {
         cli::Command::Chat(chat) => chat::run(&orchestrator, &history, &chat).await,
         cli::Command::RoutingEval(eval) => routing_eval::run(&config, &eval).await,
+        cli::Command::Mcp(mcp) => mcp::run(&config, &mcp_backends, &mcp).await,
         cli::Command::Serve(serve) => {
             let listener = match tokio::net::TcpListener::bind(&serve.addr).await {
                 Ok(l) => l,

@@ -30,6 +30,7 @@
 //! - [`agent_tool`]: any agent as a tool of another (`agent__<Name>`, or a routing tool), with
 //!   schemas, output modes and answers the user reads as is.
 //! - [`remote`]: agents in another process: NDJSON over a transport, and the serving side.
+//! - [`mcp`]: Model Context Protocol: MCP servers' tools for agents, and agents served over MCP.
 //! - [`support`]: the support agent: Forethought (with continuity) or the offline help center.
 //! - [`shopping`]: the shopping tools over the offer catalog and purchase history.
 //! - [`agent`]: the [`agent::Agent`] trait, the tool loop ([`agent::LlmAgent`]) with its
@@ -64,6 +65,7 @@ pub mod event;
 pub mod guard;
 pub mod history;
 pub mod http;
+pub mod mcp;
 pub mod model;
 pub mod mux;
 pub mod orchestrator;

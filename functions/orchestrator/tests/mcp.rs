@@ -1,0 +1,47 @@
+//! `orchestrator mcp` over stdio, driven by the official Python MCP client (PyPI `mcp`, in the
+//! test venv): the configured agents are listed, one answers, its progress arrives. (The same
+//! client over streamable HTTP, and the conformance suite, are in tests/tests/mcp.rs.)
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+fn venv_python() -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    std::env::var_os("BATON_TEST_VENV")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join(".venv"))
+        .join("bin/python")
+}
+
+#[test]
+fn the_python_mcp_client_calls_an_agent_over_stdio() {
+    let store = tempfile::tempdir().unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/mcp/baton_client.py");
+    let mut python = Command::new(venv_python());
+    for var in ["OPENAI_API_KEY", "OPENAI_BASE_URL", "FORETHOUGHT_API_TOKEN", "BATON_TABLE"] {
+        python.env_remove(var);
+    }
+    let out = python
+        .env("BATON_STORE_PATH", store.path().join("store.redb"))
+        .arg(&script)
+        .args([
+            "stdio",
+            "shopping",
+            "find me a deal on coffee",
+            "--",
+            env!("CARGO_BIN_EXE_orchestrator"),
+            "mcp",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let got: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let names: Vec<&str> =
+        got["tools"].as_array().unwrap().iter().filter_map(|t| t["name"].as_str()).collect();
+    assert_eq!(names, ["support", "shopping"], "every configured agent but the router: {got}");
+    assert_eq!(got["is_error"], false, "{got}");
+    assert!(!got["answer"].as_str().unwrap().trim().is_empty(), "{got}");
+    assert!(!got["progress"].as_array().unwrap().is_empty(), "progress arrives: {got}");
+}

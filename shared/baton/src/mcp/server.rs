@@ -1,0 +1,213 @@
+//! Baton's agents served as MCP tools, over stdio ([`serve_stdio`]) or streamable HTTP
+//! ([`serve_http`], at `/mcp`), so that an MCP client (an IDE, another agent framework) can call
+//! them.
+//!
+//! Each agent is one tool named after the agent, taking `{"text": "..."}`. The call runs the
+//! agent like any other caller would ([`Agent::run`]); the text it streams is the result, and its
+//! progress events (agent and tool starts and ends, errors) are sent as
+//! `notifications/progress` when the client asked for progress. A client's
+//! `notifications/cancelled` stops the run. Each call is a fresh episode for the user `mcp`.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use futures::StreamExt;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation, InitializeResult,
+    ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ServerCapabilities,
+};
+use rmcp::service::{RequestContext, RoleServer};
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use rmcp::{ErrorData, ServerHandler, ServiceExt};
+use serde_json::{Value, json};
+
+use super::McpError;
+use crate::agent::{Agent, AgentRequest};
+use crate::event::Event;
+
+/// One agent offered as an MCP tool: the agent and what the tool says it does.
+#[derive(Clone)]
+pub struct McpAgent {
+    agent: Arc<dyn Agent>,
+    description: String,
+}
+
+impl McpAgent {
+    /// `agent`, described as `description` to the client's model.
+    pub fn new(agent: Arc<dyn Agent>, description: impl Into<String>) -> McpAgent {
+        McpAgent { agent, description: description.into() }
+    }
+}
+
+/// The MCP server handler over a set of agents (one tool each).
+#[derive(Clone)]
+pub struct AgentsServer {
+    agents: Arc<Vec<McpAgent>>,
+}
+
+impl std::fmt::Debug for AgentsServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.agents.iter().map(|a| a.agent.name())).finish()
+    }
+}
+
+/// The input schema of every agent tool.
+fn input_schema() -> Arc<serde_json::Map<String, Value>> {
+    let schema = json!({
+        "type": "object",
+        "properties": {"text": {"type": "string", "description": "What to ask the agent."}},
+        "required": ["text"],
+    });
+    match schema {
+        Value::Object(map) => Arc::new(map),
+        _ => unreachable!("a literal object"),
+    }
+}
+
+/// The progress line a client sees for an agent event; `None` for content (text, usage), which
+/// is the result, not progress.
+pub fn progress_message(event: &Event) -> Option<String> {
+    Some(match event {
+        Event::AgentStarted { agent, .. } => format!("{agent} started"),
+        Event::AgentFinished { agent, status, duration_ms, .. } => {
+            format!("{agent} finished ({}, {duration_ms} ms)", serde_json::to_value(status).ok()?.as_str()?)
+        }
+        Event::ToolCallStart { agent, name, .. } => format!("{agent} calls {name}"),
+        Event::ToolCallEnd { agent, name, duration_ms, .. } => {
+            format!("{agent}: {name} done ({duration_ms} ms)")
+        }
+        Event::Error { agent, code, message, .. } => format!("{agent} error {code}: {message}"),
+        Event::MiniAgentStarted { agent, task } => format!("{agent} started: {task}"),
+        Event::MiniAgentFinished { agent, outcome, .. } => format!("{agent} finished ({outcome})"),
+        _ => return None,
+    })
+}
+
+impl AgentsServer {
+    /// A server offering `agents`.
+    pub fn new(agents: Vec<McpAgent>) -> AgentsServer {
+        AgentsServer { agents: Arc::new(agents) }
+    }
+
+    async fn run(
+        &self,
+        params: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let Some(served) = self.agents.iter().find(|a| a.agent.name() == params.name.as_ref()) else {
+            return Err(ErrorData::invalid_params(format!("unknown tool `{}`", params.name), None));
+        };
+        let arguments = Value::Object(params.arguments.clone().unwrap_or_default());
+        let Some(text) = arguments.get("text").and_then(Value::as_str).filter(|t| !t.trim().is_empty())
+        else {
+            return Ok(CallToolResult::error(vec![ContentBlock::text("`text` must be a non-empty string")]));
+        };
+        let request = AgentRequest {
+            user_id: "mcp".to_owned(),
+            episode_id: format!("mcp-{}", uuid::Uuid::now_v7()),
+            query: text.to_owned(),
+            arguments: arguments.clone(),
+            ..Default::default()
+        };
+        let name = served.agent.name().to_owned();
+        let instance = request.instances.next(&name);
+        let mut events = served.agent.run(request, instance.clone());
+        let token = context.meta.get_progress_token();
+        let (mut answer, mut errors, mut step) = (String::new(), Vec::new(), 0.0);
+        loop {
+            let event = tokio::select! {
+                biased;
+                _ = context.ct.cancelled() => {
+                    return Ok(CallToolResult::error(vec![ContentBlock::text("cancelled by the client")]));
+                }
+                event = events.next() => event,
+            };
+            let Some(event) = event else { break };
+            match &event {
+                Event::Text { text, .. } => answer.push_str(text),
+                Event::Error { agent, message, .. } if *agent == instance => errors.push(message.clone()),
+                _ => {}
+            }
+            if let (Some(token), Some(message)) = (&token, progress_message(&event)) {
+                step += 1.0;
+                let progress = ProgressNotificationParam::new(token.clone(), step).with_message(message);
+                // A client that went away ends the call below; a lost progress line is not an error.
+                let _ = context.peer.notify_progress(progress).await;
+            }
+        }
+        if answer.trim().is_empty() && !errors.is_empty() {
+            return Ok(CallToolResult::error(vec![ContentBlock::text(errors.join("\n"))]));
+        }
+        Ok(CallToolResult::success(vec![ContentBlock::text(answer)]))
+    }
+}
+
+impl ServerHandler for AgentsServer {
+    fn get_info(&self) -> InitializeResult {
+        InitializeResult::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("baton", env!("CARGO_PKG_VERSION")))
+            .with_instructions(
+                "Each tool is a Baton agent: pass what you want in `text`; the answer is its reply.",
+            )
+    }
+
+    async fn list_tools(
+        &self,
+        _: Option<PaginatedRequestParams>,
+        _: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        let schema = input_schema();
+        let tools = self
+            .agents
+            .iter()
+            .map(|a| rmcp::model::Tool::new(a.agent.name().to_owned(), a.description.clone(), schema.clone()))
+            .collect();
+        Ok(ListToolsResult::with_all_items(tools))
+    }
+
+    async fn call_tool(
+        &self,
+        params: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        self.run(params, context).await.map(CallToolResponse::from)
+    }
+}
+
+/// Serves `agents` over this process's stdin and stdout until the client closes them.
+pub async fn serve_stdio(agents: Vec<McpAgent>) -> Result<(), McpError> {
+    let running = AgentsServer::new(agents)
+        .serve(rmcp::transport::stdio())
+        .await
+        .map_err(|e| McpError::Serve(e.to_string()))?;
+    running.waiting().await.map_err(|e| McpError::Serve(e.to_string()))?;
+    Ok(())
+}
+
+/// The streamable HTTP endpoint of `agents` at `/mcp`, and the switch that ends its open
+/// sessions (call it on shutdown, or open event streams keep the server alive).
+pub fn http_router(agents: Vec<McpAgent>) -> (axum::Router, impl FnOnce() + Send + 'static) {
+    let server = AgentsServer::new(agents);
+    let config = StreamableHttpServerConfig::default();
+    let stop = config.cancellation_token.clone();
+    let service =
+        StreamableHttpService::new(move || Ok(server.clone()), LocalSessionManager::default().into(), config);
+    (axum::Router::new().nest_service("/mcp", service), move || stop.cancel())
+}
+
+/// Serves `agents` over streamable HTTP at `/mcp` on `listener` until `shutdown` completes.
+pub async fn serve_http(
+    listener: tokio::net::TcpListener,
+    agents: Vec<McpAgent>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), McpError> {
+    let (router, stop) = http_router(agents);
+    axum::serve(listener, router)
+        .with_graceful_shutdown(async move {
+            shutdown.await;
+            stop();
+        })
+        .await
+        .map_err(|e| McpError::Serve(e.to_string()))
+}
