@@ -174,7 +174,8 @@ impl Servers {
 
 /// A running `orchestrator serve`.
 struct Serve {
-    child: tokio::process::Child,
+    /// Killed when the `Serve` is dropped.
+    _child: tokio::process::Child,
     url: String,
     pid: u32,
     _store: tempfile::TempDir,
@@ -205,7 +206,7 @@ impl Serve {
         tokio::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).await.unwrap();
         let url = line.trim().strip_prefix("listening on ").expect("serve prints its address").to_owned();
         let pid = child.id().unwrap();
-        Serve { child, url, pid, _store: store }
+        Serve { _child: child, url, pid, _store: store }
     }
 
     /// User plus system CPU time of the process so far.
