@@ -15,8 +15,10 @@ serve:
 test:
 	bash scripts/test.sh
 
-# Benchmarks: turn overhead, mux throughput, Lambda cold start, serve start/memory.
-# `make bench ONLY=serve` for one section.
+# Benchmarks: turn overhead, mux throughput, Lambda cold start, serve start/memory, and the
+# latency a client sees over real HTTP. `make bench ONLY=serve` (or turn, agents, mux, lambda,
+# latency, store) for one section; BATON_BENCH_BASELINE=path/to/orchestrator compares another build
+# in the latency section. See docs/benchmarks.md.
 bench:
 	cargo build --release -p orchestrator -p shopping -p eval
 	cargo bench -p baton-tests -- $(ONLY)

@@ -1,14 +1,29 @@
 //! The live-slot merge of concurrent sub-agent streams (DESIGN.md §4 step 6).
 //!
-//! All sources run concurrently. The first source to produce slot content (user-visible text, or
-//! the support boundary after it) takes the live slot and streams through; other sources' content
-//! is buffered. When the live source ends, the source whose buffered content started earliest
-//! flushes its buffer, paced so the reader sees it arrive rather than jump, with the whole flush
-//! bounded by [`MuxConfig::flush_budget`], and then continues live. Progress events (agent and tool
-//! start/end, usage, reasoning, errors) pass through at once from any source.
+//! All sources run concurrently, and the merge keeps three promises:
 //!
-//! The result: the client sees each agent's text contiguous, the fastest agent first, and no dead
-//! silence while the others work.
+//! - **Each source's text is contiguous.** The first source to produce slot content
+//!   (user-visible text, or the support boundary after it) takes the live slot and streams
+//!   through. Another source's content waits in that source's queue until the slot is free; then
+//!   the source whose queued content started earliest takes the slot, releases its backlog and
+//!   goes on live.
+//! - **Each source's events stay in its own order.** Progress (agent and tool start/end, usage,
+//!   reasoning, errors) of a source with nothing queued passes through at once, whatever else is
+//!   live. Once a source has content queued, everything it sends after it (its `tool_result`,
+//!   `tool_call_end`, `agent_finished`…) queues behind, so no client sees an agent finish before
+//!   its last text.
+//! - **The release costs at most the flush budget.** A backlog whose source is still streaming
+//!   is paced, so the reader sees it arrive rather than jump: at most one event per
+//!   [`MuxConfig::flush_interval`], and faster as needed to catch up with live by
+//!   [`MuxConfig::flush_budget`] after the source took the slot. So no event waits more than the
+//!   budget beyond the later of its own arrival and its source taking the slot, and a source
+//!   that keeps streaming is live again within the budget. A backlog whose source has ended is
+//!   complete: it goes out at once, as pacing it would only delay whatever follows. When every
+//!   source has ended nothing is paced, so the merge ends with its last source and a tool loop
+//!   reading it starts its next model call at once.
+//!
+//! The result: the client sees each agent's text contiguous, the fastest agent first, no dead
+//! silence while the others work, and the last text when the last agent ends.
 
 use std::collections::VecDeque;
 use std::pin::Pin;
@@ -21,13 +36,14 @@ use tokio::time::{Instant, Sleep};
 use crate::event::Event;
 use crate::event::EventStream;
 
-/// Pacing of buffered content when it is flushed.
+/// Pacing of queued content when its source takes the live slot.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct MuxConfig {
-    /// Longest pause between two flushed events.
+    /// Longest pause between two released events (the pace a reader sees while a backlog
+    /// catches up).
     pub flush_interval: Duration,
-    /// Upper bound on the time a whole flush takes; the interval shrinks to fit. Zero flushes at
-    /// once.
+    /// Upper bound on the delay pacing adds: a source that took the slot is live again within
+    /// this time. Zero releases every backlog at once.
     pub flush_budget: Duration,
 }
 
@@ -37,11 +53,27 @@ impl Default for MuxConfig {
     }
 }
 
+impl MuxConfig {
+    fn paces(&self) -> bool {
+        !self.flush_interval.is_zero() && !self.flush_budget.is_zero()
+    }
+}
+
 struct Source {
     stream: Option<EventStream>,
-    buffer: VecDeque<Event>,
-    /// Arrival order of this source's first buffered event, to pick who flushes next.
-    buffered_since: Option<u64>,
+    /// Events held until this source has the slot: its first queued content and everything it
+    /// sent after it.
+    queue: VecDeque<Event>,
+    /// Arrival order of this source's first queued event, to pick who takes the slot next.
+    queued_since: Option<u64>,
+}
+
+/// The release of the live source's backlog.
+struct Flush {
+    /// When the backlog must be out (the source took the slot plus the budget).
+    deadline: Instant,
+    /// When the next paced event is due.
+    next_at: Instant,
 }
 
 /// Merges sub-agent event streams, giving one source at a time the live slot.
@@ -49,8 +81,9 @@ pub struct LiveSlotMux {
     sources: Vec<Source>,
     live: Option<usize>,
     ready: VecDeque<Event>,
+    flush: Option<Flush>,
+    /// The timer of the paced release, allocated on first use.
     pace: Option<Pin<Box<Sleep>>>,
-    pace_interval: Duration,
     next_poll: usize,
     arrivals: u64,
     config: MuxConfig,
@@ -62,12 +95,12 @@ impl LiveSlotMux {
         LiveSlotMux {
             sources: sources
                 .into_iter()
-                .map(|s| Source { stream: Some(s), buffer: VecDeque::new(), buffered_since: None })
+                .map(|s| Source { stream: Some(s), queue: VecDeque::new(), queued_since: None })
                 .collect(),
             live: None,
             ready: VecDeque::new(),
+            flush: None,
             pace: None,
-            pace_interval: Duration::ZERO,
             next_poll: 0,
             arrivals: 0,
             config,
@@ -76,62 +109,74 @@ impl LiveSlotMux {
 
     fn route(&mut self, i: usize, event: Event) {
         self.arrivals += 1;
+        let source = &mut self.sources[i];
+        if !source.queue.is_empty() {
+            // Behind its own backlog, whatever it is: the source's order is kept.
+            source.queue.push_back(event);
+            return;
+        }
         if !event.is_slot_content() {
             self.ready.push_back(event);
             return;
         }
-        if self.live.is_none() {
-            self.live = Some(i);
-        }
-        let source = &mut self.sources[i];
-        if self.live == Some(i) && source.buffer.is_empty() {
+        let live = *self.live.get_or_insert(i);
+        if live == i {
             self.ready.push_back(event);
         } else {
-            source.buffered_since.get_or_insert(self.arrivals);
-            source.buffer.push_back(event);
+            source.queued_since = Some(self.arrivals);
+            source.queue.push_back(event);
         }
     }
 
-    /// The live source ended: hand the slot to the earliest buffered source, if any.
+    /// The live source is done with the slot: the source whose backlog started earliest takes
+    /// it, and its release begins.
     fn hand_over(&mut self) {
         self.live = self
             .sources
             .iter()
             .enumerate()
-            .filter(|(_, s)| !s.buffer.is_empty())
-            .min_by_key(|(_, s)| s.buffered_since)
+            .filter(|(_, s)| !s.queue.is_empty())
+            .min_by_key(|(_, s)| s.queued_since)
             .map(|(i, _)| i);
-        self.pace = None;
-        if let Some(next) = self.live {
-            let len = self.sources[next].buffer.len() as u32;
-            self.pace_interval = self.config.flush_interval.min(self.config.flush_budget / len.max(1));
-        }
+        let now = Instant::now();
+        self.flush = self.live.map(|_| Flush { deadline: now + self.config.flush_budget, next_at: now });
     }
 
-    /// One buffered event of the live source, if its flush pacing allows one now.
+    /// The live source's next queued event, if the pacing lets one go now.
     fn poll_flush(&mut self, cx: &mut Context<'_>) -> Option<Event> {
         let live = self.live?;
-        if self.sources[live].buffer.is_empty() {
-            return None;
-        }
-        if !self.pace_interval.is_zero() {
-            if let Some(sleep) = self.pace.as_mut() {
-                if sleep.as_mut().poll(cx).is_pending() {
+        let source = &self.sources[live];
+        let front = source.queue.front()?;
+        // Only the content of a source still streaming is paced; its progress, and a finished
+        // source's whole backlog, go at once.
+        let paced = self.config.paces() && source.stream.is_some() && front.is_slot_content();
+        if let (true, Some(flush)) = (paced, self.flush.as_ref()) {
+            if Instant::now() < flush.next_at {
+                let pace = self.pace.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(flush.next_at)));
+                pace.as_mut().reset(flush.next_at);
+                if pace.as_mut().poll(cx).is_pending() {
                     return None;
                 }
-                sleep.as_mut().reset(Instant::now() + self.pace_interval);
-            } else {
-                // The first flushed event goes at once; the pause comes between events.
-                self.pace = Some(Box::pin(tokio::time::sleep(self.pace_interval)));
             }
         }
         let source = &mut self.sources[live];
-        let event = source.buffer.pop_front();
-        if source.buffer.is_empty() {
-            source.buffered_since = None;
-            self.pace = None;
+        let event = source.queue.pop_front();
+        let left = source.queue.len() as u32;
+        if left == 0 {
+            source.queued_since = None;
+            self.flush = None;
             if source.stream.is_none() {
                 self.hand_over();
+            }
+        } else if paced {
+            if let Some(flush) = self.flush.as_mut() {
+                // Spread what is left over the time left, never slower than the interval. The
+                // schedule is cumulative, so events due within one timer tick go together.
+                let step = self
+                    .config
+                    .flush_interval
+                    .min(flush.deadline.saturating_duration_since(flush.next_at) / left);
+                flush.next_at += step;
             }
         }
         event
@@ -166,7 +211,7 @@ impl Stream for LiveSlotMux {
                     }
                     Poll::Ready(None) => {
                         this.sources[i].stream = None;
-                        if this.live == Some(i) && this.sources[i].buffer.is_empty() {
+                        if this.live == Some(i) && this.sources[i].queue.is_empty() {
                             this.hand_over();
                         }
                         progressed = true;
@@ -178,7 +223,7 @@ impl Stream for LiveSlotMux {
             if progressed {
                 continue;
             }
-            let all_done = this.sources.iter().all(|s| s.stream.is_none() && s.buffer.is_empty());
+            let all_done = this.sources.iter().all(|s| s.stream.is_none() && s.queue.is_empty());
             return if all_done { Poll::Ready(None) } else { Poll::Pending };
         }
     }
@@ -187,27 +232,90 @@ impl Stream for LiveSlotMux {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::event::{Status, Usage};
     use futures::StreamExt;
 
-    fn texts(agent: &str, words: &[&str], delay_ms: u64) -> EventStream {
-        let agent = agent.to_owned();
-        let words: Vec<String> = words.iter().map(|w| w.to_string()).collect();
+    const MS: Duration = Duration::from_millis(1);
+
+    /// A source sending `events` at the given times (ms after the start), then ending at `end_ms`.
+    fn timed(events: Vec<(u64, Event)>, end_ms: u64) -> EventStream {
         Box::pin(async_stream::stream! {
-            for w in words {
-                tokio::time::sleep(Duration::from_millis(delay_ms)).await;
-                yield Event::text(agent.clone(), w);
+            let start = Instant::now();
+            for (at, event) in events {
+                tokio::time::sleep_until(start + Duration::from_millis(at)).await;
+                yield event;
             }
+            tokio::time::sleep_until(start + Duration::from_millis(end_ms)).await;
         })
     }
 
+    /// `n` words of `agent`, the first at `first_ms`, then one every `gap_ms`; each word is the
+    /// time it was sent, so a test can tell how long it waited.
+    fn words(agent: &str, n: u64, first_ms: u64, gap_ms: u64) -> Vec<(u64, Event)> {
+        (0..n).map(|k| first_ms + k * gap_ms).map(|at| (at, Event::text(agent, at.to_string()))).collect()
+    }
+
+    fn texts(agent: &str, words: &[&str], delay_ms: u64) -> EventStream {
+        let events =
+            words.iter().enumerate().map(|(k, w)| ((k as u64 + 1) * delay_ms, Event::text(agent, *w)));
+        let end = words.len() as u64 * delay_ms;
+        timed(events.collect(), end)
+    }
+
+    fn label(e: &Event) -> String {
+        match e {
+            Event::Text { agent, text } => format!("{agent}:{text}"),
+            other => format!("{}:{}", other.agent().unwrap_or("-"), other.kind()),
+        }
+    }
+
     fn sequence(events: &[Event]) -> Vec<String> {
-        events
-            .iter()
-            .map(|e| match e {
-                Event::Text { agent, text } => format!("{agent}:{text}"),
-                other => other.kind().to_owned(),
+        events.iter().map(label).collect()
+    }
+
+    /// Every event with the time (ms since the start) it left the mux, and when the mux ended.
+    async fn run(sources: Vec<EventStream>, config: MuxConfig) -> (Vec<(Event, u64)>, u64) {
+        let start = Instant::now();
+        let ms = || (Instant::now() - start).as_millis() as u64;
+        let mut mux = LiveSlotMux::new(sources, config);
+        let mut out = Vec::new();
+        while let Some(e) = mux.next().await {
+            out.push((e, ms()));
+        }
+        (out, ms())
+    }
+
+    /// The (sent, released) times of `agent`'s words.
+    fn word_times(out: &[(Event, u64)], agent: &str) -> Vec<(u64, u64)> {
+        out.iter()
+            .filter_map(|(e, at)| match e {
+                Event::Text { agent: a, text } if a == agent => Some((text.parse().unwrap(), *at)),
+                _ => None,
             })
             .collect()
+    }
+
+    fn finished(agent: &str) -> Event {
+        Event::AgentFinished {
+            agent: agent.into(),
+            status: Status::Ok,
+            duration_ms: 1,
+            usage: Usage::default(),
+        }
+    }
+
+    fn tool_end(agent: &str) -> Event {
+        Event::ToolCallEnd { agent: agent.into(), call_id: "c".into(), name: "n".into(), duration_ms: 1 }
+    }
+
+    fn tool_result(agent: &str) -> Event {
+        Event::ToolResult {
+            agent: agent.into(),
+            call_id: "c".into(),
+            name: "n".into(),
+            result: serde_json::json!("r"),
+            is_error: false,
+        }
     }
 
     #[tokio::test(start_paused = true)]
@@ -223,58 +331,150 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn progress_passes_through_while_content_waits() {
+    async fn progress_of_a_source_with_nothing_queued_passes_through_at_once() {
         let slow = texts("support[1]", &["s1"], 50);
-        let fast: EventStream = Box::pin(async_stream::stream! {
-            yield Event::text("shopping[1]", "p1");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            yield Event::text("shopping[1]", "p2");
-        });
-        let progress: EventStream = Box::pin(async_stream::stream! {
-            tokio::time::sleep(Duration::from_millis(60)).await;
-            yield Event::Reasoning { agent: "support[1]".into(), text: "r".into() };
-        });
-        let started = Instant::now();
-        let mut mux = LiveSlotMux::new(vec![slow, fast, progress], MuxConfig::default());
-        let mut seen = Vec::new();
-        while let Some(e) = mux.next().await {
-            seen.push((e, started.elapsed().as_millis()));
-        }
-        let order: Vec<String> =
-            seen.iter().map(|(e, _)| sequence(std::slice::from_ref(e))[0].clone()).collect();
-        assert_eq!(order, ["shopping[1]:p1", "reasoning", "shopping[1]:p2", "support[1]:s1"]);
+        let fast =
+            timed(vec![(0, Event::text("shopping[1]", "p1")), (100, Event::text("shopping[1]", "p2"))], 100);
+        let reasoning = Event::Reasoning { agent: "other[1]".into(), text: "r".into() };
+        let progress = timed(vec![(60, reasoning)], 60);
+        let (out, _) = run(vec![slow, fast, progress], MuxConfig::default()).await;
+        let order: Vec<String> = out.iter().map(|(e, _)| label(e)).collect();
+        assert_eq!(order, ["shopping[1]:p1", "other[1]:reasoning", "shopping[1]:p2", "support[1]:s1"]);
         // The reasoning came at its own time (60 ms), not after the live text ended (100 ms).
-        assert_eq!(seen[1].1, 60);
+        assert_eq!(out[1].1, 60);
     }
 
     #[tokio::test(start_paused = true)]
-    async fn flush_is_paced_and_bounded_by_the_budget() {
-        let live: EventStream = Box::pin(async_stream::stream! {
-            yield Event::text("a[1]", "x");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        });
-        let buffered: EventStream = Box::pin(async_stream::stream! {
-            tokio::time::sleep(Duration::from_millis(1)).await;
-            for i in 0..100 {
-                yield Event::text("b[1]", format!("w{i}"));
-            }
-        });
-        let config =
-            MuxConfig { flush_interval: Duration::from_millis(20), flush_budget: Duration::from_millis(200) };
-        let started = Instant::now();
-        let mut mux = LiveSlotMux::new(vec![live, buffered], config);
-        let mut b_times = Vec::new();
-        while let Some(e) = mux.next().await {
-            if e.agent() == Some("b[1]") {
-                b_times.push(started.elapsed());
-            }
+    async fn a_queued_source_finishes_after_its_last_text_while_other_progress_passes() {
+        // support's text is queued behind shopping's; its tool and agent end events come at
+        // 30 ms, long before its text can go out (100 ms). Another source's tool end at 40 ms
+        // passes at once.
+        let support = timed(
+            vec![
+                (10, Event::text("support[1]", "s1")),
+                (20, Event::text("support[1]", "s2")),
+                (30, tool_result("support[1]")),
+                (30, tool_end("support[1]")),
+                (30, finished("support[1]")),
+            ],
+            30,
+        );
+        let shopping =
+            timed(vec![(0, Event::text("shopping[1]", "p1")), (100, Event::text("shopping[1]", "p2"))], 100);
+        let other = timed(vec![(40, tool_end("other[1]"))], 40);
+        let (out, end) = run(vec![support, shopping, other], MuxConfig::default()).await;
+        let order: Vec<String> = out.iter().map(|(e, _)| label(e)).collect();
+        assert_eq!(
+            order,
+            [
+                "shopping[1]:p1",
+                "other[1]:tool_call_end",
+                "shopping[1]:p2",
+                "support[1]:s1",
+                "support[1]:s2",
+                "support[1]:tool_result",
+                "support[1]:tool_call_end",
+                "support[1]:agent_finished",
+            ]
+        );
+        assert_eq!(out[1].1, 40);
+        // support had ended: its backlog went at once when shopping ended.
+        assert!(out[3..].iter().all(|(_, at)| *at == 100), "{out:?}");
+        assert_eq!(end, 100);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_backlog_still_streaming_catches_up_with_live_within_the_budget() {
+        // shopping is live until 500 ms; support sends a word every 20 ms from 10 ms to 1990 ms,
+        // so 25 words wait when it takes the slot.
+        let shopping = timed(vec![(0, Event::text("shopping[1]", "p"))], 500);
+        let support = timed(words("support[1]", 100, 10, 20), 1990);
+        let config = MuxConfig { flush_interval: 12 * MS, flush_budget: 300 * MS };
+        let (out, end) = run(vec![shopping, support], config).await;
+        let times = word_times(&out, "support[1]");
+        assert_eq!(times.len(), 100);
+        for &(sent, released) in &times {
+            // The added delay is bounded by the budget …
+            assert!(released <= sent.max(500) + 300, "word sent at {sent} released at {released}");
         }
-        assert_eq!(b_times.len(), 100);
-        // The flush starts when the live source ends, and its 100 events go 2 ms apart: the
-        // budget (200 ms) wins over the 20 ms interval.
-        assert_eq!(b_times[0], Duration::from_millis(50));
-        let flush = b_times[99] - b_times[0];
-        assert!(flush <= Duration::from_millis(200) && flush >= Duration::from_millis(190), "{flush:?}");
+        // … and the release is paced (the first waiting words do not jump out together) …
+        assert!(times[1].1 > times[0].1 && times[0].1 == 500, "{times:?}");
+        // … and from the budget's end on, the source is live: its words leave when sent.
+        let later: Vec<_> = times.iter().filter(|&&(sent, _)| sent >= 800).collect();
+        assert!(!later.is_empty() && later.iter().all(|&&(sent, released)| sent == released), "{times:?}");
+        assert_eq!(end, 1990);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_small_backlog_goes_at_the_configured_pace() {
+        // 5 words wait; at 12 ms each they fit the budget, so the interval sets the pace.
+        let shopping = timed(vec![(0, Event::text("shopping[1]", "p"))], 100);
+        let support = timed(words("support[1]", 5, 10, 1), 1000);
+        let config = MuxConfig { flush_interval: 12 * MS, flush_budget: 300 * MS };
+        let (out, _) = run(vec![shopping, support], config).await;
+        let released: Vec<u64> = word_times(&out, "support[1]").iter().map(|&(_, r)| r).collect();
+        assert_eq!(released, [100, 112, 124, 136, 148]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_budget_is_a_hard_bound_even_below_a_timer_tick_per_event() {
+        // 1,000 words wait and the source keeps streaming: 0.3 ms apart, less than the timer's
+        // millisecond, so several go per tick; all are out by the budget.
+        let live = timed(vec![(0, Event::text("a[1]", "x"))], 50);
+        let mut backlog = words("b[1]", 1000, 1, 0);
+        backlog.push((5000, Event::text("b[1]", "5000")));
+        let buffered = timed(backlog, 5000);
+        let config = MuxConfig { flush_interval: 20 * MS, flush_budget: 200 * MS };
+        let (out, _) = run(vec![live, buffered], config).await;
+        let times = word_times(&out, "b[1]");
+        assert_eq!(times.len(), 1001);
+        assert_eq!(times[0].1, 50);
+        assert!(times[999].1 <= 250, "last waiting word at {}", times[999].1);
+        assert!(times[500].1 > 50 && times[500].1 < 250, "paced: {}", times[500].1);
+        assert_eq!(times[1000].1, 5000);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_finished_sources_backlog_goes_at_once_even_with_a_silent_source_open() {
+        // support sent all its words by 50 ms and ended; when shopping ends at 100 ms they go
+        // out together, though a third source (no content yet) is still open until 400 ms.
+        let shopping = timed(vec![(0, Event::text("shopping[1]", "p"))], 100);
+        let support = timed(words("support[1]", 40, 10, 1), 50);
+        let silent = timed(vec![(300, tool_end("other[1]"))], 400);
+        let (out, end) = run(vec![shopping, support, silent], MuxConfig::default()).await;
+        let times = word_times(&out, "support[1]");
+        assert_eq!(times.len(), 40);
+        assert!(times.iter().all(|&(_, r)| r == 100), "{times:?}");
+        assert_eq!(end, 400);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn when_every_source_has_ended_nothing_is_paced() {
+        // Zero-latency models: every source sends everything at once and ends. The merge ends
+        // at once too, so a tool loop reading it starts its next call without waiting.
+        let a = timed(words("a[1]", 50, 0, 0), 0);
+        let b = timed(words("b[1]", 50, 0, 0), 0);
+        let c = timed(words("c[1]", 50, 0, 0), 0);
+        let (out, end) = run(vec![a, b, c], MuxConfig::default()).await;
+        assert_eq!(out.len(), 150);
+        assert_eq!(end, 0);
+        // Still contiguous per source.
+        let agents: Vec<&str> = out.iter().filter_map(|(e, _)| e.agent()).collect();
+        let switches = agents.windows(2).filter(|w| w[0] != w[1]).count();
+        assert_eq!(switches, 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_merge_ends_when_its_last_source_ends() {
+        // support ends at 1280 ms with words still waiting behind shopping's (ended at 1080 ms):
+        // they go when support ends, not a paced flush later.
+        let shopping = timed(words("shopping[1]", 50, 100, 20), 1080);
+        let support = timed(words("support[1]", 50, 300, 20), 1280);
+        let (out, end) = run(vec![shopping, support], MuxConfig::default()).await;
+        assert_eq!(end, 1280);
+        let times = word_times(&out, "support[1]");
+        assert_eq!(times.last().unwrap().1, 1280);
+        assert!(times.iter().all(|&(s, r)| r <= s.max(1080) + 300));
     }
 
     #[tokio::test(start_paused = true)]
@@ -283,8 +483,8 @@ mod tests {
         let b = texts("b[1]", &["b1", "b2", "b3", "b4"], 6);
         let c = texts("c[1]", &["c1", "c2", "c3"], 5);
         let out: Vec<Event> = LiveSlotMux::new(vec![a, b, c], MuxConfig::default()).collect().await;
-        // c is live from 5 ms to 15 ms; b buffered first (6 ms), so it flushes next and goes on
-        // live until it ends; a (buffered at 7 ms) comes last.
+        // c is live from 5 ms to 15 ms; b queued first (6 ms), so it takes the slot next and goes
+        // on live until it ends; a (queued at 7 ms) comes last.
         assert_eq!(
             sequence(&out),
             ["c[1]:c1", "c[1]:c2", "c[1]:c3", "b[1]:b1", "b[1]:b2", "b[1]:b3", "b[1]:b4", "a[1]:a1"]

@@ -1,0 +1,477 @@
+//! The latency a user sees, measured the way the peer comparison measures it (docs/benchmarks.md):
+//! the release `orchestrator serve` binary as a child process, its models on a scripted
+//! OpenAI-compatible server and support on a scripted Forethought server (both real HTTP on
+//! loopback), and a real SSE client. Run with `make bench ONLY=latency`.
+//!
+//! 1. A mixed turn: the orchestrator streams a preamble and calls both sub-agents at once;
+//!    shopping's first token comes 100 ms after its request, support's 300 ms after its own,
+//!    each then sends 50 tokens 20 ms apart. For fresh and kept-alive connections it prints the
+//!    measured time minus the ideal (what a perfect merge on this script would show) for the
+//!    first event, the first text, the first sub-agent text, content done, and the longest
+//!    silence between two texts, plus whether each agent's end came after its last text.
+//! 2. Zero-latency models: wall time per turn (median, p90) on a kept-alive connection, and the
+//!    `serve` process's CPU per turn (utime + stime from `/proc/<pid>/stat` over N turns).
+//!
+//! 3. `store`: what a turn's durable writes cost in the embedded store (read the recent
+//!    messages, record the user message, save a two-message reply), wall and CPU per turn.
+//!
+//! Each figure of 1 and 2 is printed for the default flush and for `BATON_FLUSH_BUDGET_MS=0` (no pacing),
+//! and, when `BATON_BENCH_BASELINE` names another `orchestrator` binary (an older build), for
+//! that binary too, with the ratios, all from one run.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use baton::model::scripted::{Reply, ScriptedServer, StreamReply};
+use baton::support::scripted::{ForethoughtServer, FtReply};
+use baton_tests::{ASK_SHOPPING, ASK_SUPPORT};
+use futures::StreamExt;
+use serde_json::{Value, json};
+use tokio::io::AsyncBufReadExt;
+
+/// `cargo bench -- latency` (or no name) runs this benchmark.
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with("--")).collect();
+    let wanted = |name: &str| args.is_empty() || args.iter().any(|a| a == name);
+    let quick = std::env::var_os("BATON_BENCH_QUICK").is_some();
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    if wanted("latency") {
+        rt.block_on(latency(if quick { 3 } else { 7 }, if quick { 100 } else { 400 }));
+    }
+    if wanted("store") {
+        rt.block_on(store_writes(if quick { 100 } else { 500 }));
+    }
+}
+
+/// User plus system CPU time of process `pid`.
+fn cpu_of(pid: &str) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let fields: Vec<&str> = stat.rsplit(") ").next().unwrap_or("").split_whitespace().collect();
+    let ticks: u64 = fields.get(11..13).map_or(0, |f| f.iter().filter_map(|v| v.parse::<u64>().ok()).sum());
+    Duration::from_millis(ticks * 10) // USER_HZ is 100 on Linux
+}
+
+/// A turn's writes to the embedded store, as `History` does them: the recent messages, the user
+/// message (one transaction), the reply (one transaction).
+async fn store_writes(turns: usize) {
+    use baton::store::embedded::EmbeddedStore;
+    use baton::store::{EpisodeKey, Role, Store, StoredMessage, SystemClock};
+    use std::sync::Arc;
+    let dir = tempfile::tempdir().unwrap();
+    let store = EmbeddedStore::open(dir.path().join("store.redb"), Arc::new(SystemClock)).unwrap();
+    let reply = |turn: &str, seq: u32, agent: &str| StoredMessage {
+        seq,
+        role: Role::Assistant,
+        agent: agent.into(),
+        content: "word ".repeat(50),
+        ..StoredMessage::user(turn, "", 0)
+    };
+    let one = |i: usize| {
+        let store = &store;
+        async move {
+            let key = EpisodeKey::new("bench", format!("episode-{i}")).unwrap();
+            let turn = format!("turn-{i}");
+            store.recent_messages(&key, 20).await.unwrap();
+            let user = StoredMessage::user(&turn, "my receipt didn't scan and find me coffee deals", 0);
+            store.record_user_message(&key, &user, None).await.unwrap();
+            let messages = [reply(&turn, 1, "support[1]"), reply(&turn, 2, "shopping[1]")];
+            store.save_reply(&key, &turn, &messages).await.unwrap();
+        }
+    };
+    for i in 0..turns / 10 {
+        one(i).await;
+    }
+    let cpu = cpu_of("self");
+    let started = Instant::now();
+    for i in turns..2 * turns {
+        one(i).await;
+    }
+    let wall = started.elapsed() / turns as u32;
+    let cpu = (cpu_of("self") - cpu) / turns as u32;
+    println!(
+        "== a turn's durable writes, embedded store (read recent, record user message, save a 2-message reply)"
+    );
+    println!(
+        "   {turns} turns: wall {:.3} ms, CPU {:.3} ms per turn (two write transactions, each committed durably)",
+        ms(wall),
+        ms(cpu)
+    );
+}
+
+const PREAMBLE: &str = "Let me check both of those for you.";
+const ORCH_GAP: Duration = Duration::from_millis(10);
+const TOKEN_GAP: Duration = Duration::from_millis(20);
+const TOKENS: usize = 50;
+const SHOPPING_FIRST: Duration = Duration::from_millis(100);
+const SUPPORT_FIRST: Duration = Duration::from_millis(300);
+
+/// The orchestrator model's answer: the preamble, then both calls.
+fn orchestrator_reply() -> StreamReply {
+    Reply::text(PREAMBLE)
+        .tool_call(ASK_SUPPORT, json!({"query": "my receipt didn't scan", "intent_count": 2}))
+        .tool_call(ASK_SHOPPING, json!({"query": "find me coffee deals", "intent_count": 2}))
+}
+
+fn tokens(prefix: &str) -> Vec<String> {
+    (0..TOKENS).map(|i| format!(" {prefix}{i}")).collect()
+}
+
+/// The timeline a perfect merge would show a client for the mixed turn, from the scripts: when
+/// the orchestrator's stream ends the sub-agents start; each text leaves when it is produced.
+struct Ideal {
+    first_text: Duration,
+    first_sub_agent_text: Duration,
+    content_done: Duration,
+    longest_silence: Duration,
+}
+
+fn ideal() -> Ideal {
+    let orch = orchestrator_reply().chunk_delay(ORCH_GAP);
+    // Chunk 0 is the role; chunk k goes out k gaps after the headers.
+    let orch_end = ORCH_GAP * (orch.chunks("orch").len() as u32 - 1);
+    let preamble_end = ORCH_GAP * PREAMBLE.split_whitespace().count() as u32;
+    // Shopping's model stream ends with its finish and usage chunks, one gap each after its last
+    // token; support's (Forethought) ends with its last chunk.
+    let shopping_end = SHOPPING_FIRST + TOKEN_GAP * (TOKENS as u32 + 1);
+    let support_end = SUPPORT_FIRST + TOKEN_GAP * (TOKENS as u32 - 1);
+    Ideal {
+        first_text: ORCH_GAP,
+        first_sub_agent_text: orch_end + SHOPPING_FIRST,
+        content_done: orch_end + shopping_end.max(support_end),
+        longest_silence: (orch_end + SHOPPING_FIRST - preamble_end).max(TOKEN_GAP),
+    }
+}
+
+/// The scripted servers for the mixed turn (`zero`: every delay zero).
+struct Servers {
+    models: ScriptedServer,
+    support: ForethoughtServer,
+    zero: bool,
+}
+
+impl Servers {
+    async fn start(zero: bool) -> Servers {
+        let models = ScriptedServer::start().await.unwrap();
+        let support = ForethoughtServer::start().await.unwrap();
+        let gap = |d: Duration| if zero { Duration::ZERO } else { d };
+        models.set_default("orch", orchestrator_reply().chunk_delay(gap(ORCH_GAP)));
+        // The first chunk (the role) goes with the headers, the first token one gap later.
+        let shopping = Reply::text(tokens("deal").concat())
+            .first_byte_delay(gap(SHOPPING_FIRST - TOKEN_GAP))
+            .chunk_delay(gap(TOKEN_GAP));
+        models.set_default("shop", shopping);
+        Servers { models, support, zero }
+    }
+
+    /// Queues support's answer for one turn (the Forethought server answers from a queue).
+    fn queue_support(&self) {
+        let gap = |d: Duration| if self.zero { Duration::ZERO } else { d };
+        self.support.push(
+            FtReply::chunks(tokens("help")).first_byte_delay(gap(SUPPORT_FIRST)).chunk_delay(gap(TOKEN_GAP)),
+        );
+    }
+}
+
+/// A running `orchestrator serve`.
+struct Serve {
+    /// Killed when the `Serve` is dropped.
+    _child: tokio::process::Child,
+    url: String,
+    pid: u32,
+    _store: tempfile::TempDir,
+}
+
+impl Serve {
+    async fn start(binary: &Path, servers: &Servers, env: &[(&str, &str)]) -> Serve {
+        let store = tempfile::tempdir().unwrap();
+        let mut command = tokio::process::Command::new(binary);
+        command
+            .args(["serve", "--addr", "127.0.0.1:0"])
+            .env("BATON_STORE_PATH", store.path().join("store.redb"))
+            .env_remove("BATON_TABLE")
+            .env_remove("OPENAI_API_KEY")
+            .env("OPENAI_BASE_URL", servers.models.base_url())
+            .env("BATON_ORCHESTRATOR_MODEL", "orch")
+            .env("BATON_SHOPPING_MODEL", "shop")
+            .env("FORETHOUGHT_API_TOKEN", "bench-token")
+            .env("FORETHOUGHT_BASE_URL", servers.support.base_url())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .kill_on_drop(true);
+        for (k, v) in env {
+            command.env(k, v);
+        }
+        let mut child = command.spawn().unwrap();
+        let mut line = String::new();
+        tokio::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).await.unwrap();
+        let url = line.trim().strip_prefix("listening on ").expect("serve prints its address").to_owned();
+        let pid = child.id().unwrap();
+        Serve { _child: child, url, pid, _store: store }
+    }
+
+    /// User plus system CPU time of the process so far.
+    fn cpu(&self) -> Duration {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid)).unwrap_or_default();
+        let fields: Vec<&str> = stat.rsplit(") ").next().unwrap_or("").split_whitespace().collect();
+        let ticks: u64 =
+            fields.get(11..13).map_or(0, |f| f.iter().filter_map(|v| v.parse::<u64>().ok()).sum());
+        Duration::from_millis(ticks * 10) // USER_HZ is 100 on Linux
+    }
+}
+
+/// One SSE event as the client saw it.
+struct Seen {
+    at: Duration,
+    kind: String,
+    data: Value,
+}
+
+/// Sends one turn and reads its SSE body as it arrives, timing every event from the request.
+async fn turn(client: &reqwest::Client, url: &str) -> Vec<Seen> {
+    let started = Instant::now();
+    let response = client
+        .post(url)
+        .json(&json!({"message": "my receipt didn't scan and find me coffee deals"}))
+        .send()
+        .await
+        .unwrap();
+    assert!(response.status().is_success(), "status {}", response.status());
+    let mut body = response.bytes_stream();
+    let mut buffer: Vec<u8> = Vec::new();
+    let mut seen = Vec::new();
+    while let Some(chunk) = body.next().await {
+        let at = started.elapsed();
+        buffer.extend_from_slice(&chunk.unwrap());
+        while let Some(end) = buffer.windows(2).position(|w| w == b"\n\n") {
+            let block: Vec<u8> = buffer.drain(..end + 2).collect();
+            let block = String::from_utf8_lossy(&block);
+            let field = |name: &str| block.lines().find_map(|l| l.strip_prefix(name)).map(str::to_owned);
+            let Some(kind) = field("event: ") else { continue }; // a heartbeat
+            let data = field("data: ").and_then(|d| serde_json::from_str(&d).ok()).unwrap_or(Value::Null);
+            seen.push(Seen { at, kind, data });
+        }
+    }
+    assert_eq!(seen.last().map(|s| s.kind.as_str()), Some("completed"), "the turn completed");
+    seen
+}
+
+/// What one mixed turn showed, against the ideal.
+#[derive(Default, Clone, Copy)]
+struct Mixed {
+    first_event: f64,
+    first_text: f64,
+    first_sub_agent_text: f64,
+    content_done: f64,
+    longest_silence: f64,
+    out_of_order: usize,
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+fn measure(seen: &[Seen], ideal: &Ideal) -> Mixed {
+    let agent = |s: &Seen| s.data["agent"].as_str().unwrap_or("").to_owned();
+    let texts: Vec<&Seen> = seen.iter().filter(|s| s.kind == "text").collect();
+    let first_sub = texts.iter().find(|s| agent(s) != "orchestrator").map_or(Duration::MAX, |s| s.at);
+    let silence = texts.windows(2).map(|w| w[1].at - w[0].at).max().unwrap_or_default();
+    // An agent's end events (its agent_finished, and the orchestrator's tool_result and
+    // tool_call_end for the call that ran it) must come after that agent's last text.
+    let mut out_of_order = 0;
+    for (i, s) in seen.iter().enumerate() {
+        let ended = match s.kind.as_str() {
+            "agent_finished" => agent(s),
+            "tool_result" | "tool_call_end" => s.data["name"]
+                .as_str()
+                .unwrap_or("")
+                .trim_start_matches("ask_")
+                .trim_start_matches("agent__")
+                .to_owned(),
+            _ => continue,
+        };
+        let name = baton::event::agent_name(&ended).to_owned();
+        if !name.is_empty()
+            && seen[i..]
+                .iter()
+                .any(|later| later.kind == "text" && baton::event::agent_name(&agent(later)) == name)
+        {
+            out_of_order += 1;
+        }
+    }
+    Mixed {
+        first_event: ms(seen[0].at),
+        first_text: ms(texts[0].at) - ms(ideal.first_text),
+        first_sub_agent_text: ms(first_sub) - ms(ideal.first_sub_agent_text),
+        content_done: ms(texts.last().unwrap().at) - ms(ideal.content_done),
+        longest_silence: ms(silence) - ms(ideal.longest_silence),
+        out_of_order,
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn percentile(v: &[f64], p: f64) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    v[((v.len() as f64 * p) as usize).min(v.len() - 1)]
+}
+
+/// The median of each figure over `turns` mixed turns on a fresh connection each, and on one
+/// kept-alive connection.
+async fn mixed(serve: &Serve, servers: &Servers, turns: usize) -> [Mixed; 2] {
+    let ideal = ideal();
+    let fresh = reqwest::Client::builder().pool_max_idle_per_host(0).build().unwrap();
+    let kept = reqwest::Client::new();
+    let mut out = [Mixed::default(); 2];
+    for (slot, client) in out.iter_mut().zip([&fresh, &kept]) {
+        // A warm-up turn: the kept-alive client's connection is open after it.
+        servers.queue_support();
+        turn(client, &serve.url).await;
+        let mut runs = Vec::new();
+        for _ in 0..turns {
+            servers.queue_support();
+            runs.push(measure(&turn(client, &serve.url).await, &ideal));
+        }
+        let med = |f: fn(&Mixed) -> f64| median(runs.iter().map(f).collect());
+        *slot = Mixed {
+            first_event: med(|m| m.first_event),
+            first_text: med(|m| m.first_text),
+            first_sub_agent_text: med(|m| m.first_sub_agent_text),
+            content_done: med(|m| m.content_done),
+            longest_silence: med(|m| m.longest_silence),
+            out_of_order: runs.iter().map(|m| m.out_of_order).max().unwrap_or(0),
+        };
+    }
+    out
+}
+
+/// Zero-latency turns on a kept-alive connection: wall per turn (ms, sorted) and the serve
+/// process's CPU per turn.
+async fn zero_latency(serve: &Serve, servers: &Servers, turns: usize) -> (Vec<f64>, Duration) {
+    let client = reqwest::Client::new();
+    for _ in 0..turns / 10 + 1 {
+        servers.queue_support();
+        turn(&client, &serve.url).await;
+    }
+    let cpu = serve.cpu();
+    let mut walls = Vec::with_capacity(turns);
+    for _ in 0..turns {
+        servers.queue_support();
+        let started = Instant::now();
+        turn(&client, &serve.url).await;
+        walls.push(ms(started.elapsed()));
+    }
+    let cpu = (serve.cpu() - cpu) / turns as u32;
+    walls.sort_by(f64::total_cmp);
+    (walls, cpu)
+}
+
+struct Variant {
+    name: String,
+    binary: PathBuf,
+    env: Vec<(&'static str, &'static str)>,
+}
+
+struct Figures {
+    mixed: [Mixed; 2],
+    wall_p50: f64,
+    wall_p90: f64,
+    cpu: Duration,
+}
+
+async fn latency(turns: usize, zero_turns: usize) {
+    let release = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/release");
+    let binary = release.join("orchestrator");
+    if !binary.exists() {
+        println!("== latency: skipped, {} is not built (run `make bench`)", binary.display());
+        return;
+    }
+    let mut variants = vec![
+        Variant { name: "flush on (default)".into(), binary: binary.clone(), env: vec![] },
+        Variant {
+            name: "BATON_FLUSH_BUDGET_MS=0".into(),
+            binary: binary.clone(),
+            env: vec![("BATON_FLUSH_BUDGET_MS", "0")],
+        },
+    ];
+    if let Some(base) = std::env::var_os("BATON_BENCH_BASELINE") {
+        variants.push(Variant { name: "baseline binary".into(), binary: base.into(), env: vec![] });
+    }
+    let mixed_servers = Servers::start(false).await;
+    let zero_servers = Servers::start(true).await;
+    let ideal = ideal();
+    println!(
+        "== latency as a client sees it (release serve, scripted models and Forethought over HTTP, SSE client)"
+    );
+    println!(
+        "   mixed turn: preamble, both sub-agents at once; shopping first token +{} ms, support +{} ms, {TOKENS} tokens {} ms apart",
+        SHOPPING_FIRST.as_millis(),
+        SUPPORT_FIRST.as_millis(),
+        TOKEN_GAP.as_millis()
+    );
+    println!(
+        "   ideal: first text {:.0} ms, first sub-agent text {:.0} ms, content done {:.0} ms, longest silence {:.0} ms; median of {turns} turns",
+        ms(ideal.first_text),
+        ms(ideal.first_sub_agent_text),
+        ms(ideal.content_done),
+        ms(ideal.longest_silence)
+    );
+    let mut all = Vec::new();
+    for v in &variants {
+        let serve = Serve::start(&v.binary, &mixed_servers, &v.env).await;
+        let mixed = mixed(&serve, &mixed_servers, turns).await;
+        drop(serve);
+        let serve = Serve::start(&v.binary, &zero_servers, &v.env).await;
+        let (walls, cpu) = zero_latency(&serve, &zero_servers, zero_turns).await;
+        drop(serve);
+        all.push(Figures {
+            mixed,
+            wall_p50: percentile(&walls, 0.5),
+            wall_p90: percentile(&walls, 0.9),
+            cpu,
+        });
+    }
+    for (c, connection) in ["fresh connection", "kept-alive connection"].iter().enumerate() {
+        println!("   -- {connection}: measured − ideal, ms");
+        println!(
+            "   {:<26} {:>11} {:>10} {:>14} {:>12} {:>15} {:>9}",
+            "", "first event", "first text", "first sub text", "content done", "longest silence", "ends late"
+        );
+        for (v, f) in variants.iter().zip(&all) {
+            let m = f.mixed[c];
+            println!(
+                "   {:<26} {:>11.1} {:>10.1} {:>14.1} {:>12.1} {:>15.1} {:>9}",
+                v.name,
+                m.first_event,
+                m.first_text,
+                m.first_sub_agent_text,
+                m.content_done,
+                m.longest_silence,
+                m.out_of_order
+            );
+        }
+    }
+    println!("   -- zero-latency models, {zero_turns} turns on a kept-alive connection");
+    println!("   {:<26} {:>13} {:>13} {:>16}", "", "wall p50 ms", "wall p90 ms", "serve CPU/turn");
+    for (v, f) in variants.iter().zip(&all) {
+        println!("   {:<26} {:>13.2} {:>13.2} {:>13.3} ms", v.name, f.wall_p50, f.wall_p90, ms(f.cpu));
+    }
+    // Ratios against the default variant, from this run.
+    let base = &all[0];
+    for (v, f) in variants.iter().zip(&all).skip(1) {
+        println!(
+            "   {} / flush on: content done − ideal (fresh) {:+.1} ms vs {:+.1} ms; zero-latency wall p50 {:.2}×, CPU/turn {:.2}×",
+            v.name,
+            f.mixed[0].content_done,
+            base.mixed[0].content_done,
+            f.wall_p50 / base.wall_p50,
+            f.cpu.as_secs_f64() / base.cpu.as_secs_f64().max(1e-9)
+        );
+    }
+    println!(
+        "   targets: content done − ideal ≤ 5 ms; zero-latency wall ≤ 5 ms; CPU per turn ≤ 1 ms; kept-alive first event ≤ 3 ms"
+    );
+}
