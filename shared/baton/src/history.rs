@@ -289,6 +289,7 @@ mod tests {
                 Event::text("shopping[1]", "Deals."),
                 usage("shopping[1]", 30),
                 finished("shopping[1]", Status::Error),
+                finished(ORCHESTRATOR, Status::Ok),
                 completed(Status::Error),
             ],
             false,
