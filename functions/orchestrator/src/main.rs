@@ -38,6 +38,14 @@ async fn main() -> std::process::ExitCode {
     let built = match args.config() {
         Ok(c) => {
             backends.remote = baton_aws::settings::remote_agents(&c).await;
+            // MCP servers start and list their tools once, here (in Lambda: during init).
+            backends.mcp = match baton::mcp::connect_all(&c.mcp_servers).await {
+                Ok(tools) => tools,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return std::process::ExitCode::from(2);
+                }
+            };
             baton::wiring::build(&c, backends).map_err(|e| e.to_string()).and_then(|orchestrator| {
                 Ok((c, orchestrator, args.settings.auth(in_lambda)?, args.endpoint_limits()?))
             })

@@ -104,6 +104,8 @@ pub struct Backends {
     pub remote: HashMap<String, Arc<dyn AgentTransport>>,
     /// A team's own tools, which configured agents list by name beside the built-in ones.
     pub tools: Vec<Arc<dyn Tool>>,
+    /// The tools of the configured MCP servers, listed at start ([`crate::mcp::connect_all`]).
+    pub mcp: crate::mcp::McpTools,
 }
 
 impl Backends {
@@ -116,6 +118,7 @@ impl Backends {
             clock: Arc::new(SystemClock),
             remote: HashMap::new(),
             tools: Vec::new(),
+            mcp: Default::default(),
         }
     }
 
@@ -130,6 +133,7 @@ impl Backends {
             clock: Arc::new(StoreClock(store)),
             remote: HashMap::new(),
             tools: Vec::new(),
+            mcp: Default::default(),
         }
     }
 }
@@ -267,8 +271,13 @@ impl<'a> Graph<'a> {
         let spec = &agents.agents[index];
         let routing = spec.routing.as_ref().map(|r| routing_settings(agents, spec, r));
         let mut tools: Vec<Arc<dyn Tool>> = Vec::new();
-        for tool in &spec.tools {
-            tools.push(self.tools.tool(tool).expect("validated"));
+        for (j, tool) in spec.tools.iter().enumerate() {
+            if crate::mcp::is_mcp_pattern(tool) {
+                let selected = self.backends.mcp.select(tool);
+                tools.extend(selected.map_err(|e| agents.error(Some(index), "tools", format!("[{j}] {e}")))?);
+            } else {
+                tools.push(self.tools.tool(tool).expect("validated"));
+            }
         }
         for child in &spec.agents {
             let child_agent = self.build(child)?;

@@ -378,10 +378,24 @@ impl AgentsConfig {
         Ok(())
     }
 
-    /// Checks that every listed tool exists among `available`.
+    /// Checks that the MCP tools agents list (`server.*`, `server.tool`) name configured servers.
+    pub fn validate_mcp_tools(&self, servers: &crate::mcp::config::McpServers) -> Result<(), ConfigError> {
+        for (i, a) in self.agents.iter().enumerate() {
+            for tool in a.tools.iter().filter(|t| crate::mcp::is_mcp_pattern(t)) {
+                crate::mcp::validate_pattern(tool, servers)
+                    .map_err(|e| self.error(Some(i), "tools", e.reason))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks that every listed tool (but MCP tools, checked by
+    /// [`AgentsConfig::validate_mcp_tools`]) exists among `available`.
     pub fn validate_tools(&self, available: &[&str]) -> Result<(), ConfigError> {
         for (i, a) in self.agents.iter().enumerate() {
-            if let Some(unknown) = a.tools.iter().find(|t| !available.contains(&t.as_str())) {
+            let unknown =
+                a.tools.iter().find(|t| !crate::mcp::is_mcp_pattern(t) && !available.contains(&t.as_str()));
+            if let Some(unknown) = unknown {
                 return Err(self.error(
                     Some(i),
                     "tools",

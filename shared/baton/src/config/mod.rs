@@ -94,6 +94,8 @@ pub struct Config {
     pub forethought: Option<ForethoughtConfig>,
     /// The agents: which one answers the user, and which call which.
     pub agents: AgentsConfig,
+    /// MCP servers whose tools agents list as `server.*` or `server.tool` (see `docs/mcp.md`).
+    pub mcp_servers: crate::mcp::config::McpServers,
 }
 
 /// The reference configuration, embedded: the defaults live in `config/baton.yaml` only.
@@ -107,6 +109,8 @@ struct ConfigFile {
     #[serde(default)]
     offline_model: Option<OfflineModelFile>,
     #[serde(default)]
+    mcp_servers: Option<crate::mcp::config::McpServers>,
+    #[serde(default)]
     entry: Option<String>,
     #[serde(default)]
     max_depth: Option<u32>,
@@ -118,6 +122,28 @@ struct ConfigFile {
 #[serde(deny_unknown_fields)]
 struct OfflineModelFile {
     support_keywords: Option<Vec<String>>,
+}
+
+/// The 1-based line of a dotted path of block-style YAML keys (`mcp_servers.github.url`): each
+/// key searched for below the previous one; the deepest key found.
+fn locate_path(yaml: &str, path: &str) -> Option<usize> {
+    let lines: Vec<&str> = yaml.lines().collect();
+    let (mut from, mut found) = (0, None);
+    for key in path.split('.') {
+        let key = key.split('[').next().unwrap_or(key);
+        let at = lines.iter().enumerate().skip(from).find(|(_, l)| {
+            let body = l.trim_start().trim_start_matches("- ");
+            body.starts_with(&format!("{key}:"))
+        });
+        match at {
+            Some((n, _)) => {
+                found = Some(n + 1);
+                from = n + 1;
+            }
+            None => break,
+        }
+    }
+    found
 }
 
 /// Settings the command line or the environment give one agent where its entry sets none.
@@ -148,6 +174,7 @@ impl Default for Config {
                     heartbeat: Duration::from_secs(10),
                     support_keywords: Vec::new(),
                     forethought: None,
+                    mcp_servers: Default::default(),
                     agents: AgentsConfig {
                         entry: String::new(),
                         max_depth: crate::agent::DEFAULT_MAX_DEPTH,
@@ -217,10 +244,21 @@ impl Config {
         if let Some(entry) = file.entry {
             self.agents.entry = entry;
         }
+        if let Some(servers) = file.mcp_servers {
+            crate::mcp::config::validate(&servers).map_err(|e| ConfigError::File {
+                path: origin.to_owned(),
+                message: match locate_path(yaml, &e.path) {
+                    Some(line) => format!("line {line}: {e}"),
+                    None => e.to_string(),
+                },
+            })?;
+            self.mcp_servers = servers;
+        }
         if let Some(depth) = file.max_depth {
             self.agents.max_depth = depth;
         }
         self.agents.validate()?;
+        self.agents.validate_mcp_tools(&self.mcp_servers)?;
         Ok(self)
     }
 
@@ -489,6 +527,29 @@ agents:
             .unwrap();
         assert_eq!(c.agents.agents.len(), 3);
         built(&c).unwrap();
+    }
+
+    #[test]
+    fn mcp_servers_are_checked_at_start_with_file_line_and_field() {
+        let team = "mcp_servers:\n  files:\n    command: npx\n    url: http://127.0.0.1:1/mcp\n";
+        let err = Config::default().with_yaml(team, "mcp.yaml").unwrap_err().to_string();
+        assert!(
+            err.contains("mcp.yaml")
+                && err.contains("line 4: mcp_servers.files.url")
+                && err.contains("not both"),
+            "{err}"
+        );
+        let unknown = "mcp_servers:\n  files:\n    command: npx\n".to_owned()
+            + TEAM.replace("[search_help_center]", "[search_help_center, github.*]").as_str();
+        let err = Config::default().with_yaml(&unknown, "mcp.yaml").unwrap_err().to_string();
+        assert!(
+            err.contains("agents[1] (`researcher`).tools") && err.contains("no MCP server named `github`"),
+            "{err}"
+        );
+        let known = "mcp_servers:\n  files:\n    command: npx\n".to_owned()
+            + TEAM.replace("[search_help_center]", "[search_help_center, files.*]").as_str();
+        let c = Config::default().with_yaml(&known, "mcp.yaml").unwrap();
+        assert_eq!(c.mcp_servers.len(), 1);
     }
 
     #[test]
