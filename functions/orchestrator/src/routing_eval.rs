@@ -105,7 +105,7 @@ impl Progress {
         if self.terminal {
             let _ = write!(err, "\r\x1b[2Krouting {done}/{total}: {id} {verdict}");
             let _ = err.flush();
-        } else if done % 10 == 0 || done == total {
+        } else if done.is_multiple_of(10) || done == total {
             let _ = writeln!(err, "routing {done}/{total}");
         }
     }
