@@ -186,19 +186,9 @@ impl fmt::Display for EpisodeKey {
 pub struct SupportConversation {
     /// Forethought's `conversation_id`.
     pub conversation_id: String,
-    /// When it was last used (ms); an old one is not continued (DESIGN.md §7).
+    /// When it was last used (ms); one older than Forethought's `continue_window` is not
+    /// continued.
     pub last_used_at: u64,
-}
-
-impl SupportConversation {
-    /// How long after its last use a support conversation is continued rather than started
-    /// anew (DESIGN.md §7).
-    pub const MAX_IDLE: Duration = Duration::from_secs(55 * 60);
-
-    /// Whether the conversation was used recently enough to continue it at `now_ms`.
-    pub fn is_continuable(&self, now_ms: u64) -> bool {
-        now_ms.saturating_sub(self.last_used_at) < Self::MAX_IDLE.as_millis() as u64
-    }
 }
 
 /// An episode's metadata item.
@@ -419,13 +409,6 @@ mod tests {
         let mut sorted = ids.clone();
         sorted.sort();
         assert_eq!(ids, sorted);
-    }
-
-    #[test]
-    fn a_support_conversation_is_continued_for_55_minutes() {
-        let c = SupportConversation { conversation_id: "ft".into(), last_used_at: 1_000 };
-        assert!(c.is_continuable(1_000 + 55 * 60_000 - 1));
-        assert!(!c.is_continuable(1_000 + 55 * 60_000));
     }
 
     #[test]
