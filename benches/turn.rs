@@ -121,7 +121,7 @@ fn team() -> Arc<Orchestrator> {
         plain("researcher", Arc::new(ScriptedModel::new("researcher", Some(Reply::text(words(40))))));
     let options = AgentToolOptions { output: OutputMode::TextAndEvents, ..AgentToolOptions::default() };
     let tool: Arc<dyn Tool> = Arc::new(AgentTool::new(researcher, options).unwrap());
-    let limits = LoopLimits { max_steps: 3, tool_timeout: Duration::from_secs(5) };
+    let limits = LoopLimits { max_steps: 3, tool_timeout: Duration::from_secs(5), ..LoopLimits::default() };
     let agent = LlmAgent::new(
         "lead",
         "l",

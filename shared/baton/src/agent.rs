@@ -188,6 +188,16 @@ pub fn start_child(
         instances: parent.instances.clone(),
     };
     let events = run_instance(agent, instance.clone(), request, options.timeout);
+    // At most `MAX_CONCURRENT_INSTANCES` child instances of one turn run at once; the others
+    // wait for a place (their timeout runs from their start).
+    let permits = parent.instances.permits();
+    let events: EventStream = Box::pin(async_stream::stream! {
+        let _running = permits.acquire_owned().await;
+        let mut events = events;
+        while let Some(event) = events.next().await {
+            yield event;
+        }
+    });
     Ok((instance, events))
 }
 
@@ -263,11 +273,21 @@ pub struct LoopLimits {
     /// Longest a single ordinary tool call may take; past it the model gets a timeout error
     /// result. Agent tools run under their agent's own timeout.
     pub tool_timeout: Duration,
+    /// Tool calls one model step may start; the calls past it get a `too_many_calls` error
+    /// result the model reads (and a warning in the log), never a silent drop.
+    pub max_calls_per_step: usize,
 }
+
+/// Tool calls one model step may start unless configured otherwise.
+pub const DEFAULT_MAX_CALLS_PER_STEP: usize = 16;
 
 impl Default for LoopLimits {
     fn default() -> Self {
-        LoopLimits { max_steps: 5, tool_timeout: Duration::from_secs(10) }
+        LoopLimits {
+            max_steps: 5,
+            tool_timeout: Duration::from_secs(10),
+            max_calls_per_step: DEFAULT_MAX_CALLS_PER_STEP,
+        }
     }
 }
 
@@ -719,32 +739,49 @@ impl LlmAgent {
     /// streams its own events (an agent tool its child's), then its `tool_result` and `tool_call_end`;
     /// they are merged as the turn merges sub-agents (one agent's text at a time).
     fn start_batch(&self, calls: &[StepCall], context: &ToolContext, instance: &str) -> Batch {
+        let cap = self.limits.max_calls_per_step;
+        if calls.len() > cap {
+            tracing::warn!(%instance, calls = calls.len(), cap, "a model step called more tools than allowed");
+        }
         let slots: Vec<Slot<CallDone>> = calls.iter().map(|_| Slot::default()).collect();
         let sources: Vec<EventStream> = calls
             .iter()
             .zip(&slots)
-            .map(|(call, slot)| self.start_call(call, context, instance, slot.clone()))
+            .enumerate()
+            .map(|(i, (call, slot))| {
+                let over = (i >= cap)
+                    .then_some(ToolError::TooManyCalls { tool: call.call.name.clone(), limit: cap });
+                self.start_call(call, context, instance, slot.clone(), over)
+            })
             .collect();
         Batch { events: LiveSlotMux::new(sources, self.mux), slots }
     }
 
-    /// Starts one call: the registry checks it, the tool starts it. The stream carries the
-    /// call's own events, then its `tool_result` and `tool_call_end`; the outcome is left in
-    /// `slot` before those.
+    /// Starts one call (or, when `refused` says why it may not run, its error result): the
+    /// registry checks it, the tool starts it. The stream carries the call's own events, then
+    /// its `tool_result` and `tool_call_end`; the outcome is left in `slot` before those.
     fn start_call(
         &self,
         call: &StepCall,
         context: &ToolContext,
         instance: &str,
         slot: Slot<CallDone>,
+        refused: Option<ToolError>,
     ) -> EventStream {
         let started = Instant::now();
         let (agent, call_id, name) = (instance.to_owned(), call.call.id.clone(), call.call.name.clone());
         let options =
             CallOptions { timeout: self.limits.tool_timeout, mark_content_end: call.mark_content_end };
-        let (arguments, run) = match self.tools.check(&call.call) {
-            Err(refused) => (refused.arguments, ToolRun::failed(refused.error)),
-            Ok((tool, arguments)) => (arguments.clone(), tool.start(arguments, context.clone(), options)),
+        let (arguments, run) = match (refused, self.tools.check(&call.call)) {
+            (Some(error), _) => {
+                let arguments =
+                    call.call.parse_arguments().unwrap_or_else(|_| call.call.arguments.clone().into());
+                (arguments, ToolRun::failed(error))
+            }
+            (None, Err(refused)) => (refused.arguments, ToolRun::failed(refused.error)),
+            (None, Ok((tool, arguments))) => {
+                (arguments.clone(), tool.start(arguments, context.clone(), options))
+            }
         };
         Box::pin(async_stream::stream! {
             let ToolRun { mut events, finish } = run;
@@ -858,7 +895,8 @@ pub(crate) mod tests {
 
     fn llm_agent(model: Arc<ScriptedModel>, max_steps: usize) -> LlmAgent {
         let tools = Arc::new(ToolRegistry::new(vec![Arc::new(Wait)]).unwrap());
-        let limits = LoopLimits { max_steps, tool_timeout: Duration::from_millis(500) };
+        let limits =
+            LoopLimits { max_steps, tool_timeout: Duration::from_millis(500), ..LoopLimits::default() };
         LlmAgent::new("shopping", "use tools", model, tools, limits)
     }
 
@@ -955,6 +993,76 @@ pub(crate) mod tests {
         assert_eq!(seen[0]["error"]["code"], "invalid_arguments");
         assert_eq!(seen[1]["error"]["code"], "unknown_tool");
         assert!(!events.iter().any(|e| matches!(e, Event::Error { .. })), "the run itself did not fail");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn calls_past_the_per_step_cap_get_an_error_result_and_the_rest_run() {
+        let model = Arc::new(ScriptedModel::new("m", None));
+        let mut fifty = Reply::text("");
+        for _ in 0..50 {
+            fifty = fifty.tool_call("wait", json!({"ms": 10}));
+        }
+        model.push(fifty);
+        model.push(Reply::text("Done."));
+        let events = run_llm(&llm_agent(model.clone(), 4), vec![]).await;
+        let results = tool_messages(&model.requests()[1]);
+        assert_eq!(results.len(), 50, "every call gets a result, in call order");
+        let ran = results.iter().filter(|r| r.get("waited").is_some()).count();
+        let refused: Vec<&Value> =
+            results.iter().filter(|r| r["error"]["code"] == "too_many_calls").collect();
+        assert_eq!((ran, refused.len()), (DEFAULT_MAX_CALLS_PER_STEP, 50 - DEFAULT_MAX_CALLS_PER_STEP));
+        assert!(results[..DEFAULT_MAX_CALLS_PER_STEP].iter().all(|r| r.get("waited").is_some()));
+        assert!(refused[0]["error"]["message"].as_str().unwrap().contains("at most 16"), "{}", refused[0]);
+        assert_eq!(events.iter().filter(|e| matches!(e, Event::ToolCallEnd { .. })).count(), 50);
+    }
+
+    /// An agent that waits 100 ms, counting how many of its instances run at once.
+    struct Counting {
+        running: Arc<std::sync::atomic::AtomicUsize>,
+        most: Arc<std::sync::atomic::AtomicUsize>,
+    }
+
+    impl Agent for Counting {
+        fn name(&self) -> &str {
+            "counting"
+        }
+        fn run(&self, _: AgentRequest, instance: String) -> EventStream {
+            use std::sync::atomic::Ordering::SeqCst;
+            let (running, most) = (self.running.clone(), self.most.clone());
+            Box::pin(async_stream::stream! {
+                let now = running.fetch_add(1, SeqCst) + 1;
+                most.fetch_max(now, SeqCst);
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                running.fetch_sub(1, SeqCst);
+                yield Event::text(instance, "done");
+            })
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_turn_runs_at_most_eight_child_instances_at_once_and_the_rest_wait() {
+        use std::sync::atomic::Ordering::SeqCst;
+        let most = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let agent = Counting { running: Arc::default(), most: most.clone() };
+        let parent = ToolContext::default();
+        let started = Instant::now();
+        let runs: Vec<EventStream> = (0..20)
+            .map(|_| {
+                start_child(
+                    &agent,
+                    "agent__counting",
+                    &parent,
+                    ChildInput::default(),
+                    &InstanceOptions::default(),
+                )
+                .unwrap()
+                .1
+            })
+            .collect();
+        let events: Vec<Event> = futures::stream::select_all(runs).collect().await;
+        assert_eq!(most.load(SeqCst), crate::tool::MAX_CONCURRENT_INSTANCES);
+        assert_eq!(events.iter().filter(|e| matches!(e, Event::Text { .. })).count(), 20, "all ran");
+        assert_eq!(started.elapsed(), Duration::from_millis(300), "three waves of at most eight");
     }
 
     #[tokio::test(start_paused = true)]

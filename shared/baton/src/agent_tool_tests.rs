@@ -55,7 +55,7 @@ fn answering(name: &str, text: &str) -> Arc<ScriptedModel> {
 }
 
 fn agent(name: &str, model: Arc<ScriptedModel>, tools: Vec<Arc<dyn Tool>>) -> Arc<dyn Agent> {
-    let limits = LoopLimits { max_steps: 4, tool_timeout: Duration::from_secs(5) };
+    let limits = LoopLimits { max_steps: 4, tool_timeout: Duration::from_secs(5), ..LoopLimits::default() };
     Arc::new(LlmAgent::new(
         name,
         format!("you are {name}"),

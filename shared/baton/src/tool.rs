@@ -88,14 +88,35 @@ impl SessionState {
 }
 
 /// Numbers agent instances across one turn, so that every instance name (`Name[i]`) is unique in
-/// it however deep the agents nest. Clones share the numbering.
-#[derive(Debug, Clone, Default)]
-pub struct Instances(Arc<Mutex<HashMap<String, usize>>>);
+/// it however deep the agents nest, and bounds how many child instances of the turn run at once
+/// ([`MAX_CONCURRENT_INSTANCES`]). Clones share both.
+#[derive(Debug, Clone)]
+pub struct Instances {
+    counts: Arc<Mutex<HashMap<String, usize>>>,
+    running: Arc<tokio::sync::Semaphore>,
+}
+
+/// Child agent instances one turn runs at once; more wait for a place.
+pub const MAX_CONCURRENT_INSTANCES: usize = 8;
+
+impl Default for Instances {
+    fn default() -> Self {
+        Instances {
+            counts: Arc::default(),
+            running: Arc::new(tokio::sync::Semaphore::new(MAX_CONCURRENT_INSTANCES)),
+        }
+    }
+}
 
 impl Instances {
+    /// The turn's places for running child instances.
+    pub fn permits(&self) -> Arc<tokio::sync::Semaphore> {
+        self.running.clone()
+    }
+
     /// The next instance name of agent `name`: `name[1]`, then `name[2]`, ...
     pub fn next(&self, name: &str) -> String {
-        let mut counts = self.0.lock().expect("instances lock");
+        let mut counts = self.counts.lock().expect("instances lock");
         let n = counts.entry(name.to_owned()).or_default();
         *n += 1;
         format!("{name}[{n}]")
@@ -137,6 +158,16 @@ pub enum ToolError {
         /// Why.
         reason: String,
     },
+    /// A model step called more tools than one step may start.
+    #[error(
+        "`{tool}` was not started: one step may call at most {limit} tools; call the rest in the next step"
+    )]
+    TooManyCalls {
+        /// The tool.
+        tool: String,
+        /// The limit.
+        limit: usize,
+    },
     /// An agent tool's call would nest agents deeper than the configured limit.
     #[error("`{tool}` was not started: agents may nest at most {max_depth} levels deep")]
     DepthExceeded {
@@ -176,6 +207,7 @@ impl ToolError {
             ToolError::Timeout { .. } => "tool_timeout",
             ToolError::Failed { .. } => "tool_failed",
             ToolError::DepthExceeded { .. } => "agent_depth_exceeded",
+            ToolError::TooManyCalls { .. } => "too_many_calls",
             ToolError::InvalidOutput { .. } => "invalid_agent_output",
             ToolError::InvalidSchema { .. } => "invalid_schema",
             ToolError::DuplicateName(_) => "duplicate_tool",

@@ -294,6 +294,7 @@ impl<'a> Graph<'a> {
         let limits = LoopLimits {
             max_steps: spec.max_steps.unwrap_or(defaults.max_steps),
             tool_timeout: spec.tool_timeout_seconds.map_or(defaults.tool_timeout, Duration::from_secs_f64),
+            ..defaults
         };
         let model = self.models.for_agent(spec);
         let mut agent =
