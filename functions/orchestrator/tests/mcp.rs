@@ -1,5 +1,5 @@
 //! `orchestrator mcp` over stdio, driven by the official Python MCP client (PyPI `mcp`, in the
-//! test venv): the configured agents are listed, one answers, its progress arrives. (The same
+//! test venv): every configured agent is listed, one answers, its progress arrives. (The same
 //! client over streamable HTTP, and the conformance suite, are in tests/tests/mcp.rs.)
 
 use std::path::{Path, PathBuf};
@@ -40,7 +40,7 @@ fn the_python_mcp_client_calls_an_agent_over_stdio() {
     let got: Value = serde_json::from_slice(&out.stdout).unwrap();
     let names: Vec<&str> =
         got["tools"].as_array().unwrap().iter().filter_map(|t| t["name"].as_str()).collect();
-    assert_eq!(names, ["support", "shopping"], "every configured agent but the router: {got}");
+    assert_eq!(names, ["orchestrator", "support", "shopping"], "every configured agent: {got}");
     assert_eq!(got["is_error"], false, "{got}");
     assert!(!got["answer"].as_str().unwrap().trim().is_empty(), "{got}");
     assert!(!got["progress"].as_array().unwrap().is_empty(), "progress arrives: {got}");
