@@ -38,7 +38,7 @@ pub(crate) enum Command {
     /// category; `--faults` also reports what the failsafe and guards recover from injected
     /// routing mistakes.
     RoutingEval(RoutingEvalArgs),
-    /// Serve the configured agents (all but the router) as MCP tools: over stdio, or over
+    /// Serve every configured agent as an MCP tool: over stdio, or over
     /// streamable HTTP at /mcp with --http.
     Mcp(McpArgs),
 }
