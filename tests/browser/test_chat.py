@@ -114,7 +114,9 @@ def test_an_in_band_error_renders_as_an_error(driver, server, scripts, output_di
     error = last_turn(driver).find_element(By.CSS_SELECTOR, ".errors .error")
     assert error.get_attribute("role") == "alert"
     assert error.text.startswith("⚠ Error (model_server_error, Orchestrator): ")
-    assert "scripted outage" in error.text and error.text.endswith("You can try again.")
+    # Baton's own message, never the vendor's body (which the server keeps out of client events).
+    assert "the model server failed (HTTP 500)" in error.text and error.text.endswith("You can try again.")
+    assert "scripted outage" not in error.text
     assert footer.get_attribute("data-status") == "error"
     assert footer.find_element(By.CSS_SELECTOR, ".summary").text.startswith("Status: error · ")
     assert driver.save_screenshot(str(output_dir / "chat-error.png"))
