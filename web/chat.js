@@ -181,6 +181,12 @@ class TurnView {
       case "tool_call_start":
         this.progress(`▶ ${agentLabel(ev.agent)} tool ${ev.name} started`, "started");
         break;
+      case "tool_call_progress": {
+        const of = ev.total != null ? `${ev.progress}/${ev.total}` : `${ev.progress}`;
+        const note = ev.message ? `: ${ev.message}` : "";
+        this.progress(`… ${agentLabel(ev.agent)} tool ${ev.name} ${of}${note}`, "progress");
+        break;
+      }
       case "tool_result":
         if (ev.is_error) this.progress(`✗ ${agentLabel(ev.agent)} tool ${ev.name} failed`, "failed");
         break;

@@ -109,8 +109,18 @@ pub async fn start_endpoint_limited(
     store: Arc<dyn Store>,
     limits: EndpointLimits,
 ) -> Endpoint {
-    let orchestrator =
-        baton::wiring::build(config, Backends::over_store(store.clone())).expect("config builds");
+    start_endpoint_over(config, store.clone(), Backends::over_store(store), limits).await
+}
+
+/// Serves `config`'s chat endpoint on `127.0.0.1:0` over `backends` (connected MCP servers,
+/// remote agents) within `limits`, recording into `store`.
+pub async fn start_endpoint_over(
+    config: &Config,
+    store: Arc<dyn Store>,
+    backends: Backends,
+    limits: EndpointLimits,
+) -> Endpoint {
+    let orchestrator = baton::wiring::build(config, backends).expect("config builds");
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind loopback");
     let url = format!("http://{}", listener.local_addr().expect("local addr"));
     let history = History::new(store, baton::history::DEFAULT_HISTORY_MESSAGES);

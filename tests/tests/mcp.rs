@@ -13,11 +13,16 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use baton::config::Config;
+use baton::event::{Event, Status};
+use baton::http::EndpointLimits;
 use baton::mcp::server::{McpAgent, serve_http};
 use baton::mcp::{McpCallItem, McpError, McpServers, McpTools, TRANSPORT_ERROR_AFTER_RETRY, connect_all};
 use baton::model::ToolCall;
+use baton::model::scripted::{Reply, ScriptedServer};
 use baton::tool::{ToolContext, ToolRegistry};
 use baton::wiring::{Backends, build_agent};
+use baton_tests::stores::{Embedded, StoreHarness, test_clock};
+use baton_tests::{open_stream_as, scripted_config, start_endpoint_over, text_of};
 use futures::StreamExt;
 use serde_json::{Value, json};
 
@@ -144,7 +149,7 @@ async fn an_is_error_result_is_an_error_the_model_reads(transport: Transport) {
 async fn progress_notifications_come_before_the_result(transport: Transport) {
     let (tools, _server) = connect(transport, json!({})).await;
     let tool = tools.tool("everything", "trigger-long-running-operation").unwrap();
-    let items: Vec<McpCallItem> = tool.start(json!({"duration": 0.3, "steps": 3})).collect().await;
+    let items: Vec<McpCallItem> = tool.call_items(json!({"duration": 0.3, "steps": 3})).collect().await;
     let progress: Vec<f64> = items
         .iter()
         .filter_map(|i| match i {
@@ -247,6 +252,117 @@ async fn an_allowlisted_tool_the_server_lacks_is_refused_naming_the_field() {
     let tools = connect_all(&stdio_config(json!({"tools": ["echo"]}))).await.unwrap();
     assert_eq!(tools.all().len(), 1, "the allowlist leaves out the rest");
     assert!(tools.select("everything.get-sum").is_err());
+}
+
+// ---- An agent's turn with MCP tools, through the chat endpoint ----
+
+/// A chat endpoint whose entry agent `helper` (model `helper` on `model`) has the reference
+/// server as its own MCP server (stdio); `extra` is added to the agent's YAML.
+async fn helper_with_everything(model: &ScriptedServer, extra: &str) -> (Embedded, baton_tests::Endpoint) {
+    let team = format!(
+        "entry: helper\nagents:\n  - name: helper\n    model: helper\n    instruction: Help.\n    \
+         tools: [everything.trigger-long-running-operation, everything.get-sum, everything.echo]\n    \
+         mcp_servers:\n      everything:\n        command: node\n        args: [{js}, stdio]\n{extra}",
+        js = serde_json::to_string(&everything_js()).unwrap()
+    );
+    let config = scripted_config(model).with_yaml(&team, "team.yaml").unwrap();
+    assert!(config.mcp_servers.is_empty(), "the server is the agent's own");
+    let harness = Embedded::start(test_clock()).await;
+    let mut backends = Backends::over_store(harness.store());
+    backends.mcp = connect_all(&config.all_mcp_servers()).await.unwrap();
+    let endpoint = start_endpoint_over(&config, harness.store(), backends, EndpointLimits::default()).await;
+    (harness, endpoint)
+}
+
+/// The tool results the `n`th request of `helper` carried, in call order.
+fn tool_results(model: &ScriptedServer, n: usize) -> Vec<String> {
+    let sent = &model.requests_for("helper")[n].body["messages"];
+    sent.as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["content"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+async fn chat(endpoint: &baton_tests::Endpoint, message: &str) -> Vec<Event> {
+    let body = json!({"message": message, "episode_id": "e1"});
+    open_stream_as(&endpoint.url, "alice", body).await.map(|r| r.event).collect().await
+}
+
+/// An LLM agent with an MCP server of its own, its model on the scripted server, behind the real
+/// SSE endpoint: the client sees the tool's progress as `tool_call_progress` events of the call,
+/// between its start and its result, and the model reads both results.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_turn_calls_its_own_mcp_server_and_streams_the_tools_progress() {
+    let model = ScriptedServer::start().await.unwrap();
+    let (_store, endpoint) = helper_with_everything(&model, "").await;
+    let long = "mcp__everything__trigger-long-running-operation";
+    model.push(
+        "helper",
+        Reply::text("Let me check.")
+            .tool_call(long, json!({"duration": 0.3, "steps": 3}))
+            .tool_call("mcp__everything__get-sum", json!({"a": 2, "b": 40})),
+    );
+    model.push("helper", Reply::text("All done: 42."));
+    let events = chat(&endpoint, "run the job, and add 2 and 40").await;
+
+    let Some(Event::Completed { status, .. }) = events.last() else { panic!("{events:?}") };
+    assert_eq!(*status, Status::Ok, "{events:?}");
+    assert_eq!(text_of(&events, "helper"), "Let me check.All done: 42.");
+    let position =
+        |wanted: &dyn Fn(&Event) -> bool| events.iter().position(wanted).expect("the event is there");
+    let start = position(&|e| matches!(e, Event::ToolCallStart { name, .. } if name == long));
+    let Event::ToolCallStart { call_id: long_id, .. } = &events[start] else { unreachable!() };
+    let result = position(&|e| matches!(e, Event::ToolResult { call_id, .. } if call_id == long_id));
+    let progress: Vec<(usize, f64, Option<f64>)> = events
+        .iter()
+        .enumerate()
+        .filter_map(|(i, e)| match e {
+            Event::ToolCallProgress { agent, call_id, name, progress, total, .. } => {
+                assert_eq!((agent.as_str(), call_id, name.as_str()), ("helper", long_id, long));
+                Some((i, *progress, *total))
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        progress.iter().map(|p| (p.1, p.2)).collect::<Vec<_>>(),
+        [(1.0, Some(3.0)), (2.0, Some(3.0)), (3.0, Some(3.0))]
+    );
+    assert!(progress.iter().all(|(i, ..)| start < *i && *i < result), "between start and result: {events:?}");
+
+    // The model's second request holds both results, in call order.
+    let results = tool_results(&model, 1);
+    assert_eq!(results.len(), 2, "{results:?}");
+    assert!(results[0].contains("completed"), "{results:?}");
+    assert!(results[1].contains("42"), "{results:?}");
+}
+
+/// The agent's own tool timeout (shorter than the server's) ends a slow MCP call: an error
+/// result the model reads, the call cancelled on the server, which answers the next call; the
+/// turn completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_mcp_call_past_the_agents_tool_timeout_is_an_error_result_and_the_turn_goes_on() {
+    let model = ScriptedServer::start().await.unwrap();
+    let (_store, endpoint) = helper_with_everything(&model, "    tool_timeout_seconds: 1\n").await;
+    let long = "mcp__everything__trigger-long-running-operation";
+    model.push("helper", Reply::text("Trying.").tool_call(long, json!({"duration": 30, "steps": 30})));
+    model
+        .push("helper", Reply::text("").tool_call("mcp__everything__echo", json!({"message": "still here"})));
+    model.push("helper", Reply::text("It took too long."));
+    let events = chat(&endpoint, "run the long job").await;
+
+    let Some(Event::Completed { status, .. }) = events.last() else { panic!("{events:?}") };
+    assert_eq!(*status, Status::Ok, "{events:?}");
+    let timed_out = events.iter().any(|e| {
+        matches!(e, Event::ToolResult { name, is_error: true, result, .. }
+            if name == long && result["error"]["code"] == "tool_timeout")
+    });
+    assert!(timed_out, "{events:?}");
+    assert!(tool_results(&model, 1)[0].contains("tool_timeout"));
+    assert!(tool_results(&model, 2)[1].contains("still here"), "the server answers after the cancel");
+    assert_eq!(text_of(&events, "helper"), "Trying.It took too long.");
 }
 
 // ---- Baton as an MCP server ----

@@ -34,25 +34,28 @@ async fn main() -> std::process::ExitCode {
         }
     };
     let mut backends = Backends::over_store(history.store().clone());
-    let mcp_backends = backends.clone();
-    let built = match args.config() {
-        Ok(c) => {
-            backends.remote = baton_aws::settings::remote_agents(&c).await;
-            // MCP servers start and list their tools once, here (in Lambda: during init).
-            backends.mcp = match baton::mcp::connect_all(&c.mcp_servers).await {
-                Ok(tools) => tools,
-                Err(e) => {
-                    eprintln!("error: {e}");
-                    return std::process::ExitCode::from(2);
-                }
-            };
-            baton::wiring::build(&c, backends).map_err(|e| e.to_string()).and_then(|orchestrator| {
-                Ok((c, orchestrator, args.settings.auth(in_lambda)?, args.endpoint_limits()?))
-            })
+    let config = match args.config() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return std::process::ExitCode::from(2);
         }
-        Err(e) => Err(e.to_string()),
     };
-    let (config, orchestrator, auth, endpoint) = match built {
+    backends.remote = baton_aws::settings::remote_agents(&config).await;
+    // MCP servers (shared and agents' own) start and list their tools once, here (in Lambda:
+    // during init), before any agent is built: `mcp` serves agents that use them too.
+    backends.mcp = match baton::mcp::connect_all(&config.all_mcp_servers()).await {
+        Ok(tools) => tools,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    let mcp_backends = backends.clone();
+    let built = baton::wiring::build(&config, backends)
+        .map_err(|e| e.to_string())
+        .and_then(|orchestrator| Ok((orchestrator, args.settings.auth(in_lambda)?, args.endpoint_limits()?)));
+    let (orchestrator, auth, endpoint) = match built {
         Ok(built) => built,
         Err(e) => {
             eprintln!("error: {e}");

@@ -336,3 +336,38 @@ fn routing_eval_refuses_a_team_whose_entry_does_not_route() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8(out.stderr).unwrap().contains("`concierge` does not route"));
 }
+
+#[test]
+fn mcp_serves_an_agent_that_uses_its_own_mcp_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let everything = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../tests/mcp/node_modules/@modelcontextprotocol/server-everything/dist/index.js"
+    );
+    assert!(
+        Path::new(everything).exists(),
+        "{everything} is missing: run scripts/test.sh (npm ci in tests/mcp)"
+    );
+    let team = format!(
+        "agents:\n  - name: helper\n    instruction: Help.\n    mcp_servers:\n      everything:\n        \
+         command: node\n        args: [{}, stdio]\n",
+        serde_json::to_string(everything).unwrap()
+    );
+    let path = dir.path().join("team.yaml");
+    std::fs::write(&path, team).unwrap();
+    // The servers connect before the agents are built: the agent's MCP tools exist when `mcp`
+    // builds it.
+    let mut child = orchestrator(dir.path())
+        .args(["--config", path.to_str().unwrap(), "mcp", "--http", "127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    let _ = child.kill();
+    let mut stderr = String::new();
+    child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+    let _ = child.wait();
+    assert!(line.starts_with("MCP endpoint on http://127.0.0.1:"), "{line:?}\n{stderr}");
+}

@@ -27,7 +27,7 @@ use crate::event::{Event, EventStream, Status, Usage};
 use crate::model::{ChatModel, ChatRequest, Message, ModelDelta, ModelError, ToolCall, ToolChoice};
 use crate::mux::{LiveSlotMux, MuxConfig};
 use crate::tool::{
-    CallOptions, DirectAnswer, Instances, SessionState, Slot, ToolContext, ToolError, ToolOutcome,
+    CallOptions, CallRef, DirectAnswer, Instances, SessionState, Slot, ToolContext, ToolError, ToolOutcome,
     ToolRegistry, ToolRun,
 };
 
@@ -524,6 +524,7 @@ impl LlmAgent {
                 history: request.history.clone(),
                 previous: request.previous,
             }),
+            call: CallRef::default(),
         };
         let transcript = Transcript::new(request.history, user_message, previous_id);
         Run { context, transcript, message, previous_turn }
@@ -780,7 +781,8 @@ impl LlmAgent {
             }
             (None, Err(refused)) => (refused.arguments, ToolRun::failed(refused.error)),
             (None, Ok((tool, arguments))) => {
-                (arguments.clone(), tool.start(arguments, context.clone(), options))
+                let call = CallRef { agent: agent.clone(), call_id: call_id.clone() };
+                (arguments.clone(), tool.start(arguments, ToolContext { call, ..context.clone() }, options))
             }
         };
         Box::pin(async_stream::stream! {

@@ -153,6 +153,24 @@ pub enum Event {
         /// Arguments as the model sent them.
         arguments: serde_json::Value,
     },
+    /// Progress a running tool reported (an MCP server's progress notification), between its
+    /// `tool_call_start` and its `tool_result`.
+    ToolCallProgress {
+        /// Source instance (the caller).
+        agent: String,
+        /// The model's call id.
+        call_id: String,
+        /// Tool name.
+        name: String,
+        /// Progress so far; it grows with every report.
+        progress: f64,
+        /// The total, when the tool knows it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        total: Option<f64>,
+        /// What the tool says it is doing.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        message: Option<String>,
+    },
     /// A tool call's result.
     ToolResult {
         /// Source instance.
@@ -290,6 +308,7 @@ impl Event {
             Event::Text { .. } => "text",
             Event::Reasoning { .. } => "reasoning",
             Event::ToolCallStart { .. } => "tool_call_start",
+            Event::ToolCallProgress { .. } => "tool_call_progress",
             Event::ToolResult { .. } => "tool_result",
             Event::ToolCallEnd { .. } => "tool_call_end",
             Event::AgentStarted { .. } => "agent_started",
@@ -313,6 +332,7 @@ impl Event {
             | Event::Text { agent, .. }
             | Event::Reasoning { agent, .. }
             | Event::ToolCallStart { agent, .. }
+            | Event::ToolCallProgress { agent, .. }
             | Event::ToolResult { agent, .. }
             | Event::ToolCallEnd { agent, .. }
             | Event::AgentStarted { agent, .. }
@@ -557,6 +577,14 @@ mod tests {
                 call_id: "c".into(),
                 name: "n".into(),
                 arguments: serde_json::json!({"q": 1}),
+            },
+            Event::ToolCallProgress {
+                agent: a(),
+                call_id: "c".into(),
+                name: "n".into(),
+                progress: 1.0,
+                total: Some(3.0),
+                message: Some("step 1".into()),
             },
             Event::ToolResult {
                 agent: a(),

@@ -35,6 +35,18 @@ pub struct ToolContext {
     /// The conversation the calling instance sees (empty for an isolated one); children that
     /// see the conversation get it.
     pub conversation: Arc<Conversation>,
+    /// The call this context is for: set by the tool loop for each call, so that a tool
+    /// streaming its own events (progress) names the caller and call id they belong to.
+    pub call: CallRef,
+}
+
+/// The tool call a [`ToolContext`] is for.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CallRef {
+    /// The calling agent instance (`Name[i]`).
+    pub agent: String,
+    /// The model's call id.
+    pub call_id: String,
 }
 
 impl ToolContext {

@@ -279,6 +279,14 @@ impl<'a> Graph<'a> {
                 tools.push(self.tools.tool(tool).expect("validated"));
             }
         }
+        // The agent's own MCP servers that `tools:` does not name: all of their tools.
+        for server in spec.mcp_servers.keys() {
+            let named = spec.tools.iter().any(|t| t.split_once('.').is_some_and(|(s, _)| s == server));
+            if !named {
+                let selected = self.backends.mcp.select(&format!("{server}.*"));
+                tools.extend(selected.map_err(|e| agents.error(Some(index), "mcp_servers", e))?);
+            }
+        }
         for child in &spec.agents {
             let child_agent = self.build(child)?;
             let options = agents.tool_options(agents.get(child).expect("validated"));

@@ -43,7 +43,7 @@
 //! function). The settings of the command line and the environment may fill these for an agent
 //! (`--shopping-model` and its siblings fill the agent named `shopping`).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -160,6 +160,11 @@ pub struct AgentSpec {
     /// Where it runs when it runs in another process.
     #[serde(default)]
     pub remote: Option<RemoteSpec>,
+    /// MCP servers of its own (same fields as the top-level `mcp_servers`): started with the
+    /// shared ones, their tools offered to this agent only — all of a server's tools, unless
+    /// `tools:` names some of them as `server.tool`.
+    #[serde(default)]
+    pub mcp_servers: crate::mcp::config::McpServers,
 }
 
 /// The configured agents.
@@ -378,15 +383,51 @@ impl AgentsConfig {
         Ok(())
     }
 
-    /// Checks that the MCP tools agents list (`server.*`, `server.tool`) name configured servers.
-    pub fn validate_mcp_tools(&self, servers: &crate::mcp::config::McpServers) -> Result<(), ConfigError> {
+    /// Checks the agents' own MCP servers (their fields; a name no other server has) and that
+    /// the MCP tools an agent lists (`server.*`, `server.tool`) name a shared server or one of its
+    /// own, never another agent's.
+    pub fn validate_mcp_tools(&self, shared: &crate::mcp::config::McpServers) -> Result<(), ConfigError> {
+        let mut owners: HashMap<&str, &str> = HashMap::new();
         for (i, a) in self.agents.iter().enumerate() {
+            for (name, server) in &a.mcp_servers {
+                let field = "mcp_servers";
+                crate::mcp::config::validate_server(name, server)
+                    .map_err(|e| self.error(Some(i), field, format!("{}: {}", e.path, e.reason)))?;
+                let taken = match (shared.contains_key(name), owners.get(name.as_str())) {
+                    (true, _) => Some("the top-level `mcp_servers`".to_owned()),
+                    (false, Some(owner)) => Some(format!("agent `{owner}`")),
+                    (false, None) => None,
+                };
+                if let Some(by) = taken {
+                    let reason = format!("an MCP server named `{name}` is already declared by {by}");
+                    return Err(self.error(Some(i), field, reason));
+                }
+                owners.insert(name, &a.name);
+            }
+        }
+        for (i, a) in self.agents.iter().enumerate() {
+            let mut visible = shared.clone();
+            visible.extend(a.mcp_servers.iter().map(|(k, v)| (k.clone(), v.clone())));
             for tool in a.tools.iter().filter(|t| crate::mcp::is_mcp_pattern(t)) {
-                crate::mcp::validate_pattern(tool, servers)
+                let server = tool.split_once('.').map_or(tool.as_str(), |(s, _)| s);
+                if let Some(owner) = owners.get(server).filter(|o| **o != a.name) {
+                    let reason = format!("`{tool}`: `{server}` is agent `{owner}`'s own MCP server");
+                    return Err(self.error(Some(i), "tools", reason));
+                }
+                crate::mcp::validate_pattern(tool, &visible)
                     .map_err(|e| self.error(Some(i), "tools", e.reason))?;
             }
         }
         Ok(())
+    }
+
+    /// Every MCP server to start: the shared ones and every agent's own.
+    pub fn all_mcp_servers(&self, shared: &crate::mcp::config::McpServers) -> crate::mcp::config::McpServers {
+        let mut all = shared.clone();
+        for a in &self.agents {
+            all.extend(a.mcp_servers.iter().map(|(k, v)| (k.clone(), v.clone())));
+        }
+        all
     }
 
     /// Checks that every listed tool (but MCP tools, checked by

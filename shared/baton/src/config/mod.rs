@@ -328,6 +328,11 @@ impl Config {
         self.agents.validate()
     }
 
+    /// Every MCP server to start: the shared `mcp_servers` and the agents' own.
+    pub fn all_mcp_servers(&self) -> crate::mcp::config::McpServers {
+        self.agents.all_mcp_servers(&self.mcp_servers)
+    }
+
     /// A one-line description of the models in use, for start-up logs.
     pub fn describe_models(&self) -> String {
         if self.models.is_offline() {
@@ -550,6 +555,47 @@ agents:
             + TEAM.replace("[search_help_center]", "[search_help_center, files.*]").as_str();
         let c = Config::default().with_yaml(&known, "mcp.yaml").unwrap();
         assert_eq!(c.mcp_servers.len(), 1);
+    }
+
+    #[test]
+    fn an_agents_own_mcp_servers_are_its_own_and_checked_with_the_line() {
+        let own = "    mcp_servers:\n      files:\n        command: npx\n";
+        let researcher = "    tools: [search_help_center]\n";
+        // Declared under the researcher: started with the rest, named by it only.
+        let team = TEAM.replace(researcher, &format!("{researcher}{own}"));
+        let c = Config::default().with_yaml(&team, "team.yaml").unwrap();
+        assert!(c.mcp_servers.is_empty(), "not a shared server");
+        assert_eq!(c.all_mcp_servers().keys().collect::<Vec<_>>(), ["files"]);
+        let named = team.replace("[search_help_center]", "[search_help_center, files.read]");
+        Config::default().with_yaml(&named, "team.yaml").unwrap();
+
+        // Another agent may not use it.
+        let foreign =
+            team.replace("    instruction: Write.\n", "    instruction: Write.\n    tools: [files.*]\n");
+        let err = Config::default().with_yaml(&foreign, "team.yaml").unwrap_err().to_string();
+        assert!(
+            err.contains("agents[2] (`writer`).tools") && err.contains("agent `researcher`'s own MCP server"),
+            "{err}"
+        );
+        // Its fields are checked like a shared server's, at its line.
+        let broken =
+            team.replace("        command: npx\n", "        command: npx\n        url: http://x/mcp\n");
+        let err = Config::default().with_yaml(&broken, "team.yaml").unwrap_err().to_string();
+        assert!(
+            err.contains("line 11: agents[1] (`researcher`).mcp_servers: mcp_servers.files.url"),
+            "{err}"
+        );
+        // A name is one server: not shared and an agent's, nor two agents'.
+        let shared = format!("mcp_servers:\n  files:\n    command: npx\n{team}");
+        let err = Config::default().with_yaml(&shared, "team.yaml").unwrap_err().to_string();
+        assert!(err.contains("already declared by the top-level `mcp_servers`"), "{err}");
+        let twice = team.replace("    instruction: Write.\n", &format!("    instruction: Write.\n{own}"));
+        let err = Config::default().with_yaml(&twice, "team.yaml").unwrap_err().to_string();
+        assert!(
+            err.contains("agents[2] (`writer`).mcp_servers")
+                && err.contains("`files` is already declared by agent `researcher`"),
+            "{err}"
+        );
     }
 
     #[test]

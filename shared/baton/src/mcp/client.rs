@@ -1,7 +1,7 @@
 //! The client side: one [`McpConnection`] per configured server (a child process over stdio, or
 //! a streamable HTTP endpoint) and one [`McpTool`] per tool it offers.
 //!
-//! The retry rule lives here, in [`McpTool::start`]: a call that meets a transport error (the
+//! The retry rule lives here, in [`McpTool::call_items`]: a call that meets a transport error (the
 //! child died, the connection broke) reconnects (restarting a stdio server) and is sent once
 //! more; a second transport error is an error result, "MCP transport error (after retry)". A
 //! call past its timeout is cancelled with `notifications/cancelled` and is an error result; a
@@ -29,9 +29,10 @@ use tokio::sync::Mutex;
 
 use super::McpError;
 use super::config::{McpServerConfig, expand_env};
-use crate::tool::{Tool, ToolContext, ToolError};
+use crate::event::Event;
+use crate::tool::{CallOptions, CallRef, Slot, Tool, ToolContext, ToolError, ToolFinish, ToolRun};
 
-/// What [`McpTool::start`] yields: progress while the call runs, then its outcome, last.
+/// What [`McpTool::call_items`] yields: progress while the call runs, then its outcome, last.
 #[derive(Debug, Clone, PartialEq)]
 pub enum McpCallItem {
     /// A `notifications/progress` from the server for this call.
@@ -312,7 +313,7 @@ impl McpTool {
     /// Runs the call: the server's progress notifications as they come, then the outcome
     /// (always last, always present). Dropping the stream before the outcome cancels the call
     /// on the server.
-    pub fn start(&self, arguments: Value) -> impl Stream<Item = McpCallItem> + Send + 'static {
+    pub fn call_items(&self, arguments: Value) -> impl Stream<Item = McpCallItem> + Send + 'static {
         let connection = self.connection.clone();
         let tool = self.name.clone();
         let params = match arguments {
@@ -437,7 +438,7 @@ impl Tool for McpTool {
 
     fn call<'a>(&'a self, arguments: Value, _: &'a ToolContext) -> BoxFuture<'a, Result<Value, ToolError>> {
         Box::pin(async move {
-            let items = self.start(arguments);
+            let items = self.call_items(arguments);
             tokio::pin!(items);
             while let Some(item) = items.next().await {
                 if let McpCallItem::Done(outcome) = item {
@@ -449,6 +450,44 @@ impl Tool for McpTool {
                 reason: "the call ended without an outcome".into(),
             })
         })
+    }
+
+    /// Streams the server's progress notifications as `tool_call_progress` events of the
+    /// calling instance while the call runs; past `options.timeout` the call is dropped, which
+    /// cancels it on the server.
+    fn start(self: Arc<Self>, arguments: Value, context: ToolContext, options: CallOptions) -> ToolRun {
+        let finish = Slot::default();
+        let slot = finish.clone();
+        let events = async_stream::stream! {
+            let CallRef { agent, call_id } = context.call;
+            let deadline = tokio::time::Instant::now() + options.timeout;
+            let items = self.call_items(arguments);
+            tokio::pin!(items);
+            let outcome = loop {
+                match tokio::time::timeout_at(deadline, items.next()).await {
+                    Ok(Some(McpCallItem::Progress(p))) => {
+                        yield Event::ToolCallProgress {
+                            agent: agent.clone(),
+                            call_id: call_id.clone(),
+                            name: self.name.clone(),
+                            progress: p.progress,
+                            total: p.total,
+                            message: p.message,
+                        };
+                    }
+                    Ok(Some(McpCallItem::Done(outcome))) => break outcome,
+                    Ok(None) => {
+                        break Err(ToolError::Failed {
+                            tool: self.name.clone(),
+                            reason: "the call ended without an outcome".into(),
+                        });
+                    }
+                    Err(_) => break Err(ToolError::Timeout { tool: self.name.clone(), timeout: options.timeout }),
+                }
+            };
+            slot.set(ToolFinish { outcome, answer: None });
+        };
+        ToolRun { events: Box::pin(events), finish }
     }
 }
 

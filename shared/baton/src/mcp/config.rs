@@ -95,7 +95,8 @@ pub fn validate(servers: &McpServers) -> Result<(), McpConfigError> {
     Ok(())
 }
 
-fn validate_server(name: &str, s: &McpServerConfig) -> Result<(), McpConfigError> {
+/// Checks one server's name and fields (errors name the field path).
+pub fn validate_server(name: &str, s: &McpServerConfig) -> Result<(), McpConfigError> {
     let at = |field: &str| format!("mcp_servers.{name}.{field}");
     if !is_valid_server_name(name) {
         return Err(McpConfigError::new(

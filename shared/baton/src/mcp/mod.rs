@@ -93,7 +93,7 @@ impl McpTools {
     }
 
     /// One tool, by its server and its name on the server: for callers that stream its
-    /// progress ([`McpTool::start`]).
+    /// progress ([`McpTool::call_items`]).
     pub fn tool(&self, server: &str, tool: &str) -> Option<Arc<McpTool>> {
         let (_, tools) = self.servers.iter().find(|(name, _)| name == server)?;
         tools.iter().find(|t| t.remote_name() == tool).cloned()

@@ -74,6 +74,11 @@ pub fn progress_message(event: &Event) -> Option<String> {
             format!("{agent} finished ({}, {duration_ms} ms)", serde_json::to_value(status).ok()?.as_str()?)
         }
         Event::ToolCallStart { agent, name, .. } => format!("{agent} calls {name}"),
+        Event::ToolCallProgress { agent, name, progress, total, message, .. } => {
+            let of = total.map(|t| format!("{progress}/{t}")).unwrap_or_else(|| progress.to_string());
+            let note = message.as_deref().map(|m| format!(": {m}")).unwrap_or_default();
+            format!("{agent}: {name} {of}{note}")
+        }
         Event::ToolCallEnd { agent, name, duration_ms, .. } => {
             format!("{agent}: {name} done ({duration_ms} ms)")
         }
