@@ -622,16 +622,7 @@ mod tests {
 
     fn input<'a>(message: &'a str, previous: Option<&'a PreviousTurn>) -> RoutingInput<'a> {
         static ROLES: std::sync::LazyLock<Roles> = std::sync::LazyLock::new(Roles::reference);
-        static GUARDS: Guards = Guards {
-            failsafe: true,
-            echo_followup: true,
-            fastpath: true,
-            duplicates: true,
-            overlap: true,
-            verbatim: true,
-            prior_context: true,
-            summary_cap: true,
-        };
+        static GUARDS: std::sync::LazyLock<Guards> = std::sync::LazyLock::new(Guards::default);
         RoutingInput { message, previous, roles: &ROLES, guards: &GUARDS, smalltalk: Lexicon::reference() }
     }
 

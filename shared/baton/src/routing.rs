@@ -789,4 +789,34 @@ mod tests {
         assert!(route.calls.is_empty());
         assert_eq!(model.requests().len(), 1);
     }
+
+    #[tokio::test]
+    async fn the_models_prior_context_reaches_either_agent() {
+        let orchestrator = Arc::new(ScriptedModel::new(
+            "orch",
+            Some(Reply::text("").tool_call(
+                ASK_SHOPPING,
+                json!({"query": "then show me offers from that brand", "intent_count": 1,
+                       "prior_context": "Their Tide receipt was rejected as a duplicate."}),
+            )),
+        ));
+        let support = Arc::new(ScriptedModel::new("sup", Some(Reply::text("Support."))));
+        let shopping = Arc::new(ScriptedModel::new("shop", Some(Reply::text("Tide: 500 points."))));
+        let agent = testing::routed(
+            orchestrator,
+            testing::plain("support", support.clone()),
+            testing::plain("shopping", shopping.clone()),
+            [None, None],
+        );
+        let o = Arc::new(crate::orchestrator::Orchestrator::new(agent, "orch"));
+        let turn =
+            crate::orchestrator::TurnRequest::new("ep", "t1", "u", "then show me offers from that brand");
+        let _: Vec<Event> = o.run_turn(turn).collect().await;
+        let asked = shopping.requests()[0].last_user_text().to_owned();
+        assert!(
+            asked.contains("Tide receipt was rejected") && asked.contains("offers from that brand"),
+            "{asked}"
+        );
+        assert!(support.requests().is_empty());
+    }
 }
