@@ -6,7 +6,8 @@
 //! - **Content words** are a message's words less the stopwords of the languages the app's users
 //!   write in (the NLTK lists of English, Spanish, French, Portuguese, German and Italian, from the
 //!   `stop-words` crate) and a few request words ("find", "show", "please"), each reduced to its
-//!   Snowball stem, so "scanned" meets "scan" and "points" meets "point".
+//!   Snowball stem, so "scanned" meets "scan" and "points" meets "point". (An English word that is a
+//!   stopword in another of the languages, such as "hat" or "son", does not count as a topic word.)
 //! - **Smalltalk** is judged per clause: a message is smalltalk when every clause is made only of
 //!   greetings, acknowledgements, chitchat phrases and their fillers ([`Lexicon`]), or only of emoji
 //!   (by their Unicode `Emoji` property) and punctuation. One clause with other words ("hi, where
@@ -369,6 +370,12 @@ mod tests {
             "alles klar",
             "grazie mille",
             "va bene",
+            "no thanks, that's all",
+            "no gracias",
+            "non merci, c'est tout",
+            "não obrigado",
+            "nein danke",
+            "no grazie, è tutto",
         ] {
             assert_eq!(talk(ack), Some(Smalltalk::Acknowledgement), "{ack}");
         }
@@ -433,9 +440,18 @@ mod tests {
             "ciao, dove sono i miei punti?",
             "come stai? ho un problema con lo scontrino",
             "points",
+            "no, my points are still missing",
             "",
         ] {
             assert_eq!(talk(question), None, "{question}");
+        }
+    }
+
+    #[test]
+    fn a_bare_yes_or_no_is_left_to_the_echo_rule() {
+        // It may answer support's question; as smalltalk it would never reach support.
+        for answer in ["yes", "no", "nope", "yeah"] {
+            assert_eq!(talk(answer), None, "{answer}");
         }
     }
 
