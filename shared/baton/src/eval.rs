@@ -775,6 +775,7 @@ mod tests {
             "short_mixed",
             "image_receipt",
             "image_product",
+            "image_other",
             "emoji",
         ] {
             assert!(categories.contains(c), "category {c} missing");
