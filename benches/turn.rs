@@ -77,6 +77,7 @@ fn orchestrator() -> Arc<Orchestrator> {
         fallback: "shopping".into(),
         categories: vec!["general".into()],
         guards: Default::default(),
+        smalltalk: Default::default(),
     };
     let options = AgentToolOptions { output: OutputMode::TextAndEvents, ..AgentToolOptions::default() };
     let tools: Vec<Arc<dyn Tool>> = [

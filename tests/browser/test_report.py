@@ -57,7 +57,7 @@ def test_the_report_renders_and_its_numbers_equal_the_text_output(driver, tmp_pa
     stdout, stderr = routing_eval(tmp_path, "--html", str(report), "--history", str(history))
     assert f"report written to {report}" in stderr
     categories, faults, failures = text_tables(stdout)
-    assert len(categories) > 5 and len(faults) == 5, stdout
+    assert len(categories) > 5 and len(faults) == 10, stdout
 
     driver.get(report.as_uri())
     html_categories = {

@@ -277,21 +277,22 @@ async fn two_concurrent_turns_on_one_episode_both_persist_in_order<H: StoreHarne
 
 async fn a_user_cannot_read_or_write_another_users_episode<H: StoreHarness>() {
     let s = Setup::<H>::start().await;
-    s.server.push(ORCH, Reply::text("Noted, Alice."));
-    s.server.push(ORCH, Reply::text("Hello, Bob."));
-    s.server.push(ORCH, Reply::text("Still here, Alice."));
-    // Real questions answered directly are re-dispatched to shopping (the fastpath allowlist).
+    // Real questions answered directly, also when the model is asked again, are re-dispatched to
+    // shopping (the fastpath allowlist): each turn asks the model twice.
+    for answer in ["Noted, Alice.", "Hello, Bob.", "Still here, Alice."] {
+        s.server.push(ORCH, Reply::text(answer)).push(ORCH, Reply::text(answer));
+    }
     s.server.set_default(SHOP, Reply::text("No offers."));
     s.chat("alice", json!({"message": "my card ends in 4242", "episode_id": "shared"})).await;
     // Bob names Alice's episode id: he gets an episode of his own, empty.
     s.chat("bob", json!({"message": "what did alice say?", "episode_id": "shared"})).await;
     assert!(
-        !s.orchestrator_saw(1).iter().any(|(_, c)| c.contains("4242")),
+        !s.orchestrator_saw(2).iter().any(|(_, c)| c.contains("4242")),
         "bob's turn saw alice's history: {:?}",
-        s.orchestrator_saw(1)
+        s.orchestrator_saw(2)
     );
     s.chat("alice", json!({"message": "anything new?", "episode_id": "shared"})).await;
-    assert!(!s.orchestrator_saw(2).iter().any(|(_, c)| c.contains("alice say")), "alice saw bob's message");
+    assert!(!s.orchestrator_saw(4).iter().any(|(_, c)| c.contains("alice say")), "alice saw bob's message");
 
     let alice = s.stored("alice", "shared").await;
     assert_eq!(
@@ -387,7 +388,7 @@ async fn a_store_outage_during_the_turn_is_an_error_event_and_loses_nothing() {
     let gate = Arc::new(Semaphore::new(0));
     s.server.push(ORCH, Reply::text("You will not see this saved.").gated(gate.clone()));
     let stream =
-        open_stream_as(&s.endpoint.url, "local", json!({"message": "again", "episode_id": "e1"})).await;
+        open_stream_as(&s.endpoint.url, "local", json!({"message": "hi again", "episode_id": "e1"})).await;
     wait_until("the model is asked", || async { s.server.requests_for(ORCH).len() == 2 }).await;
 
     s.harness.proxy().set_up(false);
@@ -404,7 +405,7 @@ async fn a_store_outage_during_the_turn_is_an_error_event_and_loses_nothing() {
 
     s.harness.proxy().set_up(true);
     let stored = s.stored("local", "e1").await;
-    assert_eq!(stored.iter().map(|m| m.content.as_str()).collect::<Vec<_>>(), ["hi", "Hello!", "again"]);
+    assert_eq!(stored.iter().map(|m| m.content.as_str()).collect::<Vec<_>>(), ["hi", "Hello!", "hi again"]);
 }
 
 fn support_call(query: &str) -> Reply {

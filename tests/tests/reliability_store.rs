@@ -125,7 +125,7 @@ async fn a_store_black_holed_during_the_turn_still_reaches_completed_and_loses_n
     let gate = Arc::new(Semaphore::new(0));
     s.server.push(ORCH, Reply::text("You will not see this saved.").gated(gate.clone()));
     let stream =
-        open_stream_as(&s.endpoint.url, "local", json!({"message": "again", "episode_id": "e1"})).await;
+        open_stream_as(&s.endpoint.url, "local", json!({"message": "hi again", "episode_id": "e1"})).await;
     wait_until("the model is asked", || async { s.server.requests_for(ORCH).len() == 2 }).await;
 
     s.fault(Fault::BlackHole);
@@ -139,7 +139,7 @@ async fn a_store_black_holed_during_the_turn_still_reaches_completed_and_loses_n
     assert_eq!(text_of(&events, "orchestrator"), "You will not see this saved.", "the answer still streams");
 
     s.fault(Fault::Pass);
-    assert_eq!(s.stored().await, ["hi", "Hello!", "again"], "what was written before the fault is kept");
+    assert_eq!(s.stored().await, ["hi", "Hello!", "hi again"], "what was written before the fault is kept");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -281,7 +281,9 @@ async fn a_dropped_call_is_recovered_by_the_failsafe_and_both_agents_answer() {
 #[tokio::test]
 async fn a_direct_answer_to_a_real_question_is_sent_to_shopping() {
     let server = ScriptedServer::start().await.unwrap();
-    server.push(ORCH, Reply::text("Milk is cheaper in bulk. Costco sells two gallons for five dollars."));
+    // Answered directly, and again when the routing asks once more for a tool call.
+    let direct = "Milk is cheaper in bulk. Costco sells two gallons for five dollars.";
+    server.push(ORCH, Reply::text(direct)).push(ORCH, Reply::text(direct));
     server.push(SHOP, Reply::text(SHOP_TEXT));
     let endpoint = start_endpoint(&scripted_config(&server)).await;
     let events = chat(&endpoint.url, "is it cheaper to buy milk in bulk").await;
@@ -290,9 +292,32 @@ async fn a_direct_answer_to_a_real_question_is_sent_to_shopping() {
         "Milk is cheaper in bulk.",
         "only the first sentence was shown"
     );
+    assert_eq!(server.requests_for(ORCH)[1].body["tool_choice"], "required", "the re-ask wants a call");
     assert_eq!(
         server.requests_for(SHOP)[0].body["messages"][1]["content"],
         "is it cheaper to buy milk in bulk"
     );
     assert_eq!(text_of(&events, "shopping[1]"), SHOP_TEXT);
+}
+
+#[tokio::test]
+async fn a_refused_direct_answer_is_asked_again_and_routed_where_the_model_says() {
+    let server = ScriptedServer::start().await.unwrap();
+    let ft = ForethoughtServer::start().await.unwrap();
+    server.push(ORCH, Reply::text("Points post within a day. Check again tomorrow."));
+    server.push(
+        ORCH,
+        Reply::text("").tool_call(
+            "ask_support",
+            json!({"query": "where are my points", "intent_count": 1, "support_category": "missing_points"}),
+        ),
+    );
+    ft.push(FtReply::chunks(vec!["Let me look into your points."]));
+    let endpoint = start_endpoint(&scripted_config_with_forethought(&server, &ft)).await;
+    let events = chat(&endpoint.url, "hi, where are my points?").await;
+    assert_eq!(text_of(&events, "orchestrator"), "Points post within a day.", "the refused rest is withheld");
+    assert!(text_of(&events, "support[1]").contains("your points"));
+    assert!(server.requests_for(SHOP).is_empty(), "no guess at shopping");
+    assert_eq!(ft.requests()[0].body["query"], "hi, where are my points?");
+    assert_eq!(completed(&events).0, Status::Ok);
 }

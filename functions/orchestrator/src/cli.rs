@@ -75,6 +75,11 @@ pub(crate) struct RoutingEvalArgs {
     #[arg(long, requires = "html")]
     pub(crate) history: Option<std::path::PathBuf>,
 
+    /// Print JSON instead of the text report: the summary and, per scenario, every dispatched
+    /// call with all its arguments, the repairs the rules made and the verdict.
+    #[arg(long)]
+    pub(crate) json: bool,
+
     /// Also write this run's JSON summary to this file (keep them in a directory for --history).
     #[arg(long)]
     pub(crate) summary: Option<std::path::PathBuf>,

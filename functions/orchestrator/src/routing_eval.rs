@@ -1,6 +1,7 @@
 //! `routing-eval`: the routing scenario suite against the configured model, and fault injection;
 //! optionally an HTML report (`--html`) with the trend over previous summaries (`--history`),
-//! and this run's JSON summary (`--summary`). Progress goes to stderr, results to stdout.
+//! and this run's JSON summary (`--summary`). Progress goes to stderr, results to stdout: the text
+//! report, or with `--json` the summary and every scenario's calls, repairs and verdict.
 
 use std::io::{IsTerminal, Write};
 
@@ -48,12 +49,16 @@ pub(crate) async fn run(
     })
     .await;
     progress.finish();
-    print!("{}", run.report);
+    if !args.json {
+        print!("{}", run.report);
+    }
     let faults = if args.faults {
         eprintln!("fault injection: {} faults over {} scenarios…", eval::Fault::ALL.len(), suite.len());
         let faults = eval::run_faults(&router, &suite).await;
-        println!();
-        print!("{}", eval::format_faults(&faults));
+        if !args.json {
+            println!();
+            print!("{}", eval::format_faults(&faults));
+        }
         Some(faults)
     } else {
         None
@@ -65,8 +70,11 @@ pub(crate) async fn run(
     let suite_name = args.suite.as_ref().map_or("routing".to_owned(), |p| {
         p.file_stem().map_or("routing".to_owned(), |s| s.to_string_lossy().into_owned())
     });
+    let summary = Summary::new(&suite_name, &run.report, faults.as_deref().unwrap_or(&[]), run_at_ms);
+    if args.json {
+        println!("{:#}", eval_report::run_json(&summary, &run, &suite));
+    }
     if let Some(path) = &args.summary {
-        let summary = Summary::new(&suite_name, &run.report, faults.as_deref().unwrap_or(&[]), run_at_ms);
         if let Err(e) = std::fs::write(path, summary.to_json() + "\n") {
             return fail(format!("cannot write {}: {e}", path.display()));
         }

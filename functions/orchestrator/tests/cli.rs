@@ -205,11 +205,28 @@ fn routing_eval_prints_accuracy_per_category_and_fault_recovery() {
     let out = orchestrator(dir.path()).args(["routing-eval", "--faults"]).output().unwrap();
     let stdout = String::from_utf8(out.stdout).unwrap();
     assert!(out.status.success(), "{stdout}");
-    assert!(stdout.contains("routing suite: 66 scenarios, model offline"), "{stdout}");
+    assert!(stdout.contains("routing suite: 105 scenarios, model offline"), "{stdout}");
     assert!(stdout.lines().any(|l| l.starts_with("echo_followup")), "{stdout}");
     assert!(stdout.lines().any(|l| l.starts_with("overall")), "{stdout}");
     assert!(stdout.contains("drop_call "), "{stdout}");
     assert!(!stdout.contains("MISSED"), "every recoverable fault is recovered:\n{stdout}");
+}
+
+#[test]
+fn routing_eval_json_gives_every_scenarios_calls_repairs_and_verdict() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = orchestrator(dir.path()).args(["routing-eval", "--json"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("stdout is one JSON document");
+    let scenarios = json["scenarios"].as_array().unwrap();
+    assert_eq!(scenarios.len() as u64, json["summary"]["total"].as_u64().unwrap());
+    let echo = scenarios.iter().find(|s| s["id"] == "echo-followup-01").unwrap();
+    assert_eq!(echo["calls"][0]["tool"], "ask_support");
+    let arguments = &echo["calls"][0]["arguments"];
+    assert_eq!(arguments["query"], "the paper one");
+    assert!(arguments["prior_context"].as_str().unwrap().contains("paper receipt"), "{arguments}");
+    assert!(echo["repairs"].as_array().unwrap().iter().any(|r| r["repair"] == "echo_followup"), "{echo}");
+    assert!(["pass", "pass_loose", "fail"].contains(&echo["verdict"].as_str().unwrap()));
 }
 
 #[test]

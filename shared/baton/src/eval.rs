@@ -6,10 +6,16 @@
 //! - the tools must match as a multiset (a direct answer expects none);
 //! - each query must match its expected query: equal once normalised, or containing all its topic
 //!   words, invented none (every topic word is the user's), and none of another intent's;
-//! - `prior_context: true` requires the support call to carry prior context.
+//! - a `support_category` the call carries must be the expected one (a call without one passes,
+//!   the field being optional, but only loosely);
+//! - `prior_context: true` requires the support call to carry prior context about the previous
+//!   turn (sharing a topic word with it); an expected call's own `prior_context` is text its
+//!   prior context must contain.
 //!
 //! Under fault injection a query that fell back to the user's whole message also counts as
 //! recovered (the verbatim rule's safe fallback), and is reported apart as "recovered loosely".
+//! [`correct_script`] is the scripted model that routes every scenario right: the rules must let
+//! it pass the whole suite.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -77,13 +83,19 @@ pub struct ScenarioReply {
 }
 
 /// An expected call.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ExpectedCall {
     /// `ask_support` or `ask_shopping`.
     pub tool: String,
     /// The query it should get.
     pub query: String,
+    /// The `support_category` it should carry, if any.
+    #[serde(default)]
+    pub support_category: Option<String>,
+    /// Text its `prior_context` must contain (case aside).
+    #[serde(default)]
+    pub prior_context: Option<String>,
 }
 
 /// A suite could not be loaded.
@@ -183,12 +195,86 @@ impl Scenario {
                 return Err(format!("{} query {got:?}, expected {:?}", expected.tool, expected.query));
             };
             used[k] = true;
-            if self.prior_context && call.tool == ASK_SUPPORT && call.prior_context.is_none() {
-                return Err(format!("{} has no prior_context", call.tool));
+            match (&expected.support_category, call.arguments.get("support_category")) {
+                (_, None) => {}
+                (Some(want), Some(got)) if got == want.as_str() => {}
+                (want, Some(got)) => {
+                    return Err(format!("{} support_category {got}, expected {want:?}", call.tool));
+                }
+            }
+            if expected.support_category.is_some() && call.arguments.get("support_category").is_none() {
+                strictness = Strictness::Loose;
+            }
+            let context = call.arguments.get("prior_context").and_then(|c| c.as_str()).unwrap_or("");
+            if let Some(want) = &expected.prior_context {
+                if !context.to_lowercase().contains(&want.to_lowercase()) {
+                    return Err(format!(
+                        "{} prior_context {context:?}, expected it to say {want:?}",
+                        call.tool
+                    ));
+                }
+            }
+            if self.prior_context && call.tool == ASK_SUPPORT && !self.about_previous_turn(context) {
+                return Err(format!(
+                    "{} prior_context {context:?} says nothing of the previous turn",
+                    call.tool
+                ));
             }
         }
         Ok(strictness)
     }
+
+    /// Whether `context` shares a topic word with the previous turn.
+    fn about_previous_turn(&self, context: &str) -> bool {
+        let Some(previous) = &self.previous else { return !context.is_empty() };
+        std::iter::once(previous.user.as_str())
+            .chain(previous.replies.iter().map(|r| r.text.as_str()))
+            .any(|said| guard::overlaps(context, said))
+    }
+}
+
+/// The scripted answer of a model that routes `scenario` right: its expected calls, each with its
+/// expected category and prior context (for a scenario that expects prior context, the previous
+/// turn), or a one-sentence direct answer.
+pub fn correct_script(scenario: &Scenario) -> StreamReply {
+    if scenario.expect.is_empty() {
+        return Reply::text("Hi! How can I help?");
+    }
+    let mut reply = Reply::text("Let me check.");
+    for c in &scenario.expect {
+        reply = reply.tool_call(&c.tool, correct_arguments(scenario, c, &c.query, scenario.expect.len()));
+    }
+    reply
+}
+
+/// The arguments a correct model gives `expected` (with `query` and `intent_count` as given).
+fn correct_arguments(
+    scenario: &Scenario,
+    expected: &ExpectedCall,
+    query: &str,
+    count: usize,
+) -> serde_json::Value {
+    let mut args = json!({"query": query, "intent_count": count});
+    if let Some(category) = &expected.support_category {
+        args["support_category"] = json!(category);
+    }
+    let switch = scenario.prior_context && expected.tool == ASK_SUPPORT;
+    let context = match (&expected.prior_context, &scenario.previous) {
+        (Some(text), _) => Some(text.clone()),
+        (None, Some(previous)) if switch => {
+            let replies: Vec<&str> = previous.replies.iter().map(|r| r.text.as_str()).collect();
+            Some(format!(
+                "Earlier the user said \"{}\" and was told \"{}\".",
+                previous.user,
+                replies.join(" ")
+            ))
+        }
+        _ => None,
+    };
+    if let Some(context) = context {
+        args["prior_context"] = json!(context);
+    }
+    args
 }
 
 /// How closely a routing matched.
@@ -325,20 +411,38 @@ pub enum Fault {
     DropCallUndercount,
     /// Rewrites the first call's query into words the user never said.
     RewriteQuery,
+    /// Paraphrases the first call's query in a mixed turn, keeping one word of the user's.
+    ParaphraseSplit,
     /// Sends the first call twice.
     DuplicateCall,
-    /// Answers a real question directly, with no call.
+    /// Sends the support call three times in an echo follow-up.
+    DuplicateEcho,
+    /// Gives the support call a `support_category` outside the configured list.
+    UnknownCategory,
+    /// Answers a real question directly, with no call; asked again, routes it right.
     DirectAnswer,
+    /// Answers a real question directly, and again when asked again.
+    DirectAnswerTwice,
+    /// After an intent switch to shopping, answers directly, and again when asked again.
+    DirectAnswerAfterSwitch,
 }
+
+/// A category no configuration offers.
+const UNKNOWN_CATEGORY: &str = "billing_dispute";
 
 impl Fault {
     /// Every fault.
-    pub const ALL: [Fault; 5] = [
+    pub const ALL: [Fault; 10] = [
         Fault::DropCall,
         Fault::DropCallUndercount,
         Fault::RewriteQuery,
+        Fault::ParaphraseSplit,
         Fault::DuplicateCall,
+        Fault::DuplicateEcho,
+        Fault::UnknownCategory,
         Fault::DirectAnswer,
+        Fault::DirectAnswerTwice,
+        Fault::DirectAnswerAfterSwitch,
     ];
 
     /// The fault's name in reports.
@@ -347,16 +451,32 @@ impl Fault {
             Fault::DropCall => "drop_call",
             Fault::DropCallUndercount => "drop_call_undercount",
             Fault::RewriteQuery => "rewrite_query",
+            Fault::ParaphraseSplit => "paraphrase_split",
             Fault::DuplicateCall => "duplicate_call",
+            Fault::DuplicateEcho => "duplicate_echo",
+            Fault::UnknownCategory => "unknown_category",
             Fault::DirectAnswer => "direct_answer",
+            Fault::DirectAnswerTwice => "direct_answer_twice",
+            Fault::DirectAnswerAfterSwitch => "direct_answer_after_switch",
         }
     }
 
     /// Whether the fault can be injected into `scenario`.
     pub fn applies_to(self, scenario: &Scenario) -> bool {
+        let support = scenario.expect.iter().any(|c| c.tool == ASK_SUPPORT);
         match self {
             Fault::DropCall | Fault::DropCallUndercount => scenario.expect.len() >= 2,
-            Fault::RewriteQuery | Fault::DuplicateCall | Fault::DirectAnswer => !scenario.expect.is_empty(),
+            Fault::ParaphraseSplit => {
+                scenario.expect.len() >= 2
+                    && guard::words(&scenario.message).len() > 4
+                    && incidental_word(&scenario.expect[0].query).is_some()
+            }
+            Fault::RewriteQuery | Fault::DuplicateCall | Fault::DirectAnswer | Fault::DirectAnswerTwice => {
+                !scenario.expect.is_empty()
+            }
+            Fault::DuplicateEcho => scenario.echoes_support_question() && support,
+            Fault::UnknownCategory => support,
+            Fault::DirectAnswerAfterSwitch => scenario.switches_to(ASK_SHOPPING, "shopping"),
         }
     }
 
@@ -367,29 +487,39 @@ impl Fault {
                 "with intent_count matching the calls made, nothing shows that an intent is missing; \
                  the failsafe only sees counts",
             ),
-            Fault::DirectAnswer => {
-                let echo = scenario.previous.as_ref().is_some_and(|p| {
-                    p.replies.iter().any(|r| r.agent == "support" && r.text.trim().ends_with('?'))
-                }) && scenario.expect.len() == 1
-                    && scenario.expect[0].tool == ASK_SUPPORT;
-                let shopping_only =
-                    scenario.expect.iter().all(|c| c.tool == ASK_SHOPPING) && scenario.expect.len() == 1;
+            Fault::DirectAnswerTwice => {
+                let shopping_only = scenario.expect.len() == 1 && scenario.expect[0].tool == ASK_SHOPPING;
+                let echo = scenario.echoes_support_question() && scenario.expect.len() == 1;
                 (!echo && !shopping_only).then_some(
-                    "a refused direct answer is re-dispatched to shopping (DESIGN.md §4 step 5); a support or \
-                     mixed question answered directly cannot be re-routed to support in code",
+                    "a real question the model answers directly even when asked again goes to the \
+                     fallback agent (shopping); a support or mixed question cannot be routed in code",
                 )
             }
-            Fault::DropCall | Fault::RewriteQuery | Fault::DuplicateCall => None,
+            _ => None,
         }
     }
 
+    /// What a recovery must show in `scenario`: the scenario, with the prior context a switch
+    /// needs for the fault that tests it.
+    pub fn expectation(self, scenario: &Scenario) -> Scenario {
+        let mut expected = scenario.clone();
+        if self == Fault::DirectAnswerAfterSwitch {
+            if let (Some(previous), Some(call)) = (&scenario.previous, expected.expect.first_mut()) {
+                call.prior_context = Some(previous.user.clone());
+            }
+        }
+        expected
+    }
+
     /// The scripted model's two answers for `scenario`: the faulty first answer, and what it says
-    /// when the failsafe re-asks (the calls it dropped).
+    /// when it is asked again (the failsafe's calls it dropped, or its calls after a refused
+    /// direct answer).
     pub fn script(self, scenario: &Scenario) -> (StreamReply, StreamReply) {
         let n = scenario.expect.len();
         let call = |reply: StreamReply, c: &ExpectedCall, query: &str, count: usize| {
-            reply.tool_call(&c.tool, json!({"query": query, "intent_count": count}))
+            reply.tool_call(&c.tool, correct_arguments(scenario, c, query, count))
         };
+        let direct = || Reply::text("Good question. Most stores give a full refund within 30 days.");
         let mut first = Reply::text("Let me check.");
         let mut reask = Reply::text("");
         match self {
@@ -401,11 +531,17 @@ impl Fault {
                 let last = &scenario.expect[n - 1];
                 reask = call(reask, last, &last.query, n);
             }
-            Fault::RewriteQuery => {
+            Fault::RewriteQuery | Fault::ParaphraseSplit => {
                 for (i, c) in scenario.expect.iter().enumerate() {
-                    let query =
-                        if i == 0 { "assist this person with their request" } else { c.query.as_str() };
-                    first = call(first, c, query, n);
+                    let query = match (i, self) {
+                        (0, Fault::RewriteQuery) => "assist this person with their request".to_owned(),
+                        (0, _) => format!(
+                            "customer reports {} trouble and wants it resolved",
+                            incidental_word(&c.query).unwrap_or_default()
+                        ),
+                        _ => c.query.clone(),
+                    };
+                    first = call(first, c, &query, n);
                 }
             }
             Fault::DuplicateCall => {
@@ -413,11 +549,58 @@ impl Fault {
                     first = call(first, c, &c.query, n);
                 }
             }
+            Fault::DuplicateEcho => {
+                for _ in 0..3 {
+                    first = call(first, &scenario.expect[0], &scenario.expect[0].query, n);
+                }
+            }
+            Fault::UnknownCategory => {
+                for c in &scenario.expect {
+                    let mut args = correct_arguments(scenario, c, &c.query, n);
+                    if c.tool == ASK_SUPPORT {
+                        args["support_category"] = json!(UNKNOWN_CATEGORY);
+                    }
+                    first = first.tool_call(&c.tool, args);
+                }
+            }
             Fault::DirectAnswer => {
-                first = Reply::text("Good question. Most stores give a full refund within 30 days.");
+                first = direct();
+                reask = correct_script(scenario);
+            }
+            Fault::DirectAnswerTwice | Fault::DirectAnswerAfterSwitch => {
+                first = direct();
+                reask = direct();
             }
         }
         (first, reask)
+    }
+}
+
+/// One word of `query` that is the user's and carries a topic: the last one.
+fn incidental_word(query: &str) -> Option<String> {
+    guard::words(query).into_iter().rev().find(|w| !guard::content_words(w).is_empty())
+}
+
+impl Scenario {
+    /// Whether the previous turn ended with a question of support's, and one support call is
+    /// expected: an echo follow-up.
+    fn echoes_support_question(&self) -> bool {
+        self.previous
+            .as_ref()
+            .is_some_and(|p| p.replies.iter().any(|r| r.agent == "support" && r.text.trim().ends_with('?')))
+            && self.expect.len() == 1
+            && self.expect[0].tool == ASK_SUPPORT
+    }
+
+    /// Whether the user switches to `agent` (its one expected call is `tool`, and `agent` did
+    /// not answer the previous turn).
+    fn switches_to(&self, tool: &str, agent: &str) -> bool {
+        self.expect.len() == 1
+            && self.expect[0].tool == tool
+            && self
+                .previous
+                .as_ref()
+                .is_some_and(|p| !p.replies.is_empty() && p.replies.iter().all(|r| r.agent != agent))
     }
 }
 
@@ -457,7 +640,9 @@ pub async fn run_faults(router: &Router, scenarios: &[Scenario]) -> Vec<FaultOut
             model.push(first);
             model.push(reask);
             let router = router.with_model(model);
-            let result = route_scenario(&router, s).await.and_then(|route| s.score(&route.calls, true));
+            let expected = fault.expectation(s);
+            let result =
+                route_scenario(&router, s).await.and_then(|route| expected.score(&route.calls, true));
             match (result, fault.unrecoverable(s)) {
                 (Ok(Strictness::Exact), _) => o.exact += 1,
                 (Ok(Strictness::Loose), _) => o.loose += 1,
@@ -470,16 +655,32 @@ pub async fn run_faults(router: &Router, scenarios: &[Scenario]) -> Vec<FaultOut
     out
 }
 
+/// Routes every scenario with a scripted model that routes it right ([`correct_script`]), one
+/// scenario at a time: the rules must pass all of them.
+pub async fn run_correct(router: &Router, scenarios: &[Scenario]) -> Report {
+    let mut outcomes = Vec::with_capacity(scenarios.len());
+    for s in scenarios {
+        let model = Arc::new(ScriptedModel::new("correct", None));
+        model.push(correct_script(s));
+        let (result, actions) = match route_scenario(&router.with_model(model), s).await {
+            Ok(route) => (s.score(&route.calls, false), route.actions),
+            Err(e) => (Err(e), Vec::new()),
+        };
+        outcomes.push(Outcome { id: s.id.clone(), category: s.category.clone(), result, actions });
+    }
+    Report { model: "correct (scripted)".into(), outcomes }
+}
+
 /// Prints fault outcomes as a table with the reasons for what cannot be recovered.
 pub fn format_faults(outcomes: &[FaultOutcome]) -> String {
     let mut s = String::from("fault injection: scripted true routing plus one fault per turn\n");
     s.push_str(&format!(
-        "{:<22} {:>10} {:>9} {:>7} {:>7} {:>10}\n",
+        "{:<27} {:>10} {:>9} {:>7} {:>7} {:>10}\n",
         "fault", "applicable", "recovered", "exact", "loose", "by design"
     ));
     for o in outcomes {
         s.push_str(&format!(
-            "{:<22} {:>10} {:>9} {:>7} {:>7} {:>10}\n",
+            "{:<27} {:>10} {:>9} {:>7} {:>7} {:>10}\n",
             o.fault.name(),
             o.applicable,
             o.exact + o.loose,
@@ -516,7 +717,11 @@ mod tests {
             image: None,
             expect: expect
                 .iter()
-                .map(|(t, q)| ExpectedCall { tool: t.to_string(), query: q.to_string() })
+                .map(|(t, q)| ExpectedCall {
+                    tool: t.to_string(),
+                    query: q.to_string(),
+                    ..Default::default()
+                })
                 .collect(),
             prior_context: false,
         }
@@ -570,6 +775,8 @@ mod tests {
             "short_mixed",
             "image_receipt",
             "image_product",
+            "image_other",
+            "emoji",
         ] {
             assert!(categories.contains(c), "category {c} missing");
         }
@@ -597,18 +804,91 @@ mod tests {
         let suite = load_suite(REFERENCE_SUITE, "reference").unwrap();
         let outcomes = run_faults(&reference_router(), &suite).await;
         let report = format_faults(&outcomes);
+        let of = |fault| outcomes.iter().find(|o| o.fault == fault).unwrap();
         for o in &outcomes {
             assert!(o.applicable > 0, "{} was never injected\n{report}", o.fault.name());
             assert!(o.missed.is_empty(), "{report}");
         }
-        // The faults the guards exist for are all recovered.
-        for fault in [Fault::DropCall, Fault::RewriteQuery, Fault::DuplicateCall] {
-            let o = outcomes.iter().find(|o| o.fault == fault).unwrap();
-            assert_eq!(o.exact + o.loose, o.applicable, "{report}");
+        // Every fault the rules exist for is recovered.
+        for fault in Fault::ALL {
+            if matches!(fault, Fault::DropCallUndercount | Fault::DirectAnswerTwice) {
+                continue;
+            }
+            let o = of(fault);
+            assert_eq!(o.exact + o.loose, o.applicable, "{}\n{report}", fault.name());
         }
+        // Exactly: the user's own clause, the model's category kept, the previous turn as prior
+        // context of a call code made.
+        for fault in [
+            Fault::ParaphraseSplit,
+            Fault::DuplicateCall,
+            Fault::DuplicateEcho,
+            Fault::DirectAnswerAfterSwitch,
+        ] {
+            assert_eq!(of(fault).exact, of(fault).applicable, "{}\n{report}", fault.name());
+        }
+        // An unknown category is dropped, never passed on: the call stands without one.
+        assert_eq!(of(Fault::UnknownCategory).loose, of(Fault::UnknownCategory).applicable, "{report}");
         // Undercounting is invisible to the failsafe, and says so.
-        let under = outcomes.iter().find(|o| o.fault == Fault::DropCallUndercount).unwrap();
+        let under = of(Fault::DropCallUndercount);
         assert_eq!(under.by_design.len(), under.applicable);
+        // A question answered directly twice reaches support only when it echoes support.
+        let twice = of(Fault::DirectAnswerTwice);
+        assert!(twice.exact + twice.loose > 0 && !twice.by_design.is_empty(), "{report}");
+    }
+
+    #[tokio::test]
+    async fn a_correct_model_passes_every_scenario_through_the_rules() {
+        let suite = load_suite(REFERENCE_SUITE, "reference").unwrap();
+        let report = run_correct(&reference_router(), &suite).await;
+        assert_eq!(report.passed(), suite.len(), "{report}");
+        for o in &report.outcomes {
+            assert_eq!(o.result, Ok(Strictness::Exact), "{}: {:?}", o.id, o.actions);
+        }
+    }
+
+    #[test]
+    fn every_expected_category_is_one_the_reference_configuration_offers() {
+        let config = crate::config::Config::default();
+        let entry = config.agents.get(&config.agents.entry).unwrap();
+        let categories = &entry.routing.as_ref().unwrap().categories;
+        for s in load_suite(REFERENCE_SUITE, "reference").unwrap() {
+            for c in s.expect.iter().filter(|c| c.tool == ASK_SUPPORT) {
+                let category = c.support_category.as_ref().unwrap_or_else(|| panic!("{}: no category", s.id));
+                assert!(categories.contains(category), "{}: {category}", s.id);
+            }
+        }
+    }
+
+    #[test]
+    fn scoring_checks_the_category_and_the_prior_context() {
+        let mut s = scenario("where are my points", &[(ASK_SUPPORT, "where are my points")]);
+        s.expect[0].support_category = Some("missing_points".into());
+        let with = |category: &str| {
+            vec![PlannedCall::from_arguments(
+                ASK_SUPPORT,
+                json!({"query": "where are my points", "support_category": category}),
+                "",
+            )]
+        };
+        assert_eq!(s.score(&with("missing_points"), false), Ok(Strictness::Exact));
+        assert!(s.score(&with("billing_dispute"), false).unwrap_err().contains("billing_dispute"));
+        assert_eq!(s.score(&calls(&[(ASK_SUPPORT, "where are my points")]), false), Ok(Strictness::Loose));
+        s.prior_context = true;
+        s.previous = Some(ScenarioTurn {
+            user: "find me coffee deals".into(),
+            replies: vec![ScenarioReply { agent: "shopping".into(), text: "Brand A has 2x points.".into() }],
+        });
+        let context = |text: &str| {
+            vec![PlannedCall::from_arguments(
+                ASK_SUPPORT,
+                json!({"query": "where are my points", "support_category": "missing_points", "prior_context": text}),
+                "",
+            )]
+        };
+        assert_eq!(s.score(&context("The user asked for coffee deals."), false), Ok(Strictness::Exact));
+        assert!(s.score(&context("The user is nice."), false).is_err(), "nothing of the previous turn");
+        assert!(s.score(&with("missing_points"), false).is_err(), "no prior context");
     }
 
     #[tokio::test]

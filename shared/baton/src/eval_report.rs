@@ -6,6 +6,10 @@
 //! (the CLI prints progress on stderr). [`Summary`] is the JSON a run is stored as (by the
 //! scheduled `eval` function, or `routing-eval --summary`); previous summaries make the trend.
 //!
+//! [`run_json`] is the run as `routing-eval --json` prints it: per scenario every dispatched call
+//! with all its arguments, the repairs the rules made and the verdict, so a user measuring a real
+//! model sees why a turn failed.
+//!
 //! [`render_html`] writes one HTML file with inline SVG charts and no external asset: accuracy
 //! per category, fault recovery, every failing scenario with expected vs routed calls, and the
 //! trend over previous runs. Numbers are printed with the same rounding as the text report, and
@@ -163,6 +167,63 @@ impl Summary {
     pub fn accuracy(&self) -> f64 {
         percent(self.passed, self.total)
     }
+}
+
+/// The verdict on one scenario in [`run_json`].
+#[derive(Debug, Clone, Serialize)]
+struct ScenarioJson<'a> {
+    id: &'a str,
+    category: &'a str,
+    message: &'a str,
+    /// `pass`, `pass_loose` (a `support_category` the scenario expects was left out) or `fail`.
+    verdict: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    why: Option<&'a str>,
+    expected: Vec<serde_json::Value>,
+    /// The calls dispatched, after the failsafe and guards, with every argument.
+    calls: Vec<serde_json::Value>,
+    repairs: &'a [crate::guard::GuardAction],
+}
+
+/// The run as JSON: `summary`, and per scenario (in suite order) its message, the expected and the
+/// dispatched calls (each with all its arguments), the repairs the rules made and the verdict.
+pub fn run_json(summary: &Summary, run: &SuiteRun, scenarios: &[Scenario]) -> serde_json::Value {
+    let results: Vec<ScenarioJson<'_>> = run
+        .report
+        .outcomes
+        .iter()
+        .map(|o| {
+            let scenario = scenarios.iter().find(|s| s.id == o.id);
+            ScenarioJson {
+                id: &o.id,
+                category: &o.category,
+                message: scenario.map_or("", |s| s.message.as_str()),
+                verdict: match &o.result {
+                    Ok(eval::Strictness::Exact) => "pass",
+                    Ok(eval::Strictness::Loose) => "pass_loose",
+                    Err(_) => "fail",
+                },
+                why: o.result.as_ref().err().map(String::as_str),
+                expected: scenario
+                    .into_iter()
+                    .flat_map(|s| &s.expect)
+                    .map(|c| {
+                        serde_json::json!({"tool": c.tool, "query": c.query,
+                            "support_category": c.support_category, "prior_context": c.prior_context})
+                    })
+                    .collect(),
+                calls: run
+                    .routed
+                    .get(&o.id)
+                    .into_iter()
+                    .flatten()
+                    .map(|c| serde_json::json!({"tool": c.tool, "arguments": c.arguments}))
+                    .collect(),
+                repairs: &o.actions,
+            }
+        })
+        .collect();
+    serde_json::json!({"summary": summary, "scenarios": results})
 }
 
 /// Reads previous summaries from `text`: one JSON summary, a JSON array of them, or one per line.
@@ -685,5 +746,28 @@ mod tests {
     #[test]
     fn html_is_escaped() {
         assert_eq!(esc("<a href=\"x\">&'"), "&lt;a href=&quot;x&quot;&gt;&amp;&#39;");
+    }
+
+    #[tokio::test]
+    async fn json_shows_every_dispatched_call_with_its_arguments_the_repairs_and_the_verdict() {
+        let (suite, run) = always_shopping_run().await;
+        let summary = Summary::new("routing", &run.report, &[], None);
+        let json = run_json(&summary, &run, &suite);
+        assert_eq!(json["summary"]["total"], suite.len());
+        let scenarios = json["scenarios"].as_array().unwrap();
+        assert_eq!(scenarios.len(), suite.len());
+        let first = scenarios.iter().find(|s| s["id"] == "single-support-01").unwrap();
+        assert_eq!(first["verdict"], "fail");
+        assert!(first["why"].as_str().unwrap().contains("ask_shopping"));
+        assert_eq!(first["expected"][0]["support_category"], "rejected_receipt");
+        let call = &first["calls"][0];
+        assert_eq!(call["tool"], ASK_SHOPPING);
+        assert_eq!(call["arguments"], json!({"query": "my receipt didn't scan", "intent_count": 1}));
+        assert_eq!(
+            first["repairs"][0],
+            json!({"repair": "query_verbatim", "tool": ASK_SHOPPING, "was": "x"})
+        );
+        let shopping = scenarios.iter().find(|s| s["id"] == "single-shopping-01").unwrap();
+        assert_eq!(shopping["verdict"], "pass");
     }
 }

@@ -1,28 +1,37 @@
 //! Routing guards that catch orchestrator-model mistakes in code (DESIGN.md §4 steps 4–5).
 //!
 //! Pure functions over the model's planned calls, applied in this order by [`apply_guards`]:
-//! 1. **Echo follow-up**: a short reply that echoes the previous support question goes to support.
-//! 2. **Fastpath allowlist**: a direct answer (no call) is kept only for greetings,
-//!    acknowledgements and chitchat ([`classify_smalltalk`]); anything else goes to shopping.
-//! 3. **Duplicates**: the same tool with the same query counts once.
+//! 1. **Duplicates**: the same tool with the same query counts once. This runs first, so a rule
+//!    that rewrites a call below finds the model's call once, with every field it gave.
+//! 2. **Echo follow-up**: a short reply that echoes the previous support question goes to
+//!    support. The model's own support call is kept (its `support_category`, summary, prior
+//!    context); only what the rule needs changes.
+//! 3. **Fastpath allowlist**: a direct answer (no call) is kept only for smalltalk
+//!    ([`Lexicon::classify`]); anything else goes to the fallback agent. (The routing policy first
+//!    re-asks the model, see [`refuses_direct_answer`]; this is the last resort.)
 //! 4. **Overlap** (mixed turns): a call whose query shares no content word with the user's message
 //!    is dropped when the model made more calls than the intents it reported (a hallucinated
 //!    extra call). A call within the reported count is kept and its query repaired by the verbatim
 //!    rule instead: dropping it would lose an intent whose query the model merely rewrote. Nothing
 //!    is dropped when no call overlaps at all.
 //! 5. **Verbatim**: one call gets the user's exact text; in a mixed turn a message of at most four
-//!    words goes verbatim to every call, and a longer one keeps the model's split where it overlaps.
+//!    words goes verbatim to every call. A longer one keeps the model's split only if it is the
+//!    user's words (every content word of it is the message's, allowing inflection), else takes
+//!    the user's own clause that overlaps the call most ([`text::clauses`]), and only then the
+//!    whole message.
 //! 6. **Prior context**: a support call after a turn that support did not answer (an intent switch)
-//!    gets the previous turn as `prior_context` when the model gave none.
+//!    gets the previous turn as `prior_context` when the model gave none; so does a call code
+//!    made for a refused direct answer after a switch.
 //! 7. `support_summary` is capped at 300 characters.
 //!
-//! Each repair is reported as a [`GuardAction`], so routing mistakes are visible in tracing and in
-//! the routing evaluation.
+//! A rule that rewrites a call changes only the fields it must: every other argument the model
+//! gave reaches the agent. Each repair is reported as a [`GuardAction`], so routing mistakes are
+//! visible in tracing and in the routing evaluation.
 
 use serde_json::Value;
 
 use crate::conversation::PreviousTurn;
-use crate::text::{Smalltalk, classify_smalltalk, normalize, overlaps, words};
+use crate::text::{self, Lexicon, Smalltalk, normalize, overlaps, words};
 
 /// A sub-agent call the orchestrator will make.
 #[derive(Debug, Clone, PartialEq)]
@@ -50,6 +59,24 @@ impl PlannedCall {
         }
     }
 
+    /// Sets the query, in the arguments too.
+    pub fn set_query(&mut self, query: &str) {
+        self.query = query.to_owned();
+        self.set_argument("query", query);
+    }
+
+    /// Sets the prior context, in the arguments too.
+    pub fn set_prior_context(&mut self, context: String) {
+        self.set_argument("prior_context", &context);
+        self.prior_context = Some(context);
+    }
+
+    fn set_argument(&mut self, key: &str, value: &str) {
+        if let Some(obj) = self.arguments.as_object_mut() {
+            obj.insert(key.into(), Value::String(value.to_owned()));
+        }
+    }
+
     /// The call's `intent_count`, if the model gave a sensible one.
     pub fn intent_count(&self) -> Option<usize> {
         self.arguments.get("intent_count").and_then(Value::as_u64).map(|n| n as usize).filter(|n| *n >= 1)
@@ -57,12 +84,18 @@ impl PlannedCall {
 }
 
 /// A repair a guard made.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "repair", rename_all = "snake_case")]
 pub enum GuardAction {
     /// A short reply to a support question was sent to support.
     EchoFollowup,
-    /// A direct answer to a real question was replaced by a shopping call.
+    /// A direct answer to a real question was replaced by a call of the fallback agent.
     FastpathRejected,
+    /// A direct answer to a real question was refused and the model asked again to call a tool.
+    FastpathReasked {
+        /// Calls the re-ask made.
+        calls: usize,
+    },
     /// A repeated call was removed.
     DuplicateRemoved {
         /// Its tool.
@@ -121,6 +154,8 @@ pub struct Roles {
     pub followup_agent: Option<String>,
     /// Where a refused direct answer goes (`ask_shopping`).
     pub fallback_tool: String,
+    /// The fallback agent's name, as the previous turn's replies name it (`shopping`).
+    pub fallback_agent: String,
     /// The routing agent's own name, as the previous turn's replies name it (`orchestrator`).
     pub own_agent: String,
 }
@@ -133,6 +168,7 @@ impl Roles {
             followup_tool: Some("ask_support".into()),
             followup_agent: Some("support".into()),
             fallback_tool: "ask_shopping".into(),
+            fallback_agent: "shopping".into(),
             own_agent: "orchestrator".into(),
         }
     }
@@ -230,6 +266,8 @@ pub struct RoutingInput<'a> {
     pub roles: &'a Roles,
     /// Which guards run.
     pub guards: &'a Guards,
+    /// What counts as smalltalk.
+    pub smalltalk: &'a Lexicon,
 }
 
 /// Whether `message` is a short reply echoing the previous turn's support question.
@@ -238,7 +276,7 @@ fn echoes_support_question(input: &RoutingInput<'_>) -> Option<String> {
     if !question.ends_with('?') || words(input.message).len() > 6 {
         return None;
     }
-    if classify_smalltalk(input.message) == Some(Smalltalk::Acknowledgement) {
+    if input.smalltalk.classify(input.message) == Some(Smalltalk::Acknowledgement) {
         return None;
     }
     // The question's last sentence is what the user answers.
@@ -246,6 +284,16 @@ fn echoes_support_question(input: &RoutingInput<'_>) -> Option<String> {
     let answer_words = ["yes", "no", "yeah", "yep", "nope", "correct", "right", "both", "neither"];
     let is_answer = words(input.message).iter().any(|w| answer_words.contains(&w.as_str()));
     (is_answer || overlaps(input.message, last)).then(|| question.to_owned())
+}
+
+/// Whether a direct answer (no call) to `input.message` would be refused: the fastpath guard
+/// runs, the message is not smalltalk and not an echo follow-up (which the guards route
+/// themselves). The routing policy then re-asks the model before [`apply_guards`] falls back.
+pub fn refuses_direct_answer(input: &RoutingInput<'_>) -> bool {
+    let echo = input.guards.echo_followup
+        && input.roles.followup_tool.is_some()
+        && echoes_support_question(input).is_some();
+    input.guards.fastpath && !echo && input.smalltalk.classify(input.message).is_none()
 }
 
 /// Applies the guards to the model's calls. An empty result means a direct answer is kept.
@@ -256,30 +304,6 @@ pub fn apply_guards(
     let mut actions = Vec::new();
     let message = input.message.trim();
 
-    let echo = input.guards.echo_followup.then(|| echoes_support_question(input)).flatten();
-    if let (Some(question), Some(followup)) = (echo, input.roles.followup_tool.as_deref()) {
-        let already = calls.len() == 1 && calls[0].tool == followup;
-        if !already {
-            actions.push(GuardAction::EchoFollowup);
-        }
-        let mut call = PlannedCall::from_arguments(followup, serde_json::json!({"intent_count": 1}), message);
-        call.prior_context = Some(format!("The support agent had asked: {question}"));
-        if already {
-            call.arguments = calls[0].arguments.clone();
-        }
-        return finish(input, vec![call], actions);
-    }
-
-    if calls.is_empty() {
-        if !input.guards.fastpath || classify_smalltalk(message).is_some() {
-            return (calls, actions);
-        }
-        actions.push(GuardAction::FastpathRejected);
-        let fallback = input.roles.fallback_tool.as_str();
-        let call = PlannedCall::from_arguments(fallback, serde_json::json!({"intent_count": 1}), message);
-        return finish(input, vec![call], actions);
-    }
-
     let mut unique: Vec<PlannedCall> = Vec::with_capacity(calls.len());
     for call in calls {
         let dup = input.guards.duplicates
@@ -289,6 +313,38 @@ pub fn apply_guards(
         } else {
             unique.push(call);
         }
+    }
+
+    let echo = input.guards.echo_followup.then(|| echoes_support_question(input)).flatten();
+    if let (Some(question), Some(followup)) = (echo, input.roles.followup_tool.as_deref()) {
+        // The model's own follow-up call, if it made one, keeps everything it gave.
+        let own = unique.iter().position(|c| c.tool == followup);
+        let already = unique.len() == 1 && own.is_some();
+        let mut call = match own {
+            Some(i) => unique.swap_remove(i),
+            None => PlannedCall::from_arguments(followup, serde_json::json!({"intent_count": 1}), message),
+        };
+        if !already {
+            actions.push(GuardAction::EchoFollowup);
+            if let Some(obj) = call.arguments.as_object_mut() {
+                obj.insert("intent_count".into(), 1.into());
+            }
+        }
+        if call.prior_context.is_none() {
+            call.set_prior_context(format!("The support agent had asked: {question}"));
+        }
+        return finish(input, vec![call], actions, None);
+    }
+
+    if unique.is_empty() {
+        if !input.guards.fastpath || input.smalltalk.classify(message).is_some() {
+            return (unique, actions);
+        }
+        actions.push(GuardAction::FastpathRejected);
+        let fallback = input.roles.fallback_tool.as_str();
+        let call = PlannedCall::from_arguments(fallback, serde_json::json!({"intent_count": 1}), message);
+        let agent = input.roles.fallback_agent.clone();
+        return finish(input, vec![call], actions, Some(agent.as_str()));
     }
 
     // A call the model itself counted as an intent is kept even without overlap (its query may
@@ -308,43 +364,75 @@ pub fn apply_guards(
             keep
         });
     }
-    finish(input, unique, actions)
+    finish(input, unique, actions, None)
 }
 
-/// Verbatim rules, prior context and the summary cap.
+/// Verbatim rules, prior context and the summary cap. `made_for`: the agent a call code made
+/// instead of a direct answer is for (it gets the previous turn on a switch, as the follow-up
+/// agent's calls do).
 fn finish(
     input: &RoutingInput<'_>,
     mut calls: Vec<PlannedCall>,
     mut actions: Vec<GuardAction>,
+    made_for: Option<&str>,
 ) -> (Vec<PlannedCall>, Vec<GuardAction>) {
     let message = input.message.trim();
     let short = words(message).len() <= 4;
     let single = calls.len() == 1;
+    let clauses = text::clauses(message);
     for call in &mut calls {
-        let verbatim = input.guards.verbatim && (single || short || !overlaps(&call.query, message));
-        if verbatim && call.query != message {
-            actions.push(GuardAction::QueryVerbatim { tool: call.tool.clone(), was: call.query.clone() });
-            call.query = message.to_owned();
-        }
-        if let Some(obj) = call.arguments.as_object_mut() {
-            obj.insert("query".into(), Value::String(call.query.clone()));
-        }
-        if input.roles.followup_tool.as_deref() == Some(call.tool.as_str()) {
-            if input.guards.prior_context {
-                fill_prior_context(input, call, &mut actions);
+        if input.guards.verbatim {
+            let query = if single || short {
+                message
+            } else if text::is_users_words(&call.query, message) {
+                call.query.as_str()
+            } else {
+                users_clause(&call.query, &clauses).unwrap_or(message)
+            };
+            if call.query != query {
+                actions.push(GuardAction::QueryVerbatim { tool: call.tool.clone(), was: call.query.clone() });
+                let query = query.to_owned();
+                call.set_query(&query);
             }
-            if input.guards.summary_cap {
-                cap_summary(call, &mut actions);
+        }
+        call.set_argument("query", &call.query.clone());
+        let followup = input.roles.followup_tool.as_deref() == Some(call.tool.as_str());
+        let switch_agent = if followup { input.roles.followup_agent.as_deref() } else { made_for };
+        if input.guards.prior_context {
+            if let Some(agent) = switch_agent {
+                fill_prior_context(input, agent, call, &mut actions);
             }
+        }
+        if followup && input.guards.summary_cap {
+            cap_summary(call, &mut actions);
         }
     }
     (calls, actions)
 }
 
-fn fill_prior_context(input: &RoutingInput<'_>, call: &mut PlannedCall, actions: &mut Vec<GuardAction>) {
+/// The user's clause that shares the most topic words with `query` (the first of equals), if any
+/// shares one.
+fn users_clause<'m>(query: &str, clauses: &[&'m str]) -> Option<&'m str> {
+    let mut best: Option<(usize, &str)> = None;
+    for clause in clauses {
+        let shared = text::shared_words(clause, query);
+        if shared > 0 && best.is_none_or(|(most, _)| shared > most) {
+            best = Some((shared, clause));
+        }
+    }
+    best.map(|(_, clause)| clause)
+}
+
+/// Gives `call` (for `agent`) the previous turn as prior context when the user switched to
+/// `agent` (it did not answer the previous turn) and the model gave none.
+fn fill_prior_context(
+    input: &RoutingInput<'_>,
+    agent: &str,
+    call: &mut PlannedCall,
+    actions: &mut Vec<GuardAction>,
+) {
     let Some(previous) = input.previous else { return };
-    let Some(followup) = input.roles.followup_agent.as_deref() else { return };
-    let switched = !previous.replies.is_empty() && previous.reply_of(followup).is_none();
+    let switched = !previous.replies.is_empty() && previous.reply_of(agent).is_none();
     if !switched || call.prior_context.is_some() {
         return;
     }
@@ -354,10 +442,7 @@ fn fill_prior_context(input: &RoutingInput<'_>, call: &mut PlannedCall, actions:
         let answer: String = reply.text.chars().take(300).collect();
         context.push_str(&format!(" The {} agent answered: \"{}\".", reply.agent, answer.trim()));
     }
-    call.prior_context = Some(context.clone());
-    if let Some(obj) = call.arguments.as_object_mut() {
-        obj.insert("prior_context".into(), Value::String(context));
-    }
+    call.set_prior_context(context);
     actions.push(GuardAction::PriorContextFilled { tool: call.tool.clone() });
 }
 
@@ -385,7 +470,13 @@ mod tests {
 
     fn route(message: &str, calls: Vec<PlannedCall>) -> (Vec<(String, String)>, Vec<GuardAction>) {
         let (calls, actions) = apply_guards(
-            &RoutingInput { message, previous: None, roles: &Roles::reference(), guards: &Guards::default() },
+            &RoutingInput {
+                message,
+                previous: None,
+                roles: &Roles::reference(),
+                guards: &Guards::default(),
+                smalltalk: Lexicon::reference(),
+            },
             calls,
         );
         (calls.into_iter().map(|c| (c.tool, c.query)).collect(), actions)
@@ -470,6 +561,7 @@ mod tests {
             previous: Some(&previous),
             roles: &Roles::reference(),
             guards: &Guards::default(),
+            smalltalk: Lexicon::reference(),
         };
         let (calls, actions) = apply_guards(&input, vec![call(ASK_SHOPPING, "e-receipt deals")]);
         assert_eq!(calls.len(), 1);
@@ -482,6 +574,7 @@ mod tests {
             previous: Some(&previous),
             roles: &Roles::reference(),
             guards: &Guards::default(),
+            smalltalk: Lexicon::reference(),
         };
         assert_eq!(apply_guards(&ack, vec![]).0, vec![]);
     }
@@ -500,6 +593,7 @@ mod tests {
             previous: Some(&previous),
             roles: &Roles::reference(),
             guards: &Guards::default(),
+            smalltalk: Lexicon::reference(),
         };
         let (calls, actions) = apply_guards(&input, vec![call(ASK_SUPPORT, "no points")]);
         let context = calls[0].prior_context.as_deref().unwrap();
@@ -518,10 +612,125 @@ mod tests {
                 previous: None,
                 roles: &Roles::reference(),
                 guards: &Guards::default(),
+                smalltalk: Lexicon::reference(),
             },
             vec![c],
         );
         assert_eq!(calls[0].arguments["support_summary"].as_str().unwrap().chars().count(), 300);
         assert!(actions.contains(&GuardAction::SummaryCapped));
+    }
+
+    fn input<'a>(message: &'a str, previous: Option<&'a PreviousTurn>) -> RoutingInput<'a> {
+        static ROLES: std::sync::LazyLock<Roles> = std::sync::LazyLock::new(Roles::reference);
+        static GUARDS: std::sync::LazyLock<Guards> = std::sync::LazyLock::new(Guards::default);
+        RoutingInput { message, previous, roles: &ROLES, guards: &GUARDS, smalltalk: Lexicon::reference() }
+    }
+
+    fn support_asked(question: &str) -> PreviousTurn {
+        PreviousTurn {
+            user_message: "my receipt didn't scan".into(),
+            replies: vec![PriorReply { agent: "support".into(), text: question.into() }],
+        }
+    }
+
+    #[test]
+    fn duplicates_go_first_so_an_echo_keeps_the_models_fields() {
+        let previous = support_asked("Was it a paper receipt or an e-receipt?");
+        let model = || {
+            PlannedCall::from_arguments(
+                ASK_SUPPORT,
+                json!({"query": "paper receipt", "intent_count": 1, "support_category": "ereceipts",
+                       "support_summary": "receipt did not scan"}),
+                "",
+            )
+        };
+        let (calls, actions) =
+            apply_guards(&input("the paper one", Some(&previous)), vec![model(), model(), model()]);
+        assert_eq!(calls.len(), 1);
+        let args = &calls[0].arguments;
+        assert_eq!(args["support_category"], "ereceipts");
+        assert_eq!(args["support_summary"], "receipt did not scan");
+        assert_eq!(args["query"], "the paper one");
+        assert!(args["prior_context"].as_str().unwrap().contains("paper receipt or an e-receipt"));
+        assert!(!actions.contains(&GuardAction::EchoFollowup), "the model did route it: {actions:?}");
+        assert_eq!(actions.iter().filter(|a| matches!(a, GuardAction::DuplicateRemoved { .. })).count(), 2);
+    }
+
+    #[test]
+    fn an_echo_rerouted_from_another_tool_keeps_the_models_support_fields() {
+        let previous = support_asked("Was it a paper receipt or an e-receipt?");
+        let calls = vec![
+            PlannedCall::from_arguments(ASK_SHOPPING, json!({"query": "paper deals", "intent_count": 2}), ""),
+            PlannedCall::from_arguments(
+                ASK_SUPPORT,
+                json!({"query": "paper", "intent_count": 2, "support_category": "ereceipts",
+                       "prior_context": "asked paper or e-receipt"}),
+                "",
+            ),
+        ];
+        let (calls, actions) = apply_guards(&input("the paper one", Some(&previous)), calls);
+        assert_eq!(calls.len(), 1);
+        assert_eq!(calls[0].arguments["support_category"], "ereceipts");
+        assert_eq!(calls[0].arguments["prior_context"], "asked paper or e-receipt", "the model's own");
+        assert_eq!(calls[0].arguments["intent_count"], 1);
+        assert_eq!(actions[0], GuardAction::EchoFollowup);
+    }
+
+    #[test]
+    fn a_paraphrase_sharing_one_word_gets_the_users_own_clause() {
+        let msg = "my referral bonus never showed up and find me toothpaste deals";
+        let paraphrase = call(ASK_SUPPORT, "user's friend bonus was never credited");
+        let (calls, actions) = route(msg, vec![paraphrase, call(ASK_SHOPPING, "toothpaste deals")]);
+        assert_eq!(
+            calls,
+            [pair(ASK_SUPPORT, "my referral bonus never showed up"), pair(ASK_SHOPPING, "toothpaste deals")]
+        );
+        assert!(matches!(&actions[0], GuardAction::QueryVerbatim { was, .. } if was.contains("credited")));
+    }
+
+    #[test]
+    fn a_split_in_the_users_words_is_kept_whatever_its_inflection() {
+        let msg = "my receipts never scanned and find me coffee deals";
+        let (calls, actions) =
+            route(msg, vec![call(ASK_SUPPORT, "receipt didn't scan"), call(ASK_SHOPPING, "coffee deal")]);
+        assert_eq!(calls, [pair(ASK_SUPPORT, "receipt didn't scan"), pair(ASK_SHOPPING, "coffee deal")]);
+        assert!(actions.is_empty(), "{actions:?}");
+    }
+
+    #[test]
+    fn a_split_with_no_clause_of_its_own_gets_the_whole_message() {
+        let msg = "my receipt didn't scan and find me coffee deals";
+        let (calls, _) =
+            route(msg, vec![call(ASK_SUPPORT, "assist this person"), call(ASK_SHOPPING, "coffee deals")]);
+        assert_eq!(calls[0], pair(ASK_SUPPORT, msg));
+    }
+
+    #[test]
+    fn a_refused_direct_answer_after_a_switch_gets_the_previous_turn() {
+        let previous = PreviousTurn {
+            user_message: "where are my points".into(),
+            replies: vec![PriorReply { agent: "support".into(), text: "They post within 48 hours.".into() }],
+        };
+        let (calls, actions) = apply_guards(&input("then find me snack deals", Some(&previous)), vec![]);
+        assert_eq!(calls[0].tool, ASK_SHOPPING);
+        let context = calls[0].arguments["prior_context"].as_str().unwrap();
+        assert!(context.contains("where are my points") && context.contains("48 hours"), "{context}");
+        assert!(actions.contains(&GuardAction::PriorContextFilled { tool: ASK_SHOPPING.into() }));
+        // Without a switch (shopping answered before), nothing is added.
+        let same = PreviousTurn {
+            user_message: "coffee deals".into(),
+            replies: vec![PriorReply { agent: "shopping".into(), text: "Brand A.".into() }],
+        };
+        let (calls, _) = apply_guards(&input("then find me snack deals", Some(&same)), vec![]);
+        assert_eq!(calls[0].prior_context, None);
+    }
+
+    #[test]
+    fn only_a_real_request_answered_directly_is_refused() {
+        assert!(refuses_direct_answer(&input("hi, where are my points?", None)));
+        assert!(!refuses_direct_answer(&input("hola, ¿qué tal?", None)));
+        assert!(!refuses_direct_answer(&input("👍", None)));
+        let previous = support_asked("Was it a paper receipt or an e-receipt?");
+        assert!(!refuses_direct_answer(&input("the paper one", Some(&previous))), "an echo is routed");
     }
 }

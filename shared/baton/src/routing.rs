@@ -11,8 +11,12 @@
 //! 2. **Failsafe**: if a call's `intent_count` exceeds the number of distinct calls, the model is
 //!    asked once more, with an instruction naming the calls it made and the count it reported; new
 //!    calls are merged without duplicates. One retry at most.
-//! 3. The [`crate::guard`]s repair what code can check.
-//! 4. The calls' arguments are made valid for their tools: the guards' query and prior context,
+//! 3. **Refused direct answer**: a direct answer to a message that is not smalltalk is not
+//!    guessed at: the model is asked once more, by the same mechanism (`tool_choice: required`
+//!    and the reason), and its calls go through the guards; only if the re-ask makes no call does
+//!    the fastpath guard send the message to the fallback agent.
+//! 4. The [`crate::guard`]s repair what code can check.
+//! 5. The calls' arguments are made valid for their tools: the guards' query and prior context,
 //!    an `intent_count` of at least 1, a `support_category` from the configured list (another is
 //!    dropped, and the repair logged).
 //!
@@ -28,11 +32,10 @@ use crate::agent::{
     Agent, AgentRequest, ChildContext, StepCall, StepDecision, StepInput, StepItem, StepPolicy, StepStream,
 };
 use crate::agent_tool::{AgentTool, AgentToolOptions, InputMapping};
-use crate::conversation::PreviousTurn;
 use crate::event::{AgentUsage, Event, agent_name};
 use crate::guard::{self, GuardAction, Guards, PlannedCall, Roles, RoutingInput};
 use crate::model::{ChatModel, ChatRequest, Message, ModelDelta, ToolCall, ToolChoice, ToolSpec};
-use crate::text;
+use crate::text::{self, Lexicon};
 use crate::tool::ToolError;
 
 /// The prefix of a routing tool's name: `ask_<agent>`.
@@ -67,6 +70,8 @@ pub struct RoutingSettings {
     pub categories: Vec<String>,
     /// Which guards run.
     pub guards: Guards,
+    /// What counts as smalltalk (the fastpath allowlist and the preamble gate).
+    pub smalltalk: Arc<Lexicon>,
 }
 
 impl RoutingSettings {
@@ -75,6 +80,7 @@ impl RoutingSettings {
             followup_tool: self.followup.as_deref().map(routing_tool_name),
             followup_agent: self.followup.clone(),
             fallback_tool: routing_tool_name(&self.fallback),
+            fallback_agent: self.fallback.clone(),
             own_agent: agent_name(own_agent).to_owned(),
         }
     }
@@ -191,7 +197,7 @@ impl RoutingPolicy {
         async_stream::stream! {
             let StepInput { instance, request, message, previous } = input;
             let model_name = model.model_name().to_owned();
-            let smalltalk = text::classify_smalltalk(&message).is_some();
+            let smalltalk = settings.smalltalk.classify(&message).is_some();
             let mut route = Route::default();
             let mut gate = PreambleGate::new(smalltalk);
             let mut raw_calls: Vec<ToolCall> = Vec::new();
@@ -239,10 +245,24 @@ impl RoutingPolicy {
                 ));
             }
 
-            if let Some(intents) = missing_intents(&planned).filter(|_| settings.guards.failsafe) {
-                let distinct = distinct_count(&planned);
-                let reask = failsafe_request(&settings, request, &route.text, &raw_calls, intents, &planned);
-                let mut added = 0;
+            let roles = settings.roles(&instance);
+            let guard_input = RoutingInput {
+                message: &message,
+                previous: previous.as_ref(),
+                roles: &roles,
+                guards: &settings.guards,
+                smalltalk: &settings.smalltalk,
+            };
+            // One re-ask at most: for the calls the failsafe misses, or for the calls a refused
+            // direct answer should have made.
+            let missing = missing_intents(&planned).filter(|_| settings.guards.failsafe);
+            let reask_direct = planned.is_empty() && guard::refuses_direct_answer(&guard_input);
+            let reask = match missing {
+                Some(intents) => Some(failsafe_request(&settings, request, &route.text, &raw_calls, intents, &planned)),
+                None if reask_direct => Some(direct_answer_request(request, &route.text)),
+                None => None,
+            };
+            if let Some(reask) = reask {
                 let mut new_calls = Vec::new();
                 let mut reasked = std::pin::pin!(reask_calls(model.clone(), reask, instance.clone()));
                 while let Some(item) = reasked.next().await {
@@ -254,18 +274,27 @@ impl RoutingPolicy {
                         Reask::Call(call) => new_calls.push(call),
                     }
                 }
-                for call in plan(&settings, &message, &new_calls).0 {
-                    let dup = planned.iter().any(|c| c.tool == call.tool && text::normalize(&c.query) == text::normalize(&call.query));
-                    if !dup {
-                        planned.push(call);
-                        added += 1;
+                let new_calls = plan(&settings, &message, &new_calls).0;
+                if let Some(intents) = missing {
+                    let distinct = distinct_count(&planned);
+                    let mut added = 0;
+                    for call in new_calls {
+                        let dup = planned.iter().any(|c| c.tool == call.tool && text::normalize(&c.query) == text::normalize(&call.query));
+                        if !dup {
+                            planned.push(call);
+                            added += 1;
+                        }
                     }
+                    tracing::info!(intents, calls = distinct, added, "routing failsafe re-asked the model");
+                    route.actions.push(GuardAction::FailsafeReasked { intents, calls: distinct, added });
+                } else {
+                    tracing::info!(calls = new_calls.len(), "routing re-asked the model after a refused direct answer");
+                    route.actions.push(GuardAction::FastpathReasked { calls: new_calls.len() });
+                    planned = new_calls;
                 }
-                tracing::info!(intents, calls = distinct, added, "routing failsafe re-asked the model");
-                route.actions.push(GuardAction::FailsafeReasked { intents, calls: distinct, added });
             }
 
-            let rejected = repair(&settings, &message, previous.as_ref(), &instance, planned, &mut route);
+            let rejected = repair(&settings, &guard_input, planned, &mut route) || reask_direct;
             let held = gate.release();
             if rejected {
                 if !held.trim().is_empty() {
@@ -367,15 +396,11 @@ impl Router {
 /// log. Returns whether a direct answer was refused.
 fn repair(
     settings: &RoutingSettings,
-    message: &str,
-    previous: Option<&PreviousTurn>,
-    instance: &str,
+    input: &RoutingInput<'_>,
     planned: Vec<PlannedCall>,
     route: &mut Route,
 ) -> bool {
-    let roles = settings.roles(instance);
-    let input = RoutingInput { message, previous, roles: &roles, guards: &settings.guards };
-    let (calls, actions) = guard::apply_guards(&input, planned);
+    let (calls, actions) = guard::apply_guards(input, planned);
     let rejected = actions.contains(&GuardAction::FastpathRejected);
     route.actions.extend(actions);
     route.calls = calls;
@@ -520,6 +545,23 @@ fn failsafe_request(
     request
 }
 
+/// The re-ask after a refused direct answer: the answer, and an instruction saying why it was
+/// refused; a tool call is required.
+fn direct_answer_request(mut request: ChatRequest, text: &str) -> ChatRequest {
+    request.messages.push(Message::Assistant {
+        content: (!text.is_empty()).then(|| text.to_owned()),
+        tool_calls: Vec::new(),
+    });
+    request.messages.push(Message::system(
+        "<fastpath>You answered the user directly, but their message is not only a greeting, thanks or \
+         chitchat: it asks for something, and only a tool can answer it. Call the tool for each request \
+         in the message now, with the user's own words as the query. Do not answer it yourself.</fastpath>"
+            .to_owned(),
+    ));
+    request.tool_choice = Some(ToolChoice::Required);
+    request
+}
+
 /// Streams text at once up to the end of its first sentence; for messages that are not smalltalk
 /// holds the rest until routing is decided.
 struct PreambleGate {
@@ -576,6 +618,7 @@ pub(crate) mod testing {
             fallback: "shopping".into(),
             categories: vec!["missing_points".into(), "general".into()],
             guards: Guards::default(),
+            smalltalk: Default::default(),
         }
     }
 
@@ -714,5 +757,66 @@ mod tests {
         let texts = steps.iter().filter(|s| matches!(s, RouteStep::Event(Event::Text { .. }))).count();
         assert!(texts > 3, "word by word, not held");
         assert!(route.calls.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_refused_direct_answer_is_reasked_and_the_new_calls_are_guarded() {
+        let model = Arc::new(ScriptedModel::new("orch", None));
+        model.push(Reply::text("Points usually post in a day. Check back tomorrow."));
+        model.push(Reply::text("").tool_call(
+            ASK_SUPPORT,
+            json!({"query": "points missing", "intent_count": 1,
+                                               "support_category": "missing_points"}),
+        ));
+        let (steps, route) = route_of(model.clone(), "hi, where are my points?").await;
+        assert_eq!(shown_text(&steps), "Points usually post in a day.", "the refused rest is withheld");
+        assert_eq!(route.calls.len(), 1);
+        assert_eq!(route.calls[0].tool, ASK_SUPPORT);
+        assert_eq!(route.calls[0].arguments["query"], "hi, where are my points?", "through the guards");
+        assert_eq!(route.calls[0].arguments["support_category"], "missing_points");
+        assert!(route.actions.contains(&GuardAction::FastpathReasked { calls: 1 }));
+        assert!(!route.actions.contains(&GuardAction::FastpathRejected));
+        let requests = model.requests();
+        assert_eq!(requests.len(), 2);
+        assert_eq!(requests[1].tool_choice, Some(ToolChoice::Required));
+        assert!(requests[1].system_text_last().contains("not only a greeting"));
+    }
+
+    #[tokio::test]
+    async fn smalltalk_in_another_language_is_answered_without_a_reask() {
+        let model = Arc::new(ScriptedModel::new("orch", Some(Reply::text("¡Hola! ¿En qué te ayudo?"))));
+        let (_, route) = route_of(model.clone(), "hola, ¿qué tal?").await;
+        assert!(route.calls.is_empty());
+        assert_eq!(model.requests().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn the_models_prior_context_reaches_either_agent() {
+        let orchestrator = Arc::new(ScriptedModel::new(
+            "orch",
+            Some(Reply::text("").tool_call(
+                ASK_SHOPPING,
+                json!({"query": "then show me offers from that brand", "intent_count": 1,
+                       "prior_context": "Their Tide receipt was rejected as a duplicate."}),
+            )),
+        ));
+        let support = Arc::new(ScriptedModel::new("sup", Some(Reply::text("Support."))));
+        let shopping = Arc::new(ScriptedModel::new("shop", Some(Reply::text("Tide: 500 points."))));
+        let agent = testing::routed(
+            orchestrator,
+            testing::plain("support", support.clone()),
+            testing::plain("shopping", shopping.clone()),
+            [None, None],
+        );
+        let o = Arc::new(crate::orchestrator::Orchestrator::new(agent, "orch"));
+        let turn =
+            crate::orchestrator::TurnRequest::new("ep", "t1", "u", "then show me offers from that brand");
+        let _: Vec<Event> = o.run_turn(turn).collect().await;
+        let asked = shopping.requests()[0].last_user_text().to_owned();
+        assert!(
+            asked.contains("Tide receipt was rejected") && asked.contains("offers from that brand"),
+            "{asked}"
+        );
+        assert!(support.requests().is_empty());
     }
 }

@@ -84,6 +84,10 @@ fn routing_settings(agents: &AgentsConfig, spec: &AgentSpec, routing: &RoutingSp
             .guards
             .as_deref()
             .map_or_else(Guards::default, |g| Guards::only(g).expect("validated")),
+        smalltalk: Arc::new(match &routing.smalltalk {
+            Some(extra) => crate::text::Lexicon::with_defaults(extra).expect("validated"),
+            None => crate::text::Lexicon::default(),
+        }),
     }
 }
 

@@ -81,6 +81,9 @@ pub struct RoutingSpec {
     /// Which guards run; all when not given.
     #[serde(default)]
     pub guards: Option<Vec<String>>,
+    /// Smalltalk phrases added to the default lists (`data/routing/smalltalk.yaml`).
+    #[serde(default)]
+    pub smalltalk: Option<crate::text::SmalltalkLists>,
 }
 
 /// Where a remote agent runs.
@@ -371,6 +374,10 @@ impl AgentsConfig {
             crate::guard::Guards::only(guards)
                 .map_err(|e| self.error(Some(i), "routing", format!("guards: {e}")))?;
         }
+        if let Some(smalltalk) = &routing.smalltalk {
+            crate::text::Lexicon::with_defaults(smalltalk)
+                .map_err(|e| self.error(Some(i), "routing", format!("smalltalk: {e}")))?;
+        }
         for child in &a.agents {
             if let Some(spec) = self.get(child) {
                 if spec.output != OutputMode::TextAndEvents {
@@ -580,5 +587,16 @@ agents:
         assert_eq!(locate_agent_field(TEAM, 1, "timeout_seconds"), Some(9));
         assert_eq!(locate_agent_field(TEAM, 1, "output"), Some(6), "an unwritten field points at its agent");
         assert_eq!(locate_top_level(TEAM, "entry"), Some(1));
+    }
+
+    #[test]
+    fn configured_smalltalk_extends_the_defaults_and_a_bad_phrase_is_refused() {
+        use crate::config::{Config, REFERENCE_CONFIG};
+        let config = Config::default();
+        let routing = config.agents.get("orchestrator").and_then(|a| a.routing.clone()).unwrap();
+        assert!(routing.smalltalk.unwrap().greetings.contains(&"hey fetch".to_owned()));
+        let bad = REFERENCE_CONFIG.replace("greetings: [hey fetch,", "greetings: [\"!\", hey fetch,");
+        let err = Config::default().with_yaml(&bad, "t.yaml").unwrap_err().to_string();
+        assert!(err.contains("smalltalk") && err.contains("no word") && err.contains("t.yaml"), "{err}");
     }
 }

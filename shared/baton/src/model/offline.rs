@@ -423,6 +423,7 @@ mod tests {
             fallback: "shopping".into(),
             categories: vec!["general".into()],
             guards: Default::default(),
+            smalltalk: Default::default(),
         };
         ChatRequest {
             messages: vec![Message::user(text)],

@@ -6,7 +6,7 @@
 //! ```text
 //! ---
 //! title: My receipt didn't scan
-//! category: rejected_receipts
+//! category: rejected_receipt
 //! keywords: scan, blurry, photo
 //! ---
 //! The body.
