@@ -78,6 +78,7 @@ fn orchestrator() -> Arc<Orchestrator> {
         categories: vec!["general".into()],
         guards: Default::default(),
         smalltalk: Default::default(),
+        images: Vec::new(),
     };
     let options = AgentToolOptions { output: OutputMode::TextAndEvents, ..AgentToolOptions::default() };
     let tools: Vec<Arc<dyn Tool>> = [

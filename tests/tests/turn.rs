@@ -300,6 +300,36 @@ async fn a_direct_answer_to_a_real_question_is_sent_to_shopping() {
     assert_eq!(text_of(&events, "shopping[1]"), SHOP_TEXT);
 }
 
+/// An image the client classified as a receipt reaches the orchestrator model as an image part
+/// after the note; answered directly (to smalltalk words), it goes to support all the same.
+#[tokio::test]
+async fn a_receipt_image_reaches_the_model_as_an_image_part_and_goes_to_support() {
+    let server = ScriptedServer::start().await.unwrap();
+    let ft = ForethoughtServer::start().await.unwrap();
+    server.push(ORCH, Reply::text("Thanks for the picture! It looks like a grocery receipt."));
+    ft.push(FtReply::chunks(vec!["I see the receipt from Kroger."]));
+    let endpoint = start_endpoint(&scripted_config_with_forethought(&server, &ft)).await;
+    let url = "data:image/png;base64,iVBORw0KGgo=";
+    let image = json!({"type": "receipt", "description": "a Kroger receipt", "url": url});
+    let body = json!({"message": "thanks!", "image": image});
+    let events: Vec<Event> = open_stream(&endpoint.url, body).await.map(|r| r.event).collect().await;
+
+    let sent = &server.requests_for(ORCH)[0].body["messages"];
+    let user = sent.as_array().unwrap().last().unwrap();
+    assert_eq!(user["content"][0]["type"], "text", "{user}");
+    let note = user["content"][0]["text"].as_str().unwrap();
+    assert!(
+        note.starts_with("thanks!") && note.contains("an image of a receipt: a Kroger receipt"),
+        "{note}"
+    );
+    assert_eq!(user["content"][1], json!({"type": "image_url", "image_url": {"url": url}}));
+    assert_eq!(text_of(&events, "orchestrator"), "Thanks for the picture!", "the rest is withheld");
+    assert_eq!(text_of(&events, "support[1]"), "I see the receipt from Kroger.");
+    assert_eq!(ft.requests()[0].body["query"], "thanks!");
+    assert!(server.requests_for(SHOP).is_empty());
+    assert_eq!(completed(&events).0, Status::Ok);
+}
+
 #[tokio::test]
 async fn a_refused_direct_answer_is_asked_again_and_routed_where_the_model_says() {
     let server = ScriptedServer::start().await.unwrap();

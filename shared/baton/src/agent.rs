@@ -49,8 +49,8 @@ pub struct AgentRequest {
     pub query: String,
     /// Context from earlier turns, filled when the user switches intent.
     pub prior_context: Option<String>,
-    /// A description of an image the user attached, if any.
-    pub image: Option<String>,
+    /// The image the user attached, if any (the entry agent's only).
+    pub image: Option<crate::image::Image>,
     /// Cross-turn conversation history (for LLM agents that see the conversation).
     pub history: Vec<Message>,
     /// The previous turn, for a routing policy's guards.
@@ -97,13 +97,15 @@ pub fn with_prior_context(query: String, prior_context: Option<String>) -> Strin
 }
 
 /// The user message an LLM agent's model reads: the query, with the caller's `prior_context`
-/// before it and the attached image's description after it.
-fn user_message(request: &AgentRequest) -> Message {
+/// before it and the attached image's note after it; the image itself, when sent, as an image
+/// content part.
+pub fn user_message(request: &AgentRequest) -> Message {
     let mut content = with_prior_context(request.query.clone(), request.prior_context.clone());
-    if let Some(image) = request.image.as_deref().filter(|d| !d.trim().is_empty()) {
-        content.push_str(&format!("\n[The user attached an image: {}]", image.trim()));
+    let Some(image) = &request.image else { return Message::user(content) };
+    if let Some(note) = image.note() {
+        content.push_str(&format!("\n{note}"));
     }
-    Message::user(content)
+    Message::User { content, images: image.url.iter().cloned().collect() }
 }
 
 /// How deep agents may nest below the turn unless configured otherwise: the entry agent's
@@ -302,6 +304,8 @@ pub struct StepInput {
     pub message: String,
     /// The previous turn, when the instance sees the conversation.
     pub previous: Option<PreviousTurn>,
+    /// What the user's attached image shows, when the client said.
+    pub image: Option<crate::image::ImageKind>,
 }
 
 /// One item of a model step.
@@ -496,6 +500,8 @@ struct Run {
     /// The user's words (the instance's query).
     message: String,
     previous_turn: Option<PreviousTurn>,
+    /// What the attached image shows, when the client said.
+    image: Option<crate::image::ImageKind>,
 }
 
 impl LlmAgent {
@@ -514,6 +520,7 @@ impl LlmAgent {
         let user_message = user_message(&request);
         let message = request.query.clone();
         let previous_turn = request.previous.clone();
+        let image = request.image.as_ref().and_then(|i| i.kind);
         let context = ToolContext {
             user_id: request.user_id,
             episode_id: request.episode_id,
@@ -527,7 +534,7 @@ impl LlmAgent {
             call: CallRef::default(),
         };
         let transcript = Transcript::new(request.history, user_message, previous_id);
-        Run { context, transcript, message, previous_turn }
+        Run { context, transcript, message, previous_turn, image }
     }
 
     /// The request of one step: the instruction, what the model has not seen yet, and the tools
@@ -557,7 +564,7 @@ impl Agent for LlmAgent {
         Box::pin(async_stream::stream! {
             let server_side = this.model.supports_previous_response();
             let chains = this.chains.clone().filter(|_| server_side);
-            let Run { context, mut transcript, message, previous_turn } = this.begin(request, chains.as_deref()).await;
+            let Run { context, mut transcript, message, previous_turn, image } = this.begin(request, chains.as_deref()).await;
             let max_steps = this.limits.max_steps.max(1);
             for step in 0..max_steps {
                 let last_step = step + 1 >= max_steps;
@@ -569,6 +576,7 @@ impl Agent for LlmAgent {
                             request: chat,
                             message: message.clone(),
                             previous: previous_turn.clone(),
+                            image,
                         };
                         Box::pin(policy.first_step(this.model.clone(), input).map(Step::Item))
                     }

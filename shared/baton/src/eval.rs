@@ -134,7 +134,7 @@ impl Scenario {
             user_id: "eval".into(),
             episode_id: "eval".into(),
             query: self.message.clone(),
-            image: self.image.clone(),
+            image: self.image.clone().map(crate::image::Image::described),
             ..Default::default()
         };
         if let Some(prev) = &self.previous {

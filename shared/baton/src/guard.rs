@@ -31,6 +31,7 @@
 use serde_json::Value;
 
 use crate::conversation::PreviousTurn;
+use crate::image::ImageKind;
 use crate::text::{self, Lexicon, Smalltalk, normalize, overlaps, words};
 
 /// A sub-agent call the orchestrator will make.
@@ -89,6 +90,14 @@ impl PlannedCall {
 pub enum GuardAction {
     /// A short reply to a support question was sent to support.
     EchoFollowup,
+    /// A direct answer to a message with an image of a known kind was replaced by a call of the
+    /// agent that kind goes to.
+    ImageRouted {
+        /// What the image shows.
+        image: ImageKind,
+        /// The tool called.
+        tool: String,
+    },
     /// A direct answer to a real question was replaced by a call of the fallback agent.
     FastpathRejected,
     /// A direct answer to a real question was refused and the model asked again to call a tool.
@@ -158,6 +167,9 @@ pub struct Roles {
     pub fallback_agent: String,
     /// The routing agent's own name, as the previous turn's replies name it (`orchestrator`).
     pub own_agent: String,
+    /// Where a direct answer goes when the user attached an image of a known kind: the kind,
+    /// the tool, the agent (`receipt` → `ask_support`, `support`).
+    pub images: Vec<(ImageKind, String, String)>,
 }
 
 impl Roles {
@@ -170,6 +182,10 @@ impl Roles {
             fallback_tool: "ask_shopping".into(),
             fallback_agent: "shopping".into(),
             own_agent: "orchestrator".into(),
+            images: vec![
+                (ImageKind::Receipt, "ask_support".into(), "support".into()),
+                (ImageKind::Product, "ask_shopping".into(), "shopping".into()),
+            ],
         }
     }
 }
@@ -268,6 +284,8 @@ pub struct RoutingInput<'a> {
     pub guards: &'a Guards,
     /// What counts as smalltalk.
     pub smalltalk: &'a Lexicon,
+    /// What the user's attached image shows, when the client said.
+    pub image: Option<ImageKind>,
 }
 
 /// Whether `message` is a short reply echoing the previous turn's support question.
@@ -337,6 +355,14 @@ pub fn apply_guards(
     }
 
     if unique.is_empty() {
+        // An image of a kind that has an agent goes to it, smalltalk or not ("here you go" with
+        // a receipt is a receipt question).
+        let by_image = input.image.and_then(|kind| input.roles.images.iter().find(|(k, ..)| *k == kind));
+        if let Some((kind, tool, agent)) = by_image {
+            actions.push(GuardAction::ImageRouted { image: *kind, tool: tool.clone() });
+            let call = PlannedCall::from_arguments(tool, serde_json::json!({"intent_count": 1}), message);
+            return finish(input, vec![call], actions, Some(agent.as_str()));
+        }
         if !input.guards.fastpath || input.smalltalk.classify(message).is_some() {
             return (unique, actions);
         }
@@ -476,6 +502,7 @@ mod tests {
                 roles: &Roles::reference(),
                 guards: &Guards::default(),
                 smalltalk: Lexicon::reference(),
+                image: None,
             },
             calls,
         );
@@ -562,6 +589,7 @@ mod tests {
             roles: &Roles::reference(),
             guards: &Guards::default(),
             smalltalk: Lexicon::reference(),
+            image: None,
         };
         let (calls, actions) = apply_guards(&input, vec![call(ASK_SHOPPING, "e-receipt deals")]);
         assert_eq!(calls.len(), 1);
@@ -575,6 +603,7 @@ mod tests {
             roles: &Roles::reference(),
             guards: &Guards::default(),
             smalltalk: Lexicon::reference(),
+            image: None,
         };
         assert_eq!(apply_guards(&ack, vec![]).0, vec![]);
     }
@@ -594,6 +623,7 @@ mod tests {
             roles: &Roles::reference(),
             guards: &Guards::default(),
             smalltalk: Lexicon::reference(),
+            image: None,
         };
         let (calls, actions) = apply_guards(&input, vec![call(ASK_SUPPORT, "no points")]);
         let context = calls[0].prior_context.as_deref().unwrap();
@@ -613,6 +643,7 @@ mod tests {
                 roles: &Roles::reference(),
                 guards: &Guards::default(),
                 smalltalk: Lexicon::reference(),
+                image: None,
             },
             vec![c],
         );
@@ -620,10 +651,38 @@ mod tests {
         assert!(actions.contains(&GuardAction::SummaryCapped));
     }
 
+    #[test]
+    fn a_direct_answer_with_a_classified_image_goes_to_the_agent_of_its_kind() {
+        for (kind, tool) in [(ImageKind::Receipt, ASK_SUPPORT), (ImageKind::Product, ASK_SHOPPING)] {
+            // Smalltalk words too: the image is the question.
+            for message in ["thanks!", "what is this worth"] {
+                let input = RoutingInput { image: Some(kind), ..input(message, None) };
+                let (calls, actions) = apply_guards(&input, vec![]);
+                assert_eq!(calls.len(), 1, "{kind:?} {message}");
+                assert_eq!((calls[0].tool.as_str(), calls[0].query.as_str()), (tool, message));
+                assert_eq!(actions, [GuardAction::ImageRouted { image: kind, tool: tool.into() }]);
+            }
+        }
+        // An image of no configured kind changes nothing: smalltalk is answered directly.
+        let other = RoutingInput { image: Some(ImageKind::Other), ..input("thanks!", None) };
+        assert_eq!(apply_guards(&other, vec![]).0, vec![]);
+        // The model's own calls stand whatever the image.
+        let called = RoutingInput { image: Some(ImageKind::Receipt), ..input("find deals on this", None) };
+        let (calls, _) = apply_guards(&called, vec![call(ASK_SHOPPING, "find deals on this")]);
+        assert_eq!(calls[0].tool, ASK_SHOPPING);
+    }
+
     fn input<'a>(message: &'a str, previous: Option<&'a PreviousTurn>) -> RoutingInput<'a> {
         static ROLES: std::sync::LazyLock<Roles> = std::sync::LazyLock::new(Roles::reference);
         static GUARDS: std::sync::LazyLock<Guards> = std::sync::LazyLock::new(Guards::default);
-        RoutingInput { message, previous, roles: &ROLES, guards: &GUARDS, smalltalk: Lexicon::reference() }
+        RoutingInput {
+            message,
+            previous,
+            roles: &ROLES,
+            guards: &GUARDS,
+            smalltalk: Lexicon::reference(),
+            image: None,
+        }
     }
 
     fn support_asked(question: &str) -> PreviousTurn {

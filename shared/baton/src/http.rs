@@ -293,29 +293,11 @@ impl ChatService {
             None => uuid::Uuid::new_v4().to_string(),
         };
         let request_id = parsed.request_id.map(|id| checked_id("request_id", id)).transpose()?;
-        let image_description = match &parsed.image {
-            None => None,
-            Some(serde_json::Value::Object(image)) => match image.get("description") {
-                None => None,
-                Some(serde_json::Value::String(d)) if d.chars().count() <= self.limits.max_message_chars => {
-                    Some(d.clone())
-                }
-                Some(_) => {
-                    return Err(ApiError::new(
-                        StatusCode::BAD_REQUEST,
-                        "invalid_image",
-                        "`image.description` must be a string no longer than the message limit",
-                    ));
-                }
-            },
-            Some(_) => {
-                return Err(ApiError::new(
-                    StatusCode::BAD_REQUEST,
-                    "invalid_image",
-                    "the field `image` must be an object",
-                ));
-            }
-        };
+        let image = parsed
+            .image
+            .map(|value| crate::image::Image::from_request(value, self.limits.max_message_chars))
+            .transpose()
+            .map_err(|reason| ApiError::new(StatusCode::BAD_REQUEST, "invalid_image", reason))?;
         let user_id = match (caller, headers.get(USER_HEADER)) {
             (Caller::Verified(id), _) => id.clone(),
             (Caller::Local, None) => "local".to_owned(),
@@ -325,7 +307,7 @@ impl ChatService {
             }
         };
         let mut turn = TurnRequest::new(episode_id, new_turn_id(), user_id, message);
-        turn.image_description = image_description;
+        turn.image = image;
         Ok(ValidRequest { turn, request_id })
     }
 
@@ -644,6 +626,9 @@ mod tests {
         assert_eq!(code(br#"{"message": "hi", "request_id": "r#1"}"#), "invalid_id");
         assert_eq!(code(br#"{"message": "hi", "surprise": 1}"#), "invalid_json");
         assert_eq!(code(&[b' '; 201]), "body_too_large");
+        assert_eq!(code(br#"{"message": "hi", "image": "x"}"#), "invalid_image");
+        assert_eq!(code(br#"{"message": "hi", "image": {"type": "cat"}}"#), "invalid_image");
+        assert_eq!(code(br#"{"message": "hi", "image": {"url": "http://a/b.png"}}"#), "invalid_image");
     }
 
     #[test]

@@ -47,6 +47,7 @@
 //! - [`retrieval`]: BM25 full-text ranking over small corpora (help articles, offers).
 //! - [`mux`]: the live-slot merge of concurrent agents' event streams.
 //! - [`text`]: words, content words and smalltalk: how the rules read a message.
+//! - [`image`]: an image attached to a message: its kind, description and URL, checked.
 //! - [`event`]: the wire protocol: the event enum, SSE and NDJSON encoding and decoding.
 //!
 //! # Errors
@@ -65,6 +66,7 @@ pub mod event;
 pub mod guard;
 pub mod history;
 pub mod http;
+pub mod image;
 pub mod mcp;
 pub mod model;
 pub mod mux;

@@ -46,8 +46,8 @@ pub struct TurnRequest {
     pub history: Vec<Message>,
     /// The previous turn's message and replies by agent, for the routing guards.
     pub previous: Option<PreviousTurn>,
-    /// A description of an attached image, if any.
-    pub image_description: Option<String>,
+    /// The attached image, if any.
+    pub image: Option<crate::image::Image>,
 }
 
 impl TurnRequest {
@@ -65,7 +65,7 @@ impl TurnRequest {
             message: message.into(),
             history: Vec::new(),
             previous: None,
-            image_description: None,
+            image: None,
         }
     }
 
@@ -77,7 +77,7 @@ impl TurnRequest {
             arguments: serde_json::json!({"text": self.message}),
             query: self.message,
             prior_context: None,
-            image: self.image_description,
+            image: self.image,
             history: self.history,
             previous: self.previous,
             state: serde_json::Map::new(),

@@ -34,6 +34,7 @@ use crate::agent::{
 use crate::agent_tool::{AgentTool, AgentToolOptions, InputMapping};
 use crate::event::{AgentUsage, Event, agent_name};
 use crate::guard::{self, GuardAction, Guards, PlannedCall, Roles, RoutingInput};
+use crate::image::ImageKind;
 use crate::model::{ChatModel, ChatRequest, Message, ModelDelta, ToolCall, ToolChoice, ToolSpec};
 use crate::text::{self, Lexicon};
 use crate::tool::ToolError;
@@ -72,6 +73,9 @@ pub struct RoutingSettings {
     pub guards: Guards,
     /// What counts as smalltalk (the fastpath allowlist and the preamble gate).
     pub smalltalk: Arc<Lexicon>,
+    /// Where a direct answer goes when the user attached an image of a known kind (the
+    /// reference: a receipt to `support`, a product to `shopping`).
+    pub images: Vec<(ImageKind, String)>,
 }
 
 impl RoutingSettings {
@@ -82,6 +86,11 @@ impl RoutingSettings {
             fallback_tool: routing_tool_name(&self.fallback),
             fallback_agent: self.fallback.clone(),
             own_agent: agent_name(own_agent).to_owned(),
+            images: self
+                .images
+                .iter()
+                .map(|(kind, agent)| (*kind, routing_tool_name(agent), agent.clone()))
+                .collect(),
         }
     }
 
@@ -195,11 +204,13 @@ impl RoutingPolicy {
     ) -> impl Stream<Item = RouteStep> + Send + 'static {
         let settings = self.settings.clone();
         async_stream::stream! {
-            let StepInput { instance, request, message, previous } = input;
+            let StepInput { instance, request, message, previous, image } = input;
             let model_name = model.model_name().to_owned();
             let smalltalk = settings.smalltalk.classify(&message).is_some();
+            // An image with an agent of its own is never a smalltalk answer (see `apply_guards`).
+            let image_routed = image.is_some_and(|kind| settings.images.iter().any(|(k, _)| *k == kind));
             let mut route = Route::default();
-            let mut gate = PreambleGate::new(smalltalk);
+            let mut gate = PreambleGate::new(smalltalk && !image_routed);
             let mut raw_calls: Vec<ToolCall> = Vec::new();
             let mut deltas = model.stream(request.clone());
             while let Some(delta) = deltas.next().await {
@@ -252,6 +263,7 @@ impl RoutingPolicy {
                 roles: &roles,
                 guards: &settings.guards,
                 smalltalk: &settings.smalltalk,
+                image,
             };
             // One re-ask at most: for the calls the failsafe misses, or for the calls a refused
             // direct answer should have made.
@@ -370,11 +382,7 @@ impl Router {
     pub fn route(&self, request: &AgentRequest) -> impl Stream<Item = RouteStep> + Send + 'static {
         let mut messages = vec![Message::system(self.instruction.clone())];
         messages.extend(request.history.iter().cloned());
-        let mut content = request.query.clone();
-        if let Some(image) = request.image.as_deref().filter(|d| !d.trim().is_empty()) {
-            content.push_str(&format!("\n[The user attached an image: {}]", image.trim()));
-        }
-        messages.push(Message::user(content));
+        messages.push(crate::agent::user_message(request));
         let chat = ChatRequest {
             messages,
             tools: self.policy.settings.tool_specs(),
@@ -387,6 +395,7 @@ impl Router {
             request: chat,
             message: request.query.clone(),
             previous: request.previous.clone(),
+            image: request.image.as_ref().and_then(|i| i.kind),
         };
         self.policy.route(self.model.clone(), input)
     }
@@ -401,7 +410,8 @@ fn repair(
     route: &mut Route,
 ) -> bool {
     let (calls, actions) = guard::apply_guards(input, planned);
-    let rejected = actions.contains(&GuardAction::FastpathRejected);
+    let rejected =
+        actions.iter().any(|a| matches!(a, GuardAction::FastpathRejected | GuardAction::ImageRouted { .. }));
     route.actions.extend(actions);
     route.calls = calls;
     route.actions.extend(valid_arguments(settings, &mut route.calls));
@@ -619,6 +629,7 @@ pub(crate) mod testing {
             categories: vec!["missing_points".into(), "general".into()],
             guards: Guards::default(),
             smalltalk: Default::default(),
+            images: vec![(ImageKind::Receipt, "support".into()), (ImageKind::Product, "shopping".into())],
         }
     }
 

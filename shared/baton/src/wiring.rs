@@ -88,6 +88,7 @@ fn routing_settings(agents: &AgentsConfig, spec: &AgentSpec, routing: &RoutingSp
             Some(extra) => crate::text::Lexicon::with_defaults(extra).expect("validated"),
             None => crate::text::Lexicon::default(),
         }),
+        images: routing.images.iter().map(|(kind, agent)| (*kind, agent.clone())).collect(),
     }
 }
 

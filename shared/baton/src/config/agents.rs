@@ -84,6 +84,10 @@ pub struct RoutingSpec {
     /// Smalltalk phrases added to the default lists (`data/routing/smalltalk.yaml`).
     #[serde(default)]
     pub smalltalk: Option<crate::text::SmalltalkLists>,
+    /// Where a direct answer goes when the user attached an image of a known kind (`receipt`,
+    /// `product`, `other`): one of the agent's agents per kind.
+    #[serde(default)]
+    pub images: std::collections::BTreeMap<crate::image::ImageKind, String>,
 }
 
 /// Where a remote agent runs.
@@ -360,6 +364,15 @@ impl AgentsConfig {
                         a.agents.join(", ")
                     ));
                 }
+            }
+        }
+        for (kind, name) in &routing.images {
+            if !a.agents.contains(name) {
+                return err(format!(
+                    "images: `{}` goes to `{name}`, which is not one of its agents ({})",
+                    kind.as_str(),
+                    a.agents.join(", ")
+                ));
             }
         }
         if routing.followup.is_some() && routing.categories.is_empty() {

@@ -38,6 +38,9 @@ pub enum Message {
     User {
         /// The text.
         content: String,
+        /// Images sent with it (`https` or base64 `data:` URLs), as image content parts.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        images: Vec<String>,
     },
     /// What the model said, and the tools it called.
     Assistant {
@@ -64,7 +67,7 @@ impl Message {
 
     /// A user message.
     pub fn user(content: impl Into<String>) -> Message {
-        Message::User { content: content.into() }
+        Message::User { content: content.into(), images: Vec::new() }
     }
 
     /// An assistant message with text only.
@@ -139,7 +142,7 @@ impl ChatRequest {
             .iter()
             .rev()
             .find_map(|m| match m {
-                Message::User { content } => Some(content.as_str()),
+                Message::User { content, .. } => Some(content.as_str()),
                 _ => None,
             })
             .unwrap_or("")

@@ -424,6 +424,7 @@ mod tests {
             categories: vec!["general".into()],
             guards: Default::default(),
             smalltalk: Default::default(),
+            images: Vec::new(),
         };
         ChatRequest {
             messages: vec![Message::user(text)],

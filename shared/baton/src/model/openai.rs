@@ -480,7 +480,12 @@ pub(crate) fn tool_options(body: &mut Value, request: &ChatRequest) {
 fn wire_message(message: &Message) -> Value {
     match message {
         Message::System { content } => json!({"role": "system", "content": content}),
-        Message::User { content } => json!({"role": "user", "content": content}),
+        Message::User { content, images } if images.is_empty() => json!({"role": "user", "content": content}),
+        Message::User { content, images } => {
+            let mut parts = vec![json!({"type": "text", "text": content})];
+            parts.extend(images.iter().map(|url| json!({"type": "image_url", "image_url": {"url": url}})));
+            json!({"role": "user", "content": parts})
+        }
         Message::Assistant { content, tool_calls } => {
             let mut m = json!({"role": "assistant", "content": content});
             if !tool_calls.is_empty() {

@@ -69,7 +69,14 @@ pub fn request_body(model: &str, request: &ChatRequest, previous_response_id: Op
     for message in &request.messages {
         match message {
             Message::System { content } => instructions.push(content),
-            Message::User { content } => input.push(json!({"role": "user", "content": content})),
+            Message::User { content, images } if images.is_empty() => {
+                input.push(json!({"role": "user", "content": content}))
+            }
+            Message::User { content, images } => {
+                let mut parts = vec![json!({"type": "input_text", "text": content})];
+                parts.extend(images.iter().map(|url| json!({"type": "input_image", "image_url": url})));
+                input.push(json!({"role": "user", "content": parts}))
+            }
             Message::Assistant { content, tool_calls } => {
                 if let Some(text) = content.as_deref().filter(|t| !t.is_empty()) {
                     input.push(json!({"role": "assistant", "content": text}));
@@ -323,6 +330,23 @@ impl StreamParser for EventParser {
 mod tests {
     use super::*;
     use crate::model::{ToolChoice, ToolSpec};
+
+    #[test]
+    fn an_image_is_an_input_image_part_after_the_text() {
+        let url = "https://cdn.example.com/r.jpg";
+        let request = ChatRequest {
+            messages: vec![Message::User { content: "this one".into(), images: vec![url.into()] }],
+            tools: vec![],
+            tool_choice: None,
+            parallel_tool_calls: None,
+            max_tokens: None,
+        };
+        let body = request_body("m", &request, None);
+        assert_eq!(
+            body["input"][0]["content"],
+            serde_json::json!([{"type": "input_text", "text": "this one"}, {"type": "input_image", "image_url": url}])
+        );
+    }
 
     #[test]
     fn request_body_maps_messages_to_items_and_instructions() {
