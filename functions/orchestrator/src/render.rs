@@ -5,7 +5,16 @@
 
 use std::io::Write;
 
-use baton::event::{Event, Status, encode_sse};
+use baton::event::{Event, MiniStatus, Status, encode_sse};
+
+/// How a mini's end reads.
+fn mini_status(status: MiniStatus) -> &'static str {
+    match status {
+        MiniStatus::Ok => "answered",
+        MiniStatus::Failed => "failed",
+        MiniStatus::Timeout => "timed out",
+    }
+}
 
 pub(crate) struct Renderer<W: Write> {
     out: W,
@@ -65,6 +74,23 @@ impl<W: Write> Renderer<W> {
                 self.note(&format!(
                     "✓ completed: {status:?}, model {model}, {duration_ms} ms, {tokens} tokens, episode {episode_id}"
                 ))?;
+            }
+            Event::MiniAgentDecomposed { parent, count, .. } => {
+                self.note(&format!("· {parent} splits the request into {count} parts"))?
+            }
+            Event::MiniAgentStarted { parent, mini_id, description } => {
+                self.note(&format!("· {parent} part {mini_id} started: {description}"))?
+            }
+            Event::MiniAgentFinished { parent, mini_id, status, duration_ms, error } => {
+                let why = error.as_deref().map(|e| format!(": {e}")).unwrap_or_default();
+                self.note(&format!(
+                    "· {parent} part {mini_id} {} in {duration_ms} ms{why}",
+                    mini_status(*status)
+                ))?
+            }
+            Event::MiniAgentAggregated { parent, outcomes } => {
+                let ok = outcomes.iter().filter(|o| o.status == MiniStatus::Ok).count();
+                self.note(&format!("· {parent} combines the parts ({ok} of {} answered)", outcomes.len()))?
             }
             // Usage, ids, reasoning and internal boundaries are summarised elsewhere.
             _ => {}
