@@ -389,7 +389,7 @@ async fn a_timed_out_and_a_failed_mini_are_reported_and_the_aggregator_says_so()
     let events = h.chat("slow part, broken part and fine part").await;
 
     let mut ends = finished(&events);
-    ends.sort();
+    ends.sort_by(|a, b| a.0.cmp(&b.0));
     assert_eq!(ends[0].0, "broken");
     assert_eq!(ends[0].1, MiniStatus::Failed);
     assert!(ends[0].2.as_deref().unwrap().contains("model_stream_error"), "{:?}", ends[0]);

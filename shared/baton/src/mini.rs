@@ -580,3 +580,131 @@ impl MiniWatch {
         Outcome { status, answer, error: self.error }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::agent::tests::Wait;
+    use crate::agent::{Agent, AgentRequest, LoopLimits};
+    use crate::model::scripted::{Reply, ScriptedModel};
+    use crate::tool::{Tool, ToolError, ToolRegistry};
+    use futures::future::BoxFuture;
+
+    /// A tool whose server is unreachable (after its client's retry).
+    struct Unreachable;
+
+    impl Tool for Unreachable {
+        fn name(&self) -> &str {
+            "unreachable"
+        }
+        fn description(&self) -> &str {
+            "Always fails."
+        }
+        fn parameters(&self) -> Value {
+            json!({"type": "object"})
+        }
+        fn call<'a>(&'a self, _: Value, _: &'a ToolContext) -> BoxFuture<'a, Result<Value, ToolError>> {
+            Box::pin(async {
+                Err(ToolError::Failed {
+                    tool: "unreachable".into(),
+                    reason: "MCP transport error (after retry)".into(),
+                })
+            })
+        }
+    }
+
+    fn decomposition(n: usize) -> String {
+        let tasks: Vec<Value> = (1..=n)
+            .map(|i| json!({"id": i.to_string(), "description": format!("part {i}"), "allowed_tools": []}))
+            .collect();
+        json!({"should_fork": true, "sub_tasks": tasks}).to_string()
+    }
+
+    /// A lead over `model` with the `wait` and `unreachable` tools and parent_full minis.
+    fn lead(model: Arc<ScriptedModel>, split: Arc<ScriptedModel>, join: Arc<ScriptedModel>) -> LlmAgent {
+        let tools: Vec<Arc<dyn Tool>> = vec![Arc::new(Wait), Arc::new(Unreachable)];
+        let settings =
+            MiniAgentSettings { allowlist: AllowlistMode::ParentFull, ..MiniAgentSettings::default() };
+        LlmAgent::new(
+            "lead",
+            "Lead.",
+            model,
+            Arc::new(ToolRegistry::new(tools).unwrap()),
+            LoopLimits::default(),
+        )
+        .with_fork(Arc::new(MiniAgents::new(settings, Some(split), Some(join))))
+    }
+
+    async fn run(agent: &LlmAgent) -> Vec<Event> {
+        let request = AgentRequest { query: "part 1, part 2 and part 3".into(), ..Default::default() };
+        agent.run(request, "lead".into()).collect().await
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn three_minis_take_the_longest_ones_time_not_the_sum() {
+        let model = Arc::new(ScriptedModel::new(
+            "lead",
+            Some(Reply::text("A part's answer.").first_byte_delay(Duration::from_millis(100))),
+        ));
+        let split = Arc::new(ScriptedModel::new("split", Some(Reply::text(decomposition(3)))));
+        let join = Arc::new(ScriptedModel::new("join", Some(Reply::text("All of it."))));
+        let started = Instant::now();
+        let events = run(&lead(model.clone(), split, join.clone())).await;
+        assert_eq!(started.elapsed(), Duration::from_millis(100), "three 100 ms minis at once");
+        assert_eq!(model.requests().len(), 3);
+        assert_eq!(join.requests().len(), 1);
+        let text: String = events
+            .iter()
+            .filter_map(|e| match e {
+                Event::Text { agent, text } if agent == "lead" => Some(text.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(text, "All of it.");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_tool_servers_transport_error_fails_the_mini_at_once() {
+        let model =
+            Arc::new(ScriptedModel::new("lead", Some(Reply::text("").tool_call("unreachable", json!({})))));
+        let split = Arc::new(ScriptedModel::new("split", Some(Reply::text(decomposition(2)))));
+        let join = Arc::new(ScriptedModel::new("join", Some(Reply::text("unused"))));
+        let events = run(&lead(model.clone(), split, join.clone())).await;
+        assert_eq!(model.requests().len(), 2, "each mini stopped after its failed call, with no second step");
+        assert!(join.requests().is_empty(), "every mini failed: no synthesis");
+        let errors: Vec<&str> = events
+            .iter()
+            .filter_map(|e| match e {
+                Event::MiniAgentFinished { status: MiniStatus::Failed, error: Some(error), .. } => {
+                    Some(error.as_str())
+                }
+                _ => None,
+            })
+            .collect();
+        assert_eq!(errors.len(), 2);
+        assert!(errors.iter().all(|e| e.contains("tool_failed") && e.contains("after retry")), "{errors:?}");
+    }
+
+    #[test]
+    fn a_decomposition_in_a_code_fence_is_read_and_duplicate_ids_are_refused() {
+        let schema = JsonSchema::compile(&decomposition_schema(None)).unwrap();
+        let fenced = format!("```json\n{}\n```", decomposition(2));
+        assert_eq!(parse_decomposition(&fenced, &schema).unwrap().sub_tasks.len(), 2);
+        let twice = decomposition(2).replace("\"2\"", "\"1\"");
+        assert!(parse_decomposition(&twice, &schema).unwrap_err().contains("used twice"));
+        let missing = r#"{"should_fork": true}"#;
+        assert!(parse_decomposition(missing, &schema).unwrap_err().contains("sub_tasks"));
+    }
+
+    #[test]
+    fn the_plain_answer_keeps_the_answers_and_names_the_missing_parts() {
+        let task =
+            |id: &str| SubTask { id: id.into(), description: format!("part {id}"), allowed_tools: vec![] };
+        let ok = Outcome { status: MiniStatus::Ok, answer: "One.".into(), error: None };
+        let slow = Outcome { status: MiniStatus::Timeout, answer: String::new(), error: Some("slow".into()) };
+        assert_eq!(
+            plain_answer(&[task("1"), task("2")], &[ok, slow]),
+            "One.\n- Not answered: \"part 2\" (it took too long)."
+        );
+    }
+}

@@ -556,4 +556,55 @@ mod tests {
     fn clauses_split_on_conjunctions_and_sentences() {
         assert_eq!(clauses("a b and c d. e f?"), ["a b", "c d.", "e f?"]);
     }
+    fn tool(name: &str, description: &str) -> ToolSpec {
+        ToolSpec { name: name.into(), description: description.into(), parameters: json!({"type": "object"}) }
+    }
+
+    fn decomposition_request(text: &str) -> ChatRequest {
+        ChatRequest {
+            messages: vec![Message::system("split"), Message::user(text)],
+            tools: vec![
+                tool("agent__deal_finder", "Finds grocery deals, offers and products."),
+                tool("agent__help_desk", "Answers questions about receipts, points and the account."),
+            ],
+            response_format: Some(super::super::ResponseFormat { name: "d".into(), schema: json!({}) }),
+            ..Default::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn a_decomposition_forks_the_parts_that_different_tools_answer() {
+        let r =
+            collect(model().stream(decomposition_request("my points are missing and find me coffee deals")))
+                .await
+                .unwrap();
+        let answer: serde_json::Value = serde_json::from_str(&r.text).unwrap();
+        assert_eq!(
+            answer,
+            json!({"should_fork": true, "sub_tasks": [
+                {"id": "1", "description": "my points are missing", "allowed_tools": ["agent__help_desk"]},
+                {"id": "2", "description": "find me coffee deals", "allowed_tools": ["agent__deal_finder"]},
+            ]})
+        );
+        let one =
+            collect(model().stream(decomposition_request("find me coffee and tea deals"))).await.unwrap();
+        assert_eq!(serde_json::from_str::<serde_json::Value>(&one.text).unwrap()["should_fork"], false);
+    }
+
+    #[tokio::test]
+    async fn an_aggregation_joins_the_answers_and_names_the_parts_that_failed() {
+        let parts = json!({"question": "q", "parts": [
+            {"id": "1", "description": "points", "status": "ok", "answer": "Points take a day."},
+            {"id": "2", "description": "coffee deals", "status": "timeout", "error": "slow"},
+        ]});
+        let request = ChatRequest {
+            messages: vec![Message::system("join"), Message::user(parts.to_string())],
+            ..Default::default()
+        };
+        let r = collect(model().stream(request)).await.unwrap();
+        assert_eq!(
+            r.text,
+            "Points take a day.\n\nI couldn't answer \"coffee deals\" right now (it took too long)."
+        );
+    }
 }
