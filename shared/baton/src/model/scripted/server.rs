@@ -176,11 +176,13 @@ pub enum Api {
     Responses,
 }
 
+/// A queued reply: for any request, or only for one whose body contains the needle.
+type Queued = (Option<String>, Reply);
+
 #[derive(Default)]
 struct ServerState {
-    /// Per model: replies in order, each for any request or only for one whose body contains a
-    /// needle.
-    queues: Mutex<HashMap<String, VecDeque<(Option<String>, Reply)>>>,
+    /// Per model: replies in order.
+    queues: Mutex<HashMap<String, VecDeque<Queued>>>,
     defaults: Mutex<HashMap<String, Reply>>,
     requests: Mutex<Vec<RecordedRequest>>,
 }
