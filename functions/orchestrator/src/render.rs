@@ -135,3 +135,47 @@ impl<W: Write> Renderer<W> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use baton::event::{MiniOutcomeStatus, MiniSubTask};
+
+    #[test]
+    fn mini_agent_events_read_as_progress_lines() {
+        let mut out = Vec::new();
+        let mut renderer = Renderer::new(&mut out, false);
+        let parent = || "concierge".to_owned();
+        for event in [
+            Event::MiniAgentDecomposed {
+                parent: parent(),
+                count: 2,
+                sub_tasks: vec![MiniSubTask { id: "1".into(), description: "points".into() }],
+            },
+            Event::MiniAgentStarted { parent: parent(), mini_id: "1".into(), description: "points".into() },
+            Event::MiniAgentFinished {
+                parent: parent(),
+                mini_id: "2".into(),
+                status: MiniStatus::Timeout,
+                duration_ms: 500,
+                error: Some("did not finish within 500 ms".into()),
+            },
+            Event::MiniAgentAggregated {
+                parent: parent(),
+                outcomes: vec![
+                    MiniOutcomeStatus { mini_id: "1".into(), status: MiniStatus::Ok },
+                    MiniOutcomeStatus { mini_id: "2".into(), status: MiniStatus::Timeout },
+                ],
+            },
+        ] {
+            renderer.event(&event).unwrap();
+        }
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "· concierge splits the request into 2 parts\n\
+             · concierge part 1 started: points\n\
+             · concierge part 2 timed out in 500 ms: did not finish within 500 ms\n\
+             · concierge combines the parts (1 of 2 answered)\n"
+        );
+    }
+}

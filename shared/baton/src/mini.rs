@@ -106,8 +106,8 @@ pub struct MiniAgents {
 }
 
 impl MiniAgents {
-    /// Mini-agents with `settings`; the decomposer and the aggregator use these models, or the
-    /// parent's model when `None`.
+    /// Mini-agents with `settings` (`max_minis` capped at [`MAX_MINIS`]); the decomposer and the
+    /// aggregator use these models, or the parent's model when `None`.
     pub fn new(
         settings: MiniAgentSettings,
         decomposer: Option<Arc<dyn ChatModel>>,
@@ -275,41 +275,11 @@ impl ForkPolicy for MiniAgents {
             }
             // 1. Decompose.
             let request = decomposer_request(&parent, &input, settings.max_minis);
-            let mut text = String::new();
-            let mut failure = None;
-            let model_name = decomposer.model_name().to_owned();
-            let mut deltas = decomposer.stream(request);
-            while let Some(delta) = deltas.next().await {
-                match delta {
-                    Ok(ModelDelta::Text(t)) => text.push_str(&t),
-                    Ok(ModelDelta::Usage(usage)) => {
-                        yield ForkItem::Event(Event::usage(instance.clone(), model_name.clone(), usage));
-                    }
-                    Ok(_) => {}
-                    Err(e) => {
-                        failure = Some(format!("{}: {e}", e.code()));
-                        break;
-                    }
-                }
+            let (usage, decomposition) = decompose(decomposer.as_ref(), request, &schema, &instance).await;
+            for event in usage {
+                yield ForkItem::Event(event);
             }
-            drop(deltas);
-            let decomposition = match failure {
-                Some(reason) => Err(reason),
-                None => parse_decomposition(&text, &schema),
-            };
-            let tasks = match decomposition {
-                Err(reason) => {
-                    tracing::warn!(%instance, %reason, "mini-agents: the decomposer failed; the agent runs as usual");
-                    return;
-                }
-                Ok(d) if !d.should_fork || d.sub_tasks.len() < 2 => return,
-                Ok(d) if d.sub_tasks.len() > settings.max_minis => {
-                    tracing::warn!(%instance, sub_tasks = d.sub_tasks.len(), max_minis = settings.max_minis,
-                        "mini-agents: more sub-tasks than max_minis; the agent runs as usual");
-                    return;
-                }
-                Ok(d) => d.sub_tasks,
-            };
+            let Some(tasks) = sub_tasks_to_run(decomposition, settings.max_minis, &instance) else { return };
             // 2. Allowlists.
             let tools = match allowlists(settings.allowlist, &parent.tools().names(), &tasks) {
                 Ok(tools) => tools,
@@ -361,32 +331,88 @@ impl ForkPolicy for MiniAgents {
                 return;
             }
             let request = aggregator_request(&parent, &input, &tasks, &outcomes);
-            let model_name = aggregator.model_name().to_owned();
-            let mut deltas = aggregator.stream(request);
-            let mut wrote = false;
-            while let Some(delta) = deltas.next().await {
-                match delta {
-                    Ok(ModelDelta::Text(t)) => {
-                        wrote = true;
-                        yield ForkItem::Event(Event::text(instance.clone(), t));
-                    }
-                    Ok(ModelDelta::Reasoning(t)) => yield ForkItem::Event(Event::Reasoning { agent: instance.clone(), text: t }),
-                    Ok(ModelDelta::Usage(usage)) => {
-                        yield ForkItem::Event(Event::usage(instance.clone(), model_name.clone(), usage));
-                    }
-                    Ok(_) => {}
-                    Err(e) => {
-                        yield ForkItem::Event(Event::error(instance.clone(), e.code(), e.to_string(), e.is_retryable()));
-                        // What the minis found is not lost with the synthesis.
-                        let text = if wrote { crate::agent::APOLOGY.to_owned() } else { plain_answer(&tasks, &outcomes) };
-                        yield ForkItem::Event(Event::text(instance.clone(), text));
-                        break;
-                    }
-                }
+            let mut answer = synthesis(aggregator, request, instance, plain_answer(&tasks, &outcomes));
+            while let Some(event) = answer.next().await {
+                yield ForkItem::Event(event);
             }
             yield ForkItem::Answered;
         })
     }
+}
+
+/// Runs the decomposer: its usage events, and its decomposition or why there is none.
+async fn decompose(
+    model: &dyn ChatModel,
+    request: ChatRequest,
+    schema: &JsonSchema,
+    instance: &str,
+) -> (Vec<Event>, Result<Decomposition, String>) {
+    let model_name = model.model_name().to_owned();
+    let mut deltas = model.stream(request);
+    let (mut text, mut usage) = (String::new(), Vec::new());
+    while let Some(delta) = deltas.next().await {
+        match delta {
+            Ok(ModelDelta::Text(t)) => text.push_str(&t),
+            Ok(ModelDelta::Usage(u)) => usage.push(Event::usage(instance, model_name.clone(), u)),
+            Ok(_) => {}
+            Err(e) => return (usage, Err(format!("{}: {e}", e.code()))),
+        }
+    }
+    (usage, parse_decomposition(&text, schema))
+}
+
+/// The sub-tasks to fork into, or `None` when the agent runs as usual: no fork, a single
+/// sub-task, more than `max_minis` (logged), or no valid decomposition (logged).
+fn sub_tasks_to_run(
+    decomposition: Result<Decomposition, String>,
+    max_minis: usize,
+    instance: &str,
+) -> Option<Vec<SubTask>> {
+    match decomposition {
+        Err(reason) => {
+            tracing::warn!(%instance, %reason, "mini-agents: the decomposer failed; the agent runs as usual");
+            None
+        }
+        Ok(d) if !d.should_fork || d.sub_tasks.len() < 2 => None,
+        Ok(d) if d.sub_tasks.len() > max_minis => {
+            tracing::warn!(%instance, sub_tasks = d.sub_tasks.len(), max_minis,
+                "mini-agents: more sub-tasks than max_minis; the agent runs as usual");
+            None
+        }
+        Ok(d) => Some(d.sub_tasks),
+    }
+}
+
+/// The aggregator's answer as `instance`'s text (and reasoning, and usage). If the call fails,
+/// an `error` event, then `fallback` when nothing was written yet (what the minis found is not
+/// lost with the synthesis), else the apology.
+fn synthesis(
+    model: Arc<dyn ChatModel>,
+    request: ChatRequest,
+    instance: String,
+    fallback: String,
+) -> EventStream {
+    Box::pin(async_stream::stream! {
+        let model_name = model.model_name().to_owned();
+        let mut deltas = model.stream(request);
+        let mut wrote = false;
+        while let Some(delta) = deltas.next().await {
+            match delta {
+                Ok(ModelDelta::Text(t)) => {
+                    wrote = true;
+                    yield Event::text(instance.clone(), t);
+                }
+                Ok(ModelDelta::Reasoning(t)) => yield Event::Reasoning { agent: instance.clone(), text: t },
+                Ok(ModelDelta::Usage(usage)) => yield Event::usage(instance.clone(), model_name.clone(), usage),
+                Ok(_) => {}
+                Err(e) => {
+                    yield Event::error(instance.clone(), e.code(), e.to_string(), e.is_retryable());
+                    yield Event::text(instance.clone(), if wrote { crate::agent::APOLOGY.to_owned() } else { fallback });
+                    return;
+                }
+            }
+        }
+    })
 }
 
 /// The answer when a sub-task's tools break the allowlist rules.
