@@ -16,8 +16,8 @@ test:
 	bash scripts/test.sh
 
 # Benchmarks: turn overhead, mux throughput, Lambda cold start, serve start/memory, and the
-# latency a client sees over real HTTP. `make bench ONLY=serve` (or turn, agents, mux, lambda,
-# latency, store) for one section; BATON_BENCH_BASELINE=path/to/orchestrator compares another build
+# latency a client sees over real HTTP, mini-agents on vs off. `make bench ONLY=serve` (or turn, agents,
+# mux, lambda, latency, store, minis) for one section; BATON_BENCH_BASELINE=path/to/orchestrator compares another build
 # in the latency section. See docs/benchmarks.md.
 bench:
 	cargo build --release -p orchestrator -p shopping -p eval

@@ -194,17 +194,19 @@ class TurnView {
         this.progress(`✓ ${agentLabel(ev.agent)} tool ${ev.name} finished in ${seconds(ev.duration_ms)}`, "finished");
         break;
       case "mini_agent.decomposed":
-        this.progress(`${agentLabel(ev.agent)} split the task into ${ev.tasks.length}`, "started");
+        this.progress(`${agentLabel(ev.parent)} split the request into ${ev.count} parts`, "started");
         break;
       case "mini_agent.started":
-        this.progress(`▶ ${ev.agent} started: “${ev.task}”`, "started");
+        this.progress(`▶ ${agentLabel(ev.parent)} part ${ev.mini_id} started: “${ev.description}”`, "started");
         break;
       case "mini_agent.finished":
-        this.progress(`${ev.outcome === "ok" ? "✓" : "✗"} ${ev.agent} ${ev.outcome} in ${seconds(ev.duration_ms)}`, "finished");
+        this.progress(`${ev.status === "ok" ? "✓" : "✗"} ${agentLabel(ev.parent)} part ${ev.mini_id} ${ev.status === "timeout" ? "timed out" : ev.status === "ok" ? "answered" : "failed"} in ${seconds(ev.duration_ms)}`, "finished");
         break;
-      case "mini_agent.aggregated":
-        this.progress(`${agentLabel(ev.agent)} combined ${ev.ok} answers (${ev.failed} failed)`, "finished");
+      case "mini_agent.aggregated": {
+        const ok = ev.outcomes.filter((o) => o.status === "ok").length;
+        this.progress(`${agentLabel(ev.parent)} combined the parts (${ok} of ${ev.outcomes.length} answered)`, "finished");
         break;
+      }
       case "error":
         this.error(ev.agent, ev.code, ev.message, ev.retryable);
         announce(`Error: ${ev.message}`);

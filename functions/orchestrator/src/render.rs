@@ -5,7 +5,16 @@
 
 use std::io::Write;
 
-use baton::event::{Event, Status, encode_sse};
+use baton::event::{Event, MiniStatus, Status, encode_sse};
+
+/// How a mini's end reads.
+fn mini_status(status: MiniStatus) -> &'static str {
+    match status {
+        MiniStatus::Ok => "answered",
+        MiniStatus::Failed => "failed",
+        MiniStatus::Timeout => "timed out",
+    }
+}
 
 pub(crate) struct Renderer<W: Write> {
     out: W,
@@ -66,6 +75,23 @@ impl<W: Write> Renderer<W> {
                     "✓ completed: {status:?}, model {model}, {duration_ms} ms, {tokens} tokens, episode {episode_id}"
                 ))?;
             }
+            Event::MiniAgentDecomposed { parent, count, .. } => {
+                self.note(&format!("· {parent} splits the request into {count} parts"))?
+            }
+            Event::MiniAgentStarted { parent, mini_id, description } => {
+                self.note(&format!("· {parent} part {mini_id} started: {description}"))?
+            }
+            Event::MiniAgentFinished { parent, mini_id, status, duration_ms, error } => {
+                let why = error.as_deref().map(|e| format!(": {e}")).unwrap_or_default();
+                self.note(&format!(
+                    "· {parent} part {mini_id} {} in {duration_ms} ms{why}",
+                    mini_status(*status)
+                ))?
+            }
+            Event::MiniAgentAggregated { parent, outcomes } => {
+                let ok = outcomes.iter().filter(|o| o.status == MiniStatus::Ok).count();
+                self.note(&format!("· {parent} combines the parts ({ok} of {} answered)", outcomes.len()))?
+            }
             // Usage, ids, reasoning and internal boundaries are summarised elsewhere.
             _ => {}
         }
@@ -107,5 +133,49 @@ impl<W: Write> Renderer<W> {
             Some(Status::Ok) => std::process::ExitCode::SUCCESS,
             _ => std::process::ExitCode::FAILURE,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use baton::event::{MiniOutcomeStatus, MiniSubTask};
+
+    #[test]
+    fn mini_agent_events_read_as_progress_lines() {
+        let mut out = Vec::new();
+        let mut renderer = Renderer::new(&mut out, false);
+        let parent = || "concierge".to_owned();
+        for event in [
+            Event::MiniAgentDecomposed {
+                parent: parent(),
+                count: 2,
+                sub_tasks: vec![MiniSubTask { id: "1".into(), description: "points".into() }],
+            },
+            Event::MiniAgentStarted { parent: parent(), mini_id: "1".into(), description: "points".into() },
+            Event::MiniAgentFinished {
+                parent: parent(),
+                mini_id: "2".into(),
+                status: MiniStatus::Timeout,
+                duration_ms: 500,
+                error: Some("did not finish within 500 ms".into()),
+            },
+            Event::MiniAgentAggregated {
+                parent: parent(),
+                outcomes: vec![
+                    MiniOutcomeStatus { mini_id: "1".into(), status: MiniStatus::Ok },
+                    MiniOutcomeStatus { mini_id: "2".into(), status: MiniStatus::Timeout },
+                ],
+            },
+        ] {
+            renderer.event(&event).unwrap();
+        }
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "· concierge splits the request into 2 parts\n\
+             · concierge part 1 started: points\n\
+             · concierge part 2 timed out in 500 ms: did not finish within 500 ms\n\
+             · concierge combines the parts (1 of 2 answered)\n"
+        );
     }
 }

@@ -359,6 +359,38 @@ pub trait StepPolicy: Send + Sync {
     fn first_step(&self, model: Arc<dyn ChatModel>, input: StepInput) -> StepStream;
 }
 
+/// What a [`ForkPolicy`] gets: the run about to start.
+#[derive(Debug, Clone)]
+pub struct ForkInput {
+    /// The instance whose run it is: the name its events carry.
+    pub instance: String,
+    /// The user message the loop's model would read (with prior context and image notes).
+    pub message: Message,
+    /// The cross-turn history the instance sees.
+    pub history: Vec<Message>,
+    /// The run's tool context: children start from it.
+    pub context: ToolContext,
+}
+
+/// One item of a [`ForkPolicy`]'s work.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ForkItem {
+    /// An event of the run (the fork's progress, its usage, its answer).
+    Event(Event),
+    /// The fork answered: the run ends without its tool loop.
+    Answered,
+}
+
+/// The items of a fork.
+pub type ForkStream = Pin<Box<dyn Stream<Item = ForkItem> + Send>>;
+
+/// A policy that may answer a whole run before the tool loop starts (the mini-agents' fan-out,
+/// module `mini`). If its stream ends without [`ForkItem::Answered`], the loop runs as usual.
+pub trait ForkPolicy: Send + Sync {
+    /// Decides whether to fork the run of `agent`, and if so answers it.
+    fn fork(&self, agent: &LlmAgent, input: ForkInput) -> ForkStream;
+}
+
 /// An agent with tools: the model calls tools, sees their results, and answers.
 ///
 /// Each step streams the model's text, reasoning, response id and usage at once; a step's tool
@@ -388,6 +420,7 @@ pub struct LlmAgent {
     chains: Option<Arc<dyn ResponseChains>>,
     mux: MuxConfig,
     policy: Option<Arc<dyn StepPolicy>>,
+    fork: Option<Arc<dyn ForkPolicy>>,
 }
 
 impl LlmAgent {
@@ -408,6 +441,7 @@ impl LlmAgent {
             chains: None,
             mux: MuxConfig::default(),
             policy: None,
+            fork: None,
         }
     }
 
@@ -429,9 +463,33 @@ impl LlmAgent {
         self
     }
 
+    /// Lets `fork` answer a run before the tool loop (see [`ForkPolicy`]).
+    pub fn with_fork(mut self, fork: Arc<dyn ForkPolicy>) -> LlmAgent {
+        self.fork = Some(fork);
+        self
+    }
+
     /// The agent's model.
     pub fn model(&self) -> &Arc<dyn ChatModel> {
         &self.model
+    }
+
+    /// The agent's instruction (system prompt).
+    pub fn instruction(&self) -> &str {
+        &self.instruction
+    }
+
+    /// The agent's tools.
+    pub fn tools(&self) -> &Arc<ToolRegistry> {
+        &self.tools
+    }
+
+    /// This agent narrowed to one part of a request: the same name, model, limits and pacing,
+    /// with `instruction` and `tools`, and nothing that shapes or forks its runs or continues a
+    /// stored response (no step policy, no fork policy, no response chains).
+    pub fn focused(&self, instruction: String, tools: Arc<ToolRegistry>) -> LlmAgent {
+        LlmAgent::new(self.name.clone(), instruction, self.model.clone(), tools, self.limits)
+            .with_mux(self.mux)
     }
 }
 
@@ -550,6 +608,7 @@ impl LlmAgent {
             tool_choice: offered.then_some(if last_step { ToolChoice::None } else { ToolChoice::Auto }),
             parallel_tool_calls: offered.then_some(true),
             max_tokens: None,
+            response_format: None,
         }
     }
 }
@@ -564,7 +623,20 @@ impl Agent for LlmAgent {
         Box::pin(async_stream::stream! {
             let server_side = this.model.supports_previous_response();
             let chains = this.chains.clone().filter(|_| server_side);
+            let history = this.fork.as_ref().map(|_| request.history.clone());
             let Run { context, mut transcript, message, previous_turn, image } = this.begin(request, chains.as_deref()).await;
+            if let (Some(fork), Some(history)) = (&this.fork, history) {
+                let input = ForkInput {
+                    instance: instance.clone(), message: transcript.user_message.clone(), history, context: context.clone(),
+                };
+                let mut items = fork.fork(&this, input);
+                while let Some(item) = items.next().await {
+                    match item {
+                        ForkItem::Event(event) => yield event,
+                        ForkItem::Answered => return,
+                    }
+                }
+            }
             let max_steps = this.limits.max_steps.max(1);
             for step in 0..max_steps {
                 let last_step = step + 1 >= max_steps;

@@ -261,42 +261,81 @@ pub enum Event {
         /// Usage per agent name and model, rolled up over the instances.
         usage: Vec<AgentUsage>,
     },
-    /// Mini-agent fan-out: the decomposer split the task.
+    /// Mini-agent fan-out: the decomposer split the parent's task into sub-tasks, whose minis
+    /// start next.
     #[serde(rename = "mini_agent.decomposed")]
     MiniAgentDecomposed {
-        /// Parent instance.
-        agent: String,
-        /// The sub-tasks.
-        tasks: Vec<String>,
+        /// The parent instance.
+        parent: String,
+        /// How many minis run.
+        count: usize,
+        /// The sub-tasks, in the decomposer's order.
+        sub_tasks: Vec<MiniSubTask>,
     },
     /// Mini-agent fan-out: one mini started.
     #[serde(rename = "mini_agent.started")]
     MiniAgentStarted {
-        /// The mini instance.
-        agent: String,
-        /// Its task.
-        task: String,
+        /// The parent instance.
+        parent: String,
+        /// The mini's sub-task id.
+        mini_id: String,
+        /// Its sub-task.
+        description: String,
     },
     /// Mini-agent fan-out: one mini ended.
     #[serde(rename = "mini_agent.finished")]
     MiniAgentFinished {
-        /// The mini instance.
-        agent: String,
-        /// `ok`, `failed` or `timeout`.
-        outcome: String,
-        /// Wall time.
+        /// The parent instance.
+        parent: String,
+        /// The mini's sub-task id.
+        mini_id: String,
+        /// How it ended.
+        status: MiniStatus,
+        /// Wall time from its dispatch.
         duration_ms: u64,
+        /// Why it failed or timed out.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
     },
-    /// Mini-agent fan-out: the aggregator combined the minis' answers.
+    /// Mini-agent fan-out: the minis' outcomes go to the aggregator (or, when all failed, to
+    /// the deterministic error answer).
     #[serde(rename = "mini_agent.aggregated")]
     MiniAgentAggregated {
-        /// Parent instance.
-        agent: String,
-        /// How many minis succeeded.
-        ok: u32,
-        /// How many failed or timed out.
-        failed: u32,
+        /// The parent instance.
+        parent: String,
+        /// Every mini's outcome, in sub-task order.
+        outcomes: Vec<MiniOutcomeStatus>,
     },
+}
+
+/// One sub-task of a `mini_agent.decomposed` event.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MiniSubTask {
+    /// The sub-task id (the mini's `mini_id`).
+    pub id: String,
+    /// What the mini is asked.
+    pub description: String,
+}
+
+/// How one mini ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MiniStatus {
+    /// It answered.
+    Ok,
+    /// It failed (a model error, a tool server's transport error, ...).
+    Failed,
+    /// It ran past its timeout and was stopped.
+    Timeout,
+}
+
+/// One mini's outcome in a `mini_agent.aggregated` event.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MiniOutcomeStatus {
+    /// The mini's sub-task id.
+    pub mini_id: String,
+    /// How it ended.
+    pub status: MiniStatus,
 }
 
 impl Event {
@@ -339,11 +378,11 @@ impl Event {
             | Event::AgentFinished { agent, .. }
             | Event::SupportContent { agent }
             | Event::Usage { agent, .. }
-            | Event::Error { agent, .. }
-            | Event::MiniAgentDecomposed { agent, .. }
-            | Event::MiniAgentStarted { agent, .. }
-            | Event::MiniAgentFinished { agent, .. }
-            | Event::MiniAgentAggregated { agent, .. } => Some(agent),
+            | Event::Error { agent, .. } => Some(agent),
+            Event::MiniAgentDecomposed { parent, .. }
+            | Event::MiniAgentStarted { parent, .. }
+            | Event::MiniAgentFinished { parent, .. }
+            | Event::MiniAgentAggregated { parent, .. } => Some(parent),
         }
     }
 
@@ -532,12 +571,29 @@ mod tests {
     }
 
     #[test]
-    fn mini_agent_events_use_dotted_names() {
-        let ev = Event::MiniAgentStarted { agent: "shopping[1].mini[2]".into(), task: "t".into() };
-        assert_eq!(ev.kind(), "mini_agent.started");
+    fn mini_agent_events_use_dotted_names_and_the_design_payloads() {
+        let ev = Event::MiniAgentFinished {
+            parent: "shopping[1]".into(),
+            mini_id: "2".into(),
+            status: MiniStatus::Timeout,
+            duration_ms: 7,
+            error: Some("slow".into()),
+        };
+        assert_eq!(ev.kind(), "mini_agent.finished");
         let line = encode_ndjson(&ev);
-        assert!(line.starts_with(b"{\"type\":\"mini_agent.started\""));
+        assert_eq!(
+            &line[..],
+            b"{\"type\":\"mini_agent.finished\",\"parent\":\"shopping[1]\",\"mini_id\":\"2\",\"status\":\"timeout\",\"duration_ms\":7,\"error\":\"slow\"}\n"
+        );
         assert_eq!(decode_ndjson(&line).unwrap(), ev);
+        let ok = Event::MiniAgentFinished {
+            parent: "p".into(),
+            mini_id: "1".into(),
+            status: MiniStatus::Ok,
+            duration_ms: 1,
+            error: None,
+        };
+        assert!(!String::from_utf8(encode_ndjson(&ok).to_vec()).unwrap().contains("error"));
     }
 
     #[test]
@@ -612,10 +668,23 @@ mod tests {
                 duration_ms: 9,
                 usage: vec![AgentUsage { agent: a(), model: "m".into(), usage: Usage::default() }],
             },
-            Event::MiniAgentDecomposed { agent: a(), tasks: vec!["a".into()] },
-            Event::MiniAgentStarted { agent: a(), task: "a".into() },
-            Event::MiniAgentFinished { agent: a(), outcome: "ok".into(), duration_ms: 1 },
-            Event::MiniAgentAggregated { agent: a(), ok: 1, failed: 0 },
+            Event::MiniAgentDecomposed {
+                parent: a(),
+                count: 1,
+                sub_tasks: vec![MiniSubTask { id: "1".into(), description: "a".into() }],
+            },
+            Event::MiniAgentStarted { parent: a(), mini_id: "1".into(), description: "a".into() },
+            Event::MiniAgentFinished {
+                parent: a(),
+                mini_id: "1".into(),
+                status: MiniStatus::Failed,
+                duration_ms: 1,
+                error: Some("boom".into()),
+            },
+            Event::MiniAgentAggregated {
+                parent: a(),
+                outcomes: vec![MiniOutcomeStatus { mini_id: "1".into(), status: MiniStatus::Ok }],
+            },
         ]
     }
 

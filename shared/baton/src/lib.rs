@@ -33,8 +33,10 @@
 //! - [`mcp`]: Model Context Protocol: MCP servers' tools for agents, and agents served over MCP.
 //! - [`support`]: the support agent: Forethought (with continuity) or the offline help center.
 //! - [`shopping`]: the shopping tools over the offer catalog and purchase history.
+//! - [`mini`]: mini-agents: an agent's opt-in fan-out of a multi-part request into parallel
+//!   focused tool loops (decomposer, minis, aggregator), a [`agent::ForkPolicy`].
 //! - [`agent`]: the [`agent::Agent`] trait, the tool loop ([`agent::LlmAgent`]) with its
-//!   [`agent::StepPolicy`] hook, and [`agent::start_child`], the one place a child instance
+//!   [`agent::StepPolicy`] and [`agent::ForkPolicy`] hooks, and [`agent::start_child`], the one place a child instance
 //!   starts.
 //! - [`tool`]: the [`tool::Tool`] trait (`call`, and `start` for tools whose events stream), a
 //!   registry, and JSON Schema validation of arguments.
@@ -68,6 +70,7 @@ pub mod history;
 pub mod http;
 pub mod image;
 pub mod mcp;
+pub mod mini;
 pub mod model;
 pub mod mux;
 pub mod orchestrator;

@@ -389,6 +389,7 @@ impl Router {
             tool_choice: Some(ToolChoice::Auto),
             parallel_tool_calls: Some(true),
             max_tokens: None,
+            response_format: None,
         };
         let input = StepInput {
             instance: "orchestrator".into(),

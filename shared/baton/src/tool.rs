@@ -457,6 +457,19 @@ impl ToolRegistry {
             .collect()
     }
 
+    /// The names of the registered tools, in order.
+    pub fn names(&self) -> Vec<&str> {
+        self.tools.iter().map(|r| r.tool.name()).collect()
+    }
+
+    /// A registry of only the tools named in `names` (names it does not hold are ignored), in
+    /// this registry's order: a call of any other tool is an `unknown_tool` error result.
+    pub fn only(&self, names: &[String]) -> ToolRegistry {
+        let tools =
+            self.tools.iter().filter(|r| names.iter().any(|n| n == r.tool.name())).map(|r| r.tool.clone());
+        ToolRegistry::new(tools.collect()).expect("a subset of a valid registry is valid")
+    }
+
     /// Whether no tool is registered.
     pub fn is_empty(&self) -> bool {
         self.tools.is_empty()
@@ -467,7 +480,7 @@ impl ToolRegistry {
         let refused = |arguments, error| Box::new(Refused { arguments, error });
         let raw = || Value::String(call.arguments.clone());
         let Some(&index) = self.by_name.get(&call.name) else {
-            let available = self.tools.iter().map(|r| r.tool.name()).collect::<Vec<_>>().join(", ");
+            let available = self.names().join(", ");
             return Err(refused(raw(), ToolError::UnknownTool { name: call.name.clone(), available }));
         };
         let registered = &self.tools[index];

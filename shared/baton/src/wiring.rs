@@ -2,6 +2,7 @@
 //! clients (one HTTP client for all), agents and their tools (built-in, a team's own, agents as
 //! tools, routing tools), the routing policy, remote agents and the orchestrator that runs turns.
 //! Per-episode state and per-user data come from [`Backends`] (in memory, or over a store).
+//! An agent with `mini_agent` gets its [`MiniAgents`] fork policy here.
 //!
 //! Nothing here is special to an agent's name: each agent is built from its own entry.
 
@@ -15,6 +16,7 @@ use crate::config::agents::{AgentKind, AgentSpec, AgentsConfig, BUILTIN_TOOLS, M
 use crate::config::{Config, ConfigError, OPENAI_DEFAULT_BASE_URL};
 use crate::event::EventStream;
 use crate::guard::Guards;
+use crate::mini::MiniAgents;
 use crate::model::ChatModel;
 use crate::model::offline::OfflineModel;
 use crate::model::openai::{OpenAiChatModel, OpenAiConfig};
@@ -199,7 +201,11 @@ impl<'a> ModelFactory<'a> {
     /// The model of a configured agent: its own name and API, or the defaults (see
     /// [`crate::config::agents`]).
     fn for_agent(&self, spec: &AgentSpec) -> Arc<dyn ChatModel> {
-        let name = spec.model.as_deref().unwrap_or(&self.config.models.orchestrator);
+        self.named(spec, spec.model.as_deref().unwrap_or(&self.config.models.orchestrator))
+    }
+
+    /// Model `name` through the API of `spec`'s model (a mini-agent decomposer or aggregator).
+    fn named(&self, spec: &AgentSpec, name: &str) -> Arc<dyn ChatModel> {
         let api = spec.api.unwrap_or_default();
         match (&self.http, api) {
             (Some(http), ModelApi::Responses) => {
@@ -318,6 +324,13 @@ impl<'a> Graph<'a> {
         }
         if self.routed.contains(&spec.name) {
             agent = agent.with_response_chains(self.backends.response_chains.clone());
+        }
+        if let Some(minis) = spec.minis() {
+            let model = |name: &Option<String>| name.as_deref().map(|n| self.models.named(spec, n));
+            let settings = minis.settings(agents.max_depth);
+            let fork =
+                MiniAgents::new(settings, model(&minis.decomposer_model), model(&minis.aggregator_model));
+            agent = agent.with_fork(Arc::new(fork));
         }
         Ok(Arc::new(agent))
     }

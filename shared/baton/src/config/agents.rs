@@ -51,6 +51,7 @@ use serde::Deserialize;
 
 use super::ConfigError;
 use crate::agent_tool::{AGENT_TOOL_PREFIX, AgentToolOptions, OutputMode};
+use crate::mini::{AllowlistMode, DEFAULT_MAX_MINIS, DEFAULT_MINI_TIMEOUT, MAX_MINIS, MiniAgentSettings};
 use crate::shopping::tools::{GET_OFFER, PURCHASE_HISTORY, SEARCH_OFFERS};
 use crate::support::help_center::SEARCH_HELP_CENTER;
 use crate::tool::JsonSchema;
@@ -113,6 +114,57 @@ pub enum ModelApi {
     Responses,
 }
 
+/// An agent's mini-agents (see [`crate::mini`]): the fan-out of a multi-part request into
+/// parallel focused tool loops.
+///
+/// ```yaml
+///     mini_agent:
+///       enabled: true                   # the default once the block is written
+///       max_minis: 3                    # sub-tasks one fork may run (2 to 8)
+///       timeout_seconds: 30             # per mini, from its dispatch
+///       tool_allowlist_mode: strict     # strict | parent_full | inferred
+///       decomposer_model: gpt-4.1-nano  # default: the agent's model
+///       aggregator_model: gpt-4.1-mini  # default: the agent's model
+/// ```
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MiniAgentSpec {
+    /// Whether the agent forks.
+    #[serde(default = "enabled_by_default")]
+    pub enabled: bool,
+    /// Most sub-tasks one fork may run (default 3, at most [`MAX_MINIS`]).
+    #[serde(default)]
+    pub max_minis: Option<usize>,
+    /// Longest one mini may run (default 30 s).
+    #[serde(default)]
+    pub timeout_seconds: Option<f64>,
+    /// Which tools each mini gets.
+    #[serde(default)]
+    pub tool_allowlist_mode: AllowlistMode,
+    /// The decomposer's model; the agent's when not given.
+    #[serde(default)]
+    pub decomposer_model: Option<String>,
+    /// The aggregator's model; the agent's when not given.
+    #[serde(default)]
+    pub aggregator_model: Option<String>,
+}
+
+fn enabled_by_default() -> bool {
+    true
+}
+
+impl MiniAgentSpec {
+    /// The settings a [`crate::mini::MiniAgents`] runs with, under a team's `max_depth`.
+    pub fn settings(&self, max_depth: u32) -> MiniAgentSettings {
+        MiniAgentSettings {
+            max_minis: self.max_minis.unwrap_or(DEFAULT_MAX_MINIS),
+            timeout: self.timeout_seconds.map_or(DEFAULT_MINI_TIMEOUT, Duration::from_secs_f64),
+            allowlist: self.tool_allowlist_mode,
+            max_depth,
+        }
+    }
+}
+
 /// One configured agent.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -172,6 +224,16 @@ pub struct AgentSpec {
     /// `tools:` names some of them as `server.tool`.
     #[serde(default)]
     pub mcp_servers: crate::mcp::config::McpServers,
+    /// Its mini-agents, when it may fan a multi-part request out.
+    #[serde(default)]
+    pub mini_agent: Option<MiniAgentSpec>,
+}
+
+impl AgentSpec {
+    /// Its mini-agents, when enabled.
+    pub fn minis(&self) -> Option<&MiniAgentSpec> {
+        self.mini_agent.as_ref().filter(|m| m.enabled)
+    }
 }
 
 /// The configured agents.
@@ -211,7 +273,7 @@ impl AgentsConfig {
             None => ("configuration".to_owned(), None),
         };
         let line = text.and_then(|t| match index {
-            Some(i) => locate_agent_field(&t, i, field),
+            Some(i) => locate_nested_field(&t, i, field),
             None => locate_top_level(&t, field),
         });
         let at = match index {
@@ -324,6 +386,9 @@ impl AgentsConfig {
         if let Some(routing) = &a.routing {
             self.validate_routing(i, a, routing)?;
         }
+        if let Some(minis) = a.minis() {
+            self.validate_minis(i, a, minis)?;
+        }
         if let Some(remote) = &a.remote {
             if remote.url.is_some() == remote.function.is_some() {
                 return err("remote", "give exactly one of `url` and `function`".into());
@@ -345,6 +410,68 @@ impl AgentsConfig {
             }
         }
         Ok(())
+    }
+
+    /// Checks agent `i`'s mini-agents: numbers, what the agent is, and no nesting (no agent a
+    /// forking agent can reach, its minis' children included, may fork itself).
+    fn validate_minis(&self, i: usize, a: &AgentSpec, minis: &MiniAgentSpec) -> Result<(), ConfigError> {
+        let err =
+            |field: &str, reason: String| Err(self.error(Some(i), &format!("mini_agent.{field}"), reason));
+        if let Some(n) = minis.max_minis {
+            if !(2..=MAX_MINIS).contains(&n) {
+                return err("max_minis", format!("{n} must be between 2 and {MAX_MINIS} (the hard cap)"));
+            }
+        }
+        if let Some(s) = minis.timeout_seconds {
+            if !(s.is_finite() && s > 0.0 && s <= 900.0) {
+                return err("timeout_seconds", format!("{s} must be above 0 and at most 900"));
+            }
+        }
+        if a.kind != AgentKind::Llm {
+            return err("enabled", "only an `llm` agent has mini-agents".into());
+        }
+        if a.routing.is_some() {
+            return err("enabled", "a routing agent already splits a message between its agents".into());
+        }
+        if minis.tool_allowlist_mode != AllowlistMode::ParentFull && a.tools.is_empty() && a.agents.is_empty()
+        {
+            return err(
+                "tool_allowlist_mode",
+                "minis of an agent without tools or agents get no tool; use `parent_full`".into(),
+            );
+        }
+        // No nesting: a forking agent must not be reachable from another forking agent.
+        for (j, other) in self.agents.iter().enumerate() {
+            if j != i && other.minis().is_some() && self.reaches(j, &a.name) {
+                return err(
+                    "enabled",
+                    format!(
+                        "`{}` forks into minis and can reach `{}` (its minis could start it), and minis do not nest",
+                        other.name, a.name
+                    ),
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether agent `from` calls `name`, directly or through other agents.
+    fn reaches(&self, from: usize, name: &str) -> bool {
+        let mut seen = HashSet::new();
+        let mut stack = vec![from];
+        while let Some(at) = stack.pop() {
+            for child in &self.agents[at].agents {
+                if child == name {
+                    return true;
+                }
+                if let Some(c) = self.index_of(child) {
+                    if seen.insert(c) {
+                        stack.push(c);
+                    }
+                }
+            }
+        }
+        false
     }
 
     /// Checks agent `i`'s routing policy.
@@ -570,6 +697,26 @@ fn locate_agent_field(yaml: &str, index: usize, field: &str) -> Option<usize> {
     item_line
 }
 
+/// The 1-based line of agent `index`'s `field`, or of `key` inside it for `field.key` (a
+/// nested key not written there points at `field`).
+fn locate_nested_field(yaml: &str, index: usize, path: &str) -> Option<usize> {
+    let (field, key) = path.split_once('.').map_or((path, None), |(f, k)| (f, Some(k)));
+    let at = locate_agent_field(yaml, index, field)?;
+    let Some(key) = key else { return Some(at) };
+    let lines: Vec<&str> = yaml.lines().collect();
+    let indent = |l: &str| l.len() - l.trim_start().len();
+    // The column of the field's key (after `- ` when it opens the agent's entry).
+    let base = lines[at - 1].find(field).unwrap_or_else(|| indent(lines[at - 1]));
+    let key = format!("{key}:");
+    let inside = lines
+        .iter()
+        .enumerate()
+        .skip(at)
+        .take_while(|(_, l)| l.trim().is_empty() || l.trim_start().starts_with('#') || indent(l) > base)
+        .find(|(_, l)| l.trim_start().starts_with(&key));
+    Some(inside.map_or(at, |(n, _)| n + 1))
+}
+
 /// The 1-based line of top-level key `field`.
 fn locate_top_level(yaml: &str, field: &str) -> Option<usize> {
     let key = format!("{field}:");
@@ -611,5 +758,66 @@ agents:
         let bad = REFERENCE_CONFIG.replace("greetings: [hey fetch,", "greetings: [\"!\", hey fetch,");
         let err = Config::default().with_yaml(&bad, "t.yaml").unwrap_err().to_string();
         assert!(err.contains("smalltalk") && err.contains("no word") && err.contains("t.yaml"), "{err}");
+    }
+
+    fn minis_team(lead_minis: &str, worker_minis: &str) -> String {
+        format!(
+            "entry: lead\nagents:\n  - name: lead\n    instruction: Lead.\n    tools: [search_offers]\n    agents: [worker]\n{lead_minis}  - name: worker\n    instruction: Work.\n    tools: [search_offers]\n{worker_minis}"
+        )
+    }
+
+    fn load(yaml: &str) -> Result<crate::config::Config, String> {
+        crate::config::Config::default().with_yaml(yaml, "team.yaml").map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn mini_agents_default_to_three_minis_strict_allowlists_and_the_agents_model() {
+        let config = load(&minis_team("    mini_agent: {}\n", "")).unwrap();
+        let minis = config.agents.get("lead").unwrap().minis().expect("enabled once the block is written");
+        let settings = minis.settings(3);
+        assert_eq!(settings.max_minis, DEFAULT_MAX_MINIS);
+        assert_eq!(DEFAULT_MAX_MINIS, 3);
+        assert_eq!(settings.allowlist, AllowlistMode::Strict);
+        assert_eq!(settings.timeout, DEFAULT_MINI_TIMEOUT);
+        assert_eq!((minis.decomposer_model.as_ref(), minis.aggregator_model.as_ref()), (None, None));
+        let off = load(&minis_team("    mini_agent: {enabled: false}\n", "")).unwrap();
+        assert!(off.agents.get("lead").unwrap().minis().is_none());
+    }
+
+    #[test]
+    fn max_minis_past_the_hard_cap_of_eight_is_refused_at_its_line() {
+        assert!(load(&minis_team("    mini_agent:\n      max_minis: 8\n", "")).is_ok());
+        let err =
+            load(&minis_team("    mini_agent:\n      enabled: true\n      max_minis: 9\n", "")).unwrap_err();
+        assert_eq!(
+            err,
+            "configuration file team.yaml: line 9: agents[0] (`lead`).mini_agent.max_minis: 9 must be between 2 and 8 (the hard cap)"
+        );
+        let err = load(&minis_team("    mini_agent: {max_minis: 1}\n", "")).unwrap_err();
+        assert!(
+            err.contains("line 7: agents[0] (`lead`).mini_agent.max_minis: 1 must be between 2"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn an_agent_a_forking_agent_can_reach_may_not_fork_itself() {
+        let err = load(&minis_team("    mini_agent: {}\n", "    mini_agent: {enabled: true}\n")).unwrap_err();
+        assert!(err.contains("line 11: agents[1] (`worker`).mini_agent.enabled:"), "{err}");
+        assert!(err.contains("`lead` forks into minis and can reach `worker`"), "{err}");
+        assert!(err.contains("minis do not nest"), "{err}");
+        // Either one alone is fine.
+        assert!(load(&minis_team("", "    mini_agent: {enabled: true}\n")).is_ok());
+        assert!(load(&minis_team("    mini_agent: {}\n", "    mini_agent: {enabled: false}\n")).is_ok());
+    }
+
+    #[test]
+    fn strict_or_inferred_minis_need_an_agent_with_tools() {
+        let yaml = "agents:\n  - name: solo\n    instruction: Talk.\n    mini_agent: {}\n";
+        let err = load(yaml).unwrap_err();
+        assert!(err.contains("mini_agent.tool_allowlist_mode: minis of an agent without tools"), "{err}");
+        assert!(load(&yaml.replace("{}", "{tool_allowlist_mode: parent_full}")).is_ok());
+        let err = load(&yaml.replace("{}", "{tool_allowlist_mode: everything}")).unwrap_err();
+        assert!(err.contains("unknown variant `everything`"), "{err}");
     }
 }

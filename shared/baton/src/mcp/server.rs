@@ -83,8 +83,12 @@ pub fn progress_message(event: &Event) -> Option<String> {
             format!("{agent}: {name} done ({duration_ms} ms)")
         }
         Event::Error { agent, code, message, .. } => format!("{agent} error {code}: {message}"),
-        Event::MiniAgentStarted { agent, task } => format!("{agent} started: {task}"),
-        Event::MiniAgentFinished { agent, outcome, .. } => format!("{agent} finished ({outcome})"),
+        Event::MiniAgentStarted { parent, mini_id, description } => {
+            format!("{parent} mini {mini_id} started: {description}")
+        }
+        Event::MiniAgentFinished { parent, mini_id, status, .. } => {
+            format!("{parent} mini {mini_id} finished ({})", serde_json::to_value(status).ok()?.as_str()?)
+        }
         _ => return None,
     })
 }

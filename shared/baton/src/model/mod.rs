@@ -133,6 +133,18 @@ pub struct ChatRequest {
     pub parallel_tool_calls: Option<bool>,
     /// Output token cap.
     pub max_tokens: Option<u32>,
+    /// A JSON Schema the answer's text must follow (structured output), where the server
+    /// supports it; callers validate the answer themselves in any case.
+    pub response_format: Option<ResponseFormat>,
+}
+
+/// A JSON Schema for a model's answer (OpenAI structured output, `strict`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ResponseFormat {
+    /// The schema's name (letters, digits, `_`, `-`).
+    pub name: String,
+    /// The schema: an object whose properties are all required and that allows no others.
+    pub schema: serde_json::Value,
 }
 
 impl ChatRequest {

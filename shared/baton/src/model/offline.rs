@@ -10,6 +10,11 @@
 //!   the message, each with its part of the user's words (the first tool when none matches).
 //! - Given tool results, it composes an answer from them (offers as a list, an agent's answer
 //!   as its text, help articles with their citation).
+//! - Asked for a mini-agent decomposition (a request with a response format), it forks when
+//!   parts of the message joined by clear conjunctions (`and`, `also`, `plus`, sentence ends)
+//!   go to different offered tools, one sub-task per tool.
+//! - Asked to aggregate mini-agents' outcomes (a user message that is JSON with `parts`), it
+//!   joins the answers in order and says which parts failed or took too long.
 //! - Otherwise it says plainly that it is offline and what it was asked.
 
 use futures::stream;
@@ -150,48 +155,7 @@ impl OfflineModel {
                 "Hello! I'm running offline; ask me something and I'll pass it to the right helper.",
             );
         }
-        let topics: Vec<Vec<String>> = request
-            .tools
-            .iter()
-            .map(|t| guard::content_words(&format!("{} {}", t.name.replace(['_', '-'], " "), t.description)))
-            .collect();
-        let best = |clause: &str| {
-            let words = guard::content_words(clause);
-            topics
-                .iter()
-                .enumerate()
-                .map(|(i, topic)| (words.iter().filter(|w| topic.contains(w)).count(), i))
-                .filter(|(score, _)| *score > 0)
-                .max_by_key(|(score, i)| (*score, std::cmp::Reverse(*i)))
-                .map(|(_, i)| i)
-        };
-        // Each clause goes to its best tool; a clause with no topic of its own joins the one before.
-        let mut parts: Vec<(usize, String)> = Vec::new();
-        for clause in clauses(text) {
-            match (best(&clause), parts.last_mut()) {
-                (Some(tool), Some((last, part))) if *last == tool => {
-                    part.push(' ');
-                    part.push_str(&clause);
-                }
-                (None, Some((_, part))) => {
-                    part.push(' ');
-                    part.push_str(&clause);
-                }
-                (Some(tool), _) => parts.push((tool, clause)),
-                (None, None) => parts.push((usize::MAX, clause)),
-            }
-        }
-        let mut chosen: Vec<(usize, String)> = Vec::new();
-        for (tool, part) in parts {
-            let tool = if tool == usize::MAX { 0 } else { tool };
-            match chosen.iter_mut().find(|(t, _)| *t == tool) {
-                Some((_, existing)) => {
-                    existing.push(' ');
-                    existing.push_str(&part);
-                }
-                None => chosen.push((tool, part)),
-            }
-        }
+        let mut chosen = split_by_tool(&request.tools, text);
         // One tool: the user's exact words.
         if chosen.len() == 1 {
             chosen[0].1 = text.to_owned();
@@ -209,6 +173,47 @@ impl OfflineModel {
             })
             .collect();
         Answer { text: String::new(), calls }
+    }
+
+    /// A mini-agent decomposition (the request carries a response format): the parts of the
+    /// message that different tools answer, each a sub-task allowed that tool; no fork when the
+    /// whole message goes to one tool.
+    fn decompose(request: &ChatRequest) -> Answer {
+        let text = request.last_user_text().trim();
+        let parts = if guard::classify_smalltalk(text).is_some() {
+            Vec::new()
+        } else {
+            split_by_tool(&request.tools, text)
+        };
+        let sub_tasks: Vec<serde_json::Value> = if parts.len() < 2 {
+            Vec::new()
+        } else {
+            parts
+                .iter()
+                .enumerate()
+                .map(|(i, (tool, part))| {
+                    json!({"id": (i + 1).to_string(), "description": part, "allowed_tools": [request.tools[*tool].name]})
+                })
+                .collect()
+        };
+        Answer::text(&json!({"should_fork": !sub_tasks.is_empty(), "sub_tasks": sub_tasks}).to_string())
+    }
+
+    /// A mini-agent aggregation (the user message is JSON with `parts`): the parts' answers in
+    /// order, and a plain line for each part that failed or timed out.
+    fn aggregate(parts: &[serde_json::Value]) -> Answer {
+        let lines: Vec<String> = parts
+            .iter()
+            .map(|part| match (part["status"].as_str(), part["answer"].as_str()) {
+                (Some("ok"), Some(answer)) => answer.trim().to_owned(),
+                (status, _) => format!(
+                    "I couldn't answer \"{}\" right now ({}).",
+                    part["description"].as_str().unwrap_or("?").trim(),
+                    if status == Some("timeout") { "it took too long" } else { "it failed" }
+                ),
+            })
+            .collect();
+        Answer::text(&lines.join("\n\n"))
     }
 
     fn compose(request: &ChatRequest) -> Answer {
@@ -253,6 +258,54 @@ impl OfflineModel {
         }
         Answer::text(if text.is_empty() { "I found nothing to report." } else { &text })
     }
+}
+
+/// The parts of `text` each tool answers, in order of first mention: each clause goes to the
+/// tool whose name and description share the most topic words with it; a clause with no topic
+/// of its own joins the one before (the first tool when none matches).
+fn split_by_tool(tools: &[ToolSpec], text: &str) -> Vec<(usize, String)> {
+    let topics: Vec<Vec<String>> = tools
+        .iter()
+        .map(|t| guard::content_words(&format!("{} {}", t.name.replace(['_', '-'], " "), t.description)))
+        .collect();
+    let best = |clause: &str| {
+        let words = guard::content_words(clause);
+        topics
+            .iter()
+            .enumerate()
+            .map(|(i, topic)| (words.iter().filter(|w| topic.contains(w)).count(), i))
+            .filter(|(score, _)| *score > 0)
+            .max_by_key(|(score, i)| (*score, std::cmp::Reverse(*i)))
+            .map(|(_, i)| i)
+    };
+    // Each clause goes to its best tool; a clause with no topic of its own joins the one before.
+    let mut parts: Vec<(usize, String)> = Vec::new();
+    for clause in clauses(text) {
+        match (best(&clause), parts.last_mut()) {
+            (Some(tool), Some((last, part))) if *last == tool => {
+                part.push(' ');
+                part.push_str(&clause);
+            }
+            (None, Some((_, part))) => {
+                part.push(' ');
+                part.push_str(&clause);
+            }
+            (Some(tool), _) => parts.push((tool, clause)),
+            (None, None) => parts.push((usize::MAX, clause)),
+        }
+    }
+    let mut chosen: Vec<(usize, String)> = Vec::new();
+    for (tool, part) in parts {
+        let tool = if tool == usize::MAX { 0 } else { tool };
+        match chosen.iter_mut().find(|(t, _)| *t == tool) {
+            Some((_, existing)) => {
+                existing.push(' ');
+                existing.push_str(&part);
+            }
+            None => chosen.push((tool, part)),
+        }
+    }
+    chosen
 }
 
 /// Arguments that satisfy a tool's `parameters` with `text` as its words: `text` when the tool
@@ -357,7 +410,17 @@ impl ChatModel for OfflineModel {
         let has_results = matches!(request.messages.last(), Some(Message::Tool { .. }));
         let may_call = request.tool_choice != Some(super::ToolChoice::None) && !request.tools.is_empty();
         let can_search = may_call && request.tools.iter().any(|t| t.name == SEARCH_OFFERS);
-        let answer = if orchestrating {
+        let aggregated: Option<Vec<serde_json::Value>> = request
+            .tools
+            .is_empty()
+            .then(|| serde_json::from_str::<serde_json::Value>(request.last_user_text()).ok())
+            .flatten()
+            .and_then(|v| v["parts"].as_array().cloned());
+        let answer = if request.response_format.is_some() {
+            OfflineModel::decompose(&request)
+        } else if let Some(parts) = aggregated {
+            OfflineModel::aggregate(&parts)
+        } else if orchestrating {
             self.orchestrate(&request)
         } else if has_results {
             OfflineModel::compose(&request)
@@ -494,5 +557,56 @@ mod tests {
     #[test]
     fn clauses_split_on_conjunctions_and_sentences() {
         assert_eq!(clauses("a b and c d. e f?"), ["a b", "c d.", "e f?"]);
+    }
+    fn tool(name: &str, description: &str) -> ToolSpec {
+        ToolSpec { name: name.into(), description: description.into(), parameters: json!({"type": "object"}) }
+    }
+
+    fn decomposition_request(text: &str) -> ChatRequest {
+        ChatRequest {
+            messages: vec![Message::system("split"), Message::user(text)],
+            tools: vec![
+                tool("agent__deal_finder", "Finds grocery deals, offers and products."),
+                tool("agent__help_desk", "Answers questions about receipts, points and the account."),
+            ],
+            response_format: Some(super::super::ResponseFormat { name: "d".into(), schema: json!({}) }),
+            ..Default::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn a_decomposition_forks_the_parts_that_different_tools_answer() {
+        let r =
+            collect(model().stream(decomposition_request("my points are missing and find me coffee deals")))
+                .await
+                .unwrap();
+        let answer: serde_json::Value = serde_json::from_str(&r.text).unwrap();
+        assert_eq!(
+            answer,
+            json!({"should_fork": true, "sub_tasks": [
+                {"id": "1", "description": "my points are missing", "allowed_tools": ["agent__help_desk"]},
+                {"id": "2", "description": "find me coffee deals", "allowed_tools": ["agent__deal_finder"]},
+            ]})
+        );
+        let one =
+            collect(model().stream(decomposition_request("find me coffee and tea deals"))).await.unwrap();
+        assert_eq!(serde_json::from_str::<serde_json::Value>(&one.text).unwrap()["should_fork"], false);
+    }
+
+    #[tokio::test]
+    async fn an_aggregation_joins_the_answers_and_names_the_parts_that_failed() {
+        let parts = json!({"question": "q", "parts": [
+            {"id": "1", "description": "points", "status": "ok", "answer": "Points take a day."},
+            {"id": "2", "description": "coffee deals", "status": "timeout", "error": "slow"},
+        ]});
+        let request = ChatRequest {
+            messages: vec![Message::system("join"), Message::user(parts.to_string())],
+            ..Default::default()
+        };
+        let r = collect(model().stream(request)).await.unwrap();
+        assert_eq!(
+            r.text,
+            "Points take a day.\n\nI couldn't answer \"coffee deals\" right now (it took too long)."
+        );
     }
 }

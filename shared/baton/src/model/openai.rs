@@ -460,6 +460,11 @@ pub fn request_body(model: &str, request: &ChatRequest) -> Value {
     if let Some(max) = request.max_tokens {
         body["max_tokens"] = json!(max);
     }
+    if let Some(format) = &request.response_format {
+        body["response_format"] = json!({"type": "json_schema", "json_schema": {
+            "name": format.name, "schema": format.schema, "strict": true,
+        }});
+    }
     body
 }
 
@@ -746,6 +751,7 @@ mod tests {
             tool_choice: Some(ToolChoice::Required),
             parallel_tool_calls: Some(true),
             max_tokens: None,
+            response_format: None,
         };
         let body = request_body("m", &req);
         assert_eq!(body["stream_options"]["include_usage"], true);

@@ -112,6 +112,11 @@ pub fn request_body(model: &str, request: &ChatRequest, previous_response_id: Op
     if let Some(max) = request.max_tokens {
         body["max_output_tokens"] = json!(max);
     }
+    if let Some(format) = &request.response_format {
+        body["text"] = json!({"format": {
+            "type": "json_schema", "name": format.name, "schema": format.schema, "strict": true,
+        }});
+    }
     body
 }
 
@@ -340,6 +345,7 @@ mod tests {
             tool_choice: None,
             parallel_tool_calls: None,
             max_tokens: None,
+            response_format: None,
         };
         let body = request_body("m", &request, None);
         assert_eq!(
@@ -364,6 +370,7 @@ mod tests {
             tool_choice: Some(ToolChoice::Auto),
             parallel_tool_calls: Some(true),
             max_tokens: Some(99),
+            response_format: None,
         };
         let body = request_body("m", &request, Some("resp_1"));
         assert_eq!(body["instructions"], "be brief");

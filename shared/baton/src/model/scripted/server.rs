@@ -176,9 +176,13 @@ pub enum Api {
     Responses,
 }
 
+/// A queued reply: for any request, or only for one whose body contains the needle.
+type Queued = (Option<String>, Reply);
+
 #[derive(Default)]
 struct ServerState {
-    queues: Mutex<HashMap<String, VecDeque<Reply>>>,
+    /// Per model: replies in order.
+    queues: Mutex<HashMap<String, VecDeque<Queued>>>,
     defaults: Mutex<HashMap<String, Reply>>,
     requests: Mutex<Vec<RecordedRequest>>,
 }
@@ -235,7 +239,16 @@ impl ScriptedServer {
     /// Queues `reply` for the next request for `model`.
     pub fn push(&self, model: &str, reply: impl Into<Reply>) -> &Self {
         let mut queues = self.state.queues.lock().expect("queues lock");
-        queues.entry(model.to_owned()).or_default().push_back(reply.into());
+        queues.entry(model.to_owned()).or_default().push_back((None, reply.into()));
+        self
+    }
+
+    /// Queues `reply` for the next request for `model` whose JSON body contains `needle`
+    /// (concurrent requests to one model, told apart by what they ask). A request takes the
+    /// first queued reply it matches.
+    pub fn push_when(&self, model: &str, needle: &str, reply: impl Into<Reply>) -> &Self {
+        let mut queues = self.state.queues.lock().expect("queues lock");
+        queues.entry(model.to_owned()).or_default().push_back((Some(needle.to_owned()), reply.into()));
         self
     }
 
@@ -278,6 +291,7 @@ async fn answer(state: Arc<ServerState>, headers: axum::http::HeaderMap, body: B
         Err(e) => return error_response(400, None, &format!("invalid JSON body: {e}")),
     };
     let model = body["model"].as_str().unwrap_or_default().to_owned();
+    let text = body.to_string();
     let index = {
         let mut requests = state.requests.lock().expect("requests lock");
         requests.push(RecordedRequest {
@@ -292,7 +306,11 @@ async fn answer(state: Arc<ServerState>, headers: axum::http::HeaderMap, body: B
         requests.len() - 1
     };
     let reply = {
-        let queued = state.queues.lock().expect("queues lock").get_mut(&model).and_then(|q| q.pop_front());
+        let queued = state.queues.lock().expect("queues lock").get_mut(&model).and_then(|q| {
+            let at =
+                q.iter().position(|(needle, _)| needle.as_ref().is_none_or(|n| text.contains(n.as_str())))?;
+            q.remove(at).map(|(_, reply)| reply)
+        });
         queued.or_else(|| state.defaults.lock().expect("defaults lock").get(&model).cloned())
     };
     let mark_first_byte = {
