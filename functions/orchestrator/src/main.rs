@@ -34,6 +34,11 @@ async fn main() -> std::process::ExitCode {
         }
     };
     let mut backends = Backends::over_store(history.store().clone());
+    if in_lambda {
+        // One CloudWatch EMF line per turn on stdout (docs/observability.md).
+        let function = std::env::var("AWS_LAMBDA_FUNCTION_NAME").unwrap_or_else(|_| "orchestrator".into());
+        backends.reporter = Some(Arc::new(baton::telemetry::emf::EmfReporter::stdout(function)));
+    }
     let mcp_backends = backends.clone();
     let built = match args.config() {
         Ok(c) => {

@@ -1123,7 +1123,7 @@ pub(crate) mod tests {
         match events.last().unwrap() {
             Event::AgentFinished { status, usage, .. } => {
                 assert_eq!(*status, Status::Ok);
-                assert_eq!(*usage, Usage { input_tokens: 7, output_tokens: 2 });
+                assert_eq!(*usage, Usage::tokens(7, 2));
             }
             other => panic!("last event {other:?}"),
         }

@@ -45,6 +45,7 @@
 //!   offline model, and the scripted model (its HTTP server only with the `test-support`
 //!   feature).
 //! - [`retrieval`]: BM25 full-text ranking over small corpora (help articles, offers).
+//! - [`telemetry`]: cost per agent from a price table, and the CloudWatch EMF line of a turn.
 //! - [`mux`]: the live-slot merge of concurrent agents' event streams.
 //! - [`text`]: words, content words and smalltalk: how the rules read a message.
 //! - [`event`]: the wire protocol: the event enum, SSE and NDJSON encoding and decoding.
@@ -76,6 +77,7 @@ pub mod routing;
 pub mod shopping;
 pub mod store;
 pub mod support;
+pub mod telemetry;
 pub mod text;
 pub mod tool;
 pub mod web;

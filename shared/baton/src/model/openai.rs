@@ -543,6 +543,32 @@ struct WireUsage {
     prompt_tokens: u64,
     #[serde(default)]
     completion_tokens: u64,
+    /// `cached_tokens`: OpenAI, and llama.cpp's server (see the captures in tests/fixtures).
+    #[serde(default)]
+    prompt_tokens_details: Option<TokenDetails>,
+    /// `reasoning_tokens`: OpenAI's reasoning models.
+    #[serde(default)]
+    completion_tokens_details: Option<TokenDetails>,
+}
+
+/// The breakdown both OpenAI APIs give of input and output tokens (fields absent → 0; a
+/// server that sends `null` for the whole object is read as no breakdown).
+#[derive(Deserialize, Default)]
+pub(crate) struct TokenDetails {
+    #[serde(default)]
+    pub(crate) cached_tokens: Option<u64>,
+    #[serde(default)]
+    pub(crate) reasoning_tokens: Option<u64>,
+}
+
+impl TokenDetails {
+    pub(crate) fn cached(details: &Option<TokenDetails>) -> u64 {
+        details.as_ref().and_then(|d| d.cached_tokens).unwrap_or(0)
+    }
+
+    pub(crate) fn reasoning(details: &Option<TokenDetails>) -> u64 {
+        details.as_ref().and_then(|d| d.reasoning_tokens).unwrap_or(0)
+    }
 }
 
 /// Turns Chat Completions chunks (the `data:` payloads) into deltas.
@@ -598,6 +624,9 @@ impl ChunkParser {
             out.push(ModelDelta::Usage(Usage {
                 input_tokens: u.prompt_tokens,
                 output_tokens: u.completion_tokens,
+                cached_input_tokens: TokenDetails::cached(&u.prompt_tokens_details),
+                reasoning_tokens: TokenDetails::reasoning(&u.completion_tokens_details),
+                cost_usd: None,
             }));
         }
         Ok(out)
@@ -657,6 +686,25 @@ pub(crate) fn shorten(s: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cached_and_reasoning_tokens_are_read_from_the_usage_details() {
+        // OpenAI's shape for a reasoning model; a `null` breakdown is no breakdown.
+        let mut p = ChunkParser::default();
+        let deltas = p
+            .feed(
+                r#"{"choices":[],"usage":{"prompt_tokens":100,"completion_tokens":40,
+                "prompt_tokens_details":{"cached_tokens":64,"audio_tokens":0},
+                "completion_tokens_details":{"reasoning_tokens":32,"accepted_prediction_tokens":0}}}"#,
+            )
+            .unwrap();
+        let want = Usage { cached_input_tokens: 64, reasoning_tokens: 32, ..Usage::tokens(100, 40) };
+        assert_eq!(deltas, [ModelDelta::Usage(want)]);
+        let deltas = p
+            .feed(r#"{"choices":[],"usage":{"prompt_tokens":1,"completion_tokens":2,"prompt_tokens_details":null}}"#)
+            .unwrap();
+        assert_eq!(deltas, [ModelDelta::Usage(Usage::tokens(1, 2))]);
+    }
 
     #[test]
     fn retry_after_ms_wins_over_seconds() {
