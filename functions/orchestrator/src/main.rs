@@ -16,7 +16,7 @@ use clap::Parser;
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    baton_aws::settings::init_logging();
+    let traces = baton_aws::settings::init_logging("baton-orchestrator");
     // In Lambda there are no arguments: every option comes from the environment.
     let in_lambda = std::env::var_os("AWS_LAMBDA_RUNTIME_API").is_some();
     let mut args =
@@ -72,7 +72,7 @@ async fn main() -> std::process::ExitCode {
         Arc::new(service.with_auth(auth).with_endpoint_limits(endpoint))
     };
     if in_lambda {
-        return match lambda::run(service(history), iam).await {
+        return match lambda::run(service(history), iam, traces).await {
             Ok(()) => std::process::ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("error: {e}");

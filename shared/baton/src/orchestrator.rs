@@ -57,6 +57,8 @@ pub struct TurnRequest {
     pub image_description: Option<String>,
     /// When the request arrived (the turn's first byte and first text are timed from here).
     pub received: Instant,
+    /// The W3C `traceparent` of the request, if any: the parent of the turn's span.
+    pub traceparent: Option<String>,
 }
 
 impl TurnRequest {
@@ -76,6 +78,7 @@ impl TurnRequest {
             previous: None,
             image_description: None,
             received: Instant::now(),
+            traceparent: None,
         }
     }
 
@@ -146,7 +149,21 @@ impl Orchestrator {
     /// usage seen so far and the turn's ids.
     pub fn run_turn_until(self: &Arc<Self>, turn: TurnRequest, deadline: Option<Instant>) -> EventStream {
         let this = self.clone();
-        Box::pin(async_stream::stream! {
+        let span = tracing::info_span!(
+            "turn",
+            otel.name = %format_args!("turn {}", this.entry.name()),
+            gen_ai.agent.name = this.entry.name(),
+            baton.episode_id = %turn.episode_id,
+            baton.turn_id = %turn.turn_id,
+            baton.status = tracing::field::Empty,
+            gen_ai.usage.input_tokens = tracing::field::Empty,
+            gen_ai.usage.output_tokens = tracing::field::Empty,
+            baton.cost_usd = tracing::field::Empty,
+        );
+        if let Some(traceparent) = &turn.traceparent {
+            crate::telemetry::trace::set_remote_parent(&span, traceparent, None);
+        }
+        let events = Box::pin(async_stream::stream! {
             let started = Instant::now();
             let received = turn.received;
             yield Event::Thinking {};
@@ -201,6 +218,9 @@ impl Orchestrator {
                 duration_ms: started.elapsed().as_millis() as u64,
                 usage: rollup.totals,
             };
+            if let Event::Completed { status, usage, .. } = &completed {
+                record_turn(*status, usage);
+            }
             if let (Some(reporter), Event::Completed { episode_id, turn_id, status, usage, .. }) =
                 (&this.reporter, &completed)
             {
@@ -216,7 +236,24 @@ impl Orchestrator {
                 });
             }
             yield completed;
-        })
+        });
+        Box::pin(crate::telemetry::trace::in_span(span, events))
+    }
+}
+
+/// Records the turn's outcome on its span (the current one).
+fn record_turn(status: Status, usage: &[crate::event::AgentUsage]) {
+    let span = tracing::Span::current();
+    if span.is_disabled() {
+        return;
+    }
+    let mut total = crate::event::Usage::default();
+    usage.iter().for_each(|u| total.add(u.usage));
+    span.record("baton.status", tracing::field::debug(status));
+    span.record("gen_ai.usage.input_tokens", total.input_tokens);
+    span.record("gen_ai.usage.output_tokens", total.output_tokens);
+    if let Some(cost) = total.cost_usd {
+        span.record("baton.cost_usd", tracing::field::display(cost));
     }
 }
 

@@ -204,8 +204,23 @@ pub(crate) fn retrying_stream<P: StreamParser + 'static>(
     endpoint: Arc<Endpoint>,
     body: Value,
 ) -> DeltaStream {
-    Box::pin(async_stream::stream! {
+    let span = tracing::info_span!(
+        "chat",
+        otel.name = %format_args!("chat {}", endpoint.config.model),
+        otel.kind = "client",
+        gen_ai.operation.name = "chat",
+        gen_ai.system = "openai",
+        gen_ai.request.model = %endpoint.config.model,
+        gen_ai.response.id = tracing::field::Empty,
+        gen_ai.usage.input_tokens = tracing::field::Empty,
+        gen_ai.usage.output_tokens = tracing::field::Empty,
+        baton.ttft_ms = tracing::field::Empty,
+        error.type = tracing::field::Empty,
+    );
+    let started = tokio::time::Instant::now();
+    let deltas = Box::pin(async_stream::stream! {
         let mut attempt = 0;
+        let mut first_token = true;
         loop {
             let mut delivered = false;
             let mut failure = None;
@@ -216,6 +231,11 @@ pub(crate) fn retrying_stream<P: StreamParser + 'static>(
                     match item {
                         Ok(delta) => {
                             delivered = true;
+                            if first_token && !matches!(delta, ModelDelta::ResponseId(_)) {
+                                first_token = false;
+                                crate::telemetry::trace::first_token(started.elapsed());
+                            }
+                            record_in_span(&delta);
                             yield Ok(delta);
                         }
                         Err(e) => {
@@ -236,12 +256,35 @@ pub(crate) fn retrying_stream<P: StreamParser + 'static>(
                 }
                 None => {
                     tracing::warn!(%model, code, %error, detail, "model call failed");
+                    tracing::Span::current().record("error.type", code);
                     yield Err(error);
                     return;
                 }
             }
         }
-    })
+    });
+    Box::pin(crate::telemetry::trace::in_span(span, deltas))
+}
+
+/// Records what a model-call span keeps of `delta`: its response id and usage.
+fn record_in_span(delta: &ModelDelta) {
+    let span = match delta {
+        ModelDelta::Usage(_) | ModelDelta::ResponseId(_) => tracing::Span::current(),
+        _ => return,
+    };
+    if span.is_disabled() {
+        return;
+    }
+    match delta {
+        ModelDelta::Usage(u) => {
+            span.record("gen_ai.usage.input_tokens", u.input_tokens);
+            span.record("gen_ai.usage.output_tokens", u.output_tokens);
+        }
+        ModelDelta::ResponseId(id) => {
+            span.record("gen_ai.response.id", id.as_str());
+        }
+        _ => {}
+    }
 }
 
 impl Endpoint {
@@ -263,6 +306,9 @@ impl Endpoint {
             let mut req = self.http.post(&self.url).json(body);
             if let Some(key) = &self.config.api_key {
                 req = req.bearer_auth(key);
+            }
+            for (name, value) in crate::telemetry::trace::outgoing_headers() {
+                req = req.header(name, value);
             }
             let timeouts = self.config.timeouts;
             let response = match tokio::time::timeout(timeouts.first_byte, req.send()).await {

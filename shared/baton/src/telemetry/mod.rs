@@ -40,3 +40,4 @@ pub trait TurnReporter: Send + Sync {
     /// the network.
     fn report(&self, turn: &TurnReport<'_>);
 }
+pub mod trace;

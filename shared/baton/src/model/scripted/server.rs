@@ -163,6 +163,8 @@ pub struct RecordedRequest {
     pub body: Value,
     /// The `Authorization` header, if any.
     pub authorization: Option<String>,
+    /// The W3C `traceparent` header, if any.
+    pub traceparent: Option<String>,
     /// When it arrived.
     pub received_at: Instant,
     /// When the server sent the first byte of its answer, once it has.
@@ -290,6 +292,7 @@ async fn answer(state: Arc<ServerState>, headers: axum::http::HeaderMap, body: B
             model: model.clone(),
             body,
             authorization: headers.get("authorization").and_then(|v| v.to_str().ok()).map(str::to_owned),
+            traceparent: headers.get("traceparent").and_then(|v| v.to_str().ok()).map(str::to_owned),
             received_at: Instant::now(),
             first_byte_at: None,
             completed: None,
