@@ -125,7 +125,7 @@ async fn a_mixed_turn_exports_its_span_tree_under_the_callers_trace() {
     let turn = one("turn orchestrator");
     assert_eq!(hex(&turn.parent_span_id), PARENT_ID);
     assert_eq!(attr(turn, "baton.episode_id").as_deref(), Some("e1"));
-    assert_eq!(attr(turn, "baton.status").as_deref(), Some("Ok"));
+    assert_eq!(attr(turn, "baton.status").as_deref(), Some("ok"));
 
     // turn → orchestrator instance → its model call and its two routing tool calls → each
     // sub-agent instance → shopping's model call.

@@ -249,7 +249,12 @@ fn record_turn(status: Status, usage: &[crate::event::AgentUsage]) {
     }
     let mut total = crate::event::Usage::default();
     usage.iter().for_each(|u| total.add(u.usage));
-    span.record("baton.status", tracing::field::debug(status));
+    let status = match status {
+        Status::Ok => "ok",
+        Status::Partial => "partial",
+        Status::Error => "error",
+    };
+    span.record("baton.status", status);
     span.record("gen_ai.usage.input_tokens", total.input_tokens);
     span.record("gen_ai.usage.output_tokens", total.output_tokens);
     if let Some(cost) = total.cost_usd {

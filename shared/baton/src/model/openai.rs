@@ -307,9 +307,7 @@ impl Endpoint {
             if let Some(key) = &self.config.api_key {
                 req = req.bearer_auth(key);
             }
-            for (name, value) in crate::telemetry::trace::outgoing_headers() {
-                req = req.header(name, value);
-            }
+            req = crate::telemetry::trace::with_trace_headers(req);
             let timeouts = self.config.timeouts;
             let response = match tokio::time::timeout(timeouts.first_byte, req.send()).await {
                 Err(_) => { yield Err(ModelError::Timeout(TimeoutKind::FirstByte)); return; }

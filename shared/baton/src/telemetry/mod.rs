@@ -2,12 +2,17 @@
 //!
 //! - [`cost`]: the price table and the cost of each `usage` event, exact in picodollars.
 //! - [`emf`]: one CloudWatch Embedded Metric Format line per turn (duration, first byte and
-//!   first text, tokens and cost per agent, status, routing repairs).
+//!   first text, tokens and cost per agent, status, errors).
+//! - [`trace`]: OpenTelemetry spans (GenAI conventions) exported over OTLP/HTTP when an endpoint
+//!   is configured; W3C `traceparent` in and out; the X-Ray trace of a Lambda invocation.
 //!
-//! It sits just above [`crate::event`]: it reads events and knows nothing of agents or models.
+//! It sits just above [`crate::event`]: it reads events and knows nothing of agents or models
+//! (the spans are opened where the work is: the turn, an agent instance, a tool call, a model
+//! call).
 
 pub mod cost;
 pub mod emf;
+pub mod trace;
 
 use std::time::Duration;
 
@@ -40,4 +45,3 @@ pub trait TurnReporter: Send + Sync {
     /// the network.
     fn report(&self, turn: &TurnReport<'_>);
 }
-pub mod trace;

@@ -74,6 +74,12 @@ pub fn outgoing_headers() -> Vec<(String, String)> {
     carrier.into_iter().collect()
 }
 
+/// `request` with the current span's `traceparent` (model, Forethought and remote-agent
+/// requests); unchanged when traces are off.
+pub fn with_trace_headers(request: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+    outgoing_headers().into_iter().fold(request, |request, (name, value)| request.header(name, value))
+}
+
 /// The `_X_AMZN_TRACE_ID` of a Lambda invocation (`Root=1-5759e988-bd862e3fe1be46a994272793;
 /// Parent=53995c3f42cd8ad8;Sampled=1`) as a W3C `traceparent`, so an invocation's spans join the
 /// X-Ray trace Lambda started.
