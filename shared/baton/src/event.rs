@@ -137,7 +137,7 @@ pub struct Usage {
     #[serde(default, skip_serializing_if = "is_zero")]
     pub reasoning_tokens: u64,
     /// What these tokens cost at the configured prices; absent when the model has no price
-    /// (see [`crate::telemetry::cost`]). Set by the turn, never by a model client.
+    /// in the `prices:` table. Set by the turn, never by a model client.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cost_usd: Option<Usd>,
 }
