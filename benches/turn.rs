@@ -34,6 +34,19 @@ fn main() {
     let wanted = |name: &str| args.is_empty() || args.iter().any(|a| a == name);
     let quick = std::env::var_os("BATON_BENCH_QUICK").is_some();
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    // With OTEL_EXPORTER_OTLP_ENDPOINT set, every turn's spans are exported (the cost of traces
+    // on); without it no subscriber is installed, as in production with traces off.
+    let _traces = rt.block_on(async {
+        let traces = baton::telemetry::trace::Traces::from_env("baton-bench").expect("OTLP exporter")?;
+        use tracing_subscriber::layer::SubscriberExt;
+        use tracing_subscriber::util::SubscriberInitExt;
+        tracing_subscriber::registry().with(traces.layer()).init();
+        println!(
+            "traces on: OTLP/HTTP to {}",
+            std::env::var("OTEL_EXPORTER_OTLP_ENDPOINT").unwrap_or_default()
+        );
+        Some(traces)
+    });
     if wanted("turn") {
         rt.block_on(turn_overhead(if quick { 2_000 } else { 20_000 }));
     }

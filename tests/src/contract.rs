@@ -65,7 +65,7 @@ fn reply(turn: &str, seq: u32, agent: &str, content: &str, at: u64) -> StoredMes
         usage: vec![AgentUsage {
             agent: agent.into(),
             model: "m".into(),
-            usage: Usage { input_tokens: seq as u64 * 10, output_tokens: 3 },
+            usage: Usage::tokens(seq as u64 * 10, 3),
         }],
         status: Status::Ok,
         created_at: at,

@@ -125,10 +125,7 @@ async fn a_team_turn_streams_its_instances_and_stores_usage_per_agent_name<H: St
     assert_eq!(status, Status::Ok);
     assert_eq!(
         usage,
-        [
-            ("lead".to_owned(), Usage { input_tokens: 30, output_tokens: 8 }),
-            ("researcher".to_owned(), Usage { input_tokens: 9, output_tokens: 3 }),
-        ],
+        [("lead".to_owned(), Usage::tokens(30, 8)), ("researcher".to_owned(), Usage::tokens(9, 3)),],
         "rolled up per agent name"
     );
     // Every event names its instance; the researchers' text streamed (text_and_events).

@@ -59,7 +59,10 @@ async fn capture_three_fragmented_tool_calls() {
     assert_eq!(names, ["ask_support", "ask_shopping", "ask_shopping"]);
     assert_query_objects(&r);
     assert_eq!(r.finish, Some(FinishReason::ToolCalls));
-    assert_eq!(r.usage.map(|u| (u.input_tokens, u.output_tokens)), Some((448, 191)));
+    assert_eq!(
+        r.usage.map(|u| (u.input_tokens, u.output_tokens, u.cached_input_tokens)),
+        Some((448, 191, 447))
+    );
 }
 
 #[tokio::test]
@@ -69,7 +72,10 @@ async fn capture_single_tool_call() {
     assert_eq!(names, ["ask_support"]);
     assert_query_objects(&r);
     assert_eq!(r.finish, Some(FinishReason::ToolCalls));
-    assert_eq!(r.usage.map(|u| (u.input_tokens, u.output_tokens)), Some((448, 57)));
+    assert_eq!(
+        r.usage.map(|u| (u.input_tokens, u.output_tokens, u.cached_input_tokens)),
+        Some((448, 57, 447))
+    );
 }
 
 #[tokio::test]
@@ -79,7 +85,10 @@ async fn capture_prefilled_tool_call_in_one_delta() {
     assert_eq!(r.tool_calls[0].name, "ask_shopping");
     assert_eq!(r.tool_calls[0].parse_arguments().unwrap(), serde_json::json!({"query": "coffee deals"}));
     assert_eq!(r.finish, Some(FinishReason::ToolCalls));
-    assert_eq!(r.usage.map(|u| (u.input_tokens, u.output_tokens)), Some((482, 2)));
+    assert_eq!(
+        r.usage.map(|u| (u.input_tokens, u.output_tokens, u.cached_input_tokens)),
+        Some((482, 2, 463))
+    );
 }
 
 #[tokio::test]

@@ -30,13 +30,17 @@ async fn text_reasoning_and_usage_arrive_with_the_response_id() {
     server.push(
         "m",
         Reply::parts(vec![Part::Reasoning("thinking about coffee".into()), Part::Text("Two deals.".into())])
-            .usage(12, 4),
+            .usage(12, 4)
+            .cached_and_reasoning(5, 2),
     );
     let r = collect(model(&server).stream(ask("coffee"))).await.unwrap();
     assert_eq!(r.response_id.as_deref(), Some("resp_0"));
     assert_eq!(r.reasoning, "thinking about coffee");
     assert_eq!(r.text, "Two deals.");
-    assert_eq!(r.usage.map(|u| (u.input_tokens, u.output_tokens)), Some((12, 4)));
+    assert_eq!(
+        r.usage.map(|u| (u.input_tokens, u.output_tokens, u.cached_input_tokens, u.reasoning_tokens)),
+        Some((12, 4, 5, 2))
+    );
     assert_eq!(r.finish, Some(FinishReason::Stop));
     let req = &server.requests_for("m")[0];
     assert_eq!(req.api, Api::Responses);

@@ -15,7 +15,7 @@ use serde_json::Value;
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_http::Error> {
-    settings::init_logging();
+    let _traces = settings::init_logging("baton-eval");
     let mut args = Settings::from_env()?;
     args.resolve_secrets().await?;
     let (history, _) = args.history().await?;

@@ -12,22 +12,44 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use baton::auth::AuthMode;
 use baton::http::{ApiError, Caller, ChatService};
+use baton::telemetry::trace::{Traces, xray_to_traceparent};
 use lambda_http::request::RequestContext;
 use lambda_http::{Request, RequestExt, service_fn};
 
 /// Time kept back from the Lambda deadline to send `completed` and flush the stream.
 const DEADLINE_MARGIN: Duration = Duration::from_millis(1500);
 
-/// Runs the Lambda event loop until the runtime stops it.
-pub(crate) async fn run(service: Arc<ChatService>, auth_is_iam: bool) -> Result<(), lambda_http::Error> {
+/// Runs the Lambda event loop until the runtime stops it. With `traces`, each invocation's spans
+/// are flushed before its response ends (Lambda may freeze the process right after).
+pub(crate) async fn run(
+    service: Arc<ChatService>,
+    auth_is_iam: bool,
+    traces: Option<Arc<Traces>>,
+) -> Result<(), lambda_http::Error> {
     baton_aws::runtime::keep_running(|| {
-        let service = service.clone();
+        let (service, traces) = (service.clone(), traces.clone());
         lambda_http::run_with_streaming_response(service_fn(move |request: Request| {
-            let service = service.clone();
-            async move { Ok::<_, Infallible>(handle(&service, auth_is_iam, request).await) }
+            let (service, traces) = (service.clone(), traces.clone());
+            async move {
+                let response = handle(&service, auth_is_iam, request).await;
+                Ok::<_, Infallible>(match traces {
+                    Some(traces) => flushed_at_end(response, traces),
+                    None => response,
+                })
+            }
         }))
     })
     .await
+}
+
+/// `response` whose body, once everything else is sent, waits for the traces to be flushed.
+fn flushed_at_end(response: axum::response::Response, traces: Arc<Traces>) -> axum::response::Response {
+    use futures::StreamExt;
+    let (parts, body) = response.into_parts();
+    let flush = futures::stream::once(async move { traces.flush().await })
+        .filter_map(|()| async { None::<Result<bytes::Bytes, axum::Error>> });
+    let body = axum::body::Body::from_stream(body.into_data_stream().chain(flush));
+    axum::response::Response::from_parts(parts, body)
 }
 
 async fn handle(service: &ChatService, auth_is_iam: bool, request: Request) -> axum::response::Response {
@@ -38,8 +60,16 @@ async fn handle(service: &ChatService, auth_is_iam: bool, request: Request) -> a
         Ok(caller) => caller,
         Err(e) => return e.into_response(),
     };
-    let deadline = request.lambda_context_ref().map(|c| deadline_instant(c.deadline, now_ms()));
-    let (parts, body) = request.into_parts();
+    let context = request.lambda_context_ref();
+    let deadline = context.map(|c| deadline_instant(c.deadline, now_ms()));
+    // The invocation's X-Ray trace is the turn's parent unless the caller sent its own.
+    let xray = context.and_then(|c| c.xray_trace_id.as_deref()).and_then(xray_to_traceparent);
+    let (mut parts, body) = request.into_parts();
+    if let Some(traceparent) = xray.filter(|_| !parts.headers.contains_key("traceparent")) {
+        if let Ok(value) = traceparent.parse() {
+            parts.headers.insert("traceparent", value);
+        }
+    }
     service.respond(&caller, &parts.headers, body.as_ref(), deadline).await
 }
 

@@ -16,7 +16,7 @@ use clap::Parser;
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    baton_aws::settings::init_logging();
+    let traces = baton_aws::settings::init_logging("baton-orchestrator");
     // In Lambda there are no arguments: every option comes from the environment.
     let in_lambda = std::env::var_os("AWS_LAMBDA_RUNTIME_API").is_some();
     let mut args =
@@ -34,6 +34,11 @@ async fn main() -> std::process::ExitCode {
         }
     };
     let mut backends = Backends::over_store(history.store().clone());
+    if in_lambda {
+        // One CloudWatch EMF line per turn on stdout (docs/observability.md).
+        let function = std::env::var("AWS_LAMBDA_FUNCTION_NAME").unwrap_or_else(|_| "orchestrator".into());
+        backends.reporter = Some(Arc::new(baton::telemetry::emf::EmfReporter::stdout(function)));
+    }
     let config = match args.config() {
         Ok(c) => c,
         Err(e) => {
@@ -70,7 +75,7 @@ async fn main() -> std::process::ExitCode {
         Arc::new(service.with_auth(auth).with_endpoint_limits(endpoint))
     };
     if in_lambda {
-        return match lambda::run(service(history), iam).await {
+        return match lambda::run(service(history), iam, traces).await {
             Ok(()) => std::process::ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("error: {e}");

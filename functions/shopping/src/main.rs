@@ -6,7 +6,7 @@ use baton_aws::settings::{self, Settings};
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    settings::init_logging();
+    let _traces = settings::init_logging("baton-shopping");
     let agent = async {
         let mut args = Settings::from_env().map_err(|e| e.to_string())?;
         args.resolve_secrets().await?;

@@ -259,15 +259,29 @@ pub async fn remote_agents(config: &Config) -> HashMap<String, Arc<dyn AgentTran
 }
 
 /// Logs to stderr, filtered by `BATON_LOG` (default `warn`); in Lambda, without timestamps
-/// (CloudWatch adds its own).
-pub fn init_logging() {
+/// (CloudWatch adds its own). With `OTEL_EXPORTER_OTLP_ENDPOINT` set, also exports traces over
+/// OTLP/HTTP as `service` and returns the exporter (to flush); otherwise there is no trace
+/// layer at all. Call it inside the Tokio runtime.
+pub fn init_logging(service: &str) -> Option<std::sync::Arc<baton::telemetry::trace::Traces>> {
+    use tracing_subscriber::Layer;
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
     let filter = tracing_subscriber::EnvFilter::try_from_env("BATON_LOG").unwrap_or_else(|_| "warn".into());
-    let logs = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
-    if std::env::var_os("AWS_LAMBDA_RUNTIME_API").is_some() {
-        logs.without_time().init();
-    } else {
-        logs.init();
+    let in_lambda = std::env::var_os("AWS_LAMBDA_RUNTIME_API").is_some();
+    let logs = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let logs = if in_lambda { logs.without_time().boxed() } else { logs.boxed() };
+    let (traces, error) = match baton::telemetry::trace::Traces::from_env(service) {
+        Ok(traces) => (traces.map(std::sync::Arc::new), None),
+        Err(e) => (None, Some(e)),
+    };
+    tracing_subscriber::registry()
+        .with(logs.with_filter(filter))
+        .with(traces.as_ref().map(|t| t.layer()))
+        .init();
+    if let Some(e) = error {
+        tracing::error!(error = %e, "traces are off");
     }
+    traces
 }
 
 impl Settings {

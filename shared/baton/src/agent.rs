@@ -211,7 +211,17 @@ pub fn run_instance(
     timeout: Option<Duration>,
 ) -> EventStream {
     let query = request.query.clone();
-    instrument_for(instance.clone(), query, agent.run(request, instance), timeout)
+    let span = tracing::info_span!(
+        "invoke_agent",
+        otel.name = %format_args!("invoke_agent {}", agent.name()),
+        gen_ai.operation.name = "invoke_agent",
+        gen_ai.agent.name = agent.name(),
+        baton.agent.instance = %instance,
+        baton.agent.depth = request.depth,
+    );
+    let events =
+        span.in_scope(|| instrument_for(instance.clone(), query, agent.run(request, instance), timeout));
+    Box::pin(crate::telemetry::trace::in_span(span, events))
 }
 
 /// Where an agent keeps the vendor's last response id per episode, so its next turn continues the
@@ -853,7 +863,16 @@ impl LlmAgent {
         let (agent, call_id, name) = (instance.to_owned(), call.call.id.clone(), call.call.name.clone());
         let options =
             CallOptions { timeout: self.limits.tool_timeout, mark_content_end: call.mark_content_end };
-        let (arguments, run) = match (refused, self.tools.check(&call.call)) {
+        let span = tracing::info_span!(
+            "execute_tool",
+            otel.name = %format_args!("execute_tool {name}"),
+            gen_ai.operation.name = "execute_tool",
+            gen_ai.tool.name = %name,
+            gen_ai.tool.call.id = %call_id,
+            error.type = tracing::field::Empty,
+        );
+        // Inside the span, so an agent tool's child instance is the call's child.
+        let (arguments, run) = span.in_scope(|| match (refused, self.tools.check(&call.call)) {
             (Some(error), _) => {
                 let arguments =
                     call.call.parse_arguments().unwrap_or_else(|_| call.call.arguments.clone().into());
@@ -864,8 +883,8 @@ impl LlmAgent {
                 let call = CallRef { agent: agent.clone(), call_id: call_id.clone() };
                 (arguments.clone(), tool.start(arguments, ToolContext { call, ..context.clone() }, options))
             }
-        };
-        Box::pin(async_stream::stream! {
+        });
+        let events = Box::pin(async_stream::stream! {
             let ToolRun { mut events, finish } = run;
             while let Some(event) = events.next().await {
                 yield event;
@@ -878,9 +897,13 @@ impl LlmAgent {
             let outcome = ToolOutcome::from_result(&name, arguments, outcome);
             let (result, is_error) = (outcome.result.clone(), outcome.is_error);
             slot.set(CallDone { answer: answer.filter(|_| !is_error), outcome });
+            if is_error {
+                tracing::Span::current().record("error.type", "tool_error");
+            }
             yield Event::ToolResult { agent: agent.clone(), call_id: call_id.clone(), name: name.clone(), result, is_error };
             yield Event::ToolCallEnd { agent, call_id, name, duration_ms: started.elapsed().as_millis() as u64 };
-        })
+        });
+        Box::pin(crate::telemetry::trace::in_span(span, events))
     }
 }
 
@@ -1205,7 +1228,7 @@ pub(crate) mod tests {
         match events.last().unwrap() {
             Event::AgentFinished { status, usage, .. } => {
                 assert_eq!(*status, Status::Ok);
-                assert_eq!(*usage, Usage { input_tokens: 7, output_tokens: 2 });
+                assert_eq!(*usage, Usage::tokens(7, 2));
             }
             other => panic!("last event {other:?}"),
         }

@@ -448,13 +448,7 @@ async fn a_turn_rolls_usage_up_per_agent_name() {
     let Some(Event::Completed { usage, status, model, .. }) = events.last() else { panic!("{events:?}") };
     assert_eq!((*status, model.as_str()), (Status::Ok, "p"));
     let by_name: Vec<(&str, Usage)> = usage.iter().map(|u| (u.agent.as_str(), u.usage)).collect();
-    assert_eq!(
-        by_name,
-        [
-            ("lead", Usage { input_tokens: 12, output_tokens: 2 }),
-            ("helper", Usage { input_tokens: 20, output_tokens: 4 })
-        ]
-    );
+    assert_eq!(by_name, [("lead", Usage::tokens(12, 2)), ("helper", Usage::tokens(20, 4))]);
     let helper_totals: Vec<Usage> = events
         .iter()
         .filter_map(|e| match e {
@@ -462,11 +456,7 @@ async fn a_turn_rolls_usage_up_per_agent_name() {
             _ => None,
         })
         .collect();
-    assert_eq!(
-        helper_totals.last(),
-        Some(&Usage { input_tokens: 20, output_tokens: 4 }),
-        "{helper_totals:?}"
-    );
+    assert_eq!(helper_totals.last(), Some(&Usage::tokens(20, 4)), "{helper_totals:?}");
 }
 
 #[test]

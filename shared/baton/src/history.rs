@@ -250,7 +250,7 @@ mod tests {
     use crate::event::Usage;
 
     fn usage(agent: &str, n: u64) -> Event {
-        Event::usage(agent, "m", Usage { input_tokens: n, output_tokens: 1 })
+        Event::usage(agent, "m", Usage::tokens(n, 1))
     }
 
     fn finished(agent: &str, status: Status) -> Event {

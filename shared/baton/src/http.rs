@@ -307,6 +307,7 @@ impl ChatService {
             }
         };
         let mut turn = TurnRequest::new(episode_id, new_turn_id(), user_id, message);
+        turn.traceparent = headers.get("traceparent").and_then(|v| v.to_str().ok()).map(str::to_owned);
         turn.image = image;
         Ok(ValidRequest { turn, request_id })
     }

@@ -47,6 +47,7 @@
 //!   offline model, and the scripted model (its HTTP server only with the `test-support`
 //!   feature).
 //! - [`retrieval`]: BM25 full-text ranking over small corpora (help articles, offers).
+//! - [`telemetry`]: cost per agent from a price table, and the CloudWatch EMF line of a turn.
 //! - [`mux`]: the live-slot merge of concurrent agents' event streams.
 //! - [`text`]: words, content words and smalltalk: how the rules read a message.
 //! - [`image`]: an image attached to a message: its kind, description and URL, checked.
@@ -81,6 +82,7 @@ pub mod routing;
 pub mod shopping;
 pub mod store;
 pub mod support;
+pub mod telemetry;
 pub mod text;
 pub mod tool;
 pub mod web;

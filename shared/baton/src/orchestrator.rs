@@ -12,6 +12,11 @@
 //! instance"; the instance figures are still each `usage` event's own, and the roll-up is added
 //! beside them.)
 //!
+//! Cost: every `usage` event is priced here ([`crate::telemetry::cost::Pricer`]) before it is
+//! rolled up, so `agent_total`, `completed` and the stored history carry the same exact
+//! `cost_usd`. A [`TurnReporter`] (the CloudWatch EMF line in Lambda) gets the turn's figures
+//! once `completed` is built.
+//!
 //! Status: the entry agent's own (`agent_finished`): `error` when it reported an error of its
 //! own (a failed model call, or a sub-agent whose answer was part of its answer and failed),
 //! `partial` when the turn was cut at its deadline.
@@ -25,6 +30,8 @@ use crate::agent::{Agent, AgentRequest, run_instance};
 use crate::conversation::PreviousTurn;
 use crate::event::{Event, EventStream, Status, UsageRollup};
 use crate::model::Message;
+use crate::telemetry::cost::{Pricer, Prices};
+use crate::telemetry::{TurnReport, TurnReporter};
 use crate::tool::Instances;
 
 /// The `agent` of the events the turn itself emits (the deadline, a failed save), and the
@@ -48,6 +55,10 @@ pub struct TurnRequest {
     pub previous: Option<PreviousTurn>,
     /// The attached image, if any.
     pub image: Option<crate::image::Image>,
+    /// When the request arrived (the turn's first byte and first text are timed from here).
+    pub received: Instant,
+    /// The W3C `traceparent` of the request, if any: the parent of the turn's span.
+    pub traceparent: Option<String>,
 }
 
 impl TurnRequest {
@@ -66,6 +77,8 @@ impl TurnRequest {
             history: Vec::new(),
             previous: None,
             image: None,
+            received: Instant::now(),
+            traceparent: None,
         }
     }
 
@@ -91,13 +104,27 @@ impl TurnRequest {
 pub struct Orchestrator {
     entry: Arc<dyn Agent>,
     model: String,
+    pricer: Pricer,
+    reporter: Option<Arc<dyn TurnReporter>>,
 }
 
 impl Orchestrator {
     /// Turns answered by `entry` (its instance is its own name), whose model is `model_name`
     /// (reported in `completed`).
     pub fn new(entry: Arc<dyn Agent>, model_name: impl Into<String>) -> Orchestrator {
-        Orchestrator { entry, model: model_name.into() }
+        Orchestrator { entry, model: model_name.into(), pricer: Pricer::default(), reporter: None }
+    }
+
+    /// Prices every `usage` event with `prices` (with none, no event carries a cost).
+    pub fn with_prices(mut self, prices: Prices) -> Orchestrator {
+        self.pricer = Pricer::new(prices);
+        self
+    }
+
+    /// Hands each turn's figures to `reporter` once `completed` is built.
+    pub fn with_reporter(mut self, reporter: Arc<dyn TurnReporter>) -> Orchestrator {
+        self.reporter = Some(reporter);
+        self
     }
 
     /// The entry agent's model.
@@ -122,14 +149,32 @@ impl Orchestrator {
     /// usage seen so far and the turn's ids.
     pub fn run_turn_until(self: &Arc<Self>, turn: TurnRequest, deadline: Option<Instant>) -> EventStream {
         let this = self.clone();
-        Box::pin(async_stream::stream! {
+        let span = tracing::info_span!(
+            "turn",
+            otel.name = %format_args!("turn {}", this.entry.name()),
+            gen_ai.agent.name = this.entry.name(),
+            baton.episode_id = %turn.episode_id,
+            baton.turn_id = %turn.turn_id,
+            baton.status = tracing::field::Empty,
+            gen_ai.usage.input_tokens = tracing::field::Empty,
+            gen_ai.usage.output_tokens = tracing::field::Empty,
+            baton.cost_usd = tracing::field::Empty,
+        );
+        if let Some(traceparent) = &turn.traceparent {
+            crate::telemetry::trace::set_remote_parent(&span, traceparent, None);
+        }
+        let events = Box::pin(async_stream::stream! {
             let started = Instant::now();
+            let received = turn.received;
             yield Event::Thinking {};
+            let first_byte = received.elapsed();
+            let mut first_text = None;
             let (episode_id, turn_id) = (turn.episode_id.clone(), turn.turn_id.clone());
             let instance = this.entry.name().to_owned();
             let mut body = run_instance(&*this.entry, instance.clone(), turn.entry_request(), None);
             let mut rollup = UsageRollup::default();
             let mut status = Status::Error;
+            let mut errors = 0u32;
             let expired = async move {
                 match deadline {
                     Some(deadline) => tokio::time::sleep_until(deadline).await,
@@ -142,11 +187,13 @@ impl Orchestrator {
                     biased;
                     event = body.next() => match event {
                         Some(mut event) => {
+                            this.pricer.price(&mut event);
                             rollup.observe(&mut event);
-                            if let Event::AgentFinished { agent, status: s, .. } = &event {
-                                if *agent == instance {
-                                    status = *s;
-                                }
+                            match &event {
+                                Event::AgentFinished { agent, status: s, .. } if *agent == instance => status = *s,
+                                Event::Text { .. } if first_text.is_none() => first_text = Some(received.elapsed()),
+                                Event::Error { .. } => errors += 1,
+                                _ => {}
                             }
                             yield event;
                         }
@@ -157,12 +204,13 @@ impl Orchestrator {
                         tracing::warn!(episode = %episode_id, turn = %turn_id, "turn cut at its deadline");
                         yield Event::error(ORCHESTRATOR, "deadline_exceeded",
                             "the turn reached its time limit; what was produced so far is kept", true);
+                        errors += 1;
                         status = Status::Partial;
                         break;
                     }
                 }
             }
-            yield Event::Completed {
+            let completed = Event::Completed {
                 episode_id,
                 turn_id,
                 status,
@@ -170,7 +218,47 @@ impl Orchestrator {
                 duration_ms: started.elapsed().as_millis() as u64,
                 usage: rollup.totals,
             };
-        })
+            if let Event::Completed { status, usage, .. } = &completed {
+                record_turn(*status, usage);
+            }
+            if let (Some(reporter), Event::Completed { episode_id, turn_id, status, usage, .. }) =
+                (&this.reporter, &completed)
+            {
+                reporter.report(&TurnReport {
+                    episode_id,
+                    turn_id,
+                    status: *status,
+                    duration: received.elapsed(),
+                    first_byte,
+                    first_text,
+                    errors,
+                    usage,
+                });
+            }
+            yield completed;
+        });
+        Box::pin(crate::telemetry::trace::in_span(span, events))
+    }
+}
+
+/// Records the turn's outcome on its span (the current one).
+fn record_turn(status: Status, usage: &[crate::event::AgentUsage]) {
+    let span = tracing::Span::current();
+    if span.is_disabled() {
+        return;
+    }
+    let mut total = crate::event::Usage::default();
+    usage.iter().for_each(|u| total.add(u.usage));
+    let status = match status {
+        Status::Ok => "ok",
+        Status::Partial => "partial",
+        Status::Error => "error",
+    };
+    span.record("baton.status", status);
+    span.record("gen_ai.usage.input_tokens", total.input_tokens);
+    span.record("gen_ai.usage.output_tokens", total.output_tokens);
+    if let Some(cost) = total.cost_usd {
+        span.record("baton.cost_usd", tracing::field::display(cost));
     }
 }
 
@@ -258,7 +346,7 @@ mod tests {
             "rolled up per agent name: {agents:?}"
         );
         let shopping = usage.iter().find(|u| u.agent == "shopping").unwrap();
-        assert_eq!(shopping.usage, Usage { input_tokens: 5, output_tokens: 2 });
+        assert_eq!(shopping.usage, Usage::tokens(5, 2));
         let totals: Vec<Option<Usage>> = events
             .iter()
             .filter_map(|e| match e {
@@ -266,7 +354,7 @@ mod tests {
                 _ => None,
             })
             .collect();
-        assert_eq!(totals, [Some(Usage { input_tokens: 3, output_tokens: 1 })]);
+        assert_eq!(totals, [Some(Usage::tokens(3, 1))]);
     }
 
     #[tokio::test]

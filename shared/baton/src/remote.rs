@@ -86,6 +86,7 @@ impl HttpTransport {
 impl AgentTransport for HttpTransport {
     fn invoke(&self, payload: Bytes) -> BoxFuture<'static, Result<ByteStream, TransportError>> {
         let request = self.client.post(&self.url).header("content-type", "application/json").body(payload);
+        let request = crate::telemetry::trace::with_trace_headers(request);
         Box::pin(async move {
             let response = request.send().await.map_err(|e| TransportError::Unreachable(e.to_string()))?;
             let status = response.status();

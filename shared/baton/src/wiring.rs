@@ -41,7 +41,12 @@ pub fn build(config: &Config, backends: Backends) -> Result<Arc<Orchestrator>, C
     let mut graph = Graph::new(config, &models, &backends)?;
     let entry = config.agents.get(&config.agents.entry).expect("validated");
     let agent = graph.build(&entry.name)?;
-    Ok(Arc::new(Orchestrator::new(agent, models.for_agent(entry).model_name().to_owned())))
+    let mut orchestrator = Orchestrator::new(agent, models.for_agent(entry).model_name().to_owned())
+        .with_prices(config.prices.clone());
+    if let Some(reporter) = backends.reporter.clone() {
+        orchestrator = orchestrator.with_reporter(reporter);
+    }
+    Ok(Arc::new(orchestrator))
 }
 
 /// The configured agent `name`, with every agent below it, run in this process (what a function
@@ -113,6 +118,8 @@ pub struct Backends {
     pub tools: Vec<Arc<dyn Tool>>,
     /// The tools of the configured MCP servers, listed at start ([`crate::mcp::connect_all`]).
     pub mcp: crate::mcp::McpTools,
+    /// Where each turn's figures go (the CloudWatch EMF line in Lambda); nowhere by default.
+    pub reporter: Option<Arc<dyn crate::telemetry::TurnReporter>>,
 }
 
 impl Backends {
@@ -126,6 +133,7 @@ impl Backends {
             remote: HashMap::new(),
             tools: Vec::new(),
             mcp: Default::default(),
+            reporter: None,
         }
     }
 
@@ -141,6 +149,7 @@ impl Backends {
             remote: HashMap::new(),
             tools: Vec::new(),
             mcp: Default::default(),
+            reporter: None,
         }
     }
 }

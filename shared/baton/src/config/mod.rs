@@ -21,6 +21,7 @@ use serde::Deserialize;
 use crate::model::openai::{RetryPolicy, Timeouts};
 use crate::mux::MuxConfig;
 use crate::support::forethought::ForethoughtConfig;
+use crate::telemetry::cost::Prices;
 pub mod agents;
 
 use self::agents::{AgentKind, AgentSpec, AgentsConfig, ModelApi, RemoteSpec};
@@ -96,6 +97,8 @@ pub struct Config {
     pub agents: AgentsConfig,
     /// MCP servers whose tools agents list as `server.*` or `server.tool` (see `docs/mcp.md`).
     pub mcp_servers: crate::mcp::config::McpServers,
+    /// Prices per model, for the `cost_usd` of usage (see `docs/observability.md`).
+    pub prices: Prices,
 }
 
 /// The reference configuration, embedded: the defaults live in `config/baton.yaml` only.
@@ -116,6 +119,8 @@ struct ConfigFile {
     max_depth: Option<u32>,
     #[serde(default)]
     agents: Option<Vec<AgentSpec>>,
+    #[serde(default)]
+    prices: Option<Prices>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -175,6 +180,7 @@ impl Default for Config {
                     support_keywords: Vec::new(),
                     forethought: None,
                     mcp_servers: Default::default(),
+                    prices: Prices::default(),
                     agents: AgentsConfig {
                         entry: String::new(),
                         max_depth: crate::agent::DEFAULT_MAX_DEPTH,
@@ -253,6 +259,16 @@ impl Config {
                 },
             })?;
             self.mcp_servers = servers;
+        }
+        if let Some(prices) = file.prices {
+            prices.validate().map_err(|message| ConfigError::File {
+                path: origin.to_owned(),
+                message: match locate_path(yaml, "prices.as_of") {
+                    Some(line) => format!("line {line}: {message}"),
+                    None => message,
+                },
+            })?;
+            self.prices = std::mem::take(&mut self.prices).merged(prices);
         }
         if let Some(depth) = file.max_depth {
             self.agents.max_depth = depth;
@@ -413,6 +429,43 @@ mod tests {
         c.validate().unwrap();
         assert_eq!(built(&c).unwrap().model_name(), "offline");
         assert!(c.describe_models().contains("offline"));
+    }
+
+    #[test]
+    fn the_reference_prices_are_dated_and_a_file_adds_its_own_over_them() {
+        let c = Config::default();
+        assert!(c.prices.as_of.is_some());
+        assert!(c.prices.models.contains_key(&c.models.orchestrator), "the default model has a price");
+        let c = c
+            .with_yaml("prices:\n  as_of: \"2027-01-02\"\n  models:\n    gpt-4.1-mini: {input: 1, output: 2}\n    mine: {input: \"0.5\", output: 3}\n", "team.yaml")
+            .unwrap();
+        assert_eq!(c.prices.as_of.as_deref(), Some("2027-01-02"));
+        let cost = |model: &str| c.prices.models[model].cost(&crate::event::Usage::tokens(1_000_000, 0));
+        assert_eq!(cost("gpt-4.1-mini").to_string(), "1");
+        assert_eq!(cost("mine").to_string(), "0.5");
+        assert!(c.prices.models.contains_key("gpt-4.1"), "the others stay");
+    }
+
+    #[test]
+    fn a_bad_price_or_date_names_the_file_and_line() {
+        let err = Config::default()
+            .with_yaml("prices:\n  models:\n    m: {input: 0.12345678, output: 1}\n", "team.yaml")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("team.yaml") && err.contains("line 3") && err.contains("at most 6 decimals"),
+            "{err}"
+        );
+        let err = Config::default()
+            .with_yaml("prices:\n  as_of: yesterday\n", "team.yaml")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("team.yaml") && err.contains("line 2") && err.contains("YYYY-MM-DD"), "{err}");
+        let err = Config::default()
+            .with_yaml("prices:\n  models:\n    m: {input: 1, outptu: 1}\n", "team.yaml")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("outptu"), "{err}");
     }
 
     #[test]

@@ -460,7 +460,7 @@ impl ChatModel for OfflineModel {
             deltas.push(ModelDelta::ToolCall(call));
         }
         deltas.push(ModelDelta::Finish(finish));
-        deltas.push(ModelDelta::Usage(Usage { input_tokens, output_tokens }));
+        deltas.push(ModelDelta::Usage(Usage::tokens(input_tokens, output_tokens)));
         Box::pin(stream::iter(deltas.into_iter().map(Ok)))
     }
 }

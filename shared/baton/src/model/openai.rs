@@ -204,8 +204,23 @@ pub(crate) fn retrying_stream<P: StreamParser + 'static>(
     endpoint: Arc<Endpoint>,
     body: Value,
 ) -> DeltaStream {
-    Box::pin(async_stream::stream! {
+    let span = tracing::info_span!(
+        "chat",
+        otel.name = %format_args!("chat {}", endpoint.config.model),
+        otel.kind = "client",
+        gen_ai.operation.name = "chat",
+        gen_ai.system = "openai",
+        gen_ai.request.model = %endpoint.config.model,
+        gen_ai.response.id = tracing::field::Empty,
+        gen_ai.usage.input_tokens = tracing::field::Empty,
+        gen_ai.usage.output_tokens = tracing::field::Empty,
+        baton.ttft_ms = tracing::field::Empty,
+        error.type = tracing::field::Empty,
+    );
+    let started = tokio::time::Instant::now();
+    let deltas = Box::pin(async_stream::stream! {
         let mut attempt = 0;
+        let mut first_token = true;
         loop {
             let mut delivered = false;
             let mut failure = None;
@@ -216,6 +231,11 @@ pub(crate) fn retrying_stream<P: StreamParser + 'static>(
                     match item {
                         Ok(delta) => {
                             delivered = true;
+                            if first_token && !matches!(delta, ModelDelta::ResponseId(_)) {
+                                first_token = false;
+                                crate::telemetry::trace::first_token(started.elapsed());
+                            }
+                            record_in_span(&delta);
                             yield Ok(delta);
                         }
                         Err(e) => {
@@ -236,12 +256,35 @@ pub(crate) fn retrying_stream<P: StreamParser + 'static>(
                 }
                 None => {
                     tracing::warn!(%model, code, %error, detail, "model call failed");
+                    tracing::Span::current().record("error.type", code);
                     yield Err(error);
                     return;
                 }
             }
         }
-    })
+    });
+    Box::pin(crate::telemetry::trace::in_span(span, deltas))
+}
+
+/// Records what a model-call span keeps of `delta`: its response id and usage.
+fn record_in_span(delta: &ModelDelta) {
+    let span = match delta {
+        ModelDelta::Usage(_) | ModelDelta::ResponseId(_) => tracing::Span::current(),
+        _ => return,
+    };
+    if span.is_disabled() {
+        return;
+    }
+    match delta {
+        ModelDelta::Usage(u) => {
+            span.record("gen_ai.usage.input_tokens", u.input_tokens);
+            span.record("gen_ai.usage.output_tokens", u.output_tokens);
+        }
+        ModelDelta::ResponseId(id) => {
+            span.record("gen_ai.response.id", id.as_str());
+        }
+        _ => {}
+    }
 }
 
 impl Endpoint {
@@ -264,6 +307,7 @@ impl Endpoint {
             if let Some(key) = &self.config.api_key {
                 req = req.bearer_auth(key);
             }
+            req = crate::telemetry::trace::with_trace_headers(req);
             let timeouts = self.config.timeouts;
             let response = match tokio::time::timeout(timeouts.first_byte, req.send()).await {
                 Err(_) => { yield Err(ModelError::Timeout(TimeoutKind::FirstByte)); return; }
@@ -553,6 +597,32 @@ struct WireUsage {
     prompt_tokens: u64,
     #[serde(default)]
     completion_tokens: u64,
+    /// `cached_tokens`: OpenAI, and llama.cpp's server (see the captures in tests/fixtures).
+    #[serde(default)]
+    prompt_tokens_details: Option<TokenDetails>,
+    /// `reasoning_tokens`: OpenAI's reasoning models.
+    #[serde(default)]
+    completion_tokens_details: Option<TokenDetails>,
+}
+
+/// The breakdown both OpenAI APIs give of input and output tokens (fields absent → 0; a
+/// server that sends `null` for the whole object is read as no breakdown).
+#[derive(Deserialize, Default)]
+pub(crate) struct TokenDetails {
+    #[serde(default)]
+    pub(crate) cached_tokens: Option<u64>,
+    #[serde(default)]
+    pub(crate) reasoning_tokens: Option<u64>,
+}
+
+impl TokenDetails {
+    pub(crate) fn cached(details: &Option<TokenDetails>) -> u64 {
+        details.as_ref().and_then(|d| d.cached_tokens).unwrap_or(0)
+    }
+
+    pub(crate) fn reasoning(details: &Option<TokenDetails>) -> u64 {
+        details.as_ref().and_then(|d| d.reasoning_tokens).unwrap_or(0)
+    }
 }
 
 /// Turns Chat Completions chunks (the `data:` payloads) into deltas.
@@ -608,6 +678,9 @@ impl ChunkParser {
             out.push(ModelDelta::Usage(Usage {
                 input_tokens: u.prompt_tokens,
                 output_tokens: u.completion_tokens,
+                cached_input_tokens: TokenDetails::cached(&u.prompt_tokens_details),
+                reasoning_tokens: TokenDetails::reasoning(&u.completion_tokens_details),
+                cost_usd: None,
             }));
         }
         Ok(out)
@@ -667,6 +740,25 @@ pub(crate) fn shorten(s: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cached_and_reasoning_tokens_are_read_from_the_usage_details() {
+        // OpenAI's shape for a reasoning model; a `null` breakdown is no breakdown.
+        let mut p = ChunkParser::default();
+        let deltas = p
+            .feed(
+                r#"{"choices":[],"usage":{"prompt_tokens":100,"completion_tokens":40,
+                "prompt_tokens_details":{"cached_tokens":64,"audio_tokens":0},
+                "completion_tokens_details":{"reasoning_tokens":32,"accepted_prediction_tokens":0}}}"#,
+            )
+            .unwrap();
+        let want = Usage { cached_input_tokens: 64, reasoning_tokens: 32, ..Usage::tokens(100, 40) };
+        assert_eq!(deltas, [ModelDelta::Usage(want)]);
+        let deltas = p
+            .feed(r#"{"choices":[],"usage":{"prompt_tokens":1,"completion_tokens":2,"prompt_tokens_details":null}}"#)
+            .unwrap();
+        assert_eq!(deltas, [ModelDelta::Usage(Usage::tokens(1, 2))]);
+    }
 
     #[test]
     fn retry_after_ms_wins_over_seconds() {

@@ -17,7 +17,9 @@ use std::sync::Arc;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::openai::{Endpoint, OpenAiConfig, StreamParser, retrying_stream, shorten, tool_options};
+use super::openai::{
+    Endpoint, OpenAiConfig, StreamParser, TokenDetails, retrying_stream, shorten, tool_options,
+};
 use super::{ChatModel, ChatRequest, DeltaStream, FinishReason, Message, ModelDelta, ModelError, ToolCall};
 use crate::event::Usage;
 
@@ -168,6 +170,10 @@ struct WireUsage {
     input_tokens: u64,
     #[serde(default)]
     output_tokens: u64,
+    #[serde(default)]
+    input_tokens_details: Option<TokenDetails>,
+    #[serde(default)]
+    output_tokens_details: Option<TokenDetails>,
 }
 
 /// Turns Responses stream events into deltas.
@@ -259,6 +265,9 @@ impl EventParser {
                     out.push(ModelDelta::Usage(Usage {
                         input_tokens: u.input_tokens,
                         output_tokens: u.output_tokens,
+                        cached_input_tokens: TokenDetails::cached(&u.input_tokens_details),
+                        reasoning_tokens: TokenDetails::reasoning(&u.output_tokens_details),
+                        cost_usd: None,
                     }));
                 }
                 let finish = match (&response.incomplete_details, had_calls) {

@@ -153,7 +153,7 @@ impl StreamReply {
             first_byte_delay: Duration::ZERO,
             chunk_delay: Duration::ZERO,
             fragments: 3,
-            usage: Usage { input_tokens: 10, output_tokens: 5 },
+            usage: Usage::tokens(10, 5),
             cut_after: None,
             stall_after: None,
             gate: None,
@@ -186,7 +186,15 @@ impl StreamReply {
 
     /// Usage to report.
     pub fn usage(mut self, input_tokens: u64, output_tokens: u64) -> StreamReply {
-        self.usage = Usage { input_tokens, output_tokens };
+        self.usage = Usage { input_tokens, output_tokens, ..self.usage };
+        self
+    }
+
+    /// Of the usage's tokens, how many input tokens were cached and how many output tokens
+    /// were reasoning.
+    pub fn cached_and_reasoning(mut self, cached_input_tokens: u64, reasoning_tokens: u64) -> StreamReply {
+        self.usage.cached_input_tokens = cached_input_tokens;
+        self.usage.reasoning_tokens = reasoning_tokens;
         self
     }
 

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::{Episode, EpisodeKey, MSG_PREFIX, Role, StoreError, StoredMessage, SupportConversation};
-use crate::event::{AgentUsage, Status, Usage};
+use crate::event::{AgentUsage, Status, Usage, Usd};
 
 /// One attribute value.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -98,6 +98,40 @@ impl<'a> Reader<'a> {
     fn n(&self, attr: &str) -> Result<u64, StoreError> {
         self.opt_n(attr)?.ok_or_else(|| self.corrupt(format!("`{attr}` is missing")))
     }
+
+    fn opt_usd(&self, attr: &str) -> Result<Option<Usd>, StoreError> {
+        match self.item.get(attr) {
+            None | Some(Attr::Null(_)) => Ok(None),
+            Some(Attr::N(n)) => plain_decimal(n).and_then(|d| d.parse().ok()).map(Some).ok_or_else(|| {
+                self.corrupt(format!("`{attr}` is {n:?}, expected a non-negative amount of dollars"))
+            }),
+            Some(other) => Err(self.corrupt(format!("`{attr}` is a {}, expected a number", other.kind()))),
+        }
+    }
+}
+
+/// A number as plain decimal text: DynamoDB may give back `1.2E-6` for the `0.0000012` it was
+/// sent.
+fn plain_decimal(n: &str) -> Option<String> {
+    let n = n.trim();
+    let (mantissa, exp) = match n.split_once(['e', 'E']) {
+        Some((m, e)) => (m, e.parse::<i32>().ok()?),
+        None => return Some(n.to_owned()),
+    };
+    let (whole, frac) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    let digits = format!("{whole}{frac}");
+    // Where the point goes, counted from the left of `digits`.
+    let point = whole.len() as i32 + exp;
+    if !(-40..=40).contains(&point) {
+        return None;
+    }
+    Some(if point <= 0 {
+        format!("0.{}{digits}", "0".repeat((-point) as usize))
+    } else if point as usize >= digits.len() {
+        format!("{digits}{}", "0".repeat(point as usize - digits.len()))
+    } else {
+        format!("{}.{}", &digits[..point as usize], &digits[point as usize..])
+    })
 }
 
 /// Every number this code writes is a non-negative whole number; anything else is corruption.
@@ -153,12 +187,23 @@ pub fn encode_message(message: &StoredMessage, ttl: u64) -> Item {
         .usage
         .iter()
         .map(|u| {
-            Attr::M(BTreeMap::from([
+            let mut entry = BTreeMap::from([
                 ("agent".to_owned(), Attr::s(&u.agent)),
                 ("model".to_owned(), Attr::s(&u.model)),
                 ("input_tokens".to_owned(), Attr::n(u.usage.input_tokens)),
                 ("output_tokens".to_owned(), Attr::n(u.usage.output_tokens)),
-            ]))
+            ]);
+            if u.usage.cached_input_tokens > 0 {
+                entry.insert("cached_input_tokens".to_owned(), Attr::n(u.usage.cached_input_tokens));
+            }
+            if u.usage.reasoning_tokens > 0 {
+                entry.insert("reasoning_tokens".to_owned(), Attr::n(u.usage.reasoning_tokens));
+            }
+            // A DynamoDB number is a decimal of up to 38 digits: the exact amount, no float.
+            if let Some(cost) = u.usage.cost_usd {
+                entry.insert("cost_usd".to_owned(), Attr::N(cost.to_string()));
+            }
+            Attr::M(entry)
         })
         .collect();
     let mut item = Item::new();
@@ -223,6 +268,9 @@ pub fn decode_message(pk: &str, sk: &str, item: &Item) -> Result<StoredMessage, 
                         usage: Usage {
                             input_tokens: u.n("input_tokens")?,
                             output_tokens: u.n("output_tokens")?,
+                            cached_input_tokens: u.opt_n("cached_input_tokens")?.unwrap_or(0),
+                            reasoning_tokens: u.opt_n("reasoning_tokens")?.unwrap_or(0),
+                            cost_usd: u.opt_usd("cost_usd")?,
                         },
                     })
                 }
@@ -267,11 +315,31 @@ mod tests {
             usage: vec![AgentUsage {
                 agent: "shopping[1]".into(),
                 model: "m".into(),
-                usage: Usage { input_tokens: 3, output_tokens: 4 },
+                usage: Usage {
+                    input_tokens: 3,
+                    output_tokens: 4,
+                    cached_input_tokens: 2,
+                    reasoning_tokens: 1,
+                    cost_usd: Some("0.0000012".parse().unwrap()),
+                },
             }],
             status: Status::Partial,
             created_at: 1234,
         }
+    }
+
+    #[test]
+    fn a_cost_written_back_in_exponent_form_reads_the_same() {
+        assert_eq!(plain_decimal("1.2E-6").as_deref(), Some("0.0000012"));
+        assert_eq!(plain_decimal("12e2").as_deref(), Some("1200"));
+        assert_eq!(plain_decimal("1.25E1").as_deref(), Some("12.5"));
+        assert_eq!(plain_decimal("0.5").as_deref(), Some("0.5"));
+        let mut item = encode_message(&message(), 99);
+        let Some(Attr::L(usage)) = item.get_mut("usage") else { panic!() };
+        let Attr::M(entry) = &mut usage[0] else { panic!() };
+        assert_eq!(entry["cost_usd"], Attr::N("0.0000012".into()));
+        entry.insert("cost_usd".into(), Attr::N("1.2E-6".into()));
+        assert_eq!(decode_message("P", &message().sk(), &item).unwrap(), message());
     }
 
     #[test]

@@ -258,7 +258,8 @@ impl ForethoughtClient {
         variables.extend(request.context_variables.clone());
         let body = json!({"query": request.query, "user_id": request.user_id,
                           "channel": self.config.channel, "context_variables": variables});
-        let builder = builder.bearer_auth(&self.config.token).json(&body);
+        let builder =
+            crate::telemetry::trace::with_trace_headers(builder.bearer_auth(&self.config.token).json(&body));
         let token = self.config.token.clone();
         Box::pin(self.call_raw(builder).map(move |piece| {
             piece.map_err(|e| {

@@ -58,7 +58,9 @@ impl StreamReply {
         out.push(json!({"id": id, "object": "chat.completion.chunk", "model": model,
             "choices": [], "usage": {"prompt_tokens": self.usage.input_tokens,
             "completion_tokens": self.usage.output_tokens,
-            "total_tokens": self.usage.total()}}));
+            "total_tokens": self.usage.total(),
+            "prompt_tokens_details": {"cached_tokens": self.usage.cached_input_tokens},
+            "completion_tokens_details": {"reasoning_tokens": self.usage.reasoning_tokens}}}));
         out
     }
 
@@ -138,7 +140,10 @@ impl StreamReply {
         }
         let mut completed = response("completed", &output);
         completed["usage"] = json!({"input_tokens": self.usage.input_tokens,
-            "output_tokens": self.usage.output_tokens, "total_tokens": self.usage.total()});
+            "input_tokens_details": {"cached_tokens": self.usage.cached_input_tokens},
+            "output_tokens": self.usage.output_tokens,
+            "output_tokens_details": {"reasoning_tokens": self.usage.reasoning_tokens},
+            "total_tokens": self.usage.total()});
         out.push(json!({"type": "response.completed", "response": completed}));
         for (n, event) in out.iter_mut().enumerate() {
             event["sequence_number"] = json!(n);
@@ -158,6 +163,8 @@ pub struct RecordedRequest {
     pub body: Value,
     /// The `Authorization` header, if any.
     pub authorization: Option<String>,
+    /// The W3C `traceparent` header, if any.
+    pub traceparent: Option<String>,
     /// When it arrived.
     pub received_at: Instant,
     /// When the server sent the first byte of its answer, once it has.
@@ -299,6 +306,7 @@ async fn answer(state: Arc<ServerState>, headers: axum::http::HeaderMap, body: B
             model: model.clone(),
             body,
             authorization: headers.get("authorization").and_then(|v| v.to_str().ok()).map(str::to_owned),
+            traceparent: headers.get("traceparent").and_then(|v| v.to_str().ok()).map(str::to_owned),
             received_at: Instant::now(),
             first_byte_at: None,
             completed: None,

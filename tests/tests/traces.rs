@@ -1,0 +1,161 @@
+//! Traces of one mixed turn, through the real endpoint (SSE over loopback, the OpenAI client
+//! against the scripted model server, the embedded store), exported over OTLP/HTTP to a real
+//! receiver on loopback that decodes the protobuf with the official `opentelemetry-proto`
+//! definitions: the span tree (turn → agent instances → model and tool calls), the GenAI
+//! attributes, and the trace id of the request's `traceparent`, which the model requests carry on.
+//!
+//! One test in this binary: it installs the process's global `tracing` subscriber.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use baton::model::scripted::{Reply, ScriptedServer};
+use baton::telemetry::trace::Traces;
+use baton_tests::stores::{Embedded, StoreHarness, test_clock};
+use baton_tests::{ASK_SHOPPING, ASK_SUPPORT, ORCH, SHOP, scripted_config, start_endpoint_with};
+use opentelemetry_proto::tonic::collector::trace::v1::{
+    ExportTraceServiceRequest, ExportTraceServiceResponse,
+};
+use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
+use opentelemetry_proto::tonic::trace::v1::Span;
+use prost::Message;
+use serde_json::json;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+
+const TRACE_ID: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+const PARENT_ID: &str = "00f067aa0ba902b7";
+
+/// An OTLP/HTTP receiver on loopback: `POST /v1/traces` with a protobuf body.
+async fn receiver() -> (String, Arc<Mutex<Vec<Span>>>) {
+    let spans = Arc::new(Mutex::new(Vec::new()));
+    let kept = spans.clone();
+    let app = axum::Router::new().route(
+        "/v1/traces",
+        axum::routing::post(move |headers: axum::http::HeaderMap, body: bytes::Bytes| {
+            let kept = kept.clone();
+            async move {
+                assert_eq!(headers["content-type"], "application/x-protobuf");
+                let request = ExportTraceServiceRequest::decode(body).expect("an OTLP protobuf export");
+                for resource in request.resource_spans {
+                    for scope in resource.scope_spans {
+                        kept.lock().unwrap().extend(scope.spans);
+                    }
+                }
+                let response = ExportTraceServiceResponse::default().encode_to_vec();
+                ([("content-type", "application/x-protobuf")], response)
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/v1/traces", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (url, spans)
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn attr(span: &Span, key: &str) -> Option<String> {
+    span.attributes.iter().find(|a| a.key == key).and_then(|a| match a.value.as_ref()?.value.as_ref()? {
+        AnyValue::StringValue(s) => Some(s.clone()),
+        AnyValue::IntValue(i) => Some(i.to_string()),
+        AnyValue::DoubleValue(d) => Some(d.to_string()),
+        AnyValue::BoolValue(b) => Some(b.to_string()),
+        _ => None,
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mixed_turn_exports_its_span_tree_under_the_callers_trace() {
+    let (url, received) = receiver().await;
+    let traces = Traces::to_endpoint("baton-test", &url).unwrap();
+    tracing_subscriber::registry().with(traces.layer()).init();
+
+    let harness = Embedded::start(test_clock()).await;
+    let server = ScriptedServer::start().await.unwrap();
+    let endpoint = start_endpoint_with(&scripted_config(&server), harness.store()).await;
+    server.push(
+        ORCH,
+        Reply::text("Let me check both.")
+            .tool_call(ASK_SUPPORT, json!({"query": "my receipt didn't scan", "intent_count": 2}))
+            .tool_call(ASK_SHOPPING, json!({"query": "find me coffee deals", "intent_count": 2}))
+            .usage(120, 30),
+    );
+    server.push(SHOP, Reply::text("Coffee deals.").usage(40, 8));
+    let response = reqwest::Client::new()
+        .post(&endpoint.url)
+        .header(baton::http::USER_HEADER, "alice")
+        .header("traceparent", format!("00-{TRACE_ID}-{PARENT_ID}-01"))
+        .json(&json!({"message": "my receipt didn't scan, and find me coffee deals", "episode_id": "e1"}))
+        .send()
+        .await
+        .unwrap();
+    let body = response.text().await.unwrap();
+    assert!(body.contains("event: completed"), "{body}");
+    traces.flush().await;
+
+    // The batch exporter posts on its own task; wait (bounded) until the turn's span is in.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let spans = loop {
+        let spans = received.lock().unwrap().clone();
+        if spans.iter().any(|s| s.name.starts_with("turn ")) || tokio::time::Instant::now() > deadline {
+            break spans;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let by_id: HashMap<Vec<u8>, &Span> = spans.iter().map(|s| (s.span_id.clone(), s)).collect();
+    let named = |name: &str| -> Vec<&Span> { spans.iter().filter(|s| s.name == name).collect() };
+    let one = |name: &str| -> &Span {
+        let found = named(name);
+        assert_eq!(
+            found.len(),
+            1,
+            "one `{name}` span in {:?}",
+            spans.iter().map(|s| &s.name).collect::<Vec<_>>()
+        );
+        found[0]
+    };
+    let parent = |span: &Span| -> &Span { by_id[&span.parent_span_id] };
+
+    // Every span is in the caller's trace; the turn's parent is the caller's span.
+    assert!(spans.iter().all(|s| hex(&s.trace_id) == TRACE_ID), "one trace");
+    let turn = one("turn orchestrator");
+    assert_eq!(hex(&turn.parent_span_id), PARENT_ID);
+    assert_eq!(attr(turn, "baton.episode_id").as_deref(), Some("e1"));
+    assert_eq!(attr(turn, "baton.status").as_deref(), Some("ok"));
+
+    // turn → orchestrator instance → its model call and its two routing tool calls → each
+    // sub-agent instance → shopping's model call.
+    let orchestrator = one("invoke_agent orchestrator");
+    assert_eq!(orchestrator.parent_span_id, turn.span_id);
+    assert_eq!(attr(orchestrator, "gen_ai.operation.name").as_deref(), Some("invoke_agent"));
+    assert_eq!(attr(orchestrator, "baton.agent.instance").as_deref(), Some("orchestrator"));
+    let routing_call = one(&format!("chat {ORCH}"));
+    assert_eq!(routing_call.parent_span_id, orchestrator.span_id);
+    assert_eq!(attr(routing_call, "gen_ai.operation.name").as_deref(), Some("chat"));
+    assert_eq!(attr(routing_call, "gen_ai.request.model").as_deref(), Some(ORCH));
+    assert_eq!(attr(routing_call, "gen_ai.usage.input_tokens").as_deref(), Some("120"));
+    assert_eq!(attr(routing_call, "gen_ai.usage.output_tokens").as_deref(), Some("30"));
+    assert!(attr(routing_call, "baton.ttft_ms").is_some(), "time to first token");
+    assert!(routing_call.events.iter().any(|e| e.name == "gen_ai.first_token"));
+    for (tool, agent, instance) in
+        [(ASK_SUPPORT, "support", "support[1]"), (ASK_SHOPPING, "shopping", "shopping[1]")]
+    {
+        let call = one(&format!("execute_tool {tool}"));
+        assert_eq!(call.parent_span_id, orchestrator.span_id, "{tool}");
+        assert_eq!(attr(call, "gen_ai.tool.name").as_deref(), Some(tool));
+        let child = one(&format!("invoke_agent {agent}"));
+        assert_eq!(attr(child, "baton.agent.instance").as_deref(), Some(instance));
+        assert_eq!(parent(child).span_id, call.span_id, "{instance} runs inside its call");
+    }
+    let shopping_call = one(&format!("chat {SHOP}"));
+    assert_eq!(parent(shopping_call).name, "invoke_agent shopping");
+    assert_eq!(attr(shopping_call, "gen_ai.usage.output_tokens").as_deref(), Some("8"));
+
+    // The model requests carried the trace on, each naming its own model-call span.
+    let sent = server.requests_for(SHOP)[0].traceparent.clone().expect("traceparent on the model request");
+    assert_eq!(sent, format!("00-{TRACE_ID}-{}-01", hex(&shopping_call.span_id)));
+}
