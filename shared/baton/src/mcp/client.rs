@@ -32,6 +32,10 @@ use super::config::{McpServerConfig, expand_env};
 use crate::event::Event;
 use crate::tool::{CallOptions, CallRef, Slot, Tool, ToolContext, ToolError, ToolFinish, ToolRun};
 
+/// How long a finished call waits for progress notifications still on their way, while the
+/// reported total is not reached (see [`McpTool::call_items`]).
+const PROGRESS_GRACE: Duration = Duration::from_millis(100);
+
 /// What [`McpTool::call_items`] yields: progress while the call runs, then its outcome, last.
 #[derive(Debug, Clone, PartialEq)]
 pub enum McpCallItem {
@@ -347,10 +351,12 @@ impl McpTool {
                 let mut progress = session.progress.subscribe(handle.progress_token.clone()).await;
                 let response = handle.await_response();
                 tokio::pin!(response);
+                let mut seen: Option<(f64, Option<f64>)> = None;
                 let response = loop {
                     tokio::select! {
                         biased;
                         Some(p) = progress.next() => {
+                            seen = Some((p.progress, p.total));
                             yield McpCallItem::Progress(McpProgress { progress: p.progress, total: p.total, message: p.message });
                         }
                         response = &mut response => break response,
@@ -358,8 +364,19 @@ impl McpTool {
                 };
                 // Answered or timed out (rmcp sent the cancellation): nothing left to cancel.
                 guard.peer = None;
-                // Progress sent just before the answer is still delivered, in order.
-                while let Some(Some(p)) = progress.next().now_or_never() {
+                // Progress sent just before the answer is still delivered, in order. rmcp hands
+                // each notification to its handler on a task of its own, so one sent before the
+                // answer can land just after it: while the reported total is not reached, wait
+                // a little for the rest.
+                loop {
+                    let incomplete = matches!(seen, Some((done, Some(total))) if done < total);
+                    let next = if incomplete {
+                        tokio::time::timeout(PROGRESS_GRACE, progress.next()).await.ok().flatten()
+                    } else {
+                        progress.next().now_or_never().flatten()
+                    };
+                    let Some(p) = next else { break };
+                    seen = Some((p.progress, p.total));
                     yield McpCallItem::Progress(McpProgress { progress: p.progress, total: p.total, message: p.message });
                 }
                 match classify(&tool, connection.timeout, response) {
