@@ -195,3 +195,27 @@ impl StoreHarness for Moto {
         self
     }
 }
+
+/// Runs each generic test `async fn name<H: StoreHarness>()` of the calling module against both
+/// stores: `embedded::name` and `dynamodb::name` (moto_server), on a two-thread runtime.
+#[macro_export]
+macro_rules! for_both_stores {
+    ($($name:ident),+ $(,)?) => {
+        mod embedded {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name::<$crate::stores::Embedded>().await;
+                }
+            )+
+        }
+        mod dynamodb {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name::<$crate::stores::Moto>().await;
+                }
+            )+
+        }
+    };
+}

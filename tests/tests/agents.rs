@@ -10,28 +10,7 @@ use baton_tests::{Endpoint, open_stream_as, scripted_config, start_endpoint_with
 use futures::StreamExt;
 use serde_json::{Value, json};
 
-macro_rules! for_both_stores {
-    ($($name:ident),+ $(,)?) => {
-        mod embedded {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name::<baton_tests::stores::Embedded>().await;
-                }
-            )+
-        }
-        mod dynamodb {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name::<baton_tests::stores::Moto>().await;
-                }
-            )+
-        }
-    };
-}
-
-for_both_stores!(a_team_turn_streams_its_instances_and_stores_usage_per_agent_name);
+baton_tests::for_both_stores!(a_team_turn_streams_its_instances_and_stores_usage_per_agent_name);
 
 /// Each agent has its own model on the scripted server, keyed by its name.
 const TEAM: &str = "\

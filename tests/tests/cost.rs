@@ -11,28 +11,7 @@ use baton_tests::{Endpoint, open_stream_as, scripted_config, start_endpoint_with
 use futures::StreamExt;
 use serde_json::json;
 
-macro_rules! for_both_stores {
-    ($($name:ident),+ $(,)?) => {
-        mod embedded {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name::<baton_tests::stores::Embedded>().await;
-                }
-            )+
-        }
-        mod dynamodb {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name::<baton_tests::stores::Moto>().await;
-                }
-            )+
-        }
-    };
-}
-
-for_both_stores!(
+baton_tests::for_both_stores!(
     a_two_agent_turn_costs_exactly_its_tokens_at_list_price,
     an_agent_whose_model_has_no_price_gets_no_cost_anywhere
 );
