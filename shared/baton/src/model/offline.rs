@@ -116,7 +116,18 @@ impl OfflineModel {
                 }
             });
         }
-        let routes = self.route(text);
+        // The user's words are routed clause by clause; an attached image's note (after them)
+        // only decides a single part: a receipt note makes it support's.
+        let (said, note) = match text.find("\n[The user attached an image") {
+            Some(at) => (&text[..at], Some(&text[at..])),
+            None => (text, None),
+        };
+        let mut routes = self.route(said);
+        if let (Some(note), [(ASK_SHOPPING, query)]) = (note, routes.as_slice()) {
+            if self.is_support(note) {
+                routes = vec![(ASK_SUPPORT, query.clone())];
+            }
+        }
         let count = routes.len();
         let preamble = match (count, routes[0].0) {
             (1, ASK_SUPPORT) => "Let me check that for you.",
@@ -364,29 +375,7 @@ fn compose_offers(query: &str, offers: &[serde_json::Value]) -> String {
 
 /// Splits on sentence ends and on " and " / " also " between clauses.
 fn clauses(text: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    for sentence in text.split_inclusive(['.', '?', '!', ';']) {
-        let mut rest = sentence;
-        loop {
-            let lower = rest.to_lowercase();
-            let cut = [" and ", " also ", " plus "]
-                .iter()
-                .filter_map(|sep| lower.find(sep).map(|i| (i, sep.len())))
-                .min();
-            match cut {
-                Some((i, len)) if lower.is_char_boundary(i) && rest.is_char_boundary(i + len) => {
-                    out.push(rest[..i].trim().to_owned());
-                    rest = &rest[i + len..];
-                }
-                _ => {
-                    out.push(rest.trim().to_owned());
-                    break;
-                }
-            }
-        }
-    }
-    out.retain(|c| !c.is_empty());
-    out
+    crate::text::clauses(text).into_iter().map(str::to_owned).collect()
 }
 
 struct Answer {
@@ -555,8 +544,24 @@ mod tests {
     }
 
     #[test]
-    fn clauses_split_on_conjunctions_and_sentences() {
-        assert_eq!(clauses("a b and c d. e f?"), ["a b", "c d.", "e f?"]);
+    fn parts_split_at_commas_and_conjunctions_in_any_listed_language() {
+        let model = OfflineModel::new(vec!["receipt".into(), "recibo".into(), "punkte".into()]);
+        assert_eq!(
+            model.route("receipt issue, coffee deals"),
+            [
+                (super::ASK_SUPPORT, "receipt issue".to_owned()),
+                (super::ASK_SHOPPING, "coffee deals".to_owned())
+            ]
+        );
+        let spanish = model.route("mi recibo no se escaneó y busca ofertas de café");
+        assert_eq!(
+            spanish.iter().map(|(tool, _)| *tool).collect::<Vec<_>>(),
+            [super::ASK_SUPPORT, super::ASK_SHOPPING]
+        );
+        assert_eq!(
+            model.route("hi, any coffee deals?"),
+            [(super::ASK_SHOPPING, "hi, any coffee deals?".to_owned())]
+        );
     }
     fn tool(name: &str, description: &str) -> ToolSpec {
         ToolSpec { name: name.into(), description: description.into(), parameters: json!({"type": "object"}) }
