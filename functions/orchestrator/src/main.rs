@@ -51,6 +51,10 @@ async fn main() -> std::process::ExitCode {
     // during init), before any agent is built: `mcp` serves agents that use them too.
     backends.mcp = match baton::mcp::connect_all(&config.all_mcp_servers()).await {
         Ok(tools) => tools,
+        Err(baton::mcp::McpError::Config(e)) => {
+            eprintln!("error: invalid MCP configuration: {}: {}", config.locate(&e.path), e.reason);
+            return std::process::ExitCode::from(2);
+        }
         Err(e) => {
             eprintln!("error: {e}");
             return std::process::ExitCode::from(2);

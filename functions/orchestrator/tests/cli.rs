@@ -388,3 +388,27 @@ fn mcp_serves_an_agent_that_uses_its_own_mcp_server() {
     let _ = child.wait();
     assert!(line.starts_with("MCP endpoint on http://127.0.0.1:"), "{line:?}\n{stderr}");
 }
+
+#[test]
+fn an_mcp_allowlist_naming_a_tool_the_server_lacks_is_refused_with_file_line_and_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let everything = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../tests/mcp/node_modules/@modelcontextprotocol/server-everything/dist/index.js"
+    );
+    let team = format!(
+        "mcp_servers:\n  everything:\n    command: node\n    args: [{}, stdio]\n    tools:\n      - echo\n      - no-such-tool\n",
+        serde_json::to_string(everything).unwrap()
+    );
+    let path = dir.path().join("tools.yaml");
+    std::fs::write(&path, team).unwrap();
+    let out =
+        orchestrator(dir.path()).args(["--config", path.to_str().unwrap(), "chat", "hi"]).output().unwrap();
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("tools.yaml: line 5: mcp_servers.everything.tools[1]")
+            && stderr.contains("`everything` has no tool `no-such-tool`"),
+        "{stderr}"
+    );
+}

@@ -97,6 +97,9 @@ pub struct Config {
     pub agents: AgentsConfig,
     /// MCP servers whose tools agents list as `server.*` or `server.tool` (see `docs/mcp.md`).
     pub mcp_servers: crate::mcp::config::McpServers,
+    /// The file the MCP servers were read from, and its text: errors found once the servers
+    /// listed their tools name its line ([`Config::locate`]).
+    mcp_source: Option<(String, Arc<str>)>,
     /// Prices per model, for the `cost_usd` of usage (see `docs/observability.md`).
     pub prices: Prices,
 }
@@ -180,6 +183,7 @@ impl Default for Config {
                     support_keywords: Vec::new(),
                     forethought: None,
                     mcp_servers: Default::default(),
+                    mcp_source: None,
                     prices: Prices::default(),
                     agents: AgentsConfig {
                         entry: String::new(),
@@ -242,6 +246,11 @@ impl Config {
             self.support_keywords = keywords.into_iter().map(|k| k.trim().to_lowercase()).collect();
         }
         self.validate_keywords().map_err(|e| file_error(e.to_string()))?;
+        if file.mcp_servers.is_some()
+            || file.agents.as_ref().is_some_and(|a| a.iter().any(|a| !a.mcp_servers.is_empty()))
+        {
+            self.mcp_source = Some((origin.to_owned(), Arc::from(yaml)));
+        }
         if let Some(agents) = file.agents {
             self.agents.entry = agents.first().map(|a| a.name.clone()).unwrap_or_default();
             self.agents.agents = agents;
@@ -342,6 +351,19 @@ impl Config {
         }
         self.validate_keywords()?;
         self.agents.validate()
+    }
+
+    /// A dotted field path of the MCP settings (`mcp_servers.fs.tools[1]`) with the file and the
+    /// line it is written at, for errors found after start-up validation (a tool the server
+    /// does not offer).
+    pub fn locate(&self, path: &str) -> String {
+        match &self.mcp_source {
+            Some((file, yaml)) => match locate_path(yaml, path) {
+                Some(line) => format!("{file}: line {line}: {path}"),
+                None => format!("{file}: {path}"),
+            },
+            None => path.to_owned(),
+        }
     }
 
     /// Every MCP server to start: the shared `mcp_servers` and the agents' own.
