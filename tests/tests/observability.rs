@@ -196,5 +196,38 @@ async fn each_turn_writes_one_valid_emf_line_whose_values_match_the_turn() {
     close("lead.CostUSD", 0.000376);
     close("helper.CostUSD", 0.000140);
     close("CostUSD", 0.000516);
+    assert_eq!(emf["GuardRepairs"].as_u64(), Some(0), "no routing, no repairs");
+    serving.abort();
+}
+
+/// The reference router's repairs are counted in the turn's line, and their internal events
+/// never reach the client: a real question answered directly, and again when asked once more,
+/// is re-asked (one repair) and then sent to shopping (another).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_routing_rules_repairs_are_counted_and_stay_off_the_wire() {
+    let harness = Embedded::start(test_clock()).await;
+    let server = ScriptedServer::start().await.unwrap();
+    let config = scripted_config(&server);
+    let captured = Captured::default();
+    let mut backends = Backends::over_store(harness.store());
+    backends.reporter = Some(Arc::new(EmfReporter::new("baton-orchestrator", Box::new(captured.clone()))));
+    let orchestrator = baton::wiring::build(&config, backends).unwrap();
+    let history = History::new(harness.store(), 40);
+    let service = Arc::new(ChatService::new(orchestrator, history, config.limits, config.heartbeat));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let serving = tokio::spawn(baton::http::serve(listener, service, std::future::pending()));
+
+    let direct = "Milk is cheaper in bulk. Costco sells two gallons for five dollars.";
+    server.push(baton_tests::ORCH, Reply::text(direct)).push(baton_tests::ORCH, Reply::text(direct));
+    server.push(baton_tests::SHOP, Reply::text("Here are milk offers."));
+    let body = json!({"message": "is it cheaper to buy milk in bulk", "episode_id": "e1"});
+    let events: Vec<Event> = open_stream_as(&url, "alice", body).await.map(|r| r.event).collect().await;
+    assert!(matches!(events.last(), Some(Event::Completed { .. })), "{events:?}");
+    assert!(!events.iter().any(|e| matches!(e, Event::Repaired { .. })), "internal: {events:?}");
+
+    let lines = captured.lines();
+    let emf = assert_valid_emf(&lines[0]);
+    assert_eq!(emf["GuardRepairs"].as_u64(), Some(2), "the re-ask and the fallback: {emf}");
     serving.abort();
 }

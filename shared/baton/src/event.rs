@@ -356,6 +356,14 @@ pub enum Event {
         /// The support instance whose content just ended.
         agent: String,
     },
+    /// Internal: a routing rule repaired the model's routing (counted in the turn's metrics);
+    /// it is never sent to clients.
+    Repaired {
+        /// The routing instance.
+        agent: String,
+        /// The repair, as `routing-eval --json` names it (`fastpath_rejected`, ...).
+        repair: String,
+    },
     /// Token usage of one model call by one agent instance.
     Usage {
         /// Source instance.
@@ -490,6 +498,7 @@ impl Event {
             Event::AgentStarted { .. } => "agent_started",
             Event::AgentFinished { .. } => "agent_finished",
             Event::SupportContent { .. } => "support_content",
+            Event::Repaired { .. } => "repaired",
             Event::Usage { .. } => "usage",
             Event::Error { .. } => "error",
             Event::Completed { .. } => "completed",
@@ -514,6 +523,7 @@ impl Event {
             | Event::AgentStarted { agent, .. }
             | Event::AgentFinished { agent, .. }
             | Event::SupportContent { agent }
+            | Event::Repaired { agent, .. }
             | Event::Usage { agent, .. }
             | Event::Error { agent, .. } => Some(agent),
             Event::MiniAgentDecomposed { parent, .. }
@@ -529,9 +539,9 @@ impl Event {
         matches!(self, Event::Text { .. } | Event::SupportContent { .. })
     }
 
-    /// Whether clients may see this event (`support_content` is internal).
+    /// Whether clients may see this event (`support_content` and `repaired` are internal).
     pub fn is_client_visible(&self) -> bool {
-        !matches!(self, Event::SupportContent { .. })
+        !matches!(self, Event::SupportContent { .. } | Event::Repaired { .. })
     }
 
     /// A `usage` event (not yet rolled up).
@@ -842,6 +852,7 @@ mod tests {
                 usage: Usage::tokens(1, 2),
             },
             Event::SupportContent { agent: a() },
+            Event::Repaired { agent: a(), repair: "fastpath_rejected".into() },
             Event::usage(a(), "m", Usage::default()),
             Event::error(a(), "vendor_timeout", "slow", true),
             Event::Completed {

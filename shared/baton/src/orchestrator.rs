@@ -175,6 +175,7 @@ impl Orchestrator {
             let mut rollup = UsageRollup::default();
             let mut status = Status::Error;
             let mut errors = 0u32;
+            let mut repairs = 0u32;
             let expired = async move {
                 match deadline {
                     Some(deadline) => tokio::time::sleep_until(deadline).await,
@@ -193,6 +194,7 @@ impl Orchestrator {
                                 Event::AgentFinished { agent, status: s, .. } if *agent == instance => status = *s,
                                 Event::Text { .. } if first_text.is_none() => first_text = Some(received.elapsed()),
                                 Event::Error { .. } => errors += 1,
+                                Event::Repaired { .. } => repairs += 1,
                                 _ => {}
                             }
                             yield event;
@@ -232,6 +234,7 @@ impl Orchestrator {
                     first_byte,
                     first_text,
                     errors,
+                    repairs,
                     usage,
                 });
             }

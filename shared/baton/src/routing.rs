@@ -324,32 +324,51 @@ impl RoutingPolicy {
 impl StepPolicy for RoutingPolicy {
     fn first_step(&self, model: Arc<dyn ChatModel>, input: StepInput) -> StepStream {
         let followup = self.settings.followup.as_deref().map(routing_tool_name);
-        Box::pin(self.route(model, input).map(move |step| match step {
-            RouteStep::Event(event) => StepItem::Event(event),
-            RouteStep::Failed => StepItem::Failed,
-            RouteStep::Decided(route) => {
-                let mixed = route.calls.iter().any(|c| Some(&c.tool) != followup.as_ref())
-                    && route.calls.iter().any(|c| Some(&c.tool) == followup.as_ref());
-                let calls = route
-                    .calls
+        let instance = input.instance.clone();
+        Box::pin(self.route(model, input).flat_map(move |step| {
+            // Each repair, as an internal event the turn counts (never sent to clients).
+            let repairs: Vec<StepItem> = match &step {
+                RouteStep::Decided(route) => route
+                    .actions
                     .iter()
-                    .enumerate()
-                    .map(|(i, c)| StepCall {
-                        call: ToolCall {
-                            id: format!("route_{i}"),
-                            name: c.tool.clone(),
-                            arguments: c.arguments.to_string(),
-                        },
-                        mark_content_end: mixed && Some(&c.tool) == followup.as_ref(),
+                    .map(|action| {
+                        let repair = serde_json::to_value(action)
+                            .ok()
+                            .and_then(|v| v["repair"].as_str().map(str::to_owned))
+                            .unwrap_or_default();
+                        StepItem::Event(Event::Repaired { agent: instance.clone(), repair })
                     })
-                    .collect();
-                StepItem::Decided(StepDecision {
-                    text: route.text,
-                    calls,
-                    response_id: route.response_id,
-                    last: true,
-                })
-            }
+                    .collect(),
+                _ => Vec::new(),
+            };
+            let item = match step {
+                RouteStep::Event(event) => StepItem::Event(event),
+                RouteStep::Failed => StepItem::Failed,
+                RouteStep::Decided(route) => {
+                    let mixed = route.calls.iter().any(|c| Some(&c.tool) != followup.as_ref())
+                        && route.calls.iter().any(|c| Some(&c.tool) == followup.as_ref());
+                    let calls = route
+                        .calls
+                        .iter()
+                        .enumerate()
+                        .map(|(i, c)| StepCall {
+                            call: ToolCall {
+                                id: format!("route_{i}"),
+                                name: c.tool.clone(),
+                                arguments: c.arguments.to_string(),
+                            },
+                            mark_content_end: mixed && Some(&c.tool) == followup.as_ref(),
+                        })
+                        .collect();
+                    StepItem::Decided(StepDecision {
+                        text: route.text,
+                        calls,
+                        response_id: route.response_id,
+                        last: true,
+                    })
+                }
+            };
+            futures::stream::iter(repairs.into_iter().chain([item]))
         }))
     }
 }

@@ -10,6 +10,7 @@
 //! | `TimeToFirstText` | Milliseconds | request received → first user-visible text (absent when none) |
 //! | `TurnError`, `TurnPartial` | Count | 1 when the turn ended `error` / `partial`, else 0 (their average is a rate) |
 //! | `Errors` | Count | in-band `error` events of the turn |
+//! | `GuardRepairs` | Count | repairs the routing rules made to the model's routing (guards, re-asks) |
 //! | `InputTokens`, `OutputTokens`, `CachedInputTokens`, `ReasoningTokens` | Count | the turn's tokens |
 //! | `CostUSD` | None | the turn's cost (absent when an agent's model has no price) |
 //! | `<agent>.InputTokens`, `<agent>.OutputTokens`, `<agent>.CostUSD` | Count, Count, None | per agent name |
@@ -48,6 +49,7 @@ pub fn line(turn: &TurnReport<'_>, function: &str, timestamp_ms: u64) -> String 
     put("TurnError".into(), "Count", json!(u8::from(turn.status == Status::Error)));
     put("TurnPartial".into(), "Count", json!(u8::from(turn.status == Status::Partial)));
     put("Errors".into(), "Count", json!(turn.errors));
+    put("GuardRepairs".into(), "Count", json!(turn.repairs));
 
     let mut total = Usage::default();
     let mut agents: Vec<(&str, Usage)> = Vec::new();
@@ -139,10 +141,12 @@ mod tests {
             first_byte: Duration::from_micros(1500),
             first_text: None,
             errors: 2,
+            repairs: 3,
             usage: &usage,
         };
         let v: Value = serde_json::from_str(&line(&turn, "fn", 7)).unwrap();
         assert_eq!(v["TurnError"], 1);
+        assert_eq!(v["GuardRepairs"], 3);
         assert_eq!(v["TimeToFirstByte"], 1.5);
         assert!(v.get("TimeToFirstText").is_none() && v.get("CostUSD").is_none());
         assert!(v.get("lead.CostUSD").is_none());

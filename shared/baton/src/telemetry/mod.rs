@@ -35,6 +35,8 @@ pub struct TurnReport<'a> {
     pub first_text: Option<Duration>,
     /// In-band `error` events.
     pub errors: u32,
+    /// Repairs the routing rules made to the model's routing (guards, failsafe re-ask).
+    pub repairs: u32,
     /// Tokens and cost per agent name and model (`completed`'s `usage`).
     pub usage: &'a [AgentUsage],
 }
