@@ -124,6 +124,11 @@ async fn a_mixed_turn_exports_its_span_tree_under_the_callers_trace() {
     assert!(spans.iter().all(|s| hex(&s.trace_id) == TRACE_ID), "one trace");
     let turn = one("turn orchestrator");
     assert_eq!(hex(&turn.parent_span_id), PARENT_ID);
+    // The turn's store operations, in the turn: history read, user message, reply.
+    for op in ["store recent_messages", "store record_user_message", "store save_reply"] {
+        let span = one(op);
+        assert_eq!(span.parent_span_id, turn.span_id, "{op} is a child of the turn");
+    }
     assert_eq!(attr(turn, "baton.episode_id").as_deref(), Some("e1"));
     assert_eq!(attr(turn, "baton.status").as_deref(), Some("ok"));
 

@@ -57,10 +57,11 @@ impl History {
         request_id: Option<&str>,
     ) -> Result<EpisodeKey, StoreError> {
         let key = EpisodeKey::new(&turn.user_id, &turn.episode_id)?;
-        let mut stored = self.store.recent_messages(&key, self.max_messages + 1).await?;
+        let mut stored =
+            traced("recent_messages", self.store.recent_messages(&key, self.max_messages + 1)).await?;
         let message = StoredMessage::user(&turn.turn_id, &turn.message, self.store.clock().now_ms());
         if let Recorded::Duplicate { turn_id } =
-            self.store.record_user_message(&key, &message, request_id).await?
+            traced("record_user_message", self.store.record_user_message(&key, &message, request_id)).await?
         {
             turn.turn_id = turn_id;
         }
@@ -71,13 +72,13 @@ impl History {
         Ok(key)
     }
 
-    /// Runs `events` (the turn `turn_id` of `key`) in a task of its own and returns the events
-    /// for the client. The reply is saved before `completed` is released; if saving fails the
-    /// client gets an `error` event and `completed` with status `error`.
+    /// Runs `events` (the turn `turn_id` of `key`) in a task of its own (in the current span) and
+    /// returns the events for the client. The reply is saved before `completed` is released; if
+    /// saving fails the client gets an `error` event and `completed` with status `error`.
     pub fn record(&self, key: EpisodeKey, turn_id: String, events: EventStream) -> EventStream {
         let (tx, rx) = mpsc::channel::<Event>(64);
         let store = self.store.clone();
-        tokio::spawn(async move {
+        tokio::spawn(tracing::Instrument::in_current_span(async move {
             let mut recorder = ReplyRecorder::default();
             let mut events = events;
             let mut completed = None;
@@ -102,7 +103,7 @@ impl History {
             // Cancels the model calls of a turn the client left.
             drop(events);
             let messages = recorder.messages(&turn_id, hung_up, store.clock().now_ms());
-            let saved = store.save_reply(&key, &turn_id, &messages).await;
+            let saved = traced("save_reply", store.save_reply(&key, &turn_id, &messages)).await;
             if hung_up {
                 match saved {
                     Ok(()) => {
@@ -129,7 +130,7 @@ impl History {
                 let _ = tx.send(error).await;
             }
             let _ = tx.send(completed).await;
-        });
+        }));
         Box::pin(ReceiverStream::new(rx))
     }
 }
@@ -242,6 +243,12 @@ fn previous_turn(stored: &[StoredMessage]) -> Option<PreviousTurn> {
         .map(|m| PriorReply { agent: agent_name(&m.agent).to_owned(), text: m.content.clone() })
         .collect();
     Some(PreviousTurn { user_message, replies })
+}
+
+/// `op` on the store, in a span of its own (`store <op>`, a child of the turn's).
+async fn traced<T>(op: &'static str, call: impl std::future::Future<Output = T>) -> T {
+    let span = tracing::info_span!("store", otel.name = %format_args!("store {op}"), db.operation.name = op);
+    tracing::Instrument::instrument(call, span).await
 }
 
 #[cfg(test)]

@@ -15,6 +15,7 @@
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
+use tracing::Instrument;
 
 use axum::Router;
 use axum::body::{Body, Bytes};
@@ -329,7 +330,10 @@ impl ChatService {
             Ok(valid) => valid,
             Err(e) => return e.into_response(),
         };
-        let key = match self.history.begin(&mut turn, request_id.as_deref()).await {
+        // The turn's span first: its history reads and writes are in it.
+        let span = self.orchestrator.turn_span(&turn);
+        let begun = self.history.begin(&mut turn, request_id.as_deref()).instrument(span.clone()).await;
+        let key = match begun {
             Ok(key) => key,
             Err(e) => {
                 tracing::error!(episode = %turn.episode_id, user = %turn.user_id, error = %e, "user message not recorded");
@@ -340,8 +344,10 @@ impl ChatService {
         let episode = HeaderValue::from_str(&turn.episode_id).expect("checked id is a valid header");
         let turn_id = HeaderValue::from_str(&turn.turn_id).expect("uuid is a valid header");
         let id = turn.turn_id.clone();
-        let events = self.orchestrator.run_turn_until(turn, Some(deadline));
-        let events = self.history.record(key, id, events);
+        // A repeated request id gives the turn its first id back.
+        span.record("baton.turn_id", id.as_str());
+        let events = self.orchestrator.run_turn_in(turn, Some(deadline), span.clone());
+        let events = span.in_scope(|| self.history.record(key, id, events));
         let mut response = Response::new(Body::from_stream(sse_body(events, self.heartbeat)));
         let h = response.headers_mut();
         h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));

@@ -148,11 +148,18 @@ impl Orchestrator {
     /// turn ends with an `error` (`deadline_exceeded`) and `completed` with status `partial`, the
     /// usage seen so far and the turn's ids.
     pub fn run_turn_until(self: &Arc<Self>, turn: TurnRequest, deadline: Option<Instant>) -> EventStream {
-        let this = self.clone();
+        let span = self.turn_span(&turn);
+        self.run_turn_in(turn, deadline, span)
+    }
+
+    /// The span of `turn` (`turn <entry>`), a child of its `traceparent` when it has one. The
+    /// endpoint makes it before it reads the history, so that the turn's store operations are
+    /// in it too, and hands it to [`Orchestrator::run_turn_in`].
+    pub fn turn_span(&self, turn: &TurnRequest) -> tracing::Span {
         let span = tracing::info_span!(
             "turn",
-            otel.name = %format_args!("turn {}", this.entry.name()),
-            gen_ai.agent.name = this.entry.name(),
+            otel.name = %format_args!("turn {}", self.entry.name()),
+            gen_ai.agent.name = self.entry.name(),
             baton.episode_id = %turn.episode_id,
             baton.turn_id = %turn.turn_id,
             baton.status = tracing::field::Empty,
@@ -163,6 +170,17 @@ impl Orchestrator {
         if let Some(traceparent) = &turn.traceparent {
             crate::telemetry::trace::set_remote_parent(&span, traceparent, None);
         }
+        span
+    }
+
+    /// [`Orchestrator::run_turn_until`] in `span` (from [`Orchestrator::turn_span`]).
+    pub fn run_turn_in(
+        self: &Arc<Self>,
+        turn: TurnRequest,
+        deadline: Option<Instant>,
+        span: tracing::Span,
+    ) -> EventStream {
+        let this = self.clone();
         let events = Box::pin(async_stream::stream! {
             let started = Instant::now();
             let received = turn.received;
