@@ -219,3 +219,38 @@ macro_rules! for_both_stores {
         }
     };
 }
+
+/// A team's YAML served by the real endpoint over store `H`, its models on one scripted server:
+/// chat as `alice` in episode `e1` and read what was stored.
+pub struct Team<H> {
+    /// The store.
+    pub harness: H,
+    /// The models.
+    pub server: baton::model::scripted::ScriptedServer,
+    /// The chat endpoint.
+    pub endpoint: crate::Endpoint,
+}
+
+impl<H: StoreHarness> Team<H> {
+    /// Starts a store, a scripted server and the endpoint of `yaml` (panics if it is invalid).
+    pub async fn start(yaml: &str) -> Team<H> {
+        let harness = H::start(test_clock()).await;
+        let server = baton::model::scripted::ScriptedServer::start().await.expect("scripted server");
+        let config = crate::scripted_config(&server).with_yaml(yaml, "team.yaml").expect("the team is valid");
+        let endpoint = crate::start_endpoint_with(&config, harness.store()).await;
+        Team { harness, server, endpoint }
+    }
+
+    /// One turn of `message`: every event the client received.
+    pub async fn chat(&self, message: &str) -> Vec<baton::event::Event> {
+        use futures::StreamExt;
+        let body = serde_json::json!({"message": message, "episode_id": "e1"});
+        crate::open_stream_as(&self.endpoint.url, "alice", body).await.map(|r| r.event).collect().await
+    }
+
+    /// The episode's stored messages, oldest first.
+    pub async fn stored(&self) -> Vec<baton::store::StoredMessage> {
+        let key = baton::store::EpisodeKey::new("alice", "e1").expect("valid key");
+        self.harness.store().recent_messages(&key, 100).await.expect("store reads")
+    }
+}

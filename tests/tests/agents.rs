@@ -4,10 +4,9 @@
 
 use baton::event::{Event, Status, Usage};
 use baton::model::scripted::{Reply, ScriptedServer};
-use baton::store::{EpisodeKey, Role, StoredMessage};
-use baton_tests::stores::{StoreHarness, test_clock};
-use baton_tests::{Endpoint, open_stream_as, scripted_config, start_endpoint_with, text_of};
-use futures::StreamExt;
+use baton::store::{Role, StoredMessage};
+use baton_tests::stores::{StoreHarness, Team};
+use baton_tests::text_of;
 use serde_json::{Value, json};
 
 baton_tests::for_both_stores!(a_team_turn_streams_its_instances_and_stores_usage_per_agent_name);
@@ -35,41 +34,15 @@ agents:
       required: [topic]
 ";
 
-struct Team<H> {
-    harness: H,
-    server: ScriptedServer,
-    endpoint: Endpoint,
-}
-
-impl<H: StoreHarness> Team<H> {
-    async fn start(yaml: &str) -> Team<H> {
-        let harness = H::start(test_clock()).await;
-        let server = ScriptedServer::start().await.unwrap();
-        let config = scripted_config(&server).with_yaml(yaml, "team.yaml").expect("the team is valid");
-        let endpoint = start_endpoint_with(&config, harness.store()).await;
-        Team { harness, server, endpoint }
-    }
-
-    async fn chat(&self, message: &str) -> Vec<Event> {
-        let body = json!({"message": message, "episode_id": "e1"});
-        open_stream_as(&self.endpoint.url, "alice", body).await.map(|r| r.event).collect().await
-    }
-
-    async fn stored(&self) -> Vec<StoredMessage> {
-        let key = EpisodeKey::new("alice", "e1").unwrap();
-        self.harness.store().recent_messages(&key, 100).await.unwrap()
-    }
-
-    /// The tool results `model` was sent in its `n`th request, in order, parsed.
-    fn tool_results(&self, model: &str, n: usize) -> Vec<Value> {
-        self.server.requests_for(model)[n].body["messages"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|m| m["role"] == "tool")
-            .map(|m| serde_json::from_str(m["content"].as_str().unwrap()).unwrap())
-            .collect()
-    }
+/// The tool results `model` was sent in its `n`th request, in order, parsed.
+fn tool_results<H>(t: &Team<H>, model: &str, n: usize) -> Vec<Value> {
+    t.server.requests_for(model)[n].body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| serde_json::from_str(m["content"].as_str().unwrap()).unwrap())
+        .collect()
 }
 
 fn completed(events: &[Event]) -> (Status, Vec<(String, Usage)>) {
@@ -121,7 +94,7 @@ async fn a_team_turn_streams_its_instances_and_stores_usage_per_agent_name<H: St
     assert_eq!(text_of(&events, "lead"), "Asking around.In short: wait a day.");
 
     // The lead's model got every result back in call order, errors included.
-    let results = t.tool_results("lead", 1);
+    let results = tool_results(&t, "lead", 1);
     assert_eq!(results.len(), 5);
     let answers = [results[0]["answer"].as_str().unwrap(), results[2]["answer"].as_str().unwrap()];
     assert!(answers.contains(&"Points take a day.") && answers.contains(&"Receipts take a week."));
@@ -187,7 +160,7 @@ async fn agents_nest_three_levels_below_the_entry_agent() {
         })
         .collect();
     assert_eq!(started, ["level0", "level1[1]", "level2[1]", "level3[1]"]);
-    assert_eq!(t.tool_results("level2", 1), [json!({"answer": "the bottom"})]);
+    assert_eq!(tool_results(&t, "level2", 1), [json!({"answer": "the bottom"})]);
     assert_eq!(text_of(&events, "level0"), "level 0 done");
 }
 

@@ -4,11 +4,9 @@
 //! (embedded, and DynamoDB on moto_server).
 
 use baton::event::{Event, Usd};
-use baton::model::scripted::{Reply, ScriptedServer};
-use baton::store::{EpisodeKey, Role, StoredMessage};
-use baton_tests::stores::{StoreHarness, test_clock};
-use baton_tests::{Endpoint, open_stream_as, scripted_config, start_endpoint_with};
-use futures::StreamExt;
+use baton::model::scripted::Reply;
+use baton::store::{Role, StoredMessage};
+use baton_tests::stores::{StoreHarness, Team};
 use serde_json::json;
 
 baton_tests::for_both_stores!(
@@ -40,32 +38,6 @@ agents:
     instruction: Unpriced.
     output: text_and_events
 ";
-
-struct Turn<H> {
-    harness: H,
-    server: ScriptedServer,
-    endpoint: Endpoint,
-}
-
-impl<H: StoreHarness> Turn<H> {
-    async fn start() -> Turn<H> {
-        let harness = H::start(test_clock()).await;
-        let server = ScriptedServer::start().await.unwrap();
-        let config = scripted_config(&server).with_yaml(TEAM, "team.yaml").expect("the team is valid");
-        let endpoint = start_endpoint_with(&config, harness.store()).await;
-        Turn { harness, server, endpoint }
-    }
-
-    async fn chat(&self, message: &str) -> Vec<Event> {
-        let body = json!({"message": message, "episode_id": "e1"});
-        open_stream_as(&self.endpoint.url, "alice", body).await.map(|r| r.event).collect().await
-    }
-
-    async fn stored(&self) -> Vec<StoredMessage> {
-        let key = EpisodeKey::new("alice", "e1").unwrap();
-        self.harness.store().recent_messages(&key, 100).await.unwrap()
-    }
-}
 
 fn usd(text: &str) -> Option<Usd> {
     Some(text.parse().unwrap())
@@ -104,7 +76,7 @@ fn stored_costs(stored: &[StoredMessage]) -> Vec<(String, Option<Usd>)> {
 }
 
 async fn a_two_agent_turn_costs_exactly_its_tokens_at_list_price<H: StoreHarness>() {
-    let t = Turn::<H>::start().await;
+    let t = Team::<H>::start(TEAM).await;
     // lead, first call: 600 × 0.40 + 400 × 0.10 + 50 × 1.60 = 360 µ$.
     t.server.push(
         "lead-model",
@@ -155,7 +127,7 @@ async fn a_two_agent_turn_costs_exactly_its_tokens_at_list_price<H: StoreHarness
 }
 
 async fn an_agent_whose_model_has_no_price_gets_no_cost_anywhere<H: StoreHarness>() {
-    let t = Turn::<H>::start().await;
+    let t = Team::<H>::start(TEAM).await;
     // lead: 2 × (10 × 0.40 + 1 × 1.60) = 11.2 µ$.
     t.server
         .push("lead-model", Reply::text("").tool_call("agent__mystery", json!({"text": "q"})).usage(10, 1));

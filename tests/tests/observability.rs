@@ -6,14 +6,14 @@
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 
+use baton::config::Config;
 use baton::event::Event;
-use baton::history::History;
-use baton::http::ChatService;
+use baton::http::EndpointLimits;
 use baton::model::scripted::{Reply, ScriptedServer};
 use baton::telemetry::emf::EmfReporter;
 use baton::wiring::Backends;
 use baton_tests::stores::{Embedded, StoreHarness, test_clock};
-use baton_tests::{open_stream_as, scripted_config};
+use baton_tests::{Endpoint, open_stream_as, scripted_config, start_endpoint_over};
 use futures::StreamExt;
 use serde_json::{Value, json};
 
@@ -120,20 +120,22 @@ fn assert_valid_emf(line: &str) -> Value {
     root
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn each_turn_writes_one_valid_emf_line_whose_values_match_the_turn() {
+/// The chat endpoint of `config` on an embedded store, its EMF lines captured.
+async fn reporting_endpoint(config: &Config) -> (Endpoint, Captured, Embedded) {
     let harness = Embedded::start(test_clock()).await;
-    let server = ScriptedServer::start().await.unwrap();
-    let config = scripted_config(&server).with_yaml(TEAM, "team.yaml").unwrap();
     let captured = Captured::default();
     let mut backends = Backends::over_store(harness.store());
     backends.reporter = Some(Arc::new(EmfReporter::new("baton-orchestrator", Box::new(captured.clone()))));
-    let orchestrator = baton::wiring::build(&config, backends).unwrap();
-    let history = History::new(harness.store(), 40);
-    let service = Arc::new(ChatService::new(orchestrator, history, config.limits, config.heartbeat));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    let serving = tokio::spawn(baton::http::serve(listener, service, std::future::pending()));
+    let endpoint = start_endpoint_over(config, harness.store(), backends, EndpointLimits::default()).await;
+    (endpoint, captured, harness)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_turn_writes_one_valid_emf_line_whose_values_match_the_turn() {
+    let server = ScriptedServer::start().await.unwrap();
+    let config = scripted_config(&server).with_yaml(TEAM, "team.yaml").unwrap();
+    let (endpoint, captured, _store) = reporting_endpoint(&config).await;
+    let url = endpoint.url.clone();
 
     // lead: 600 × 0.40 + 400 × 0.10 + 50 × 1.60 + 20 × 0.40 + 5 × 1.60 = 376 µ$;
     // helper: 30 × 2 + 10 × 8 = 140 µ$.
@@ -197,7 +199,6 @@ async fn each_turn_writes_one_valid_emf_line_whose_values_match_the_turn() {
     close("helper.CostUSD", 0.000140);
     close("CostUSD", 0.000516);
     assert_eq!(emf["GuardRepairs"].as_u64(), Some(0), "no routing, no repairs");
-    serving.abort();
 }
 
 /// The reference router's repairs are counted in the turn's line, and their internal events
@@ -205,18 +206,10 @@ async fn each_turn_writes_one_valid_emf_line_whose_values_match_the_turn() {
 /// is re-asked (one repair) and then sent to shopping (another).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_routing_rules_repairs_are_counted_and_stay_off_the_wire() {
-    let harness = Embedded::start(test_clock()).await;
     let server = ScriptedServer::start().await.unwrap();
     let config = scripted_config(&server);
-    let captured = Captured::default();
-    let mut backends = Backends::over_store(harness.store());
-    backends.reporter = Some(Arc::new(EmfReporter::new("baton-orchestrator", Box::new(captured.clone()))));
-    let orchestrator = baton::wiring::build(&config, backends).unwrap();
-    let history = History::new(harness.store(), 40);
-    let service = Arc::new(ChatService::new(orchestrator, history, config.limits, config.heartbeat));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    let serving = tokio::spawn(baton::http::serve(listener, service, std::future::pending()));
+    let (endpoint, captured, _store) = reporting_endpoint(&config).await;
+    let url = endpoint.url.clone();
 
     let direct = "Milk is cheaper in bulk. Costco sells two gallons for five dollars.";
     server.push(baton_tests::ORCH, Reply::text(direct)).push(baton_tests::ORCH, Reply::text(direct));
@@ -229,5 +222,4 @@ async fn the_routing_rules_repairs_are_counted_and_stay_off_the_wire() {
     let lines = captured.lines();
     let emf = assert_valid_emf(&lines[0]);
     assert_eq!(emf["GuardRepairs"].as_u64(), Some(2), "the re-ask and the fallback: {emf}");
-    serving.abort();
 }
