@@ -212,6 +212,10 @@ pub async fn serve_http(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), McpError> {
     let (router, stop) = http_router(agents);
+    // `TCP_NODELAY`, as for the chat endpoint: progress notifications are small frames.
+    let listener = axum::serve::ListenerExt::tap_io(listener, |s| {
+        let _ = s.set_nodelay(true);
+    });
     axum::serve(listener, router)
         .with_graceful_shutdown(async move {
             shutdown.await;

@@ -207,6 +207,11 @@ impl LoopbackServer {
         let addr = listener.local_addr()?;
         let task = tokio::spawn(async move {
             // The server only ends with the process or when the handle is dropped (aborted).
+            // `TCP_NODELAY` like `serve`'s own sockets: small SSE frames must not wait for the
+            // client's delayed ACK.
+            let listener = axum::serve::ListenerExt::tap_io(listener, |s| {
+                let _ = s.set_nodelay(true);
+            });
             let _ = axum::serve(listener, app).await;
         });
         Ok(LoopbackServer { addr, task })
@@ -468,11 +473,15 @@ pub(crate) fn paced_body(
 ) -> impl futures::Stream<Item = Result<Bytes, std::io::Error>> + Send {
     async_stream::stream! {
         let mut end = OnEnd { f: Some(on_end), completed: false };
+        let start = tokio::time::Instant::now();
         for (i, frame) in frames.into_iter().enumerate() {
             // The delay comes first, so frames sent before a cut have been flushed to the client
-            // (a body error drops whatever the server still had buffered).
+            // (a body error drops whatever the server still had buffered). Frame `i` is due at
+            // `start + i × chunk_delay`, not `chunk_delay` after the previous one: a timer wakes up
+            // to a millisecond late, and relative sleeps would add that up over a long stream.
             if i > 0 && !pacing.chunk_delay.is_zero() {
-                tokio::time::sleep(pacing.chunk_delay).await;
+                let due = pacing.chunk_delay.saturating_mul(u32::try_from(i).unwrap_or(u32::MAX));
+                tokio::time::sleep_until(start + due).await;
             }
             if let Some((n, gate)) = &pacing.gate {
                 if *n == i {
