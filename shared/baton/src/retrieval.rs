@@ -4,10 +4,12 @@
 //! Used by the offline help-center agent (articles) and the shopping tools (offers). Ties are
 //! broken by document order, so results are deterministic.
 
+use std::sync::OnceLock;
+
 use bm25::{Embedder, EmbedderBuilder, Scorer, Tokenizer};
 use rust_stemmers::{Algorithm, Stemmer};
 
-/// Words too common to say anything about a document.
+/// Words too common to say anything about a document, sorted (looked up by binary search).
 const STOP_WORDS: &[&str] = &[
     "a", "about", "all", "am", "an", "and", "any", "are", "as", "at", "be", "been", "but", "by", "can",
     "could", "did", "do", "does", "for", "from", "get", "got", "had", "has", "have", "how", "i", "i'm", "if",
@@ -34,7 +36,7 @@ impl Tokenizer for EnglishTokenizer {
         input_text
             .split(|c: char| !(c.is_alphanumeric() || c == '\''))
             .map(|w| w.trim_matches('\'').to_lowercase())
-            .filter(|w| !w.is_empty() && !STOP_WORDS.contains(&w.as_str()))
+            .filter(|w| !w.is_empty() && STOP_WORDS.binary_search(&w.as_str()).is_err())
             .map(|w| {
                 // "didn't" → "didn"; the stemmer handles the rest ("receipts" → "receipt").
                 let w = w.split('\'').next().unwrap_or_default();
@@ -54,40 +56,63 @@ pub struct Hit {
     pub score: f32,
 }
 
-/// A BM25 index over a fixed corpus.
+/// A BM25 index over a fixed corpus, built on its first search.
+///
+/// Building it tokenizes and stems every document (about 10 ms for the shipped articles and
+/// offers), so a process that never searches never pays for it, and one that does pays once,
+/// not before it can serve (`serve` listens, and a Lambda asks for its first invocation, sooner).
 pub struct SearchIndex {
+    corpus: Vec<String>,
+    built: OnceLock<Built>,
+}
+
+struct Built {
     embedder: Embedder<u32, EnglishTokenizer>,
     scorer: Scorer<usize>,
 }
 
 impl std::fmt::Debug for SearchIndex {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SearchIndex").field("avgdl", &self.embedder.avgdl()).finish_non_exhaustive()
+        f.debug_struct("SearchIndex")
+            .field("documents", &self.corpus.len())
+            .field("built", &self.built.get().is_some())
+            .finish_non_exhaustive()
     }
 }
 
 impl SearchIndex {
-    /// Indexes `corpus`; a hit's `index` is the position of its document here.
+    /// An index of `corpus`; a hit's `index` is the position of its document here.
     pub fn new<S: AsRef<str>>(corpus: &[S]) -> SearchIndex {
-        let texts: Vec<&str> = corpus.iter().map(AsRef::as_ref).collect();
-        let embedder = EmbedderBuilder::<u32, EnglishTokenizer>::with_tokenizer_and_fit_to_corpus(
-            EnglishTokenizer::default(),
-            &texts,
-        )
-        .build();
-        let mut scorer = Scorer::new();
-        for (i, text) in texts.iter().enumerate() {
-            scorer.upsert(&i, embedder.embed(text));
-        }
-        SearchIndex { embedder, scorer }
+        SearchIndex { corpus: corpus.iter().map(|s| s.as_ref().to_owned()).collect(), built: OnceLock::new() }
+    }
+
+    fn built(&self) -> &Built {
+        self.built.get_or_init(|| {
+            let texts: Vec<&str> = self.corpus.iter().map(String::as_str).collect();
+            let embedder = EmbedderBuilder::<u32, EnglishTokenizer>::with_tokenizer_and_fit_to_corpus(
+                EnglishTokenizer::default(),
+                &texts,
+            )
+            .build();
+            let mut scorer = Scorer::new();
+            for (i, text) in self.corpus.iter().enumerate() {
+                scorer.upsert(&i, embedder.embed(text));
+            }
+            Built { embedder, scorer }
+        })
+    }
+
+    /// Whether the first search has built the index yet.
+    pub fn is_built(&self) -> bool {
+        self.built.get().is_some()
     }
 
     /// The best `limit` documents for `query`, best first; documents sharing no term with the
     /// query are never returned.
     pub fn search(&self, query: &str, limit: usize) -> Vec<Hit> {
-        let query = self.embedder.embed(query);
-        let mut hits: Vec<Hit> = self
-            .scorer
+        let Built { embedder, scorer } = self.built();
+        let query = embedder.embed(query);
+        let mut hits: Vec<Hit> = scorer
             .matches(&query)
             .into_iter()
             .filter(|m| m.score > 0.0)
@@ -102,6 +127,11 @@ impl SearchIndex {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stop_words_are_sorted_for_binary_search() {
+        assert!(STOP_WORDS.windows(2).all(|w| w[0] < w[1]), "STOP_WORDS must stay sorted and unique");
+    }
 
     #[test]
     fn tokenizer_stems_and_drops_stop_words() {
@@ -121,6 +151,14 @@ mod tests {
         assert_eq!(hits[0].index, 1);
         assert!(hits.iter().all(|h| h.index != 2), "no shared term, no hit: {hits:?}");
         assert!(index.search("weather tomorrow", 3).is_empty());
+    }
+
+    #[test]
+    fn the_index_is_built_by_the_first_search_only() {
+        let index = SearchIndex::new(&["tea deal", "coffee deal"]);
+        assert!(!index.is_built(), "building an index is left to its first search");
+        assert_eq!(index.search("coffee", 1)[0].index, 1);
+        assert!(index.is_built());
     }
 
     #[test]

@@ -65,19 +65,23 @@ enum Kind {
 }
 
 /// The smalltalk phrases a message is checked against, by their first word. The default is the
-/// default lists ([`Lexicon::reference`]).
-#[derive(Debug, Clone, PartialEq)]
+/// default lists ([`Lexicon::reference`]), built on first use rather than when a router is
+/// built, so start-up does not pay for folding every language's phrases.
+#[derive(Debug, Clone, Default)]
 pub struct Lexicon {
-    phrases: HashMap<String, Vec<(Vec<String>, Kind)>>,
+    /// `None`: the reference lists.
+    phrases: Option<Phrases>,
 }
+
+type Phrases = HashMap<String, Vec<(Vec<String>, Kind)>>;
 
 static REFERENCE_LEXICON: LazyLock<Lexicon> = LazyLock::new(|| {
     Lexicon::with_defaults(&SmalltalkLists::default()).expect("data/routing/smalltalk.yaml is valid")
 });
 
-impl Default for Lexicon {
-    fn default() -> Self {
-        Lexicon::reference().clone()
+impl PartialEq for Lexicon {
+    fn eq(&self, other: &Lexicon) -> bool {
+        self.phrases() == other.phrases()
     }
 }
 
@@ -85,6 +89,13 @@ impl Lexicon {
     /// The default lists (every language of `data/routing/smalltalk.yaml`).
     pub fn reference() -> &'static Lexicon {
         &REFERENCE_LEXICON
+    }
+
+    fn phrases(&self) -> &Phrases {
+        match &self.phrases {
+            Some(phrases) => phrases,
+            None => REFERENCE_LEXICON.phrases.as_ref().expect("the reference lexicon has its phrases"),
+        }
     }
 
     /// The default lists and `extra`; `Err` says what is wrong with a list.
@@ -97,7 +108,7 @@ impl Lexicon {
 
     /// Only the phrases of `lists`; `Err` names a phrase without a word.
     pub fn new<'a>(lists: impl IntoIterator<Item = &'a SmalltalkLists>) -> Result<Lexicon, String> {
-        let mut lexicon = Lexicon { phrases: HashMap::new() };
+        let mut phrases = Phrases::new();
         for l in lists {
             let classes = [
                 (&l.greetings, Kind::Talk(Smalltalk::Greeting)),
@@ -105,13 +116,13 @@ impl Lexicon {
                 (&l.chitchat, Kind::Talk(Smalltalk::Chitchat)),
                 (&l.fillers, Kind::Filler),
             ];
-            for (phrases, kind) in classes {
-                for phrase in phrases {
+            for (class, kind) in classes {
+                for phrase in class {
                     let key: Vec<String> = words(phrase).iter().map(|w| match_key(w)).collect();
                     let Some(first) = key.first().cloned() else {
                         return Err(format!("smalltalk phrase {phrase:?} has no word"));
                     };
-                    let entry = lexicon.phrases.entry(first).or_default();
+                    let entry = phrases.entry(first).or_default();
                     if !entry.iter().any(|(p, k)| *p == key && *k == kind) {
                         entry.push((key, kind));
                     }
@@ -119,10 +130,10 @@ impl Lexicon {
             }
         }
         // Longest first: "good morning" is one greeting, not an acknowledgement and a word.
-        for entry in lexicon.phrases.values_mut() {
+        for entry in phrases.values_mut() {
             entry.sort_by_key(|(p, _)| std::cmp::Reverse(p.len()));
         }
-        Ok(lexicon)
+        Ok(Lexicon { phrases: Some(phrases) })
     }
 
     /// Whether `text` is smalltalk, and which: every clause greetings, acknowledgements, chitchat
@@ -165,7 +176,7 @@ impl Lexicon {
         reach[0] = Some(Vec::new());
         for i in 0..keys.len() {
             let Some(path) = reach[i].clone() else { continue };
-            for (phrase, kind) in self.phrases.get(&keys[i]).into_iter().flatten() {
+            for (phrase, kind) in self.phrases().get(&keys[i]).into_iter().flatten() {
                 let end = i + phrase.len();
                 if end <= keys.len() && reach[end].is_none() && keys[i..end] == phrase[..] {
                     let mut next = path.clone();
