@@ -62,7 +62,7 @@ fn main() {
     }
     if wanted("serve") {
         let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
-        rt.block_on(serve_memory(if quick { 100 } else { 1_000 }));
+        rt.block_on(serve_memory(quick));
     }
 }
 
@@ -282,13 +282,86 @@ fn rss_kib(pid: u32, field: &str) -> u64 {
         .unwrap_or(0)
 }
 
-async fn serve_memory(streams: usize) {
-    use tokio::io::AsyncBufReadExt;
+/// The release `orchestrator` binary, if `make bench` built it.
+fn release_binary() -> Option<std::path::PathBuf> {
     let binary = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/release/orchestrator");
-    if !binary.exists() {
-        println!("== serve memory: skipped, {} is not built (run `make bench`)", binary.display());
-        return;
+    binary.exists().then_some(binary)
+}
+
+/// A running `orchestrator serve` on a fresh embedded store, and how long it took to listen.
+struct ServeChild {
+    child: tokio::process::Child,
+    url: String,
+    ready: Duration,
+    _store: tempfile::TempDir,
+}
+
+async fn start_serve(binary: &std::path::Path, env: &[(&str, String)]) -> ServeChild {
+    use tokio::io::AsyncBufReadExt;
+    let store = tempfile::tempdir().unwrap();
+    let started = Instant::now();
+    let mut command = tokio::process::Command::new(binary);
+    command
+        .args(["serve", "--addr", "127.0.0.1:0"])
+        .env("BATON_STORE_PATH", store.path().join("store.redb"))
+        .env_remove("BATON_TABLE")
+        .env_remove("OPENAI_BASE_URL")
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("FORETHOUGHT_API_TOKEN")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true);
+    for (k, v) in env {
+        command.env(k, v);
     }
+    let mut child = command.spawn().unwrap();
+    let mut line = String::new();
+    tokio::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).await.unwrap();
+    let ready = started.elapsed();
+    let url = line.trim().strip_prefix("listening on ").unwrap().to_owned();
+    ServeChild { child, url, ready, _store: store }
+}
+
+/// Exec → "listening" of `serve` on embedded defaults (offline model, fresh store), `runs`
+/// times; then the memory sections.
+async fn serve_memory(quick: bool) {
+    let Some(binary) = release_binary() else {
+        println!("== serve: skipped, target/release/orchestrator is not built (run `make bench`)");
+        return;
+    };
+    println!("== serve binary (release)");
+    let mut starts = Vec::new();
+    for _ in 0..if quick { 5 } else { 21 } {
+        let mut serve = start_serve(&binary, &[]).await;
+        starts.push(serve.ready);
+        let _ = serve.child.kill().await;
+    }
+    starts.sort();
+    println!(
+        "   start → listening (offline defaults, fresh store): median {:.1} ms, min {:.1} ms over {} starts   (target < 15 ms)",
+        percentile(&starts, 0.5).as_secs_f64() * 1e3,
+        starts[0].as_secs_f64() * 1e3,
+        starts.len()
+    );
+    let sizes: &[usize] = if quick { &[100] } else { &[1_000, 10_000] };
+    for &streams in sizes {
+        for http2 in [false, true] {
+            // Over HTTP/1.1 each open stream holds its client connection and one connection per
+            // model call in flight: 10,000 streams need more descriptors than the process may open.
+            if !http2 && streams > 5_000 {
+                println!(
+                    "   {streams} streams over HTTP/1.1 to the model server: skipped (~3 sockets per stream, over `ulimit -n`)"
+                );
+                continue;
+            }
+            serve_streams(&binary, streams, http2).await;
+        }
+    }
+}
+
+/// RSS of `serve` with `streams` concurrent mixed turns, each sub-agent streaming for 2 s, with the
+/// model server over HTTP/1.1 or HTTP/2 (h2c); then after the burst has ended.
+async fn serve_streams(binary: &std::path::Path, streams: usize, http2: bool) {
     let server = ScriptedServer::start().await.unwrap();
     server.set_default(
         "orch",
@@ -300,47 +373,34 @@ async fn serve_memory(streams: usize) {
     let slow = Reply::text("lorem ipsum ".repeat(10)).chunk_delay(Duration::from_millis(100));
     server.set_default("sup", slow.clone());
     server.set_default("shop", slow);
-
-    let store = tempfile::tempdir().unwrap();
-    let started = Instant::now();
-    let mut child = tokio::process::Command::new(&binary)
-        .args(["serve", "--addr", "127.0.0.1:0"])
-        .env("BATON_STORE_PATH", store.path().join("store.redb"))
-        .env_remove("BATON_TABLE")
-        .env("OPENAI_BASE_URL", server.base_url())
-        .env("BATON_ORCHESTRATOR_MODEL", "orch")
-        .env("BATON_SUPPORT_MODEL", "sup")
-        .env("BATON_SHOPPING_MODEL", "shop")
-        .env(
-            "BATON_STORE_PATH",
-            std::env::temp_dir().join(format!("baton-bench-{}.redb", std::process::id())),
-        )
-        .env_remove("BATON_TABLE")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    tokio::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).await.unwrap();
-    let ready = started.elapsed();
-    let url = line.trim().strip_prefix("listening on ").unwrap().to_owned();
-    let pid = child.id().unwrap();
+    let mut env = vec![
+        ("OPENAI_BASE_URL", server.base_url()),
+        ("BATON_ORCHESTRATOR_MODEL", "orch".to_owned()),
+        ("BATON_SUPPORT_MODEL", "sup".to_owned()),
+        ("BATON_SHOPPING_MODEL", "shop".to_owned()),
+        // Every stream is served at once (the default cap is 512 connections).
+        ("BATON_MAX_CONNECTIONS", (streams + 64).to_string()),
+    ];
+    if http2 {
+        env.push(("BATON_MODEL_HTTP2", "true".to_owned()));
+    }
+    let mut serve = start_serve(binary, &env).await;
+    let pid = serve.child.id().unwrap();
     tokio::time::sleep(Duration::from_millis(200)).await;
     let idle = rss_kib(pid, "VmRSS:");
-
     let client = reqwest::Client::builder().pool_max_idle_per_host(0).build().unwrap();
     let run = |client: reqwest::Client, url: String| async move {
         let r = client.post(&url).json(&json!({"message": "receipt and coffee"})).send().await?;
         let body = r.bytes().await?;
         Ok::<bool, reqwest::Error>(String::from_utf8_lossy(&body).contains("event: completed\n"))
     };
-    // One warm-up turn so lazily initialised state (TLS roots, pools) is in the idle baseline.
-    run(client.clone(), url.clone()).await.unwrap();
+    // One warm-up turn so lazily initialised state (pools, indexes) is in the baseline.
+    run(client.clone(), serve.url.clone()).await.unwrap();
     let warm = rss_kib(pid, "VmRSS:");
+    let connections_before = server.connections();
 
     let wall = Instant::now();
-    let tasks: Vec<_> = (0..streams).map(|_| tokio::spawn(run(client.clone(), url.clone()))).collect();
+    let tasks: Vec<_> = (0..streams).map(|_| tokio::spawn(run(client.clone(), serve.url.clone()))).collect();
     let mut completed = 0;
     for t in tasks {
         if matches!(t.await, Ok(Ok(true))) {
@@ -349,24 +409,25 @@ async fn serve_memory(streams: usize) {
     }
     let took = wall.elapsed();
     let peak = rss_kib(pid, "VmHWM:");
-    let per_stream = (peak.saturating_sub(warm)) as f64 / streams as f64;
-    println!("== serve binary (release)");
-    println!("   start → ready (listening): {:>6.1} ms   (target < 30 ms)", ready.as_secs_f64() * 1e3);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let after = rss_kib(pid, "VmRSS:");
+    let per_stream = (peak.saturating_sub(warm)) as f64 * 1024.0 / streams as f64;
+    let mib = |kib: u64| kib as f64 / 1024.0;
     println!(
-        "   RSS idle {:>6.1} MiB, after one turn {:>6.1} MiB   (target idle < 20 MB)",
-        idle as f64 / 1024.0,
-        warm as f64 / 1024.0
+        "   {streams} concurrent mixed-turn streams, model server over {}: {completed} completed in {:.2} s, {} model connections",
+        if http2 { "HTTP/2 (h2c)" } else { "HTTP/1.1" },
+        took.as_secs_f64(),
+        server.connections() - connections_before
     );
     println!(
-        "   {streams} concurrent mixed-turn streams: {completed} completed in {:.2} s",
-        took.as_secs_f64()
+        "      RSS idle {:.1} MiB, after one turn {:.1} MiB, peak {:.1} MiB → {:.1} KB per stream (target < 50 KB); 2 s after the burst {:.1} MiB",
+        mib(idle),
+        mib(warm),
+        mib(peak),
+        per_stream / 1000.0,
+        mib(after)
     );
-    println!(
-        "   peak RSS {:>6.1} MiB → {:.1} KiB per additional stream   (target < 50 KB)",
-        peak as f64 / 1024.0,
-        per_stream
-    );
-    let _ = child.kill().await;
+    let _ = serve.child.kill().await;
 }
 
 /// Exec → the first poll of the Lambda runtime API, for the release orchestrator in Lambda mode

@@ -232,3 +232,34 @@ async fn the_api_key_is_sent_as_a_bearer_token_and_the_body_asks_for_usage() {
     assert_eq!(req.body["stream_options"]["include_usage"], true);
     assert_eq!(req.authorization.as_deref(), Some("Bearer sk-test"));
 }
+
+/// `concurrent` streamed calls at once on one shared client (`http2`: h2c with prior knowledge),
+/// each answered over 60 ms so they overlap; the requests as the server saw them.
+async fn concurrent_calls(http2: bool, concurrent: usize) -> (ScriptedServer, Vec<ChatResponse>) {
+    let server = ScriptedServer::start().await.unwrap();
+    server.set_default("m", Reply::text("one two three").chunk_delay(Duration::from_millis(20)));
+    let http = OpenAiChatModel::http_client(&Default::default(), http2).unwrap();
+    let model = OpenAiChatModel::with_client(http, OpenAiConfig::new(server.base_url(), "m"));
+    let calls = (0..concurrent).map(|_| {
+        collect(model.stream(ChatRequest { messages: vec![Message::user("x")], ..Default::default() }))
+    });
+    let answers = futures::future::join_all(calls).await.into_iter().map(Result::unwrap).collect();
+    (server, answers)
+}
+
+#[tokio::test]
+async fn http2_prior_knowledge_puts_concurrent_calls_on_one_connection() {
+    let (server, answers) = concurrent_calls(true, 4).await;
+    assert!(answers.iter().all(|a| a.text == "one two three"), "{answers:?}");
+    let versions: Vec<_> = server.requests().iter().map(|r| r.version).collect();
+    assert_eq!(versions, [axum::http::Version::HTTP_2; 4]);
+    assert_eq!(server.connections(), 1, "four concurrent calls, one HTTP/2 connection");
+}
+
+#[tokio::test]
+async fn without_it_a_cleartext_server_gets_http1_and_a_connection_per_concurrent_call() {
+    let (server, answers) = concurrent_calls(false, 4).await;
+    assert!(answers.iter().all(|a| a.text == "one two three"), "{answers:?}");
+    assert!(server.requests().iter().all(|r| r.version == axum::http::Version::HTTP_11));
+    assert_eq!(server.connections(), 4);
+}

@@ -36,6 +36,12 @@ pub struct Settings {
     #[arg(long, env = "OPENAI_BASE_URL", global = true)]
     openai_base_url: Option<String>,
 
+    /// Speak HTTP/2 without an upgrade (h2c, prior knowledge) to a cleartext `http://` model
+    /// server that accepts it, so concurrent model calls share one connection. Over https,
+    /// HTTP/2 is negotiated whenever the server offers it.
+    #[arg(long, env = "BATON_MODEL_HTTP2", global = true)]
+    model_http2: bool,
+
     /// API key for the model server (sent as a bearer token).
     #[arg(long, env = "OPENAI_API_KEY", hide_env_values = true, global = true)]
     openai_api_key: Option<String>,
@@ -203,6 +209,7 @@ impl Settings {
         c.models.base_url = self.openai_base_url.clone().filter(|s| !s.is_empty());
         c.models.api_key = self.openai_api_key.clone().filter(|s| !s.is_empty());
         c.models.orchestrator = self.orchestrator_model.clone();
+        c.models.http2 = self.model_http2;
         // The shopping flags and variables are the `shopping` agent's settings where its entry
         // sets none.
         let nonempty = |v: &Option<String>| v.clone().filter(|s| !s.trim().is_empty());

@@ -184,8 +184,11 @@ impl<'a> ModelFactory<'a> {
     fn new(config: &'a Config) -> Result<ModelFactory<'a>, ConfigError> {
         let models = &config.models;
         // One HTTP client (one connection pool, one TLS setup) for every model.
-        let http =
-            if models.is_offline() { None } else { Some(OpenAiChatModel::http_client(&models.timeouts)?) };
+        let http = if models.is_offline() {
+            None
+        } else {
+            Some(OpenAiChatModel::http_client(&models.timeouts, models.http2)?)
+        };
         Ok(ModelFactory { config, http })
     }
 

@@ -42,6 +42,10 @@ pub struct ModelConfig {
     pub timeouts: Timeouts,
     /// Retries of every model call.
     pub retry: RetryPolicy,
+    /// Speak HTTP/2 to a cleartext (`http://`) model server from the first byte (h2c with prior
+    /// knowledge), so a turn's concurrent calls share one connection. Over `https` HTTP/2 is
+    /// negotiated whenever the server offers it, with or without this.
+    pub http2: bool,
 }
 
 impl Default for ModelConfig {
@@ -52,8 +56,28 @@ impl Default for ModelConfig {
             orchestrator: "gpt-4.1-mini".into(),
             timeouts: Timeouts::default(),
             retry: RetryPolicy::default(),
+            http2: false,
         }
     }
+}
+
+/// Idle connections an HTTP client keeps per host. Enough for the steady concurrency of a
+/// `serve` process to reuse warm (TLS) connections; a burst beyond it closes its extra
+/// connections as they go idle instead of holding their buffers for the pool's idle timeout.
+pub const MAX_IDLE_CONNECTIONS_PER_HOST: usize = 32;
+
+/// How long an idle pooled connection is kept.
+pub const IDLE_CONNECTION_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// The HTTP client settings every outgoing client shares (model servers, Forethought): the
+/// connect timeout, no Nagle delay (small SSE frames and requests go at once) and a bounded
+/// idle pool ([`MAX_IDLE_CONNECTIONS_PER_HOST`], [`IDLE_CONNECTION_TIMEOUT`]).
+pub fn pooled_http_client(connect_timeout: std::time::Duration) -> reqwest::ClientBuilder {
+    reqwest::Client::builder()
+        .connect_timeout(connect_timeout)
+        .tcp_nodelay(true)
+        .pool_max_idle_per_host(MAX_IDLE_CONNECTIONS_PER_HOST)
+        .pool_idle_timeout(IDLE_CONNECTION_TIMEOUT)
 }
 
 impl ModelConfig {

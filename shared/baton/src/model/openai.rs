@@ -167,18 +167,21 @@ pub(crate) trait StreamParser: Default + Send {
 impl OpenAiChatModel {
     /// Builds the model with its own HTTP client.
     pub fn new(config: OpenAiConfig) -> Result<OpenAiChatModel, ModelError> {
-        let http = OpenAiChatModel::http_client(&config.timeouts)?;
+        let http = OpenAiChatModel::http_client(&config.timeouts, false)?;
         Ok(OpenAiChatModel::with_client(http, config))
     }
 
-    /// An HTTP client suited to model calls (connect timeout, no Nagle delay), to share between
-    /// models.
-    pub fn http_client(timeouts: &Timeouts) -> Result<reqwest::Client, ModelError> {
-        reqwest::Client::builder()
-            .connect_timeout(timeouts.connect)
-            .tcp_nodelay(true)
-            .build()
-            .map_err(|e| ModelError::Config(e.to_string()))
+    /// An HTTP client suited to model calls (connect timeout, no Nagle delay, a bounded idle
+    /// pool), to share between models. Over `https` it speaks HTTP/2 when the server offers it
+    /// (ALPN), so concurrent calls share one connection; `http2_prior_knowledge` speaks HTTP/2
+    /// to a cleartext server too (one that accepts h2c without an upgrade).
+    pub fn http_client(
+        timeouts: &Timeouts,
+        http2_prior_knowledge: bool,
+    ) -> Result<reqwest::Client, ModelError> {
+        let builder = crate::config::pooled_http_client(timeouts.connect);
+        let builder = if http2_prior_knowledge { builder.http2_prior_knowledge() } else { builder };
+        builder.build().map_err(|e| ModelError::Config(e.to_string()))
     }
 
     /// Builds the model on a shared HTTP client (its connect timeout applies).

@@ -38,7 +38,7 @@ impl ResponsesModel {
 
     /// Builds the model with its own HTTP client.
     pub fn new(config: OpenAiConfig) -> Result<ResponsesModel, ModelError> {
-        let http = super::openai::OpenAiChatModel::http_client(&config.timeouts)?;
+        let http = super::openai::OpenAiChatModel::http_client(&config.timeouts, false)?;
         Ok(ResponsesModel::with_client(http, config))
     }
 }

@@ -165,6 +165,8 @@ pub struct RecordedRequest {
     pub authorization: Option<String>,
     /// The W3C `traceparent` header, if any.
     pub traceparent: Option<String>,
+    /// The HTTP version it came over.
+    pub version: axum::http::Version,
     /// When it arrived.
     pub received_at: Instant,
     /// When the server sent the first byte of its answer, once it has.
@@ -197,6 +199,8 @@ struct ServerState {
 /// A router served on `127.0.0.1:0` until dropped; the base of the scripted servers.
 pub(crate) struct LoopbackServer {
     pub(crate) addr: SocketAddr,
+    /// Connections accepted so far.
+    connections: Arc<std::sync::atomic::AtomicUsize>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -205,16 +209,24 @@ impl LoopbackServer {
     pub(crate) async fn start(app: axum::Router) -> std::io::Result<LoopbackServer> {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
+        let connections = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = connections.clone();
         let task = tokio::spawn(async move {
             // The server only ends with the process or when the handle is dropped (aborted).
             // `TCP_NODELAY` like `serve`'s own sockets: small SSE frames must not wait for the
-            // client's delayed ACK.
-            let listener = axum::serve::ListenerExt::tap_io(listener, |s| {
+            // client's delayed ACK. HTTP/1.1, and HTTP/2 from a client that starts with it (h2c).
+            let listener = axum::serve::ListenerExt::tap_io(listener, move |s| {
+                counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let _ = s.set_nodelay(true);
             });
             let _ = axum::serve(listener, app).await;
         });
-        Ok(LoopbackServer { addr, task })
+        Ok(LoopbackServer { addr, connections, task })
+    }
+
+    /// The connections accepted so far.
+    pub(crate) fn connections(&self) -> usize {
+        self.connections.load(std::sync::atomic::Ordering::Relaxed)
     }
 }
 
@@ -275,6 +287,11 @@ impl ScriptedServer {
         self.state.requests.lock().expect("requests lock").clone()
     }
 
+    /// The TCP connections the server has accepted so far.
+    pub fn connections(&self) -> usize {
+        self.server.connections()
+    }
+
     /// The requests received for `model`.
     pub fn requests_for(&self, model: &str) -> Vec<RecordedRequest> {
         self.requests().into_iter().filter(|r| r.model == model).collect()
@@ -283,21 +300,28 @@ impl ScriptedServer {
 
 async fn completions(
     State(state): State<Arc<ServerState>>,
+    version: axum::http::Version,
     headers: axum::http::HeaderMap,
     body: Bytes,
 ) -> Response {
-    answer(state, headers, body, Api::ChatCompletions).await
+    answer(state, (version, headers), body, Api::ChatCompletions).await
 }
 
 async fn responses(
     State(state): State<Arc<ServerState>>,
+    version: axum::http::Version,
     headers: axum::http::HeaderMap,
     body: Bytes,
 ) -> Response {
-    answer(state, headers, body, Api::Responses).await
+    answer(state, (version, headers), body, Api::Responses).await
 }
 
-async fn answer(state: Arc<ServerState>, headers: axum::http::HeaderMap, body: Bytes, api: Api) -> Response {
+async fn answer(
+    state: Arc<ServerState>,
+    (version, headers): (axum::http::Version, axum::http::HeaderMap),
+    body: Bytes,
+    api: Api,
+) -> Response {
     let body: Value = match serde_json::from_slice(&body) {
         Ok(v) => v,
         Err(e) => return error_response(400, None, &format!("invalid JSON body: {e}")),
@@ -312,6 +336,7 @@ async fn answer(state: Arc<ServerState>, headers: axum::http::HeaderMap, body: B
             body,
             authorization: headers.get("authorization").and_then(|v| v.to_str().ok()).map(str::to_owned),
             traceparent: headers.get("traceparent").and_then(|v| v.to_str().ok()).map(str::to_owned),
+            version,
             received_at: Instant::now(),
             first_byte_at: None,
             completed: None,
