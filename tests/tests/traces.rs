@@ -7,19 +7,14 @@
 //! One test in this binary: it installs the process's global `tracing` subscriber.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use baton::model::scripted::{Reply, ScriptedServer};
 use baton::telemetry::trace::Traces;
+use baton_tests::otlp::{Receiver, attr, hex};
 use baton_tests::stores::{Embedded, StoreHarness, test_clock};
 use baton_tests::{ASK_SHOPPING, ASK_SUPPORT, ORCH, SHOP, scripted_config, start_endpoint_with};
-use opentelemetry_proto::tonic::collector::trace::v1::{
-    ExportTraceServiceRequest, ExportTraceServiceResponse,
-};
-use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
 use opentelemetry_proto::tonic::trace::v1::Span;
-use prost::Message;
 use serde_json::json;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
@@ -27,51 +22,10 @@ use tracing_subscriber::util::SubscriberInitExt;
 const TRACE_ID: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 const PARENT_ID: &str = "00f067aa0ba902b7";
 
-/// An OTLP/HTTP receiver on loopback: `POST /v1/traces` with a protobuf body.
-async fn receiver() -> (String, Arc<Mutex<Vec<Span>>>) {
-    let spans = Arc::new(Mutex::new(Vec::new()));
-    let kept = spans.clone();
-    let app = axum::Router::new().route(
-        "/v1/traces",
-        axum::routing::post(move |headers: axum::http::HeaderMap, body: bytes::Bytes| {
-            let kept = kept.clone();
-            async move {
-                assert_eq!(headers["content-type"], "application/x-protobuf");
-                let request = ExportTraceServiceRequest::decode(body).expect("an OTLP protobuf export");
-                for resource in request.resource_spans {
-                    for scope in resource.scope_spans {
-                        kept.lock().unwrap().extend(scope.spans);
-                    }
-                }
-                let response = ExportTraceServiceResponse::default().encode_to_vec();
-                ([("content-type", "application/x-protobuf")], response)
-            }
-        }),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/v1/traces", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    (url, spans)
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn attr(span: &Span, key: &str) -> Option<String> {
-    span.attributes.iter().find(|a| a.key == key).and_then(|a| match a.value.as_ref()?.value.as_ref()? {
-        AnyValue::StringValue(s) => Some(s.clone()),
-        AnyValue::IntValue(i) => Some(i.to_string()),
-        AnyValue::DoubleValue(d) => Some(d.to_string()),
-        AnyValue::BoolValue(b) => Some(b.to_string()),
-        _ => None,
-    })
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_mixed_turn_exports_its_span_tree_under_the_callers_trace() {
-    let (url, received) = receiver().await;
-    let traces = Traces::to_endpoint("baton-test", &url).unwrap();
+    let receiver = Receiver::start().await;
+    let traces = Traces::to_endpoint("baton-test", &receiver.traces_url()).unwrap();
     tracing_subscriber::registry().with(traces.layer()).init();
 
     let harness = Embedded::start(test_clock()).await;
@@ -98,14 +52,9 @@ async fn a_mixed_turn_exports_its_span_tree_under_the_callers_trace() {
     traces.flush().await;
 
     // The batch exporter posts on its own task; wait (bounded) until the turn's span is in.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    let spans = loop {
-        let spans = received.lock().unwrap().clone();
-        if spans.iter().any(|s| s.name.starts_with("turn ")) || tokio::time::Instant::now() > deadline {
-            break spans;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let spans = receiver
+        .spans_when(Duration::from_secs(10), |spans| spans.iter().any(|s| s.name.starts_with("turn ")))
+        .await;
     let by_id: HashMap<Vec<u8>, &Span> = spans.iter().map(|s| (s.span_id.clone(), s)).collect();
     let named = |name: &str| -> Vec<&Span> { spans.iter().filter(|s| s.name == name).collect() };
     let one = |name: &str| -> &Span {
