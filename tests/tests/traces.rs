@@ -2,7 +2,8 @@
 //! against the scripted model server, the embedded store), exported over OTLP/HTTP to a real
 //! receiver on loopback that decodes the protobuf with the official `opentelemetry-proto`
 //! definitions: the span tree (turn → agent instances → model and tool calls), the GenAI
-//! attributes, and the trace id of the request's `traceparent`, which the model requests carry on.
+//! attributes, and the trace id of the request's `traceparent`, which the model requests carry on;
+//! then a turn whose routing the rules repair, each repair an event of the orchestrator's span.
 //!
 //! One test in this binary: it installs the process's global `tracing` subscriber.
 
@@ -112,4 +113,42 @@ async fn a_mixed_turn_exports_its_span_tree_under_the_callers_trace() {
     // The model requests carried the trace on, each naming its own model-call span.
     let sent = server.requests_for(SHOP)[0].traceparent.clone().expect("traceparent on the model request");
     assert_eq!(sent, format!("00-{TRACE_ID}-{}-01", hex(&shopping_call.span_id)));
+
+    // A second turn, in a trace of its own, whose routing the rules repair: a real question
+    // answered directly is re-asked, then sent to shopping. Each repair is an event of the
+    // orchestrator instance's span.
+    const REPAIRED_TRACE: &str = "5bf92f3577b34da6a3ce929d0e0e4737";
+    let direct = "Milk is cheaper in bulk. Costco sells two gallons for five dollars.";
+    server.push(ORCH, Reply::text(direct)).push(ORCH, Reply::text(direct));
+    server.push(SHOP, Reply::text("Here are milk offers."));
+    let response = reqwest::Client::new()
+        .post(&endpoint.url)
+        .header(baton::http::USER_HEADER, "alice")
+        .header("traceparent", format!("00-{REPAIRED_TRACE}-{PARENT_ID}-01"))
+        .json(&json!({"message": "is it cheaper to buy milk in bulk", "episode_id": "e2"}))
+        .send()
+        .await
+        .unwrap();
+    assert!(response.text().await.unwrap().contains("event: completed"));
+    traces.flush().await;
+    let in_trace = |spans: &[Span]| -> Vec<Span> {
+        spans.iter().filter(|s| hex(&s.trace_id) == REPAIRED_TRACE).cloned().collect()
+    };
+    let spans = in_trace(
+        &receiver
+            .spans_when(Duration::from_secs(10), |spans| {
+                in_trace(spans).iter().any(|s| s.name == "turn orchestrator")
+            })
+            .await,
+    );
+    let orchestrator: Vec<&Span> = spans.iter().filter(|s| s.name == "invoke_agent orchestrator").collect();
+    assert_eq!(orchestrator.len(), 1, "{:?}", spans.iter().map(|s| &s.name).collect::<Vec<_>>());
+    let events: Vec<&str> = orchestrator[0].events.iter().map(|e| e.name.as_str()).collect();
+    assert!(events.iter().any(|e| e.contains("re-asked the model")), "the re-ask: {events:?}");
+    let repair = orchestrator[0]
+        .events
+        .iter()
+        .find(|e| e.name == "routing repaired the model's routing")
+        .unwrap_or_else(|| panic!("the fallback repair: {events:?}"));
+    assert!(repair.attributes.iter().any(|a| a.key == "action"), "{repair:?}");
 }
