@@ -7,10 +7,12 @@
 //! - [`logs`]: this process's log lines captured in memory.
 //! - [`fault_proxy`]: a loopback TCP proxy that passes, black-holes, slows or resets traffic.
 //! - [`contract`]: the one contract suite every store passes.
+//! - [`otlp`]: a real OTLP/HTTP trace receiver on loopback.
 
 pub mod contract;
 pub mod fault_proxy;
 pub mod logs;
+pub mod otlp;
 pub mod stores;
 
 use std::sync::Arc;

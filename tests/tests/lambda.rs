@@ -3,7 +3,10 @@
 //! - every sample event in `events/` is invoked with `cargo lambda invoke` and succeeds;
 //! - a browser-style client POSTs to the orchestrator's Function URL path with a JWT and reads the
 //!   SSE stream incrementally: `thinking` arrives before the model's first byte, the shopping
-//!   agent runs remotely (its own function, over the local HTTP transport), the turn is stored.
+//!   agent runs remotely (its own function, over the local HTTP transport), the turn is stored;
+//! - with traces on, both functions export to a real OTLP/HTTP receiver in this process: the turn
+//!   joins the invocation's X-Ray trace, the shopping function continues the caller's trace from
+//!   the request's `traceparent` field, and every span has arrived when the response ends.
 //!
 //! Needs what `make test` provides: `BATON_TEST_VENV` (with `cargo-lambda`) and
 //! `AWS_ENDPOINT_URL_DYNAMODB` (moto_server); `make test` runs it outside `cargo test` (see the
@@ -45,6 +48,16 @@ struct Watch {
 impl Watch {
     /// Starts the emulator on a free port; `env(port)` is the functions' environment.
     fn start(env: impl FnOnce(u16) -> Vec<(&'static str, String)>) -> Watch {
+        Watch::start_with(&[], Stdio::null(), env)
+    }
+
+    /// [`Watch::start`] with more `watch` arguments, and the emulator's (and the functions')
+    /// stdout to `stdout`.
+    fn start_with(
+        args: &[&str],
+        stdout: Stdio,
+        env: impl FnOnce(u16) -> Vec<(&'static str, String)>,
+    ) -> Watch {
         use std::os::unix::process::CommandExt;
         let port = free_port();
         let venv = PathBuf::from(required_env("BATON_TEST_VENV"));
@@ -52,6 +65,7 @@ impl Watch {
         let mut command = Command::new("cargo");
         command
             .args(["lambda", "watch", "--invoke-port", &port.to_string()])
+            .args(args)
             .current_dir(workspace())
             .env("PATH", path)
             .env("AWS_REGION", "us-east-1")
@@ -59,7 +73,7 @@ impl Watch {
             .env("AWS_SECRET_ACCESS_KEY", "test")
             .env("BATON_LOG", "warn")
             .stdin(Stdio::null())
-            .stdout(Stdio::null())
+            .stdout(stdout)
             .stderr(Stdio::null())
             .process_group(0);
         for var in [
@@ -68,6 +82,8 @@ impl Watch {
             "BATON_STORE_PATH",
             "AWS_PROFILE",
             "AWS_SESSION_TOKEN",
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
         ] {
             command.env_remove(var);
         }
@@ -135,7 +151,8 @@ fn jwt(sub: &str) -> String {
         .unwrap()
 }
 
-async fn table() -> (String, Arc<dyn Store>) {
+/// A fresh table, `baton-lambda-<pid>-<name>`.
+async fn table(name: &str) -> (String, Arc<dyn Store>) {
     let endpoint = required_env("AWS_ENDPOINT_URL_DYNAMODB");
     let config = aws_config::defaults(aws_config::BehaviorVersion::latest())
         .region(aws_config::Region::new("us-east-1"))
@@ -144,7 +161,7 @@ async fn table() -> (String, Arc<dyn Store>) {
         .load()
         .await;
     let client = aws_sdk_dynamodb::Client::new(&config);
-    let name = format!("baton-lambda-{}", std::process::id());
+    let name = format!("baton-lambda-{}-{name}", std::process::id());
     baton_aws::table::create_table(&client, &name).await.expect("table created");
     let store: Arc<dyn Store> = Arc::new(DynamoDbStore::new(client, &name, Arc::new(SystemClock)));
     (name, store)
@@ -164,7 +181,7 @@ fn models(server: &ScriptedServer) -> Vec<(&'static str, String)> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "run by scripts/test.sh outside cargo's build lock"]
 async fn the_functions_run_under_the_lambda_emulator() {
-    let (table_name, store) = table().await;
+    let (table_name, store) = table("functions").await;
     let server = ScriptedServer::start().await.unwrap();
     server.set_default(ORCH, Reply::text("Hi there!"));
     server.set_default(SHOP, Reply::text("Two coffee offers."));
@@ -255,6 +272,117 @@ async fn the_functions_run_under_the_lambda_emulator() {
     let stored = store.recent_messages(&EpisodeKey::new("alice", "e-lambda").unwrap(), 10).await.unwrap();
     let agents: Vec<&str> = stored.iter().map(|m| m.agent.as_str()).collect();
     assert_eq!(agents, ["user", "orchestrator", "shopping[1]"], "stored under the token's subject");
+}
+
+/// The X-Ray trace (`Root`, `Parent`) the emulator gave an invocation, as a trace id and span id:
+/// its `invoke request` span, which `--print-traces` writes to stdout.
+fn emulator_invocations(stdout: &str) -> Vec<(String, String)> {
+    let after = |line: &str, key: &str| -> Option<String> {
+        let rest = &line[line.find(key)? + key.len()..];
+        let hex: String = rest
+            .trim_start_matches(|c: char| !c.is_ascii_hexdigit())
+            .chars()
+            .take_while(char::is_ascii_hexdigit)
+            .collect();
+        Some(hex)
+    };
+    stdout
+        .lines()
+        .filter(|line| line.contains("invoke request"))
+        .filter_map(|line| Some((after(line, "trace_id")?, after(line, "span_id")?)))
+        .collect()
+}
+
+/// Traces under the Lambda emulator, exported to a real OTLP/HTTP receiver in this process:
+/// - the orchestrator's turn is a child of the invocation's X-Ray trace (`Lambda-Runtime-Trace-Id`,
+///   as the emulator made it);
+/// - the remote shopping function continues the caller's trace from the request's `traceparent`
+///   field (its handler reads the body only; its own invocation has another X-Ray trace), and its
+///   model request carries it on;
+/// - every span of both functions has arrived when the orchestrator's response has ended: the
+///   batch exporters' schedule is set to a minute, so only the flush at the end of each
+///   invocation can have sent them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "run by scripts/test.sh outside cargo's build lock"]
+async fn traces_cross_the_remote_agent_and_are_flushed_before_the_response_ends() {
+    use baton_tests::otlp::{Receiver, hex};
+    let receiver = Receiver::start().await;
+    let (table_name, _store) = table("traces").await;
+    let server = ScriptedServer::start().await.unwrap();
+    server.push(
+        ORCH,
+        Reply::text("Let me look.")
+            .tool_call(ASK_SHOPPING, json!({"query": "coffee deals", "intent_count": 1})),
+    );
+    server.set_default(ORCH, Reply::text("Hi there!"));
+    server.set_default(SHOP, Reply::text("Two coffee offers."));
+    let stdout_file = tempfile::NamedTempFile::new().unwrap();
+    let watch = Watch::start_with(&["--print-traces"], Stdio::from(stdout_file.reopen().unwrap()), |port| {
+        let mut env = models(&server);
+        env.extend([
+            ("BATON_TABLE", table_name.clone()),
+            ("AWS_ENDPOINT_URL_DYNAMODB", required_env("AWS_ENDPOINT_URL_DYNAMODB")),
+            ("BATON_AUTH", "jwt".into()),
+            ("BATON_JWT_HS256_SECRET", SECRET.into()),
+            ("BATON_SHOPPING_URL", format!("http://127.0.0.1:{port}/lambda-url/shopping/")),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.base_url()),
+            ("OTEL_BSP_SCHEDULE_DELAY", "60000".into()),
+        ]);
+        env
+    });
+    watch.ready().await;
+
+    let response = reqwest::Client::new()
+        .post(watch.url("orchestrator"))
+        .bearer_auth(jwt("alice"))
+        .json(&json!({"message": "find me coffee deals", "episode_id": "e-traces"}))
+        .send()
+        .await
+        .unwrap();
+    let body = response.text().await.unwrap();
+    // The response has ended: what the receiver holds now is what was flushed before it did.
+    let received = receiver.received();
+    assert!(body.contains("event: completed") && body.contains("Two coffee offers."), "{body}");
+    let names: Vec<(&str, &str)> =
+        received.iter().map(|r| (r.service.as_str(), r.span.name.as_str())).collect();
+    let one = |service: &str, name: &str| {
+        let found: Vec<_> = received.iter().filter(|r| r.service == service && r.span.name == name).collect();
+        assert_eq!(found.len(), 1, "one `{name}` span from {service} in {names:?}");
+        found[0].span.clone()
+    };
+    let turn = one("baton-orchestrator", "turn orchestrator");
+    let caller = one("baton-orchestrator", "invoke_agent shopping");
+    let callee = one("baton-shopping", "invoke_agent shopping");
+    let callee_chat = one("baton-shopping", &format!("chat {SHOP}"));
+    let trace = hex(&turn.trace_id);
+
+    // The turn is a child of the emulator's X-Ray trace for the orchestrator's invocation.
+    let mut printed = String::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let invocations = loop {
+        printed = std::fs::read_to_string(stdout_file.path()).unwrap_or(printed);
+        let invocations = emulator_invocations(&printed);
+        if invocations.len() >= 2 || Instant::now() > deadline {
+            break invocations;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(
+        invocations.contains(&(trace.clone(), hex(&turn.parent_span_id))),
+        "the turn's trace {trace} and parent {} are an X-Ray invocation's: {invocations:?}",
+        hex(&turn.parent_span_id)
+    );
+
+    // The remote function's spans are in the caller's trace, under the calling instance.
+    assert!(received.iter().all(|r| hex(&r.span.trace_id) == trace), "one trace: {names:?}");
+    assert_eq!(callee.parent_span_id, caller.span_id, "the callee's agent span is the caller's child");
+    assert_eq!(callee_chat.parent_span_id, callee.span_id);
+    // The shopping function's own invocation had another X-Ray trace: the request's field won.
+    assert_eq!(invocations.len(), 2, "two invocations: {invocations:?}");
+    assert_eq!(invocations.iter().filter(|(id, _)| *id == trace).count(), 1, "{invocations:?}");
+    // …and its model request carried the trace on, naming the callee's model-call span.
+    let sent = server.requests_for(SHOP)[0].traceparent.clone().expect("traceparent on the model request");
+    assert_eq!(sent, format!("00-{trace}-{}-01", hex(&callee_chat.span_id)));
 }
 
 /// Secrets given by reference are read from Secrets Manager (moto) at start.

@@ -2,24 +2,20 @@
 //! against the scripted model server, the embedded store), exported over OTLP/HTTP to a real
 //! receiver on loopback that decodes the protobuf with the official `opentelemetry-proto`
 //! definitions: the span tree (turn → agent instances → model and tool calls), the GenAI
-//! attributes, and the trace id of the request's `traceparent`, which the model requests carry on.
+//! attributes, and the trace id of the request's `traceparent`, which the model requests carry on;
+//! then a turn whose routing the rules repair, each repair an event of the orchestrator's span.
 //!
 //! One test in this binary: it installs the process's global `tracing` subscriber.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use baton::model::scripted::{Reply, ScriptedServer};
 use baton::telemetry::trace::Traces;
+use baton_tests::otlp::{Receiver, attr, hex};
 use baton_tests::stores::{Embedded, StoreHarness, test_clock};
 use baton_tests::{ASK_SHOPPING, ASK_SUPPORT, ORCH, SHOP, scripted_config, start_endpoint_with};
-use opentelemetry_proto::tonic::collector::trace::v1::{
-    ExportTraceServiceRequest, ExportTraceServiceResponse,
-};
-use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
 use opentelemetry_proto::tonic::trace::v1::Span;
-use prost::Message;
 use serde_json::json;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
@@ -27,51 +23,10 @@ use tracing_subscriber::util::SubscriberInitExt;
 const TRACE_ID: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 const PARENT_ID: &str = "00f067aa0ba902b7";
 
-/// An OTLP/HTTP receiver on loopback: `POST /v1/traces` with a protobuf body.
-async fn receiver() -> (String, Arc<Mutex<Vec<Span>>>) {
-    let spans = Arc::new(Mutex::new(Vec::new()));
-    let kept = spans.clone();
-    let app = axum::Router::new().route(
-        "/v1/traces",
-        axum::routing::post(move |headers: axum::http::HeaderMap, body: bytes::Bytes| {
-            let kept = kept.clone();
-            async move {
-                assert_eq!(headers["content-type"], "application/x-protobuf");
-                let request = ExportTraceServiceRequest::decode(body).expect("an OTLP protobuf export");
-                for resource in request.resource_spans {
-                    for scope in resource.scope_spans {
-                        kept.lock().unwrap().extend(scope.spans);
-                    }
-                }
-                let response = ExportTraceServiceResponse::default().encode_to_vec();
-                ([("content-type", "application/x-protobuf")], response)
-            }
-        }),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/v1/traces", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    (url, spans)
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn attr(span: &Span, key: &str) -> Option<String> {
-    span.attributes.iter().find(|a| a.key == key).and_then(|a| match a.value.as_ref()?.value.as_ref()? {
-        AnyValue::StringValue(s) => Some(s.clone()),
-        AnyValue::IntValue(i) => Some(i.to_string()),
-        AnyValue::DoubleValue(d) => Some(d.to_string()),
-        AnyValue::BoolValue(b) => Some(b.to_string()),
-        _ => None,
-    })
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_mixed_turn_exports_its_span_tree_under_the_callers_trace() {
-    let (url, received) = receiver().await;
-    let traces = Traces::to_endpoint("baton-test", &url).unwrap();
+    let receiver = Receiver::start().await;
+    let traces = Traces::to_endpoint("baton-test", &receiver.traces_url()).unwrap();
     tracing_subscriber::registry().with(traces.layer()).init();
 
     let harness = Embedded::start(test_clock()).await;
@@ -98,14 +53,9 @@ async fn a_mixed_turn_exports_its_span_tree_under_the_callers_trace() {
     traces.flush().await;
 
     // The batch exporter posts on its own task; wait (bounded) until the turn's span is in.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    let spans = loop {
-        let spans = received.lock().unwrap().clone();
-        if spans.iter().any(|s| s.name.starts_with("turn ")) || tokio::time::Instant::now() > deadline {
-            break spans;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let spans = receiver
+        .spans_when(Duration::from_secs(10), |spans| spans.iter().any(|s| s.name.starts_with("turn ")))
+        .await;
     let by_id: HashMap<Vec<u8>, &Span> = spans.iter().map(|s| (s.span_id.clone(), s)).collect();
     let named = |name: &str| -> Vec<&Span> { spans.iter().filter(|s| s.name == name).collect() };
     let one = |name: &str| -> &Span {
@@ -163,4 +113,42 @@ async fn a_mixed_turn_exports_its_span_tree_under_the_callers_trace() {
     // The model requests carried the trace on, each naming its own model-call span.
     let sent = server.requests_for(SHOP)[0].traceparent.clone().expect("traceparent on the model request");
     assert_eq!(sent, format!("00-{TRACE_ID}-{}-01", hex(&shopping_call.span_id)));
+
+    // A second turn, in a trace of its own, whose routing the rules repair: a real question
+    // answered directly is re-asked, then sent to shopping. Each repair is an event of the
+    // orchestrator instance's span.
+    const REPAIRED_TRACE: &str = "5bf92f3577b34da6a3ce929d0e0e4737";
+    let direct = "Milk is cheaper in bulk. Costco sells two gallons for five dollars.";
+    server.push(ORCH, Reply::text(direct)).push(ORCH, Reply::text(direct));
+    server.push(SHOP, Reply::text("Here are milk offers."));
+    let response = reqwest::Client::new()
+        .post(&endpoint.url)
+        .header(baton::http::USER_HEADER, "alice")
+        .header("traceparent", format!("00-{REPAIRED_TRACE}-{PARENT_ID}-01"))
+        .json(&json!({"message": "is it cheaper to buy milk in bulk", "episode_id": "e2"}))
+        .send()
+        .await
+        .unwrap();
+    assert!(response.text().await.unwrap().contains("event: completed"));
+    traces.flush().await;
+    let in_trace = |spans: &[Span]| -> Vec<Span> {
+        spans.iter().filter(|s| hex(&s.trace_id) == REPAIRED_TRACE).cloned().collect()
+    };
+    let spans = in_trace(
+        &receiver
+            .spans_when(Duration::from_secs(10), |spans| {
+                in_trace(spans).iter().any(|s| s.name == "turn orchestrator")
+            })
+            .await,
+    );
+    let orchestrator: Vec<&Span> = spans.iter().filter(|s| s.name == "invoke_agent orchestrator").collect();
+    assert_eq!(orchestrator.len(), 1, "{:?}", spans.iter().map(|s| &s.name).collect::<Vec<_>>());
+    let events: Vec<&str> = orchestrator[0].events.iter().map(|e| e.name.as_str()).collect();
+    assert!(events.iter().any(|e| e.contains("re-asked the model")), "the re-ask: {events:?}");
+    let repair = orchestrator[0]
+        .events
+        .iter()
+        .find(|e| e.name == "routing repaired the model's routing")
+        .unwrap_or_else(|| panic!("the fallback repair: {events:?}"));
+    assert!(repair.attributes.iter().any(|a| a.key == "action"), "{repair:?}");
 }

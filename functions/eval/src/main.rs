@@ -15,7 +15,7 @@ use serde_json::Value;
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_http::Error> {
-    let _traces = settings::init_logging("baton-eval");
+    let traces = settings::init_logging("baton-eval");
     let mut args = Settings::from_env()?;
     args.resolve_secrets().await?;
     let (history, _) = args.history().await?;
@@ -24,12 +24,17 @@ async fn main() -> Result<(), lambda_http::Error> {
     let router = baton::wiring::build_router(&config)?.map(Arc::new);
     let state = Arc::new((config, router, store));
     baton_aws::runtime::keep_running(|| {
-        let state = state.clone();
+        let (state, traces) = (state.clone(), traces.clone());
         lambda_http::lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| {
-            let state = state.clone();
+            let (state, traces) = (state.clone(), traces.clone());
             async move {
                 let (config, router, store) = &*state;
-                summary::run(&event.payload, router, config, store.as_ref()).await
+                let summary = summary::run(&event.payload, router, config, store.as_ref()).await;
+                // Before the invocation returns: Lambda may freeze the process right after.
+                if let Some(traces) = traces {
+                    traces.flush().await;
+                }
+                summary
             }
         }))
     })

@@ -12,7 +12,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use baton::auth::AuthMode;
 use baton::http::{ApiError, Caller, ChatService};
-use baton::telemetry::trace::{Traces, xray_to_traceparent};
+use baton::telemetry::trace::Traces;
 use lambda_http::request::RequestContext;
 use lambda_http::{Request, RequestExt, service_fn};
 
@@ -32,24 +32,11 @@ pub(crate) async fn run(
             let (service, traces) = (service.clone(), traces.clone());
             async move {
                 let response = handle(&service, auth_is_iam, request).await;
-                Ok::<_, Infallible>(match traces {
-                    Some(traces) => flushed_at_end(response, traces),
-                    None => response,
-                })
+                Ok::<_, Infallible>(baton_aws::lambda_trace::flushed_at_end(response, traces.as_ref()))
             }
         }))
     })
     .await
-}
-
-/// `response` whose body, once everything else is sent, waits for the traces to be flushed.
-fn flushed_at_end(response: axum::response::Response, traces: Arc<Traces>) -> axum::response::Response {
-    use futures::StreamExt;
-    let (parts, body) = response.into_parts();
-    let flush = futures::stream::once(async move { traces.flush().await })
-        .filter_map(|()| async { None::<Result<bytes::Bytes, axum::Error>> });
-    let body = axum::body::Body::from_stream(body.into_data_stream().chain(flush));
-    axum::response::Response::from_parts(parts, body)
 }
 
 async fn handle(service: &ChatService, auth_is_iam: bool, request: Request) -> axum::response::Response {
@@ -60,10 +47,9 @@ async fn handle(service: &ChatService, auth_is_iam: bool, request: Request) -> a
         Ok(caller) => caller,
         Err(e) => return e.into_response(),
     };
-    let context = request.lambda_context_ref();
-    let deadline = context.map(|c| deadline_instant(c.deadline, now_ms()));
+    let deadline = request.lambda_context_ref().map(|c| deadline_instant(c.deadline, now_ms()));
     // The invocation's X-Ray trace is the turn's parent unless the caller sent its own.
-    let xray = context.and_then(|c| c.xray_trace_id.as_deref()).and_then(xray_to_traceparent);
+    let xray = baton_aws::lambda_trace::invocation_traceparent(&request);
     let (mut parts, body) = request.into_parts();
     if let Some(traceparent) = xray.filter(|_| !parts.headers.contains_key("traceparent")) {
         if let Ok(value) = traceparent.parse() {

@@ -1,12 +1,14 @@
 //! The shopping agent as a Lambda function (the heavy path): one remote request in, its events out
-//! as NDJSON. Settings come from the same environment variables as the orchestrator's.
+//! as NDJSON. Settings come from the same environment variables as the orchestrator's. With
+//! `OTEL_EXPORTER_OTLP_ENDPOINT` set, its spans continue the caller's trace (the request's
+//! `traceparent`) and are flushed before each response ends.
 
 use baton::wiring::Backends;
 use baton_aws::settings::{self, Settings};
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    let _traces = settings::init_logging("baton-shopping");
+    let traces = settings::init_logging("baton-shopping");
     let agent = async {
         let mut args = Settings::from_env().map_err(|e| e.to_string())?;
         args.resolve_secrets().await?;
@@ -22,7 +24,7 @@ async fn main() -> std::process::ExitCode {
             return std::process::ExitCode::from(2);
         }
     };
-    match baton_aws::agent_function::run(vec![agent]).await {
+    match baton_aws::agent_function::run(vec![agent], traces).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e}");

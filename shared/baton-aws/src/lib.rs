@@ -9,6 +9,8 @@
 //! - [`settings`]: [`settings::Settings`], the flags and environment variables every function
 //!   reads (the orchestrator's CLI flattens them; Lambda reads them from the environment alone).
 //! - [`agent_function`]: the Lambda handler of a remote agent (NDJSON out).
+//! - [`lambda_trace`]: an invocation's X-Ray parent, and its spans flushed before its response
+//!   ends.
 //! - [`runtime`]: keeps a function's event loop alive across a failed Runtime API call.
 //!
 //! # Errors
@@ -18,6 +20,7 @@
 
 pub mod agent_function;
 pub mod dynamodb;
+pub mod lambda_trace;
 pub mod lambda_transport;
 pub mod runtime;
 pub mod secrets;

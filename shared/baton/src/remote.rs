@@ -7,6 +7,21 @@
 //!   `cargo lambda watch`);
 //! - the Lambda `InvokeWithResponseStream` transport lives in `baton-aws`.
 //!
+//! The request (JSON):
+//!
+//! | field | |
+//! |---|---|
+//! | `agent` | the agent to run (a callee may host several) |
+//! | `instance` | the instance name its events carry (`shopping[1]`) |
+//! | `request` | what it is asked ([`AgentRequest`]) |
+//! | `traceparent` | optional: the caller's W3C trace context (`00-<trace id>-<span id>-<flags>`), the span of the instance that calls it |
+//!
+//! The callee runs the agent in an `invoke_agent <name>` span (kind server) whose parent is
+//! `traceparent`, so its spans continue the caller's trace, and its own model requests carry it
+//! on. The field is in the payload because Lambda `Invoke` carries no HTTP header; the HTTP
+//! transport sends the header too. A request without it (an older caller, traces off) is served
+//! as before, its spans under the invocation's own trace (X-Ray in Lambda) if any.
+//!
 //! Failures of the callee or the transport become an `error` event and a short apology, never a
 //! hang: each chunk must arrive within the idle timeout, and an event line past
 //! [`MAX_EVENT_BYTES`] is an error, never unbounded memory. What a failing callee said reaches
@@ -36,6 +51,10 @@ pub struct RemoteRequest {
     pub instance: String,
     /// What it is asked.
     pub request: AgentRequest,
+    /// The caller's W3C `traceparent` (the calling instance's span), when it traces: the
+    /// callee's spans continue that trace. Optional both ways (older callers and callees).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
 }
 
 /// A remote call failed.
@@ -127,7 +146,10 @@ impl Agent for RemoteAgent {
     }
 
     fn run(&self, request: AgentRequest, instance: String) -> EventStream {
-        let payload = RemoteRequest { agent: self.name.clone(), instance: instance.clone(), request };
+        // Called in the instance's span (see `agent::run_instance`): the callee continues it.
+        let traceparent = crate::telemetry::trace::current_traceparent();
+        let payload =
+            RemoteRequest { agent: self.name.clone(), instance: instance.clone(), request, traceparent };
         let payload = Bytes::from(serde_json::to_vec(&payload).expect("a request serializes"));
         let transport = self.transport.clone();
         let idle = self.idle_timeout;
@@ -197,10 +219,13 @@ pub struct BadRemoteRequest {
     pub message: String,
 }
 
-/// The serving side: decodes a [`RemoteRequest`], runs `agent`, and returns its events as NDJSON.
+/// The serving side: decodes a [`RemoteRequest`], runs `agent` in an `invoke_agent` span whose
+/// parent is the request's `traceparent` (else `invocation_trace`, the invocation's own trace
+/// such as Lambda's X-Ray header as a `traceparent`), and returns its events as NDJSON.
 pub fn serve_ndjson(
     agents: &[Arc<dyn Agent>],
     body: &[u8],
+    invocation_trace: Option<&str>,
 ) -> Result<impl Stream<Item = Bytes> + Send + 'static, BadRemoteRequest> {
     let remote: RemoteRequest = serde_json::from_slice(body)
         .map_err(|e| BadRemoteRequest { message: format!("invalid remote agent request: {e}") })?;
@@ -208,7 +233,19 @@ pub fn serve_ndjson(
         .iter()
         .find(|a| a.name() == remote.agent)
         .ok_or_else(|| BadRemoteRequest { message: format!("no agent `{}` here", remote.agent) })?;
-    Ok(agent.run(remote.request, remote.instance).map(|event| encode_ndjson(&event)))
+    let span = tracing::info_span!(
+        "invoke_agent",
+        otel.name = %format_args!("invoke_agent {}", agent.name()),
+        otel.kind = "server",
+        gen_ai.operation.name = "invoke_agent",
+        gen_ai.agent.name = agent.name(),
+        baton.agent.instance = %remote.instance,
+    );
+    if let Some(parent) = remote.traceparent.as_deref().or(invocation_trace) {
+        crate::telemetry::trace::set_remote_parent(&span, parent, None);
+    }
+    let events = span.in_scope(|| agent.run(remote.request, remote.instance));
+    Ok(crate::telemetry::trace::in_span(span, events).map(|event| encode_ndjson(&event)))
 }
 
 #[cfg(test)]
@@ -226,7 +263,7 @@ mod tests {
 
     impl AgentTransport for Loopback {
         fn invoke(&self, payload: Bytes) -> BoxFuture<'static, Result<ByteStream, TransportError>> {
-            let served = serve_ndjson(&self.agents, &payload);
+            let served = serve_ndjson(&self.agents, &payload, None);
             let (chunk, cut_at) = (self.chunk, self.cut_at);
             Box::pin(async move {
                 let served =
@@ -282,7 +319,30 @@ mod tests {
     }
 
     #[test]
+    fn the_traceparent_field_is_optional_both_ways() {
+        let request = RemoteRequest {
+            agent: "shopping".into(),
+            instance: "shopping[1]".into(),
+            request: AgentRequest::default(),
+            traceparent: None,
+        };
+        let json = serde_json::to_value(&request).unwrap();
+        assert!(json.get("traceparent").is_none(), "no field when the caller does not trace: {json}");
+        let older: RemoteRequest = serde_json::from_value(json.clone()).unwrap();
+        assert_eq!(older.traceparent, None, "a request without the field is read");
+        let mut json = json;
+        json["traceparent"] = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into();
+        let traced: RemoteRequest = serde_json::from_value(json).unwrap();
+        assert_eq!(
+            traced.traceparent.as_deref(),
+            Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+        );
+        let body = serde_json::to_vec(&traced).unwrap();
+        assert!(serve_ndjson(&[shopping()], &body, None).is_ok(), "a traced request is served");
+    }
+
+    #[test]
     fn a_malformed_request_is_refused() {
-        assert!(serve_ndjson(&[shopping()], b"{not json").is_err());
+        assert!(serve_ndjson(&[shopping()], b"{not json", None).is_err());
     }
 }

@@ -11,8 +11,9 @@
 //!
 //! Off (no `OTEL_EXPORTER_OTLP_ENDPOINT`): no exporter, no layer, and the spans are disabled at
 //! their call sites (their level is below the log filter), so a span costs one relaxed atomic
-//! load. A W3C `traceparent` of an incoming request becomes the turn's parent; outgoing model
-//! requests carry the current span's `traceparent`.
+//! load. A W3C `traceparent` of an incoming request becomes the turn's parent; outgoing model,
+//! Forethought and remote-agent requests carry the current span's `traceparent` (a remote agent
+//! invoked through Lambda, which has no headers, in its payload: see [`crate::remote`]).
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -47,7 +48,7 @@ pub fn in_span<S: Stream + Send + ?Sized + 'static>(span: Span, stream: Pin<Box<
     InSpan { span, inner: stream }
 }
 
-/// Makes the W3C `traceparent` (and `tracestate`) in `headers` the parent of `span`; no effect
+/// Makes the W3C `traceparent` (and `tracestate`) the parent of `span`; no effect
 /// when there is none, it is malformed, or traces are off.
 pub fn set_remote_parent(span: &Span, traceparent: &str, tracestate: Option<&str>) {
     if span.is_disabled() {
@@ -72,6 +73,13 @@ pub fn outgoing_headers() -> Vec<(String, String)> {
     let mut carrier = std::collections::HashMap::new();
     TraceContextPropagator::new().inject_context(&span.context(), &mut carrier);
     carrier.into_iter().collect()
+}
+
+/// The current span's W3C `traceparent` (`00-<trace id>-<span id>-<flags>`), for a request that
+/// has no headers (a remote agent invoked through Lambda carries it in its payload); `None` when
+/// traces are off.
+pub fn current_traceparent() -> Option<String> {
+    outgoing_headers().into_iter().find(|(name, _)| name == "traceparent").map(|(_, value)| value)
 }
 
 /// `request` with the current span's `traceparent` (model, Forethought and remote-agent
@@ -158,15 +166,18 @@ impl Traces {
     }
 
     /// The `tracing` layer that turns Baton's spans (level `info` and above) into OpenTelemetry
-    /// spans.
+    /// spans. The Lambda runtime's own `Lambda runtime invoke` span is left out: it has no
+    /// parent, so it would be a one-span trace per invocation beside the turn's (which joins the
+    /// invocation's X-Ray trace instead).
     pub fn layer<S>(&self) -> impl tracing_subscriber::Layer<S> + Send + Sync + 'static
     where
         S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a> + Send + Sync,
     {
         use tracing_subscriber::Layer;
-        tracing_opentelemetry::layer()
-            .with_tracer(self.provider.tracer("baton"))
-            .with_filter(tracing_subscriber::filter::LevelFilter::INFO)
+        use tracing_subscriber::filter::{LevelFilter, Targets};
+        tracing_opentelemetry::layer().with_tracer(self.provider.tracer("baton")).with_filter(
+            Targets::new().with_default(LevelFilter::INFO).with_target("lambda_runtime", LevelFilter::OFF),
+        )
     }
 
     /// Sends every finished span now (a Lambda invocation calls it before its response ends,
