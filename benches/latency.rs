@@ -52,7 +52,7 @@ fn cpu_of(pid: &str) -> Duration {
 }
 
 /// A turn's writes to the embedded store, as `History` does them: the recent messages, the user
-/// message (one transaction), the reply (one transaction).
+/// message (one transaction, not flushed), the reply (one transaction, flushed).
 async fn store_writes(turns: usize) {
     use baton::store::embedded::EmbeddedStore;
     use baton::store::{EpisodeKey, Role, Store, StoredMessage, SystemClock};
@@ -92,7 +92,7 @@ async fn store_writes(turns: usize) {
         "== a turn's durable writes, embedded store (read recent, record user message, save a 2-message reply)"
     );
     println!(
-        "   {turns} turns: wall {:.3} ms, CPU {:.3} ms per turn (two write transactions, each committed durably)",
+        "   {turns} turns: wall {:.3} ms, CPU {:.3} ms per turn (two write transactions, one fdatasync: the reply's)",
         ms(wall),
         ms(cpu)
     );

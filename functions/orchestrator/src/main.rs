@@ -14,8 +14,24 @@ use baton::http::ChatService;
 use baton::wiring::Backends;
 use clap::Parser;
 
-#[tokio::main]
-async fn main() -> std::process::ExitCode {
+fn main() -> std::process::ExitCode {
+    runtime().block_on(run())
+}
+
+/// One worker thread unless `TOKIO_WORKER_THREADS` says otherwise. A turn is a handful of tasks
+/// (the connection, the turn, its model streams) that wake each other dozens of times; on one
+/// worker those wake-ups stay on one thread instead of bouncing between two through futexes,
+/// which cut `serve`'s CPU per turn by about a fifth (docs/benchmarks.md, "Where a turn's CPU
+/// goes"). Store writes still run on the blocking pool.
+fn runtime() -> tokio::runtime::Runtime {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if std::env::var_os("TOKIO_WORKER_THREADS").is_none() {
+        builder.worker_threads(1);
+    }
+    builder.enable_all().build().expect("the runtime starts")
+}
+
+async fn run() -> std::process::ExitCode {
     let traces = baton_aws::settings::init_logging("baton-orchestrator");
     // In Lambda there are no arguments: every option comes from the environment.
     let in_lambda = std::env::var_os("AWS_LAMBDA_RUNTIME_API").is_some();

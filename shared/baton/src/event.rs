@@ -586,7 +586,8 @@ pub fn encode_sse_into(out: &mut BytesMut, id: u64, event: &Event) {
     out.put_slice(b"event: ");
     out.put_slice(event.kind().as_bytes());
     out.put_slice(b"\nid: ");
-    out.put_slice(id.to_string().as_bytes());
+    // Writing a number into a `BytesMut` cannot fail.
+    let _ = std::fmt::Write::write_fmt(out, format_args!("{id}"));
     out.put_slice(b"\ndata: ");
     // Serializing a plain enum of strings, numbers and JSON values cannot fail.
     serde_json::to_writer((&mut *out).writer(), event).expect("event serializes");

@@ -23,13 +23,14 @@ use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use futures::{Stream, StreamExt};
+use bytes::BytesMut;
+use futures::{FutureExt, Stream, StreamExt};
 use serde::Deserialize;
 
 use crate::auth::AuthMode;
 use crate::config::RequestLimits;
 use crate::event::EventStream;
-use crate::event::{SSE_HEARTBEAT, encode_sse};
+use crate::event::{SSE_HEARTBEAT, encode_sse_into};
 use crate::history::History;
 use crate::orchestrator::{Orchestrator, TurnRequest};
 use crate::store::{StoreError, new_turn_id};
@@ -400,8 +401,12 @@ fn checked_id(field: &str, id: String) -> Result<String, ApiError> {
     if ok { Ok(id) } else { Err(bad_id(field)) }
 }
 
+/// How many bytes of SSE events [`sse_body`] gathers into one chunk at most.
+pub const SSE_CHUNK_BYTES: usize = 16 * 1024;
+
 /// The SSE body of a turn: client-visible events numbered from 0, and a heartbeat comment after
-/// each `heartbeat` of silence.
+/// each `heartbeat` of silence. Events already waiting when one arrives go out with it as one
+/// chunk (up to [`SSE_CHUNK_BYTES`]), encoded into one buffer: fewer allocations and writes.
 pub fn sse_body(
     events: EventStream,
     heartbeat: Duration,
@@ -409,13 +414,30 @@ pub fn sse_body(
     async_stream::stream! {
         let mut events = events.filter(|e| std::future::ready(e.is_client_visible()));
         let mut seq = 0u64;
-        loop {
+        // Chunks are split off this buffer; it grows a new 4 KiB block when one is used up.
+        let mut out = BytesMut::with_capacity(4096);
+        let mut ended = false;
+        while !ended {
             match tokio::time::timeout(heartbeat, events.next()).await {
                 Err(_) => yield Ok(Bytes::from_static(SSE_HEARTBEAT)),
                 Ok(None) => break,
                 Ok(Some(event)) => {
-                    yield Ok(encode_sse(seq, &event));
+                    encode_sse_into(&mut out, seq, &event);
                     seq += 1;
+                    while out.len() < SSE_CHUNK_BYTES {
+                        match events.next().now_or_never() {
+                            Some(Some(event)) => {
+                                encode_sse_into(&mut out, seq, &event);
+                                seq += 1;
+                            }
+                            Some(None) => {
+                                ended = true;
+                                break;
+                            }
+                            None => break,
+                        }
+                    }
+                    yield Ok(out.split().freeze());
                 }
             }
         }
@@ -666,6 +688,46 @@ mod tests {
         assert_eq!(&text[1..3], [": heartbeat\n\n", ": heartbeat\n\n"]);
         assert!(text[3].starts_with("event: text\nid: 1\n"), "{text:?}");
         assert_eq!(text.len(), 4);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn events_already_waiting_go_out_as_one_chunk_numbered_in_order() {
+        use crate::event::{Event, encode_sse};
+        let events: EventStream = Box::pin(async_stream::stream! {
+            yield Event::Thinking {};
+            yield Event::text("shopping[1]", "a");
+            yield Event::text("shopping[1]", "b");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            yield Event::text("shopping[1]", "c");
+        });
+        let chunks: Vec<Bytes> = sse_body(events, Duration::from_secs(1)).map(|c| c.unwrap()).collect().await;
+        let first = [
+            encode_sse(0, &Event::Thinking {}),
+            encode_sse(1, &Event::text("shopping[1]", "a")),
+            encode_sse(2, &Event::text("shopping[1]", "b")),
+        ]
+        .concat();
+        assert_eq!(chunks.len(), 2, "{chunks:?}");
+        assert_eq!(&chunks[0][..], &first[..]);
+        assert_eq!(chunks[1], encode_sse(3, &Event::text("shopping[1]", "c")));
+    }
+
+    #[tokio::test]
+    async fn a_burst_is_cut_into_chunks_of_bounded_size() {
+        use crate::event::Event;
+        let big = "x".repeat(1000);
+        let events: EventStream =
+            Box::pin(futures::stream::iter((0..100).map(move |_| Event::text("shopping[1]", big.clone()))));
+        let chunks: Vec<Bytes> = sse_body(events, Duration::from_secs(1)).map(|c| c.unwrap()).collect().await;
+        assert!(chunks.len() > 1, "one chunk of {} bytes", chunks[0].len());
+        assert!(
+            chunks.iter().all(|c| c.len() < SSE_CHUNK_BYTES + 2048),
+            "{:?}",
+            chunks.iter().map(Bytes::len).collect::<Vec<_>>()
+        );
+        let all = chunks.concat();
+        assert_eq!(String::from_utf8_lossy(&all).matches("event: text\n").count(), 100);
+        assert!(String::from_utf8_lossy(&all).contains("\nid: 99\n"));
     }
 
     #[test]

@@ -3,8 +3,12 @@
 //! It keeps the same items under the same keys as the DynamoDB store (one table keyed by
 //! `(pk, sk)`, values are the items' DynamoDB JSON), and gets the same guarantees from redb's
 //! serializable write transactions: each trait call is one transaction, so optimistic locking and
-//! request-id idempotency are checks inside it. redb calls block, so they run on the blocking
-//! pool.
+//! request-id idempotency are checks inside it. Write transactions block (on redb's one writer
+//! lock and on `fdatasync`), so they run on the blocking pool; reads run where they are called.
+//!
+//! Durability: a turn costs one `fdatasync`. The user message is committed without a flush
+//! (`Durability::None`) and reaches the disk with the turn's reply, which is committed durably
+//! before `completed` is sent; every other write is durable on its own (docs/storage.md).
 //!
 //! The file is locked while open (redb takes an exclusive `flock`), so one process uses it at a
 //! time. A second process waits for it up to [`LOCK_WAIT`], saying so on the log, which lets two
@@ -17,7 +21,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use redb::{Database, ReadableTable, TableDefinition};
+use redb::{Database, Durability, ReadableTable, TableDefinition};
 
 use super::item::{self, Item};
 use super::{
@@ -153,13 +157,38 @@ impl EmbeddedStore {
         .map_err(|e| failed("store task", e))?
     }
 
-    /// Runs `f` in one write transaction and commits if it succeeds.
+    /// Runs `f` in one read transaction on the calling thread. redb's reads take no lock a
+    /// writer holds across its `fdatasync` (readers see the last commit), and a turn's read
+    /// touches a few cached pages (tens of µs), so a hop to the blocking pool and back (two
+    /// thread wake-ups) would cost more than the read.
+    fn read<T>(
+        &self,
+        f: impl FnOnce(&redb::ReadOnlyTable<(&'static str, &'static str), &'static [u8]>) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let txn = self.db.begin_read().map_err(|e| failed("begin", e))?;
+        let table = txn.open_table(ITEMS).map_err(|e| failed("open table", e))?;
+        f(&table)
+    }
+
+    /// Runs `f` in one write transaction and commits it durably (one `fdatasync`) if it succeeds.
     async fn write<T: Send + 'static>(
         &self,
         f: impl FnOnce(&mut redb::Table<(&str, &str), &[u8]>) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
+        self.write_with(Durability::Immediate, f).await
+    }
+
+    /// Runs `f` in one write transaction and commits it with `durability` if it succeeds. A
+    /// [`Durability::None`] commit is visible to every later transaction at once but reaches the
+    /// disk with the next durable commit (of any call): a crash in between loses it.
+    async fn write_with<T: Send + 'static>(
+        &self,
+        durability: Durability,
+        f: impl FnOnce(&mut redb::Table<(&str, &str), &[u8]>) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
         self.blocking(move |db| {
-            let txn = db.begin_write().map_err(|e| failed("begin", e))?;
+            let mut txn = db.begin_write().map_err(|e| failed("begin", e))?;
+            txn.set_durability(durability);
             let out = {
                 let mut table = txn.open_table(ITEMS).map_err(|e| failed("open table", e))?;
                 f(&mut table)?
@@ -218,13 +247,10 @@ impl Store for EmbeddedStore {
     }
 
     async fn episode(&self, key: &EpisodeKey) -> Result<Option<Episode>, StoreError> {
-        let (key, now) = (key.clone(), self.clock.now_ms());
-        self.blocking(move |db| {
-            let txn = db.begin_read().map_err(|e| failed("begin", e))?;
-            let table = txn.open_table(ITEMS).map_err(|e| failed("open table", e))?;
-            get(&table, &key.pk(), META_SK, now)?.map(|item| item::decode_episode(&key, &item)).transpose()
+        let now = self.clock.now_ms();
+        self.read(|table| {
+            get(table, &key.pk(), META_SK, now)?.map(|item| item::decode_episode(key, &item)).transpose()
         })
-        .await
     }
 
     async fn save_episode(&self, episode: &Episode) -> Result<Episode, StoreError> {
@@ -260,7 +286,9 @@ impl Store for EmbeddedStore {
         let now = self.clock.now_ms();
         let ttl = self.ttl(now);
         let (key, message, request_id) = (key.clone(), message.clone(), request_id.map(str::to_owned));
-        self.write(move |table| {
+        // Not flushed on its own: the turn's reply (`save_reply`) is the durable commit that takes
+        // it to disk, one `fdatasync` per turn instead of two (docs/storage.md, "Durability").
+        self.write_with(Durability::None, move |table| {
             let pk = key.pk();
             if let Some(id) = &request_id {
                 let sk = request_sk(id);
@@ -316,9 +344,7 @@ impl Store for EmbeddedStore {
         limit: usize,
     ) -> Result<Vec<StoredMessage>, StoreError> {
         let (pk, now) = (key.pk(), self.clock.now_ms());
-        self.blocking(move |db| {
-            let txn = db.begin_read().map_err(|e| failed("begin", e))?;
-            let table = txn.open_table(ITEMS).map_err(|e| failed("open table", e))?;
+        self.read(|table| {
             // '$' follows '#': every `MSG#...` sort key of the partition lies in this range.
             let (from, to) = (MSG_PREFIX.to_owned(), "MSG$".to_owned());
             let mut out = Vec::new();
@@ -341,7 +367,6 @@ impl Store for EmbeddedStore {
             out.reverse();
             Ok(out)
         })
-        .await
     }
 }
 
@@ -349,6 +374,51 @@ impl Store for EmbeddedStore {
 mod tests {
     use super::*;
     use crate::store::SystemClock;
+
+    /// The child process of [`a_crash_keeps_every_reply_saved_before_it`]: writes two turns
+    /// into the store file named by `BATON_CRASH_STORE` (the first with its reply, the second
+    /// only its user message), then exits without closing the store, as a crash would.
+    #[tokio::test]
+    #[ignore = "run as a child process by a_crash_keeps_every_reply_saved_before_it"]
+    async fn crash_child() {
+        let Some(path) = std::env::var_os("BATON_CRASH_STORE") else { return };
+        let store = EmbeddedStore::open(path, Arc::new(SystemClock)).unwrap();
+        let key = EpisodeKey::new("u", "e").unwrap();
+        store.record_user_message(&key, &StoredMessage::user("t1", "first", 1), Some("r1")).await.unwrap();
+        let reply = StoredMessage {
+            seq: 1,
+            role: crate::store::Role::Assistant,
+            ..StoredMessage::user("t1", "answer", 2)
+        };
+        store.save_reply(&key, "t1", &[reply]).await.unwrap();
+        store.record_user_message(&key, &StoredMessage::user("t2", "second", 3), Some("r2")).await.unwrap();
+        // In this process the second user message is there, committed but not flushed.
+        assert_eq!(store.recent_messages(&key, 10).await.unwrap().len(), 3);
+        std::process::exit(0);
+    }
+
+    #[tokio::test]
+    async fn a_crash_keeps_every_reply_saved_before_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.redb");
+        let status = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--ignored", "--exact", "store::embedded::tests::crash_child", "--test-threads=1"])
+            .env("BATON_CRASH_STORE", &path)
+            .stdout(std::process::Stdio::null())
+            .status()
+            .unwrap();
+        assert!(status.success(), "the child failed: {status}");
+        let store = EmbeddedStore::open(&path, Arc::new(SystemClock)).unwrap();
+        let key = EpisodeKey::new("u", "e").unwrap();
+        let stored = store.recent_messages(&key, 10).await.unwrap();
+        let first: Vec<_> = stored.iter().filter(|m| m.turn_id == "t1").map(|m| m.content.as_str()).collect();
+        // The reply's durable commit took the turn's user message (committed without a flush)
+        // to disk with it.
+        assert_eq!(first, ["first", "answer"], "{stored:?}");
+        // So did it the request marker: a retry of the first request is a duplicate.
+        let again = store.record_user_message(&key, &StoredMessage::user("t9", "first", 9), Some("r1")).await;
+        assert!(matches!(again, Ok(Recorded::Duplicate { ref turn_id }) if turn_id == "t1"), "{again:?}");
+    }
 
     #[test]
     fn a_second_open_waits_for_the_file_to_be_released() {
