@@ -8,7 +8,8 @@
 //!
 //! Durability: a turn costs one `fdatasync`. The user message is committed without a flush
 //! (`Durability::None`) and reaches the disk with the turn's reply, which is committed durably
-//! before `completed` is sent; every other write is durable on its own (docs/storage.md).
+//! before `completed` is sent; so does an episode update (the support agent's vendor
+//! conversation). Every other write is durable on its own (docs/storage.md).
 //!
 //! The file is locked while open (redb takes an exclusive `flock`), so one process uses it at a
 //! time. A second process waits for it up to [`LOCK_WAIT`], saying so on the log, which lets two
@@ -257,7 +258,10 @@ impl Store for EmbeddedStore {
         let now = self.clock.now_ms();
         let ttl = self.ttl(now);
         let mut next = episode.clone();
-        self.write(move |table| {
+        // Within a turn (the support agent keeps its vendor conversation here) the reply's durable
+        // commit takes this to disk too; a crash before it loses the conversation id, and the next
+        // turn starts a new vendor conversation (docs/storage.md, "Durability").
+        self.write_with(Durability::None, move |table| {
             let pk = next.key.pk();
             let stored =
                 get(table, &pk, META_SK, now)?.map(|i| item::decode_episode(&next.key, &i)).transpose()?;
