@@ -75,6 +75,7 @@ pub mod mini;
 pub mod model;
 pub mod mux;
 pub mod orchestrator;
+pub mod outbound;
 pub mod redact;
 pub mod remote;
 pub mod retrieval;

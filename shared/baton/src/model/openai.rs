@@ -179,7 +179,7 @@ impl OpenAiChatModel {
         timeouts: &Timeouts,
         http2_prior_knowledge: bool,
     ) -> Result<reqwest::Client, ModelError> {
-        let builder = crate::config::pooled_http_client(timeouts.connect);
+        let builder = crate::outbound::pooled_client(timeouts.connect);
         let builder = if http2_prior_knowledge { builder.http2_prior_knowledge() } else { builder };
         builder.build().map_err(|e| ModelError::Config(e.to_string()))
     }

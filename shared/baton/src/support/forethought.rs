@@ -223,7 +223,7 @@ impl ForethoughtClient {
 
     /// A client with its own HTTP client.
     pub fn new(config: ForethoughtConfig) -> Result<ForethoughtClient, VendorError> {
-        let http = crate::config::pooled_http_client(config.timeouts.connect)
+        let http = crate::outbound::pooled_client(config.timeouts.connect)
             .build()
             .map_err(|e| VendorError::Connect(e.to_string()))?;
         Ok(ForethoughtClient::with_client(http, config))

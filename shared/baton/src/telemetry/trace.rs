@@ -13,7 +13,7 @@
 //! their call sites (their level is below the log filter), so a span costs one relaxed atomic
 //! load. A W3C `traceparent` of an incoming request becomes the turn's parent; outgoing model,
 //! Forethought and remote-agent requests carry the current span's `traceparent` (a remote agent
-//! invoked through Lambda, which has no headers, in its payload: see [`crate::remote`]).
+//! invoked through Lambda, which has no headers, in its payload: see the `remote` module).
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
