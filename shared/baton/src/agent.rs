@@ -221,7 +221,7 @@ pub fn run_instance(
     );
     let events =
         span.in_scope(|| instrument_for(instance.clone(), query, agent.run(request, instance), timeout));
-    Box::pin(crate::telemetry::trace::in_span(span, events))
+    crate::telemetry::trace::traced(span, events)
 }
 
 /// Where an agent keeps the vendor's last response id per episode, so its next turn continues the
@@ -903,7 +903,7 @@ impl LlmAgent {
             yield Event::ToolResult { agent: agent.clone(), call_id: call_id.clone(), name: name.clone(), result, is_error };
             yield Event::ToolCallEnd { agent, call_id, name, duration_ms: started.elapsed().as_millis() as u64 };
         });
-        Box::pin(crate::telemetry::trace::in_span(span, events))
+        crate::telemetry::trace::traced(span, events)
     }
 }
 

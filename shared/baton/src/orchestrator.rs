@@ -258,7 +258,7 @@ impl Orchestrator {
             }
             yield completed;
         });
-        Box::pin(crate::telemetry::trace::in_span(span, events))
+        crate::telemetry::trace::traced(span, events)
     }
 }
 

@@ -266,7 +266,7 @@ pub(crate) fn retrying_stream<P: StreamParser + 'static>(
             }
         }
     });
-    Box::pin(crate::telemetry::trace::in_span(span, deltas))
+    crate::telemetry::trace::traced(span, deltas)
 }
 
 /// Records what a model-call span keeps of `delta`: its response id and usage.

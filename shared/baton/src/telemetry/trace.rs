@@ -48,6 +48,15 @@ pub fn in_span<S: Stream + Send + ?Sized + 'static>(span: Span, stream: Pin<Box<
     InSpan { span, inner: stream }
 }
 
+/// `stream` polled inside `span`, boxed; `stream` itself when `span` is disabled (traces and
+/// logs off for it), so a turn without traces pays no wrapper per stream and per poll.
+pub fn traced<T: 'static>(
+    span: Span,
+    stream: Pin<Box<dyn Stream<Item = T> + Send>>,
+) -> Pin<Box<dyn Stream<Item = T> + Send>> {
+    if span.is_disabled() { stream } else { Box::pin(in_span(span, stream)) }
+}
+
 /// Makes the W3C `traceparent` (and `tracestate`) the parent of `span`; no effect
 /// when there is none, it is malformed, or traces are off.
 pub fn set_remote_parent(span: &Span, traceparent: &str, tracestate: Option<&str>) {
@@ -195,6 +204,33 @@ impl Traces {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use futures::StreamExt;
+
+    fn numbers() -> Pin<Box<dyn Stream<Item = u32> + Send>> {
+        Box::pin(futures::stream::iter([1, 2, 3]))
+    }
+
+    fn address(stream: &Pin<Box<dyn Stream<Item = u32> + Send>>) -> *const () {
+        let stream: &(dyn Stream<Item = u32> + Send) = &**stream;
+        std::ptr::from_ref(stream).cast()
+    }
+
+    #[tokio::test]
+    async fn a_disabled_span_adds_no_wrapper_and_an_enabled_one_does() {
+        // No subscriber: the span is disabled, and the stream comes back as it was.
+        let stream = numbers();
+        let before = address(&stream);
+        let traced_off = traced(tracing::info_span!("off"), stream);
+        assert_eq!(address(&traced_off), before, "no wrapper when the span is disabled");
+        assert_eq!(traced_off.collect::<Vec<_>>().await, [1, 2, 3]);
+
+        let _subscriber = tracing::subscriber::set_default(tracing_subscriber::registry());
+        let stream = numbers();
+        let before = address(&stream);
+        let traced_on = traced(tracing::info_span!("on"), stream);
+        assert_ne!(address(&traced_on), before, "an enabled span wraps the stream");
+        assert_eq!(traced_on.collect::<Vec<_>>().await, [1, 2, 3]);
+    }
 
     #[test]
     fn an_xray_trace_header_becomes_a_traceparent() {
