@@ -24,10 +24,10 @@ use std::time::{Duration, Instant};
 
 use baton::model::scripted::{Reply, ScriptedServer, StreamReply};
 use baton::support::scripted::{ForethoughtServer, FtReply};
+use baton_tests::process::ServeProcess;
 use baton_tests::{ASK_SHOPPING, ASK_SUPPORT};
 use futures::StreamExt;
 use serde_json::{Value, json};
-use tokio::io::AsyncBufReadExt;
 
 /// `cargo bench -- latency` (or no name) runs this benchmark.
 fn main() {
@@ -175,38 +175,23 @@ impl Servers {
 /// A running `orchestrator serve`.
 struct Serve {
     /// Killed when the `Serve` is dropped.
-    _child: tokio::process::Child,
+    _process: ServeProcess,
     url: String,
     pid: u32,
-    _store: tempfile::TempDir,
 }
 
 impl Serve {
     async fn start(binary: &Path, servers: &Servers, env: &[(&str, &str)]) -> Serve {
-        let store = tempfile::tempdir().unwrap();
-        let mut command = tokio::process::Command::new(binary);
-        command
-            .args(["serve", "--addr", "127.0.0.1:0"])
-            .env("BATON_STORE_PATH", store.path().join("store.redb"))
-            .env_remove("BATON_TABLE")
-            .env_remove("OPENAI_API_KEY")
-            .env("OPENAI_BASE_URL", servers.models.base_url())
-            .env("BATON_ORCHESTRATOR_MODEL", "orch")
-            .env("BATON_SHOPPING_MODEL", "shop")
-            .env("FORETHOUGHT_API_TOKEN", "bench-token")
-            .env("FORETHOUGHT_BASE_URL", servers.support.base_url())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
-            .kill_on_drop(true);
-        for (k, v) in env {
-            command.env(k, v);
-        }
-        let mut child = command.spawn().unwrap();
-        let mut line = String::new();
-        tokio::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).await.unwrap();
-        let url = line.trim().strip_prefix("listening on ").expect("serve prints its address").to_owned();
-        let pid = child.id().unwrap();
-        Serve { _child: child, url, pid, _store: store }
+        let mut all = vec![
+            ("OPENAI_BASE_URL", servers.models.base_url()),
+            ("BATON_ORCHESTRATOR_MODEL", "orch".to_owned()),
+            ("BATON_SHOPPING_MODEL", "shop".to_owned()),
+            ("FORETHOUGHT_API_TOKEN", "bench-token".to_owned()),
+            ("FORETHOUGHT_BASE_URL", servers.support.base_url()),
+        ];
+        all.extend(env.iter().map(|(k, v)| (*k, (*v).to_owned())));
+        let process = ServeProcess::start(binary, &all).await;
+        Serve { url: process.url.clone(), pid: process.pid, _process: process }
     }
 
     /// User plus system CPU time of the process so far.

@@ -25,6 +25,7 @@ use baton::mux::{LiveSlotMux, MuxConfig};
 use baton::orchestrator::{Orchestrator, TurnRequest};
 use baton::routing::{RoutedAgent, RoutingPolicy, RoutingSettings, routing_tool};
 use baton::tool::{Tool, ToolRegistry};
+use baton_tests::process::ServeProcess;
 use futures::StreamExt;
 use serde_json::json;
 
@@ -288,40 +289,6 @@ fn release_binary() -> Option<std::path::PathBuf> {
     binary.exists().then_some(binary)
 }
 
-/// A running `orchestrator serve` on a fresh embedded store, and how long it took to listen.
-struct ServeChild {
-    child: tokio::process::Child,
-    url: String,
-    ready: Duration,
-    _store: tempfile::TempDir,
-}
-
-async fn start_serve(binary: &std::path::Path, env: &[(&str, String)]) -> ServeChild {
-    use tokio::io::AsyncBufReadExt;
-    let store = tempfile::tempdir().unwrap();
-    let started = Instant::now();
-    let mut command = tokio::process::Command::new(binary);
-    command
-        .args(["serve", "--addr", "127.0.0.1:0"])
-        .env("BATON_STORE_PATH", store.path().join("store.redb"))
-        .env_remove("BATON_TABLE")
-        .env_remove("OPENAI_BASE_URL")
-        .env_remove("OPENAI_API_KEY")
-        .env_remove("FORETHOUGHT_API_TOKEN")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .kill_on_drop(true);
-    for (k, v) in env {
-        command.env(k, v);
-    }
-    let mut child = command.spawn().unwrap();
-    let mut line = String::new();
-    tokio::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).await.unwrap();
-    let ready = started.elapsed();
-    let url = line.trim().strip_prefix("listening on ").unwrap().to_owned();
-    ServeChild { child, url, ready, _store: store }
-}
-
 /// Exec → "listening" of `serve` on embedded defaults (offline model, fresh store), `runs`
 /// times; then the memory sections.
 async fn serve_memory(quick: bool) {
@@ -332,7 +299,7 @@ async fn serve_memory(quick: bool) {
     println!("== serve binary (release)");
     let mut starts = Vec::new();
     for _ in 0..if quick { 5 } else { 21 } {
-        let mut serve = start_serve(&binary, &[]).await;
+        let mut serve = ServeProcess::start(&binary, &[]).await;
         starts.push(serve.ready);
         let _ = serve.child.kill().await;
     }
@@ -384,8 +351,8 @@ async fn serve_streams(binary: &std::path::Path, streams: usize, http2: bool) {
     if http2 {
         env.push(("BATON_MODEL_HTTP2", "true".to_owned()));
     }
-    let mut serve = start_serve(binary, &env).await;
-    let pid = serve.child.id().unwrap();
+    let mut serve = ServeProcess::start(binary, &env).await;
+    let pid = serve.pid;
     tokio::time::sleep(Duration::from_millis(200)).await;
     let idle = rss_kib(pid, "VmRSS:");
     let client = reqwest::Client::builder().pool_max_idle_per_host(0).build().unwrap();

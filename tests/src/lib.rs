@@ -8,11 +8,13 @@
 //! - [`fault_proxy`]: a loopback TCP proxy that passes, black-holes, slows or resets traffic.
 //! - [`contract`]: the one contract suite every store passes.
 //! - [`otlp`]: a real OTLP/HTTP trace receiver on loopback.
+//! - [`process`]: `orchestrator serve` as a child process, for the benchmarks.
 
 pub mod contract;
 pub mod fault_proxy;
 pub mod logs;
 pub mod otlp;
+pub mod process;
 pub mod stores;
 
 use std::sync::Arc;
