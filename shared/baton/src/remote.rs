@@ -245,7 +245,7 @@ pub fn serve_ndjson(
         crate::telemetry::trace::set_remote_parent(&span, parent, None);
     }
     let events = span.in_scope(|| agent.run(remote.request, remote.instance));
-    Ok(crate::telemetry::trace::in_span(span, events).map(|event| encode_ndjson(&event)))
+    Ok(crate::telemetry::trace::traced(span, events).map(|event| encode_ndjson(&event)))
 }
 
 #[cfg(test)]

@@ -28,7 +28,7 @@ use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 /// A stream polled inside `span` (so spans it opens are children of `span`), which closes
 /// `span` when it is dropped.
-pub struct InSpan<S: ?Sized> {
+struct InSpan<S: ?Sized> {
     span: Span,
     inner: Pin<Box<S>>,
 }
@@ -43,18 +43,13 @@ impl<S: Stream + ?Sized> Stream for InSpan<S> {
     }
 }
 
-/// `stream`, polled inside `span`.
-pub fn in_span<S: Stream + Send + ?Sized + 'static>(span: Span, stream: Pin<Box<S>>) -> InSpan<S> {
-    InSpan { span, inner: stream }
-}
-
 /// `stream` polled inside `span`, boxed; `stream` itself when `span` is disabled (traces and
 /// logs off for it), so a turn without traces pays no wrapper per stream and per poll.
 pub fn traced<T: 'static>(
     span: Span,
     stream: Pin<Box<dyn Stream<Item = T> + Send>>,
 ) -> Pin<Box<dyn Stream<Item = T> + Send>> {
-    if span.is_disabled() { stream } else { Box::pin(in_span(span, stream)) }
+    if span.is_disabled() { stream } else { Box::pin(InSpan { span, inner: stream }) }
 }
 
 /// Makes the W3C `traceparent` (and `tracestate`) the parent of `span`; no effect

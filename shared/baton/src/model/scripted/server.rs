@@ -304,7 +304,7 @@ async fn completions(
     headers: axum::http::HeaderMap,
     body: Bytes,
 ) -> Response {
-    answer(state, (version, headers), body, Api::ChatCompletions).await
+    answer(state, version, headers, body, Api::ChatCompletions).await
 }
 
 async fn responses(
@@ -313,12 +313,13 @@ async fn responses(
     headers: axum::http::HeaderMap,
     body: Bytes,
 ) -> Response {
-    answer(state, (version, headers), body, Api::Responses).await
+    answer(state, version, headers, body, Api::Responses).await
 }
 
 async fn answer(
     state: Arc<ServerState>,
-    (version, headers): (axum::http::Version, axum::http::HeaderMap),
+    version: axum::http::Version,
+    headers: axum::http::HeaderMap,
     body: Bytes,
     api: Api,
 ) -> Response {
