@@ -4,7 +4,10 @@
 use std::path::Path;
 
 fn main() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../data/help");
+    // The manifest directory of this build, read when the script runs (not `env!`, which would
+    // fix the path of whichever checkout first compiled the script into a shared target directory).
+    let manifest = std::env::var("CARGO_MANIFEST_DIR").expect("CARGO_MANIFEST_DIR is set by cargo");
+    let dir = Path::new(&manifest).join("../../data/help");
     println!("cargo::rerun-if-changed={}", dir.display());
     let mut articles: Vec<_> = std::fs::read_dir(&dir)
         .unwrap_or_else(|e| panic!("cannot read {}: {e}", dir.display()))

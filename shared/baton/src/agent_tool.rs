@@ -164,12 +164,14 @@ impl std::fmt::Debug for AgentTool {
 
 impl AgentTool {
     /// `agent` as a tool; fails if the output schema does not compile or the input schema does
-    /// not describe an object (a [`crate::tool::ToolRegistry`] compiles the input schema).
+    /// not describe an object. The [`crate::tool::ToolRegistry`] it joins compiles the input
+    /// schema on the first call (a configuration's input schema is compiled when the
+    /// configuration is validated).
     pub fn new(agent: Arc<dyn Agent>, options: AgentToolOptions) -> Result<AgentTool, ToolError> {
         let name = options.tool_name.clone().unwrap_or_else(|| agent_tool_name(agent.name()));
         let invalid = |reason: String| ToolError::InvalidSchema { tool: name.clone(), reason };
         let parameters = match &options.input_schema {
-            // The registry it joins compiles it, and says so if it does not compile.
+            // The registry it joins compiles it, and refuses calls if it does not compile.
             Some(schema) => {
                 if schema.get("type").and_then(Value::as_str) != Some("object") {
                     return Err(invalid(

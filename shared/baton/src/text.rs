@@ -14,7 +14,7 @@
 //!   are my points?") makes the whole message a real request.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock, OnceLock};
 
 use rust_stemmers::{Algorithm, Stemmer};
 use serde::Deserialize;
@@ -65,19 +65,65 @@ enum Kind {
 }
 
 /// The smalltalk phrases a message is checked against, by their first word. The default is the
-/// default lists ([`Lexicon::reference`]), built on first use rather than when a router is
-/// built, so start-up does not pay for folding every language's phrases.
+/// default lists ([`Lexicon::reference`]); with a configuration's own lists
+/// ([`Lexicon::with_defaults`]), those folded into the defaults. Either is built on first use
+/// rather than when a router is built, so start-up does not pay for folding every language's
+/// phrases.
 #[derive(Debug, Clone, Default)]
 pub struct Lexicon {
-    /// `None`: the reference lists.
-    phrases: Option<Phrases>,
+    phrases: LexiconPhrases,
+}
+
+#[derive(Debug, Clone, Default)]
+enum LexiconPhrases {
+    /// The reference lists.
+    #[default]
+    Reference,
+    /// Phrases known when the lexicon is made.
+    Built(Phrases),
+    /// The default lists and these, folded on first use.
+    WithDefaults(Arc<(SmalltalkLists, OnceLock<Phrases>)>),
 }
 
 type Phrases = HashMap<String, Vec<(Vec<String>, Kind)>>;
 
-static REFERENCE_LEXICON: LazyLock<Lexicon> = LazyLock::new(|| {
-    Lexicon::with_defaults(&SmalltalkLists::default()).expect("data/routing/smalltalk.yaml is valid")
-});
+static REFERENCE_LEXICON: LazyLock<Lexicon> =
+    LazyLock::new(|| Lexicon::new(default_lists().values()).expect("data/routing/smalltalk.yaml is valid"));
+
+/// The default lists by language.
+fn default_lists() -> std::collections::BTreeMap<String, SmalltalkLists> {
+    serde_yaml_ng::from_str(DEFAULT_SMALLTALK).expect("data/routing/smalltalk.yaml is valid")
+}
+
+/// The phrases of `lists` by their first word, longest first; `Err` names a phrase without a word.
+fn index_phrases<'a>(lists: impl IntoIterator<Item = &'a SmalltalkLists>) -> Result<Phrases, String> {
+    let mut phrases = Phrases::new();
+    for l in lists {
+        let classes = [
+            (&l.greetings, Kind::Talk(Smalltalk::Greeting)),
+            (&l.acknowledgements, Kind::Talk(Smalltalk::Acknowledgement)),
+            (&l.chitchat, Kind::Talk(Smalltalk::Chitchat)),
+            (&l.fillers, Kind::Filler),
+        ];
+        for (class, kind) in classes {
+            for phrase in class {
+                let key: Vec<String> = words(phrase).iter().map(|w| match_key(w)).collect();
+                let Some(first) = key.first().cloned() else {
+                    return Err(format!("smalltalk phrase {phrase:?} has no word"));
+                };
+                let entry = phrases.entry(first).or_default();
+                if !entry.iter().any(|(p, k)| *p == key && *k == kind) {
+                    entry.push((key, kind));
+                }
+            }
+        }
+    }
+    // Longest first: "good morning" is one greeting, not an acknowledgement and a word.
+    for entry in phrases.values_mut() {
+        entry.sort_by_key(|(p, _)| std::cmp::Reverse(p.len()));
+    }
+    Ok(phrases)
+}
 
 impl PartialEq for Lexicon {
     fn eq(&self, other: &Lexicon) -> bool {
@@ -93,47 +139,28 @@ impl Lexicon {
 
     fn phrases(&self) -> &Phrases {
         match &self.phrases {
-            Some(phrases) => phrases,
-            None => REFERENCE_LEXICON.phrases.as_ref().expect("the reference lexicon has its phrases"),
+            LexiconPhrases::Built(phrases) => phrases,
+            LexiconPhrases::Reference => REFERENCE_LEXICON.phrases(),
+            LexiconPhrases::WithDefaults(lazy) => {
+                let (extra, phrases) = &**lazy;
+                phrases.get_or_init(|| {
+                    index_phrases(default_lists().values().chain([extra]))
+                        .expect("the lists were checked when the lexicon was made")
+                })
+            }
         }
     }
 
-    /// The default lists and `extra`; `Err` says what is wrong with a list.
+    /// The default lists and `extra`, folded on first use; `Err` says what is wrong with `extra`
+    /// now (the default lists are checked by this module's tests).
     pub fn with_defaults(extra: &SmalltalkLists) -> Result<Lexicon, String> {
-        let defaults: std::collections::BTreeMap<String, SmalltalkLists> =
-            serde_yaml_ng::from_str(DEFAULT_SMALLTALK)
-                .map_err(|e| format!("default smalltalk lists: {e}"))?;
-        Lexicon::new(defaults.values().chain([extra]))
+        index_phrases([extra])?;
+        Ok(Lexicon { phrases: LexiconPhrases::WithDefaults(Arc::new((extra.clone(), OnceLock::new()))) })
     }
 
     /// Only the phrases of `lists`; `Err` names a phrase without a word.
     pub fn new<'a>(lists: impl IntoIterator<Item = &'a SmalltalkLists>) -> Result<Lexicon, String> {
-        let mut phrases = Phrases::new();
-        for l in lists {
-            let classes = [
-                (&l.greetings, Kind::Talk(Smalltalk::Greeting)),
-                (&l.acknowledgements, Kind::Talk(Smalltalk::Acknowledgement)),
-                (&l.chitchat, Kind::Talk(Smalltalk::Chitchat)),
-                (&l.fillers, Kind::Filler),
-            ];
-            for (class, kind) in classes {
-                for phrase in class {
-                    let key: Vec<String> = words(phrase).iter().map(|w| match_key(w)).collect();
-                    let Some(first) = key.first().cloned() else {
-                        return Err(format!("smalltalk phrase {phrase:?} has no word"));
-                    };
-                    let entry = phrases.entry(first).or_default();
-                    if !entry.iter().any(|(p, k)| *p == key && *k == kind) {
-                        entry.push((key, kind));
-                    }
-                }
-            }
-        }
-        // Longest first: "good morning" is one greeting, not an acknowledgement and a word.
-        for entry in phrases.values_mut() {
-            entry.sort_by_key(|(p, _)| std::cmp::Reverse(p.len()));
-        }
-        Ok(Lexicon { phrases: Some(phrases) })
+        Ok(Lexicon { phrases: LexiconPhrases::Built(index_phrases(lists)?) })
     }
 
     /// Whether `text` is smalltalk, and which: every clause greetings, acknowledgements, chitchat

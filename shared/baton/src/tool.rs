@@ -6,7 +6,7 @@
 //! [`ToolOutcome`] with `is_error` set, whose message the model reads on its next step.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -196,8 +196,9 @@ pub enum ToolError {
         /// What is wrong.
         reason: String,
     },
-    /// A tool's own schema does not compile (a programming error, found when the registry is
-    /// built).
+    /// A tool's own schema does not compile: a programming error, or a tool server's bad schema.
+    /// Found by the tool's first call (a registry compiles each schema on first use), which is
+    /// refused with this error; the registry's other tools still work.
     #[error("the JSON schema of `{tool}` is invalid: {reason}")]
     InvalidSchema {
         /// The tool.
@@ -400,16 +401,34 @@ pub struct Refused {
     pub error: ToolError,
 }
 
+#[derive(Clone)]
 struct Registered {
     tool: Arc<dyn Tool>,
-    schema: boon::SchemaIndex,
+    /// The tool's parameters schema, compiled by its first call (shared with the registries
+    /// [`ToolRegistry::only`] makes).
+    schema: Arc<OnceLock<Result<JsonSchema, String>>>,
 }
 
-/// The tools of one agent, with their compiled schemas.
+impl Registered {
+    fn new(tool: Arc<dyn Tool>) -> Registered {
+        Registered { tool, schema: Arc::default() }
+    }
+
+    fn schema(&self) -> Result<&JsonSchema, &str> {
+        self.schema
+            .get_or_init(|| JsonSchema::compile(&self.tool.parameters()))
+            .as_ref()
+            .map_err(String::as_str)
+    }
+}
+
+/// The tools of one agent. Each tool's schema is compiled by its first call, not when the
+/// registry is built: the first schema a process compiles loads the JSON Schema meta-schemas
+/// (a few milliseconds), which a Lambda function's start-up need not pay, and a mini-agent's
+/// registry ([`ToolRegistry::only`]) compiles only what its calls use.
 pub struct ToolRegistry {
     tools: Vec<Registered>,
     by_name: HashMap<String, usize>,
-    schemas: boon::Schemas,
 }
 
 impl std::fmt::Debug for ToolRegistry {
@@ -419,13 +438,9 @@ impl std::fmt::Debug for ToolRegistry {
 }
 
 impl ToolRegistry {
-    /// A registry of `tools`; fails if a schema does not compile or two names clash.
+    /// A registry of `tools`; fails if two names clash. A tool whose schema does not compile is
+    /// refused when called ([`ToolError::InvalidSchema`]).
     pub fn new(tools: Vec<Arc<dyn Tool>>) -> Result<ToolRegistry, ToolError> {
-        let mut compiler = boon::Compiler::new();
-        // Tool schemas are ours and self-contained: no loader, so a `$ref` never reads a file.
-        compiler.use_loader(Box::new(boon::SchemeUrlLoader::new()));
-        compiler.set_default_draft(boon::Draft::V2020_12);
-        let mut schemas = boon::Schemas::new();
         let mut registered = Vec::with_capacity(tools.len());
         let mut by_name = HashMap::new();
         for tool in tools {
@@ -433,16 +448,9 @@ impl ToolRegistry {
             if by_name.insert(name.clone(), registered.len()).is_some() {
                 return Err(ToolError::DuplicateName(name));
             }
-            let url = format!("urn:baton:tool:{}", registered.len());
-            let invalid = |e: boon::CompileError| ToolError::InvalidSchema {
-                tool: name.clone(),
-                reason: format!("{e:#}"),
-            };
-            compiler.add_resource(&url, tool.parameters()).map_err(invalid)?;
-            let schema = compiler.compile(&url, &mut schemas).map_err(invalid)?;
-            registered.push(Registered { tool, schema });
+            registered.push(Registered::new(tool));
         }
-        Ok(ToolRegistry { tools: registered, by_name, schemas })
+        Ok(ToolRegistry { tools: registered, by_name })
     }
 
     /// The tools as offered to a model.
@@ -465,9 +473,10 @@ impl ToolRegistry {
     /// A registry of only the tools named in `names` (names it does not hold are ignored), in
     /// this registry's order: a call of any other tool is an `unknown_tool` error result.
     pub fn only(&self, names: &[String]) -> ToolRegistry {
-        let tools =
-            self.tools.iter().filter(|r| names.iter().any(|n| n == r.tool.name())).map(|r| r.tool.clone());
-        ToolRegistry::new(tools.collect()).expect("a subset of a valid registry is valid")
+        let tools: Vec<Registered> =
+            self.tools.iter().filter(|r| names.iter().any(|n| n == r.tool.name())).cloned().collect();
+        let by_name = tools.iter().enumerate().map(|(i, r)| (r.tool.name().to_owned(), i)).collect();
+        ToolRegistry { tools, by_name }
     }
 
     /// Whether no tool is registered.
@@ -488,8 +497,13 @@ impl ToolRegistry {
             let reason = format!("the arguments are not valid JSON ({e}); send one JSON object");
             refused(raw(), ToolError::InvalidArguments { tool: call.name.clone(), reason })
         })?;
-        if let Err(e) = self.schemas.validate(&arguments, registered.schema) {
-            let reason = schema_violations(&e);
+        let schema = registered.schema().map_err(|reason| {
+            refused(
+                arguments.clone(),
+                ToolError::InvalidSchema { tool: call.name.clone(), reason: reason.into() },
+            )
+        })?;
+        if let Err(reason) = schema.validate(&arguments) {
             return Err(refused(
                 arguments.clone(),
                 ToolError::InvalidArguments { tool: call.name.clone(), reason },
@@ -676,8 +690,8 @@ mod tests {
         assert_eq!(outcome.result["error"]["code"], "tool_timeout");
     }
 
-    #[test]
-    fn a_bad_schema_or_a_duplicate_name_fails_at_construction() {
+    #[tokio::test]
+    async fn a_bad_schema_refuses_its_calls_and_a_duplicate_name_fails_at_construction() {
         struct Bad;
         impl Tool for Bad {
             fn name(&self) -> &str {
@@ -693,8 +707,29 @@ mod tests {
                 Box::pin(async { Ok(Value::Null) })
             }
         }
-        assert!(matches!(ToolRegistry::new(vec![Arc::new(Bad)]), Err(ToolError::InvalidSchema { .. })));
+        let registry = ToolRegistry::new(vec![Arc::new(Bad), Arc::new(Echo)]).unwrap();
+        let context = ToolContext::new("u1", "e");
+        for _ in 0..2 {
+            let outcome = registry.call(&call("bad", "{}"), &context, Duration::from_secs(1)).await;
+            assert_eq!(outcome.result["error"]["code"], "invalid_schema", "{outcome:?}");
+            assert!(outcome.result["error"]["message"].as_str().unwrap().contains("`bad`"), "{outcome:?}");
+        }
+        let fine = registry.call(&call("echo", r#"{"text":"hi"}"#), &context, Duration::from_secs(1)).await;
+        assert!(!fine.is_error, "the registry's other tools still work: {fine:?}");
         let dup = ToolRegistry::new(vec![Arc::new(Echo), Arc::new(Echo)]);
         assert!(matches!(dup, Err(ToolError::DuplicateName(n)) if n == "echo"));
+    }
+
+    #[tokio::test]
+    async fn a_subset_registry_shares_the_compiled_schemas_and_refuses_the_rest() {
+        let full = ToolRegistry::new(vec![Arc::new(Echo)]).unwrap();
+        let context = ToolContext::new("u1", "e");
+        let subset = full.only(&["echo".to_owned()]);
+        let outcome = subset.call(&call("echo", r#"{"text":"hi"}"#), &context, Duration::from_secs(1)).await;
+        assert!(!outcome.is_error, "{outcome:?}");
+        assert!(full.tools[0].schema.get().is_some(), "compiled once, for both registries");
+        let none = full.only(&[]);
+        let outcome = none.call(&call("echo", r#"{"text":"hi"}"#), &context, Duration::from_secs(1)).await;
+        assert_eq!(outcome.result["error"]["code"], "unknown_tool");
     }
 }

@@ -429,3 +429,22 @@ impl ToolCatalog {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A registry compiles a tool's schema on its first call, so a broken built-in schema would
+    /// only show then: every built-in schema is compiled here.
+    #[test]
+    fn every_built_in_tool_schema_compiles() {
+        let purchases = Arc::new(crate::shopping::catalog::SamplePurchases::embedded());
+        let catalog = ToolCatalog::new(Vec::new(), purchases);
+        for name in [SEARCH_OFFERS, GET_OFFER, PURCHASE_HISTORY, SEARCH_HELP_CENTER] {
+            let tool = catalog.tool(name).expect("a built-in tool");
+            crate::tool::JsonSchema::compile(&tool.parameters()).unwrap_or_else(|e| panic!("{name}: {e}"));
+        }
+        crate::tool::JsonSchema::compile(&crate::agent_tool::permissive_input_schema())
+            .expect("the agent tools' default input schema compiles");
+    }
+}
