@@ -2,12 +2,14 @@
 //! assistant messages after the turn, whatever happens to the client.
 //!
 //! [`History::begin`] records the user message (idempotent on the client's request id) and loads
-//! the recent history into the turn. [`History::record`] runs the turn in a task of its own that
-//! forwards events to the client through a channel and watches them pass: when the turn ends it
-//! saves the reply before releasing `completed`; when the client goes away (the channel's
-//! receiver is dropped) it drops the turn at once, which cancels every model call, and saves what
-//! was produced with status `partial`. A dropped stream cannot `.await` in `Drop`; a task that
-//! notices the receiver closing can.
+//! the recent history into the turn. [`History::record`] watches the turn's events pass on their
+//! way to the client, in the client's own stream (no task or channel per turn in between): when
+//! the turn ends it saves the reply before releasing `completed`; when the client goes away (the
+//! stream is dropped) the turn is dropped with it, which cancels every model call, and what was
+//! produced is saved with status `partial`. A dropped stream cannot `.await` in `Drop`, so each
+//! save runs in a task of its own: the one at the end is awaited before `completed`, and a
+//! client that leaves while it runs does not cut it short; the one for a client that left is
+//! spawned by the drop.
 //!
 //! The reply is split into messages by speaker: the orchestrator's own text (preamble or
 //! fastpath answer), then each sub-agent instance's text, a new message starting whenever the
@@ -17,8 +19,6 @@
 use std::sync::Arc;
 
 use futures::StreamExt;
-use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
 
 use crate::conversation::{PreviousTurn, PriorReply};
 use crate::event::EventStream;
@@ -72,40 +72,77 @@ impl History {
         Ok(key)
     }
 
-    /// Runs `events` (the turn `turn_id` of `key`) in a task of its own (in the current span) and
-    /// returns the events for the client. The reply is saved before `completed` is released; if
-    /// saving fails the client gets an `error` event and `completed` with status `error`.
+    /// Watches `events` (the turn `turn_id` of `key`) on their way to the client. The reply is
+    /// saved before `completed` is released; if saving fails the client gets an `error` event and
+    /// `completed` with status `error`. If the returned stream is dropped first (the client
+    /// left), the turn is dropped with it and what it had produced is saved as `partial`. The
+    /// saves run in the span current when this is called (the turn's).
     pub fn record(&self, key: EpisodeKey, turn_id: String, events: EventStream) -> EventStream {
-        let (tx, rx) = mpsc::channel::<Event>(64);
-        let store = self.store.clone();
-        tokio::spawn(tracing::Instrument::in_current_span(async move {
-            let mut recorder = ReplyRecorder::default();
+        let mut reply = PendingReply {
+            store: self.store.clone(),
+            key,
+            turn_id,
+            recorder: ReplyRecorder::default(),
+            span: tracing::Span::current(),
+            open: true,
+        };
+        Box::pin(async_stream::stream! {
             let mut events = events;
             let mut completed = None;
-            let hung_up = loop {
-                let event = tokio::select! {
-                    biased;
-                    _ = tx.closed() => break true,
-                    event = events.next() => event,
-                };
-                match event {
-                    None => break false,
-                    Some(event) => {
-                        recorder.observe(&event);
-                        if matches!(event, Event::Completed { .. }) {
-                            completed = Some(event);
-                        } else if tx.send(event).await.is_err() {
-                            break true;
-                        }
-                    }
+            while let Some(event) = events.next().await {
+                reply.recorder.observe(&event);
+                if matches!(event, Event::Completed { .. }) {
+                    completed = Some(event);
+                } else {
+                    yield event;
                 }
-            };
-            // Cancels the model calls of a turn the client left.
+            }
             drop(events);
-            let messages = recorder.messages(&turn_id, hung_up, store.clock().now_ms());
+            let saved = match reply.save(false) {
+                Some(save) => save.await.unwrap_or_else(|e| Err(StoreError::Failed(format!("the save task failed: {e}")))),
+                None => Err(StoreError::Failed("no runtime to save the reply on".into())),
+            };
+            let Some(mut completed) = completed else { return };
+            if let Err(e) = saved {
+                tracing::error!(episode = %reply.key, turn = %reply.turn_id, error = %e, "reply not saved");
+                if let Event::Completed { status, .. } = &mut completed {
+                    *status = Status::Error;
+                }
+                yield Event::error(
+                    ORCHESTRATOR,
+                    e.code(),
+                    format!("the answer could not be saved: {e}"),
+                    e.is_retryable(),
+                );
+            }
+            yield completed;
+        })
+    }
+}
+
+/// The reply of a turn in progress, saved once: at the turn's end, or when it is dropped before.
+struct PendingReply {
+    store: Arc<dyn Store>,
+    key: EpisodeKey,
+    turn_id: String,
+    recorder: ReplyRecorder,
+    span: tracing::Span,
+    /// Not saved yet.
+    open: bool,
+}
+
+impl PendingReply {
+    /// Saves the reply so far in a task of its own (`hung_up`: the client left, so what had not
+    /// finished is `partial`); `None` outside a Tokio runtime.
+    fn save(&mut self, hung_up: bool) -> Option<tokio::task::JoinHandle<Result<(), StoreError>>> {
+        self.open = false;
+        let runtime = tokio::runtime::Handle::try_current().ok()?;
+        let messages = self.recorder.messages(&self.turn_id, hung_up, self.store.clock().now_ms());
+        let (store, key, turn_id) = (self.store.clone(), self.key.clone(), self.turn_id.clone());
+        let save = async move {
             let saved = traced("save_reply", store.save_reply(&key, &turn_id, &messages)).await;
             if hung_up {
-                match saved {
+                match &saved {
                     Ok(()) => {
                         tracing::info!(episode = %key, turn = %turn_id, "client left; partial reply saved")
                     }
@@ -113,25 +150,18 @@ impl History {
                         tracing::error!(episode = %key, turn = %turn_id, error = %e, "client left; partial reply lost")
                     }
                 }
-                return;
             }
-            let Some(mut completed) = completed else { return };
-            if let Err(e) = saved {
-                tracing::error!(episode = %key, turn = %turn_id, error = %e, "reply not saved");
-                let error = Event::error(
-                    ORCHESTRATOR,
-                    e.code(),
-                    format!("the answer could not be saved: {e}"),
-                    e.is_retryable(),
-                );
-                if let Event::Completed { status, .. } = &mut completed {
-                    *status = Status::Error;
-                }
-                let _ = tx.send(error).await;
-            }
-            let _ = tx.send(completed).await;
-        }));
-        Box::pin(ReceiverStream::new(rx))
+            saved
+        };
+        Some(runtime.spawn(tracing::Instrument::instrument(save, self.span.clone())))
+    }
+}
+
+impl Drop for PendingReply {
+    fn drop(&mut self) {
+        if self.open && self.save(true).is_none() {
+            tracing::error!(episode = %self.key, turn = %self.turn_id, "client left outside a runtime; partial reply lost");
+        }
     }
 }
 

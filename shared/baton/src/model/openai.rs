@@ -196,17 +196,21 @@ impl ChatModel for OpenAiChatModel {
     }
 
     fn stream(&self, request: ChatRequest) -> DeltaStream {
-        let body = request_body(&self.inner.config.model, &request);
-        retrying_stream::<ChunkParser>(self.inner.clone(), body)
+        retrying_stream::<ChunkParser>(self.inner.clone(), &request_body(&self.inner.config.model, &request))
     }
 }
 
 /// POSTs `body` to `endpoint` and streams the parsed deltas, retrying failures that happen before
 /// the first delta reached the caller.
+///
+/// The body is serialised once, here: a call in flight keeps its few kilobytes of JSON text for
+/// a retry, not the `Value` tree it was built as (several times larger, and re-serialised by
+/// every attempt).
 pub(crate) fn retrying_stream<P: StreamParser + 'static>(
     endpoint: Arc<Endpoint>,
-    body: Value,
+    body: &Value,
 ) -> DeltaStream {
+    let body = bytes::Bytes::from(serde_json::to_vec(body).expect("a JSON value always serialises"));
     let span = tracing::info_span!(
         "chat",
         otel.name = %format_args!("chat {}", endpoint.config.model),
@@ -295,7 +299,7 @@ impl Endpoint {
     /// redacted of the API key).
     fn attempt<'a, P: StreamParser + 'a>(
         &'a self,
-        body: &'a Value,
+        body: &'a bytes::Bytes,
     ) -> impl futures::Stream<Item = Result<ModelDelta, ModelError>> + Send + 'a {
         let secrets: Vec<&str> = self.config.api_key.as_deref().into_iter().collect();
         self.attempt_raw::<P>(body).map(move |item| item.map_err(|e| e.redacted(&secrets)))
@@ -303,10 +307,14 @@ impl Endpoint {
 
     fn attempt_raw<'a, P: StreamParser + 'a>(
         &'a self,
-        body: &'a Value,
+        body: &'a bytes::Bytes,
     ) -> impl futures::Stream<Item = Result<ModelDelta, ModelError>> + Send + 'a {
         async_stream::stream! {
-            let mut req = self.http.post(&self.url).json(body);
+            let mut req = self
+                .http
+                .post(&self.url)
+                .header(reqwest::header::CONTENT_TYPE, "application/json")
+                .body(body.clone());
             if let Some(key) = &self.config.api_key {
                 req = req.bearer_auth(key);
             }

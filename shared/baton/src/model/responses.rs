@@ -49,8 +49,10 @@ impl ChatModel for ResponsesModel {
     }
 
     fn stream(&self, request: ChatRequest) -> DeltaStream {
-        let body = request_body(&self.inner.config.model, &request, None);
-        retrying_stream::<EventParser>(self.inner.clone(), body)
+        retrying_stream::<EventParser>(
+            self.inner.clone(),
+            &request_body(&self.inner.config.model, &request, None),
+        )
     }
 
     fn supports_previous_response(&self) -> bool {
@@ -59,7 +61,7 @@ impl ChatModel for ResponsesModel {
 
     fn stream_continuing(&self, request: ChatRequest, previous_response_id: String) -> DeltaStream {
         let body = request_body(&self.inner.config.model, &request, Some(&previous_response_id));
-        retrying_stream::<EventParser>(self.inner.clone(), body)
+        retrying_stream::<EventParser>(self.inner.clone(), &body)
     }
 }
 
