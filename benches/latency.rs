@@ -8,7 +8,10 @@
 //!    each then sends 50 tokens 20 ms apart. For fresh and kept-alive connections it prints the
 //!    measured time minus the ideal (what a perfect merge on this script would show) for the
 //!    first event, the first text, the first sub-agent text, content done, and the longest
-//!    silence between two texts, plus whether each agent's end came after its last text.
+//!    silence between two texts, plus whether each agent's end came after its last text. The
+//!    scripted servers record when each frame left them, so content done is also split into
+//!    how late the test servers themselves were (their timers, their handling of a request)
+//!    and what is left: Baton's share.
 //! 2. Zero-latency models: wall time per turn (median, p90) on a kept-alive connection, and the
 //!    `serve` process's CPU per turn (utime + stime from `/proc/<pid>/stat` over N turns).
 //!
@@ -123,6 +126,10 @@ struct Ideal {
     first_sub_agent_text: Duration,
     content_done: Duration,
     longest_silence: Duration,
+    /// Each model stream's last frame, from its request's arrival at its server.
+    orch_end: Duration,
+    shopping_end: Duration,
+    support_end: Duration,
 }
 
 fn ideal() -> Ideal {
@@ -139,6 +146,9 @@ fn ideal() -> Ideal {
         first_sub_agent_text: orch_end + SHOPPING_FIRST,
         content_done: orch_end + shopping_end.max(support_end),
         longest_silence: (orch_end + SHOPPING_FIRST - preamble_end).max(TOKEN_GAP),
+        orch_end,
+        shopping_end,
+        support_end,
     }
 }
 
@@ -161,6 +171,25 @@ impl Servers {
             .chunk_delay(gap(TOKEN_GAP));
         models.set_default("shop", shopping);
         Servers { models, support, zero }
+    }
+
+    /// How late the test servers themselves were on the last turn's content-done path, in ms:
+    /// the orchestrator model's stream and the stream of the agent that spoke last (`last`),
+    /// each from its request's arrival to its last frame, against its script. Their timers wake
+    /// up to a millisecond late and they take a moment to answer a request; none of that is
+    /// Baton's, and a perfect merge would be as late.
+    fn lateness(&self, ideal: &Ideal, last: &str) -> f64 {
+        let late = |took: Option<Duration>, script: Duration| took.map_or(0.0, |t| ms(t) - ms(script));
+        let orch = self.models.requests_for("orch").pop().expect("the orchestrator model was called");
+        let orch = late(orch.last_frame_at.map(|t| t - orch.received_at), ideal.orch_end);
+        let sub = if baton::event::agent_name(last) == "support" {
+            let support = self.support.requests().pop().expect("support was called");
+            late(support.last_chunk_at.map(|t| t - support.received_at), ideal.support_end)
+        } else {
+            let shopping = self.models.requests_for("shop").pop().expect("shopping was called");
+            late(shopping.last_frame_at.map(|t| t - shopping.received_at), ideal.shopping_end)
+        };
+        orch + sub
     }
 
     /// Queues support's answer for one turn (the Forethought server answers from a queue).
@@ -249,6 +278,8 @@ struct Mixed {
     content_done: f64,
     longest_silence: f64,
     out_of_order: usize,
+    /// Of `content_done`, how late the test servers were ([`Servers::lateness`]).
+    servers_late: f64,
 }
 
 fn ms(d: Duration) -> f64 {
@@ -290,6 +321,7 @@ fn measure(seen: &[Seen], ideal: &Ideal) -> Mixed {
         content_done: ms(texts.last().unwrap().at) - ms(ideal.content_done),
         longest_silence: ms(silence) - ms(ideal.longest_silence),
         out_of_order,
+        servers_late: 0.0,
     }
 }
 
@@ -318,7 +350,11 @@ async fn mixed(serve: &Serve, servers: &Servers, turns: usize) -> [Mixed; 2] {
         let mut runs = Vec::new();
         for _ in 0..turns {
             servers.queue_support();
-            runs.push(measure(&turn(client, &serve.url).await, &ideal));
+            let seen = turn(client, &serve.url).await;
+            let mut run = measure(&seen, &ideal);
+            let last = seen.iter().rfind(|s| s.kind == "text").and_then(|s| s.data["agent"].as_str());
+            run.servers_late = servers.lateness(&ideal, last.unwrap_or(""));
+            runs.push(run);
         }
         let med = |f: fn(&Mixed) -> f64| median(runs.iter().map(f).collect());
         *slot = Mixed {
@@ -328,6 +364,7 @@ async fn mixed(serve: &Serve, servers: &Servers, turns: usize) -> [Mixed; 2] {
             content_done: med(|m| m.content_done),
             longest_silence: med(|m| m.longest_silence),
             out_of_order: runs.iter().map(|m| m.out_of_order).max().unwrap_or(0),
+            servers_late: med(|m| m.servers_late),
         };
     }
     out
@@ -422,20 +459,30 @@ async fn latency(turns: usize, zero_turns: usize) {
     for (c, connection) in ["fresh connection", "kept-alive connection"].iter().enumerate() {
         println!("   -- {connection}: measured − ideal, ms");
         println!(
-            "   {:<26} {:>11} {:>10} {:>14} {:>12} {:>15} {:>9}",
-            "", "first event", "first text", "first sub text", "content done", "longest silence", "ends late"
+            "   {:<26} {:>11} {:>10} {:>14} {:>12} {:>15} {:>9} {:>13} {:>13}",
+            "",
+            "first event",
+            "first text",
+            "first sub text",
+            "content done",
+            "longest silence",
+            "ends late",
+            "servers late",
+            "Baton's share"
         );
         for (v, f) in variants.iter().zip(&all) {
             let m = f.mixed[c];
             println!(
-                "   {:<26} {:>11.1} {:>10.1} {:>14.1} {:>12.1} {:>15.1} {:>9}",
+                "   {:<26} {:>11.1} {:>10.1} {:>14.1} {:>12.1} {:>15.1} {:>9} {:>13.1} {:>13.1}",
                 v.name,
                 m.first_event,
                 m.first_text,
                 m.first_sub_agent_text,
                 m.content_done,
                 m.longest_silence,
-                m.out_of_order
+                m.out_of_order,
+                m.servers_late,
+                m.content_done - m.servers_late
             );
         }
     }

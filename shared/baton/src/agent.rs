@@ -634,7 +634,7 @@ impl Agent for LlmAgent {
             let server_side = this.model.supports_previous_response();
             let chains = this.chains.clone().filter(|_| server_side);
             let history = this.fork.as_ref().map(|_| request.history.clone());
-            let Run { context, mut transcript, message, previous_turn, image } = this.begin(request, chains.as_deref()).await;
+            let Run { context, mut transcript, message, previous_turn, image } = Box::pin(this.begin(request, chains.as_deref())).await;
             if let (Some(fork), Some(history)) = (&this.fork, history) {
                 let input = ForkInput {
                     instance: instance.clone(), message: transcript.user_message.clone(), history, context: context.clone(),

@@ -414,8 +414,9 @@ pub fn sse_body(
     async_stream::stream! {
         let mut events = events.filter(|e| std::future::ready(e.is_client_visible()));
         let mut seq = 0u64;
-        // Chunks are split off this buffer; it grows a new 4 KiB block when one is used up.
-        let mut out = BytesMut::with_capacity(4096);
+        // Chunks are split off this buffer; it grows a new block when one is used up. An open
+        // stream keeps what is left of its block, so the block is small: a few events.
+        let mut out = BytesMut::with_capacity(1024);
         let mut ended = false;
         while !ended {
             match tokio::time::timeout(heartbeat, events.next()).await {

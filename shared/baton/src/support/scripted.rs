@@ -174,6 +174,8 @@ pub struct FtRequest {
     pub received_at: Instant,
     /// How many chunks of a streamed answer were sent so far.
     pub chunks_sent: usize,
+    /// When the latest chunk went out (the last one, once the stream is over).
+    pub last_chunk_at: Option<Instant>,
     /// For streamed answers: `Some(true)` once all chunks were sent, `Some(false)` if the body
     /// was dropped before (the client went away), `None` while it is going.
     pub completed: Option<bool>,
@@ -258,6 +260,7 @@ async fn answer(
             body: body.clone(),
             received_at: Instant::now(),
             chunks_sent: 0,
+            last_chunk_at: None,
             completed: None,
         });
         requests.len() - 1
@@ -307,8 +310,11 @@ async fn answer(
                 gate: script.gate.clone(),
             };
             let sent = state.clone();
-            let on_frame =
-                move |i: usize| sent.requests.lock().expect("requests lock")[index].chunks_sent = i + 1;
+            let on_frame = move |i: usize| {
+                let mut requests = sent.requests.lock().expect("requests lock");
+                requests[index].chunks_sent = i + 1;
+                requests[index].last_chunk_at = Some(Instant::now());
+            };
             let on_end = move |completed| {
                 if let Ok(mut requests) = state.requests.lock() {
                     requests[index].completed = Some(completed);

@@ -171,6 +171,9 @@ pub struct RecordedRequest {
     pub received_at: Instant,
     /// When the server sent the first byte of its answer, once it has.
     pub first_byte_at: Option<Instant>,
+    /// For streamed answers: when the latest frame went out (the last one, once the stream is
+    /// over). Against the script, it says how late the server itself was.
+    pub last_frame_at: Option<Instant>,
     /// For streamed answers: `Some(true)` once the whole stream was sent, `Some(false)` if it was
     /// dropped before its end (the client went away), `None` while it is still going.
     pub completed: Option<bool>,
@@ -340,6 +343,7 @@ async fn answer(
             version,
             received_at: Instant::now(),
             first_byte_at: None,
+            last_frame_at: None,
             completed: None,
         });
         requests.len() - 1
@@ -414,12 +418,18 @@ async fn answer(
                 stall_after: script.stall_after,
                 gate: None,
             };
+            let sent = state.clone();
+            let on_frame = move |_| {
+                if let Ok(mut requests) = sent.requests.lock() {
+                    requests[index].last_frame_at = Some(Instant::now());
+                }
+            };
             let on_end = move |completed| {
                 if let Ok(mut requests) = state.requests.lock() {
                     requests[index].completed = Some(completed);
                 }
             };
-            sse_response(Body::from_stream(paced_body(frames, trailer, pacing, |_| {}, on_end)))
+            sse_response(Body::from_stream(paced_body(frames, trailer, pacing, on_frame, on_end)))
         }
     }
 }
