@@ -456,10 +456,10 @@ async fn lambda_starts(binary: &std::path::Path, runs: usize, dynamodb: bool) ->
             .env("AWS_LAMBDA_FUNCTION_VERSION", "$LATEST")
             .env("AWS_LAMBDA_LOG_STREAM_NAME", "bench")
             .env("AWS_LAMBDA_LOG_GROUP_NAME", "bench")
-            .env("BATON_STORE_PATH", dir.join("store.redb"))
             .env_remove("OPENAI_API_KEY")
             .env_remove("OPENAI_BASE_URL")
             .env_remove("BATON_TABLE")
+            .env_remove("BATON_STORE_PATH")
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .kill_on_drop(true);
@@ -467,13 +467,14 @@ async fn lambda_starts(binary: &std::path::Path, runs: usize, dynamodb: bool) ->
             // What Lambda sets, and an endpoint on a port that was free a moment ago.
             let unused = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
             command
-                .env_remove("BATON_STORE_PATH")
                 .env("BATON_TABLE", "baton-bench")
                 .env("AWS_REGION", "us-east-1")
                 .env("AWS_ACCESS_KEY_ID", "AKIDBENCH")
                 .env("AWS_SECRET_ACCESS_KEY", "bench-secret")
                 .env("AWS_SESSION_TOKEN", "bench-token")
                 .env("AWS_ENDPOINT_URL_DYNAMODB", format!("http://{unused}"));
+        } else {
+            command.env("BATON_STORE_PATH", dir.join("store.redb"));
         }
         let mut child = command.spawn().unwrap();
         let (mut conn, _) = tokio::time::timeout(Duration::from_secs(10), listener.accept())

@@ -23,6 +23,20 @@ use tracing_subscriber::util::SubscriberInitExt;
 const TRACE_ID: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 const PARENT_ID: &str = "00f067aa0ba902b7";
 
+/// Alice's chat request `body`, sent as a child of the caller's span `PARENT_ID` in `trace_id`;
+/// the SSE body it got back.
+async fn chat_in_trace(url: &str, trace_id: &str, body: serde_json::Value) -> String {
+    let response = reqwest::Client::new()
+        .post(url)
+        .header(baton::http::USER_HEADER, "alice")
+        .header("traceparent", format!("00-{trace_id}-{PARENT_ID}-01"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    response.text().await.unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_mixed_turn_exports_its_span_tree_under_the_callers_trace() {
     let receiver = Receiver::start().await;
@@ -40,15 +54,12 @@ async fn a_mixed_turn_exports_its_span_tree_under_the_callers_trace() {
             .usage(120, 30),
     );
     server.push(SHOP, Reply::text("Coffee deals.").usage(40, 8));
-    let response = reqwest::Client::new()
-        .post(&endpoint.url)
-        .header(baton::http::USER_HEADER, "alice")
-        .header("traceparent", format!("00-{TRACE_ID}-{PARENT_ID}-01"))
-        .json(&json!({"message": "my receipt didn't scan, and find me coffee deals", "episode_id": "e1"}))
-        .send()
-        .await
-        .unwrap();
-    let body = response.text().await.unwrap();
+    let body = chat_in_trace(
+        &endpoint.url,
+        TRACE_ID,
+        json!({"message": "my receipt didn't scan, and find me coffee deals", "episode_id": "e1"}),
+    )
+    .await;
     assert!(body.contains("event: completed"), "{body}");
     traces.flush().await;
 
@@ -121,15 +132,13 @@ async fn a_mixed_turn_exports_its_span_tree_under_the_callers_trace() {
     let direct = "Milk is cheaper in bulk. Costco sells two gallons for five dollars.";
     server.push(ORCH, Reply::text(direct)).push(ORCH, Reply::text(direct));
     server.push(SHOP, Reply::text("Here are milk offers."));
-    let response = reqwest::Client::new()
-        .post(&endpoint.url)
-        .header(baton::http::USER_HEADER, "alice")
-        .header("traceparent", format!("00-{REPAIRED_TRACE}-{PARENT_ID}-01"))
-        .json(&json!({"message": "is it cheaper to buy milk in bulk", "episode_id": "e2"}))
-        .send()
-        .await
-        .unwrap();
-    assert!(response.text().await.unwrap().contains("event: completed"));
+    let body = chat_in_trace(
+        &endpoint.url,
+        REPAIRED_TRACE,
+        json!({"message": "is it cheaper to buy milk in bulk", "episode_id": "e2"}),
+    )
+    .await;
+    assert!(body.contains("event: completed"));
     traces.flush().await;
     let in_trace = |spans: &[Span]| -> Vec<Span> {
         spans.iter().filter(|s| hex(&s.trace_id) == REPAIRED_TRACE).cloned().collect()
