@@ -257,6 +257,22 @@ async fn http2_prior_knowledge_puts_concurrent_calls_on_one_connection() {
 }
 
 #[tokio::test]
+async fn calls_one_after_the_other_reuse_one_http1_connection() {
+    // The client stops reading at `[DONE]`; the body's last chunk is read all the same, so the
+    // connection goes back to the pool.
+    let server = ScriptedServer::start().await.unwrap();
+    server.set_default("m", Reply::text("one two three"));
+    let model = model(&server, "m");
+    for _ in 0..4 {
+        let answer =
+            collect(model.stream(ChatRequest { messages: vec![Message::user("x")], ..Default::default() }))
+                .await;
+        assert_eq!(answer.unwrap().text, "one two three");
+    }
+    assert_eq!(server.connections(), 1);
+}
+
+#[tokio::test]
 async fn without_it_a_cleartext_server_gets_http1_and_a_connection_per_concurrent_call() {
     let (server, answers) = concurrent_calls(false, 4).await;
     assert!(answers.iter().all(|a| a.text == "one two three"), "{answers:?}");

@@ -175,6 +175,24 @@ fn help_explains_every_option() {
 }
 
 #[test]
+fn switches_in_the_environment_take_1_yes_and_on_as_well_as_true() {
+    let dir = tempfile::tempdir().unwrap();
+    for on in ["1", "yes", "on", "true"] {
+        let out = orchestrator(dir.path())
+            .args(["chat", "hi"])
+            .env("BATON_MODEL_HTTP2", on)
+            .env("BATON_SHOPPING_RESPONSES_API", on)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{on}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let out =
+        orchestrator(dir.path()).args(["chat", "hi"]).env("BATON_MODEL_HTTP2", "maybe").output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--model-http2"));
+}
+
+#[test]
 fn a_bad_base_url_fails_at_start_with_a_clear_error() {
     let dir = tempfile::tempdir().unwrap();
     let out =

@@ -39,7 +39,7 @@ pub struct Settings {
     /// Speak HTTP/2 without an upgrade (h2c, prior knowledge) to a cleartext `http://` model
     /// server that accepts it, so concurrent model calls share one connection. Over https,
     /// HTTP/2 is negotiated whenever the server offers it.
-    #[arg(long, env = "BATON_MODEL_HTTP2", global = true)]
+    #[arg(long, env = "BATON_MODEL_HTTP2", global = true, value_parser = clap::builder::BoolishValueParser::new())]
     model_http2: bool,
 
     /// API key for the model server (sent as a bearer token).
@@ -56,7 +56,7 @@ pub struct Settings {
 
     /// The shopping agent uses the OpenAI Responses API (server-side context through
     /// previous_response_id) instead of Chat Completions.
-    #[arg(long, env = "BATON_SHOPPING_RESPONSES_API", global = true)]
+    #[arg(long, env = "BATON_SHOPPING_RESPONSES_API", global = true, value_parser = clap::builder::BoolishValueParser::new())]
     shopping_responses_api: bool,
 
     /// Model calls per shopping answer (the last one may not call tools).

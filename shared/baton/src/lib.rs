@@ -52,6 +52,8 @@
 //! - [`text`]: words, content words and smalltalk: how the rules read a message.
 //! - [`image`]: an image attached to a message: its kind, description and URL, checked.
 //! - [`event`]: the wire protocol: the event enum, SSE and NDJSON encoding and decoding.
+//! - [`outbound`]: the outgoing HTTP client of streamed answers (model servers, Forethought):
+//!   reqwest for `https` and HTTP/2, and cleartext HTTP/1.1 driven inside the body's own poll.
 //!
 //! # Errors
 //! Errors a caller branches on are hand-written enums ([`model::ModelError`],

@@ -110,7 +110,9 @@ impl AgentTransport for HttpTransport {
             let response = request.send().await.map_err(|e| TransportError::Unreachable(e.to_string()))?;
             let status = response.status();
             if !status.is_success() {
-                let body = crate::model::openai::read_capped(response, ERROR_BODY_WAIT, 16 * 1024).await;
+                let body =
+                    crate::model::openai::read_capped(response.bytes_stream(), ERROR_BODY_WAIT, 16 * 1024)
+                        .await;
                 let message = crate::redact::excerpt(&String::from_utf8_lossy(&body), &[]);
                 return Err(TransportError::Remote { code: status.as_u16().to_string(), message });
             }

@@ -177,7 +177,7 @@ pub const REMOTE_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 /// Builds model clients on one shared HTTP client, or the offline model when none is configured.
 struct ModelFactory<'a> {
     config: &'a Config,
-    http: Option<reqwest::Client>,
+    http: Option<crate::outbound::Client>,
 }
 
 impl<'a> ModelFactory<'a> {

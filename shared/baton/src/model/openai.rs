@@ -135,14 +135,14 @@ pub struct OpenAiChatModel {
 /// with which retries. Shared by both clients.
 #[derive(Debug)]
 pub(crate) struct Endpoint {
-    http: reqwest::Client,
+    http: crate::outbound::Client,
     url: String,
     pub(crate) config: OpenAiConfig,
 }
 
 impl Endpoint {
     /// An endpoint at `{base_url}/{path}`.
-    pub(crate) fn new(http: reqwest::Client, config: OpenAiConfig, path: &str) -> Endpoint {
+    pub(crate) fn new(http: crate::outbound::Client, config: OpenAiConfig, path: &str) -> Endpoint {
         let url = format!("{}/{path}", config.base_url.trim_end_matches('/'));
         Endpoint { http, url, config }
     }
@@ -178,14 +178,13 @@ impl OpenAiChatModel {
     pub fn http_client(
         timeouts: &Timeouts,
         http2_prior_knowledge: bool,
-    ) -> Result<reqwest::Client, ModelError> {
-        let builder = crate::outbound::pooled_client(timeouts.connect);
-        let builder = if http2_prior_knowledge { builder.http2_prior_knowledge() } else { builder };
-        builder.build().map_err(|e| ModelError::Config(e.to_string()))
+    ) -> Result<crate::outbound::Client, ModelError> {
+        crate::outbound::Client::new(timeouts.connect, http2_prior_knowledge)
+            .map_err(|e| ModelError::Config(e.to_string()))
     }
 
     /// Builds the model on a shared HTTP client (its connect timeout applies).
-    pub fn with_client(http: reqwest::Client, config: OpenAiConfig) -> OpenAiChatModel {
+    pub fn with_client(http: crate::outbound::Client, config: OpenAiConfig) -> OpenAiChatModel {
         OpenAiChatModel { inner: Arc::new(Endpoint::new(http, config, "chat/completions")) }
     }
 }
@@ -320,7 +319,7 @@ impl Endpoint {
             }
             req = crate::telemetry::trace::with_trace_headers(req);
             let timeouts = self.config.timeouts;
-            let response = match tokio::time::timeout(timeouts.first_byte, req.send()).await {
+            let response = match tokio::time::timeout(timeouts.first_byte, self.http.send(req)).await {
                 Err(_) => { yield Err(ModelError::Timeout(TimeoutKind::FirstByte)); return; }
                 Ok(Err(e)) => { yield Err(transport_error(&e)); return; }
                 Ok(Ok(r)) => r,
@@ -366,25 +365,14 @@ impl Endpoint {
     }
 }
 
-pub(crate) fn transport_error(e: &reqwest::Error) -> ModelError {
-    if e.is_connect() {
-        ModelError::Connect(error_chain(e))
-    } else if e.is_timeout() {
+pub(crate) fn transport_error(e: &crate::outbound::Error) -> ModelError {
+    if e.is_timeout() {
         ModelError::Timeout(TimeoutKind::Connect)
+    } else if e.is_connect() {
+        ModelError::Connect(e.to_string())
     } else {
-        ModelError::Truncated(error_chain(e))
+        ModelError::Truncated(e.to_string())
     }
-}
-
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut source = e.source();
-    while let Some(inner) = source {
-        s.push_str(": ");
-        s.push_str(&inner.to_string());
-        source = inner.source();
-    }
-    s
 }
 
 /// Why a response body stopped.
@@ -409,12 +397,12 @@ impl std::error::Error for BodyError {}
 
 /// The body's bytes, ending in [`BodyError::TooLarge`] once more than `max_bytes` came.
 fn capped_body(
-    response: reqwest::Response,
+    response: crate::outbound::Response,
     max_bytes: usize,
 ) -> impl futures::Stream<Item = Result<bytes::Bytes, BodyError>> + Send {
     let mut seen = 0usize;
     response.bytes_stream().map(move |chunk| {
-        let chunk = chunk.map_err(|e| BodyError::Transport(error_chain(&e)))?;
+        let chunk = chunk.map_err(|e| BodyError::Transport(e.to_string()))?;
         seen = seen.saturating_add(chunk.len());
         if seen > max_bytes { Err(BodyError::TooLarge) } else { Ok(chunk) }
     })
@@ -434,8 +422,12 @@ fn stream_error(e: eventsource_stream::EventStreamError<BodyError>, limit: usize
 
 /// Reads at most `max_bytes` of a body, each chunk within `idle`; what came before a failure
 /// or the cap is kept.
-pub(crate) async fn read_capped(response: reqwest::Response, idle: Duration, max_bytes: usize) -> Vec<u8> {
-    let mut bytes = response.bytes_stream();
+pub(crate) async fn read_capped<E>(
+    bytes: impl futures::Stream<Item = Result<bytes::Bytes, E>>,
+    idle: Duration,
+    max_bytes: usize,
+) -> Vec<u8> {
+    let mut bytes = std::pin::pin!(bytes);
     let mut body = Vec::new();
     while body.len() < max_bytes {
         match tokio::time::timeout(idle, bytes.next()).await {
@@ -448,10 +440,10 @@ pub(crate) async fn read_capped(response: reqwest::Response, idle: Duration, max
 
 /// The error of a non-2xx answer: its status, `Retry-After`, and the body's message for logs
 /// (read up to [`MAX_ERROR_BODY_BYTES`]; redacted by the caller).
-pub(crate) async fn http_error(response: reqwest::Response, idle: Duration) -> ModelError {
+pub(crate) async fn http_error(response: crate::outbound::Response, idle: Duration) -> ModelError {
     let status = response.status().as_u16();
     let retry_after = retry_after(response.headers());
-    let body = read_capped(response, idle, MAX_ERROR_BODY_BYTES).await;
+    let body = read_capped(response.bytes_stream(), idle, MAX_ERROR_BODY_BYTES).await;
     ModelError::Http { status, message: error_message(&String::from_utf8_lossy(&body)), retry_after }
 }
 

@@ -44,6 +44,9 @@ pub struct Offer {
 pub struct Catalog {
     offers: Vec<Offer>,
     index: SearchIndex,
+    /// The distinct categories, sorted (`search_offers` lists them in its schema, which goes
+    /// out with every model call: computed once, here).
+    categories: Vec<String>,
 }
 
 /// A catalog file could not be read.
@@ -85,7 +88,10 @@ impl Catalog {
                 )
             })
             .collect();
-        Catalog { index: SearchIndex::new(&texts), offers }
+        let mut categories: Vec<String> = offers.iter().map(|o| o.category.clone()).collect();
+        categories.sort();
+        categories.dedup();
+        Catalog { index: SearchIndex::new(&texts), offers, categories }
     }
 
     /// All offers.
@@ -99,11 +105,8 @@ impl Catalog {
     }
 
     /// The categories, sorted, without duplicates.
-    pub fn categories(&self) -> Vec<String> {
-        let mut c: Vec<String> = self.offers.iter().map(|o| o.category.clone()).collect();
-        c.sort();
-        c.dedup();
-        c
+    pub fn categories(&self) -> &[String] {
+        &self.categories
     }
 
     /// The best offers for `query`, optionally in one category, best first.

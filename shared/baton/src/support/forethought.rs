@@ -211,20 +211,19 @@ pub type SolveStream = std::pin::Pin<Box<dyn Stream<Item = Result<SolveChunk, Ve
 /// A Forethought Solve client. Cheap to clone; build it once.
 #[derive(Debug, Clone)]
 pub struct ForethoughtClient {
-    http: reqwest::Client,
+    http: crate::outbound::Client,
     config: std::sync::Arc<ForethoughtConfig>,
 }
 
 impl ForethoughtClient {
     /// A client on a shared HTTP client (its connect timeout applies).
-    pub fn with_client(http: reqwest::Client, config: ForethoughtConfig) -> ForethoughtClient {
+    pub fn with_client(http: crate::outbound::Client, config: ForethoughtConfig) -> ForethoughtClient {
         ForethoughtClient { http, config: std::sync::Arc::new(config) }
     }
 
     /// A client with its own HTTP client.
     pub fn new(config: ForethoughtConfig) -> Result<ForethoughtClient, VendorError> {
-        let http = crate::outbound::pooled_client(config.timeouts.connect)
-            .build()
+        let http = crate::outbound::Client::new(config.timeouts.connect, false)
             .map_err(|e| VendorError::Connect(e.to_string()))?;
         Ok(ForethoughtClient::with_client(http, config))
     }
@@ -259,7 +258,7 @@ impl ForethoughtClient {
         let builder =
             crate::telemetry::trace::with_trace_headers(builder.bearer_auth(&self.config.token).json(&body));
         let token = self.config.token.clone();
-        Box::pin(self.call_raw(builder).map(move |piece| {
+        Box::pin(self.call_raw(self.http.clone(), builder).map(move |piece| {
             piece.map_err(|e| {
                 let e = e.redacted(&[&token]);
                 tracing::warn!(code = e.code(), error = %e, detail = e.detail().unwrap_or(""), "Forethought call failed");
@@ -270,19 +269,21 @@ impl ForethoughtClient {
 
     fn call_raw(
         &self,
+        http: crate::outbound::Client,
         builder: reqwest::RequestBuilder,
     ) -> impl Stream<Item = Result<SolveChunk, VendorError>> + Send + 'static {
         let timeouts = self.config.timeouts;
         async_stream::stream! {
-            let response = match tokio::time::timeout(timeouts.first_byte, builder.send()).await {
+            let response = match tokio::time::timeout(timeouts.first_byte, http.send(builder)).await {
                 Err(_) => { yield Err(VendorError::Timeout("first byte")); return; }
+                Ok(Err(e)) if e.is_timeout() => { yield Err(VendorError::Timeout("connect")); return; }
                 Ok(Err(e)) if e.is_connect() => { yield Err(VendorError::Connect(e.to_string())); return; }
                 Ok(Err(e)) => { yield Err(VendorError::Truncated(e.to_string())); return; }
                 Ok(Ok(r)) => r,
             };
             let status = response.status();
             if !status.is_success() {
-                let body = read_capped(response, timeouts.idle, MAX_ERROR_BODY_BYTES).await;
+                let body = read_capped(response.bytes_stream(), timeouts.idle, MAX_ERROR_BODY_BYTES).await;
                 let message = error_message(&String::from_utf8_lossy(&body));
                 yield Err(VendorError::Http { status: status.as_u16(), message });
                 return;
@@ -305,7 +306,7 @@ impl ForethoughtClient {
                     }
                 }
             } else if content_type.contains("ndjson") || content_type.contains("jsonl") {
-                let mut bytes = response.bytes_stream();
+                let mut bytes = std::pin::pin!(response.bytes_stream());
                 let mut lines = LineSplitter::new(MAX_ANSWER_BYTES);
                 loop {
                     match tokio::time::timeout(timeouts.idle, bytes.next()).await {
@@ -334,7 +335,9 @@ impl ForethoughtClient {
 }
 
 /// The body's bytes, ending in an error once more than [`MAX_ANSWER_BYTES`] came.
-fn capped_body(response: reqwest::Response) -> impl Stream<Item = Result<bytes::Bytes, VendorError>> + Send {
+fn capped_body(
+    response: crate::outbound::Response,
+) -> impl Stream<Item = Result<bytes::Bytes, VendorError>> + Send {
     let mut seen = 0usize;
     response.bytes_stream().map(move |chunk| {
         let chunk = chunk.map_err(|e| VendorError::Truncated(e.to_string()))?;
@@ -358,8 +361,8 @@ fn stream_error(e: eventsource_stream::EventStreamError<VendorError>) -> VendorE
 }
 
 /// Reads a whole body of at most [`MAX_ANSWER_BYTES`], each chunk within `idle`.
-async fn read_all(response: reqwest::Response, idle: Duration) -> Result<Vec<u8>, VendorError> {
-    let mut bytes = response.bytes_stream();
+async fn read_all(response: crate::outbound::Response, idle: Duration) -> Result<Vec<u8>, VendorError> {
+    let mut bytes = std::pin::pin!(response.bytes_stream());
     let mut body = Vec::new();
     loop {
         match tokio::time::timeout(idle, bytes.next()).await {

@@ -1,0 +1,241 @@
+//! The outgoing HTTP client of streamed answers (`baton::outbound`) on its cleartext HTTP/1.1
+//! path, against a loopback server that writes raw HTTP: connections kept and reused, one the
+//! server closed while idle replaced, a body cut off, a body dropped early, and a read's frames
+//! handed over without waiting for another task.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use baton::outbound::Client;
+use futures::{FutureExt, StreamExt};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// What the server does with one request.
+#[derive(Clone)]
+struct Answer {
+    /// The raw bytes written after the request (head and body).
+    bytes: Vec<u8>,
+    /// Close the connection this long after writing them (without saying so in a header).
+    close: Option<Duration>,
+}
+
+/// Keeps the connection open after `bytes`.
+fn keep(bytes: Vec<u8>) -> Answer {
+    Answer { bytes, close: None }
+}
+
+/// A chunked `text/event-stream` answer with `frames` frames, every chunk in one write.
+fn sse(frames: usize) -> Vec<u8> {
+    let mut out =
+        b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n".to_vec();
+    for i in 0..frames {
+        let frame = format!("data: {{\"n\":{i}}}\n\n");
+        out.extend_from_slice(format!("{:x}\r\n{frame}\r\n", frame.len()).as_bytes());
+    }
+    out.extend_from_slice(b"0\r\n\r\n");
+    out
+}
+
+/// A loopback server answering its n-th request (over all connections) with `answers[n]` (the
+/// last one repeats). Returns its URL and its count of accepted connections.
+async fn server(answers: Vec<Answer>) -> (String, Arc<AtomicUsize>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/v1/stream?x=1", listener.local_addr().unwrap());
+    let connections = Arc::new(AtomicUsize::new(0));
+    let served = Arc::new(AtomicUsize::new(0));
+    let answers = Arc::new(answers);
+    let accepted = connections.clone();
+    tokio::spawn(async move {
+        while let Ok((socket, _)) = listener.accept().await {
+            accepted.fetch_add(1, Ordering::SeqCst);
+            let (answers, served) = (answers.clone(), served.clone());
+            tokio::spawn(async move { serve(socket, &answers, &served).await });
+        }
+    });
+    (url, connections)
+}
+
+async fn serve(mut socket: TcpStream, answers: &[Answer], served: &AtomicUsize) {
+    let mut buffer = Vec::new();
+    loop {
+        // One request: the head, then `content-length` bytes of body.
+        let head_end = loop {
+            if let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
+                break end + 4;
+            }
+            let mut chunk = [0u8; 4096];
+            match socket.read(&mut chunk).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => buffer.extend_from_slice(&chunk[..n]),
+            }
+        };
+        let head = String::from_utf8_lossy(&buffer[..head_end]).to_ascii_lowercase();
+        assert!(head.starts_with("post /v1/stream?x=1 http/1.1\r\n"), "origin-form request line: {head}");
+        assert!(head.contains("\r\nhost: 127.0.0.1:"), "a Host header: {head}");
+        let length: usize = head
+            .lines()
+            .find_map(|l| l.strip_prefix("content-length:"))
+            .map_or(0, |v| v.trim().parse().unwrap());
+        while buffer.len() < head_end + length {
+            let mut chunk = [0u8; 4096];
+            match socket.read(&mut chunk).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => buffer.extend_from_slice(&chunk[..n]),
+            }
+        }
+        buffer.drain(..head_end + length);
+        let n = served.fetch_add(1, Ordering::SeqCst);
+        let answer = &answers[n.min(answers.len() - 1)];
+        if socket.write_all(&answer.bytes).await.is_err() {
+            return;
+        }
+        if let Some(after) = answer.close {
+            tokio::time::sleep(after).await;
+            return;
+        }
+    }
+}
+
+fn client() -> Client {
+    Client::new(Duration::from_secs(2), false).unwrap()
+}
+
+/// Sends one request and reads its body to the end: the bytes, or the error's text.
+async fn call(client: &Client, url: &str) -> Result<String, String> {
+    let sent = tokio::time::timeout(Duration::from_secs(5), client.send(client.post(url).body("{\"q\":1}")));
+    let response = sent.await.expect("bounded").map_err(|e| e.to_string())?;
+    assert_eq!(response.status(), 200);
+    let mut body = std::pin::pin!(response.bytes_stream());
+    let mut text = String::new();
+    while let Some(chunk) = tokio::time::timeout(Duration::from_secs(5), body.next()).await.expect("bounded")
+    {
+        text.push_str(std::str::from_utf8(&chunk.map_err(|e| e.to_string())?).unwrap());
+    }
+    Ok(text)
+}
+
+#[tokio::test]
+async fn sequential_calls_reuse_one_connection() {
+    let (url, connections) = server(vec![keep(sse(3))]).await;
+    let client = client();
+    for _ in 0..5 {
+        let text = call(&client, &url).await.unwrap();
+        assert_eq!(text.matches("data: ").count(), 3, "{text}");
+    }
+    assert_eq!(connections.load(Ordering::SeqCst), 1, "five calls, one after the other, one connection");
+}
+
+#[tokio::test]
+async fn a_connection_the_server_closed_while_idle_is_replaced() {
+    // The server closes each connection 10 ms after its answer, without `connection: close`:
+    // the client keeps it, and must find it closed when the next call takes it out.
+    let (url, connections) =
+        server(vec![Answer { bytes: sse(2), close: Some(Duration::from_millis(10)) }]).await;
+    let client = client();
+    for _ in 0..3 {
+        let text = call(&client, &url).await.unwrap();
+        assert_eq!(text.matches("data: ").count(), 2);
+        tokio::time::sleep(Duration::from_millis(60)).await;
+    }
+    assert_eq!(connections.load(Ordering::SeqCst), 3);
+}
+
+#[tokio::test]
+async fn a_request_the_server_hangs_up_on_is_sent_again_on_a_new_connection() {
+    // The kept connection is open when the second call takes it out; the server reads that
+    // request and hangs up without a word (an idle timeout racing the request). No answer came,
+    // so the request goes once more on a new connection, and the call succeeds.
+    let hang_up = Answer { bytes: Vec::new(), close: Some(Duration::ZERO) };
+    let (url, connections) = server(vec![keep(sse(2)), hang_up, keep(sse(3))]).await;
+    let client = client();
+    assert_eq!(call(&client, &url).await.unwrap().matches("data: ").count(), 2);
+    assert_eq!(call(&client, &url).await.unwrap().matches("data: ").count(), 3);
+    assert_eq!(connections.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn a_new_connection_that_gets_no_answer_is_an_error() {
+    // Sent again only on a kept connection: on a new one the same hang-up is the answer.
+    let hang_up = Answer { bytes: Vec::new(), close: Some(Duration::ZERO) };
+    let (url, connections) = server(vec![hang_up]).await;
+    let error = call(&client(), &url).await.unwrap_err();
+    assert!(error.contains("request to http://127.0.0.1:"), "{error}");
+    assert_eq!(connections.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_body_cut_off_mid_chunk_is_an_error_not_an_end() {
+    let mut cut = sse(3);
+    cut.truncate(cut.len() - 20);
+    let (url, _) = server(vec![Answer { bytes: cut, close: Some(Duration::ZERO) }]).await;
+    let error = call(&client(), &url).await.unwrap_err();
+    assert!(error.contains("the answer broke off"), "{error}");
+}
+
+#[tokio::test]
+async fn a_body_dropped_before_its_end_closes_its_connection() {
+    // The first answer is still going (no last chunk yet) when the caller drops it.
+    let mut going = sse(2);
+    going.truncate(going.len() - b"0\r\n\r\n".len());
+    let (url, connections) = server(vec![keep(going), keep(sse(50))]).await;
+    let client = client();
+    let response = client.send(client.post(&url).body("{}")).await.unwrap();
+    let mut body = Box::pin(response.bytes_stream());
+    body.next().await.unwrap().unwrap();
+    drop(body);
+    // The half-read connection is not reused: the next call gets a new one, and a whole answer.
+    let text = call(&client, &url).await.unwrap();
+    assert_eq!(text.matches("data: ").count(), 50);
+    assert_eq!(connections.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn a_body_dropped_after_its_last_frame_keeps_its_connection() {
+    // A caller stops at the answer's last frame (`[DONE]`), before the body's end: the end is
+    // already here, so the connection is kept for the next call.
+    let (url, connections) = server(vec![keep(sse(3))]).await;
+    let client = client();
+    for _ in 0..3 {
+        let response = client.send(client.post(&url).body("{}")).await.unwrap();
+        let mut body = Box::pin(response.bytes_stream());
+        let mut text = String::new();
+        while text.matches("data: ").count() < 3 {
+            text.push_str(std::str::from_utf8(&body.next().await.unwrap().unwrap()).unwrap());
+        }
+        drop(body);
+    }
+    assert_eq!(connections.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_refused_connection_is_a_connect_error() {
+    let port = TcpListener::bind("127.0.0.1:0").await.unwrap().local_addr().unwrap().port();
+    let client = client();
+    let error = client.send(client.post(format!("http://127.0.0.1:{port}/x"))).await.unwrap_err();
+    assert!(error.is_connect() && !error.is_timeout(), "{error}");
+    assert!(error.to_string().contains(&format!("127.0.0.1:{port}")), "{error}");
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn the_frames_of_one_read_come_without_waiting_for_another_task() {
+    // All 40 frames reach the socket at once. Once the first came, the rest are in the client's
+    // buffers: each must be handed over on the spot (`now_or_never`, no other task runs), where
+    // a connection driven by its own task hands over one chunk per switch.
+    let (url, _) = server(vec![keep(sse(40))]).await;
+    let client = client();
+    let response = client.send(client.post(&url).body("{}")).await.unwrap();
+    let mut body = Box::pin(response.bytes_stream());
+    let mut text = String::from_utf8(body.next().await.unwrap().unwrap().to_vec()).unwrap();
+    // Let the rest of the answer land in the socket (one write on the server's side).
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    loop {
+        match body.next().now_or_never() {
+            Some(Some(chunk)) => text.push_str(std::str::from_utf8(&chunk.unwrap()).unwrap()),
+            Some(None) => break,
+            None => panic!("frame {} was not handed over at once", text.matches("data: ").count()),
+        }
+    }
+    assert_eq!(text.matches("data: ").count(), 40);
+}
