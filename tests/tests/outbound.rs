@@ -210,6 +210,16 @@ async fn a_body_dropped_after_its_last_frame_keeps_its_connection() {
 }
 
 #[tokio::test]
+async fn a_redirect_is_the_answer_not_followed() {
+    let redirect = b"HTTP/1.1 307 Temporary Redirect\r\nlocation: http://127.0.0.1:1/elsewhere\r\ncontent-length: 0\r\n\r\n";
+    let (url, connections) = server(vec![keep(redirect.to_vec())]).await;
+    let client = client();
+    let response = client.send(client.post(&url).body("{}")).await.unwrap();
+    assert_eq!(response.status(), 307);
+    assert_eq!(connections.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
 async fn a_refused_connection_is_a_connect_error() {
     let port = TcpListener::bind("127.0.0.1:0").await.unwrap().local_addr().unwrap().port();
     let client = client();

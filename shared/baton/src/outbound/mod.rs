@@ -20,7 +20,7 @@
 //! it has. Driving the connection inside the body's poll, a read's frames are decoded in one go,
 //! and the turn's events leave in one write (docs/benchmarks.md, "Where a turn's CPU goes").
 //! No task per connection, and no HTTP proxy: when `HTTP_PROXY` or `ALL_PROXY` is set,
-//! cleartext calls go through reqwest, which honours them.
+//! cleartext calls go through reqwest, which honours them. Neither transport follows redirects.
 
 mod cleartext;
 
@@ -39,10 +39,13 @@ pub const MAX_IDLE_CONNECTIONS_PER_HOST: usize = 32;
 pub const IDLE_CONNECTION_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The reqwest settings every outgoing client shares (model servers, Forethought): the connect
-/// timeout, no Nagle delay (small SSE frames and requests go at once) and a bounded idle pool
-/// ([`MAX_IDLE_CONNECTIONS_PER_HOST`], [`IDLE_CONNECTION_TIMEOUT`]).
+/// timeout, no Nagle delay (small SSE frames and requests go at once), a bounded idle pool
+/// ([`MAX_IDLE_CONNECTIONS_PER_HOST`], [`IDLE_CONNECTION_TIMEOUT`]), and no redirects: an API
+/// endpoint that redirects is misconfigured, and its `3xx` is reported as the answer, as the
+/// cleartext transport does.
 pub fn pooled_client(connect_timeout: Duration) -> reqwest::ClientBuilder {
     reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
         .connect_timeout(connect_timeout)
         .tcp_nodelay(true)
         .pool_max_idle_per_host(MAX_IDLE_CONNECTIONS_PER_HOST)
