@@ -1,7 +1,7 @@
 //! The outgoing HTTP client of streamed answers (`baton::outbound`) on its cleartext HTTP/1.1
 //! path, against a loopback server that writes raw HTTP: connections kept and reused, one the
-//! server closed while idle replaced, a body cut off, a body dropped early, and a read's frames
-//! handed over without waiting for another task.
+//! server closed while idle replaced, a body cut off, a body dropped early, redirects, URL
+//! credentials, and a read's frames handed over without waiting for another task.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -217,6 +217,27 @@ async fn a_redirect_is_the_answer_not_followed() {
     let response = client.send(client.post(&url).body("{}")).await.unwrap();
     assert_eq!(response.status(), 307);
     assert_eq!(connections.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn credentials_in_the_url_go_as_basic_auth() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://user:secret@{}/v1/stream?x=1", listener.local_addr().unwrap());
+    let server = tokio::spawn(async move {
+        let (mut socket, _) = listener.accept().await.unwrap();
+        let mut head = Vec::new();
+        while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+            let mut chunk = [0u8; 4096];
+            let n = socket.read(&mut chunk).await.unwrap();
+            assert!(n > 0, "the client hung up before its request's head");
+            head.extend_from_slice(&chunk[..n]);
+        }
+        socket.write_all(&sse(1)).await.unwrap();
+        String::from_utf8_lossy(&head).to_ascii_lowercase()
+    });
+    call(&client(), &url).await.unwrap();
+    let head = tokio::time::timeout(Duration::from_secs(5), server).await.unwrap().unwrap();
+    assert!(head.contains("\r\nauthorization: basic dxnlcjpzzwnyzxq=\r\n"), "{head}");
 }
 
 #[tokio::test]

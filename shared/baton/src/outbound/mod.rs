@@ -19,6 +19,8 @@
 //! between two tasks, and between them the turn runs dry and the client's connection writes what
 //! it has. Driving the connection inside the body's poll, a read's frames are decoded in one go,
 //! and the turn's events leave in one write (docs/benchmarks.md, "Where a turn's CPU goes").
+//! Requests are built with reqwest's builder on either path (credentials in a URL become a
+//! basic-auth header there, and leave the URL).
 //! No task per connection, and no HTTP proxy: when `HTTP_PROXY` or `ALL_PROXY` is set,
 //! cleartext calls go through reqwest, which honours them. Neither transport follows redirects.
 
