@@ -128,6 +128,27 @@ async fn sequential_calls_reuse_one_connection() {
 }
 
 #[tokio::test]
+async fn the_pool_keeps_at_most_its_cap_of_idle_connections_per_host() {
+    let (url, connections) = server(vec![keep(sse(1))]).await;
+    let client = client();
+    let cap = baton::outbound::MAX_IDLE_CONNECTIONS_PER_HOST;
+    let burst = cap + 8;
+    for round in 1..=2 {
+        // `burst` answers open at once (each holds its connection), then each read to its end.
+        let sends = (0..burst).map(|_| client.send(client.post(&url).body("{}")));
+        let responses: Vec<_> =
+            futures::future::join_all(sends).await.into_iter().map(Result::unwrap).collect();
+        for response in responses {
+            let chunks: Vec<_> = response.bytes_stream().collect().await;
+            assert!(chunks.iter().all(Result::is_ok));
+        }
+        // The first burst opens one connection per answer; the second reuses the `cap` kept.
+        let expected = if round == 1 { burst } else { burst + (burst - cap) };
+        assert_eq!(connections.load(Ordering::SeqCst), expected, "after burst {round}");
+    }
+}
+
+#[tokio::test]
 async fn a_connection_the_server_closed_while_idle_is_replaced() {
     // The server closes each connection 10 ms after its answer, without `connection: close`:
     // the client keeps it, and must find it closed when the next call takes it out.
@@ -207,6 +228,19 @@ async fn a_body_dropped_after_its_last_frame_keeps_its_connection() {
         drop(body);
     }
     assert_eq!(connections.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_body_that_ends_when_the_server_closes_is_read_whole() {
+    // No length, not chunked: the body is whatever comes before the server closes.
+    let until_close =
+        b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\r\ndata: 1\n\ndata: 2\n\n".to_vec();
+    let (url, connections) = server(vec![Answer { bytes: until_close, close: Some(Duration::ZERO) }]).await;
+    let client = client();
+    for _ in 0..2 {
+        assert_eq!(call(&client, &url).await.unwrap(), "data: 1\n\ndata: 2\n\n");
+    }
+    assert_eq!(connections.load(Ordering::SeqCst), 2, "a connection its answer closed is not kept");
 }
 
 #[tokio::test]
