@@ -120,6 +120,17 @@ pub enum ToolChoice {
     None,
 }
 
+impl ToolChoice {
+    /// Its spelling in both OpenAI APIs' `tool_choice`.
+    pub fn wire_name(self) -> &'static str {
+        match self {
+            ToolChoice::Auto => "auto",
+            ToolChoice::Required => "required",
+            ToolChoice::None => "none",
+        }
+    }
+}
+
 /// One model call.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ChatRequest {

@@ -51,7 +51,7 @@ impl ChatModel for ResponsesModel {
     fn stream(&self, request: ChatRequest) -> DeltaStream {
         retrying_stream::<EventParser>(
             self.inner.clone(),
-            &request_body(&self.inner.config.model, &request, None),
+            as_bytes(&request_body(&self.inner.config.model, &request, None)),
         )
     }
 
@@ -61,8 +61,13 @@ impl ChatModel for ResponsesModel {
 
     fn stream_continuing(&self, request: ChatRequest, previous_response_id: String) -> DeltaStream {
         let body = request_body(&self.inner.config.model, &request, Some(&previous_response_id));
-        retrying_stream::<EventParser>(self.inner.clone(), &body)
+        retrying_stream::<EventParser>(self.inner.clone(), as_bytes(&body))
     }
+}
+
+/// `body`'s JSON text.
+fn as_bytes(body: &Value) -> bytes::Bytes {
+    serde_json::to_vec(body).expect("a JSON value always serialises").into()
 }
 
 /// The JSON body of a streaming Responses request. System messages become `instructions` (they
