@@ -95,57 +95,47 @@ impl Client {
         let request = request.build().map_err(Error::from)?;
         match &self.cleartext {
             Some(pool) if request.url().scheme() == "http" => {
-                let response = pool.send(request).await?;
-                Ok(Response {
-                    status: response.status(),
-                    headers: response.headers().clone(),
-                    body: Body::Cleartext(Box::new(response.into_body())),
-                })
+                Ok(Response(Inner::Cleartext(Box::new(pool.send(request).await?))))
             }
-            _ => {
-                let response = self.http.execute(request).await.map_err(Error::from)?;
-                Ok(Response {
-                    status: response.status(),
-                    headers: response.headers().clone(),
-                    body: Body::Reqwest(response),
-                })
-            }
+            _ => Ok(Response(Inner::Reqwest(self.http.execute(request).await.map_err(Error::from)?))),
         }
     }
 }
 
 /// A response head, with its body still to read.
 #[derive(Debug)]
-pub struct Response {
-    status: reqwest::StatusCode,
-    headers: reqwest::header::HeaderMap,
-    body: Body,
-}
+pub struct Response(Inner);
 
 #[derive(Debug)]
-enum Body {
+enum Inner {
     Reqwest(reqwest::Response),
-    Cleartext(Box<cleartext::Body>),
+    Cleartext(Box<http::Response<cleartext::Body>>),
 }
 
 impl Response {
     /// The status code.
     pub fn status(&self) -> reqwest::StatusCode {
-        self.status
+        match &self.0 {
+            Inner::Reqwest(r) => r.status(),
+            Inner::Cleartext(r) => r.status(),
+        }
     }
 
     /// The headers.
     pub fn headers(&self) -> &reqwest::header::HeaderMap {
-        &self.headers
+        match &self.0 {
+            Inner::Reqwest(r) => r.headers(),
+            Inner::Cleartext(r) => r.headers(),
+        }
     }
 
     /// The body's bytes as they arrive. The caller bounds each wait.
     pub fn bytes_stream(self) -> impl Stream<Item = Result<Bytes, Error>> + Send {
-        match self.body {
-            Body::Reqwest(r) => {
+        match self.0 {
+            Inner::Reqwest(r) => {
                 futures::future::Either::Left(r.bytes_stream().map(|c| c.map_err(Error::from)))
             }
-            Body::Cleartext(b) => futures::future::Either::Right(b),
+            Inner::Cleartext(r) => futures::future::Either::Right(r.into_body()),
         }
     }
 }

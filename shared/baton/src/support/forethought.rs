@@ -258,7 +258,7 @@ impl ForethoughtClient {
         let builder =
             crate::telemetry::trace::with_trace_headers(builder.bearer_auth(&self.config.token).json(&body));
         let token = self.config.token.clone();
-        Box::pin(self.call_raw(self.http.clone(), builder).map(move |piece| {
+        Box::pin(self.call_raw(builder).map(move |piece| {
             piece.map_err(|e| {
                 let e = e.redacted(&[&token]);
                 tracing::warn!(code = e.code(), error = %e, detail = e.detail().unwrap_or(""), "Forethought call failed");
@@ -269,10 +269,10 @@ impl ForethoughtClient {
 
     fn call_raw(
         &self,
-        http: crate::outbound::Client,
         builder: reqwest::RequestBuilder,
     ) -> impl Stream<Item = Result<SolveChunk, VendorError>> + Send + 'static {
         let timeouts = self.config.timeouts;
+        let http = self.http.clone();
         async_stream::stream! {
             let response = match tokio::time::timeout(timeouts.first_byte, http.send(builder)).await {
                 Err(_) => { yield Err(VendorError::Timeout("first byte")); return; }
