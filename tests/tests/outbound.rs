@@ -304,3 +304,70 @@ async fn the_frames_of_one_read_come_without_waiting_for_another_task() {
     }
     assert_eq!(text.matches("data: ").count(), 40);
 }
+
+#[tokio::test]
+async fn interim_answers_are_skipped_and_a_length_body_keeps_its_connection() {
+    let answer = b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nlink: </a>\r\n\r\n\
+HTTP/1.1 200 OK\r\ncontent-length: 18\r\n\r\ndata: 1\n\ndata: 2\n\n";
+    let (url, connections) = server(vec![keep(answer.to_vec())]).await;
+    let client = client();
+    for _ in 0..3 {
+        assert_eq!(call(&client, &url).await.unwrap(), "data: 1\n\ndata: 2\n\n");
+    }
+    assert_eq!(connections.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn chunk_extensions_and_trailers_are_read_and_the_connection_kept() {
+    let answer = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n\
+9;name=value\r\ndata: 1\n\n\r\n9\r\ndata: 2\n\n\r\n0\r\nx-checksum: abc\r\nx-more: 1\r\n\r\n";
+    let (url, connections) = server(vec![keep(answer.to_vec())]).await;
+    let client = client();
+    for _ in 0..3 {
+        assert_eq!(call(&client, &url).await.unwrap(), "data: 1\n\ndata: 2\n\n");
+    }
+    assert_eq!(connections.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_connection_its_answer_says_to_close_or_that_sent_too_much_is_not_kept() {
+    // The server keeps both connections open; the answers say not to reuse them.
+    let close = b"HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 9\r\n\r\ndata: 1\n\n";
+    let too_much = b"HTTP/1.1 200 OK\r\ncontent-length: 9\r\n\r\ndata: 1\n\nHTTP/1.1 200 OK\r\n";
+    for answer in [&close[..], &too_much[..]] {
+        let (url, connections) = server(vec![keep(answer.to_vec())]).await;
+        let client = client();
+        for _ in 0..2 {
+            assert_eq!(call(&client, &url).await.unwrap(), "data: 1\n\n");
+        }
+        assert_eq!(connections.load(Ordering::SeqCst), 2, "{}", String::from_utf8_lossy(answer));
+    }
+}
+
+#[tokio::test]
+async fn a_large_body_is_read_whole_through_the_small_read_buffer() {
+    let data: String = (0..20_000).map(|i| format!("data: {i:05}\n\n")).collect();
+    let mut answer = format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n", data.len()).into_bytes();
+    answer.extend_from_slice(data.as_bytes());
+    let (url, connections) = server(vec![keep(answer)]).await;
+    let client = client();
+    for _ in 0..2 {
+        assert_eq!(call(&client, &url).await.unwrap(), data);
+    }
+    assert_eq!(connections.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn an_answer_that_is_not_http_or_whose_head_never_ends_is_a_clear_error() {
+    let not_http = b"SSH-2.0-OpenSSH_9.6\r\n\r\n".to_vec();
+    let (url, _) = server(vec![keep(not_http)]).await;
+    let error = call(&client(), &url).await.unwrap_err();
+    assert!(error.contains("request to http://127.0.0.1:") && error.contains("malformed"), "{error}");
+
+    // A head that grows past its cap is refused as soon as it does, not waited on.
+    let mut endless = b"HTTP/1.1 200 OK\r\nx-filler: ".to_vec();
+    endless.resize(70 * 1024, b'a');
+    let (url, _) = server(vec![keep(endless)]).await;
+    let error = call(&client(), &url).await.unwrap_err();
+    assert!(error.contains("over 65536 bytes"), "{error}");
+}

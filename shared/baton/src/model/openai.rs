@@ -325,7 +325,8 @@ impl Endpoint {
                 Ok(Ok(r)) => r,
             };
             if !response.status().is_success() {
-                yield Err(http_error(response, timeouts.idle).await);
+                // Boxed: the error path's state would otherwise sit in every answer's stream.
+                yield Err(Box::pin(http_error(response, timeouts.idle)).await);
                 return;
             }
             let limit = self.config.max_answer_chars;

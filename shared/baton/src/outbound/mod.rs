@@ -4,8 +4,8 @@
 //! # Layout
 //! - this module: [`Client`] (build a request with reqwest's builder, [`Client::send`] it),
 //!   [`Response`] and [`Error`], and the settings every outgoing client shares.
-//! - `cleartext`: HTTP/1.1 over cleartext TCP, its connection driven inside the response
-//!   body's own poll (why: below).
+//! - `cleartext`: HTTP/1.1 over cleartext TCP, a connection being a socket and one small read
+//!   buffer, driven inside the response body's own poll (why: below).
 //!
 //! # Two transports, one interface
 //! `https://` servers (OpenAI, Forethought) and HTTP/2 with prior knowledge go through reqwest:
@@ -19,6 +19,9 @@
 //! between two tasks, and between them the turn runs dry and the client's connection writes what
 //! it has. Driving the connection inside the body's poll, a read's frames are decoded in one go,
 //! and the turn's events leave in one write (docs/benchmarks.md, "Where a turn's CPU goes").
+//! hyper's connection also held about 26 KB for its life (two 8 KiB buffers and its request
+//! channel), twice per turn at its peak; `cleartext`'s holds a 4 KiB read buffer while busy and
+//! nothing while idle (docs/benchmarks.md, step 9).
 //! Requests are built with reqwest's builder on either path (credentials in a URL become a
 //! basic-auth header there, and leave the URL).
 //! No task per connection, and no HTTP proxy: when `HTTP_PROXY` or `ALL_PROXY` is set,
@@ -26,6 +29,8 @@
 
 mod cleartext;
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -91,14 +96,23 @@ impl Client {
 
     /// Sends `request` (built on this client) and returns the response head; its body streams
     /// from [`Response::bytes_stream`]. The caller bounds the wait for the head.
-    pub async fn send(&self, request: reqwest::RequestBuilder) -> Result<Response, Error> {
-        let request = request.build().map_err(Error::from)?;
-        match &self.cleartext {
-            Some(pool) if request.url().scheme() == "http" => {
-                Ok(Response(Inner::Cleartext(Box::new(pool.send(request).await?))))
+    ///
+    /// The future is boxed: a caller's stream keeps its state for as long as the answer lasts,
+    /// and this future's few kilobytes (reqwest's, or the connection set-up's) are only needed
+    /// until the head.
+    pub fn send(
+        &self,
+        request: reqwest::RequestBuilder,
+    ) -> Pin<Box<dyn Future<Output = Result<Response, Error>> + Send + '_>> {
+        Box::pin(async move {
+            let request = request.build().map_err(Error::from)?;
+            match &self.cleartext {
+                Some(pool) if request.url().scheme() == "http" => {
+                    Ok(Response(Inner::Cleartext(Box::new(pool.send(request).await?))))
+                }
+                _ => Ok(Response(Inner::Reqwest(self.http.execute(request).await.map_err(Error::from)?))),
             }
-            _ => Ok(Response(Inner::Reqwest(self.http.execute(request).await.map_err(Error::from)?))),
-        }
+        })
     }
 }
 

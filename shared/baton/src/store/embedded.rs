@@ -36,8 +36,10 @@ use super::{
 pub const MAX_CONCURRENT_CALLS: usize = 4;
 
 /// redb's page cache. Its default (1 GiB) lets a long-running `serve` grow with the store file;
-/// a turn reads a few recent messages of one episode, so a small cache serves it.
-pub const CACHE_BYTES: usize = 16 * 1024 * 1024;
+/// a turn reads a few recent messages of one episode, pages written moments before and still
+/// in the cache, so a small one serves it. Writes fill it: at 16 MiB, a burst of 1,000 turns
+/// kept 16 MB more resident for good (docs/benchmarks.md, step 9).
+pub const CACHE_BYTES: usize = 4 * 1024 * 1024;
 
 /// How long [`EmbeddedStore::open`] waits for a store file another process holds.
 pub const LOCK_WAIT: Duration = Duration::from_secs(5);

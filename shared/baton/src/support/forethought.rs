@@ -283,7 +283,7 @@ impl ForethoughtClient {
             };
             let status = response.status();
             if !status.is_success() {
-                let body = read_capped(response.bytes_stream(), timeouts.idle, MAX_ERROR_BODY_BYTES).await;
+                let body = Box::pin(read_capped(response.bytes_stream(), timeouts.idle, MAX_ERROR_BODY_BYTES)).await;
                 let message = error_message(&String::from_utf8_lossy(&body));
                 yield Err(VendorError::Http { status: status.as_u16(), message });
                 return;
