@@ -404,6 +404,9 @@ fn checked_id(field: &str, id: String) -> Result<String, ApiError> {
 /// How many bytes of SSE events [`sse_body`] gathers into one chunk at most.
 pub const SSE_CHUNK_BYTES: usize = 16 * 1024;
 
+/// The capacity a chunk's buffer starts with: an event or two (a text delta is ~100 bytes).
+const SSE_CHUNK_START_BYTES: usize = 512;
+
 /// The SSE body of a turn: client-visible events numbered from 0, and a heartbeat comment after
 /// each `heartbeat` of silence. Events already waiting when one arrives go out with it as one
 /// chunk (up to [`SSE_CHUNK_BYTES`]), encoded into one buffer: fewer allocations and writes.
@@ -414,15 +417,16 @@ pub fn sse_body(
     async_stream::stream! {
         let mut events = events.filter(|e| std::future::ready(e.is_client_visible()));
         let mut seq = 0u64;
-        // Chunks are split off this buffer; it grows a new block when one is used up. An open
-        // stream keeps what is left of its block, so the block is small: a few events.
-        let mut out = BytesMut::with_capacity(1024);
         let mut ended = false;
         while !ended {
             match tokio::time::timeout(heartbeat, events.next()).await {
                 Err(_) => yield Ok(Bytes::from_static(SSE_HEARTBEAT)),
                 Ok(None) => break,
                 Ok(Some(event)) => {
+                    // A buffer per chunk, handed over whole: between chunks an open stream keeps
+                    // no buffer. (A buffer kept to split chunks off grew to 4 KiB per stream with
+                    // the first large event, and kept it: docs/benchmarks.md, step 9.)
+                    let mut out = BytesMut::with_capacity(SSE_CHUNK_START_BYTES);
                     encode_sse_into(&mut out, seq, &event);
                     seq += 1;
                     while out.len() < SSE_CHUNK_BYTES {
@@ -438,7 +442,7 @@ pub fn sse_body(
                             None => break,
                         }
                     }
-                    yield Ok(out.split().freeze());
+                    yield Ok(out.freeze());
                 }
             }
         }

@@ -205,7 +205,8 @@ impl ChatModel for OpenAiChatModel {
 /// failures that happen before the first delta reached the caller.
 ///
 /// A call in flight keeps its few kilobytes of JSON text for a retry, not a `Value` tree (several
-/// times larger, and re-serialised by every attempt).
+/// times larger, and re-serialised by every attempt), and only until its first delta: no retry
+/// follows that, and an answer can stream for a long time.
 pub(crate) fn retrying_stream<P: StreamParser + 'static>(
     endpoint: Arc<Endpoint>,
     body: bytes::Bytes,
@@ -227,16 +228,20 @@ pub(crate) fn retrying_stream<P: StreamParser + 'static>(
     let deltas = Box::pin(async_stream::stream! {
         let mut attempt = 0;
         let mut first_token = true;
+        let mut body = Some(body);
         loop {
             let mut delivered = false;
             let mut failure = None;
             {
-                let attempt_stream = endpoint.attempt::<P>(&body);
+                // Retries happen before the first delta, when the body is still kept.
+                let Some(sent) = body.clone() else { return };
+                let attempt_stream = endpoint.attempt::<P>(sent);
                 futures::pin_mut!(attempt_stream);
                 while let Some(item) = attempt_stream.next().await {
                     match item {
                         Ok(delta) => {
                             delivered = true;
+                            body = None;
                             if first_token && !matches!(delta, ModelDelta::ResponseId(_)) {
                                 first_token = false;
                                 crate::telemetry::trace::first_token(started.elapsed());
@@ -298,7 +303,7 @@ impl Endpoint {
     /// redacted of the API key).
     fn attempt<'a, P: StreamParser + 'a>(
         &'a self,
-        body: &'a bytes::Bytes,
+        body: bytes::Bytes,
     ) -> impl futures::Stream<Item = Result<ModelDelta, ModelError>> + Send + 'a {
         let secrets: Vec<&str> = self.config.api_key.as_deref().into_iter().collect();
         self.attempt_raw::<P>(body).map(move |item| item.map_err(|e| e.redacted(&secrets)))
@@ -306,14 +311,14 @@ impl Endpoint {
 
     fn attempt_raw<'a, P: StreamParser + 'a>(
         &'a self,
-        body: &'a bytes::Bytes,
+        body: bytes::Bytes,
     ) -> impl futures::Stream<Item = Result<ModelDelta, ModelError>> + Send + 'a {
         async_stream::stream! {
             let mut req = self
                 .http
                 .post(&self.url)
                 .header(reqwest::header::CONTENT_TYPE, "application/json")
-                .body(body.clone());
+                .body(body);
             if let Some(key) = &self.config.api_key {
                 req = req.bearer_auth(key);
             }
