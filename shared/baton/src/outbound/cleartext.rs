@@ -10,7 +10,8 @@
 //! life, none of it configurable: an 8 KiB read buffer, an 8 KiB buffer for request heads, and
 //! the request channel's first block (9.5 KB). A turn has two model calls in flight at its peak,
 //! so that was half of a stream's memory (docs/benchmarks.md, step 9). Here a connection holds
-//! its socket and one read buffer of [`READ_BYTES`], released while it is idle in the pool.
+//! its socket and, while bytes are coming in, one read buffer of [`READ_BYTES`]: an answer
+//! waiting for its next frame, and a connection idle in the pool, hold none.
 //!
 //! The response head is parsed by `httparse` (hyper's own parser); the body's framing (length,
 //! chunked, or until the server closes) follows RFC 9112 §6.3, decoded here from the bytes
@@ -53,17 +54,25 @@ const MAX_LINE_BYTES: usize = 4096;
 /// One HTTP/1.1 connection.
 struct Conn {
     io: TcpStream,
-    /// Bytes read and not decoded yet. No allocation while the connection is idle.
+    /// Bytes read and not decoded yet. No allocation while it is empty and nothing is coming.
     buf: BytesMut,
 }
 
 impl Conn {
     /// Reads what the socket has into the buffer: `Ready(Ok(0))` at the end of the stream.
+    ///
+    /// The buffer is taken when bytes are there to read, and given back when it is empty and
+    /// the socket has nothing more: a streamed answer waiting for its next frame holds none.
     fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Result<usize>> {
-        self.make_room();
         loop {
+            ready!(self.io.poll_read_ready(cx))?;
+            self.make_room();
             match self.io.try_read_buf(&mut self.buf) {
-                Err(e) if e.kind() == ErrorKind::WouldBlock => ready!(self.io.poll_read_ready(cx))?,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                    if self.buf.is_empty() {
+                        self.buf = BytesMut::new();
+                    }
+                }
                 read => return Poll::Ready(read),
             }
         }

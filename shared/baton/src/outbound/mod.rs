@@ -20,8 +20,9 @@
 //! it has. Driving the connection inside the body's poll, a read's frames are decoded in one go,
 //! and the turn's events leave in one write (docs/benchmarks.md, "Where a turn's CPU goes").
 //! hyper's connection also held about 26 KB for its life (two 8 KiB buffers and its request
-//! channel), twice per turn at its peak; `cleartext`'s holds a 4 KiB read buffer while busy and
-//! nothing while idle (docs/benchmarks.md, step 9).
+//! channel), twice per turn at its peak; `cleartext`'s holds a 4 KiB read buffer only while
+//! bytes are coming in, none while it waits for the next frame or sits in the pool
+//! (docs/benchmarks.md, step 9).
 //! Requests are built with reqwest's builder on either path (credentials in a URL become a
 //! basic-auth header there, and leave the URL).
 //! No task per connection, and no HTTP proxy: when `HTTP_PROXY` or `ALL_PROXY` is set,
