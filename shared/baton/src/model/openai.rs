@@ -136,7 +136,9 @@ pub struct OpenAiChatModel {
 #[derive(Debug)]
 pub(crate) struct Endpoint {
     http: crate::outbound::Client,
-    url: String,
+    /// The URL, parsed once (parsing it per call showed in the turn's profile); the text when it
+    /// does not parse, for each call to fail with reqwest's own error.
+    url: Result<reqwest::Url, String>,
     pub(crate) config: OpenAiConfig,
 }
 
@@ -144,6 +146,7 @@ impl Endpoint {
     /// An endpoint at `{base_url}/{path}`.
     pub(crate) fn new(http: crate::outbound::Client, config: OpenAiConfig, path: &str) -> Endpoint {
         let url = format!("{}/{path}", config.base_url.trim_end_matches('/'));
+        let url = reqwest::Url::parse(&url).map_err(|_| url);
         Endpoint { http, url, config }
     }
 }
@@ -314,9 +317,11 @@ impl Endpoint {
         body: bytes::Bytes,
     ) -> impl futures::Stream<Item = Result<ModelDelta, ModelError>> + Send + 'a {
         async_stream::stream! {
-            let mut req = self
-                .http
-                .post(&self.url)
+            let req = match &self.url {
+                Ok(url) => self.http.post(url.clone()),
+                Err(text) => self.http.post(text),
+            };
+            let mut req = req
                 .header(reqwest::header::CONTENT_TYPE, "application/json")
                 .body(body);
             if let Some(key) = &self.config.api_key {
