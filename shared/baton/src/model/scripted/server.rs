@@ -215,14 +215,25 @@ impl LoopbackServer {
         let connections = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let counted = connections.clone();
         let task = tokio::spawn(async move {
-            // The server only ends with the process or when the handle is dropped (aborted).
-            // `TCP_NODELAY` like `serve`'s own sockets: small SSE frames must not wait for the
-            // client's delayed ACK. HTTP/1.1, and HTTP/2 from a client that starts with it (h2c).
-            let listener = axum::serve::ListenerExt::tap_io(listener, move |s| {
+            // The server only ends with the process or when the handle is dropped (aborted),
+            // which drops the connections' tasks with it. `TCP_NODELAY` like `serve`'s own
+            // sockets: small SSE frames must not wait for the client's delayed ACK. HTTP/1.1,
+            // and HTTP/2 from a client that starts with it (h2c), with no cap on concurrent
+            // streams: hyper's default (200) made 1,000 streams over h2c queue behind each other.
+            let mut http = hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
+            http.http2().max_concurrent_streams(None);
+            let mut connections = tokio::task::JoinSet::new();
+            loop {
+                let Ok((stream, _)) = listener.accept().await else { continue };
                 counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let _ = s.set_nodelay(true);
-            });
-            let _ = axum::serve(listener, app).await;
+                let _ = stream.set_nodelay(true);
+                let service = hyper_util::service::TowerToHyperService::new(app.clone());
+                let connection = http
+                    .serve_connection_with_upgrades(hyper_util::rt::TokioIo::new(stream), service)
+                    .into_owned();
+                connections.spawn(connection);
+                while connections.try_join_next().is_some() {}
+            }
         });
         Ok(LoopbackServer { addr, connections, task })
     }
