@@ -1,7 +1,9 @@
 //! The outgoing HTTP client of streamed answers (`baton::outbound`) on its cleartext HTTP/1.1
 //! path, against a loopback server that writes raw HTTP: connections kept and reused, one the
 //! server closed while idle replaced, a body cut off, a body dropped early, redirects, URL
-//! credentials, and a read's frames handed over without waiting for another task.
+//! credentials, a read's frames handed over without waiting for another task, and the framing
+//! the transport decodes itself (interim answers, lengths, chunk extensions and trailers,
+//! `connection: close`, heads that are not HTTP or never end).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -305,28 +307,28 @@ async fn the_frames_of_one_read_come_without_waiting_for_another_task() {
     assert_eq!(text.matches("data: ").count(), 40);
 }
 
+/// Three calls answered with `answer` read `body` each time, all on one connection.
+async fn read_whole_on_one_connection(answer: &[u8], body: &str) {
+    let (url, connections) = server(vec![keep(answer.to_vec())]).await;
+    let client = client();
+    for _ in 0..3 {
+        assert_eq!(call(&client, &url).await.unwrap(), body);
+    }
+    assert_eq!(connections.load(Ordering::SeqCst), 1);
+}
+
 #[tokio::test]
 async fn interim_answers_are_skipped_and_a_length_body_keeps_its_connection() {
     let answer = b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nlink: </a>\r\n\r\n\
 HTTP/1.1 200 OK\r\ncontent-length: 18\r\n\r\ndata: 1\n\ndata: 2\n\n";
-    let (url, connections) = server(vec![keep(answer.to_vec())]).await;
-    let client = client();
-    for _ in 0..3 {
-        assert_eq!(call(&client, &url).await.unwrap(), "data: 1\n\ndata: 2\n\n");
-    }
-    assert_eq!(connections.load(Ordering::SeqCst), 1);
+    read_whole_on_one_connection(answer, "data: 1\n\ndata: 2\n\n").await;
 }
 
 #[tokio::test]
 async fn chunk_extensions_and_trailers_are_read_and_the_connection_kept() {
     let answer = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n\
 9;name=value\r\ndata: 1\n\n\r\n9\r\ndata: 2\n\n\r\n0\r\nx-checksum: abc\r\nx-more: 1\r\n\r\n";
-    let (url, connections) = server(vec![keep(answer.to_vec())]).await;
-    let client = client();
-    for _ in 0..3 {
-        assert_eq!(call(&client, &url).await.unwrap(), "data: 1\n\ndata: 2\n\n");
-    }
-    assert_eq!(connections.load(Ordering::SeqCst), 1);
+    read_whole_on_one_connection(answer, "data: 1\n\ndata: 2\n\n").await;
 }
 
 #[tokio::test]
@@ -349,12 +351,7 @@ async fn a_large_body_is_read_whole_through_the_small_read_buffer() {
     let data: String = (0..20_000).map(|i| format!("data: {i:05}\n\n")).collect();
     let mut answer = format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n", data.len()).into_bytes();
     answer.extend_from_slice(data.as_bytes());
-    let (url, connections) = server(vec![keep(answer)]).await;
-    let client = client();
-    for _ in 0..2 {
-        assert_eq!(call(&client, &url).await.unwrap(), data);
-    }
-    assert_eq!(connections.load(Ordering::SeqCst), 1);
+    read_whole_on_one_connection(&answer, &data).await;
 }
 
 #[tokio::test]
