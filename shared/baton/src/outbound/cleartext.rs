@@ -173,7 +173,6 @@ impl std::fmt::Display for Failed {
 /// A response head: status, headers, how its body ends, and whether the connection can be kept.
 struct Head {
     status: StatusCode,
-    version: http::Version,
     headers: HeaderMap,
     framing: Framing,
     keep_alive: bool,
@@ -206,7 +205,7 @@ fn parse_head(buf: &[u8], no_body: bool) -> Result<Option<(Head, usize)>, String
         .iter()
         .any(|v| v.to_str().is_ok_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case("close"))));
     let keep_alive = definite && version == http::Version::HTTP_11 && !closes;
-    Ok(Some((Head { status, version, headers, framing, keep_alive }, len)))
+    Ok(Some((Head { status, headers, framing, keep_alive }, len)))
 }
 
 /// How a response's body ends (RFC 9112 §6.3), and whether that end is unambiguous enough to
@@ -405,11 +404,10 @@ impl Pool {
             other => other,
         }
         .map_err(|e| Error::transfer(format!("request to {url} failed: {e}")))?;
-        let Head { status, version, headers, framing, keep_alive } = head;
+        let Head { status, headers, framing, keep_alive } = head;
         let body = Body { conn: Some(conn), framing, keep_alive, pool: self.clone(), key };
         let mut response = http::Response::new(body);
         *response.status_mut() = status;
-        *response.version_mut() = version;
         *response.headers_mut() = headers;
         Ok(response)
     }
@@ -443,10 +441,12 @@ impl Pool {
         None
     }
 
-    /// Keeps `conn` for the next request to `key`, if it can take one.
+    /// Keeps `conn` for the next request to `key`. Whether the server closed it or sent more
+    /// meanwhile is checked when it is taken out ([`Pool::checkout`]), not here as well: that
+    /// would be one more `recv` per call.
     fn check_in(&self, key: &str, mut conn: Conn) {
         // Bytes after the answer's end: the server is not speaking HTTP/1.1 as we understand it.
-        if !conn.buf.is_empty() || !conn.reusable() {
+        if !conn.buf.is_empty() {
             return;
         }
         conn.buf = BytesMut::new();

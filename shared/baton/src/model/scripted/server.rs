@@ -224,7 +224,11 @@ impl LoopbackServer {
             http.http2().max_concurrent_streams(None);
             let mut connections = tokio::task::JoinSet::new();
             loop {
-                let Ok((stream, _)) = listener.accept().await else { continue };
+                let Ok((stream, _)) = listener.accept().await else {
+                    // Out of file descriptors and the like: wait instead of spinning.
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    continue;
+                };
                 counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let _ = stream.set_nodelay(true);
                 let service = hyper_util::service::TowerToHyperService::new(app.clone());
