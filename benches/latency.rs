@@ -13,7 +13,9 @@
 //!    how late the test servers themselves were (their timers, their handling of a request)
 //!    and what is left: Baton's share.
 //! 2. Zero-latency models: wall time per turn (median, p90) on a kept-alive connection, and the
-//!    `serve` process's CPU per turn (utime + stime from `/proc/<pid>/stat` over N turns).
+//!    `serve` process's CPU per turn (utime + stime from `/proc/<pid>/stat` over N turns). The
+//!    variants run side by side and take turns in rounds, so their ratios hold on a host whose
+//!    load drifts during the run.
 //!
 //! 3. `store`: what a turn's durable writes cost in the embedded store (read the recent
 //!    messages, record the user message, save a two-message reply), wall and CPU per turn.
@@ -370,25 +372,41 @@ async fn mixed(serve: &Serve, servers: &Servers, turns: usize) -> [Mixed; 2] {
     out
 }
 
-/// Zero-latency turns on a kept-alive connection: wall per turn (ms, sorted) and the serve
-/// process's CPU per turn.
-async fn zero_latency(serve: &Serve, servers: &Servers, turns: usize) -> (Vec<f64>, Duration) {
+/// How many rounds the zero-latency turns of the variants take turns in.
+const ROUNDS: usize = 8;
+
+/// Zero-latency turns on a kept-alive connection, for every variant at once: each gets `turns`
+/// turns in [`ROUNDS`] rounds, the variants taking turns round by round, so a host that gets
+/// busier or quieter during the run weighs on every variant alike. Per variant: wall per turn
+/// (ms, sorted) and its serve process's CPU per turn.
+async fn zero_latency(serves: &[Serve], servers: &Servers, turns: usize) -> Vec<(Vec<f64>, Duration)> {
     let client = reqwest::Client::new();
-    for _ in 0..turns / 10 + 1 {
-        servers.queue_support();
-        turn(&client, &serve.url).await;
+    for serve in serves {
+        for _ in 0..turns / 10 + 1 {
+            servers.queue_support();
+            turn(&client, &serve.url).await;
+        }
     }
-    let cpu = serve.cpu();
-    let mut walls = Vec::with_capacity(turns);
-    for _ in 0..turns {
-        servers.queue_support();
-        let started = Instant::now();
-        turn(&client, &serve.url).await;
-        walls.push(ms(started.elapsed()));
+    let mut out: Vec<(Vec<f64>, Duration)> =
+        serves.iter().map(|_| (Vec::with_capacity(turns), Duration::ZERO)).collect();
+    for round in 0..ROUNDS {
+        let n = turns / ROUNDS + usize::from(round < turns % ROUNDS);
+        for (serve, (walls, cpu)) in serves.iter().zip(&mut out) {
+            let before = serve.cpu();
+            for _ in 0..n {
+                servers.queue_support();
+                let started = Instant::now();
+                turn(&client, &serve.url).await;
+                walls.push(ms(started.elapsed()));
+            }
+            *cpu += serve.cpu() - before;
+        }
     }
-    let cpu = (serve.cpu() - cpu) / turns as u32;
-    walls.sort_by(f64::total_cmp);
-    (walls, cpu)
+    for (walls, cpu) in &mut out {
+        walls.sort_by(f64::total_cmp);
+        *cpu /= turns as u32;
+    }
+    out
 }
 
 struct Variant {
@@ -441,21 +459,27 @@ async fn latency(turns: usize, zero_turns: usize) {
         ms(ideal.content_done),
         ms(ideal.longest_silence)
     );
-    let mut all = Vec::new();
+    let mut mixed_figures = Vec::new();
     for v in &variants {
         let serve = Serve::start(&v.binary, &mixed_servers, &v.env).await;
-        let mixed = mixed(&serve, &mixed_servers, turns).await;
-        drop(serve);
-        let serve = Serve::start(&v.binary, &zero_servers, &v.env).await;
-        let (walls, cpu) = zero_latency(&serve, &zero_servers, zero_turns).await;
-        drop(serve);
-        all.push(Figures {
+        mixed_figures.push(mixed(&serve, &mixed_servers, turns).await);
+    }
+    let mut serves = Vec::new();
+    for v in &variants {
+        serves.push(Serve::start(&v.binary, &zero_servers, &v.env).await);
+    }
+    let zero = zero_latency(&serves, &zero_servers, zero_turns).await;
+    drop(serves);
+    let all: Vec<Figures> = mixed_figures
+        .into_iter()
+        .zip(zero)
+        .map(|(mixed, (walls, cpu))| Figures {
             mixed,
             wall_p50: percentile(&walls, 0.5),
             wall_p90: percentile(&walls, 0.9),
             cpu,
-        });
-    }
+        })
+        .collect();
     for (c, connection) in ["fresh connection", "kept-alive connection"].iter().enumerate() {
         println!("   -- {connection}: measured − ideal, ms");
         println!(
@@ -486,7 +510,9 @@ async fn latency(turns: usize, zero_turns: usize) {
             );
         }
     }
-    println!("   -- zero-latency models, {zero_turns} turns on a kept-alive connection");
+    println!(
+        "   -- zero-latency models, {zero_turns} turns on a kept-alive connection (the variants take turns, {ROUNDS} rounds)"
+    );
     println!("   {:<26} {:>13} {:>13} {:>16}", "", "wall p50 ms", "wall p90 ms", "serve CPU/turn");
     for (v, f) in variants.iter().zip(&all) {
         println!("   {:<26} {:>13.2} {:>13.2} {:>13.3} ms", v.name, f.wall_p50, f.wall_p90, ms(f.cpu));

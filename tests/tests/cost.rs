@@ -49,7 +49,7 @@ fn usage_costs(events: &[Event]) -> Vec<(String, Option<Usd>, Option<Usd>)> {
         .iter()
         .filter_map(|e| match e {
             Event::Usage { agent, usage, agent_total, .. } => {
-                Some((agent.clone(), usage.cost_usd, agent_total.and_then(|t| t.cost_usd)))
+                Some((agent.clone(), usage.cost_usd, agent_total.as_ref().and_then(|t| t.cost_usd)))
             }
             _ => None,
         })

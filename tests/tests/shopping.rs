@@ -30,7 +30,7 @@ fn tool_result(events: &[Event]) -> (&Value, bool) {
     events
         .iter()
         .find_map(|e| match e {
-            Event::ToolResult { result, is_error, .. } => Some((result, *is_error)),
+            Event::ToolResult { result, is_error, .. } => Some((&**result, *is_error)),
             _ => None,
         })
         .expect("a tool_result event")
@@ -95,7 +95,7 @@ async fn invalid_arguments_and_an_unknown_tool_are_results_the_model_sees() {
     let errors: Vec<&Value> = events
         .iter()
         .filter_map(|e| match e {
-            Event::ToolResult { result, is_error: true, .. } => Some(result),
+            Event::ToolResult { result, is_error: true, .. } => Some(&**result),
             _ => None,
         })
         .collect();

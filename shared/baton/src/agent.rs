@@ -696,7 +696,8 @@ impl Agent for LlmAgent {
                     return;
                 }
                 for call in &decision.calls {
-                    let arguments = call.call.parse_arguments().unwrap_or_else(|_| call.call.arguments.clone().into());
+                    let arguments =
+                        Box::new(call.call.parse_arguments().unwrap_or_else(|_| call.call.arguments.clone().into()));
                     yield Event::ToolCallStart {
                         agent: instance.clone(), call_id: call.call.id.clone(), name: call.call.name.clone(), arguments,
                     };
@@ -895,7 +896,7 @@ impl LlmAgent {
                 None => (Err(ToolError::Failed { tool: name.clone(), reason: "the call ended without a result".into() }), None),
             };
             let outcome = ToolOutcome::from_result(&name, arguments, outcome);
-            let (result, is_error) = (outcome.result.clone(), outcome.is_error);
+            let (result, is_error) = (Box::new(outcome.result.clone()), outcome.is_error);
             slot.set(CallDone { answer: answer.filter(|_| !is_error), outcome });
             if is_error {
                 tracing::Span::current().record("error.type", "tool_error");
@@ -1043,7 +1044,7 @@ pub(crate) mod tests {
         let end = k.iter().position(|k| *k == "tool_call_end").unwrap();
         assert!(start < result && result < end, "{k:?}");
         assert!(matches!(&events[result], Event::ToolResult { is_error: false, result, .. }
-            if result == &json!({"waited": 1, "user": "u1"})));
+            if **result == json!({"waited": 1, "user": "u1"})));
         assert!(matches!(events.last(), Some(Event::Usage { .. })), "{k:?}");
         let requests = model.requests();
         assert_eq!(requests.len(), 2);
@@ -1089,7 +1090,7 @@ pub(crate) mod tests {
         let errors: Vec<&Value> = events
             .iter()
             .filter_map(|e| match e {
-                Event::ToolResult { result, is_error: true, .. } => Some(result),
+                Event::ToolResult { result, is_error: true, .. } => Some(&**result),
                 _ => None,
             })
             .collect();

@@ -452,7 +452,9 @@ async fn a_turn_rolls_usage_up_per_agent_name() {
     let helper_totals: Vec<Usage> = events
         .iter()
         .filter_map(|e| match e {
-            Event::Usage { agent, agent_total, .. } if agent.starts_with("helper[") => *agent_total,
+            Event::Usage { agent, agent_total, .. } if agent.starts_with("helper[") => {
+                agent_total.as_deref().copied()
+            }
             _ => None,
         })
         .collect();

@@ -244,7 +244,7 @@ impl UsageRollup {
     /// Adds a `usage` event into the totals and sets its `agent_total`; other events pass.
     pub fn observe(&mut self, event: &mut Event) {
         if let Event::Usage { agent, model, usage, agent_total } = event {
-            *agent_total = Some(self.add(agent, model, *usage));
+            *agent_total = Some(Box::new(self.add(agent, model, *usage)));
         }
     }
 }
@@ -287,8 +287,10 @@ pub enum Event {
         call_id: String,
         /// Tool name.
         name: String,
-        /// Arguments as the model sent them.
-        arguments: serde_json::Value,
+        /// Arguments as the model sent them. Boxed, as are `tool_result`'s `result` and
+        /// `usage`'s `agent_total`: they keep every event within 128 bytes, which the compiler
+        /// moves inline, and an event is moved at each stream adapter it passes.
+        arguments: Box<serde_json::Value>,
     },
     /// Progress a running tool reported (an MCP server's progress notification), between its
     /// `tool_call_start` and its `tool_result`.
@@ -317,7 +319,7 @@ pub enum Event {
         /// Tool name.
         name: String,
         /// What the tool returned (or the error it reported).
-        result: serde_json::Value,
+        result: Box<serde_json::Value>,
         /// Whether `result` is an error.
         is_error: bool,
     },
@@ -377,7 +379,7 @@ pub enum Event {
         /// with this model, this call included. Set by the turn on the way to the client, so the
         /// last `usage` event of an agent name carries its total.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        agent_total: Option<Usage>,
+        agent_total: Option<Box<Usage>>,
     },
     /// An in-band error. The stream goes on (or ends with `completed`); it is never an `Err` in the
     /// body stream.
@@ -682,6 +684,15 @@ impl LineSplitter {
 mod tests {
     use super::*;
 
+    /// An event is moved at every stream adapter it passes on its way to the client (about ten
+    /// per sub-agent token). Up to 128 bytes the compiler moves it inline; past that, each move is
+    /// a `memcpy` call, which was 4.5 % of `serve`'s CPU per turn at 152 bytes
+    /// (docs/benchmarks.md, step 10). A variant with a large field boxes it.
+    #[test]
+    fn an_event_stays_within_128_bytes() {
+        assert!(std::mem::size_of::<Event>() <= 128, "{} bytes", std::mem::size_of::<Event>());
+    }
+
     #[test]
     fn sse_encoding_is_exact() {
         let ev = Event::text("shopping[1]", "hi");
@@ -727,7 +738,12 @@ mod tests {
             reasoning_tokens: 2,
             cost_usd: Some(Usd::from_picos(1_200_000)),
         };
-        let ev = Event::Usage { agent: "a[1]".into(), model: "m".into(), usage, agent_total: Some(usage) };
+        let ev = Event::Usage {
+            agent: "a[1]".into(),
+            model: "m".into(),
+            usage,
+            agent_total: Some(Box::new(usage)),
+        };
         let line = encode_ndjson(&ev);
         assert_eq!(
             std::str::from_utf8(&line).unwrap(),
@@ -827,7 +843,7 @@ mod tests {
                 agent: a(),
                 call_id: "c".into(),
                 name: "n".into(),
-                arguments: serde_json::json!({"q": 1}),
+                arguments: Box::new(serde_json::json!({"q": 1})),
             },
             Event::ToolCallProgress {
                 agent: a(),
@@ -841,7 +857,7 @@ mod tests {
                 agent: a(),
                 call_id: "c".into(),
                 name: "n".into(),
-                result: serde_json::json!([1]),
+                result: Box::new(serde_json::json!([1])),
                 is_error: false,
             },
             Event::ToolCallEnd { agent: a(), call_id: "c".into(), name: "n".into(), duration_ms: 2 },

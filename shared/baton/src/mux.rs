@@ -313,7 +313,7 @@ mod tests {
             agent: agent.into(),
             call_id: "c".into(),
             name: "n".into(),
-            result: serde_json::json!("r"),
+            result: Box::new(serde_json::json!("r")),
             is_error: false,
         }
     }

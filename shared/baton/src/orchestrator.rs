@@ -371,7 +371,9 @@ mod tests {
         let totals: Vec<Option<Usage>> = events
             .iter()
             .filter_map(|e| match e {
-                Event::Usage { agent, agent_total, .. } if agent == "support[1]" => Some(*agent_total),
+                Event::Usage { agent, agent_total, .. } if agent == "support[1]" => {
+                    Some(agent_total.as_deref().copied())
+                }
                 _ => None,
             })
             .collect();
