@@ -3,11 +3,8 @@
 //! It keeps the same items under the same keys as the DynamoDB store (one table keyed by
 //! `(pk, sk)`, values are the items' DynamoDB JSON), and gets the same guarantees from redb's
 //! serializable write transactions: each trait call is one transaction, so optimistic locking and
-//! request-id idempotency are checks inside it. Writers take turns on an async lock, so no thread
-//! ever waits on redb's own writer lock. A durable commit waits on `fdatasync`, so it runs on the
-//! blocking pool; a commit without a flush only writes to the page cache (tens of µs) and runs
-//! where it is called, as reads do: a hop to the blocking pool and back (two thread wake-ups)
-//! would cost more than the write (docs/benchmarks.md, "Where a turn's CPU goes").
+//! request-id idempotency are checks inside it. Write transactions block (on redb's one writer
+//! lock and on `fdatasync`), so they run on the blocking pool; reads run where they are called.
 //!
 //! Durability: a turn costs one `fdatasync`. The user message is committed without a flush
 //! (`Durability::None`) and reaches the disk with the turn's reply, which is committed durably
@@ -33,6 +30,11 @@ use super::{
     StoredMessage, is_expired, message_sk, request_sk, ttl_after,
 };
 
+/// Store calls that run on the blocking pool at once. redb runs one write transaction at a time,
+/// so more threads only wait on its lock: after a burst of 500 dropped streams (each saving its
+/// partial reply) the pool had grown to ~400 threads, each keeping its stack and malloc arena.
+pub const MAX_CONCURRENT_CALLS: usize = 4;
+
 /// redb's page cache. Its default (1 GiB) lets a long-running `serve` grow with the store file;
 /// a turn reads a few recent messages of one episode, pages written moments before and still
 /// in the cache, so a small one serves it. Writes fill it: at 16 MiB, a burst of 1,000 turns
@@ -48,11 +50,7 @@ pub const ITEMS: TableDefinition<'static, (&str, &str), &[u8]> = TableDefinition
 /// A file-backed [`Store`].
 pub struct EmbeddedStore {
     db: Arc<Database>,
-    /// Held for the whole of each write transaction. redb runs one at a time: waiting here (a
-    /// queue, in order) instead of on redb's lock keeps the threads free. After a burst of 500
-    /// dropped streams, each saving its partial reply, blocking-pool threads waiting on redb's
-    /// lock had grown to ~400, each keeping its stack and malloc arena.
-    writer: Arc<tokio::sync::Mutex<()>>,
+    calls: Arc<tokio::sync::Semaphore>,
     path: PathBuf,
     clock: Arc<dyn Clock>,
     retention: Duration,
@@ -119,7 +117,7 @@ impl EmbeddedStore {
         txn.commit().map_err(|e| failed("commit", e))?;
         Ok(EmbeddedStore {
             db: Arc::new(db),
-            writer: Arc::new(tokio::sync::Mutex::new(())),
+            calls: Arc::new(tokio::sync::Semaphore::new(MAX_CONCURRENT_CALLS)),
             path,
             clock,
             retention: DEFAULT_RETENTION,
@@ -148,6 +146,20 @@ impl EmbeddedStore {
         .await
     }
 
+    async fn blocking<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Database) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let db = self.db.clone();
+        let permit = self.calls.clone().acquire_owned().await.expect("the semaphore is never closed");
+        tokio::task::spawn_blocking(move || {
+            let _permit = permit;
+            f(&db)
+        })
+        .await
+        .map_err(|e| failed("store task", e))?
+    }
+
     /// Runs `f` in one read transaction on the calling thread. redb's reads take no lock a
     /// writer holds across its `fdatasync` (readers see the last commit), and a turn's read
     /// touches a few cached pages (tens of µs), so a hop to the blocking pool and back (two
@@ -171,19 +183,13 @@ impl EmbeddedStore {
 
     /// Runs `f` in one write transaction and commits it with `durability` if it succeeds. A
     /// [`Durability::None`] commit is visible to every later transaction at once but reaches the
-    /// disk with the next durable commit (of any call): a crash in between loses it. It runs on
-    /// the calling thread; a durable one runs on the blocking pool, since it waits on the disk.
-    /// Either way the transaction holds the writer lock from begin to commit, also when the
-    /// caller stops waiting for it: a durable commit in progress is finished, never abandoned.
+    /// disk with the next durable commit (of any call): a crash in between loses it.
     async fn write_with<T: Send + 'static>(
         &self,
         durability: Durability,
         f: impl FnOnce(&mut redb::Table<(&str, &str), &[u8]>) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
-        let turn = self.writer.clone().lock_owned().await;
-        let db = self.db.clone();
-        let transaction = move || {
-            let _turn = turn;
+        self.blocking(move |db| {
             let mut txn = db.begin_write().map_err(|e| failed("begin", e))?;
             txn.set_durability(durability);
             let out = {
@@ -192,12 +198,8 @@ impl EmbeddedStore {
             };
             txn.commit().map_err(|e| failed("commit", e))?;
             Ok(out)
-        };
-        if matches!(durability, Durability::None) {
-            transaction()
-        } else {
-            tokio::task::spawn_blocking(transaction).await.map_err(|e| failed("store task", e))?
-        }
+        })
+        .await
     }
 
     fn ttl(&self, now_ms: u64) -> u64 {
@@ -424,10 +426,9 @@ mod tests {
         assert!(matches!(again, Ok(Recorded::Duplicate { ref turn_id }) if turn_id == "t1"), "{again:?}");
     }
 
-    /// Writers queue on the writer lock and run one at a time, a commit without a flush on the
-    /// caller's thread and a durable one on the blocking pool; callers that stop waiting (here:
-    /// aborted tasks, some while queued, some mid-commit) leave the store consistent and the lock
-    /// free for the rest.
+    /// Concurrent writers run one transaction at a time; callers that stop waiting (here: aborted
+    /// tasks, some while queued for a permit, some mid-commit) leave the store consistent and
+    /// the permits free for the rest.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn concurrent_and_abandoned_writes_keep_every_finished_one() {
         let dir = tempfile::tempdir().unwrap();
@@ -471,11 +472,11 @@ mod tests {
         // Every recorded user message bumped the episode once: no update was lost.
         let users = stored.iter().filter(|m| m.role == crate::store::Role::User).count() as u64;
         assert_eq!(store.episode(&key).await.unwrap().unwrap().version, users);
-        // The lock is free: a write after all of this goes through at once.
+        // The permits are free: a write after all of this goes through at once.
         let late = StoredMessage::user("late", "q", 99);
         tokio::time::timeout(Duration::from_secs(5), store.record_user_message(&key, &late, None))
             .await
-            .expect("the writer lock was released")
+            .expect("the permits were released")
             .unwrap();
     }
 
