@@ -192,15 +192,35 @@ pub fn start_child(
     let events = run_instance(agent, instance.clone(), request, options.timeout);
     // At most `MAX_CONCURRENT_INSTANCES` child instances of one turn run at once; the others
     // wait for a place (their timeout runs from their start).
-    let permits = parent.instances.permits();
-    let events: EventStream = Box::pin(async_stream::stream! {
-        let _running = permits.acquire_owned().await;
-        let mut events = events;
-        while let Some(event) = events.next().await {
-            yield event;
+    let place = Box::pin(parent.instances.permits().acquire_owned());
+    Ok((instance, Box::pin(Admitted { place: Some(place), held: None, events })))
+}
+
+/// A child instance's events, polled once the instance holds one of its turn's places for
+/// running instances, which it keeps until its events are dropped. Written by hand, not as a
+/// generator: every event of the instance passes through it, and a generator's poll costs more
+/// than this one's (docs/benchmarks.md, step 11).
+struct Admitted {
+    place: Option<BoxFuture<'static, Result<tokio::sync::OwnedSemaphorePermit, tokio::sync::AcquireError>>>,
+    held: Option<tokio::sync::OwnedSemaphorePermit>,
+    events: EventStream,
+}
+
+impl Stream for Admitted {
+    type Item = Event;
+
+    fn poll_next(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Event>> {
+        let this = &mut *self;
+        if let Some(place) = &mut this.place {
+            // The turn never closes its semaphore; were it closed, the instance would just run.
+            this.held = std::task::ready!(place.as_mut().poll(cx)).ok();
+            this.place = None;
         }
-    });
-    Ok((instance, events))
+        this.events.as_mut().poll_next(cx)
+    }
 }
 
 /// Runs one instance between `agent_started` and `agent_finished`, stopped past `timeout`.
@@ -885,15 +905,19 @@ impl LlmAgent {
                 (arguments.clone(), tool.start(arguments, ToolContext { call, ..context.clone() }, options))
             }
         });
-        let events = Box::pin(async_stream::stream! {
-            let ToolRun { mut events, finish } = run;
-            while let Some(event) = events.next().await {
-                yield event;
-            }
-            drop(events);
+        // The call's own events pass through `chain` (no generator on every event's way), then
+        // its result once they have ended and been dropped (docs/benchmarks.md, step 11).
+        let ToolRun { events, finish } = run;
+        let end = futures::stream::once(async move {
             let (outcome, answer) = match finish.take() {
                 Some(finish) => (finish.outcome, finish.answer),
-                None => (Err(ToolError::Failed { tool: name.clone(), reason: "the call ended without a result".into() }), None),
+                None => (
+                    Err(ToolError::Failed {
+                        tool: name.clone(),
+                        reason: "the call ended without a result".into(),
+                    }),
+                    None,
+                ),
             };
             let outcome = ToolOutcome::from_result(&name, arguments, outcome);
             let (result, is_error) = (Box::new(outcome.result.clone()), outcome.is_error);
@@ -901,10 +925,20 @@ impl LlmAgent {
             if is_error {
                 tracing::Span::current().record("error.type", "tool_error");
             }
-            yield Event::ToolResult { agent: agent.clone(), call_id: call_id.clone(), name: name.clone(), result, is_error };
-            yield Event::ToolCallEnd { agent, call_id, name, duration_ms: started.elapsed().as_millis() as u64 };
-        });
-        crate::telemetry::trace::traced(span, events)
+            let duration_ms = started.elapsed().as_millis() as u64;
+            [
+                Event::ToolResult {
+                    agent: agent.clone(),
+                    call_id: call_id.clone(),
+                    name: name.clone(),
+                    result,
+                    is_error,
+                },
+                Event::ToolCallEnd { agent, call_id, name, duration_ms },
+            ]
+        })
+        .flat_map(futures::stream::iter);
+        crate::telemetry::trace::traced(span, Box::pin(events.chain(end)))
     }
 }
 
@@ -929,11 +963,11 @@ pub fn instrument_for(
         let mut usage = Usage::default();
         let mut status = Status::Ok;
         let mut inner = inner;
-        let deadline = timeout.map(|t| started + t);
+        let mut deadline = timeout.map(|t| crate::bounded::Deadline::at(started + t));
         let mut timed_out = false;
         loop {
-            let next = match deadline {
-                Some(deadline) => match tokio::time::timeout_at(deadline, inner.next()).await {
+            let next = match &mut deadline {
+                Some(deadline) => match deadline.next(&mut inner).await {
                     Ok(next) => next,
                     Err(_) => {
                         timed_out = true;

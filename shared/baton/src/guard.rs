@@ -32,7 +32,7 @@ use serde_json::Value;
 
 use crate::conversation::PreviousTurn;
 use crate::image::ImageKind;
-use crate::text::{self, Lexicon, Smalltalk, normalize, overlaps, words};
+use crate::text::{self, Lexicon, Smalltalk, TopicWords, normalize, overlaps, words};
 
 /// A sub-agent call the orchestrator will make.
 #[derive(Debug, Clone, PartialEq)]
@@ -377,18 +377,21 @@ pub fn apply_guards(
     // have been rewritten; the verbatim rule repairs it): only calls beyond the reported intent
     // count are candidates for dropping.
     let reported = unique.iter().filter_map(PlannedCall::intent_count).max().unwrap_or(1);
-    if input.guards.overlap
-        && unique.len() > 1
-        && reported < unique.len()
-        && unique.iter().any(|c| overlaps(&c.query, message))
-    {
-        unique.retain(|c| {
-            let keep = overlaps(&c.query, message);
-            if !keep {
-                actions.push(GuardAction::NoOverlapDropped { tool: c.tool.clone(), query: c.query.clone() });
-            }
-            keep
-        });
+    if input.guards.overlap && unique.len() > 1 && reported < unique.len() {
+        let said = TopicWords::of(message);
+        let overlapping: Vec<bool> =
+            unique.iter().map(|c| TopicWords::of(&c.query).overlaps(&said)).collect();
+        if overlapping.contains(&true) {
+            let mut keep = overlapping.into_iter();
+            unique.retain(|c| {
+                let keep = keep.next().unwrap_or(true);
+                if !keep {
+                    actions
+                        .push(GuardAction::NoOverlapDropped { tool: c.tool.clone(), query: c.query.clone() });
+                }
+                keep
+            });
+        }
     }
     finish(input, unique, actions, None)
 }
@@ -405,15 +408,26 @@ fn finish(
     let message = input.message.trim();
     let short = words(message).len() <= 4;
     let single = calls.len() == 1;
-    let clauses = text::clauses(message);
+    // The message's and its clauses' topic words, each computed once for all the calls, and
+    // only when a call's query may be the user's own words or one of its clauses.
+    let (said, clauses) = if input.guards.verbatim && !(single || short) {
+        let clauses: Vec<(&str, TopicWords)> =
+            text::clauses(message).into_iter().map(|c| (c, TopicWords::of(c))).collect();
+        (TopicWords::of(message), clauses)
+    } else {
+        (TopicWords::default(), Vec::new())
+    };
     for call in &mut calls {
         if input.guards.verbatim {
             let query = if single || short {
                 message
-            } else if text::is_users_words(&call.query, message) {
-                call.query.as_str()
             } else {
-                users_clause(&call.query, &clauses).unwrap_or(message)
+                let asked = TopicWords::of(&call.query);
+                if asked.all_in(&said) {
+                    call.query.as_str()
+                } else {
+                    users_clause(&asked, &clauses).unwrap_or(message)
+                }
             };
             if call.query != query {
                 actions.push(GuardAction::QueryVerbatim { tool: call.tool.clone(), was: call.query.clone() });
@@ -438,10 +452,10 @@ fn finish(
 
 /// The user's clause that shares the most topic words with `query` (the first of equals), if any
 /// shares one.
-fn users_clause<'m>(query: &str, clauses: &[&'m str]) -> Option<&'m str> {
+fn users_clause<'m>(query: &TopicWords, clauses: &[(&'m str, TopicWords)]) -> Option<&'m str> {
     let mut best: Option<(usize, &str)> = None;
-    for clause in clauses {
-        let shared = text::shared_words(clause, query);
+    for (clause, words) in clauses {
+        let shared = words.shared_with(query);
         if shared > 0 && best.is_none_or(|(most, _)| shared > most) {
             best = Some((shared, clause));
         }

@@ -416,10 +416,11 @@ pub fn sse_body(
 ) -> impl Stream<Item = Result<Bytes, Infallible>> + Send {
     async_stream::stream! {
         let mut events = events.filter(|e| std::future::ready(e.is_client_visible()));
+        let mut silence = crate::bounded::IdleTimer::new(heartbeat);
         let mut seq = 0u64;
         let mut ended = false;
         while !ended {
-            match tokio::time::timeout(heartbeat, events.next()).await {
+            match silence.next(&mut events).await {
                 Err(_) => yield Ok(Bytes::from_static(SSE_HEARTBEAT)),
                 Ok(None) => break,
                 Ok(Some(event)) => {

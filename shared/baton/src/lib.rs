@@ -54,6 +54,7 @@
 //! - [`event`]: the wire protocol: the event enum, SSE and NDJSON encoding and decoding.
 //! - [`outbound`]: the outgoing HTTP client of streamed answers (model servers, Forethought):
 //!   reqwest for `https` and HTTP/2, and cleartext HTTP/1.1 driven inside the body's own poll.
+//! - [`bounded`]: bounded waits for a stream's items (idle, or a deadline), one timer per stream.
 //!
 //! # Errors
 //! Errors a caller branches on are hand-written enums ([`model::ModelError`],
@@ -63,6 +64,7 @@
 pub mod agent;
 pub mod agent_tool;
 pub mod auth;
+pub mod bounded;
 pub mod config;
 pub mod conversation;
 pub mod eval;

@@ -522,9 +522,9 @@ fn run_mini(
             Ok((instance, events)) => {
                 let mut watch = MiniWatch::new(instance);
                 let mut events: EventStream = events;
-                let deadline = started + timeout;
+                let mut deadline = crate::bounded::Deadline::at(started + timeout);
                 loop {
-                    let Ok(next) = tokio::time::timeout_at(deadline, events.next()).await else {
+                    let Ok(next) = deadline.next(&mut events).await else {
                         watch.timed_out(timeout);
                         break;
                     };

@@ -171,8 +171,9 @@ impl Agent for RemoteAgent {
                 }
             };
             let mut lines = LineSplitter::new(MAX_EVENT_BYTES);
+            let mut silence = crate::bounded::IdleTimer::new(idle);
             loop {
-                let chunk = match tokio::time::timeout(idle, bytes.next()).await {
+                let chunk = match silence.next(&mut bytes).await {
                     Err(_) => {
                         for ev in fail("remote_agent_timeout", "the remote agent went silent".into(), true) { yield ev; }
                         return;

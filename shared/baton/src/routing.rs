@@ -404,7 +404,7 @@ impl Router {
         messages.push(crate::agent::user_message(request));
         let chat = ChatRequest {
             messages,
-            tools: self.policy.settings.tool_specs(),
+            tools: self.policy.settings.tool_specs().into(),
             tool_choice: Some(ToolChoice::Auto),
             parallel_tool_calls: Some(true),
             max_tokens: None,

@@ -308,16 +308,41 @@ pub fn overlaps(a: &str, b: &str) -> bool {
 
 /// How many of `a`'s topic words `b` has too.
 pub fn shared_words(a: &str, b: &str) -> usize {
-    let b = content_words(b);
-    content_words(a).iter().filter(|w| b.contains(w)).count()
+    TopicWords::of(a).shared_with(&TopicWords::of(b))
 }
 
 /// Whether `part` has topic words and every one of them is `message`'s (allowing inflection):
 /// whether `part` says what the user said rather than a paraphrase of it.
 pub fn is_users_words(part: &str, message: &str) -> bool {
-    let said = content_words(message);
-    let part = content_words(part);
-    !part.is_empty() && part.iter().all(|w| said.contains(w))
+    TopicWords::of(part).all_in(&TopicWords::of(message))
+}
+
+/// A text's topic words ([`content_words`]), computed once to compare with several others: the
+/// routing guards hold the user's message's and each clause's, where stemming them again for
+/// every comparison was most of the guards' time.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct TopicWords(Vec<String>);
+
+impl TopicWords {
+    /// The topic words of `text`.
+    pub fn of(text: &str) -> TopicWords {
+        TopicWords(content_words(text))
+    }
+
+    /// How many of these words `other` has too (a repeated word counts each time).
+    pub fn shared_with(&self, other: &TopicWords) -> usize {
+        self.0.iter().filter(|w| other.0.contains(w)).count()
+    }
+
+    /// Whether the two share a word.
+    pub fn overlaps(&self, other: &TopicWords) -> bool {
+        self.0.iter().any(|w| other.0.contains(w))
+    }
+
+    /// Whether there are words and `other` has every one of them.
+    pub fn all_in(&self, other: &TopicWords) -> bool {
+        !self.0.is_empty() && self.0.iter().all(|w| other.0.contains(w))
+    }
 }
 
 /// Words that join two requests in one message, in the languages of the stopword lists.
@@ -514,6 +539,19 @@ mod tests {
         assert_eq!(only.unwrap().classify("hello"), None);
         let bad = Lexicon::new([&SmalltalkLists { fillers: vec!["…".into()], ..Default::default() }]);
         assert!(bad.unwrap_err().contains("no word"));
+    }
+
+    #[test]
+    fn topic_words_compare_as_the_text_functions_do() {
+        let said = TopicWords::of("my receipts didn't scan and find coffee deals");
+        let part = TopicWords::of("the receipt was not scanned");
+        assert!(part.all_in(&said) && part.overlaps(&said));
+        assert_eq!(part.shared_with(&said), 2);
+        assert!(!TopicWords::of("where are my points").all_in(&said));
+        assert!(!TopicWords::of("hello there").all_in(&said), "no topic words is not the user's words");
+        assert_eq!(shared_words("coffee deals", "find me coffee deals"), 2);
+        assert!(is_users_words("coffee deal", "find me coffee deals"));
+        assert!(!overlaps("points", "coffee deals"));
     }
 
     #[test]

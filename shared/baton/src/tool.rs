@@ -429,6 +429,9 @@ impl Registered {
 pub struct ToolRegistry {
     tools: Vec<Registered>,
     by_name: HashMap<String, usize>,
+    /// The tools as offered to a model, built by the first model call and shared by every later
+    /// one: a tool's schema does not change while its registry lives.
+    specs: OnceLock<Arc<[ToolSpec]>>,
 }
 
 impl std::fmt::Debug for ToolRegistry {
@@ -450,19 +453,23 @@ impl ToolRegistry {
             }
             registered.push(Registered::new(tool));
         }
-        Ok(ToolRegistry { tools: registered, by_name })
+        Ok(ToolRegistry { tools: registered, by_name, specs: OnceLock::new() })
     }
 
-    /// The tools as offered to a model.
-    pub fn specs(&self) -> Vec<ToolSpec> {
-        self.tools
-            .iter()
-            .map(|r| ToolSpec {
-                name: r.tool.name().to_owned(),
-                description: r.tool.description().to_owned(),
-                parameters: r.tool.parameters(),
+    /// The tools as offered to a model, shared: built by the first call, not per model call.
+    pub fn specs(&self) -> Arc<[ToolSpec]> {
+        self.specs
+            .get_or_init(|| {
+                self.tools
+                    .iter()
+                    .map(|r| ToolSpec {
+                        name: r.tool.name().to_owned(),
+                        description: r.tool.description().to_owned(),
+                        parameters: r.tool.parameters(),
+                    })
+                    .collect()
             })
-            .collect()
+            .clone()
     }
 
     /// The names of the registered tools, in order.
@@ -476,7 +483,7 @@ impl ToolRegistry {
         let tools: Vec<Registered> =
             self.tools.iter().filter(|r| names.iter().any(|n| n == r.tool.name())).cloned().collect();
         let by_name = tools.iter().enumerate().map(|(i, r)| (r.tool.name().to_owned(), i)).collect();
-        ToolRegistry { tools, by_name }
+        ToolRegistry { tools, by_name, specs: OnceLock::new() }
     }
 
     /// Whether no tool is registered.

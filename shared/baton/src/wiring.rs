@@ -131,7 +131,7 @@ impl Backends {
             purchases: Arc::new(SamplePurchases::embedded()),
             clock: Arc::new(SystemClock),
             remote: HashMap::new(),
-            tools: Vec::new(),
+            tools: Default::default(),
             mcp: Default::default(),
             reporter: None,
         }
@@ -147,7 +147,7 @@ impl Backends {
             purchases: Arc::new(SamplePurchases::embedded()),
             clock: Arc::new(StoreClock(store)),
             remote: HashMap::new(),
-            tools: Vec::new(),
+            tools: Default::default(),
             mcp: Default::default(),
             reporter: None,
         }

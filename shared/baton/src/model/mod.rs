@@ -136,8 +136,8 @@ impl ToolChoice {
 pub struct ChatRequest {
     /// The conversation, oldest first.
     pub messages: Vec<Message>,
-    /// Tools offered.
-    pub tools: Vec<ToolSpec>,
+    /// Tools offered, shared: an agent's tool registry builds them once for all its calls.
+    pub tools: Arc<[ToolSpec]>,
     /// Tool choice; the server default when `None`.
     pub tool_choice: Option<ToolChoice>,
     /// Whether the model may call several tools at once; the server default when `None`.

@@ -480,7 +480,7 @@ mod tests {
         };
         ChatRequest {
             messages: vec![Message::user(text)],
-            tools: settings.tool_specs(),
+            tools: settings.tool_specs().into(),
             ..Default::default()
         }
     }
@@ -523,7 +523,7 @@ mod tests {
             ToolSpec { name: SEARCH_OFFERS.into(), description: String::new(), parameters: json!({}) };
         let mut request = ChatRequest {
             messages: vec![Message::system("shop"), Message::user("find me coffee deals")],
-            tools: vec![search],
+            tools: vec![search].into(),
             ..Default::default()
         };
         let r = collect(model().stream(request.clone())).await.unwrap();
@@ -573,7 +573,8 @@ mod tests {
             tools: vec![
                 tool("agent__deal_finder", "Finds grocery deals, offers and products."),
                 tool("agent__help_desk", "Answers questions about receipts, points and the account."),
-            ],
+            ]
+            .into(),
             response_format: Some(super::super::ResponseFormat { name: "d".into(), schema: json!({}) }),
             ..Default::default()
         }

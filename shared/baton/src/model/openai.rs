@@ -10,6 +10,7 @@
 //! up to [`MAX_ERROR_BODY_BYTES`] and kept only as a redacted excerpt for logs
 //! ([`crate::redact`]); the client sees Baton's own message.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,6 +23,7 @@ use super::{
     ChatModel, ChatRequest, DeltaStream, FinishReason, Message, ModelDelta, ModelError, TimeoutKind,
     ToolCallAssembler, ToolChoice,
 };
+use crate::bounded::IdleTimer;
 use crate::event::Usage;
 
 /// Connect, first-byte and idle timeouts.
@@ -340,12 +342,14 @@ impl Endpoint {
                 return;
             }
             let limit = self.config.max_answer_chars;
-            let mut events = capped_body(response, limit.saturating_mul(BODY_BYTES_PER_ANSWER_CHAR))
+            let events = capped_body(response, limit.saturating_mul(BODY_BYTES_PER_ANSWER_CHAR))
                 .eventsource();
+            futures::pin_mut!(events);
+            let mut idle = IdleTimer::new(timeouts.idle);
             let mut parser = P::default();
             let mut answer_chars = 0usize;
             while !parser.is_done() {
-                let event = match tokio::time::timeout(timeouts.idle, events.next()).await {
+                let event = match idle.next(&mut events).await {
                     Err(_) => { yield Err(ModelError::Timeout(TimeoutKind::Idle)); return; }
                     Ok(None) => break,
                     Ok(Some(Err(e))) => {
@@ -439,9 +443,10 @@ pub(crate) async fn read_capped<E>(
     max_bytes: usize,
 ) -> Vec<u8> {
     let mut bytes = std::pin::pin!(bytes);
+    let mut idle = IdleTimer::new(idle);
     let mut body = Vec::new();
     while body.len() < max_bytes {
-        match tokio::time::timeout(idle, bytes.next()).await {
+        match idle.next(&mut bytes).await {
             Ok(Some(Ok(chunk))) => body.extend_from_slice(&chunk[..chunk.len().min(max_bytes - body.len())]),
             _ => break,
         }
@@ -675,41 +680,69 @@ pub(crate) fn tool_options(body: &mut Value, request: &ChatRequest) {
     }
 }
 
+/// One Chat Completions chunk. Its strings borrow from the `data:` payload where they can (no
+/// escapes to decode): a chunk's id and finish reason are read and dropped, so they cost no
+/// allocation, and only text that goes on is copied.
+///
+/// Each is a [`Str`]: serde borrows a `Cow<str>` only as a field's own type, not inside an
+/// `Option`.
 #[derive(Deserialize)]
-struct Chunk {
-    id: Option<String>,
-    #[serde(default)]
-    choices: Vec<Choice>,
+struct Chunk<'a> {
+    #[serde(borrow)]
+    id: Option<Str<'a>>,
+    #[serde(default, borrow)]
+    choices: Vec<Choice<'a>>,
     usage: Option<WireUsage>,
     error: Option<Value>,
 }
 
 #[derive(Deserialize)]
-struct Choice {
-    #[serde(default)]
-    delta: Option<Delta>,
-    finish_reason: Option<String>,
+struct Choice<'a> {
+    #[serde(default, borrow)]
+    delta: Option<Delta<'a>>,
+    #[serde(borrow)]
+    finish_reason: Option<Str<'a>>,
 }
 
 #[derive(Deserialize)]
-struct Delta {
-    content: Option<String>,
-    reasoning_content: Option<String>,
-    reasoning: Option<String>,
-    tool_calls: Option<Vec<ToolCallDelta>>,
+struct Delta<'a> {
+    #[serde(borrow)]
+    content: Option<Str<'a>>,
+    #[serde(borrow)]
+    reasoning_content: Option<Str<'a>>,
+    #[serde(borrow)]
+    reasoning: Option<Str<'a>>,
+    #[serde(borrow)]
+    tool_calls: Option<Vec<ToolCallDelta<'a>>>,
 }
 
 #[derive(Deserialize)]
-struct ToolCallDelta {
+struct ToolCallDelta<'a> {
     index: Option<usize>,
-    id: Option<String>,
-    function: Option<FunctionDelta>,
+    #[serde(borrow)]
+    id: Option<Str<'a>>,
+    #[serde(borrow)]
+    function: Option<FunctionDelta<'a>>,
 }
 
 #[derive(Deserialize)]
-struct FunctionDelta {
-    name: Option<String>,
-    arguments: Option<String>,
+struct FunctionDelta<'a> {
+    #[serde(borrow)]
+    name: Option<Str<'a>>,
+    #[serde(borrow)]
+    arguments: Option<Str<'a>>,
+}
+
+/// A string of a chunk, borrowed from the payload unless it has escapes.
+#[derive(Deserialize)]
+struct Str<'a>(#[serde(borrow)] Cow<'a, str>);
+
+impl std::ops::Deref for Str<'_> {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        &self.0
+    }
 }
 
 #[derive(Deserialize)]
@@ -771,15 +804,15 @@ impl ChunkParser {
         let mut out = Vec::new();
         if let (false, Some(id)) = (self.response_id_sent, chunk.id.filter(|s| !s.is_empty())) {
             self.response_id_sent = true;
-            out.push(ModelDelta::ResponseId(id));
+            out.push(ModelDelta::ResponseId(id.0.into_owned()));
         }
         for choice in chunk.choices {
             if let Some(delta) = choice.delta {
                 if let Some(r) = delta.reasoning_content.or(delta.reasoning).filter(|s| !s.is_empty()) {
-                    out.push(ModelDelta::Reasoning(r));
+                    out.push(ModelDelta::Reasoning(r.0.into_owned()));
                 }
                 if let Some(text) = delta.content.filter(|s| !s.is_empty()) {
-                    out.push(ModelDelta::Text(text));
+                    out.push(ModelDelta::Text(text.0.into_owned()));
                 }
                 for call in delta.tool_calls.into_iter().flatten() {
                     let (name, args) = match &call.function {
@@ -882,6 +915,27 @@ mod tests {
     }
 
     #[test]
+    fn a_chunks_strings_borrow_from_the_payload_unless_escaped() {
+        let data = r#"{"id":"chatcmpl-1","choices":[{"delta":{"content":"a \"quoted\" word"},"finish_reason":"stop"}]}"#;
+        let chunk: Chunk = serde_json::from_str(data).unwrap();
+        assert!(matches!(chunk.id, Some(Str(Cow::Borrowed("chatcmpl-1")))));
+        let choice = &chunk.choices[0];
+        assert!(matches!(choice.finish_reason, Some(Str(Cow::Borrowed("stop")))));
+        // Escapes are decoded into an owned string.
+        let content = choice.delta.as_ref().and_then(|d| d.content.as_ref()).unwrap();
+        assert!(matches!(&content.0, Cow::Owned(s) if s == "a \"quoted\" word"));
+        let mut p = ChunkParser::default();
+        assert_eq!(
+            p.feed(data).unwrap(),
+            [
+                ModelDelta::ResponseId("chatcmpl-1".into()),
+                ModelDelta::Text("a \"quoted\" word".into()),
+                ModelDelta::Finish(FinishReason::Stop)
+            ]
+        );
+    }
+
+    #[test]
     fn retry_after_ms_wins_over_seconds() {
         let mut h = reqwest::header::HeaderMap::new();
         h.insert("retry-after", "3".parse().unwrap());
@@ -960,7 +1014,8 @@ mod tests {
                 name: "f".into(),
                 description: "d".into(),
                 parameters: json!({"type": "object"}),
-            }],
+            }]
+            .into(),
             tool_choice: Some(ToolChoice::Required),
             parallel_tool_calls: Some(true),
             max_tokens: None,
@@ -983,7 +1038,7 @@ mod tests {
                 Message::Assistant { content: None, tool_calls: Vec::new() },
                 Message::user("plain"),
             ],
-            tools: Vec::new(),
+            tools: Default::default(),
             // Without tools, neither option is sent.
             tool_choice: Some(ToolChoice::Auto),
             parallel_tool_calls: Some(true),

@@ -357,7 +357,7 @@ mod tests {
         let url = "https://cdn.example.com/r.jpg";
         let request = ChatRequest {
             messages: vec![Message::User { content: "this one".into(), images: vec![url.into()] }],
-            tools: vec![],
+            tools: Arc::default(),
             tool_choice: None,
             parallel_tool_calls: None,
             max_tokens: None,
@@ -382,7 +382,7 @@ mod tests {
                 },
                 Message::Tool { call_id: "c1".into(), content: "[]".into() },
             ],
-            tools: vec![ToolSpec { name: "f".into(), description: "d".into(), parameters: json!({}) }],
+            tools: vec![ToolSpec { name: "f".into(), description: "d".into(), parameters: json!({}) }].into(),
             tool_choice: Some(ToolChoice::Auto),
             parallel_tool_calls: Some(true),
             max_tokens: Some(99),

@@ -21,6 +21,7 @@ use futures::{Stream, StreamExt};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
+use crate::bounded::IdleTimer;
 use crate::event::LineSplitter;
 use crate::model::openai::{MAX_ERROR_BODY_BYTES, Timeouts, read_capped};
 
@@ -296,8 +297,9 @@ impl ForethoughtClient {
                 .to_ascii_lowercase();
             if content_type.starts_with("text/event-stream") {
                 let mut events = capped_body(response).eventsource();
+                let mut idle = IdleTimer::new(timeouts.idle);
                 loop {
-                    match tokio::time::timeout(timeouts.idle, events.next()).await {
+                    match idle.next(&mut events).await {
                         Err(_) => { yield Err(VendorError::Timeout("idle")); return; }
                         Ok(None) => return,
                         Ok(Some(Err(e))) => { yield Err(stream_error(e)); return; }
@@ -308,8 +310,9 @@ impl ForethoughtClient {
             } else if content_type.contains("ndjson") || content_type.contains("jsonl") {
                 let mut bytes = std::pin::pin!(response.bytes_stream());
                 let mut lines = LineSplitter::new(MAX_ANSWER_BYTES);
+                let mut idle = IdleTimer::new(timeouts.idle);
                 loop {
-                    match tokio::time::timeout(timeouts.idle, bytes.next()).await {
+                    match idle.next(&mut bytes).await {
                         Err(_) => { yield Err(VendorError::Timeout("idle")); return; }
                         Ok(Some(Err(e))) => { yield Err(VendorError::Truncated(e.to_string())); return; }
                         Ok(Some(Ok(chunk))) => match lines.push(&chunk) {
@@ -363,9 +366,10 @@ fn stream_error(e: eventsource_stream::EventStreamError<VendorError>) -> VendorE
 /// Reads a whole body of at most [`MAX_ANSWER_BYTES`], each chunk within `idle`.
 async fn read_all(response: crate::outbound::Response, idle: Duration) -> Result<Vec<u8>, VendorError> {
     let mut bytes = std::pin::pin!(response.bytes_stream());
+    let mut idle = IdleTimer::new(idle);
     let mut body = Vec::new();
     loop {
-        match tokio::time::timeout(idle, bytes.next()).await {
+        match idle.next(&mut bytes).await {
             Err(_) => return Err(VendorError::Timeout("idle")),
             Ok(None) => return Ok(body),
             Ok(Some(Err(e))) => return Err(VendorError::Truncated(e.to_string())),
