@@ -197,7 +197,7 @@ pub fn start_child(
 }
 
 /// A child instance's events, polled once the instance holds one of its turn's places for
-/// running instances, which it keeps until its events are dropped. Written by hand, not as a
+/// running instances, which it keeps until its events end (or are dropped). Written by hand, not as a
 /// generator: every event of the instance passes through it, and a generator's poll costs more
 /// than this one's (docs/benchmarks.md, step 11).
 struct Admitted {
@@ -219,7 +219,13 @@ impl Stream for Admitted {
             this.held = std::task::ready!(place.as_mut().poll(cx)).ok();
             this.place = None;
         }
-        this.events.as_mut().poll_next(cx)
+        let next = this.events.as_mut().poll_next(cx);
+        if let std::task::Poll::Ready(None) = next {
+            // Its events have ended: the place goes to the next instance waiting for one now,
+            // not when whoever merges the streams drops this one.
+            this.held = None;
+        }
+        next
     }
 }
 
@@ -1203,6 +1209,36 @@ pub(crate) mod tests {
         assert_eq!(most.load(SeqCst), crate::tool::MAX_CONCURRENT_INSTANCES);
         assert_eq!(events.iter().filter(|e| matches!(e, Event::Text { .. })).count(), 20, "all ran");
         assert_eq!(started.elapsed(), Duration::from_millis(300), "three waves of at most eight");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_instance_gives_its_place_back_when_its_events_end_not_when_they_are_dropped() {
+        let agent = Counting { running: Arc::default(), most: Arc::default() };
+        let parent = ToolContext::default();
+        let start = || {
+            start_child(
+                &agent,
+                "agent__counting",
+                &parent,
+                ChildInput::default(),
+                &InstanceOptions::default(),
+            )
+            .unwrap()
+            .1
+        };
+        let mut first: Vec<EventStream> =
+            (0..crate::tool::MAX_CONCURRENT_INSTANCES).map(|_| start()).collect();
+        let last = start();
+        // The first eight run to their end and are kept, as a merge may keep a finished source.
+        let mut ends = futures::stream::FuturesUnordered::new();
+        for events in &mut first {
+            ends.push(async move { while events.next().await.is_some() {} });
+        }
+        while ends.next().await.is_some() {}
+        drop(ends);
+        let ninth = tokio::time::timeout(Duration::from_secs(1), last.collect::<Vec<Event>>()).await;
+        assert!(ninth.is_ok(), "the ninth instance got a place while the first eight were still held");
+        drop(first);
     }
 
     #[tokio::test(start_paused = true)]

@@ -17,6 +17,9 @@ use std::time::Duration;
 use futures::{Stream, StreamExt};
 use tokio::time::{Instant, Sleep};
 
+/// What a limit too large to add to an `Instant` waits: 30 years, Tokio's own "far future".
+const FAR_FUTURE: Duration = Duration::from_secs(86_400 * 365 * 30);
+
 /// No item came within the limit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Elapsed;
@@ -48,7 +51,9 @@ impl IdleTimer {
         &mut self,
         stream: &mut S,
     ) -> Result<Option<S::Item>, Elapsed> {
-        let deadline = Instant::now() + self.limit;
+        let now = Instant::now();
+        // A limit past what an `Instant` holds waits "forever", as `tokio::time::timeout` does.
+        let deadline = now.checked_add(self.limit).unwrap_or_else(|| now + FAR_FUTURE);
         std::future::poll_fn(|cx| {
             if let Poll::Ready(item) = stream.poll_next_unpin(cx) {
                 return Poll::Ready(Ok(item));
@@ -149,6 +154,14 @@ mod tests {
         assert_eq!(idle.next(&mut items).await, Ok(Some(1)));
         tokio::time::sleep(Duration::from_millis(150)).await;
         assert_eq!(idle.next(&mut items).await, Ok(Some(2)));
+        assert_eq!(idle.next(&mut items).await, Ok(None));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_limit_too_large_for_an_instant_waits_without_end() {
+        let mut items = delayed(vec![(3_600_000, 1)]);
+        let mut idle = IdleTimer::new(Duration::MAX);
+        assert_eq!(idle.next(&mut items).await, Ok(Some(1)));
         assert_eq!(idle.next(&mut items).await, Ok(None));
     }
 
