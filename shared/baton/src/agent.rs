@@ -1185,6 +1185,13 @@ pub(crate) mod tests {
         }
     }
 
+    /// A child instance of `agent` for `parent`, with the default options.
+    fn start_counting(agent: &Counting, parent: &ToolContext) -> EventStream {
+        let started =
+            start_child(agent, "agent__counting", parent, ChildInput::default(), &InstanceOptions::default());
+        started.expect("within the depth limit").1
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_turn_runs_at_most_eight_child_instances_at_once_and_the_rest_wait() {
         use std::sync::atomic::Ordering::SeqCst;
@@ -1192,19 +1199,7 @@ pub(crate) mod tests {
         let agent = Counting { running: Arc::default(), most: most.clone() };
         let parent = ToolContext::default();
         let started = Instant::now();
-        let runs: Vec<EventStream> = (0..20)
-            .map(|_| {
-                start_child(
-                    &agent,
-                    "agent__counting",
-                    &parent,
-                    ChildInput::default(),
-                    &InstanceOptions::default(),
-                )
-                .unwrap()
-                .1
-            })
-            .collect();
+        let runs: Vec<EventStream> = (0..20).map(|_| start_counting(&agent, &parent)).collect();
         let events: Vec<Event> = futures::stream::select_all(runs).collect().await;
         assert_eq!(most.load(SeqCst), crate::tool::MAX_CONCURRENT_INSTANCES);
         assert_eq!(events.iter().filter(|e| matches!(e, Event::Text { .. })).count(), 20, "all ran");
@@ -1215,20 +1210,9 @@ pub(crate) mod tests {
     async fn an_instance_gives_its_place_back_when_its_events_end_not_when_they_are_dropped() {
         let agent = Counting { running: Arc::default(), most: Arc::default() };
         let parent = ToolContext::default();
-        let start = || {
-            start_child(
-                &agent,
-                "agent__counting",
-                &parent,
-                ChildInput::default(),
-                &InstanceOptions::default(),
-            )
-            .unwrap()
-            .1
-        };
         let mut first: Vec<EventStream> =
-            (0..crate::tool::MAX_CONCURRENT_INSTANCES).map(|_| start()).collect();
-        let last = start();
+            (0..crate::tool::MAX_CONCURRENT_INSTANCES).map(|_| start_counting(&agent, &parent)).collect();
+        let last = start_counting(&agent, &parent);
         // The first eight run to their end and are kept, as a merge may keep a finished source.
         let mut ends = futures::stream::FuturesUnordered::new();
         for events in &mut first {
