@@ -197,9 +197,9 @@ pub fn start_child(
 }
 
 /// A child instance's events, polled once the instance holds one of its turn's places for
-/// running instances, which it keeps until its events end (or are dropped). Written by hand, not as a
-/// generator: every event of the instance passes through it, and a generator's poll costs more
-/// than this one's (docs/benchmarks.md, step 11).
+/// running instances, which it keeps until its events end (or are dropped). Written by hand,
+/// not as a generator: every event of the instance passes through it, and a generator's poll
+/// costs more than this one's (docs/benchmarks.md, step 11).
 struct Admitted {
     place: Option<BoxFuture<'static, Result<tokio::sync::OwnedSemaphorePermit, tokio::sync::AcquireError>>>,
     held: Option<tokio::sync::OwnedSemaphorePermit>,

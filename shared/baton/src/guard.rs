@@ -382,9 +382,10 @@ pub fn apply_guards(
         let overlapping: Vec<bool> =
             unique.iter().map(|c| TopicWords::of(&c.query).overlaps(&said)).collect();
         if overlapping.contains(&true) {
-            let mut keep = overlapping.into_iter();
+            // `retain` visits the calls once each, in order: one flag per call.
+            let mut overlapping = overlapping.into_iter();
             unique.retain(|c| {
-                let keep = keep.next().unwrap_or(true);
+                let keep = overlapping.next() == Some(true);
                 if !keep {
                     actions
                         .push(GuardAction::NoOverlapDropped { tool: c.tool.clone(), query: c.query.clone() });
