@@ -11,7 +11,9 @@
 //!    silence between two texts, plus whether each agent's end came after its last text. The
 //!    scripted servers record when each frame left them, so content done is also split into
 //!    how late the test servers themselves were (their timers, their handling of a request)
-//!    and what is left: Baton's share.
+//!    and what is left: Baton's share. It also prints the `serve` process's CPU per mixed turn
+//!    (utime + stime over the measured turns): models that stream at a human pace wake the
+//!    process once per frame, which zero-latency turns do not show.
 //! 2. Zero-latency models: wall time per turn (median, p90) on a kept-alive connection, and the
 //!    `serve` process's CPU per turn (utime + stime from `/proc/<pid>/stat` over N turns). The
 //!    variants run side by side and take turns in rounds, so their ratios hold on a host whose
@@ -278,6 +280,8 @@ struct Mixed {
     out_of_order: usize,
     /// Of `content_done`, how late the test servers were ([`Servers::lateness`]).
     servers_late: f64,
+    /// The serve process's CPU per turn (user plus system, ms), over all the turns measured.
+    cpu: f64,
 }
 
 fn ms(d: Duration) -> f64 {
@@ -320,6 +324,7 @@ fn measure(seen: &[Seen], ideal: &Ideal) -> Mixed {
         longest_silence: ms(silence) - ms(ideal.longest_silence),
         out_of_order,
         servers_late: 0.0,
+        cpu: 0.0,
     }
 }
 
@@ -346,6 +351,7 @@ async fn mixed(serve: &Serve, servers: &Servers, turns: usize) -> [Mixed; 2] {
         servers.queue_support();
         turn(client, &serve.url).await;
         let mut runs = Vec::new();
+        let cpu = serve.cpu();
         for _ in 0..turns {
             servers.queue_support();
             let seen = turn(client, &serve.url).await;
@@ -354,6 +360,7 @@ async fn mixed(serve: &Serve, servers: &Servers, turns: usize) -> [Mixed; 2] {
             run.servers_late = servers.lateness(&ideal, last.unwrap_or(""));
             runs.push(run);
         }
+        let cpu = ms(serve.cpu() - cpu) / turns as f64;
         let med = |f: fn(&Mixed) -> f64| median(runs.iter().map(f).collect());
         *slot = Mixed {
             first_event: med(|m| m.first_event),
@@ -363,6 +370,7 @@ async fn mixed(serve: &Serve, servers: &Servers, turns: usize) -> [Mixed; 2] {
             longest_silence: med(|m| m.longest_silence),
             out_of_order: runs.iter().map(|m| m.out_of_order).max().unwrap_or(0),
             servers_late: med(|m| m.servers_late),
+            cpu,
         };
     }
     out
@@ -479,7 +487,7 @@ async fn latency(turns: usize, zero_turns: usize) {
     for (c, connection) in ["fresh connection", "kept-alive connection"].iter().enumerate() {
         println!("   -- {connection}: measured − ideal, ms");
         println!(
-            "   {:<26} {:>11} {:>10} {:>14} {:>12} {:>15} {:>9} {:>13} {:>13}",
+            "   {:<26} {:>11} {:>10} {:>14} {:>12} {:>15} {:>9} {:>13} {:>13} {:>15}",
             "",
             "first event",
             "first text",
@@ -488,12 +496,13 @@ async fn latency(turns: usize, zero_turns: usize) {
             "longest silence",
             "ends late",
             "servers late",
-            "Baton's share"
+            "Baton's share",
+            "serve CPU/turn"
         );
         for (v, f) in variants.iter().zip(&all) {
             let m = f.mixed[c];
             println!(
-                "   {:<26} {:>11.1} {:>10.1} {:>14.1} {:>12.1} {:>15.1} {:>9} {:>13.1} {:>13.1}",
+                "   {:<26} {:>11.1} {:>10.1} {:>14.1} {:>12.1} {:>15.1} {:>9} {:>13.1} {:>13.1} {:>12.2} ms",
                 v.name,
                 m.first_event,
                 m.first_text,
@@ -502,7 +511,8 @@ async fn latency(turns: usize, zero_turns: usize) {
                 m.longest_silence,
                 m.out_of_order,
                 m.servers_late,
-                m.content_done - m.servers_late
+                m.content_done - m.servers_late,
+                m.cpu
             );
         }
     }

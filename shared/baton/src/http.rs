@@ -415,7 +415,10 @@ pub fn sse_body(
     heartbeat: Duration,
 ) -> impl Stream<Item = Result<Bytes, Infallible>> + Send {
     async_stream::stream! {
-        let mut events = events.filter(|e| std::future::ready(e.is_client_visible()));
+        // Gated: when the turn had nothing to send, the poll hyper makes next does not go down the
+        // whole turn again to learn so (`gate`).
+        let mut events =
+            crate::gate::Gated::new(events.filter(|e| std::future::ready(e.is_client_visible())));
         let mut silence = crate::bounded::IdleTimer::new(heartbeat);
         let mut seq = 0u64;
         let mut ended = false;

@@ -55,6 +55,8 @@
 //! - [`outbound`]: the outgoing HTTP client of streamed answers (model servers, Forethought):
 //!   reqwest for `https` and HTTP/2, and cleartext HTTP/1.1 driven inside the body's own poll.
 //! - [`bounded`]: bounded waits for a stream's items (idle, or a deadline), one timer per stream.
+//! - [`gate`]: a stream polled again only once it has woken, so a wake-up of one part of a turn
+//!   costs no poll of the rest.
 //!
 //! # Errors
 //! Errors a caller branches on are hand-written enums ([`model::ModelError`],
@@ -70,6 +72,7 @@ pub mod conversation;
 pub mod eval;
 pub mod eval_report;
 pub mod event;
+pub mod gate;
 pub mod guard;
 pub mod history;
 pub mod http;

@@ -35,6 +35,7 @@ use tokio::time::{Instant, Sleep};
 
 use crate::event::Event;
 use crate::event::EventStream;
+use crate::gate::Gated;
 
 /// Pacing of queued content when its source takes the live slot.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -60,7 +61,9 @@ impl MuxConfig {
 }
 
 struct Source {
-    stream: Option<EventStream>,
+    /// Polled only once it woke (or just yielded): a wake-up of one source costs no poll of the
+    /// others (`gate`).
+    stream: Option<Gated<EventStream>>,
     /// Events held until this source has the slot: its first queued content and everything it
     /// sent after it.
     queue: VecDeque<Event>,
@@ -95,7 +98,7 @@ impl LiveSlotMux {
         LiveSlotMux {
             sources: sources
                 .into_iter()
-                .map(|s| Source { stream: Some(s), queue: VecDeque::new(), queued_since: None })
+                .map(|s| Source { stream: Some(Gated::new(s)), queue: VecDeque::new(), queued_since: None })
                 .collect(),
             live: None,
             ready: VecDeque::new(),
@@ -200,7 +203,7 @@ impl Stream for LiveSlotMux {
             for k in 0..n {
                 let i = (this.next_poll + k) % n;
                 let Some(stream) = this.sources[i].stream.as_mut() else { continue };
-                match stream.as_mut().poll_next(cx) {
+                match Pin::new(stream).poll_next(cx) {
                     Poll::Ready(Some(event)) => {
                         this.route(i, event);
                         // Start after this source next time, so a chatty source cannot starve
@@ -500,6 +503,25 @@ mod tests {
         let mut seq = sequence(&out);
         seq.sort();
         assert_eq!(seq, ["a[1]:1", "a[1]:2", "a[1]:3", "b[1]:4", "b[1]:5", "b[1]:6"]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_source_that_did_not_wake_is_not_polled_for_the_others_events() {
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        // A source with nothing to say, counting its polls, beside one sending 20 words 10 ms
+        // apart: each word is a wake-up of the task, and none of them is the silent source's.
+        let polls = Arc::new(AtomicUsize::new(0));
+        let counter = polls.clone();
+        let silent: EventStream = Box::pin(futures::stream::poll_fn(move |_| {
+            counter.fetch_add(1, Ordering::Relaxed);
+            Poll::<Option<Event>>::Pending
+        }));
+        let chatty = timed(words("shopping[1]", 20, 10, 10), 300);
+        let out: Vec<Event> =
+            LiveSlotMux::new(vec![silent, chatty], MuxConfig::default()).take(20).collect().await;
+        assert_eq!(sequence(&out).len(), 20);
+        assert_eq!(polls.load(Ordering::Relaxed), 1, "polled once, when the merge began");
     }
 
     #[tokio::test]
