@@ -5,8 +5,9 @@
 //! socket or timer in it makes the runtime poll that task from the top. A plain merge then polls
 //! every source down to its sockets, though only one of them woke; and the SSE body, asked again
 //! right after it found nothing to send, goes down the whole tree once more to find nothing
-//! again. Streamed answers arrive a frame at a time, so a turn pays that on every frame: it was
-//! most of the CPU of a turn whose models stream at a human pace (docs/benchmarks.md, step 12).
+//! again. Streamed answers arrive a frame at a time, so a turn paid that on every frame. (Its
+//! share of a frame's cost proved too small to measure on the development host: a wake-up there
+//! costs about 70 µs of user time whatever is polled; docs/benchmarks.md, step 12.)
 //!
 //! [`Gated`] gives the stream it wraps a waker of its own, which notes the wake-up before passing
 //! it on. It polls the stream only when that waker has fired since the stream last said
