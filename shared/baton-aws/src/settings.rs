@@ -89,7 +89,8 @@ pub struct Settings {
     #[arg(long, env = "FORETHOUGHT_TIMEOUT_MS", default_value_t = 20_000, global = true)]
     forethought_timeout_ms: u64,
 
-    /// Longest pause between two flushed events when a buffered agent's text is released.
+    /// Longest pause between two flushed events when a buffered agent's text is released, and the
+    /// shortest between two releases (faster catch-up goes in batches).
     #[arg(long, env = "BATON_FLUSH_INTERVAL_MS", default_value_t = 12, global = true)]
     flush_interval_ms: u64,
 

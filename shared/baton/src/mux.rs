@@ -13,10 +13,13 @@
 //!   `tool_call_end`, `agent_finished`…) queues behind, so no client sees an agent finish before
 //!   its last text.
 //! - **The release costs at most the flush budget.** A backlog whose source is still streaming
-//!   is paced, so the reader sees it arrive rather than jump: at most one event per
+//!   is paced, so the reader sees it arrive rather than jump: one event per
 //!   [`MuxConfig::flush_interval`], and faster as needed to catch up with live by
-//!   [`MuxConfig::flush_budget`] after the source took the slot. So no event waits more than the
-//!   budget beyond the later of its own arrival and its source taking the slot, and a source
+//!   [`MuxConfig::flush_budget`] after the source took the slot. Faster goes in releases at
+//!   least an interval apart, each taking the events due by then: each release costs a wake-up
+//!   and a write, and a reader cannot follow a finer pace anyway (docs/benchmarks.md, step 13).
+//!   So no event waits more than the budget beyond the later of its own arrival and its source
+//!   taking the slot (the last release is at the budget's end at the latest), and a source
 //!   that keeps streaming is live again within the budget. A backlog whose source has ended is
 //!   complete: it goes out at once, as pacing it would only delay whatever follows. When every
 //!   source has ended nothing is paced, so the merge ends with its last source and a tool loop
@@ -41,7 +44,8 @@ use crate::gate::Gated;
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct MuxConfig {
     /// Longest pause between two released events (the pace a reader sees while a backlog
-    /// catches up).
+    /// catches up), and the shortest between two releases: a backlog released faster than one
+    /// event per interval goes in batches, one per interval.
     pub flush_interval: Duration,
     /// Upper bound on the delay pacing adds: a source that took the slot is live again within
     /// this time. Zero releases every backlog at once.
@@ -77,6 +81,9 @@ struct Flush {
     deadline: Instant,
     /// When the next paced event is due.
     next_at: Instant,
+    /// When the last release went: what is due by then goes with it, and the next release
+    /// waits an interval.
+    released: Option<Instant>,
 }
 
 /// Merges sub-agent event streams, giving one source at a time the live slot.
@@ -142,7 +149,11 @@ impl LiveSlotMux {
             .min_by_key(|(_, s)| s.queued_since)
             .map(|(i, _)| i);
         let now = Instant::now();
-        self.flush = self.live.map(|_| Flush { deadline: now + self.config.flush_budget, next_at: now });
+        self.flush = self.live.map(|_| Flush {
+            deadline: now + self.config.flush_budget,
+            next_at: now,
+            released: None,
+        });
     }
 
     /// The live source's next queued event, if the pacing lets one go now.
@@ -153,13 +164,25 @@ impl LiveSlotMux {
         // Only the content of a source still streaming is paced; its progress, and a finished
         // source's whole backlog, go at once.
         let paced = self.config.paces() && source.stream.is_some() && front.is_slot_content();
-        if let (true, Some(flush)) = (paced, self.flush.as_ref()) {
-            if Instant::now() < flush.next_at {
-                let pace = self.pace.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(flush.next_at)));
-                pace.as_mut().reset(flush.next_at);
-                if pace.as_mut().poll(cx).is_pending() {
-                    return None;
+        if let (true, Some(flush)) = (paced, self.flush.as_mut()) {
+            // Due by the last release: it goes with it. Otherwise a new release, when the event
+            // is due and an interval after the last one, but never after the deadline.
+            if flush.released.is_none_or(|released| flush.next_at > released) {
+                let release_at = match flush.released {
+                    Some(released) => {
+                        flush.next_at.max(released + self.config.flush_interval).min(flush.deadline)
+                    }
+                    None => flush.next_at,
+                };
+                if Instant::now() < release_at {
+                    let pace =
+                        self.pace.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(release_at)));
+                    pace.as_mut().reset(release_at);
+                    if pace.as_mut().poll(cx).is_pending() {
+                        return None;
+                    }
                 }
+                flush.released = Some(Instant::now());
             }
         }
         let source = &mut self.sources[live];
@@ -435,6 +458,25 @@ mod tests {
         assert!(times[999].1 <= 250, "last waiting word at {}", times[999].1);
         assert!(times[500].1 > 50 && times[500].1 < 250, "paced: {}", times[500].1);
         assert_eq!(times[1000].1, 5000);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_backlog_released_faster_than_the_interval_goes_in_releases_an_interval_apart() {
+        // 100 words wait until 50 ms and must be out by 250 ms: one every 2 ms, faster than the
+        // 20 ms interval, so they go in batches, one release per interval.
+        let live = timed(vec![(0, Event::text("a[1]", "x"))], 50);
+        let mut backlog = words("b[1]", 100, 1, 0);
+        backlog.push((1000, Event::text("b[1]", "1000")));
+        let buffered = timed(backlog, 1000);
+        let config = MuxConfig { flush_interval: 20 * MS, flush_budget: 200 * MS };
+        let (out, _) = run(vec![live, buffered], config).await;
+        let times = word_times(&out, "b[1]");
+        assert_eq!(times.len(), 101);
+        let mut releases: Vec<u64> = times[..100].iter().map(|&(_, released)| released).collect();
+        assert!(releases.windows(2).all(|w| w[0] <= w[1]), "in order: {releases:?}");
+        releases.dedup();
+        assert_eq!(releases, (50..=250).step_by(20).collect::<Vec<_>>());
+        assert_eq!(times[100].1, 1000, "live again after the backlog");
     }
 
     #[tokio::test(start_paused = true)]
