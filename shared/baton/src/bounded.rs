@@ -20,6 +20,13 @@ use tokio::time::{Instant, Sleep};
 /// What a limit too large to add to an `Instant` waits: 30 years, Tokio's own "far future".
 const FAR_FUTURE: Duration = Duration::from_secs(86_400 * 365 * 30);
 
+/// `start + limit`, or 30 years from `start` (Tokio's own "far future") when the sum does not fit
+/// in an `Instant`: a limit that large waits without end, as `tokio::time::timeout` does, where
+/// `start + limit` would panic. Every deadline computed from a configured limit goes through it.
+pub fn after(start: Instant, limit: Duration) -> Instant {
+    start.checked_add(limit).unwrap_or_else(|| start + FAR_FUTURE)
+}
+
 /// No item came within the limit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Elapsed;
@@ -51,9 +58,7 @@ impl IdleTimer {
         &mut self,
         stream: &mut S,
     ) -> Result<Option<S::Item>, Elapsed> {
-        let now = Instant::now();
-        // A limit past what an `Instant` holds waits "forever", as `tokio::time::timeout` does.
-        let deadline = now.checked_add(self.limit).unwrap_or_else(|| now + FAR_FUTURE);
+        let deadline = after(Instant::now(), self.limit);
         std::future::poll_fn(|cx| {
             if let Poll::Ready(item) = stream.poll_next_unpin(cx) {
                 return Poll::Ready(Ok(item));
@@ -163,6 +168,13 @@ mod tests {
         let mut idle = IdleTimer::new(Duration::MAX);
         assert_eq!(idle.next(&mut items).await, Ok(Some(1)));
         assert_eq!(idle.next(&mut items).await, Ok(None));
+    }
+
+    #[test]
+    fn a_limit_too_large_to_add_is_the_far_future_not_a_panic() {
+        let now = Instant::now();
+        assert_eq!(after(now, Duration::from_millis(5)), now + Duration::from_millis(5));
+        assert_eq!(after(now, Duration::MAX), now + FAR_FUTURE);
     }
 
     #[tokio::test(start_paused = true)]

@@ -150,7 +150,7 @@ impl LiveSlotMux {
             .map(|(i, _)| i);
         let now = Instant::now();
         self.flush = self.live.map(|_| Flush {
-            deadline: now + self.config.flush_budget,
+            deadline: crate::bounded::after(now, self.config.flush_budget),
             next_at: now,
             released: None,
         });
@@ -170,7 +170,8 @@ impl LiveSlotMux {
             if flush.released.is_none_or(|released| flush.next_at > released) {
                 let release_at = match flush.released {
                     Some(released) => {
-                        flush.next_at.max(released + self.config.flush_interval).min(flush.deadline)
+                        let next_release = crate::bounded::after(released, self.config.flush_interval);
+                        flush.next_at.max(next_release).min(flush.deadline)
                     }
                     None => flush.next_at,
                 };
@@ -477,6 +478,21 @@ mod tests {
         releases.dedup();
         assert_eq!(releases, (50..=250).step_by(20).collect::<Vec<_>>());
         assert_eq!(times[100].1, 1000, "live again after the backlog");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_budget_and_interval_too_large_for_an_instant_pace_without_a_panic() {
+        // A `MuxConfig` built with `Duration::MAX` (past what an `Instant` can add): the backlog
+        // waits behind the live source, its first word goes when the slot frees, and the rest
+        // when its source ends.
+        let live = timed(vec![(0, Event::text("a[1]", "x"))], 50);
+        let backlog = timed(words("b[1]", 3, 1, 1), 100);
+        let huge = Duration::MAX;
+        let (out, end) =
+            run(vec![live, backlog], MuxConfig { flush_interval: huge, flush_budget: huge }).await;
+        let released: Vec<u64> = word_times(&out, "b[1]").iter().map(|&(_, r)| r).collect();
+        assert_eq!(released, [50, 100, 100]);
+        assert_eq!(end, 100);
     }
 
     #[tokio::test(start_paused = true)]
