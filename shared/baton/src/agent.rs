@@ -969,7 +969,7 @@ pub fn instrument_for(
         let mut usage = Usage::default();
         let mut status = Status::Ok;
         let mut inner = inner;
-        let mut deadline = timeout.map(|t| crate::bounded::Deadline::at(crate::bounded::after(started, t)));
+        let mut deadline = timeout.map(|t| crate::bounded::Deadline::after(started, t));
         let mut timed_out = false;
         loop {
             let next = match &mut deadline {

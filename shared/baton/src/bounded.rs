@@ -89,6 +89,12 @@ impl Deadline {
         Deadline { timer: Box::pin(tokio::time::sleep_until(deadline)) }
     }
 
+    /// Waits that end `limit` after `start` ([`after`]: a limit too large for an `Instant`
+    /// waits without end). Call it from within a Tokio runtime.
+    pub fn after(start: Instant, limit: Duration) -> Deadline {
+        Deadline::at(after(start, limit))
+    }
+
     /// The next item of `stream` (`None` at its end), or [`Elapsed`] once the deadline has
     /// passed with no item ready.
     pub async fn next<S: Stream + Unpin + ?Sized>(

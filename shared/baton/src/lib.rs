@@ -55,7 +55,8 @@
 //! - [`outbound`]: the outgoing HTTP client of streamed answers (model servers, Forethought):
 //!   reqwest for `https` and HTTP/2, and cleartext HTTP/1.1 driven inside the body's own poll.
 //! - [`bounded`]: bounded waits for a stream's items (idle, or a deadline), one timer per stream;
-//!   [`bounded::after`], the one way a deadline is computed from a limit.
+//!   [`bounded::after`] (and [`bounded::Deadline::after`]), the one way a deadline is computed
+//!   from a limit.
 //! - [`gate`]: a stream polled again only once it has woken, so a wake-up of one part of a turn
 //!   costs no poll of the rest.
 //!

@@ -522,7 +522,7 @@ fn run_mini(
             Ok((instance, events)) => {
                 let mut watch = MiniWatch::new(instance);
                 let mut events: EventStream = events;
-                let mut deadline = crate::bounded::Deadline::at(crate::bounded::after(started, timeout));
+                let mut deadline = crate::bounded::Deadline::after(started, timeout);
                 loop {
                     let Ok(next) = deadline.next(&mut events).await else {
                         watch.timed_out(timeout);

@@ -165,16 +165,20 @@ impl LiveSlotMux {
         // source's whole backlog, go at once.
         let paced = self.config.paces() && source.stream.is_some() && front.is_slot_content();
         if let (true, Some(flush)) = (paced, self.flush.as_mut()) {
-            // Due by the last release: it goes with it. Otherwise a new release, when the event
-            // is due and an interval after the last one, but never after the deadline.
-            if flush.released.is_none_or(|released| flush.next_at > released) {
-                let release_at = match flush.released {
-                    Some(released) => {
-                        let next_release = crate::bounded::after(released, self.config.flush_interval);
-                        flush.next_at.max(next_release).min(flush.deadline)
-                    }
-                    None => flush.next_at,
-                };
+            let release_at = match flush.released {
+                // Due by the last release: it goes with it.
+                Some(released) if flush.next_at <= released => None,
+                // A new release: when the event is due and an interval after the last one, but
+                // never after the deadline.
+                Some(released) => Some(
+                    flush
+                        .next_at
+                        .max(crate::bounded::after(released, self.config.flush_interval))
+                        .min(flush.deadline),
+                ),
+                None => Some(flush.next_at),
+            };
+            if let Some(release_at) = release_at {
                 if Instant::now() < release_at {
                     let pace =
                         self.pace.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(release_at)));
