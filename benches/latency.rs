@@ -12,19 +12,18 @@
 //!    scripted servers record when each frame left them, so content done is also split into
 //!    how late the test servers themselves were (their timers, their handling of a request)
 //!    and what is left: Baton's share. It also prints the `serve` process's CPU per mixed turn
-//!    (utime + stime over the measured turns): models that stream at a human pace wake the
-//!    process once per frame, which zero-latency turns do not show.
+//!    (over the measured turns, to the nanosecond: see [`Cpu`]): models that stream at a human
+//!    pace wake the process once per frame, which zero-latency turns do not show.
 //! 2. Zero-latency models: wall time per turn (median, p90) on a kept-alive connection, and the
-//!    `serve` process's CPU per turn (utime + stime from `/proc/<pid>/stat` over N turns). The
-//!    variants run side by side and take turns in rounds, so their ratios hold on a host whose
-//!    load drifts during the run.
+//!    `serve` process's CPU per turn over N turns. The variants run side by side and take turns
+//!    in rounds, so their ratios hold on a host whose load drifts during the run.
 //!
 //! 3. `store`: what a turn's durable writes cost in the embedded store (read the recent
 //!    messages, record the user message, save a two-message reply), wall and CPU per turn.
 //!
 //! Each figure of 1 and 2 is printed for the default flush and for `BATON_FLUSH_BUDGET_MS=0` (no pacing),
-//! and, when `BATON_BENCH_BASELINE` names another `orchestrator` binary (an older build), for
-//! that binary too, with the ratios, all from one run.
+//! and, when `BATON_BENCH_BASELINE` names other `orchestrator` binaries (older builds, separated
+//! by `:`), for those binaries too, with the ratios, all from one run.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -50,12 +49,56 @@ fn main() {
     }
 }
 
-/// User plus system CPU time of process `pid`.
-fn cpu_of(pid: &str) -> Duration {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let fields: Vec<&str> = stat.rsplit(") ").next().unwrap_or("").split_whitespace().collect();
-    let ticks: u64 = fields.get(11..13).map_or(0, |f| f.iter().filter_map(|v| v.parse::<u64>().ok()).sum());
-    Duration::from_millis(ticks * 10) // USER_HZ is 100 on Linux
+/// A process's CPU time so far (user plus system), read two ways: per live thread to the
+/// nanosecond (`/proc/<pid>/task/<tid>/schedstat`), and for the whole process in 10 ms ticks
+/// (`/proc/<pid>/stat`), which also keeps the time of threads that have exited.
+///
+/// `schedstat` also counts the times each thread was put on a CPU: its wake-ups.
+#[derive(Default)]
+struct Cpu {
+    /// Per thread id: nanoseconds on a CPU, times put on one.
+    threads: std::collections::HashMap<String, (u64, u64)>,
+    ticks: Duration,
+}
+
+impl Cpu {
+    fn of(pid: &str) -> Cpu {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let fields: Vec<&str> = stat.rsplit(") ").next().unwrap_or("").split_whitespace().collect();
+        let ticks: u64 =
+            fields.get(11..13).map_or(0, |f| f.iter().filter_map(|v| v.parse::<u64>().ok()).sum());
+        let mut threads = std::collections::HashMap::new();
+        for task in std::fs::read_dir(format!("/proc/{pid}/task")).into_iter().flatten().flatten() {
+            let path = task.path().join("schedstat");
+            let Ok(line) = std::fs::read_to_string(path) else { continue };
+            let fields: Vec<u64> = line.split_whitespace().filter_map(|v| v.parse().ok()).collect();
+            if let [ns, _, runs] = fields[..] {
+                threads.insert(task.file_name().to_string_lossy().into_owned(), (ns, runs));
+            }
+        }
+        Cpu { threads, ticks: Duration::from_millis(ticks * 10) } // USER_HZ is 100 on Linux
+    }
+
+    /// The CPU used since `before`: to the nanosecond while every thread of `before` is still
+    /// there; from the ticks when one has exited, since its last moments are counted nowhere else.
+    fn since(&self, before: &Cpu) -> Duration {
+        if before.threads.keys().all(|tid| self.threads.contains_key(tid)) {
+            Duration::from_nanos(self.threads.iter().map(|(tid, (ns, _))| ns - before.of_thread(tid).0).sum())
+        } else {
+            self.ticks.saturating_sub(before.ticks)
+        }
+    }
+
+    /// How many times the process's threads were put on a CPU since `before` (those still
+    /// there): one per wake-up.
+    fn wakeups_since(&self, before: &Cpu) -> u64 {
+        self.threads.iter().map(|(tid, (_, runs))| runs - before.of_thread(tid).1).sum()
+    }
+
+    /// Thread `tid`'s reading, zero if it had not started.
+    fn of_thread(&self, tid: &str) -> (u64, u64) {
+        self.threads.get(tid).copied().unwrap_or_default()
+    }
 }
 
 /// A turn's writes to the embedded store, as `History` does them: the recent messages, the user
@@ -88,13 +131,13 @@ async fn store_writes(turns: usize) {
     for i in 0..turns / 10 {
         one(i).await;
     }
-    let cpu = cpu_of("self");
+    let cpu = Cpu::of("self");
     let started = Instant::now();
     for i in turns..2 * turns {
         one(i).await;
     }
     let wall = started.elapsed() / turns as u32;
-    let cpu = (cpu_of("self") - cpu) / turns as u32;
+    let cpu = Cpu::of("self").since(&cpu) / turns as u32;
     println!(
         "== a turn's durable writes, embedded store (read recent, record user message, save a 2-message reply)"
     );
@@ -111,6 +154,8 @@ const TOKEN_GAP: Duration = Duration::from_millis(20);
 const TOKENS: usize = 50;
 const SHOPPING_FIRST: Duration = Duration::from_millis(100);
 const SUPPORT_FIRST: Duration = Duration::from_millis(300);
+/// Frames the floor relay passes (a mixed turn receives about 120 and is woken about 150–190 times).
+const FLOOR_FRAMES: u32 = 280;
 
 /// The orchestrator model's answer: the preamble, then both calls.
 fn orchestrator_reply() -> StreamReply {
@@ -228,8 +273,8 @@ impl Serve {
     }
 
     /// User plus system CPU time of the process so far.
-    fn cpu(&self) -> Duration {
-        cpu_of(&self.pid.to_string())
+    fn cpu(&self) -> Cpu {
+        Cpu::of(&self.pid.to_string())
     }
 }
 
@@ -282,6 +327,8 @@ struct Mixed {
     servers_late: f64,
     /// The serve process's CPU per turn (user plus system, ms), over all the turns measured.
     cpu: f64,
+    /// The times per turn the serve process was put on a CPU, over all the turns measured.
+    wakeups: f64,
 }
 
 fn ms(d: Duration) -> f64 {
@@ -325,6 +372,7 @@ fn measure(seen: &[Seen], ideal: &Ideal) -> Mixed {
         out_of_order,
         servers_late: 0.0,
         cpu: 0.0,
+        wakeups: 0.0,
     }
 }
 
@@ -360,7 +408,9 @@ async fn mixed(serve: &Serve, servers: &Servers, turns: usize) -> [Mixed; 2] {
             run.servers_late = servers.lateness(&ideal, last.unwrap_or(""));
             runs.push(run);
         }
-        let cpu = ms(serve.cpu() - cpu) / turns as f64;
+        let used = serve.cpu();
+        let wakeups = used.wakeups_since(&cpu) as f64 / turns as f64;
+        let cpu = ms(used.since(&cpu)) / turns as f64;
         let med = |f: fn(&Mixed) -> f64| median(runs.iter().map(f).collect());
         *slot = Mixed {
             first_event: med(|m| m.first_event),
@@ -371,9 +421,51 @@ async fn mixed(serve: &Serve, servers: &Servers, turns: usize) -> [Mixed; 2] {
             out_of_order: runs.iter().map(|m| m.out_of_order).max().unwrap_or(0),
             servers_late: med(|m| m.servers_late),
             cpu,
+            wakeups,
         };
     }
     out
+}
+
+/// The floor of a streamed frame's CPU on this host: the relay (`src/bin/relay.rs`, on the
+/// runtime `serve` runs on) passes `frames` SSE-sized frames sent `gap` apart from one loopback
+/// connection to another. Its CPU and wake-ups per frame.
+async fn floor(frames: u32, gap: Duration) -> (Duration, f64) {
+    use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
+    let mut relay = tokio::process::Command::new(env!("CARGO_BIN_EXE_relay"))
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("the relay starts");
+    let mut port = String::new();
+    let stdout = relay.stdout.take().expect("the relay's stdout");
+    tokio::io::BufReader::new(stdout).read_line(&mut port).await.expect("the relay's port");
+    let addr = format!("127.0.0.1:{}", port.trim());
+    let mut to = tokio::net::TcpStream::connect(&addr).await.expect("the relay accepts");
+    tokio::time::sleep(Duration::from_millis(20)).await; // accepted first: the relay's input
+    let mut from = tokio::net::TcpStream::connect(&addr).await.expect("the relay accepts");
+    to.set_nodelay(true).unwrap();
+    let frame = format!("data: {{\"text\":\"{}\"}}\n\n", "x".repeat(100));
+    let mut buf = vec![0u8; 4096];
+    let mut pass = async |to: &mut tokio::net::TcpStream, from: &mut tokio::net::TcpStream| {
+        to.write_all(frame.as_bytes()).await.unwrap();
+        let mut got = 0;
+        while got < frame.len() {
+            got += from.read(&mut buf).await.unwrap();
+        }
+    };
+    for _ in 0..5 {
+        pass(&mut to, &mut from).await;
+    }
+    let pid = relay.id().expect("the relay runs").to_string();
+    let before = Cpu::of(&pid);
+    let start = tokio::time::Instant::now();
+    for i in 1..=frames {
+        tokio::time::sleep_until(start + gap * i).await;
+        pass(&mut to, &mut from).await;
+    }
+    let after = Cpu::of(&pid);
+    (after.since(&before) / frames, after.wakeups_since(&before) as f64 / f64::from(frames))
 }
 
 /// How many rounds the zero-latency turns of the variants take turns in.
@@ -382,8 +474,8 @@ const ROUNDS: usize = 8;
 /// Zero-latency turns on a kept-alive connection, for every variant at once: each gets `turns`
 /// turns in [`ROUNDS`] rounds, the variants taking turns round by round, so a host that gets
 /// busier or quieter during the run weighs on every variant alike. Per variant: wall per turn
-/// (ms, sorted) and its serve process's CPU per turn.
-async fn zero_latency(serves: &[Serve], servers: &Servers, turns: usize) -> Vec<(Vec<f64>, Duration)> {
+/// (ms, sorted), its serve process's CPU and wake-ups per turn.
+async fn zero_latency(serves: &[Serve], servers: &Servers, turns: usize) -> Vec<(Vec<f64>, Duration, f64)> {
     let client = reqwest::Client::new();
     for serve in serves {
         for _ in 0..turns / 10 + 1 {
@@ -391,11 +483,11 @@ async fn zero_latency(serves: &[Serve], servers: &Servers, turns: usize) -> Vec<
             turn(&client, &serve.url).await;
         }
     }
-    let mut out: Vec<(Vec<f64>, Duration)> =
-        serves.iter().map(|_| (Vec::with_capacity(turns), Duration::ZERO)).collect();
+    let mut out: Vec<(Vec<f64>, Duration, f64)> =
+        serves.iter().map(|_| (Vec::with_capacity(turns), Duration::ZERO, 0.0)).collect();
     for round in 0..ROUNDS {
         let n = turns / ROUNDS + usize::from(round < turns % ROUNDS);
-        for (serve, (walls, cpu)) in serves.iter().zip(&mut out) {
+        for (serve, (walls, cpu, wakeups)) in serves.iter().zip(&mut out) {
             let before = serve.cpu();
             for _ in 0..n {
                 servers.queue_support();
@@ -403,12 +495,15 @@ async fn zero_latency(serves: &[Serve], servers: &Servers, turns: usize) -> Vec<
                 turn(&client, &serve.url).await;
                 walls.push(ms(started.elapsed()));
             }
-            *cpu += serve.cpu() - before;
+            let after = serve.cpu();
+            *cpu += after.since(&before);
+            *wakeups += after.wakeups_since(&before) as f64;
         }
     }
-    for (walls, cpu) in &mut out {
+    for (walls, cpu, wakeups) in &mut out {
         walls.sort_by(f64::total_cmp);
         *cpu /= turns as u32;
+        *wakeups /= turns as f64;
     }
     out
 }
@@ -423,6 +518,7 @@ struct Figures {
     mixed: [Mixed; 2],
     wall_p50: f64,
     wall_p90: f64,
+    wakeups: f64,
     cpu: Duration,
 }
 
@@ -441,8 +537,11 @@ async fn latency(turns: usize, zero_turns: usize) {
             env: vec![("BATON_FLUSH_BUDGET_MS", "0")],
         },
     ];
-    if let Some(base) = std::env::var_os("BATON_BENCH_BASELINE") {
-        variants.push(Variant { name: "baseline binary".into(), binary: base.into(), env: vec![] });
+    // One baseline, or several separated as in `PATH`: each is named after its file.
+    let baselines = std::env::var_os("BATON_BENCH_BASELINE").unwrap_or_default();
+    for base in std::env::split_paths(&baselines).filter(|p| !p.as_os_str().is_empty()) {
+        let file = base.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
+        variants.push(Variant { name: format!("baseline {file}"), binary: base, env: vec![] });
     }
     let mixed_servers = Servers::start(false).await;
     let zero_servers = Servers::start(true).await;
@@ -463,6 +562,16 @@ async fn latency(turns: usize, zero_turns: usize) {
         ms(ideal.content_done),
         ms(ideal.longest_silence)
     );
+    let (floor_cpu, floor_wakeups) = floor(FLOOR_FRAMES, TOKEN_GAP).await;
+    println!(
+        "   floor: a relay on serve's runtime (one wake-up, read and write per frame; tests/src/bin/relay.rs), {FLOOR_FRAMES} frames {} ms apart: {:.1} µs CPU and {:.2} wake-ups per frame, {:.1} µs per wake-up",
+        TOKEN_GAP.as_millis(),
+        floor_cpu.as_secs_f64() * 1e6,
+        floor_wakeups,
+        floor_cpu.as_secs_f64() * 1e6 / floor_wakeups.max(1.0)
+    );
+    // A wake-up of `serve` costs at least what a wake-up of the relay does: the rest is Baton's.
+    let floor_per_wakeup = floor_cpu.div_f64(floor_wakeups.max(1.0));
     let mut mixed_figures = Vec::new();
     for v in &variants {
         let serve = Serve::start(&v.binary, &mixed_servers, &v.env).await;
@@ -477,17 +586,18 @@ async fn latency(turns: usize, zero_turns: usize) {
     let all: Vec<Figures> = mixed_figures
         .into_iter()
         .zip(zero)
-        .map(|(mixed, (walls, cpu))| Figures {
+        .map(|(mixed, (walls, cpu, wakeups))| Figures {
             mixed,
             wall_p50: percentile(&walls, 0.5),
             wall_p90: percentile(&walls, 0.9),
             cpu,
+            wakeups,
         })
         .collect();
     for (c, connection) in ["fresh connection", "kept-alive connection"].iter().enumerate() {
         println!("   -- {connection}: measured − ideal, ms");
         println!(
-            "   {:<26} {:>11} {:>10} {:>14} {:>12} {:>15} {:>9} {:>13} {:>13} {:>15}",
+            "   {:<26} {:>11} {:>10} {:>14} {:>12} {:>15} {:>9} {:>13} {:>13} {:>15} {:>13} {:>14}",
             "",
             "first event",
             "first text",
@@ -497,12 +607,14 @@ async fn latency(turns: usize, zero_turns: usize) {
             "ends late",
             "servers late",
             "Baton's share",
-            "serve CPU/turn"
+            "serve CPU/turn",
+            "wake-ups/turn",
+            "over the floor"
         );
         for (v, f) in variants.iter().zip(&all) {
             let m = f.mixed[c];
             println!(
-                "   {:<26} {:>11.1} {:>10.1} {:>14.1} {:>12.1} {:>15.1} {:>9} {:>13.1} {:>13.1} {:>12.2} ms",
+                "   {:<26} {:>11.1} {:>10.1} {:>14.1} {:>12.1} {:>15.1} {:>9} {:>13.1} {:>13.1} {:>12.2} ms {:>13.0} {:>11.2} ms",
                 v.name,
                 m.first_event,
                 m.first_text,
@@ -512,16 +624,28 @@ async fn latency(turns: usize, zero_turns: usize) {
                 m.out_of_order,
                 m.servers_late,
                 m.content_done - m.servers_late,
-                m.cpu
+                m.cpu,
+                m.wakeups,
+                m.cpu - m.wakeups * ms(floor_per_wakeup)
             );
         }
     }
     println!(
         "   -- zero-latency models, {zero_turns} turns on a kept-alive connection (the variants take turns, {ROUNDS} rounds)"
     );
-    println!("   {:<26} {:>13} {:>13} {:>16}", "", "wall p50 ms", "wall p90 ms", "serve CPU/turn");
+    println!(
+        "   {:<26} {:>13} {:>13} {:>16} {:>14}",
+        "", "wall p50 ms", "wall p90 ms", "serve CPU/turn", "wake-ups/turn"
+    );
     for (v, f) in variants.iter().zip(&all) {
-        println!("   {:<26} {:>13.2} {:>13.2} {:>13.3} ms", v.name, f.wall_p50, f.wall_p90, ms(f.cpu));
+        println!(
+            "   {:<26} {:>13.2} {:>13.2} {:>13.3} ms {:>14.1}",
+            v.name,
+            f.wall_p50,
+            f.wall_p90,
+            ms(f.cpu),
+            f.wakeups
+        );
     }
     // Ratios against the default variant, from this run.
     let base = &all[0];

@@ -9,6 +9,9 @@
 //! - [`contract`]: the one contract suite every store passes.
 //! - [`otlp`]: a real OTLP/HTTP trace receiver on loopback.
 //! - [`process`]: `orchestrator serve` as a child process, for the benchmarks.
+//!
+//! One binary: `relay` (`src/bin/relay.rs`), the floor the latency benchmark holds `serve`'s CPU
+//! against.
 
 pub mod contract;
 pub mod fault_proxy;
