@@ -83,7 +83,8 @@ impl Cpu {
     /// there; from the ticks when one has exited, since its last moments are counted nowhere else.
     fn since(&self, before: &Cpu) -> Duration {
         if before.threads.keys().all(|tid| self.threads.contains_key(tid)) {
-            Duration::from_nanos(self.threads.iter().map(|(tid, (ns, _))| ns - before.of_thread(tid).0).sum())
+            let ns = self.threads.iter().map(|(tid, (ns, _))| ns.saturating_sub(before.of_thread(tid).0));
+            Duration::from_nanos(ns.sum())
         } else {
             self.ticks.saturating_sub(before.ticks)
         }
@@ -92,7 +93,7 @@ impl Cpu {
     /// How many times the process's threads were put on a CPU since `before` (those still
     /// there): one per wake-up.
     fn wakeups_since(&self, before: &Cpu) -> u64 {
-        self.threads.iter().map(|(tid, (_, runs))| runs - before.of_thread(tid).1).sum()
+        self.threads.iter().map(|(tid, (_, runs))| runs.saturating_sub(before.of_thread(tid).1)).sum()
     }
 
     /// Thread `tid`'s reading, zero if it had not started.
