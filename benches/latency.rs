@@ -53,7 +53,8 @@ fn main() {
 /// nanosecond (`/proc/<pid>/task/<tid>/schedstat`), and for the whole process in 10 ms ticks
 /// (`/proc/<pid>/stat`), which also keeps the time of threads that have exited.
 ///
-/// `schedstat` also counts the times each thread was put on a CPU: its wake-ups.
+/// `schedstat` also counts the times each thread was put on a CPU: its wake-ups, including
+/// its returns after another thread preempted it.
 #[derive(Default)]
 struct Cpu {
     /// Per thread id: nanoseconds on a CPU, times put on one.

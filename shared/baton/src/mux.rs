@@ -286,6 +286,15 @@ mod tests {
         (0..n).map(|k| first_ms + k * gap_ms).map(|at| (at, Event::text(agent, at.to_string()))).collect()
     }
 
+    /// `a[1]` holds the slot until 50 ms while `b[1]` sends `n` words at 1 ms, then streams on:
+    /// one more word (its text the time) at `end_ms`, when it ends.
+    fn backlog_behind_live(n: u64, end_ms: u64) -> Vec<EventStream> {
+        let live = timed(vec![(0, Event::text("a[1]", "x"))], 50);
+        let mut backlog = words("b[1]", n, 1, 0);
+        backlog.push((end_ms, Event::text("b[1]", end_ms.to_string())));
+        vec![live, timed(backlog, end_ms)]
+    }
+
     fn texts(agent: &str, words: &[&str], delay_ms: u64) -> EventStream {
         let events =
             words.iter().enumerate().map(|(k, w)| ((k as u64 + 1) * delay_ms, Event::text(agent, *w)));
@@ -451,12 +460,8 @@ mod tests {
     async fn the_budget_is_a_hard_bound_even_below_a_timer_tick_per_event() {
         // 1,000 words wait and the source keeps streaming: 0.3 ms apart, less than the timer's
         // millisecond, so several go per tick; all are out by the budget.
-        let live = timed(vec![(0, Event::text("a[1]", "x"))], 50);
-        let mut backlog = words("b[1]", 1000, 1, 0);
-        backlog.push((5000, Event::text("b[1]", "5000")));
-        let buffered = timed(backlog, 5000);
         let config = MuxConfig { flush_interval: 20 * MS, flush_budget: 200 * MS };
-        let (out, _) = run(vec![live, buffered], config).await;
+        let (out, _) = run(backlog_behind_live(1000, 5000), config).await;
         let times = word_times(&out, "b[1]");
         assert_eq!(times.len(), 1001);
         assert_eq!(times[0].1, 50);
@@ -469,12 +474,8 @@ mod tests {
     async fn a_backlog_released_faster_than_the_interval_goes_in_releases_an_interval_apart() {
         // 100 words wait until 50 ms and must be out by 250 ms: one every 2 ms, faster than the
         // 20 ms interval, so they go in batches, one release per interval.
-        let live = timed(vec![(0, Event::text("a[1]", "x"))], 50);
-        let mut backlog = words("b[1]", 100, 1, 0);
-        backlog.push((1000, Event::text("b[1]", "1000")));
-        let buffered = timed(backlog, 1000);
         let config = MuxConfig { flush_interval: 20 * MS, flush_budget: 200 * MS };
-        let (out, _) = run(vec![live, buffered], config).await;
+        let (out, _) = run(backlog_behind_live(100, 1000), config).await;
         let times = word_times(&out, "b[1]");
         assert_eq!(times.len(), 101);
         let mut releases: Vec<u64> = times[..100].iter().map(|&(_, released)| released).collect();
