@@ -22,7 +22,7 @@ fn main() -> std::process::ExitCode {
 /// (the connection, the turn, its model streams) that wake each other dozens of times; on one
 /// worker those wake-ups stay on one thread instead of bouncing between two through futexes,
 /// which cut `serve`'s CPU per turn by about a fifth (docs/benchmarks.md, "Where a turn's CPU
-/// goes"). Store writes still run on the blocking pool.
+/// goes"). The embedded store's flushes (one per turn, with its `fdatasync`) run on the blocking pool.
 fn runtime() -> tokio::runtime::Runtime {
     let mut builder = tokio::runtime::Builder::new_multi_thread();
     if std::env::var_os("TOKIO_WORKER_THREADS").is_none() {

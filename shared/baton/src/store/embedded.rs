@@ -1,15 +1,28 @@
 //! The embedded store: one redb file, no server. The default for local runs.
 //!
 //! It keeps the same items under the same keys as the DynamoDB store (one table keyed by
-//! `(pk, sk)`, values are the items' DynamoDB JSON), and gets the same guarantees from redb's
-//! serializable write transactions: each trait call is one transaction, so optimistic locking and
-//! request-id idempotency are checks inside it. Write transactions block (on redb's one writer
-//! lock and on `fdatasync`), so they run on the blocking pool; reads run where they are called.
+//! `(pk, sk)`, values are the items' DynamoDB JSON), with the same guarantees: each trait call
+//! is atomic and sees every call before it, so optimistic locking and request-id idempotency are
+//! checks inside it.
 //!
-//! Durability: a turn costs one `fdatasync`. The user message is committed without a flush
-//! (`Durability::None`) and reaches the disk with the turn's reply, which is committed durably
-//! before `completed` is sent; so does an episode update (the support agent's vendor
-//! conversation). Every other write is durable on its own (docs/storage.md).
+//! # Writes: checked at once, flushed together
+//!
+//! A call's checks and writes run where it is called, under one lock, against a view of the
+//! file's last commit overlaid with the writes not yet in the file ([`Pending`]); its writes join
+//! those, and every later call sees them. Only a call that must be durable when it returns
+//! ([`Store::save_reply`], [`EmbeddedStore::put_raw`]) waits for the file: it hops to the blocking
+//! pool, where one redb write transaction takes every pending write to disk with one
+//! `fdatasync`. Concurrent turns share that commit (group commit): a reply that arrives while
+//! another is being flushed is taken by the next flush, with all the others waiting by then.
+//!
+//! So a turn costs one write transaction and one `fdatasync`: its user message, request marker
+//! and episode touch (and the support agent's vendor conversation, saved mid-turn) reach the disk
+//! with its reply, committed before `completed` is sent. Until then they live in memory, which is
+//! what redb's non-durable commits gave before, at three transactions and three thread hops per
+//! turn: a crash in between loses them either way (docs/storage.md, "Durability"). Closing the
+//! store (dropping it) flushes what is pending. If a flush fails its writes stay pending and the
+//! next flush tries them again; while flushes fail, at most [`MAX_WAITING_WRITES`] wait, and
+//! further writes are refused with [`StoreError::Unavailable`].
 //!
 //! The file is locked while open (redb takes an exclusive `flock`), so one process uses it at a
 //! time. A second process waits for it up to [`LOCK_WAIT`], saying so on the log, which lets two
@@ -18,11 +31,14 @@
 //! would mean opening it per operation (an open costs more than the operation) or a store
 //! server; the local default keeps redb and this bounded wait, and DynamoDB serves many processes.
 
+use std::collections::BTreeMap;
+use std::ops::Bound;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use redb::{Database, Durability, ReadableTable, TableDefinition};
+use redb::{Database, Durability, TableDefinition};
 
 use super::item::{self, Item};
 use super::{
@@ -30,10 +46,14 @@ use super::{
     StoredMessage, is_expired, message_sk, request_sk, ttl_after,
 };
 
-/// Store calls that run on the blocking pool at once. redb runs one write transaction at a time,
-/// so more threads only wait on its lock: after a burst of 500 dropped streams (each saving its
-/// partial reply) the pool had grown to ~400 threads, each keeping its stack and malloc arena.
+/// Flushes that run on the blocking pool at once. They take one lock in turn (redb runs one
+/// write transaction at a time, and a flush takes every pending write), so more threads would
+/// only wait: after a burst of 500 dropped streams (each saving its partial reply) the pool
+/// had grown to ~400 threads, each keeping its stack and malloc arena.
 pub const MAX_CONCURRENT_CALLS: usize = 4;
+
+/// While flushes fail, how many writes may wait for the file before further writes are refused.
+pub const MAX_WAITING_WRITES: usize = 10_000;
 
 /// redb's page cache. Its default (1 GiB) lets a long-running `serve` grow with the store file;
 /// a turn reads a few recent messages of one episode, pages written moments before and still
@@ -47,9 +67,36 @@ pub const LOCK_WAIT: Duration = Duration::from_secs(5);
 /// The one table: `(pk, sk)` → the item's DynamoDB JSON.
 pub const ITEMS: TableDefinition<'static, (&str, &str), &[u8]> = TableDefinition::new("items");
 
+/// An item's bytes, or `None` where it was removed.
+type Value = Option<Arc<[u8]>>;
+
+/// Writes by partition and sort key, each with the number of the call that made it.
+type Layer = BTreeMap<String, BTreeMap<String, (u64, Value)>>;
+
+/// The writes the file does not hold yet, newest per key.
+#[derive(Default)]
+struct Pending {
+    writes: Layer,
+    /// How many keys `writes` holds.
+    len: usize,
+    /// The number of the last call that wrote.
+    last: u64,
+    /// Whether the last flush failed.
+    failing: bool,
+}
+
+/// What flushes share: the number of the last call whose writes are on disk.
+#[derive(Default)]
+struct Flushed {
+    upto: u64,
+}
+
 /// A file-backed [`Store`].
 pub struct EmbeddedStore {
     db: Arc<Database>,
+    pending: Arc<Mutex<Pending>>,
+    flushed: Arc<Mutex<Flushed>>,
+    commits: Arc<AtomicU64>,
     calls: Arc<tokio::sync::Semaphore>,
     path: PathBuf,
     clock: Arc<dyn Clock>,
@@ -64,6 +111,12 @@ impl std::fmt::Debug for EmbeddedStore {
 
 fn failed(what: &str, e: impl std::fmt::Display) -> StoreError {
     StoreError::Failed(format!("{what}: {e}"))
+}
+
+/// Locks `m`. Nothing is left half-written under these locks (a call's writes join the pending
+/// ones only once it has succeeded), so a panic elsewhere does not spoil what they guard.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl EmbeddedStore {
@@ -117,6 +170,9 @@ impl EmbeddedStore {
         txn.commit().map_err(|e| failed("commit", e))?;
         Ok(EmbeddedStore {
             db: Arc::new(db),
+            pending: Arc::default(),
+            flushed: Arc::default(),
+            commits: Arc::default(),
             calls: Arc::new(tokio::sync::Semaphore::new(MAX_CONCURRENT_CALLS)),
             path,
             clock,
@@ -135,71 +191,84 @@ impl EmbeddedStore {
         &self.path
     }
 
-    /// Writes one item as is, bypassing every check. For repair tools and for tests that need an
-    /// item of unknown shape.
-    pub async fn put_raw(&self, pk: &str, sk: &str, item: &Item) -> Result<(), StoreError> {
-        let (pk, sk, bytes) = (pk.to_owned(), sk.to_owned(), to_bytes(item));
-        self.write(move |t| {
-            t.insert((pk.as_str(), sk.as_str()), bytes.as_slice()).map_err(|e| failed("insert", e))?;
-            Ok(())
-        })
-        .await
+    /// How many write transactions have been committed to the file since it was opened (each
+    /// with one `fdatasync`): one per flush that had writes to take. For tests and benchmarks.
+    pub fn durable_commits(&self) -> u64 {
+        self.commits.load(Ordering::Relaxed)
     }
 
-    async fn blocking<T: Send + 'static>(
+    /// Writes one item as is, bypassing every check, durably. For repair tools and for tests that
+    /// need an item of unknown shape.
+    pub async fn put_raw(&self, pk: &str, sk: &str, item: &Item) -> Result<(), StoreError> {
+        let ((), upto) = self.change(|view| {
+            view.put(pk, sk, item);
+            Ok(())
+        })?;
+        self.flush(upto).await
+    }
+
+    /// Runs `f` on a view of the store as every call before this one left it, and adds what it
+    /// wrote to the pending writes if it succeeds (all of it, or nothing if it fails). Returns
+    /// `f`'s answer and the number of this call, which [`EmbeddedStore::flush`] takes.
+    fn change<T>(
         &self,
-        f: impl FnOnce(&Database) -> Result<T, StoreError> + Send + 'static,
-    ) -> Result<T, StoreError> {
-        let db = self.db.clone();
+        f: impl FnOnce(&mut View<'_>) -> Result<T, StoreError>,
+    ) -> Result<(T, u64), StoreError> {
+        let mut pending = lock(&self.pending);
+        if pending.failing && pending.len >= MAX_WAITING_WRITES {
+            return Err(StoreError::Unavailable(format!(
+                "the store file {} cannot be written: {} writes are waiting for it",
+                self.path.display(),
+                pending.len
+            )));
+        }
+        let (out, staged) = {
+            let mut view = View::of(&self.db, &pending)?;
+            let out = f(&mut view)?;
+            (out, view.staged)
+        };
+        if staged.is_empty() {
+            return Ok((out, pending.last));
+        }
+        pending.last += 1;
+        let call = pending.last;
+        for (pk, items) in staged {
+            let partition = pending.writes.entry(pk).or_default();
+            let mut added = 0;
+            for (sk, (_, value)) in items {
+                if partition.insert(sk, (call, value)).is_none() {
+                    added += 1;
+                }
+            }
+            pending.len += added;
+        }
+        Ok((out, call))
+    }
+
+    /// Runs `f` on a view of the store as every call before this one left it.
+    fn read<T>(&self, f: impl FnOnce(&View<'_>) -> Result<T, StoreError>) -> Result<T, StoreError> {
+        let pending = lock(&self.pending);
+        f(&View::of(&self.db, &pending)?)
+    }
+
+    /// Returns once the writes of call `upto` and every call before it are on disk: at once if a
+    /// flush took them already, else after the flush that does (on the blocking pool; one at a
+    /// time, each taking every pending write, so concurrent callers share commits). A caller that
+    /// stops waiting does not stop the flush.
+    async fn flush(&self, upto: u64) -> Result<(), StoreError> {
+        let (db, pending, flushed, commits) =
+            (self.db.clone(), self.pending.clone(), self.flushed.clone(), self.commits.clone());
         let permit = self.calls.clone().acquire_owned().await.expect("the semaphore is never closed");
         tokio::task::spawn_blocking(move || {
             let _permit = permit;
-            f(&db)
+            let mut flushed = lock(&flushed);
+            if flushed.upto >= upto {
+                return Ok(());
+            }
+            flush_pending(&db, &pending, &mut flushed, &commits)
         })
         .await
         .map_err(|e| failed("store task", e))?
-    }
-
-    /// Runs `f` in one read transaction on the calling thread. redb's reads take no lock a
-    /// writer holds across its `fdatasync` (readers see the last commit), and a turn's read
-    /// touches a few cached pages (tens of µs), so a hop to the blocking pool and back (two
-    /// thread wake-ups) would cost more than the read.
-    fn read<T>(
-        &self,
-        f: impl FnOnce(&redb::ReadOnlyTable<(&'static str, &'static str), &'static [u8]>) -> Result<T, StoreError>,
-    ) -> Result<T, StoreError> {
-        let txn = self.db.begin_read().map_err(|e| failed("begin", e))?;
-        let table = txn.open_table(ITEMS).map_err(|e| failed("open table", e))?;
-        f(&table)
-    }
-
-    /// Runs `f` in one write transaction and commits it durably (one `fdatasync`) if it succeeds.
-    async fn write<T: Send + 'static>(
-        &self,
-        f: impl FnOnce(&mut redb::Table<(&str, &str), &[u8]>) -> Result<T, StoreError> + Send + 'static,
-    ) -> Result<T, StoreError> {
-        self.write_with(Durability::Immediate, f).await
-    }
-
-    /// Runs `f` in one write transaction and commits it with `durability` if it succeeds. A
-    /// [`Durability::None`] commit is visible to every later transaction at once but reaches the
-    /// disk with the next durable commit (of any call): a crash in between loses it.
-    async fn write_with<T: Send + 'static>(
-        &self,
-        durability: Durability,
-        f: impl FnOnce(&mut redb::Table<(&str, &str), &[u8]>) -> Result<T, StoreError> + Send + 'static,
-    ) -> Result<T, StoreError> {
-        self.blocking(move |db| {
-            let mut txn = db.begin_write().map_err(|e| failed("begin", e))?;
-            txn.set_durability(durability);
-            let out = {
-                let mut table = txn.open_table(ITEMS).map_err(|e| failed("open table", e))?;
-                f(&mut table)?
-            };
-            txn.commit().map_err(|e| failed("commit", e))?;
-            Ok(out)
-        })
-        .await
     }
 
     fn ttl(&self, now_ms: u64) -> u64 {
@@ -207,23 +276,182 @@ impl EmbeddedStore {
     }
 }
 
-fn to_bytes(item: &Item) -> Vec<u8> {
-    serde_json::to_vec(item).expect("attribute maps serialize")
+/// Commits every pending write in one durable transaction and forgets those not written again
+/// meanwhile. The caller holds `flushed`, so flushes run one at a time, each after the last.
+fn flush_pending(
+    db: &Database,
+    pending: &Mutex<Pending>,
+    flushed: &mut Flushed,
+    commits: &AtomicU64,
+) -> Result<(), StoreError> {
+    let (batch, upto) = {
+        let pending = lock(pending);
+        (pending.writes.clone(), pending.last)
+    };
+    if batch.is_empty() {
+        flushed.upto = upto;
+        return Ok(());
+    }
+    let committed = (|| {
+        let mut txn = db.begin_write().map_err(|e| failed("begin", e))?;
+        txn.set_durability(Durability::Immediate);
+        {
+            let mut table = txn.open_table(ITEMS).map_err(|e| failed("open table", e))?;
+            for (pk, items) in &batch {
+                for (sk, (_, value)) in items {
+                    match value {
+                        Some(bytes) => table.insert((pk.as_str(), sk.as_str()), &**bytes).map(drop),
+                        None => table.remove((pk.as_str(), sk.as_str())).map(drop),
+                    }
+                    .map_err(|e| failed("write", e))?;
+                }
+            }
+        }
+        txn.commit().map_err(|e| failed("commit", e))
+    })();
+    let mut pending = lock(pending);
+    if let Err(e) = committed {
+        pending.failing = true;
+        return Err(e);
+    }
+    commits.fetch_add(1, Ordering::Relaxed);
+    pending.failing = false;
+    let mut forgotten = 0;
+    for (pk, items) in &batch {
+        let Some(partition) = pending.writes.get_mut(pk) else { continue };
+        for (sk, (call, _)) in items {
+            if partition.get(sk).is_some_and(|(now, _)| now == call) {
+                partition.remove(sk);
+                forgotten += 1;
+            }
+        }
+        if partition.is_empty() {
+            pending.writes.remove(pk);
+        }
+    }
+    pending.len -= forgotten;
+    flushed.upto = upto;
+    Ok(())
 }
 
-/// Reads the item at `pk` / `sk`, treating an expired one as absent.
-fn get(
-    table: &impl ReadableTable<(&'static str, &'static str), &'static [u8]>,
-    pk: &str,
-    sk: &str,
-    now_ms: u64,
-) -> Result<Option<Item>, StoreError> {
-    let Some(value) = table.get((pk, sk)).map_err(|e| failed("read", e))? else { return Ok(None) };
-    let item = parse(pk, sk, value.value())?;
-    match item::ttl_of(pk, sk, &item)? {
-        Some(ttl) if is_expired(ttl, now_ms) => Ok(None),
-        _ => Ok(Some(item)),
+impl Drop for EmbeddedStore {
+    /// Closing the store flushes what is pending (after any flush still running).
+    fn drop(&mut self) {
+        let mut flushed = lock(&self.flushed);
+        if let Err(e) = flush_pending(&self.db, &self.pending, &mut flushed, &self.commits) {
+            let waiting = lock(&self.pending).len;
+            tracing::error!(path = %self.path.display(), error = %e, waiting, "the store was closed with writes not saved");
+        }
     }
+}
+
+/// One call's view: its own writes, over the pending ones, over the file's last commit.
+struct View<'a> {
+    table: redb::ReadOnlyTable<(&'static str, &'static str), &'static [u8]>,
+    pending: &'a Layer,
+    staged: Layer,
+}
+
+impl<'a> View<'a> {
+    fn of(db: &Database, pending: &'a Pending) -> Result<View<'a>, StoreError> {
+        let txn = db.begin_read().map_err(|e| failed("begin", e))?;
+        let table = txn.open_table(ITEMS).map_err(|e| failed("open table", e))?;
+        Ok(View { table, pending: &pending.writes, staged: Layer::new() })
+    }
+
+    /// The newest write of `pk` / `sk` not in the file yet, if any.
+    fn written(&self, pk: &str, sk: &str) -> Option<&Value> {
+        [&self.staged, self.pending]
+            .into_iter()
+            .find_map(|layer| layer.get(pk).and_then(|p| p.get(sk)))
+            .map(|(_, value)| value)
+    }
+
+    /// Reads the item at `pk` / `sk`, treating an expired one as absent.
+    fn get(&self, pk: &str, sk: &str, now_ms: u64) -> Result<Option<Item>, StoreError> {
+        let item = match self.written(pk, sk) {
+            Some(None) => return Ok(None),
+            Some(Some(bytes)) => parse(pk, sk, bytes)?,
+            None => {
+                let Some(value) = self.table.get((pk, sk)).map_err(|e| failed("read", e))? else {
+                    return Ok(None);
+                };
+                parse(pk, sk, value.value())?
+            }
+        };
+        match item::ttl_of(pk, sk, &item)? {
+            Some(ttl) if is_expired(ttl, now_ms) => Ok(None),
+            _ => Ok(Some(item)),
+        }
+    }
+
+    /// Calls `f` with each item of `pk` whose sort key is in `from..to`, newest sort key first,
+    /// until it returns `false`.
+    fn each_rev(
+        &self,
+        pk: &str,
+        from: &str,
+        to: &str,
+        mut f: impl FnMut(&str, &[u8]) -> Result<bool, StoreError>,
+    ) -> Result<(), StoreError> {
+        // The writes not in the file, newest layer first for a key both hold, in descending order.
+        let mut written: BTreeMap<&str, &Value> = BTreeMap::new();
+        for layer in [self.pending, &self.staged] {
+            if let Some(partition) = layer.get(pk) {
+                for (sk, (_, value)) in
+                    partition.range::<str, _>((Bound::Included(from), Bound::Excluded(to)))
+                {
+                    written.insert(sk, value);
+                }
+            }
+        }
+        let mut written = written.into_iter().rev().peekable();
+        let mut file = self.table.range((pk, from)..(pk, to)).map_err(|e| failed("read", e))?.rev();
+        let mut next_file = file.next().transpose().map_err(|e| failed("read", e))?;
+        loop {
+            let file_sk = next_file.as_ref().map(|(k, _)| k.value().1);
+            let take_written = match (written.peek(), file_sk) {
+                (None, None) => return Ok(()),
+                (Some(_), None) => true,
+                (None, Some(_)) => false,
+                (Some((w, _)), Some(f)) => *w >= f,
+            };
+            let go_on = if take_written {
+                let (sk, value) = written.next().expect("peeked");
+                if file_sk == Some(sk) {
+                    next_file = file.next().transpose().map_err(|e| failed("read", e))?;
+                }
+                match value {
+                    Some(bytes) => f(sk, bytes)?,
+                    None => true,
+                }
+            } else {
+                let (k, v) = next_file.take().expect("compared");
+                let go_on = f(k.value().1, v.value())?;
+                next_file = file.next().transpose().map_err(|e| failed("read", e))?;
+                go_on
+            };
+            if !go_on {
+                return Ok(());
+            }
+        }
+    }
+
+    fn stage(&mut self, pk: &str, sk: &str, value: Value) {
+        self.staged.entry(pk.to_owned()).or_default().insert(sk.to_owned(), (0, value));
+    }
+
+    fn put(&mut self, pk: &str, sk: &str, item: &Item) {
+        self.stage(pk, sk, Some(to_bytes(item).into()));
+    }
+
+    fn remove(&mut self, pk: &str, sk: &str) {
+        self.stage(pk, sk, None);
+    }
+}
+
+fn to_bytes(item: &Item) -> Vec<u8> {
+    serde_json::to_vec(item).expect("attribute maps serialize")
 }
 
 fn parse(pk: &str, sk: &str, bytes: &[u8]) -> Result<Item, StoreError> {
@@ -231,16 +459,6 @@ fn parse(pk: &str, sk: &str, bytes: &[u8]) -> Result<Item, StoreError> {
         key: item::item_name(pk, sk),
         reason: format!("not an attribute map: {e}"),
     })
-}
-
-fn put(
-    table: &mut redb::Table<(&str, &str), &[u8]>,
-    pk: &str,
-    sk: &str,
-    item: &Item,
-) -> Result<(), StoreError> {
-    table.insert((pk, sk), to_bytes(item).as_slice()).map_err(|e| failed("insert", e))?;
-    Ok(())
 }
 
 #[async_trait::async_trait]
@@ -251,22 +469,22 @@ impl Store for EmbeddedStore {
 
     async fn episode(&self, key: &EpisodeKey) -> Result<Option<Episode>, StoreError> {
         let now = self.clock.now_ms();
-        self.read(|table| {
-            get(table, &key.pk(), META_SK, now)?.map(|item| item::decode_episode(key, &item)).transpose()
+        self.read(|view| {
+            view.get(&key.pk(), META_SK, now)?.map(|item| item::decode_episode(key, &item)).transpose()
         })
     }
 
     async fn save_episode(&self, episode: &Episode) -> Result<Episode, StoreError> {
         let now = self.clock.now_ms();
         let ttl = self.ttl(now);
-        let mut next = episode.clone();
-        // Within a turn (the support agent keeps its vendor conversation here) the reply's durable
-        // commit takes this to disk too; a crash before it loses the conversation id, and the next
-        // turn starts a new vendor conversation (docs/storage.md, "Durability").
-        self.write_with(Durability::None, move |table| {
+        // Within a turn (the support agent keeps its vendor conversation here) the reply's flush
+        // takes this to disk too; a crash before it loses the conversation id, and the next turn
+        // starts a new vendor conversation (docs/storage.md, "Durability").
+        let (saved, _) = self.change(|view| {
+            let mut next = episode.clone();
             let pk = next.key.pk();
             let stored =
-                get(table, &pk, META_SK, now)?.map(|i| item::decode_episode(&next.key, &i)).transpose()?;
+                view.get(&pk, META_SK, now)?.map(|i| item::decode_episode(&next.key, &i)).transpose()?;
             let stored_version = stored.as_ref().map_or(0, |e| e.version);
             if stored_version != next.version {
                 return Err(StoreError::Conflict {
@@ -277,10 +495,10 @@ impl Store for EmbeddedStore {
             next.version += 1;
             next.updated_at = now;
             next.created_at = stored.map_or(now, |e| e.created_at);
-            put(table, &pk, META_SK, &item::encode_episode(&next, ttl))?;
+            view.put(&pk, META_SK, &item::encode_episode(&next, ttl));
             Ok(next)
-        })
-        .await
+        })?;
+        Ok(saved)
     }
 
     async fn record_user_message(
@@ -291,29 +509,28 @@ impl Store for EmbeddedStore {
     ) -> Result<Recorded, StoreError> {
         let now = self.clock.now_ms();
         let ttl = self.ttl(now);
-        let (key, message, request_id) = (key.clone(), message.clone(), request_id.map(str::to_owned));
-        // Not flushed on its own: the turn's reply (`save_reply`) is the durable commit that takes
-        // it to disk, one `fdatasync` per turn instead of two (docs/storage.md, "Durability").
-        self.write_with(Durability::None, move |table| {
+        // Not flushed on its own: the turn's reply (`save_reply`) takes it to disk, one
+        // `fdatasync` per turn (docs/storage.md, "Durability").
+        let (recorded, _) = self.change(|view| {
             let pk = key.pk();
-            if let Some(id) = &request_id {
+            if let Some(id) = request_id {
                 let sk = request_sk(id);
-                if let Some(seen) = get(table, &pk, &sk, now)? {
+                if let Some(seen) = view.get(&pk, &sk, now)? {
                     return Ok(Recorded::Duplicate { turn_id: item::decode_request(&pk, &sk, &seen)? });
                 }
-                put(table, &pk, &sk, &item::encode_request(&message.turn_id, ttl))?;
+                view.put(&pk, &sk, &item::encode_request(&message.turn_id, ttl));
             }
-            put(table, &pk, &message.sk(), &item::encode_message(&message, ttl))?;
-            let mut episode = match get(table, &pk, META_SK, now)? {
-                Some(item) => item::decode_episode(&key, &item)?,
+            view.put(&pk, &message.sk(), &item::encode_message(message, ttl));
+            let mut episode = match view.get(&pk, META_SK, now)? {
+                Some(item) => item::decode_episode(key, &item)?,
                 None => Episode { created_at: now, ..Episode::new(key.clone()) },
             };
             episode.version += 1;
             episode.updated_at = now;
-            put(table, &pk, META_SK, &item::encode_episode(&episode, ttl))?;
+            view.put(&pk, META_SK, &item::encode_episode(&episode, ttl));
             Ok(Recorded::New)
-        })
-        .await
+        })?;
+        Ok(recorded)
     }
 
     async fn save_reply(
@@ -323,25 +540,24 @@ impl Store for EmbeddedStore {
         messages: &[StoredMessage],
     ) -> Result<(), StoreError> {
         let ttl = self.ttl(self.clock.now_ms());
-        let (pk, turn_id, messages) = (key.pk(), turn_id.to_owned(), messages.to_vec());
-        self.write(move |table| {
+        let pk = key.pk();
+        let ((), upto) = self.change(|view| {
             // Drop an earlier reply of this turn (seq 1 and up), then write this one.
-            let from = message_sk(&turn_id, 1);
-            let to = format!("{MSG_PREFIX}{turn_id}$");
-            let old: Vec<String> = table
-                .range((pk.as_str(), from.as_str())..(pk.as_str(), to.as_str()))
-                .map_err(|e| failed("read", e))?
-                .map(|entry| entry.map(|(k, _)| k.value().1.to_owned()).map_err(|e| failed("read", e)))
-                .collect::<Result<_, _>>()?;
+            let (from, to) = (message_sk(turn_id, 1), format!("{MSG_PREFIX}{turn_id}$"));
+            let mut old = Vec::new();
+            view.each_rev(&pk, &from, &to, |sk, _| {
+                old.push(sk.to_owned());
+                Ok(true)
+            })?;
             for sk in old {
-                table.remove((pk.as_str(), sk.as_str())).map_err(|e| failed("remove", e))?;
+                view.remove(&pk, &sk);
             }
-            for m in &messages {
-                put(table, &pk, &m.sk(), &item::encode_message(m, ttl))?;
+            for m in messages {
+                view.put(&pk, &m.sk(), &item::encode_message(m, ttl));
             }
             Ok(())
-        })
-        .await
+        })?;
+        self.flush(upto).await
     }
 
     async fn recent_messages(
@@ -350,26 +566,19 @@ impl Store for EmbeddedStore {
         limit: usize,
     ) -> Result<Vec<StoredMessage>, StoreError> {
         let (pk, now) = (key.pk(), self.clock.now_ms());
-        self.read(|table| {
-            // '$' follows '#': every `MSG#...` sort key of the partition lies in this range.
-            let (from, to) = (MSG_PREFIX.to_owned(), "MSG$".to_owned());
+        self.read(|view| {
             let mut out = Vec::new();
-            for entry in table
-                .range((pk.as_str(), from.as_str())..(pk.as_str(), to.as_str()))
-                .map_err(|e| failed("read", e))?
-                .rev()
-            {
-                if out.len() >= limit {
-                    break;
-                }
-                let (k, v) = entry.map_err(|e| failed("read", e))?;
-                let sk = k.value().1;
-                let item = parse(&pk, sk, v.value())?;
-                if item::ttl_of(&pk, sk, &item)?.is_some_and(|ttl| is_expired(ttl, now)) {
-                    continue;
-                }
-                out.push(item::decode_message(&pk, sk, &item)?);
+            if limit == 0 {
+                return Ok(out);
             }
+            // '$' follows '#': every `MSG#...` sort key of the partition lies in this range.
+            view.each_rev(&pk, MSG_PREFIX, "MSG$", |sk, bytes| {
+                let item = parse(&pk, sk, bytes)?;
+                if !item::ttl_of(&pk, sk, &item)?.is_some_and(|ttl| is_expired(ttl, now)) {
+                    out.push(item::decode_message(&pk, sk, &item)?);
+                }
+                Ok(out.len() < limit)
+            })?;
             out.reverse();
             Ok(out)
         })
@@ -398,7 +607,7 @@ mod tests {
         };
         store.save_reply(&key, "t1", &[reply]).await.unwrap();
         store.record_user_message(&key, &StoredMessage::user("t2", "second", 3), Some("r2")).await.unwrap();
-        // In this process the second user message is there, committed but not flushed.
+        // In this process the second user message is there, written but not flushed.
         assert_eq!(store.recent_messages(&key, 10).await.unwrap().len(), 3);
         std::process::exit(0);
     }
@@ -426,9 +635,8 @@ mod tests {
         assert!(matches!(again, Ok(Recorded::Duplicate { ref turn_id }) if turn_id == "t1"), "{again:?}");
     }
 
-    /// Concurrent writers run one transaction at a time; callers that stop waiting (here: aborted
-    /// tasks, some while queued for a permit, some mid-commit) leave the store consistent and
-    /// the permits free for the rest.
+    /// Concurrent writers; callers that stop waiting (here: aborted tasks, some while queued for
+    /// a permit, some mid-flush) leave the store consistent and the permits free for the rest.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn concurrent_and_abandoned_writes_keep_every_finished_one() {
         let dir = tempfile::tempdir().unwrap();
@@ -478,6 +686,136 @@ mod tests {
             .await
             .expect("the permits were released")
             .unwrap();
+    }
+
+    fn answer(turn: &str, seq: u32, content: &str) -> StoredMessage {
+        StoredMessage { seq, role: crate::store::Role::Assistant, ..StoredMessage::user(turn, content, 0) }
+    }
+
+    fn contents(messages: &[StoredMessage]) -> Vec<&str> {
+        messages.iter().map(|m| m.content.as_str()).collect()
+    }
+
+    /// A turn's writes (user message, episode update, reply) reach the file in one commit, the
+    /// reply's; until then they are read back from memory, and closing the store saves them.
+    #[tokio::test]
+    async fn a_turn_is_one_durable_commit_and_closing_saves_what_is_pending() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.redb");
+        let store = EmbeddedStore::open(&path, Arc::new(SystemClock)).unwrap();
+        let key = EpisodeKey::new("u", "e").unwrap();
+        store.record_user_message(&key, &StoredMessage::user("t1", "q1", 1), Some("r1")).await.unwrap();
+        let mut episode = store.episode(&key).await.unwrap().expect("recorded");
+        episode.shopping_response_id = Some("resp_1".into());
+        store.save_episode(&episode).await.unwrap();
+        assert_eq!(store.durable_commits(), 0, "nothing flushed before the reply");
+        store.save_reply(&key, "t1", &[answer("t1", 1, "a1")]).await.unwrap();
+        assert_eq!(store.durable_commits(), 1);
+        // The next turn's writes wait in memory; a clean close takes them to the file.
+        store.record_user_message(&key, &StoredMessage::user("t2", "q2", 2), None).await.unwrap();
+        assert_eq!(contents(&store.recent_messages(&key, 10).await.unwrap()), ["q1", "a1", "q2"]);
+        drop(store);
+        let store = EmbeddedStore::open(&path, Arc::new(SystemClock)).unwrap();
+        assert_eq!(contents(&store.recent_messages(&key, 10).await.unwrap()), ["q1", "a1", "q2"]);
+        let episode = store.episode(&key).await.unwrap().unwrap();
+        assert_eq!((episode.version, episode.shopping_response_id.as_deref()), (3, Some("resp_1")));
+    }
+
+    /// Reads see the writes not yet in the file over the file's items, removals included, in
+    /// sort-key order and within the limit; a reply saved again replaces what that view holds.
+    #[tokio::test]
+    async fn reads_merge_pending_writes_over_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.redb");
+        let store = EmbeddedStore::open(&path, Arc::new(SystemClock)).unwrap();
+        let key = EpisodeKey::new("u", "e").unwrap();
+        let pk = key.pk();
+        store.record_user_message(&key, &StoredMessage::user("t1", "q1", 1), None).await.unwrap();
+        store
+            .save_reply(&key, "t1", &[answer("t1", 1, "a"), answer("t1", 2, "b"), answer("t1", 3, "c")])
+            .await
+            .unwrap();
+        // Pending, not flushed: one of the file's messages removed, one added before it in
+        // sort-key order, and a new turn after them.
+        let ttl = store.ttl(store.clock.now_ms());
+        store
+            .change(|view| {
+                view.remove(&pk, &message_sk("t1", 2));
+                view.put(&pk, &message_sk("t0", 1), &item::encode_message(&answer("t0", 1, "early"), ttl));
+                view.put(
+                    &pk,
+                    &message_sk("t2", 0),
+                    &item::encode_message(&StoredMessage::user("t2", "q2", 2), ttl),
+                );
+                Ok(())
+            })
+            .unwrap();
+        assert_eq!(store.durable_commits(), 1);
+        assert_eq!(
+            contents(&store.recent_messages(&key, 10).await.unwrap()),
+            ["early", "q1", "a", "c", "q2"]
+        );
+        assert_eq!(contents(&store.recent_messages(&key, 2).await.unwrap()), ["c", "q2"]);
+        assert!(store.recent_messages(&key, 0).await.unwrap().is_empty());
+        // Saving t1's reply again removes every earlier part of it, in the file or pending.
+        store.save_reply(&key, "t1", &[answer("t1", 1, "again")]).await.unwrap();
+        assert_eq!(contents(&store.recent_messages(&key, 10).await.unwrap()), ["early", "q1", "again", "q2"]);
+        drop(store);
+        let store = EmbeddedStore::open(&path, Arc::new(SystemClock)).unwrap();
+        assert_eq!(contents(&store.recent_messages(&key, 10).await.unwrap()), ["early", "q1", "again", "q2"]);
+    }
+
+    /// A call that fails after writing part of its change leaves nothing of it behind.
+    #[tokio::test]
+    async fn a_failed_call_writes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = EmbeddedStore::open(dir.path().join("s.redb"), Arc::new(SystemClock)).unwrap();
+        let key = EpisodeKey::new("u", "e").unwrap();
+        let ttl = store.ttl(store.clock.now_ms());
+        let failed = store.change(|view| {
+            view.put(
+                &key.pk(),
+                &message_sk("t1", 0),
+                &item::encode_message(&StoredMessage::user("t1", "q", 1), ttl),
+            );
+            Err::<(), _>(StoreError::Failed("half-way".into()))
+        });
+        assert!(matches!(failed, Err(StoreError::Failed(_))), "{failed:?}");
+        assert!(store.recent_messages(&key, 10).await.unwrap().is_empty());
+        assert_eq!(lock(&store.pending).len, 0);
+        // A stale episode write is refused whole, too.
+        store.record_user_message(&key, &StoredMessage::user("t1", "q", 1), None).await.unwrap();
+        let stale = Episode { shopping_response_id: Some("x".into()), ..Episode::new(key.clone()) };
+        assert!(matches!(store.save_episode(&stale).await, Err(StoreError::Conflict { .. })));
+        assert_eq!(store.episode(&key).await.unwrap().unwrap().shopping_response_id, None);
+    }
+
+    /// Replies saved at the same time share commits (group commit), and each is on disk when
+    /// its call returns.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_replies_share_commits() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.redb");
+        let store = Arc::new(EmbeddedStore::open(&path, Arc::new(SystemClock)).unwrap());
+        let turns = 40u32;
+        let all_recorded = Arc::new(tokio::sync::Barrier::new(turns as usize));
+        let mut tasks = Vec::new();
+        for i in 0..turns {
+            let (store, all_recorded) = (store.clone(), all_recorded.clone());
+            tasks.push(tokio::spawn(async move {
+                let key = EpisodeKey::new("u", format!("e{i}")).unwrap();
+                store.record_user_message(&key, &StoredMessage::user("t", "q", 1), None).await.unwrap();
+                all_recorded.wait().await;
+                store.save_reply(&key, "t", &[answer("t", 1, "a")]).await.unwrap();
+            }));
+        }
+        for task in tasks {
+            task.await.unwrap();
+        }
+        let commits = store.durable_commits();
+        assert!((1..=turns as u64 / 2).contains(&commits), "{commits} commits for {turns} replies");
+        // Nothing was left for the close to save: every reply was flushed before it returned.
+        assert_eq!(lock(&store.pending).len, 0);
     }
 
     #[test]
