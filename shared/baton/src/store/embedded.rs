@@ -8,7 +8,7 @@
 //! # Writes: checked at once, flushed together
 //!
 //! A call's checks and writes run where it is called, under one lock, against a view of the
-//! file's last commit overlaid with the writes not yet in the file ([`Pending`]); its writes join
+//! file's last commit overlaid with the writes not yet in the file (`Pending`); its writes join
 //! those, and every later call sees them. Only a call that must be durable when it returns
 //! ([`Store::save_reply`], [`EmbeddedStore::put_raw`]) waits for the file: it hops to the blocking
 //! pool, where one redb write transaction takes every pending write to disk with one
