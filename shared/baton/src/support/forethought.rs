@@ -19,7 +19,7 @@ use std::time::Duration;
 use eventsource_stream::Eventsource;
 use futures::{Stream, StreamExt};
 use serde::Deserialize;
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 
 use crate::bounded::IdleTimer;
 use crate::event::LineSplitter;
@@ -206,6 +206,42 @@ impl VendorError {
     }
 }
 
+/// The conversations endpoint under `base_url`.
+fn conversations_url(base_url: &str) -> String {
+    format!("{}/solve/api/v1/conversation", base_url.trim_end_matches('/'))
+}
+
+/// A Solve request's JSON body, serialised from the request and the settings as they are.
+#[derive(serde::Serialize)]
+struct SolveBody<'a> {
+    query: &'a str,
+    user_id: &'a str,
+    channel: &'a str,
+    context_variables: ContextVariables<'a>,
+}
+
+/// The configured context variables with the request's over them (a request's value wins).
+struct ContextVariables<'a> {
+    configured: &'a Map<String, Value>,
+    request: &'a Map<String, Value>,
+}
+
+impl serde::Serialize for ContextVariables<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        // In the order a merged map would have: the configured keys (with the request's value
+        // where it has one), then the request's own.
+        let mut map = serializer.serialize_map(None)?;
+        for (k, v) in self.configured {
+            map.serialize_entry(k, self.request.get(k).unwrap_or(v))?;
+        }
+        for (k, v) in self.request.iter().filter(|(k, _)| !self.configured.contains_key(*k)) {
+            map.serialize_entry(k, v)?;
+        }
+        map.end()
+    }
+}
+
 /// The pieces of one answer, ending with an error if the call failed.
 pub type SolveStream = std::pin::Pin<Box<dyn Stream<Item = Result<SolveChunk, VendorError>> + Send>>;
 
@@ -214,12 +250,16 @@ pub type SolveStream = std::pin::Pin<Box<dyn Stream<Item = Result<SolveChunk, Ve
 pub struct ForethoughtClient {
     http: crate::outbound::Client,
     config: std::sync::Arc<ForethoughtConfig>,
+    /// `<base_url>/solve/api/v1/conversation`, parsed once. `None` if it does not parse: each
+    /// call then fails on the URL, as it would have.
+    conversations: Option<reqwest::Url>,
 }
 
 impl ForethoughtClient {
     /// A client on a shared HTTP client (its connect timeout applies).
     pub fn with_client(http: crate::outbound::Client, config: ForethoughtConfig) -> ForethoughtClient {
-        ForethoughtClient { http, config: std::sync::Arc::new(config) }
+        let conversations = reqwest::Url::parse(&conversations_url(&config.base_url)).ok();
+        ForethoughtClient { http, config: std::sync::Arc::new(config), conversations }
     }
 
     /// A client with its own HTTP client.
@@ -236,26 +276,46 @@ impl ForethoughtClient {
 
     /// Starts a conversation.
     pub fn start(&self, request: &SolveRequest) -> SolveStream {
-        let url = format!("{}/solve/api/v1/conversation", self.config.base_url.trim_end_matches('/'));
-        self.call(self.http.post(url), request)
+        let builder = match &self.conversations {
+            Some(url) => self.http.post(url.clone()),
+            None => self.http.post(conversations_url(&self.config.base_url)),
+        };
+        self.call(builder, request)
     }
 
     /// Continues `conversation_id`.
     pub fn continue_conversation(&self, conversation_id: &str, request: &SolveRequest) -> SolveStream {
-        let url = format!(
-            "{}/solve/api/v1/conversation/{}",
-            self.config.base_url.trim_end_matches('/'),
-            // Ids are opaque: keep one from breaking out of its path segment.
-            conversation_id.replace(['/', '?', '#'], "_")
-        );
-        self.call(self.http.put(url), request)
+        let builder = match self.conversation_url(conversation_id) {
+            Ok(url) => self.http.put(url),
+            Err(unparsed) => self.http.put(unparsed),
+        };
+        self.call(builder, request)
+    }
+
+    /// The URL of conversation `conversation_id`, or its text if the base URL does not parse.
+    fn conversation_url(&self, conversation_id: &str) -> Result<reqwest::Url, String> {
+        // Ids are opaque: keep one from breaking out of its path segment.
+        let id = conversation_id.replace(['/', '?', '#'], "_");
+        match &self.conversations {
+            Some(url) => {
+                let mut url = url.clone();
+                url.path_segments_mut().expect("an http(s) URL has path segments").push(&id);
+                Ok(url)
+            }
+            None => Err(format!("{}/{id}", conversations_url(&self.config.base_url))),
+        }
     }
 
     fn call(&self, builder: reqwest::RequestBuilder, request: &SolveRequest) -> SolveStream {
-        let mut variables = self.config.context_variables.clone();
-        variables.extend(request.context_variables.clone());
-        let body = json!({"query": request.query, "user_id": request.user_id,
-                          "channel": self.config.channel, "context_variables": variables});
+        let body = SolveBody {
+            query: &request.query,
+            user_id: &request.user_id,
+            channel: &self.config.channel,
+            context_variables: ContextVariables {
+                configured: &self.config.context_variables,
+                request: &request.context_variables,
+            },
+        };
         let builder =
             crate::telemetry::trace::with_trace_headers(builder.bearer_auth(&self.config.token).json(&body));
         let token = self.config.token.clone();
@@ -418,6 +478,34 @@ fn error_message(body: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_body_merges_context_variables_in_order_with_the_requests_winning() {
+        let map = |v: Value| v.as_object().unwrap().clone();
+        let configured = map(serde_json::json!({"a": 1, "b": 2, "c": 3}));
+        let request = map(serde_json::json!({"d": 4, "b": "request"}));
+        let body = SolveBody {
+            query: "q",
+            user_id: "u",
+            channel: "headless",
+            context_variables: ContextVariables { configured: &configured, request: &request },
+        };
+        assert_eq!(
+            serde_json::to_string(&body).unwrap(),
+            r#"{"query":"q","user_id":"u","channel":"headless","context_variables":{"a":1,"b":"request","c":3,"d":4}}"#
+        );
+    }
+
+    #[test]
+    fn a_conversation_id_stays_in_its_path_segment() {
+        let client = ForethoughtClient::new(ForethoughtConfig::new("http://127.0.0.1:9/base/", "t")).unwrap();
+        assert_eq!(
+            client.conversation_url("a/b?c#d e").unwrap().as_str(),
+            "http://127.0.0.1:9/base/solve/api/v1/conversation/a_b_c_d%20e"
+        );
+        let unparsed = ForethoughtClient::new(ForethoughtConfig::new("not a url", "t")).unwrap();
+        assert_eq!(unparsed.conversation_url("c1").unwrap_err(), "not a url/solve/api/v1/conversation/c1");
+    }
 
     #[test]
     fn prior_context_mode_parses() {
