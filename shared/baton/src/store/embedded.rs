@@ -692,6 +692,14 @@ mod tests {
         StoredMessage { seq, role: crate::store::Role::Assistant, ..StoredMessage::user(turn, content, 0) }
     }
 
+    /// A new store file in a temporary directory (kept while the first value lives), and a key.
+    fn fresh() -> (tempfile::TempDir, PathBuf, EmbeddedStore, EpisodeKey) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.redb");
+        let store = EmbeddedStore::open(&path, Arc::new(SystemClock)).unwrap();
+        (dir, path, store, EpisodeKey::new("u", "e").unwrap())
+    }
+
     fn contents(messages: &[StoredMessage]) -> Vec<&str> {
         messages.iter().map(|m| m.content.as_str()).collect()
     }
@@ -700,10 +708,7 @@ mod tests {
     /// reply's; until then they are read back from memory, and closing the store saves them.
     #[tokio::test]
     async fn a_turn_is_one_durable_commit_and_closing_saves_what_is_pending() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("s.redb");
-        let store = EmbeddedStore::open(&path, Arc::new(SystemClock)).unwrap();
-        let key = EpisodeKey::new("u", "e").unwrap();
+        let (_dir, path, store, key) = fresh();
         store.record_user_message(&key, &StoredMessage::user("t1", "q1", 1), Some("r1")).await.unwrap();
         let mut episode = store.episode(&key).await.unwrap().expect("recorded");
         episode.shopping_response_id = Some("resp_1".into());
@@ -725,10 +730,7 @@ mod tests {
     /// sort-key order and within the limit; a reply saved again replaces what that view holds.
     #[tokio::test]
     async fn reads_merge_pending_writes_over_the_file() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("s.redb");
-        let store = EmbeddedStore::open(&path, Arc::new(SystemClock)).unwrap();
-        let key = EpisodeKey::new("u", "e").unwrap();
+        let (_dir, path, store, key) = fresh();
         let pk = key.pk();
         store.record_user_message(&key, &StoredMessage::user("t1", "q1", 1), None).await.unwrap();
         store
@@ -768,9 +770,7 @@ mod tests {
     /// A call that fails after writing part of its change leaves nothing of it behind.
     #[tokio::test]
     async fn a_failed_call_writes_nothing() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = EmbeddedStore::open(dir.path().join("s.redb"), Arc::new(SystemClock)).unwrap();
-        let key = EpisodeKey::new("u", "e").unwrap();
+        let (_dir, _, store, key) = fresh();
         let ttl = store.ttl(store.clock.now_ms());
         let failed = store.change(|view| {
             view.put(
