@@ -20,9 +20,11 @@
 //! with its reply, committed before `completed` is sent. Until then they live in memory, which is
 //! what redb's non-durable commits gave before, at three transactions and three thread hops per
 //! turn: a crash in between loses them either way (docs/storage.md, "Durability"). Closing the
-//! store (dropping it) flushes what is pending. If a flush fails its writes stay pending and the
-//! next flush tries them again; while flushes fail, at most [`MAX_WAITING_WRITES`] wait, and
-//! further writes are refused with [`StoreError::Unavailable`].
+//! store (dropping it) flushes what is pending. If a flush fails (the disk refused a write),
+//! the durable call gets the error; its writes stay pending, and reads still see them. redb then
+//! takes no further commit until the file is reopened, so every later flush fails too: while
+//! flushes fail, at most [`MAX_WAITING_WRITES`] wait, and further writes are refused with
+//! [`StoreError::Unavailable`]. Restarting the process reopens the file at its last commit.
 //!
 //! The file is locked while open (redb takes an exclusive `flock`), so one process uses it at a
 //! time. A second process waits for it up to [`LOCK_WAIT`], saying so on the log, which lets two
@@ -165,6 +167,11 @@ impl EmbeddedStore {
                 Err(e) => return Err(failed(&format!("cannot open the store file {}", path.display()), e)),
             }
         };
+        EmbeddedStore::on(db, path, clock)
+    }
+
+    /// A store on `db`, whose file (or other backend) is `path`.
+    fn on(db: Database, path: PathBuf, clock: Arc<dyn Clock>) -> Result<EmbeddedStore, StoreError> {
         let txn = db.begin_write().map_err(|e| failed("begin", e))?;
         txn.open_table(ITEMS).map_err(|e| failed("open table", e))?;
         txn.commit().map_err(|e| failed("commit", e))?;
@@ -816,6 +823,88 @@ mod tests {
         assert!((1..=turns as u64 / 2).contains(&commits), "{commits} commits for {turns} replies");
         // Nothing was left for the close to save: every reply was flushed before it returned.
         assert_eq!(lock(&store.pending).len, 0);
+    }
+
+    /// A disk that fails its writes once asked to: redb's in-memory backend, with a switch.
+    #[derive(Debug)]
+    struct FailingDisk {
+        inner: redb::backends::InMemoryBackend,
+        failing: Arc<std::sync::atomic::AtomicBool>,
+    }
+
+    impl FailingDisk {
+        fn check(&self) -> std::io::Result<()> {
+            if self.failing.load(Ordering::Relaxed) {
+                return Err(std::io::Error::other("no space left on device"));
+            }
+            Ok(())
+        }
+    }
+
+    impl redb::StorageBackend for FailingDisk {
+        fn len(&self) -> std::io::Result<u64> {
+            self.inner.len()
+        }
+        fn read(&self, offset: u64, len: usize) -> std::io::Result<Vec<u8>> {
+            self.inner.read(offset, len)
+        }
+        fn set_len(&self, len: u64) -> std::io::Result<()> {
+            self.check()?;
+            self.inner.set_len(len)
+        }
+        fn sync_data(&self, eventual: bool) -> std::io::Result<()> {
+            self.check()?;
+            self.inner.sync_data(eventual)
+        }
+        fn write(&self, offset: u64, data: &[u8]) -> std::io::Result<()> {
+            self.check()?;
+            self.inner.write(offset, data)
+        }
+    }
+
+    /// A flush the disk refuses is an error for the reply that asked for it, with what the disk
+    /// said; later calls neither hang nor panic, and what waits in memory stays bounded.
+    #[tokio::test]
+    async fn a_failing_disk_is_a_clear_error_and_keeps_memory_bounded() {
+        let failing = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let disk = FailingDisk { inner: redb::backends::InMemoryBackend::new(), failing: failing.clone() };
+        let db = Database::builder().create_with_backend(disk).unwrap();
+        let store = EmbeddedStore::on(db, "<failing disk>".into(), Arc::new(SystemClock)).unwrap();
+        let key = EpisodeKey::new("u", "e").unwrap();
+        store.record_user_message(&key, &StoredMessage::user("t1", "q1", 1), None).await.unwrap();
+        store.save_reply(&key, "t1", &[answer("t1", 1, "a1")]).await.unwrap();
+        failing.store(true, Ordering::Relaxed);
+        let refused = store.save_reply(&key, "t1", &[answer("t1", 1, "a2")]).await;
+        assert!(
+            matches!(&refused, Err(StoreError::Failed(m)) if m.contains("no space left on device")),
+            "{refused:?}"
+        );
+        // Reads go on, and so do writes, into memory: the refused reply is still seen.
+        let read = store.recent_messages(&key, 10).await.unwrap();
+        assert_eq!(contents(&read), ["q1", "a2"]);
+        // redb takes no more commits once one failed (until the file is reopened), even when the
+        // disk is back: every later flush is an error too, and nothing waits on it.
+        failing.store(false, Ordering::Relaxed);
+        let again = tokio::time::timeout(
+            Duration::from_secs(5),
+            store.save_reply(&key, "t1", &[answer("t1", 1, "a3")]),
+        )
+        .await
+        .expect("no call waits on a failed store");
+        assert!(matches!(again, Err(StoreError::Failed(_))), "{again:?}");
+        // Writes wait in memory up to the bound, then are refused, saying why.
+        let mut refused = None;
+        for i in 0..=MAX_WAITING_WRITES {
+            let turn = format!("w{i:05}");
+            if let Err(e) = store.record_user_message(&key, &StoredMessage::user(&turn, "q", 3), None).await {
+                refused = Some((i, e));
+                break;
+            }
+        }
+        let (at, e) = refused.expect("writes are refused once the bound is reached");
+        assert!(at < MAX_WAITING_WRITES, "refused after {at} writes");
+        assert!(matches!(&e, StoreError::Unavailable(m) if m.contains("writes are waiting")), "{e:?}");
+        assert_eq!(lock(&store.pending).len, MAX_WAITING_WRITES);
     }
 
     #[test]
