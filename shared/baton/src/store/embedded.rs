@@ -401,7 +401,7 @@ impl<'a> View<'a> {
         to: &str,
         mut f: impl FnMut(&str, &[u8]) -> Result<bool, StoreError>,
     ) -> Result<(), StoreError> {
-        // The writes not in the file, newest layer first for a key both hold, in descending order.
+        // The writes not in the file (this call's own over the pending ones), newest sort key first.
         let mut written: BTreeMap<&str, &Value> = BTreeMap::new();
         for layer in [self.pending, &self.staged] {
             if let Some(partition) = layer.get(pk) {

@@ -250,15 +250,17 @@ pub type SolveStream = std::pin::Pin<Box<dyn Stream<Item = Result<SolveChunk, Ve
 pub struct ForethoughtClient {
     http: crate::outbound::Client,
     config: std::sync::Arc<ForethoughtConfig>,
-    /// `<base_url>/solve/api/v1/conversation`, parsed once. `None` if it does not parse: each
-    /// call then fails on the URL, as it would have.
+    /// `<base_url>/solve/api/v1/conversation`, parsed once. `None` if it does not parse as a URL
+    /// with a path: each call then fails on the URL, as it would have.
     conversations: Option<reqwest::Url>,
 }
 
 impl ForethoughtClient {
     /// A client on a shared HTTP client (its connect timeout applies).
     pub fn with_client(http: crate::outbound::Client, config: ForethoughtConfig) -> ForethoughtClient {
-        let conversations = reqwest::Url::parse(&conversations_url(&config.base_url)).ok();
+        let conversations = reqwest::Url::parse(&conversations_url(&config.base_url))
+            .ok()
+            .filter(|url| !url.cannot_be_a_base());
         ForethoughtClient { http, config: std::sync::Arc::new(config), conversations }
     }
 
@@ -276,33 +278,36 @@ impl ForethoughtClient {
 
     /// Starts a conversation.
     pub fn start(&self, request: &SolveRequest) -> SolveStream {
-        let builder = match &self.conversations {
-            Some(url) => self.http.post(url.clone()),
-            None => self.http.post(conversations_url(&self.config.base_url)),
+        let builder = match self.url(None) {
+            Ok(url) => self.http.post(url),
+            Err(unparsed) => self.http.post(unparsed),
         };
         self.call(builder, request)
     }
 
     /// Continues `conversation_id`.
     pub fn continue_conversation(&self, conversation_id: &str, request: &SolveRequest) -> SolveStream {
-        let builder = match self.conversation_url(conversation_id) {
+        let builder = match self.url(Some(conversation_id)) {
             Ok(url) => self.http.put(url),
             Err(unparsed) => self.http.put(unparsed),
         };
         self.call(builder, request)
     }
 
-    /// The URL of conversation `conversation_id`, or its text if the base URL does not parse.
-    fn conversation_url(&self, conversation_id: &str) -> Result<reqwest::Url, String> {
+    /// The conversations endpoint, or conversation `id`'s under it; its text if the base URL
+    /// does not parse.
+    fn url(&self, id: Option<&str>) -> Result<reqwest::Url, String> {
         // Ids are opaque: keep one from breaking out of its path segment.
-        let id = conversation_id.replace(['/', '?', '#'], "_");
-        match &self.conversations {
-            Some(url) => {
+        let id = id.map(|id| id.replace(['/', '?', '#'], "_"));
+        match (&self.conversations, id) {
+            (Some(url), None) => Ok(url.clone()),
+            (Some(url), Some(id)) => {
                 let mut url = url.clone();
-                url.path_segments_mut().expect("an http(s) URL has path segments").push(&id);
+                url.path_segments_mut().expect("checked when the client was built").push(&id);
                 Ok(url)
             }
-            None => Err(format!("{}/{id}", conversations_url(&self.config.base_url))),
+            (None, None) => Err(conversations_url(&self.config.base_url)),
+            (None, Some(id)) => Err(format!("{}/{id}", conversations_url(&self.config.base_url))),
         }
     }
 
@@ -500,11 +505,14 @@ mod tests {
     fn a_conversation_id_stays_in_its_path_segment() {
         let client = ForethoughtClient::new(ForethoughtConfig::new("http://127.0.0.1:9/base/", "t")).unwrap();
         assert_eq!(
-            client.conversation_url("a/b?c#d e").unwrap().as_str(),
+            client.url(Some("a/b?c#d e")).unwrap().as_str(),
             "http://127.0.0.1:9/base/solve/api/v1/conversation/a_b_c_d%20e"
         );
         let unparsed = ForethoughtClient::new(ForethoughtConfig::new("not a url", "t")).unwrap();
-        assert_eq!(unparsed.conversation_url("c1").unwrap_err(), "not a url/solve/api/v1/conversation/c1");
+        assert_eq!(unparsed.url(Some("c1")).unwrap_err(), "not a url/solve/api/v1/conversation/c1");
+        // A URL with no path to add to is taken as text too (reqwest refuses it at the call).
+        let pathless = ForethoughtClient::new(ForethoughtConfig::new("mailto:support", "t")).unwrap();
+        assert_eq!(pathless.url(Some("c1")).unwrap_err(), "mailto:support/solve/api/v1/conversation/c1");
     }
 
     #[test]
