@@ -9,9 +9,10 @@
 //!    measured time minus the ideal (what a perfect merge on this script would show) for the
 //!    first event, the first text, the first sub-agent text, content done, and the longest
 //!    silence between two texts, plus whether each agent's end came after its last text. The
-//!    scripted servers record when each frame left them, so content done is also split into
-//!    how late the test servers themselves were (their timers, their handling of a request)
-//!    and what is left: Baton's share. It also prints the `serve` process's CPU per mixed turn
+//!    scripted servers keep the script's time to a fraction of a millisecond and record when
+//!    each frame left them, so content done is also split into how late the test servers
+//!    themselves were (their timers, their handling of a request) and what is left: Baton's
+//!    share. It also prints the `serve` process's CPU per mixed turn
 //!    (over the measured turns, to the nanosecond: see [`Cpu`]): models that stream at a human
 //!    pace wake the process once per frame, which zero-latency turns do not show.
 //! 2. Zero-latency models: wall time per turn (median, p90) on a kept-alive connection, and the
@@ -216,6 +217,9 @@ impl Servers {
     async fn start(zero: bool) -> Servers {
         let models = ScriptedServer::start().await.unwrap();
         let support = ForethoughtServer::start().await.unwrap();
+        // The ideal is the script's schedule: the servers keep it to a fraction of a millisecond.
+        models.keep_exact_time();
+        support.keep_exact_time();
         let gap = |d: Duration| if zero { Duration::ZERO } else { d };
         models.set_default("orch", orchestrator_reply().chunk_delay(gap(ORCH_GAP)));
         // The first chunk (the role) goes with the headers, the first token one gap later.
@@ -228,9 +232,9 @@ impl Servers {
 
     /// How late the test servers themselves were on the last turn's content-done path, in ms:
     /// the orchestrator model's stream and the stream of the agent that spoke last (`last`),
-    /// each from its request's arrival to its last frame, against its script. Their timers wake
-    /// up to a millisecond late and they take a moment to answer a request; none of that is
-    /// Baton's, and a perfect merge would be as late.
+    /// each from its request's arrival to its last frame, against its script. They keep exact
+    /// time (`keep_exact_time`), but a timer still wakes a little late and they take a moment to
+    /// answer a request; none of that is Baton's, and a perfect merge would be as late.
     fn lateness(&self, ideal: &Ideal, last: &str) -> f64 {
         let late = |took: Option<Duration>, script: Duration| took.map_or(0.0, |t| ms(t) - ms(script));
         let orch = self.models.requests_for("orch").pop().expect("the orchestrator model was called");

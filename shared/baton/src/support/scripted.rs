@@ -16,7 +16,7 @@ use axum::routing::{post, put};
 use serde_json::{Value, json};
 use tokio::sync::Semaphore;
 
-use crate::model::scripted::{LoopbackServer, Pacing, paced_body};
+use crate::model::scripted::{LoopbackServer, Pacing, paced_body, wait_until};
 
 /// How a chunked answer is framed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -186,6 +186,8 @@ struct ServerState {
     replies: Mutex<VecDeque<FtReply>>,
     requests: Mutex<Vec<FtRequest>>,
     starts: Mutex<usize>,
+    /// Delays kept to a fraction of a millisecond ([`ForethoughtServer::keep_exact_time`]).
+    exact: std::sync::atomic::AtomicBool,
 }
 
 /// A scripted Forethought server on loopback. Stops when dropped.
@@ -213,6 +215,15 @@ impl ForethoughtServer {
     /// Queues `reply` for the next request (start or continue).
     pub fn push(&self, reply: impl Into<FtReply>) -> &Self {
         self.state.replies.lock().expect("replies lock").push_back(reply.into());
+        self
+    }
+
+    /// Keeps every delay of a script to within about a tenth of a millisecond instead of
+    /// tokio's whole milliseconds, like [`ScriptedServer::keep_exact_time`].
+    ///
+    /// [`ScriptedServer::keep_exact_time`]: crate::model::scripted::ScriptedServer::keep_exact_time
+    pub fn keep_exact_time(&self) -> &Self {
+        self.state.exact.store(true, std::sync::atomic::Ordering::Relaxed);
         self
     }
 
@@ -286,7 +297,8 @@ async fn answer(
         }))
         .into_response(),
         Some(FtReply::Stream(script)) => {
-            tokio::time::sleep(script.first_byte_delay).await;
+            let exact = state.exact.load(std::sync::atomic::Ordering::Relaxed);
+            wait_until(tokio::time::Instant::now() + script.first_byte_delay, exact).await;
             let id = script.conversation_id.clone().unwrap_or(default_id);
             let content_type = match script.framing {
                 Framing::Ndjson => "application/x-ndjson",
@@ -308,6 +320,7 @@ async fn answer(
                 cut_after: script.cut_after,
                 stall_after: script.stall_after,
                 gate: script.gate.clone(),
+                exact,
             };
             let sent = state.clone();
             let on_frame = move |i: usize| {

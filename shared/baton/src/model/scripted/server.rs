@@ -197,6 +197,8 @@ struct ServerState {
     queues: Mutex<HashMap<String, VecDeque<Queued>>>,
     defaults: Mutex<HashMap<String, Reply>>,
     requests: Mutex<Vec<RecordedRequest>>,
+    /// Delays kept to a fraction of a millisecond ([`ScriptedServer::keep_exact_time`]).
+    exact: std::sync::atomic::AtomicBool,
 }
 
 /// A router served on `127.0.0.1:0` until dropped; the base of the scripted servers.
@@ -297,6 +299,15 @@ impl ScriptedServer {
     /// Answers every request for `model` with `reply` once its queue is empty.
     pub fn set_default(&self, model: &str, reply: impl Into<Reply>) -> &Self {
         self.state.defaults.lock().expect("defaults lock").insert(model.to_owned(), reply.into());
+        self
+    }
+
+    /// Keeps every delay of a script to within about a tenth of a millisecond instead of
+    /// tokio's whole milliseconds (see [`wait_until`]). For the latency benchmark, whose ideal is
+    /// the script's schedule; each waiting frame then holds a blocking-pool thread for its last
+    /// two milliseconds, so a test with thousands of paced streams leaves it off.
+    pub fn keep_exact_time(&self) -> &Self {
+        self.state.exact.store(true, std::sync::atomic::Ordering::Relaxed);
         self
     }
 
@@ -409,7 +420,8 @@ async fn answer(
                 // Closing the gate's semaphore releases everyone; a closed gate is not an error.
                 drop(gate.acquire().await);
             }
-            tokio::time::sleep(script.first_byte_delay).await;
+            let exact = state.exact.load(std::sync::atomic::Ordering::Relaxed);
+            wait_until(tokio::time::Instant::now() + script.first_byte_delay, exact).await;
             mark_first_byte();
             let (frames, trailer) = match api {
                 Api::ChatCompletions => (
@@ -432,6 +444,7 @@ async fn answer(
                 cut_after: script.cut_after,
                 stall_after: script.stall_after,
                 gate: None,
+                exact,
             };
             let sent = state.clone();
             let on_frame = move |_| {
@@ -496,6 +509,25 @@ pub(crate) struct Pacing {
     pub(crate) stall_after: Option<usize>,
     /// Hold frame `n` until the semaphore has a permit.
     pub(crate) gate: Option<(usize, Arc<Semaphore>)>,
+    /// Keep the delays exactly ([`wait_until`]).
+    pub(crate) exact: bool,
+}
+
+/// Waits until `deadline`. Tokio's timer counts whole milliseconds and wakes up to one late;
+/// with `exact`, it only sleeps to two milliseconds before the deadline and an OS thread on the
+/// blocking pool sleeps the rest, which wakes within about a tenth of a millisecond.
+pub(crate) async fn wait_until(deadline: tokio::time::Instant, exact: bool) {
+    if !exact {
+        return tokio::time::sleep_until(deadline).await;
+    }
+    if let Some(coarse) = deadline.checked_sub(Duration::from_millis(2)) {
+        tokio::time::sleep_until(coarse).await;
+    }
+    let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+    if !left.is_zero() {
+        // Only a panic in `sleep` could fail the join; the wait is over either way.
+        let _ = tokio::task::spawn_blocking(move || std::thread::sleep(left)).await;
+    }
 }
 
 /// Calls its function with whether the body was sent whole when it is dropped.
@@ -532,7 +564,7 @@ pub(crate) fn paced_body(
             // to a millisecond late, and relative sleeps would add that up over a long stream.
             if i > 0 && !pacing.chunk_delay.is_zero() {
                 let due = pacing.chunk_delay.saturating_mul(u32::try_from(i).unwrap_or(u32::MAX));
-                tokio::time::sleep_until(start + due).await;
+                wait_until(start + due, pacing.exact).await;
             }
             if let Some((n, gate)) = &pacing.gate {
                 if *n == i {
@@ -598,6 +630,15 @@ mod tests {
             let parts = split_even(s, n);
             assert_eq!(parts.concat(), s);
             assert!(parts.len() <= n);
+        }
+    }
+    #[tokio::test]
+    async fn exact_waits_end_at_or_after_their_deadline() {
+        // A scripted frame must never go out early: the benchmark's ideal is a lower bound.
+        for (exact, after) in [(true, 0), (true, 1), (true, 3), (false, 3), (true, 7)] {
+            let deadline = tokio::time::Instant::now() + Duration::from_micros(after * 700);
+            wait_until(deadline, exact).await;
+            assert!(tokio::time::Instant::now() >= deadline, "woke early (exact: {exact}, {after})");
         }
     }
 }
