@@ -115,61 +115,6 @@ fn failed(what: &str, e: impl std::fmt::Display) -> StoreError {
     StoreError::Failed(format!("{what}: {e}"))
 }
 
-/// The store file, grown with zeros written instead of holes.
-///
-/// redb grows its file with `set_len` (doubling, then a 16 MiB region at a time) and commits
-/// into the new space. Left as a hole, each commit's `fdatasync` would also allocate the blocks
-/// it wrote and write the inode that records them: another I/O, and on a VM another exit, for
-/// every turn (docs/benchmarks.md, step 16). Written as zeros once when the file grows, those
-/// blocks exist: later commits overwrite them, and `fdatasync` writes only their pages. The price
-/// is that the growth's zeros go to disk with the next commit, once per step of growth, and that
-/// the file's unused tail takes disk space instead of being sparse.
-#[derive(Debug)]
-struct ZeroFilled {
-    file: std::fs::File,
-    disk: redb::backends::FileBackend,
-}
-
-impl ZeroFilled {
-    /// Opens (or creates) the file at `path` and takes its lock, as redb's own `create` does.
-    fn open(path: &Path) -> Result<ZeroFilled, redb::DatabaseError> {
-        let file = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(false).open(path)?;
-        let disk = redb::backends::FileBackend::new(file.try_clone()?)?;
-        Ok(ZeroFilled { file, disk })
-    }
-}
-
-impl redb::StorageBackend for ZeroFilled {
-    fn len(&self) -> std::io::Result<u64> {
-        self.disk.len()
-    }
-
-    fn read(&self, offset: u64, len: usize) -> std::io::Result<Vec<u8>> {
-        self.disk.read(offset, len)
-    }
-
-    fn set_len(&self, len: u64) -> std::io::Result<()> {
-        use std::os::unix::fs::FileExt;
-        static ZEROS: [u8; 64 * 1024] = [0; 64 * 1024];
-        let mut at = self.disk.len()?;
-        self.disk.set_len(len)?;
-        while at < len {
-            let n = usize::try_from(len - at).map_or(ZEROS.len(), |left| left.min(ZEROS.len()));
-            self.file.write_all_at(&ZEROS[..n], at)?;
-            at += n as u64;
-        }
-        Ok(())
-    }
-
-    fn sync_data(&self, eventual: bool) -> std::io::Result<()> {
-        self.disk.sync_data(eventual)
-    }
-
-    fn write(&self, offset: u64, data: &[u8]) -> std::io::Result<()> {
-        self.disk.write(offset, data)
-    }
-}
-
 /// Locks `m`. Nothing is left half-written under these locks (a call's writes join the pending
 /// ones only once it has succeeded), so a panic elsewhere does not spoil what they guard.
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -198,9 +143,7 @@ impl EmbeddedStore {
         let give_up = std::time::Instant::now() + wait;
         let mut said = false;
         let db = loop {
-            match ZeroFilled::open(&path)
-                .and_then(|disk| Database::builder().set_cache_size(CACHE_BYTES).create_with_backend(disk))
-            {
+            match Database::builder().set_cache_size(CACHE_BYTES).create(&path) {
                 Ok(db) => break db,
                 Err(redb::DatabaseError::DatabaseAlreadyOpen) if std::time::Instant::now() < give_up => {
                     if !said {
@@ -788,33 +731,6 @@ mod tests {
         assert_eq!(contents(&store.recent_messages(&key, 10).await.unwrap()), ["q1", "a1", "q2"]);
         let episode = store.episode(&key).await.unwrap().unwrap();
         assert_eq!((episode.version, episode.shopping_response_id.as_deref()), (3, Some("resp_1")));
-    }
-
-    /// The file grows with zeros written, not holes: every byte of its length has a block on
-    /// disk, so a commit's `fdatasync` need not allocate any (nor write the inode).
-    #[tokio::test]
-    async fn the_file_grows_without_holes() {
-        use std::os::unix::fs::MetadataExt;
-        let (_dir, path, store, key) = fresh();
-        let first = std::fs::metadata(&path).unwrap().len();
-        let long = "x".repeat(64 * 1024);
-        for turn in 0..64 {
-            let id = format!("t{turn}");
-            store.save_reply(&key, &id, &[answer(&id, turn + 1, &long)]).await.unwrap();
-        }
-        let grown = std::fs::metadata(&path).unwrap();
-        assert!(grown.len() >= first + 4 * 1024 * 1024, "the file grew: {first} → {} bytes", grown.len());
-        assert!(
-            grown.blocks() * 512 >= grown.len(),
-            "{} bytes on disk for a {}-byte file: it has holes",
-            grown.blocks() * 512,
-            grown.len()
-        );
-        drop(store);
-        let store = EmbeddedStore::open(&path, Arc::new(SystemClock)).unwrap();
-        let recent = store.recent_messages(&key, 100).await.unwrap();
-        assert_eq!(recent.len(), 64);
-        assert!(recent.iter().all(|m| m.content == long));
     }
 
     /// Reads see the writes not yet in the file over the file's items, removals included, in
