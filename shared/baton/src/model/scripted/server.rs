@@ -303,9 +303,11 @@ impl ScriptedServer {
     }
 
     /// Keeps every delay of a script to within about a tenth of a millisecond instead of
-    /// tokio's whole milliseconds (see [`wait_until`]). For the latency benchmark, whose ideal is
-    /// the script's schedule; each waiting frame then holds a blocking-pool thread for its last
-    /// two milliseconds, so a test with thousands of paced streams leaves it off.
+    /// tokio's whole milliseconds: the server sleeps with tokio to two milliseconds before a
+    /// frame is due and sleeps the rest on an OS thread, and a zero delay does not wait at all.
+    /// For the latency benchmark, whose ideal is the script's schedule; each waiting frame then
+    /// holds a blocking-pool thread for its last two milliseconds, so a test with thousands of
+    /// paced streams leaves it off.
     pub fn keep_exact_time(&self) -> &Self {
         self.state.exact.store(true, std::sync::atomic::Ordering::Relaxed);
         self
@@ -513,14 +515,17 @@ pub(crate) struct Pacing {
     pub(crate) exact: bool,
 }
 
-/// Waits until `deadline`. Tokio's timer counts whole milliseconds and wakes up to one late;
-/// with `exact`, it only sleeps to two milliseconds before the deadline and an OS thread on the
-/// blocking pool sleeps the rest, which wakes within about a tenth of a millisecond.
+/// Waits until `deadline`. Tokio's timer counts whole milliseconds and wakes up to one late
+/// (a zero delay too: its deadline rounds up to the next tick); with `exact`, it only sleeps to two
+/// milliseconds before the deadline and an OS thread on the blocking pool sleeps the rest, which
+/// wakes within about a tenth of a millisecond, and a deadline already past does not wait.
 pub(crate) async fn wait_until(deadline: tokio::time::Instant, exact: bool) {
     if !exact {
         return tokio::time::sleep_until(deadline).await;
     }
-    if let Some(coarse) = deadline.checked_sub(Duration::from_millis(2)) {
+    if let Some(coarse) =
+        deadline.checked_sub(Duration::from_millis(2)).filter(|c| *c > tokio::time::Instant::now())
+    {
         tokio::time::sleep_until(coarse).await;
     }
     let left = deadline.saturating_duration_since(tokio::time::Instant::now());
