@@ -637,6 +637,7 @@ mod tests {
             assert!(parts.len() <= n);
         }
     }
+
     #[tokio::test]
     async fn exact_waits_end_at_or_after_their_deadline() {
         // A scripted frame must never go out early: the benchmark's ideal is a lower bound.
