@@ -16,7 +16,8 @@
 //!    (over the measured turns, to the nanosecond: see [`Cpu`]): models that stream at a human
 //!    pace wake the process once per frame, which zero-latency turns do not show.
 //! 2. Zero-latency models: wall time per turn (median, p90) on a kept-alive connection, and the
-//!    `serve` process's CPU per turn over N turns. The variants run side by side and take turns
+//!    `serve` process's CPU and wake-ups per turn over N turns, and that CPU less the floor's
+//!    cost of as many wake-ups (what is left once the host's price of being woken is paid). The variants run side by side and take turns
 //!    in rounds, so their ratios hold on a host whose load drifts during the run.
 //!
 //! 3. `store`: what a turn's durable writes cost in the embedded store (read the recent
@@ -642,17 +643,18 @@ async fn latency(turns: usize, zero_turns: usize) {
         "   -- zero-latency models, {zero_turns} turns on a kept-alive connection (the variants take turns, {ROUNDS} rounds)"
     );
     println!(
-        "   {:<26} {:>13} {:>13} {:>16} {:>14}",
-        "", "wall p50 ms", "wall p90 ms", "serve CPU/turn", "wake-ups/turn"
+        "   {:<26} {:>13} {:>13} {:>16} {:>14} {:>15}",
+        "", "wall p50 ms", "wall p90 ms", "serve CPU/turn", "wake-ups/turn", "over the floor"
     );
     for (v, f) in variants.iter().zip(&all) {
         println!(
-            "   {:<26} {:>13.2} {:>13.2} {:>13.3} ms {:>14.1}",
+            "   {:<26} {:>13.2} {:>13.2} {:>13.3} ms {:>14.1} {:>12.3} ms",
             v.name,
             f.wall_p50,
             f.wall_p90,
             ms(f.cpu),
-            f.wakeups
+            f.wakeups,
+            ms(f.cpu) - f.wakeups * ms(floor_per_wakeup)
         );
     }
     // Ratios against the default variant, from this run.
