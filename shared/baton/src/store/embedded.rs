@@ -21,10 +21,14 @@
 //! what redb's non-durable commits gave before, at three transactions and three thread hops per
 //! turn: a crash in between loses them either way (docs/storage.md, "Durability"). Closing the
 //! store (dropping it) flushes what is pending. If a flush fails (the disk refused a write),
-//! the durable call gets the error; its writes stay pending, and reads still see them. redb then
-//! takes no further commit until the file is reopened, so every later flush fails too: while
-//! flushes fail, at most [`MAX_WAITING_WRITES`] wait, and further writes are refused with
-//! [`StoreError::Unavailable`]. Restarting the process reopens the file at its last commit.
+//! the durable call gets the error; its writes stay pending, and reads still see them. redb takes
+//! no further commit on that handle, so the next flush drops it and opens the file again (redb
+//! recovers it at its last commit) before it commits everything still pending: once the disk
+//! takes writes again, nothing that waited is lost and no restart is needed. If the disk still
+//! refuses, that open fails too: the flush is an error, and every call tries the open again
+//! first, answering [`StoreError::Unavailable`] until it succeeds. While flushes fail, at most
+//! [`MAX_WAITING_WRITES`] writes wait, and further writes are refused with
+//! [`StoreError::Unavailable`].
 //!
 //! The file is locked while open (redb takes an exclusive `flock`), so one process uses it at a
 //! time. A second process waits for it up to [`LOCK_WAIT`], saying so on the log, which lets two
@@ -75,17 +79,24 @@ type Value = Option<Arc<[u8]>>;
 /// Writes by partition and sort key, each with the number of the call that made it.
 type Layer = BTreeMap<String, BTreeMap<String, (u64, Value)>>;
 
-/// The writes the file does not hold yet, newest per key.
+/// The writes the file does not hold yet, newest per key, and the open file.
 #[derive(Default)]
 struct Pending {
+    /// The open file. Views borrow it under this lock; a flush takes a clone to commit without
+    /// holding the lock. `None` only while a reopen after a failed flush has not succeeded.
+    db: Option<Arc<Database>>,
     writes: Layer,
     /// How many keys `writes` holds.
     len: usize,
     /// The number of the last call that wrote.
     last: u64,
-    /// Whether the last flush failed.
+    /// Whether the last flush failed: redb takes no further commit on that handle, so the next
+    /// flush reopens the file first.
     failing: bool,
 }
+
+/// Opens the store's file again (after a failed flush).
+type Reopen = dyn Fn() -> Result<Database, redb::DatabaseError> + Send + Sync;
 
 /// What flushes share: the number of the last call whose writes are on disk.
 #[derive(Default)]
@@ -95,8 +106,8 @@ struct Flushed {
 
 /// A file-backed [`Store`].
 pub struct EmbeddedStore {
-    db: Arc<Database>,
     pending: Arc<Mutex<Pending>>,
+    reopen: Arc<Reopen>,
     flushed: Arc<Mutex<Flushed>>,
     commits: Arc<AtomicU64>,
     calls: Arc<tokio::sync::Semaphore>,
@@ -167,17 +178,24 @@ impl EmbeddedStore {
                 Err(e) => return Err(failed(&format!("cannot open the store file {}", path.display()), e)),
             }
         };
-        EmbeddedStore::on(db, path, clock)
+        let file = path.clone();
+        let reopen = move || Database::builder().set_cache_size(CACHE_BYTES).create(&file);
+        EmbeddedStore::on(db, path, Arc::new(reopen), clock)
     }
 
-    /// A store on `db`, whose file (or other backend) is `path`.
-    fn on(db: Database, path: PathBuf, clock: Arc<dyn Clock>) -> Result<EmbeddedStore, StoreError> {
+    /// A store on `db`, whose file (or other backend) is `path` and which `reopen` opens again.
+    fn on(
+        db: Database,
+        path: PathBuf,
+        reopen: Arc<Reopen>,
+        clock: Arc<dyn Clock>,
+    ) -> Result<EmbeddedStore, StoreError> {
         let txn = db.begin_write().map_err(|e| failed("begin", e))?;
         txn.open_table(ITEMS).map_err(|e| failed("open table", e))?;
         txn.commit().map_err(|e| failed("commit", e))?;
         Ok(EmbeddedStore {
-            db: Arc::new(db),
-            pending: Arc::default(),
+            pending: Arc::new(Mutex::new(Pending { db: Some(Arc::new(db)), ..Pending::default() })),
+            reopen,
             flushed: Arc::default(),
             commits: Arc::default(),
             calls: Arc::new(tokio::sync::Semaphore::new(MAX_CONCURRENT_CALLS)),
@@ -230,7 +248,8 @@ impl EmbeddedStore {
             )));
         }
         let (out, staged) = {
-            let mut view = View::of(&self.db, &pending)?;
+            self.open_again_if_closed(&mut pending)?;
+            let mut view = View::of(&pending)?;
             let out = f(&mut view)?;
             (out, view.staged)
         };
@@ -254,8 +273,28 @@ impl EmbeddedStore {
 
     /// Runs `f` on a view of the store as every call before this one left it.
     fn read<T>(&self, f: impl FnOnce(&View<'_>) -> Result<T, StoreError>) -> Result<T, StoreError> {
-        let pending = lock(&self.pending);
-        f(&View::of(&self.db, &pending)?)
+        let mut pending = lock(&self.pending);
+        self.open_again_if_closed(&mut pending)?;
+        f(&View::of(&pending)?)
+    }
+
+    /// If a flush closed the file and could not open it again (the disk still refused), tries
+    /// again, here: nothing else would. This blocks the calling thread for an open, but only
+    /// after a failed write, and only until an open succeeds.
+    fn open_again_if_closed(&self, pending: &mut Pending) -> Result<(), StoreError> {
+        if pending.db.is_some() {
+            return Ok(());
+        }
+        match (self.reopen)() {
+            Ok(db) => {
+                pending.db = Some(Arc::new(db));
+                Ok(())
+            }
+            Err(e) => Err(StoreError::Unavailable(format!(
+                "the store file {} is closed: it could not be opened again after a failed write: {e}",
+                self.path.display()
+            ))),
+        }
     }
 
     /// Returns once the writes of call `upto` and every call before it are on disk: at once if a
@@ -263,8 +302,8 @@ impl EmbeddedStore {
     /// time, each taking every pending write, so concurrent callers share commits). A caller that
     /// stops waiting does not stop the flush.
     async fn flush(&self, upto: u64) -> Result<(), StoreError> {
-        let (db, pending, flushed, commits) =
-            (self.db.clone(), self.pending.clone(), self.flushed.clone(), self.commits.clone());
+        let (pending, flushed, commits, reopen) =
+            (self.pending.clone(), self.flushed.clone(), self.commits.clone(), self.reopen.clone());
         let permit = self.calls.clone().acquire_owned().await.expect("the semaphore is never closed");
         tokio::task::spawn_blocking(move || {
             let _permit = permit;
@@ -272,7 +311,7 @@ impl EmbeddedStore {
             if flushed.upto >= upto {
                 return Ok(());
             }
-            flush_pending(&db, &pending, &mut flushed, &commits)
+            flush_pending(&pending, &mut flushed, &commits, &*reopen)
         })
         .await
         .map_err(|e| failed("store task", e))?
@@ -285,15 +324,30 @@ impl EmbeddedStore {
 
 /// Commits every pending write in one durable transaction and forgets those not written again
 /// meanwhile. The caller holds `flushed`, so flushes run one at a time, each after the last.
+///
+/// After a failed flush it first reopens the file (`reopen`): redb takes no further commit on a
+/// handle whose commit failed, and a new handle recovers the file at its last commit, so the
+/// writes still pending reach the disk once it takes them again, with no restart.
 fn flush_pending(
-    db: &Database,
     pending: &Mutex<Pending>,
     flushed: &mut Flushed,
     commits: &AtomicU64,
+    reopen: &Reopen,
 ) -> Result<(), StoreError> {
-    let (batch, upto) = {
-        let pending = lock(pending);
-        (pending.writes.clone(), pending.last)
+    let (db, batch, upto) = {
+        let mut guard = lock(pending);
+        if guard.failing || guard.db.is_none() {
+            // The file's lock is held until the old handle is gone. Views borrow it only under
+            // this lock and flushes run one at a time, so this is its last reference: reads fail
+            // as closed until the new one is in.
+            drop(guard.db.take());
+            drop(guard);
+            let db = reopen().map_err(|e| failed("reopen the store file after a failed write", e))?;
+            guard = lock(pending);
+            guard.db = Some(Arc::new(db));
+        }
+        let db = guard.db.clone().expect("the file is open");
+        (db, guard.writes.clone(), guard.last)
     };
     if batch.is_empty() {
         flushed.upto = upto;
@@ -345,7 +399,7 @@ impl Drop for EmbeddedStore {
     /// Closing the store flushes what is pending (after any flush still running).
     fn drop(&mut self) {
         let mut flushed = lock(&self.flushed);
-        if let Err(e) = flush_pending(&self.db, &self.pending, &mut flushed, &self.commits) {
+        if let Err(e) = flush_pending(&self.pending, &mut flushed, &self.commits, &*self.reopen) {
             let waiting = lock(&self.pending).len;
             tracing::error!(path = %self.path.display(), error = %e, waiting, "the store was closed with writes not saved");
         }
@@ -360,7 +414,11 @@ struct View<'a> {
 }
 
 impl<'a> View<'a> {
-    fn of(db: &Database, pending: &'a Pending) -> Result<View<'a>, StoreError> {
+    fn of(pending: &'a Pending) -> Result<View<'a>, StoreError> {
+        let db = pending
+            .db
+            .as_deref()
+            .ok_or_else(|| StoreError::Unavailable("the store file is closed".into()))?;
         let txn = db.begin_read().map_err(|e| failed("begin", e))?;
         let table = txn.open_table(ITEMS).map_err(|e| failed("open table", e))?;
         Ok(View { table, pending: &pending.writes, staged: Layer::new() })
@@ -733,6 +791,35 @@ mod tests {
         assert_eq!((episode.version, episode.shopping_response_id.as_deref()), (3, Some("resp_1")));
     }
 
+    /// A store file on disk is opened again in the same process once its handle is dropped (its
+    /// lock goes with the handle): after a failed flush, the next one reopens it and commits.
+    #[tokio::test]
+    async fn a_file_is_opened_again_after_a_failed_flush() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.redb");
+        let opens = Arc::new(AtomicU64::new(0));
+        let (file, counted) = (path.clone(), opens.clone());
+        let reopen = move || {
+            counted.fetch_add(1, Ordering::Relaxed);
+            Database::builder().create(&file)
+        };
+        let db = Database::builder().create(&path).unwrap();
+        let store = EmbeddedStore::on(db, path.clone(), Arc::new(reopen), Arc::new(SystemClock)).unwrap();
+        let key = EpisodeKey::new("u", "e").unwrap();
+        store.record_user_message(&key, &StoredMessage::user("t1", "q1", 1), None).await.unwrap();
+        store.save_reply(&key, "t1", &[answer("t1", 1, "a1")]).await.unwrap();
+        assert_eq!(opens.load(Ordering::Relaxed), 0);
+        // What a refused commit leaves: the flag, and the writes waiting.
+        lock(&store.pending).failing = true;
+        store.record_user_message(&key, &StoredMessage::user("t2", "q2", 2), None).await.unwrap();
+        store.save_reply(&key, "t2", &[answer("t2", 2, "a2")]).await.unwrap();
+        assert_eq!(opens.load(Ordering::Relaxed), 1, "the flush opened the file again");
+        assert!(!lock(&store.pending).failing);
+        drop(store);
+        let store = EmbeddedStore::open(&path, Arc::new(SystemClock)).unwrap();
+        assert_eq!(contents(&store.recent_messages(&key, 10).await.unwrap()), ["q1", "a1", "q2", "a2"]);
+    }
+
     /// Reads see the writes not yet in the file over the file's items, removals included, in
     /// sort-key order and within the limit; a reply saved again replaces what that view holds.
     #[tokio::test]
@@ -825,14 +912,40 @@ mod tests {
         assert_eq!(lock(&store.pending).len, 0);
     }
 
-    /// A disk that fails its writes once asked to: redb's in-memory backend, with a switch.
-    #[derive(Debug)]
+    /// A disk that fails its writes once asked to: redb's in-memory backend, with a switch. Its
+    /// clones are the same disk, as two opens of one file are.
+    #[derive(Debug, Clone)]
     struct FailingDisk {
-        inner: redb::backends::InMemoryBackend,
+        inner: Arc<redb::backends::InMemoryBackend>,
         failing: Arc<std::sync::atomic::AtomicBool>,
     }
 
     impl FailingDisk {
+        fn new() -> FailingDisk {
+            FailingDisk { inner: Arc::new(redb::backends::InMemoryBackend::new()), failing: Arc::default() }
+        }
+
+        fn fail(&self, failing: bool) {
+            self.failing.store(failing, Ordering::Relaxed);
+        }
+
+        fn open(&self) -> Result<Database, redb::DatabaseError> {
+            Database::builder().create_with_backend(self.clone())
+        }
+
+        /// A store on this disk, reopening it on this disk.
+        fn store(&self) -> EmbeddedStore {
+            let disk = self.clone();
+            let reopen = move || disk.open();
+            EmbeddedStore::on(
+                self.open().unwrap(),
+                "<failing disk>".into(),
+                Arc::new(reopen),
+                Arc::new(SystemClock),
+            )
+            .unwrap()
+        }
+
         fn check(&self) -> std::io::Result<()> {
             if self.failing.load(Ordering::Relaxed) {
                 return Err(std::io::Error::other("no space left on device"));
@@ -863,17 +976,17 @@ mod tests {
     }
 
     /// A flush the disk refuses is an error for the reply that asked for it, with what the disk
-    /// said; later calls neither hang nor panic, and what waits in memory stays bounded.
+    /// said; later calls neither hang nor panic; once the disk takes writes again, the next flush
+    /// reopens the file and saves what waited, with no restart; and what waits in memory stays
+    /// bounded.
     #[tokio::test]
-    async fn a_failing_disk_is_a_clear_error_and_keeps_memory_bounded() {
-        let failing = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let disk = FailingDisk { inner: redb::backends::InMemoryBackend::new(), failing: failing.clone() };
-        let db = Database::builder().create_with_backend(disk).unwrap();
-        let store = EmbeddedStore::on(db, "<failing disk>".into(), Arc::new(SystemClock)).unwrap();
+    async fn a_failing_disk_is_a_clear_error_recovers_and_keeps_memory_bounded() {
+        let disk = FailingDisk::new();
+        let store = disk.store();
         let key = EpisodeKey::new("u", "e").unwrap();
         store.record_user_message(&key, &StoredMessage::user("t1", "q1", 1), None).await.unwrap();
         store.save_reply(&key, "t1", &[answer("t1", 1, "a1")]).await.unwrap();
-        failing.store(true, Ordering::Relaxed);
+        disk.fail(true);
         let refused = store.save_reply(&key, "t1", &[answer("t1", 1, "a2")]).await;
         assert!(
             matches!(&refused, Err(StoreError::Failed(m)) if m.contains("no space left on device")),
@@ -882,17 +995,31 @@ mod tests {
         // Reads go on, and so do writes, into memory: the refused reply is still seen.
         let read = store.recent_messages(&key, 10).await.unwrap();
         assert_eq!(contents(&read), ["q1", "a2"]);
-        // redb takes no more commits once one failed (until the file is reopened), even when the
-        // disk is back: every later flush is an error too, and nothing waits on it.
-        failing.store(false, Ordering::Relaxed);
+        store.record_user_message(&key, &StoredMessage::user("t2", "q2", 2), None).await.unwrap();
+        // While the disk still refuses, the next flush cannot reopen the file either: an error,
+        // and reads say the file is closed rather than answer from half of it.
         let again = tokio::time::timeout(
             Duration::from_secs(5),
-            store.save_reply(&key, "t1", &[answer("t1", 1, "a3")]),
+            store.save_reply(&key, "t2", &[answer("t2", 2, "b1")]),
         )
         .await
         .expect("no call waits on a failed store");
-        assert!(matches!(again, Err(StoreError::Failed(_))), "{again:?}");
-        // Writes wait in memory up to the bound, then are refused, saying why.
+        assert!(matches!(&again, Err(StoreError::Failed(m)) if m.contains("reopen")), "{again:?}");
+        let closed = store.recent_messages(&key, 10).await;
+        assert!(matches!(&closed, Err(StoreError::Unavailable(m)) if m.contains("closed")), "{closed:?}");
+        // The disk is back: the next reply reopens the file and saves everything that waited.
+        disk.fail(false);
+        store.save_reply(&key, "t2", &[answer("t2", 2, "b2")]).await.unwrap();
+        assert_eq!(contents(&store.recent_messages(&key, 10).await.unwrap()), ["q1", "a2", "q2", "b2"]);
+        assert_eq!(lock(&store.pending).len, 0);
+        drop(store);
+        let restarted = disk.store();
+        assert_eq!(contents(&restarted.recent_messages(&key, 10).await.unwrap()), ["q1", "a2", "q2", "b2"]);
+        // The disk fails again. While flushes fail, writes wait in memory up to the bound, then
+        // are refused, saying why.
+        let store = restarted;
+        disk.fail(true);
+        assert!(store.save_reply(&key, "t2", &[answer("t2", 2, "b3")]).await.is_err());
         let mut refused = None;
         for i in 0..=MAX_WAITING_WRITES {
             let turn = format!("w{i:05}");
