@@ -338,12 +338,11 @@ fn flush_pending(
         let mut guard = lock(pending);
         if guard.failing || guard.db.is_none() {
             // The file's lock is held until the old handle is gone. Views borrow it only under
-            // this lock and flushes run one at a time, so this is its last reference: reads fail
-            // as closed until the new one is in.
+            // this lock and flushes run one at a time, so this is its last reference. The open
+            // runs under this lock too, as every open does (`open_again_if_closed`), so two never
+            // race for the file; calls wait for it, and only after a failed write.
             drop(guard.db.take());
-            drop(guard);
             let db = reopen().map_err(|e| failed("reopen the store file after a failed write", e))?;
-            guard = lock(pending);
             guard.db = Some(Arc::new(db));
         }
         let db = guard.db.clone().expect("the file is open");
