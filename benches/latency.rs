@@ -17,8 +17,9 @@
 //!    pace wake the process once per frame, which zero-latency turns do not show.
 //! 2. Zero-latency models: wall time per turn (median, p90) on a kept-alive connection, and the
 //!    `serve` process's CPU and wake-ups per turn over N turns, and that CPU less the floor's
-//!    cost of as many wake-ups (what is left once the host's price of being woken is paid). The variants run side by side and take turns
-//!    in rounds, so their ratios hold on a host whose load drifts during the run.
+//!    cost of as many wake-ups (what is left once the host's price of being woken is paid).
+//!    The variants run side by side and take turns in rounds, so their ratios hold on a host
+//!    whose load drifts during the run.
 //!
 //! 3. `store`: what a turn's durable writes cost in the embedded store (read the recent
 //!    messages, record the user message, save a two-message reply), wall and CPU per turn.
