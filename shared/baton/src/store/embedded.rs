@@ -151,10 +151,13 @@ impl EmbeddedStore {
             std::fs::create_dir_all(dir)
                 .map_err(|e| failed(&format!("cannot create the store directory {}", dir.display()), e))?;
         }
+        // The one way the file is opened: here, and again after a failed flush.
+        let file = path.clone();
+        let reopen = move || Database::builder().set_cache_size(CACHE_BYTES).create(&file);
         let give_up = std::time::Instant::now() + wait;
         let mut said = false;
         let db = loop {
-            match Database::builder().set_cache_size(CACHE_BYTES).create(&path) {
+            match reopen() {
                 Ok(db) => break db,
                 Err(redb::DatabaseError::DatabaseAlreadyOpen) if std::time::Instant::now() < give_up => {
                     if !said {
@@ -178,8 +181,6 @@ impl EmbeddedStore {
                 Err(e) => return Err(failed(&format!("cannot open the store file {}", path.display()), e)),
             }
         };
-        let file = path.clone();
-        let reopen = move || Database::builder().set_cache_size(CACHE_BYTES).create(&file);
         EmbeddedStore::on(db, path, Arc::new(reopen), clock)
     }
 
