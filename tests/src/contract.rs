@@ -13,7 +13,7 @@ use std::time::Duration;
 use baton::event::{AgentUsage, Status, Usage};
 use baton::store::item::{Attr, Item};
 use baton::store::{
-    DEFAULT_RETENTION, Episode, EpisodeKey, Recorded, Role, Store, StoreError, StoredMessage,
+    DEFAULT_RETENTION, Episode, EpisodeKey, LeaseGrant, Recorded, Role, Store, StoreError, StoredMessage,
     SupportConversation, new_turn_id, update_episode,
 };
 
@@ -39,6 +39,10 @@ macro_rules! store_contract_tests {
             one_users_items_are_invisible_to_another,
             an_item_of_unknown_shape_is_an_error_naming_its_key,
             data_survives_reopening_the_store,
+            a_lease_goes_to_one_holder_at_a_time,
+            an_expired_lease_is_taken_over_and_a_stale_release_frees_nothing,
+            a_lease_is_released_for_the_next_holder,
+            concurrent_callers_are_granted_a_free_lease_once,
         );
     };
     (@each $h:ty; $($name:ident),+ $(,)?) => {
@@ -362,4 +366,86 @@ pub async fn data_survives_reopening_the_store<H: StoreHarness>() {
     let store: Arc<dyn Store> = h.store();
     assert_eq!(contents(&store.recent_messages(&k, 10).await.unwrap()), ["remember me", "I will"]);
     assert_eq!(store.episode(&k).await.unwrap().unwrap().version, 1);
+}
+
+/// A held lease is refused to another holder (who learns until when), granted again to its own
+/// holder (renewed), and kept apart per name, episode and user.
+pub async fn a_lease_goes_to_one_holder_at_a_time<H: StoreHarness>() {
+    let h = H::start(test_clock()).await;
+    let store = h.store();
+    let (k, ttl) = (key("alice", "e1"), Duration::from_secs(30));
+    let now = store.clock().now_ms();
+    assert_eq!(store.take_lease(&k, "vendor:support", "a", ttl).await.unwrap(), LeaseGrant::Granted);
+    assert_eq!(
+        store.take_lease(&k, "vendor:support", "b", ttl).await.unwrap(),
+        LeaseGrant::HeldUntil(now + 30_000)
+    );
+    assert_eq!(
+        store.take_lease(&k, "vendor:support", "a", ttl).await.unwrap(),
+        LeaseGrant::Granted,
+        "renewed"
+    );
+    assert_eq!(store.take_lease(&k, "vendor:other", "b", ttl).await.unwrap(), LeaseGrant::Granted);
+    assert_eq!(
+        store.take_lease(&key("alice", "e2"), "vendor:support", "b", ttl).await.unwrap(),
+        LeaseGrant::Granted
+    );
+    assert_eq!(
+        store.take_lease(&key("bob", "e1"), "vendor:support", "b", ttl).await.unwrap(),
+        LeaseGrant::Granted
+    );
+    // A lease is no message: history does not see it.
+    assert!(store.recent_messages(&k, 10).await.unwrap().is_empty());
+}
+
+/// A lease past its expiry goes to the next caller; the first holder's late release leaves the
+/// new holder's lease alone.
+pub async fn an_expired_lease_is_taken_over_and_a_stale_release_frees_nothing<H: StoreHarness>() {
+    let clock = test_clock();
+    let h = H::start(clock.clone()).await;
+    let store = h.store();
+    let (k, ttl) = (key("alice", "e1"), Duration::from_secs(5));
+    assert_eq!(store.take_lease(&k, "n", "crashed", ttl).await.unwrap(), LeaseGrant::Granted);
+    clock.advance(Duration::from_secs(5));
+    assert_eq!(
+        store.take_lease(&k, "n", "next", ttl).await.unwrap(),
+        LeaseGrant::Granted,
+        "expired: taken over"
+    );
+    store.release_lease(&k, "n", "crashed").await.unwrap();
+    assert!(
+        matches!(store.take_lease(&k, "n", "third", ttl).await.unwrap(), LeaseGrant::HeldUntil(_)),
+        "a stale release must not free another holder's lease"
+    );
+}
+
+/// Released, a lease is free at once; releasing a lease one does not hold is no error.
+pub async fn a_lease_is_released_for_the_next_holder<H: StoreHarness>() {
+    let h = H::start(test_clock()).await;
+    let store = h.store();
+    let (k, ttl) = (key("alice", "e1"), Duration::from_secs(60));
+    store.release_lease(&k, "n", "nobody").await.unwrap();
+    assert_eq!(store.take_lease(&k, "n", "a", ttl).await.unwrap(), LeaseGrant::Granted);
+    store.release_lease(&k, "n", "a").await.unwrap();
+    assert_eq!(store.take_lease(&k, "n", "b", ttl).await.unwrap(), LeaseGrant::Granted);
+}
+
+/// Of many callers racing for one free lease, exactly one is granted.
+pub async fn concurrent_callers_are_granted_a_free_lease_once<H: StoreHarness>() {
+    let h = H::start(test_clock()).await;
+    let store = h.store();
+    let k = key("alice", "e1");
+    let calls = (0..8).map(|i| {
+        let (store, k) = (store.clone(), k.clone());
+        tokio::spawn(async move {
+            store.take_lease(&k, "n", &format!("holder-{i}"), Duration::from_secs(60)).await
+        })
+    });
+    let mut granted = 0;
+    for call in calls.collect::<Vec<_>>() {
+        if call.await.unwrap().unwrap() == LeaseGrant::Granted {
+            granted += 1;
+        }
+    }
+    assert_eq!(granted, 1);
 }

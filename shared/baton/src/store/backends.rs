@@ -7,6 +7,7 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use futures::future::BoxFuture;
 
+use super::lease::{self, Lease, LeaseError};
 use super::{EpisodeKey, Role, Store, epoch_ms, update_episode};
 use crate::agent::{BoxError, ResponseChains};
 use crate::support::sessions::{SupportConversation, SupportSessions, SupportTurn};
@@ -103,6 +104,20 @@ impl SupportSessions for StoreBackends {
     ) -> BoxFuture<'a, Result<(), BoxError>> {
         // History stores the support answer with the rest of the turn.
         Box::pin(async { Ok(()) })
+    }
+
+    fn hold_conversation<'a>(
+        &'a self,
+        user_id: &'a str,
+        episode_id: &'a str,
+        agent: &'a str,
+        hold: Duration,
+        wait: Duration,
+    ) -> BoxFuture<'a, Result<Lease, LeaseError>> {
+        Box::pin(async move {
+            let key = EpisodeKey::new(user_id, episode_id)?;
+            lease::acquire(self.store.clone(), key, &format!("vendor:{agent}"), hold, wait).await
+        })
     }
 }
 

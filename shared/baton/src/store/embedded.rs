@@ -48,8 +48,8 @@ use redb::{Database, Durability, TableDefinition};
 
 use super::item::{self, Item};
 use super::{
-    Clock, DEFAULT_RETENTION, Episode, EpisodeKey, META_SK, MSG_PREFIX, Recorded, Store, StoreError,
-    StoredMessage, is_expired, message_sk, request_sk, ttl_after,
+    Clock, DEFAULT_RETENTION, Episode, EpisodeKey, LeaseGrant, META_SK, MSG_PREFIX, Recorded, Store,
+    StoreError, StoredMessage, is_expired, lease_sk, message_sk, request_sk, ttl_after,
 };
 
 /// Flushes that run on the blocking pool at once. They take one lock in turn (redb runs one
@@ -647,6 +647,45 @@ impl Store for EmbeddedStore {
             out.reverse();
             Ok(out)
         })
+    }
+
+    async fn take_lease(
+        &self,
+        key: &EpisodeKey,
+        name: &str,
+        holder: &str,
+        ttl: Duration,
+    ) -> Result<LeaseGrant, StoreError> {
+        let now = self.clock.now_ms();
+        let expires_at = now.saturating_add(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX));
+        let (pk, sk) = (key.pk(), lease_sk(name));
+        // Not flushed: a lease lives as long as this process holds the file (one process at a
+        // time), and one the file keeps after a crash has expired when it is read again.
+        let (grant, _) = self.change(|view| {
+            if let Some(item) = view.get(&pk, &sk, now)? {
+                let (current, until) = item::decode_lease(&pk, &sk, &item)?;
+                if current != holder && until > now {
+                    return Ok(LeaseGrant::HeldUntil(until));
+                }
+            }
+            view.put(&pk, &sk, &item::encode_lease(holder, expires_at));
+            Ok(LeaseGrant::Granted)
+        })?;
+        Ok(grant)
+    }
+
+    async fn release_lease(&self, key: &EpisodeKey, name: &str, holder: &str) -> Result<(), StoreError> {
+        let now = self.clock.now_ms();
+        let (pk, sk) = (key.pk(), lease_sk(name));
+        self.change(|view| {
+            if let Some(item) = view.get(&pk, &sk, now)? {
+                if item::decode_lease(&pk, &sk, &item)?.0 == holder {
+                    view.remove(&pk, &sk);
+                }
+            }
+            Ok(())
+        })?;
+        Ok(())
     }
 }
 

@@ -301,6 +301,22 @@ pub fn decode_request(pk: &str, sk: &str, item: &Item) -> Result<String, StoreEr
     Ok(Reader { name: item_name(pk, sk), item }.s("turn_id")?.to_owned())
 }
 
+/// The lease item: who holds it and until when (ms). Its `ttl` is an hour past the expiry, so
+/// DynamoDB deletes forgotten leases without ever deleting one a reader could still find held.
+pub fn encode_lease(holder: &str, expires_at: u64) -> Item {
+    Item::from([
+        ("holder".to_owned(), Attr::s(holder)),
+        ("expires_at".to_owned(), Attr::n(expires_at)),
+        ("ttl".to_owned(), Attr::n((expires_at / 1000).saturating_add(3600))),
+    ])
+}
+
+/// Decodes a lease item into its holder and expiry (ms).
+pub fn decode_lease(pk: &str, sk: &str, item: &Item) -> Result<(String, u64), StoreError> {
+    let r = Reader { name: item_name(pk, sk), item };
+    Ok((r.s("holder")?.to_owned(), r.n("expires_at")?))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
