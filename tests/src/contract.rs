@@ -43,6 +43,7 @@ macro_rules! store_contract_tests {
             an_expired_lease_is_taken_over_and_a_stale_release_frees_nothing,
             a_lease_is_released_for_the_next_holder,
             concurrent_callers_are_granted_a_free_lease_once,
+            an_episode_item_of_the_single_response_id_era_still_reads,
         );
     };
     (@each $h:ty; $($name:ident),+ $(,)?) => {
@@ -74,6 +75,11 @@ fn reply(turn: &str, seq: u32, agent: &str, content: &str, at: u64) -> StoredMes
         status: Status::Ok,
         created_at: at,
     }
+}
+
+/// A response-id map with one agent's id.
+fn ids(agent: &str, id: &str) -> std::collections::BTreeMap<String, String> {
+    [(agent.to_owned(), id.to_owned())].into()
 }
 
 fn contents(messages: &[StoredMessage]) -> Vec<&str> {
@@ -219,12 +225,9 @@ pub async fn saving_a_stale_episode_is_a_conflict<H: StoreHarness>() {
     let again = store.save_episode(&Episode::new(k.clone())).await;
     assert!(matches!(&again, Err(StoreError::Conflict { key, .. }) if key.ends_with("/ META")), "{again:?}");
 
-    let v2 = store
-        .save_episode(&Episode { shopping_response_id: Some("resp_2".into()), ..v1.clone() })
-        .await
-        .unwrap();
+    let v2 = store.save_episode(&Episode { response_ids: ids("a", "resp_2"), ..v1.clone() }).await.unwrap();
     assert_eq!(v2.version, 2);
-    let stale = store.save_episode(&Episode { shopping_response_id: Some("resp_stale".into()), ..v1 }).await;
+    let stale = store.save_episode(&Episode { response_ids: ids("a", "resp_stale"), ..v1 }).await;
     assert!(matches!(stale, Err(StoreError::Conflict { .. })), "{stale:?}");
     assert_eq!(store.episode(&k).await.unwrap().unwrap(), v2);
 
@@ -244,8 +247,8 @@ pub async fn concurrent_episode_updates_lose_nothing<H: StoreHarness>() {
             let (store, k) = (store.clone(), k.clone());
             tokio::spawn(async move {
                 update_episode(&*store, &k, |e| {
-                    let ids = e.shopping_response_id.take().unwrap_or_default();
-                    e.shopping_response_id = Some(format!("{ids}[{i}]"));
+                    let seen = e.response_ids.remove("a").unwrap_or_default();
+                    e.response_ids.insert("a".into(), format!("{seen}[{i}]"));
                 })
                 .await
             })
@@ -256,7 +259,7 @@ pub async fn concurrent_episode_updates_lose_nothing<H: StoreHarness>() {
     }
     let episode = store.episode(&k).await.unwrap().unwrap();
     assert_eq!(episode.version, 4);
-    let ids = episode.shopping_response_id.unwrap();
+    let ids = episode.response_ids["a"].clone();
     for i in 0..4 {
         assert!(ids.contains(&format!("[{i}]")), "update {i} lost: {ids}");
     }
@@ -271,7 +274,8 @@ pub async fn vendor_state_round_trips<H: StoreHarness>() {
     let used = store.clock().now_ms();
     let saved = update_episode(&*store, &k, |e| {
         e.support = Some(SupportConversation { conversation_id: "ft-123".into(), last_used_at: used });
-        e.shopping_response_id = Some("resp_abc".into());
+        e.response_ids = ids("catalog", "resp_abc");
+        e.response_ids.insert("travel".into(), "resp_xyz".into());
     })
     .await
     .unwrap();
@@ -279,7 +283,8 @@ pub async fn vendor_state_round_trips<H: StoreHarness>() {
     let read = store.episode(&k).await.unwrap().unwrap();
     assert_eq!(read, saved);
     assert_eq!(read.support.unwrap().conversation_id, "ft-123");
-    assert_eq!(read.shopping_response_id.as_deref(), Some("resp_abc"));
+    assert_eq!(read.response_ids["catalog"], "resp_abc");
+    assert_eq!(read.response_ids["travel"], "resp_xyz", "one id per agent");
 }
 
 /// Items past their `ttl` are absent from every read, and their request ids can be used again.
@@ -448,4 +453,35 @@ pub async fn concurrent_callers_are_granted_a_free_lease_once<H: StoreHarness>()
         }
     }
     assert_eq!(granted, 1);
+}
+
+/// An episode item written before response ids were kept per agent (one `shopping_response_id`)
+/// reads with that id under the agent it belonged to, and the next write keeps it.
+pub async fn an_episode_item_of_the_single_response_id_era_still_reads<H: StoreHarness>() {
+    let h = H::start(test_clock()).await;
+    let store = h.store();
+    let k = key("alice", "e1");
+    let now = store.clock().now_ms();
+    let old = Item::from([
+        ("created_at".to_owned(), Attr::n(now)),
+        ("updated_at".to_owned(), Attr::n(now)),
+        ("version".to_owned(), Attr::n(3)),
+        ("ft_conversation_id".to_owned(), Attr::s("ft-1")),
+        ("ft_last_used_at".to_owned(), Attr::n(now)),
+        ("shopping_response_id".to_owned(), Attr::s("resp_old")),
+        ("ttl".to_owned(), Attr::n(4_000_000_000)),
+    ]);
+    h.put_raw(&k.pk(), "META", &old).await;
+    let episode = store.episode(&k).await.unwrap().unwrap();
+    assert_eq!(episode.version, 3);
+    assert_eq!(episode.response_ids, ids(baton::store::item::LEGACY_RESPONSE_AGENT, "resp_old"));
+    assert_eq!(episode.support.as_ref().unwrap().conversation_id, "ft-1");
+    let saved = update_episode(&*store, &k, |e| {
+        e.response_ids.insert("travel".into(), "resp_new".into());
+    })
+    .await
+    .unwrap();
+    let read = store.episode(&k).await.unwrap().unwrap();
+    assert_eq!(read, saved);
+    assert_eq!(read.response_ids.len(), 2, "{:?}", read.response_ids);
 }

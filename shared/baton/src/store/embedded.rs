@@ -815,7 +815,7 @@ mod tests {
         let (_dir, path, store, key) = fresh();
         store.record_user_message(&key, &StoredMessage::user("t1", "q1", 1), Some("r1")).await.unwrap();
         let mut episode = store.episode(&key).await.unwrap().expect("recorded");
-        episode.shopping_response_id = Some("resp_1".into());
+        episode.response_ids.insert("a".into(), "resp_1".into());
         store.save_episode(&episode).await.unwrap();
         assert_eq!(store.durable_commits(), 0, "nothing flushed before the reply");
         store.save_reply(&key, "t1", &[answer("t1", 1, "a1")]).await.unwrap();
@@ -827,7 +827,7 @@ mod tests {
         let store = EmbeddedStore::open(&path, Arc::new(SystemClock)).unwrap();
         assert_eq!(contents(&store.recent_messages(&key, 10).await.unwrap()), ["q1", "a1", "q2"]);
         let episode = store.episode(&key).await.unwrap().unwrap();
-        assert_eq!((episode.version, episode.shopping_response_id.as_deref()), (3, Some("resp_1")));
+        assert_eq!((episode.version, episode.response_ids.get("a").map(String::as_str)), (3, Some("resp_1")));
     }
 
     /// A store file on disk is opened again in the same process once its handle is dropped (its
@@ -918,9 +918,9 @@ mod tests {
         assert_eq!(lock(&store.pending).len, 0);
         // A stale episode write is refused whole, too.
         store.record_user_message(&key, &StoredMessage::user("t1", "q", 1), None).await.unwrap();
-        let stale = Episode { shopping_response_id: Some("x".into()), ..Episode::new(key.clone()) };
+        let stale = Episode { response_ids: [("a".into(), "x".into())].into(), ..Episode::new(key.clone()) };
         assert!(matches!(store.save_episode(&stale).await, Err(StoreError::Conflict { .. })));
-        assert_eq!(store.episode(&key).await.unwrap().unwrap().shopping_response_id, None);
+        assert!(store.episode(&key).await.unwrap().unwrap().response_ids.is_empty());
     }
 
     /// Replies saved at the same time share commits (group commit), and each is on disk when

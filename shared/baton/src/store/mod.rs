@@ -4,7 +4,7 @@
 //!
 //! | item | `pk` | `sk` | attributes |
 //! |---|---|---|---|
-//! | episode | `USER#<user>#EP#<episode>` | `META` | `created_at`, `updated_at`, `version`, Forethought `ft_conversation_id` and `ft_last_used_at`, `shopping_response_id`, `ttl` |
+//! | episode | `USER#<user>#EP#<episode>` | `META` | `created_at`, `updated_at`, `version`, Forethought `ft_conversation_id` and `ft_last_used_at`, `response_ids` (agent name → id), `ttl` |
 //! | message | same | `MSG#<turn>#<seq>` | `role`, `agent`, `content`, `usage`, `status`, `created_at`, `ttl` |
 //! | request | same | `REQ#<request id>` | `turn_id`, `ttl` (makes the user message idempotent) |
 //! | lease | same | `LEASE#<name>` | `holder`, `expires_at` (ms), `ttl` (serialises calls a vendor takes one at a time, [`lease`]) |
@@ -27,6 +27,7 @@ pub mod embedded;
 pub mod item;
 pub mod lease;
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -208,14 +209,22 @@ pub struct Episode {
     pub version: u64,
     /// The support vendor's conversation, once there is one.
     pub support: Option<SupportConversation>,
-    /// The shopping agent's last Responses API id (`previous_response_id` of its next call).
-    pub shopping_response_id: Option<String>,
+    /// Each agent's last Responses API id (`previous_response_id` of its next call), by agent
+    /// name: two agents on the Responses API keep separate server-side conversations.
+    pub response_ids: BTreeMap<String, String>,
 }
 
 impl Episode {
     /// A new, not yet stored episode.
     pub fn new(key: EpisodeKey) -> Episode {
-        Episode { key, created_at: 0, updated_at: 0, version: 0, support: None, shopping_response_id: None }
+        Episode {
+            key,
+            created_at: 0,
+            updated_at: 0,
+            version: 0,
+            support: None,
+            response_ids: BTreeMap::new(),
+        }
     }
 }
 
