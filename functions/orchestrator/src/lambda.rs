@@ -5,6 +5,11 @@
 //! the caller's IAM principal from the request context, and the invocation deadline, so the turn
 //! ends with `completed` before Lambda cuts it off. Errors after the response started are in-band
 //! SSE events; the body stream itself never fails.
+//!
+//! CORS: a Function URL with allowed origins answers the preflight and adds the CORS headers to
+//! the function's answers itself, so those get none from here (no header twice). The REST API
+//! answers the preflight in API Gateway (a mock integration) and passes the function's headers
+//! through, so its requests go through the service's CORS layer.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -14,6 +19,7 @@ use baton::auth::AuthMode;
 use baton::http::{ApiError, Caller, ChatService};
 use baton::telemetry::trace::Traces;
 use lambda_http::request::RequestContext;
+use lambda_http::tower::{Layer, ServiceExt};
 use lambda_http::{Request, RequestExt, service_fn};
 
 /// Time kept back from the Lambda deadline to send `completed` and flush the stream.
@@ -26,17 +32,30 @@ pub(crate) async fn run(
     auth_is_iam: bool,
     traces: Option<Arc<Traces>>,
 ) -> Result<(), lambda_http::Error> {
+    let cors = service.cors();
     baton_aws::runtime::keep_running(|| {
-        let (service, traces) = (service.clone(), traces.clone());
+        let (service, traces, cors) = (service.clone(), traces.clone(), cors.clone());
         lambda_http::run_with_streaming_response(service_fn(move |request: Request| {
             let (service, traces) = (service.clone(), traces.clone());
+            let cors = cors.clone().filter(|_| via_rest_api(&request));
             async move {
-                let response = handle(&service, auth_is_iam, request).await;
+                let answer = service_fn(|request| async { Ok(handle(&service, auth_is_iam, request).await) });
+                let response: Result<_, Infallible> = match cors {
+                    Some(cors) => cors.layer(answer).oneshot(request).await,
+                    None => answer.oneshot(request).await,
+                };
+                let Ok(response) = response;
                 Ok::<_, Infallible>(baton_aws::lambda_trace::flushed_at_end(response, traces.as_ref()))
             }
         }))
     })
     .await
+}
+
+/// Whether the request came through the REST API (whose answers carry the function's CORS
+/// headers) rather than the Function URL (which adds its own).
+fn via_rest_api(request: &Request) -> bool {
+    matches!(request.request_context_ref(), Some(RequestContext::ApiGatewayV1(_)))
 }
 
 async fn handle(service: &ChatService, auth_is_iam: bool, request: Request) -> axum::response::Response {
