@@ -216,6 +216,12 @@ async fn the_functions_run_under_the_lambda_emulator() {
         );
         let key = EpisodeKey::new("mallory-the-header-is-ignored-under-iam", "ep-function-url").unwrap();
         assert!(store.recent_messages(&key, 10).await.unwrap().is_empty(), "never the header's user");
+        // The REST API event's SigV4 signer (`requestContext.identity.caller`, which API Gateway
+        // sets for IAM-authorised methods) owns its turn, not its headers.
+        let key = EpisodeKey::new("AROAEXAMPLEROLEID:web-backend", "ep-rest-api").unwrap();
+        assert!(!store.recent_messages(&key, 10).await.unwrap().is_empty(), "the REST signer's turn");
+        let key = EpisodeKey::new("mallory-the-header-is-ignored-under-iam", "ep-rest-api").unwrap();
+        assert!(store.recent_messages(&key, 10).await.unwrap().is_empty(), "never the header's user");
         let eval = store.recent_messages(&EpisodeKey::new("eval", "routing").unwrap(), 10).await.unwrap();
         assert!(eval.iter().any(|m| m.content.contains("\"by_category\"")), "the eval summary was stored");
     }
