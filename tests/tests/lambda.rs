@@ -151,6 +151,48 @@ fn jwt(sub: &str) -> String {
         .unwrap()
 }
 
+/// An RS256 key pair made with `openssl` for this run: (private key PEM, public key PEM).
+fn rs256_key_pair(dir: &Path) -> (String, String) {
+    let (private, public) = (dir.join("issuer.pem"), dir.join("issuer-public.pem"));
+    let run = |args: &[&str]| {
+        let out = Command::new("openssl").args(args).output().expect("openssl runs");
+        assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    run(&[
+        "genpkey",
+        "-algorithm",
+        "RSA",
+        "-pkeyopt",
+        "rsa_keygen_bits:2048",
+        "-out",
+        private.to_str().unwrap(),
+    ]);
+    run(&["pkey", "-in", private.to_str().unwrap(), "-pubout", "-out", public.to_str().unwrap()]);
+    (std::fs::read_to_string(private).unwrap(), std::fs::read_to_string(public).unwrap())
+}
+
+/// A token for `sub` signed RS256 with `private_pem`, as an identity provider issues it.
+fn rs256_jwt(sub: &str, private_pem: &str) -> String {
+    use jsonwebtoken::{Algorithm, EncodingKey, Header, encode};
+    let exp = jsonwebtoken::get_current_timestamp() + 600;
+    let key = EncodingKey::from_rsa_pem(private_pem.as_bytes()).unwrap();
+    encode(&Header::new(Algorithm::RS256), &json!({"sub": sub, "exp": exp}), &key).unwrap()
+}
+
+/// A Secrets Manager secret on moto holding `value`: its ARN.
+async fn secret(name: &str, value: &str) -> String {
+    let config = aws_config::defaults(aws_config::BehaviorVersion::latest())
+        .region(aws_config::Region::new("us-east-1"))
+        .endpoint_url(required_env("AWS_ENDPOINT_URL_DYNAMODB"))
+        .credentials_provider(aws_sdk_dynamodb::config::Credentials::for_tests())
+        .load()
+        .await;
+    let client = aws_sdk_secretsmanager::Client::new(&config);
+    let name = format!("baton/{name}-{}", std::process::id());
+    let created = client.create_secret().name(name).secret_string(value).send().await.unwrap();
+    created.arn().unwrap().to_owned()
+}
+
 /// A fresh table, `baton-lambda-<pid>-<name>`.
 async fn table(name: &str) -> (String, Arc<dyn Store>) {
     let endpoint = required_env("AWS_ENDPOINT_URL_DYNAMODB");
@@ -226,7 +268,12 @@ async fn the_functions_run_under_the_lambda_emulator() {
         assert!(eval.iter().any(|m| m.content.contains("\"by_category\"")), "the eval summary was stored");
     }
 
-    // Phase B: JWT auth; a client streams a turn whose shopping agent runs in its own function.
+    // Phase B: JWT auth as deployed (the issuer's RS256 public key read from Secrets Manager at
+    // start, by ARN); a client streams a turn whose shopping agent runs in its own function.
+    let keys = tempfile::tempdir().unwrap();
+    let (private_pem, public_pem) = rs256_key_pair(keys.path());
+    let key_arn = secret("jwt-public-key", &public_pem).await;
+    let jwt = |sub: &str| rs256_jwt(sub, &private_pem);
     let gate = Arc::new(Semaphore::new(0));
     server.push(
         ORCH,
@@ -237,7 +284,8 @@ async fn the_functions_run_under_the_lambda_emulator() {
     let watch = Watch::start(|port| {
         common(vec![
             ("BATON_AUTH", "jwt".into()),
-            ("BATON_JWT_HS256_SECRET", SECRET.into()),
+            ("BATON_JWT_PUBLIC_KEY_SECRET_ARN", key_arn.clone()),
+            ("AWS_ENDPOINT_URL_SECRETS_MANAGER", required_env("AWS_ENDPOINT_URL_DYNAMODB")),
             ("BATON_SHOPPING_URL", format!("http://127.0.0.1:{port}/lambda-url/shopping/")),
         ])
     });
@@ -256,6 +304,12 @@ async fn the_functions_run_under_the_lambda_emulator() {
     let no_token =
         reqwest::Client::new().post(watch.url("orchestrator")).json(&json!({"message": "hi"})).send();
     assert_eq!(no_token.await.unwrap().status(), 401);
+    let other_key = rs256_jwt("alice", &rs256_key_pair(keys.path()).0);
+    let other_signer = reqwest::Client::new()
+        .post(watch.url("orchestrator"))
+        .bearer_auth(other_key)
+        .json(&json!({"message": "hi"}));
+    assert_eq!(other_signer.send().await.unwrap().status(), 401, "a token of another key is refused");
 
     let body = json!({"message": "find me coffee deals", "episode_id": "e-lambda"});
     let mut stream = open_stream_with(&watch.url("orchestrator"), Some(&jwt("alice")), body).await;
