@@ -193,6 +193,26 @@ async fn secret(name: &str, value: &str) -> String {
     created.arn().unwrap().to_owned()
 }
 
+/// The `ttl` of every item of partition `pk`, read raw from the table.
+async fn item_ttls(table: &str, pk: &str) -> Vec<u64> {
+    use aws_sdk_dynamodb::types::AttributeValue;
+    let config = aws_config::defaults(aws_config::BehaviorVersion::latest())
+        .region(aws_config::Region::new("us-east-1"))
+        .endpoint_url(required_env("AWS_ENDPOINT_URL_DYNAMODB"))
+        .credentials_provider(aws_sdk_dynamodb::config::Credentials::for_tests())
+        .load()
+        .await;
+    let items = aws_sdk_dynamodb::Client::new(&config)
+        .query()
+        .table_name(table)
+        .key_condition_expression("pk = :pk")
+        .expression_attribute_values(":pk", AttributeValue::S(pk.into()))
+        .send()
+        .await
+        .unwrap();
+    items.items().iter().map(|i| i["ttl"].as_n().unwrap().parse().unwrap()).collect()
+}
+
 /// A fresh table, `baton-lambda-<pid>-<name>`.
 async fn table(name: &str) -> (String, Arc<dyn Store>) {
     let endpoint = required_env("AWS_ENDPOINT_URL_DYNAMODB");
@@ -237,7 +257,9 @@ async fn the_functions_run_under_the_lambda_emulator() {
 
     // Phase A: production auth (IAM); every sample event succeeds.
     {
-        let watch = Watch::start(|_| common(vec![("BATON_AUTH", "iam".into())]));
+        let watch = Watch::start(|_| {
+            common(vec![("BATON_AUTH", "iam".into()), ("BATON_HISTORY_TTL_DAYS", "2".into())])
+        });
         watch.ready().await;
         let events = workspace().join("events");
         for (file, function, expect) in [
@@ -264,6 +286,11 @@ async fn the_functions_run_under_the_lambda_emulator() {
         assert!(!store.recent_messages(&key, 10).await.unwrap().is_empty(), "the REST signer's turn");
         let key = EpisodeKey::new("mallory-the-header-is-ignored-under-iam", "ep-rest-api").unwrap();
         assert!(store.recent_messages(&key, 10).await.unwrap().is_empty(), "never the header's user");
+        // Its items expire BATON_HISTORY_TTL_DAYS (the template's HistoryTtlDays) after the write.
+        let ttls = item_ttls(&table_name, "USER#AROAEXAMPLEROLEID:web-backend#EP#ep-rest-api").await;
+        let in_two_days = jsonwebtoken::get_current_timestamp() + 2 * 86_400;
+        assert!(!ttls.is_empty());
+        assert!(ttls.iter().all(|t| t.abs_diff(in_two_days) < 600), "{ttls:?} vs {in_two_days}");
         let eval = store.recent_messages(&EpisodeKey::new("eval", "routing").unwrap(), 10).await.unwrap();
         assert!(eval.iter().any(|m| m.content.contains("\"by_category\"")), "the eval summary was stored");
     }

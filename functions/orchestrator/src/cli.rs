@@ -240,3 +240,35 @@ impl Args {
         Ok(c)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn origins(value: &str) -> Result<Vec<HeaderValue>, String> {
+        #[derive(Parser)]
+        struct Serve {
+            #[command(flatten)]
+            serve: ServeArgs,
+        }
+        Serve::try_parse_from(["serve", "--cors-origin", value]).unwrap().serve.cors_origins()
+    }
+
+    #[test]
+    fn cors_origins_are_origins_as_browsers_send_them() {
+        let ok = origins("https://chat.example.com, http://localhost:8000,http://[::1]:8000").unwrap();
+        assert_eq!(ok, ["https://chat.example.com", "http://localhost:8000", "http://[::1]:8000"]);
+        assert_eq!(origins("").unwrap(), Vec::<HeaderValue>::new(), "an empty variable allows none");
+        for bad in [
+            "*",
+            "chat.example.com",
+            "https://chat.example.com/",
+            "https://Chat.example.com",
+            "ftp://a",
+            "https://",
+        ] {
+            let err = origins(bad).unwrap_err();
+            assert!(err.contains("BATON_CORS_ORIGINS") && err.contains(bad), "{bad}: {err}");
+        }
+    }
+}

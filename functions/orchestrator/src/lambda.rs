@@ -21,6 +21,7 @@ use baton::telemetry::trace::Traces;
 use lambda_http::request::RequestContext;
 use lambda_http::tower::{Layer, ServiceExt};
 use lambda_http::{Request, RequestExt, service_fn};
+use tower_http::cors::CorsLayer;
 
 /// Time kept back from the Lambda deadline to send `completed` and flush the stream.
 const DEADLINE_MARGIN: Duration = Duration::from_millis(1500);
@@ -36,20 +37,31 @@ pub(crate) async fn run(
     baton_aws::runtime::keep_running(|| {
         let (service, traces, cors) = (service.clone(), traces.clone(), cors.clone());
         lambda_http::run_with_streaming_response(service_fn(move |request: Request| {
-            let (service, traces) = (service.clone(), traces.clone());
-            let cors = cors.clone().filter(|_| via_rest_api(&request));
+            let (service, traces, cors) = (service.clone(), traces.clone(), cors.clone());
             async move {
-                let answer = service_fn(|request| async { Ok(handle(&service, auth_is_iam, request).await) });
-                let response: Result<_, Infallible> = match cors {
-                    Some(cors) => cors.layer(answer).oneshot(request).await,
-                    None => answer.oneshot(request).await,
-                };
-                let Ok(response) = response;
+                let response = answer(&service, cors.as_ref(), auth_is_iam, request).await;
                 Ok::<_, Infallible>(baton_aws::lambda_trace::flushed_at_end(response, traces.as_ref()))
             }
         }))
     })
     .await
+}
+
+/// One invocation's response. Requests through the REST API go through the `cors` layer; those
+/// through the Function URL do not, since Lambda adds the Function URL's CORS headers itself.
+async fn answer(
+    service: &ChatService,
+    cors: Option<&CorsLayer>,
+    auth_is_iam: bool,
+    request: Request,
+) -> axum::response::Response {
+    let handler = service_fn(|request| async { Ok(handle(service, auth_is_iam, request).await) });
+    let response: Result<_, Infallible> = match cors.filter(|_| via_rest_api(&request)) {
+        Some(cors) => cors.layer(handler).oneshot(request).await,
+        None => handler.oneshot(request).await,
+    };
+    let Ok(response) = response;
+    response
 }
 
 /// Whether the request came through the REST API (whose answers carry the function's CORS
@@ -120,6 +132,50 @@ pub(crate) fn is_iam(auth: &AuthMode) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use baton::config::Config;
+    use baton::history::History;
+    use baton::store::SystemClock;
+    use baton::store::embedded::EmbeddedStore;
+
+    const ORIGIN: &str = "https://chat.example.com";
+
+    /// The sample event `name` (events/), as the platform delivers it, from `ORIGIN`.
+    fn event(name: &str) -> Request {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../events/").to_owned() + name;
+        let mut event: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        event["headers"]["origin"] = ORIGIN.into();
+        if event.get("multiValueHeaders").is_some() {
+            event["multiValueHeaders"]["origin"] = serde_json::json!([ORIGIN]);
+        }
+        lambda_http::request::from_str(&event.to_string()).unwrap()
+    }
+
+    fn service(dir: &std::path::Path) -> ChatService {
+        let config = Config::default();
+        let store = EmbeddedStore::open(dir.join("s.redb"), Arc::new(SystemClock)).unwrap();
+        let orchestrator = baton::wiring::build(&config, baton::wiring::Backends::in_memory()).unwrap();
+        ChatService::new(orchestrator, History::new(Arc::new(store), 10), config.limits, config.heartbeat)
+            .with_auth(AuthMode::Iam)
+            .with_cors_origins(vec![ORIGIN.parse().unwrap()])
+    }
+
+    #[tokio::test]
+    async fn rest_api_answers_carry_cors_headers_and_function_url_answers_none() {
+        let dir = tempfile::tempdir().unwrap();
+        let service = service(dir.path());
+        let cors = service.cors();
+        let rest = answer(&service, cors.as_ref(), true, event("rest-api.json")).await;
+        assert_eq!(rest.status(), 200);
+        assert_eq!(rest.headers()["access-control-allow-origin"], ORIGIN);
+        let exposed = rest.headers()["access-control-expose-headers"].to_str().unwrap();
+        assert!(exposed.contains("x-baton-episode-id"), "{exposed}");
+        let url = answer(&service, cors.as_ref(), true, event("function-url.json")).await;
+        assert_eq!(url.status(), 200);
+        let cors_headers: Vec<_> =
+            url.headers().keys().filter(|k| k.as_str().starts_with("access-control-")).collect();
+        assert!(cors_headers.is_empty(), "the Function URL adds its own: {cors_headers:?}");
+    }
 
     #[tokio::test(start_paused = true)]
     async fn deadlines_are_read_as_epoch_or_emulator_relative_milliseconds() {
