@@ -141,9 +141,9 @@ def test_every_variable_the_template_sets_is_read_by_the_functions():
     (as `BATON_JWT_PUBLIC_KEY_SECRET_ARN` once was: jwt mode could not start)."""
     code = "\n".join(p.read_text() for d in ["shared", "functions"] for p in (ROOT / d).rglob("*.rs"))
     stack = deployed(AuthMode="jwt", CorsAllowedOrigins=ORIGINS)
-    for function in FUNCTIONS:
-        for name in env(stack, function):
-            assert f'env = "{name}"' in code or f'"{name}"' in code, f"{function}: nothing reads {name}"
+    unread = [f"{function}: {name}" for function in FUNCTIONS for name in env(stack, function)
+              if f'"{name}"' not in code]
+    assert unread == [], "variables no code reads"
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -169,13 +169,16 @@ def test_cors_origins_reach_the_function_url_the_rest_preflight_and_the_function
     assert cors, "the Function URL has a CORS configuration"
     assert cors["AllowOrigins"] == ORIGINS.split(",")
     assert cors["AllowMethods"] == ["POST"]
-    assert {"authorization", "content-type"} <= {h.lower() for h in cors["AllowHeaders"]}
+    # What the web client sends (web/baton-client.js): its token, JSON, and the local user header.
+    assert {"authorization", "content-type", "x-baton-user"} <= {h.lower() for h in cors["AllowHeaders"]}
     assert "x-baton-episode-id" in cors["ExposeHeaders"]
     preflight = next(spec for p, m, spec, _ in api_methods(stack) if (p, m) == ("/chat", "options"))
     integration = preflight["x-amazon-apigateway-integration"]
     assert integration["type"] == "mock"
     answer = integration["responses"]["default"]
     assert answer["responseParameters"]["method.response.header.Access-Control-Allow-Methods"] == "'POST'"
+    allowed = answer["responseParameters"]["method.response.header.Access-Control-Allow-Headers"].strip("'")
+    assert set(allowed.split(",")) == {h.lower() for h in cors["AllowHeaders"]}, "both endpoints allow the same"
     echo = answer["responseTemplates"]["application/json"]["Fn::Sub"]
     assert stack.resolve(echo[1])["Origins"] == {"Fn::Join": [",", ORIGINS.split(",")]}
     assert "Access-Control-Allow-Origin" in echo[0]
