@@ -147,8 +147,10 @@ class Deployed:
         return self.resources[name].get("Properties", {})
 
 
-def deployed(**given):
-    """The stack these parameter values deploy (the others at their defaults)."""
+def deployed(fresh=False, **given):
+    """The stack these parameter values deploy (the others at their defaults); `fresh` translates
+    again rather than reusing an earlier translation of the same values."""
     given = {k: str(v) for k, v in given.items()}
-    translated = _translated(tuple(sorted(given.items())))
+    translate = _translated.__wrapped__ if fresh else _translated
+    translated = translate(tuple(sorted(given.items())))
     return Deployed(translated, {**PSEUDO, **_parameter_values(given)})

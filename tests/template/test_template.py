@@ -159,6 +159,18 @@ def test_one_stage_and_the_function_invocable_only_from_it(mode):
     assert api_permissions[0]["SourceArn"]["Fn::Sub"].endswith("${ChatApi}/v1/POST/chat")
 
 
+def test_changing_the_auth_mode_deploys_the_api_again(monkeypatch):
+    """The body's `Fn::If` is the same text in both modes, so a deployment named after a hash of the
+    body would stay, and the stage would keep serving the old methods. Two deploys, a minute apart."""
+    now = [1_800_000_000]
+    monkeypatch.setattr("samtranslator.model.apigateway.time.time", lambda: now[0])
+    deployments = []
+    for mode in MODES:
+        deployments.append(set(deployed(fresh=True, AuthMode=mode).of_type("AWS::ApiGateway::Deployment")))
+        now[0] += 60
+    assert all(len(d) == 1 for d in deployments) and deployments[0] != deployments[1], deployments
+
+
 # --- 2. CORS ------------------------------------------------------------------------------------
 
 
