@@ -320,13 +320,16 @@ async fn the_functions_run_under_the_lambda_emulator() {
     let requests_before = server.requests_for(ORCH).len();
     let shop_before = server.requests_for(SHOP).len();
     // A forged body field is refused; the user is the token's subject.
+    // The first request builds and starts the function. A function whose start fails (a setting
+    // it cannot use) is restarted by the emulator forever while the request waits: bounded here.
     let forged = reqwest::Client::new()
         .post(watch.url("orchestrator"))
         .bearer_auth(jwt("alice"))
         .json(&json!({"message": "hi", "user_id": "bob"}))
+        .timeout(Duration::from_secs(600))
         .send()
         .await
-        .unwrap();
+        .expect("the orchestrator answers in jwt mode (did it start with its key from Secrets Manager?)");
     assert_eq!(forged.status(), 400);
     let no_token =
         reqwest::Client::new().post(watch.url("orchestrator")).json(&json!({"message": "hi"})).send();
