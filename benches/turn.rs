@@ -1,4 +1,4 @@
-//! Baton's runtime benchmarks (DESIGN.md §9). Run with `make bench`.
+//! Baton's runtime benchmarks (docs/benchmarks.md: targets and latest figures). Run with `make bench`.
 //!
 //! 1. Orchestration overhead per turn against zero-latency in-process scripted models: the whole
 //!    turn (thinking, orchestrator stream, two sub-agents, mux, SSE encoding of every event), on a
