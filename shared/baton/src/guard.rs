@@ -1,14 +1,16 @@
-//! Routing guards that catch orchestrator-model mistakes in code (DESIGN.md §4 steps 4–5).
+//! Routing guards that catch orchestrator-model mistakes in code (`docs/routing.md`).
 //!
 //! Pure functions over the model's planned calls, applied in this order by [`apply_guards`]:
 //! 1. **Duplicates**: the same tool with the same query counts once. This runs first, so a rule
 //!    that rewrites a call below finds the model's call once, with every field it gave.
-//! 2. **Echo follow-up**: a short reply that echoes the previous support question goes to
-//!    support. The model's own support call is kept (its `support_category`, summary, prior
+//! 2. **Echo follow-up**: a short reply that answers the previous support question (a yes or no,
+//!    the question's words, the thing it asked for; never a reply that asks something new) goes
+//!    to support. The model's own support call is kept (its `support_category`, summary, prior
 //!    context); only what the rule needs changes.
-//! 3. **Fastpath allowlist**: a direct answer (no call) is kept only for smalltalk
-//!    ([`Lexicon::classify`]); anything else goes to the fallback agent. (The routing policy first
-//!    re-asks the model, see [`refuses_direct_answer`]; this is the last resort.)
+//! 3. **Fastpath allowlist**: a direct answer (no call) is kept only for smalltalk, recognised by
+//!    type ([`Lexicon::classify`]), with no image attached; anything else goes to the fallback
+//!    agent. (The routing policy first re-asks the model, echo replies included, see
+//!    [`refuses_direct_answer`]; this is the last resort.)
 //! 4. **Overlap** (mixed turns): a call whose query shares no content word with the user's message
 //!    is dropped when the model made more calls than the intents it reported (a hallucinated
 //!    extra call). A call within the reported count is kept and its query repaired by the verbatim

@@ -1,4 +1,4 @@
-//! The routing policy (DESIGN.md §4 steps 2–5): how an entry agent whose agents are its
+//! The routing policy (`docs/routing.md`): how an entry agent whose agents are its
 //! intents decides which of them a turn calls. It hooks the agent's first model step
 //! ([`crate::agent::StepPolicy`]); the agent's tool loop then dispatches the calls it leaves, all
 //! at once, and the sub-agents' answers are the turn's answer (no further model call).
@@ -11,8 +11,8 @@
 //! 2. **Failsafe**: if a call's `intent_count` exceeds the number of distinct calls, the model is
 //!    asked once more, with an instruction naming the calls it made and the count it reported; new
 //!    calls are merged without duplicates. One retry at most.
-//! 3. **Refused direct answer**: a direct answer to a message that is not smalltalk is not
-//!    guessed at: the model is asked once more, by the same mechanism (`tool_choice: required`
+//! 3. **Refused direct answer**: a direct answer to a message that is not smalltalk (or has an
+//!    image, or answers support's question) is not guessed at: the model is asked once more, by the same mechanism (`tool_choice: required`
 //!    and the reason), and its calls go through the guards; only if the re-ask makes no call does
 //!    the fastpath guard send the message to the fallback agent.
 //! 4. The [`crate::guard`]s repair what code can check.

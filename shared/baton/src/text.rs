@@ -8,7 +8,7 @@
 //!   `stop-words` crate) and a few request words ("find", "show", "please"), each reduced to its
 //!   Snowball stem, so "scanned" meets "scan" and "points" meets "point". (An English word that is a
 //!   stopword in another of the languages, such as "hat" or "son", does not count as a topic word.)
-//! - **Smalltalk** ([`smalltalk`]) is recognised by type: a message is smalltalk when it is made
+//! - **Smalltalk** ([`Lexicon`], in `text/smalltalk.rs`) is recognised by type: a message is smalltalk when it is made
 //!   only of greetings, thanks, acknowledgements, goodbyes, chitchat and compliments, composed
 //!   from small word classes, and of emoji that are faces, hands or hearts. Any other word ("hi,
 //!   where are my points?") makes the whole message a real request.
