@@ -393,6 +393,11 @@ impl Router {
         self.model.model_name()
     }
 
+    /// The routing settings it routes with.
+    pub fn settings(&self) -> &RoutingSettings {
+        self.policy.settings()
+    }
+
     /// The same routing with another model.
     pub fn with_model(&self, model: Arc<dyn ChatModel>) -> Router {
         Router { model, policy: self.policy.clone(), instruction: self.instruction.clone() }
