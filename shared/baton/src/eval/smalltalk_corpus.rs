@@ -125,20 +125,21 @@ pub fn format_corpus(scores: &[CorpusScore]) -> String {
 mod tests {
     use super::*;
 
-    /// The check holds to its corpus: no request taken for smalltalk, recall of 95 % or more, on
-    /// the part looked at while it was written and on the part held out.
+    /// The check holds to its corpus: no request taken for smalltalk on any part, and a recall of
+    /// 95 % or more on each, the parts held out included.
     #[test]
     fn smalltalk_corpus() {
         let scores = score_smalltalk_corpus(Lexicon::reference(), SMALLTALK_CORPUS, "corpus").unwrap();
         print!("{}", format_corpus(&scores));
-        assert_eq!(scores.iter().map(|c| c.part.as_str()).collect::<Vec<_>>(), ["held_out", "tuning"]);
-        for c in &scores {
-            assert!(c.smalltalk >= 100 && c.requests >= 100, "{c:?}");
-            if c.part == "tuning" {
-                for m in &c.missed {
-                    println!("  missed in tuning: {m}");
-                }
+        let parts: Vec<&str> = scores.iter().map(|c| c.part.as_str()).collect();
+        assert_eq!(parts, ["held_out", "held_out_2", "tuning", "tuning_2"]);
+        for c in scores.iter().filter(|c| c.part.starts_with("tuning")) {
+            for m in &c.missed {
+                println!("  missed in {}: {m}", c.part);
             }
+        }
+        for c in &scores {
+            assert!(c.smalltalk >= 70 && c.requests >= 70, "{c:?}");
             assert!(c.passed.is_empty(), "{}: requests taken for smalltalk: {:?}", c.part, c.passed);
             assert!(c.recall() >= 95.0, "{}: recall {:.1} %", c.part, c.recall());
         }

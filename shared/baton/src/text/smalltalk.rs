@@ -16,8 +16,8 @@
 //!   praise ("awesome", "the best") and compliments ("saved my day") are heads; intensifiers,
 //!   forms of address, interjections and fillers only go with one ("there", "so much", "lol").
 //! - **Composition rules.** "You" and "that's" (and an article) need praise, a compliment or
-//!   thanks in their clause ("you're the best", "that's great", "thanks you"; "you?" alone is
-//!   not smalltalk). A time of day after "good" in any language is a greeting ("good morning",
+//!   thanks in the message ("you're the best", "that's great", "fine thanks, you?"; "you?" alone
+//!   is not smalltalk). A time of day after "good" in any language is a greeting ("good morning",
 //!   "buenas noches", "schönen Abend noch"): the phrases are made from the two classes.
 //! - **Emoji by type.** Emoji are read as grapheme clusters (skin tones and ZWJ sequences stay one
 //!   emoji) and looked up in the Unicode emoji data: faces, hands, people and hearts (the
@@ -170,7 +170,7 @@ impl Part {
         }
     }
 
-    /// Whether it needs praise, a compliment or thanks in its clause.
+    /// Whether it needs praise, a compliment or thanks in the message.
     fn needs_praise(self) -> bool {
         matches!(self, Part::You | Part::ThisIs | Part::Article)
     }
@@ -353,6 +353,7 @@ impl Lexicon {
         let phrases = self.phrases();
         let mut found: Option<Smalltalk> = None;
         let mut count = 0;
+        let (mut needs, mut praised) = (false, false);
         for clause in rest.split(is_clause_break) {
             let keys: Vec<String> = words(clause).iter().map(|w| phrases.normalize(match_key(w))).collect();
             count += keys.len();
@@ -362,14 +363,15 @@ impl Lexicon {
             let phrases = phrases.cover(&keys)?;
             // A phrase in several classes plays whichever role the rules need ("super" is
             // praise after "du bist", an acknowledgement alone).
-            let needs = phrases.iter().any(|parts| parts.iter().all(|p| p.needs_praise()));
-            if needs && !phrases.iter().any(|parts| parts.iter().any(|p| p.is_praise())) {
-                return None;
-            }
+            needs |= phrases.iter().any(|parts| parts.iter().all(|p| p.needs_praise()));
+            praised |= phrases.iter().any(|parts| parts.iter().any(|p| p.is_praise()));
             // Its kind is the plainest of its classes ("ciao" greets before it says goodbye).
             for parts in phrases {
                 found = found.max(parts.iter().filter_map(|p| p.talk()).min());
             }
+        }
+        if needs && !praised {
+            return None;
         }
         found.or(emoji.then_some(Smalltalk::Acknowledgement))
     }
@@ -597,8 +599,8 @@ mod tests {
         ] {
             assert!(talk(phrase).is_some(), "{phrase}");
         }
-        // Words dropped on purpose: they also accept an offer, ask for a repeat or say "please".
-        for word in ["sure", "again", "encore", "nochmal", "bitte", "prego"] {
+        // Words left out on purpose: they also accept an offer, ask for a repeat or say "please".
+        for word in ["sure", "again", "encore", "nochmal", "bitte", "prego", "dale", "bet", "fechado"] {
             assert_eq!(talk(word), None, "{word}");
         }
     }
@@ -760,6 +762,13 @@ mod tests {
         "m'as sauvé",
         "m'as sauvé la vie",
         "m'as sauvé la journée",
+        "lo más",
+        "mi sei stato di grande aiuto",
+        "mi sei stata di grande aiuto",
+        "di grande aiuto",
+        "4 the help",
+        "4 everything",
+        "4 that",
     ];
 
     #[test]
