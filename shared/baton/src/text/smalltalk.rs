@@ -29,7 +29,7 @@
 //! At most 20 words. The kinds rank chitchat over an acknowledgement over a greeting ("hi, how
 //! are you?" is chitchat).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, LazyLock, OnceLock};
 
 use serde::Deserialize;
@@ -193,6 +193,8 @@ type Phrase = (Vec<String>, Vec<Part>);
 #[derive(Debug, Clone, Default, PartialEq)]
 struct Phrases {
     by_first: HashMap<String, Vec<Phrase>>,
+    /// Every word of every phrase: a word outside it ends the check at once.
+    known: HashSet<String>,
     typo_heads: HashMap<char, Vec<String>>,
 }
 
@@ -251,6 +253,7 @@ fn index_phrases<'a>(lists: impl IntoIterator<Item = &'a SmalltalkLists>) -> Res
                 heads.push(first.clone());
             }
         }
+        phrases.known.extend(key.iter().cloned());
         let entry = phrases.by_first.entry(first).or_default();
         match entry.iter_mut().find(|(p, _)| *p == key) {
             Some((_, parts)) if !parts.contains(&part) => parts.push(part),
@@ -355,7 +358,14 @@ impl Lexicon {
         let mut count = 0;
         let (mut needs, mut praised) = (false, false);
         for clause in rest.split(is_clause_break) {
-            let keys: Vec<String> = words(clause).iter().map(|w| phrases.normalize(match_key(w))).collect();
+            let mut keys = Vec::new();
+            for word in words(clause) {
+                let key = phrases.normalize(match_key(&word));
+                if !phrases.known.contains(&key) {
+                    return None;
+                }
+                keys.push(key);
+            }
             count += keys.len();
             if count > SMALLTALK_MAX_WORDS {
                 return None;
@@ -380,7 +390,7 @@ impl Lexicon {
 impl Phrases {
     /// `key` as the vocabulary knows it: itself, laughter, or the head word it is a typo of.
     fn normalize(&self, key: String) -> String {
-        if self.by_first.contains_key(&key) {
+        if self.known.contains(&key) {
             return key;
         }
         if is_laughter(&key) {
