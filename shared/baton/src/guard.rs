@@ -393,13 +393,68 @@ const NEW_QUESTION_WORDS: &[&str] = &[
     "mostrami",
     "trova",
     "cerca",
+    "got",
+    "have",
+    "need",
+    "want",
+    "looking",
+    "recommend",
+    "suggest",
+    "list",
+    "compare",
+    "buy",
+    "help",
+    "please",
+    "pls",
+    "gimme",
+    "lemme",
+    "quiero",
+    "necesito",
+    "busco",
+    "quero",
+    "preciso",
+    "voglio",
+    "vorrei",
+    "cerco",
+    "möchte",
+    "brauche",
+    "suche",
+];
+
+/// Two-word openers of a request ("I want", "je cherche"), in the six languages.
+const NEW_REQUEST_OPENERS: &[&str] = &[
+    "i want",
+    "i need",
+    "i'd like",
+    "id like",
+    "i'm looking",
+    "im looking",
+    "let me",
+    "give me",
+    "je veux",
+    "je cherche",
+    "j'aimerais",
+    "je voudrais",
+    "eu quero",
+    "eu preciso",
+    "ich will",
+    "ich möchte",
+    "ich suche",
+    "ich brauche",
+    "me gustaría",
+    "me das",
+    "dame",
+    "muéstrame",
 ];
 
 /// Whether `message` opens a question or a request of its own in some clause.
 fn asks_something_new(message: &str) -> bool {
-    text::clauses(message)
-        .iter()
-        .any(|clause| words(clause).first().is_some_and(|w| NEW_QUESTION_WORDS.contains(&w.as_str())))
+    text::clauses(message).iter().any(|clause| {
+        let said = words(clause);
+        let opener = said.iter().take(2).map(String::as_str).collect::<Vec<_>>().join(" ");
+        said.first().is_some_and(|w| NEW_QUESTION_WORDS.contains(&w.as_str()))
+            || NEW_REQUEST_OPENERS.contains(&opener.as_str())
+    })
 }
 
 /// Whether `message` is a short reply answering the previous turn's support question: a yes or
