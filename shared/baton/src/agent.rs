@@ -115,11 +115,12 @@ pub const DEFAULT_MAX_DEPTH: u32 = 3;
 /// What a child instance sees of the conversation its caller answers in.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum ChildContext {
-    /// Only its input (agents called as tools, DESIGN.md §5).
+    /// Only its input (agents called as tools: docs/agents.md, "Your own agents (agents as
+    /// tools)").
     #[default]
     Isolated,
     /// The cross-turn history and the previous turn too (the sub-agents of a routing entry
-    /// agent, DESIGN.md §4 step 7).
+    /// agent: docs/architecture.md, "A turn, step by step").
     Conversation,
 }
 
@@ -199,7 +200,8 @@ pub fn start_child(
 /// A child instance's events, polled once the instance holds one of its turn's places for
 /// running instances, which it keeps until its events end (or are dropped). Written by hand,
 /// not as a generator: every event of the instance passes through it, and a generator's poll
-/// costs more than this one's (docs/benchmarks.md, step 11).
+/// costs more than this one's (docs/benchmarks-log.md, "Less work per event, each cut too small
+/// to see on its own").
 struct Admitted {
     place: Option<BoxFuture<'static, Result<tokio::sync::OwnedSemaphorePermit, tokio::sync::AcquireError>>>,
     held: Option<tokio::sync::OwnedSemaphorePermit>,
@@ -253,21 +255,23 @@ pub fn run_instance(
 /// Where an agent keeps the vendor's last response id per episode, so its next turn continues the
 /// server-side conversation (OpenAI Responses `previous_response_id`) instead of resending it.
 ///
-/// The production implementation lives on the episode record of the store (DESIGN.md §7); a
+/// The production implementation lives on the episode record of the store (docs/storage.md); a
 /// failing read or write is logged and the turn goes on without server-side context.
 pub trait ResponseChains: Send + Sync {
-    /// The last response id of `episode`, if any.
+    /// The last response id of agent `agent` (its name, not an instance) in `episode`, if any.
     fn last_response_id<'a>(
         &'a self,
         user_id: &'a str,
         episode_id: &'a str,
+        agent: &'a str,
     ) -> BoxFuture<'a, Result<Option<String>, BoxError>>;
 
-    /// Records `response_id` as the last response of `episode`.
+    /// Records `response_id` as agent `agent`'s last response in `episode`.
     fn set_last_response_id<'a>(
         &'a self,
         user_id: &'a str,
         episode_id: &'a str,
+        agent: &'a str,
         response_id: String,
     ) -> BoxFuture<'a, Result<(), BoxError>>;
 }
@@ -275,7 +279,8 @@ pub trait ResponseChains: Send + Sync {
 /// [`ResponseChains`] in process memory: for tests, and until a store is configured.
 #[derive(Debug, Default)]
 pub struct MemoryResponseChains {
-    ids: Mutex<HashMap<(String, String), String>>,
+    /// By user, episode and agent name.
+    ids: Mutex<HashMap<(String, String, String), String>>,
 }
 
 impl ResponseChains for MemoryResponseChains {
@@ -283,8 +288,9 @@ impl ResponseChains for MemoryResponseChains {
         &'a self,
         user_id: &'a str,
         episode_id: &'a str,
+        agent: &'a str,
     ) -> BoxFuture<'a, Result<Option<String>, BoxError>> {
-        let key = (user_id.to_owned(), episode_id.to_owned());
+        let key = (user_id.to_owned(), episode_id.to_owned(), agent.to_owned());
         let id = self.ids.lock().expect("chains lock").get(&key).cloned();
         Box::pin(async move { Ok(id) })
     }
@@ -293,12 +299,13 @@ impl ResponseChains for MemoryResponseChains {
         &'a self,
         user_id: &'a str,
         episode_id: &'a str,
+        agent: &'a str,
         response_id: String,
     ) -> BoxFuture<'a, Result<(), BoxError>> {
         self.ids
             .lock()
             .expect("chains lock")
-            .insert((user_id.to_owned(), episode_id.to_owned()), response_id);
+            .insert((user_id.to_owned(), episode_id.to_owned(), agent.to_owned()), response_id);
         Box::pin(async { Ok(()) })
     }
 }
@@ -603,12 +610,13 @@ impl LlmAgent {
     /// one, else the history.
     async fn begin(&self, request: AgentRequest, chains: Option<&dyn ResponseChains>) -> Run {
         let previous_id = match chains {
-            Some(chains) => {
-                chains.last_response_id(&request.user_id, &request.episode_id).await.unwrap_or_else(|e| {
+            Some(chains) => chains
+                .last_response_id(&request.user_id, &request.episode_id, &self.name)
+                .await
+                .unwrap_or_else(|e| {
                     tracing::warn!(error = %e, "cannot read the last response id; starting afresh");
                     None
-                })
-            }
+                }),
             None => None,
         };
         let user_message = user_message(&request);
@@ -709,7 +717,7 @@ impl Agent for LlmAgent {
                 let calls = transcript.record(&decision, server_side);
                 if calls.is_empty() {
                     if let (Some(chains), Some(id)) = (&chains, decision.response_id) {
-                        if let Err(e) = chains.set_last_response_id(&context.user_id, &context.episode_id, id).await {
+                        if let Err(e) = chains.set_last_response_id(&context.user_id, &context.episode_id, &this.name, id).await {
                             tracing::warn!(error = %e, "cannot store the last response id");
                         }
                     }
@@ -912,7 +920,8 @@ impl LlmAgent {
             }
         });
         // The call's own events pass through `chain` (no generator on every event's way), then
-        // its result once they have ended and been dropped (docs/benchmarks.md, step 11).
+        // its result once they have ended and been dropped (docs/benchmarks-log.md, "Less work
+        // per event, each cut too small to see on its own").
         let ToolRun { events, finish } = run;
         let end = futures::stream::once(async move {
             let (outcome, answer) = match finish.take() {
