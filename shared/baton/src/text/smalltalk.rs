@@ -127,7 +127,17 @@ const CELEBRATION_EMOJI: &[&str] = &[
     "sun",
     "check mark",
     "check mark button",
+    "check box with check",
     "trophy",
+    "heart suit",
+    "ok button",
+    "cool button",
+    "four leaf clover",
+    "cherry blossom",
+    "sunflower",
+    "tulip",
+    "blossom",
+    "balloon",
 ];
 
 /// Faces and hands of those groups that point at or want something: "that one" (👉 ☝️), money
@@ -499,7 +509,7 @@ fn is_smalltalk_emoji(grapheme: &str) -> bool {
     found.is_some_and(|e| {
         let wants = WANTING_EMOJI.iter().any(|w| e.name().contains(w));
         let kind = matches!(e.group(), emojis::Group::SmileysAndEmotion | emojis::Group::PeopleAndBody);
-        (kind && !wants) || CELEBRATION_EMOJI.contains(&e.name())
+        (kind && !wants) || CELEBRATION_EMOJI.iter().any(|name| e.name().eq_ignore_ascii_case(name))
     })
 }
 
@@ -638,8 +648,25 @@ mod tests {
 
     #[test]
     fn faces_hands_and_hearts_are_acknowledgements_with_any_skin_tone_or_joiner() {
-        for emoji in ["👍", "🙏", "❤️", "👌", "👍🏽", "🙏🙏!", "😂😂", "👨‍👩‍👧", "🤷🏽‍♀️", "🫶🏿", "🎉", "?", "...", ":)"]
-        {
+        for emoji in [
+            "👍",
+            "🙏",
+            "❤️",
+            "👌",
+            "👍🏽",
+            "🙏🙏!",
+            "😂😂",
+            "👨‍👩‍👧",
+            "🤷🏽‍♀️",
+            "🫶🏿",
+            "🎉",
+            "♥",
+            "🆗",
+            "✨",
+            "?",
+            "...",
+            ":)",
+        ] {
             assert_eq!(talk(emoji), Some(Smalltalk::Acknowledgement), "{emoji:?}");
         }
         assert_eq!(talk("thanks 👍"), Some(Smalltalk::Acknowledgement));
