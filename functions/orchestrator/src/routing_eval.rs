@@ -1,7 +1,8 @@
 //! `routing-eval`: the routing scenario suite against the configured model, and fault injection;
 //! optionally an HTML report (`--html`) with the trend over previous summaries (`--history`),
 //! and this run's JSON summary (`--summary`). Progress goes to stderr, results to stdout: the text
-//! report, or with `--json` the summary and every scenario's calls, repairs and verdict.
+//! report, or with `--json` the summary and every scenario's calls, repairs and verdict; either
+//! with the smalltalk check's recall and precision on its labelled corpus.
 
 use std::io::{IsTerminal, Write};
 
@@ -52,6 +53,19 @@ pub(crate) async fn run(
     if !args.json {
         print!("{}", run.report);
     }
+    // The fastpath's smalltalk check on its labelled corpus, with the configured vocabulary.
+    let corpus = match eval::score_smalltalk_corpus(
+        &router.settings().smalltalk,
+        eval::SMALLTALK_CORPUS,
+        "data/routing/smalltalk-corpus.yaml",
+    ) {
+        Ok(scores) => scores,
+        Err(e) => return fail(e.to_string()),
+    };
+    if !args.json {
+        println!();
+        print!("{}", eval::format_corpus(&corpus));
+    }
     let faults = if args.faults {
         eprintln!("fault injection: {} faults over {} scenarios…", eval::Fault::ALL.len(), suite.len());
         let faults = eval::run_faults(&router, &suite).await;
@@ -72,7 +86,9 @@ pub(crate) async fn run(
     });
     let summary = Summary::new(&suite_name, &run.report, faults.as_deref().unwrap_or(&[]), run_at_ms);
     if args.json {
-        println!("{:#}", eval_report::run_json(&summary, &run, &suite));
+        let mut json = eval_report::run_json(&summary, &run, &suite);
+        json["smalltalk_corpus"] = eval::corpus_json(&corpus);
+        println!("{json:#}");
     }
     if let Some(path) = &args.summary {
         if let Err(e) = std::fs::write(path, summary.to_json() + "\n") {

@@ -223,10 +223,12 @@ fn routing_eval_prints_accuracy_per_category_and_fault_recovery() {
     let out = orchestrator(dir.path()).args(["routing-eval", "--faults"]).output().unwrap();
     let stdout = String::from_utf8(out.stdout).unwrap();
     assert!(out.status.success(), "{stdout}");
-    assert!(stdout.contains("routing suite: 105 scenarios, model offline"), "{stdout}");
+    assert!(stdout.contains("routing suite: 123 scenarios, model offline"), "{stdout}");
     assert!(stdout.lines().any(|l| l.starts_with("echo_followup")), "{stdout}");
     assert!(stdout.lines().any(|l| l.starts_with("overall")), "{stdout}");
     assert!(stdout.contains("drop_call "), "{stdout}");
+    assert!(stdout.contains("smalltalk type check on the labelled corpus"), "{stdout}");
+    assert!(!stdout.contains("REQUEST TAKEN FOR SMALLTALK"), "{stdout}");
     assert!(!stdout.contains("MISSED"), "every recoverable fault is recovered:\n{stdout}");
 }
 
@@ -245,6 +247,10 @@ fn routing_eval_json_gives_every_scenarios_calls_repairs_and_verdict() {
     assert!(arguments["prior_context"].as_str().unwrap().contains("paper receipt"), "{arguments}");
     assert!(echo["repairs"].as_array().unwrap().iter().any(|r| r["repair"] == "echo_followup"), "{echo}");
     assert!(["pass", "pass_loose", "fail"].contains(&echo["verdict"].as_str().unwrap()));
+    let corpus = json["smalltalk_corpus"].as_array().unwrap();
+    assert!(
+        corpus.iter().all(|part| part["precision"] == 100.0 && part["passed"].as_array().unwrap().is_empty())
+    );
 }
 
 #[test]

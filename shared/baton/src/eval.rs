@@ -36,6 +36,12 @@ const ASK_SUPPORT: &str = "ask_support";
 const ASK_SHOPPING: &str = "ask_shopping";
 use crate::routing::{Route, RouteStep, Router};
 
+mod smalltalk_corpus;
+
+pub use smalltalk_corpus::{
+    CorpusScore, SMALLTALK_CORPUS, corpus_json, format_corpus, score_smalltalk_corpus,
+};
+
 /// The reference routing suite, embedded.
 pub const REFERENCE_SUITE: &str = include_str!("../../../data/routing/scenarios.yaml");
 

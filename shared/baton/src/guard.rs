@@ -1,14 +1,16 @@
-//! Routing guards that catch orchestrator-model mistakes in code (DESIGN.md §4 steps 4–5).
+//! Routing guards that catch orchestrator-model mistakes in code (`docs/routing.md`).
 //!
 //! Pure functions over the model's planned calls, applied in this order by [`apply_guards`]:
 //! 1. **Duplicates**: the same tool with the same query counts once. This runs first, so a rule
 //!    that rewrites a call below finds the model's call once, with every field it gave.
-//! 2. **Echo follow-up**: a short reply that echoes the previous support question goes to
-//!    support. The model's own support call is kept (its `support_category`, summary, prior
+//! 2. **Echo follow-up**: a short reply that answers the previous support question (a yes or no,
+//!    the question's words, the thing it asked for; never a reply that asks something new) goes
+//!    to support. The model's own support call is kept (its `support_category`, summary, prior
 //!    context); only what the rule needs changes.
-//! 3. **Fastpath allowlist**: a direct answer (no call) is kept only for smalltalk
-//!    ([`Lexicon::classify`]); anything else goes to the fallback agent. (The routing policy first
-//!    re-asks the model, see [`refuses_direct_answer`]; this is the last resort.)
+//! 3. **Fastpath allowlist**: a direct answer (no call) is kept only for smalltalk, recognised by
+//!    type ([`Lexicon::classify`]), with no image attached; anything else goes to the fallback
+//!    agent. (The routing policy first re-asks the model, echo replies included, see
+//!    [`refuses_direct_answer`]; this is the last resort.)
 //! 4. **Overlap** (mixed turns): a call whose query shares no content word with the user's message
 //!    is dropped when the model made more calls than the intents it reported (a hallucinated
 //!    extra call). A call within the reported count is kept and its query repaired by the verbatim
@@ -32,7 +34,7 @@ use serde_json::Value;
 
 use crate::conversation::PreviousTurn;
 use crate::image::ImageKind;
-use crate::text::{self, Lexicon, Smalltalk, TopicWords, normalize, overlaps, words};
+use crate::text::{self, Lexicon, Smalltalk, TopicWords, normalize, words};
 
 /// A sub-agent call the orchestrator will make.
 #[derive(Debug, Clone, PartialEq)]
@@ -286,9 +288,180 @@ pub struct RoutingInput<'a> {
     pub smalltalk: &'a Lexicon,
     /// What the user's attached image shows, when the client said.
     pub image: Option<ImageKind>,
+    /// Whether the user attached an image at all (of a known kind or not).
+    pub attached: bool,
 }
 
-/// Whether `message` is a short reply echoing the previous turn's support question.
+/// Words that answer a yes/no question, in the six languages.
+const ANSWER_WORDS: &[&str] = &[
+    "yes", "no", "yeah", "yep", "nope", "correct", "right", "both", "neither", "si", "sí", "sì", "oui",
+    "non", "sim", "não", "nao", "ja", "nein", "doch", "nee",
+];
+
+/// Words that open a question or a request of the user's own, in the six languages: a clause that
+/// starts with one asks something new ("what deals at FreshMart?") rather than answering.
+const NEW_QUESTION_WORDS: &[&str] = &[
+    "what",
+    "what's",
+    "whats",
+    "where",
+    "when",
+    "why",
+    "how",
+    "which",
+    "who",
+    "can",
+    "could",
+    "would",
+    "do",
+    "does",
+    "is",
+    "are",
+    "any",
+    "find",
+    "show",
+    "get",
+    "give",
+    "tell",
+    "search",
+    "look",
+    "qué",
+    "que",
+    "dónde",
+    "donde",
+    "cuándo",
+    "cuando",
+    "cómo",
+    "como",
+    "cuál",
+    "cual",
+    "quién",
+    "quien",
+    "hay",
+    "tienes",
+    "tienen",
+    "puedes",
+    "busca",
+    "muéstrame",
+    "quoi",
+    "où",
+    "quand",
+    "comment",
+    "quel",
+    "quelle",
+    "quels",
+    "quelles",
+    "qui",
+    "est-ce",
+    "as-tu",
+    "peux-tu",
+    "y'a",
+    "trouve",
+    "montre",
+    "montre-moi",
+    "onde",
+    "quando",
+    "qual",
+    "quais",
+    "quem",
+    "tem",
+    "pode",
+    "mostra",
+    "cadê",
+    "was",
+    "wo",
+    "wann",
+    "wie",
+    "welche",
+    "welcher",
+    "welches",
+    "wer",
+    "gibt",
+    "hast",
+    "kannst",
+    "zeig",
+    "such",
+    "cosa",
+    "che",
+    "dove",
+    "quale",
+    "quali",
+    "chi",
+    "ci",
+    "hai",
+    "puoi",
+    "mostrami",
+    "trova",
+    "cerca",
+    "got",
+    "have",
+    "need",
+    "want",
+    "looking",
+    "recommend",
+    "suggest",
+    "list",
+    "compare",
+    "buy",
+    "help",
+    "please",
+    "pls",
+    "gimme",
+    "lemme",
+    "quiero",
+    "necesito",
+    "busco",
+    "quero",
+    "preciso",
+    "voglio",
+    "vorrei",
+    "cerco",
+    "möchte",
+    "brauche",
+    "suche",
+];
+
+/// Two-word openers of a request ("I want", "je cherche"), in the six languages.
+const NEW_REQUEST_OPENERS: &[&str] = &[
+    "i want",
+    "i need",
+    "i'd like",
+    "id like",
+    "i'm looking",
+    "im looking",
+    "let me",
+    "give me",
+    "je veux",
+    "je cherche",
+    "j'aimerais",
+    "je voudrais",
+    "eu quero",
+    "eu preciso",
+    "ich will",
+    "ich möchte",
+    "ich suche",
+    "ich brauche",
+    "me gustaría",
+    "me das",
+    "dame",
+    "muéstrame",
+];
+
+/// Whether `message` opens a question or a request of its own in some clause.
+fn asks_something_new(message: &str) -> bool {
+    text::clauses(message).iter().any(|clause| {
+        let said = words(clause);
+        let opener = said.iter().take(2).map(String::as_str).collect::<Vec<_>>().join(" ");
+        said.first().is_some_and(|w| NEW_QUESTION_WORDS.contains(&w.as_str()))
+            || NEW_REQUEST_OPENERS.contains(&opener.as_str())
+    })
+}
+
+/// Whether `message` is a short reply answering the previous turn's support question: a yes or
+/// no, one of the options the question offered or words of its own (every topic word of a
+/// question-marked reply is the question's), or the thing it asked for (a reply that shares a
+/// word with it: "from the Target store" to "which store?"). A reply that asks something new
+/// ("what deals at FreshMart?") is not an answer, whatever word it shares.
 fn echoes_support_question(input: &RoutingInput<'_>) -> Option<String> {
     let question = input.previous?.reply_of(input.roles.followup_agent.as_deref()?)?.trim();
     if !question.ends_with('?') || words(input.message).len() > 6 {
@@ -297,21 +470,39 @@ fn echoes_support_question(input: &RoutingInput<'_>) -> Option<String> {
     if input.smalltalk.classify(input.message) == Some(Smalltalk::Acknowledgement) {
         return None;
     }
+    if asks_something_new(input.message) {
+        return None;
+    }
     // The question's last sentence is what the user answers.
     let last = question.trim_end_matches('?').rsplit(['.', '!', '?', '\n']).next().unwrap_or(question);
-    let answer_words = ["yes", "no", "yeah", "yep", "nope", "correct", "right", "both", "neither"];
-    let is_answer = words(input.message).iter().any(|w| answer_words.contains(&w.as_str()));
-    (is_answer || overlaps(input.message, last)).then(|| question.to_owned())
+    let said = words(input.message);
+    let yes_no = said.iter().any(|w| ANSWER_WORDS.contains(&w.as_str()));
+    let (reply, asked) = (TopicWords::of(input.message), TopicWords::of(last));
+    // A reply with a question mark answers only in the question's words ("the paper one?").
+    let answers =
+        if input.message.contains(['?', '¿']) { reply.all_in(&asked) } else { reply.overlaps(&asked) };
+    (yes_no || answers).then(|| question.to_owned())
 }
 
 /// Whether a direct answer (no call) to `input.message` would be refused: the fastpath guard
-/// runs, the message is not smalltalk and not an echo follow-up (which the guards route
-/// themselves). The routing policy then re-asks the model before [`apply_guards`] falls back.
+/// runs and the message is not smalltalk, or has an image. An echo follow-up is re-asked like
+/// any other message, so the model's call carries what it knows (the support category); the
+/// guards route it only if the re-ask makes no call. The routing policy re-asks the model
+/// before [`apply_guards`] falls back.
 pub fn refuses_direct_answer(input: &RoutingInput<'_>) -> bool {
-    let echo = input.guards.echo_followup
-        && input.roles.followup_tool.is_some()
-        && echoes_support_question(input).is_some();
-    input.guards.fastpath && !echo && input.smalltalk.classify(input.message).is_none()
+    input.guards.fastpath && (input.attached || input.smalltalk.classify(input.message).is_none())
+}
+
+/// Whether `query` is `message` followed only by bracketed notes, as Baton hands a message to the
+/// model ("thanks!\n[The user attached an image: …]"): then it is the user's exact text.
+fn is_message_with_notes(query: &str, message: &str) -> bool {
+    let mut rest = query.trim();
+    let mut noted = false;
+    while let Some(open) = rest.strip_suffix(']').and_then(|r| r.rfind('[')) {
+        rest = rest[..open].trim_end();
+        noted = true;
+    }
+    noted && normalize(rest) == normalize(message)
 }
 
 /// Applies the guards to the model's calls. An empty result means a direct answer is kept.
@@ -363,7 +554,7 @@ pub fn apply_guards(
             let call = PlannedCall::from_arguments(tool, serde_json::json!({"intent_count": 1}), message);
             return finish(input, vec![call], actions, Some(agent.as_str()));
         }
-        if !input.guards.fastpath || input.smalltalk.classify(message).is_some() {
+        if !input.guards.fastpath || (!input.attached && input.smalltalk.classify(message).is_some()) {
             return (unique, actions);
         }
         actions.push(GuardAction::FastpathRejected);
@@ -420,7 +611,7 @@ fn finish(
     };
     for call in &mut calls {
         if input.guards.verbatim {
-            let query = if single || short {
+            let query = if single || short || is_message_with_notes(&call.query, message) {
                 message
             } else {
                 let asked = TopicWords::of(&call.query);
@@ -518,6 +709,7 @@ mod tests {
                 guards: &Guards::default(),
                 smalltalk: Lexicon::reference(),
                 image: None,
+                attached: false,
             },
             calls,
         );
@@ -605,6 +797,7 @@ mod tests {
             guards: &Guards::default(),
             smalltalk: Lexicon::reference(),
             image: None,
+            attached: false,
         };
         let (calls, actions) = apply_guards(&input, vec![call(ASK_SHOPPING, "e-receipt deals")]);
         assert_eq!(calls.len(), 1);
@@ -619,6 +812,7 @@ mod tests {
             guards: &Guards::default(),
             smalltalk: Lexicon::reference(),
             image: None,
+            attached: false,
         };
         assert_eq!(apply_guards(&ack, vec![]).0, vec![]);
     }
@@ -639,6 +833,7 @@ mod tests {
             guards: &Guards::default(),
             smalltalk: Lexicon::reference(),
             image: None,
+            attached: false,
         };
         let (calls, actions) = apply_guards(&input, vec![call(ASK_SUPPORT, "no points")]);
         let context = calls[0].prior_context.as_deref().unwrap();
@@ -659,6 +854,7 @@ mod tests {
                 guards: &Guards::default(),
                 smalltalk: Lexicon::reference(),
                 image: None,
+                attached: false,
             },
             vec![c],
         );
@@ -671,18 +867,24 @@ mod tests {
         for (kind, tool) in [(ImageKind::Receipt, ASK_SUPPORT), (ImageKind::Product, ASK_SHOPPING)] {
             // Smalltalk words too: the image is the question.
             for message in ["thanks!", "what is this worth"] {
-                let input = RoutingInput { image: Some(kind), ..input(message, None) };
+                let input = RoutingInput { image: Some(kind), attached: true, ..input(message, None) };
                 let (calls, actions) = apply_guards(&input, vec![]);
                 assert_eq!(calls.len(), 1, "{kind:?} {message}");
                 assert_eq!((calls[0].tool.as_str(), calls[0].query.as_str()), (tool, message));
                 assert_eq!(actions, [GuardAction::ImageRouted { image: kind, tool: tool.into() }]);
             }
         }
-        // An image of no configured kind changes nothing: smalltalk is answered directly.
-        let other = RoutingInput { image: Some(ImageKind::Other), ..input("thanks!", None) };
-        assert_eq!(apply_guards(&other, vec![]).0, vec![]);
+        // An image of no configured kind is not smalltalk either: it goes to the fallback agent.
+        let other = RoutingInput { image: Some(ImageKind::Other), attached: true, ..input("thanks!", None) };
+        let (calls, actions) = apply_guards(&other, vec![]);
+        assert_eq!(calls[0].tool, ASK_SHOPPING);
+        assert_eq!(actions, [GuardAction::FastpathRejected]);
         // The model's own calls stand whatever the image.
-        let called = RoutingInput { image: Some(ImageKind::Receipt), ..input("find deals on this", None) };
+        let called = RoutingInput {
+            image: Some(ImageKind::Receipt),
+            attached: true,
+            ..input("find deals on this", None)
+        };
         let (calls, _) = apply_guards(&called, vec![call(ASK_SHOPPING, "find deals on this")]);
         assert_eq!(calls[0].tool, ASK_SHOPPING);
     }
@@ -697,6 +899,7 @@ mod tests {
             guards: &GUARDS,
             smalltalk: Lexicon::reference(),
             image: None,
+            attached: false,
         }
     }
 
@@ -800,11 +1003,69 @@ mod tests {
     }
 
     #[test]
-    fn only_a_real_request_answered_directly_is_refused() {
+    fn only_a_real_request_or_an_image_answered_directly_is_refused() {
         assert!(refuses_direct_answer(&input("hi, where are my points?", None)));
         assert!(!refuses_direct_answer(&input("hola, ¿qué tal?", None)));
         assert!(!refuses_direct_answer(&input("👍", None)));
+        assert!(refuses_direct_answer(&RoutingInput { attached: true, ..input("thanks!", None) }));
+    }
+
+    #[test]
+    fn a_direct_answer_to_an_echo_reply_is_reasked_like_any_other() {
+        // So the model's call carries what it knows (the category); the echo rule is the last resort.
         let previous = support_asked("Was it a paper receipt or an e-receipt?");
-        assert!(!refuses_direct_answer(&input("the paper one", Some(&previous))), "an echo is routed");
+        assert!(refuses_direct_answer(&input("the paper one", Some(&previous))));
+        let (calls, actions) = apply_guards(&input("the paper one", Some(&previous)), vec![]);
+        assert_eq!((calls[0].tool.as_str(), calls[0].query.as_str()), (ASK_SUPPORT, "the paper one"));
+        assert_eq!(actions[0], GuardAction::EchoFollowup);
+    }
+
+    #[test]
+    fn a_reply_that_asks_something_new_keeps_the_models_call() {
+        let previous = support_asked("Which store was it, FreshMart?");
+        for message in ["what deals at FreshMart?", "deals at FreshMart?", "any FreshMart coupons"] {
+            let (calls, actions) =
+                apply_guards(&input(message, Some(&previous)), vec![call(ASK_SHOPPING, message)]);
+            assert_eq!(calls.len(), 1, "{message}");
+            assert_eq!(calls[0].tool, ASK_SHOPPING, "{message}");
+            assert!(!actions.contains(&GuardAction::EchoFollowup), "{message}: {actions:?}");
+        }
+        // The answer it asked for still goes back to support.
+        let (calls, _) =
+            apply_guards(&input("FreshMart", Some(&previous)), vec![call(ASK_SHOPPING, "FreshMart")]);
+        assert_eq!(calls[0].tool, ASK_SUPPORT);
+    }
+
+    #[test]
+    fn echo_corpus() {
+        #[derive(serde::Deserialize)]
+        struct Reply {
+            question: String,
+            reply: String,
+            echo: bool,
+        }
+        let corpus: Vec<Reply> =
+            serde_yaml_ng::from_str(include_str!("../../../data/routing/echo-corpus.yaml")).unwrap();
+        assert!(
+            corpus.iter().filter(|r| r.echo).count() >= 15 && corpus.iter().filter(|r| !r.echo).count() >= 15
+        );
+        for r in &corpus {
+            let previous = support_asked(&r.question);
+            let echo = echoes_support_question(&input(&r.reply, Some(&previous))).is_some();
+            assert_eq!(echo, r.echo, "{:?} after {:?}", r.reply, r.question);
+        }
+    }
+
+    #[test]
+    fn a_query_that_is_the_message_plus_batons_image_note_is_the_users_exact_text() {
+        let msg = "my receipt didn't scan and find me coffee deals";
+        let noted = format!("{msg}\n[The user attached an image of a receipt: a Kroger receipt]");
+        let (calls, actions) =
+            route(msg, vec![call(ASK_SUPPORT, &noted), call(ASK_SHOPPING, "find me coffee deals")]);
+        assert_eq!(calls, [pair(ASK_SUPPORT, msg), pair(ASK_SHOPPING, "find me coffee deals")]);
+        assert!(matches!(&actions[0], GuardAction::QueryVerbatim { was, .. } if was.contains("[The user")));
+        assert!(is_message_with_notes(&format!("{msg} [note one] [note two]"), msg));
+        assert!(!is_message_with_notes(msg, msg), "no note: an ordinary query");
+        assert!(!is_message_with_notes("coffee deals [The user attached an image.]", msg));
     }
 }

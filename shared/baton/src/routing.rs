@@ -1,4 +1,4 @@
-//! The routing policy (DESIGN.md §4 steps 2–5): how an entry agent whose agents are its
+//! The routing policy (`docs/routing.md`): how an entry agent whose agents are its
 //! intents decides which of them a turn calls. It hooks the agent's first model step
 //! ([`crate::agent::StepPolicy`]); the agent's tool loop then dispatches the calls it leaves, all
 //! at once, and the sub-agents' answers are the turn's answer (no further model call).
@@ -11,8 +11,8 @@
 //! 2. **Failsafe**: if a call's `intent_count` exceeds the number of distinct calls, the model is
 //!    asked once more, with an instruction naming the calls it made and the count it reported; new
 //!    calls are merged without duplicates. One retry at most.
-//! 3. **Refused direct answer**: a direct answer to a message that is not smalltalk is not
-//!    guessed at: the model is asked once more, by the same mechanism (`tool_choice: required`
+//! 3. **Refused direct answer**: a direct answer to a message that is not smalltalk (or has an
+//!    image, or answers support's question) is not guessed at: the model is asked once more, by the same mechanism (`tool_choice: required`
 //!    and the reason), and its calls go through the guards; only if the re-ask makes no call does
 //!    the fastpath guard send the message to the fallback agent.
 //! 4. The [`crate::guard`]s repair what code can check.
@@ -207,10 +207,10 @@ impl RoutingPolicy {
             let StepInput { instance, request, message, previous, image } = input;
             let model_name = model.model_name().to_owned();
             let smalltalk = settings.smalltalk.classify(&message).is_some();
-            // An image with an agent of its own is never a smalltalk answer (see `apply_guards`).
-            let image_routed = image.is_some_and(|kind| settings.images.iter().any(|(k, _)| *k == kind));
+            // A message with an image is never a smalltalk answer (see `apply_guards`).
+            let attached = image.is_some() || has_image(&request, &message);
             let mut route = Route::default();
-            let mut gate = PreambleGate::new(smalltalk && !image_routed);
+            let mut gate = PreambleGate::new(smalltalk && !attached);
             let mut raw_calls: Vec<ToolCall> = Vec::new();
             let mut deltas = model.stream(request.clone());
             while let Some(delta) = deltas.next().await {
@@ -264,6 +264,7 @@ impl RoutingPolicy {
                 guards: &settings.guards,
                 smalltalk: &settings.smalltalk,
                 image,
+                attached,
             };
             // One re-ask at most: for the calls the failsafe misses, or for the calls a refused
             // direct answer should have made.
@@ -392,6 +393,11 @@ impl Router {
         self.model.model_name()
     }
 
+    /// The routing settings it routes with.
+    pub fn settings(&self) -> &RoutingSettings {
+        self.policy.settings()
+    }
+
     /// The same routing with another model.
     pub fn with_model(&self, model: Arc<dyn ChatModel>) -> Router {
         Router { model, policy: self.policy.clone(), instruction: self.instruction.clone() }
@@ -439,6 +445,13 @@ fn repair(
         tracing::info!(?action, "routing repaired the model's routing");
     }
     rejected
+}
+
+/// Whether the user's message came with an image: sent as a content part, or described by the
+/// note Baton puts after the user's words ("[The user attached an image: …]").
+fn has_image(request: &ChatRequest, message: &str) -> bool {
+    let Some(Message::User { content, images }) = request.messages.last() else { return false };
+    !images.is_empty() || (content.trim_end().ends_with(']') && !message.trim_end().ends_with(']'))
 }
 
 /// What the failsafe's re-ask yields.
@@ -811,6 +824,54 @@ mod tests {
         assert_eq!(requests.len(), 2);
         assert_eq!(requests[1].tool_choice, Some(ToolChoice::Required));
         assert!(requests[1].system_text_last().contains("not only a greeting"));
+    }
+
+    #[tokio::test]
+    async fn a_direct_answer_to_an_echo_reply_is_reasked_and_keeps_the_models_category() {
+        let model = Arc::new(ScriptedModel::new("orch", None));
+        model.push(Reply::text("Paper receipts post in 48 hours."));
+        model.push(Reply::text("").tool_call(
+            ASK_SUPPORT,
+            json!({"query": "the paper one", "intent_count": 1, "support_category": "missing_points"}),
+        ));
+        let router = Router::new(model.clone(), RoutingPolicy::new(testing::settings()), "Route.");
+        let request = AgentRequest {
+            query: "the paper one".into(),
+            previous: Some(crate::conversation::PreviousTurn {
+                user_message: "my points are missing".into(),
+                replies: vec![crate::conversation::PriorReply {
+                    agent: "support".into(),
+                    text: "Was it a paper receipt or an e-receipt?".into(),
+                }],
+            }),
+            ..Default::default()
+        };
+        let steps: Vec<RouteStep> = router.route(&request).collect().await;
+        let Some(RouteStep::Decided(route)) = steps.last() else { panic!("{steps:?}") };
+        assert_eq!(model.requests().len(), 2, "re-asked");
+        assert_eq!(route.calls.len(), 1);
+        assert_eq!(route.calls[0].tool, ASK_SUPPORT);
+        assert_eq!(route.calls[0].arguments["support_category"], "missing_points");
+        assert!(route.calls[0].prior_context.as_deref().unwrap().contains("paper receipt"));
+        assert!(route.actions.contains(&GuardAction::FastpathReasked { calls: 1 }));
+    }
+
+    #[tokio::test]
+    async fn smalltalk_with_an_image_is_reasked() {
+        let model = Arc::new(ScriptedModel::new("orch", None));
+        model.push(Reply::text("You're welcome!"));
+        model.push(Reply::text("").tool_call(ASK_SHOPPING, json!({"query": "thanks!", "intent_count": 1})));
+        let router = Router::new(model.clone(), RoutingPolicy::new(testing::settings()), "Route.");
+        let request = AgentRequest {
+            query: "thanks!".into(),
+            image: Some(crate::image::Image::described("a cat on a sofa")),
+            ..Default::default()
+        };
+        let steps: Vec<RouteStep> = router.route(&request).collect().await;
+        let Some(RouteStep::Decided(route)) = steps.last() else { panic!("{steps:?}") };
+        assert_eq!(model.requests().len(), 2, "the image's note makes it more than smalltalk");
+        assert_eq!(route.calls[0].tool, ASK_SHOPPING);
+        assert_eq!(route.calls[0].query, "thanks!", "the user's words, not the note");
     }
 
     #[tokio::test]

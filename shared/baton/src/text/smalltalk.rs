@@ -1,0 +1,853 @@
+//! Whether a message is smalltalk, by type: the check behind the fastpath allowlist.
+//!
+//! A message is smalltalk when it is nothing but greetings, thanks, acknowledgements, goodbyes,
+//! simple chitchat and compliments, in any order and any of the configured languages. The check
+//! composes small word classes ([`SmalltalkLists`], `data/routing/smalltalk.yaml`) instead of
+//! matching whole messages:
+//!
+//! - **Every word is in a class.** A word outside them ("points", "deals", "app", "please",
+//!   "yes") makes the message a request, so precision rests on the vocabulary being closed:
+//!   nothing a request needs is in it. Words are compared without case, accents, apostrophes or
+//!   repeated letters ("thaaanks", "como estas"); a word of five letters or more that misses a
+//!   head word of six or more by one typo (a letter dropped, added, changed or two swapped:
+//!   "thnaks", "gracais") counts as that word, and laughter ("hahaha", "jajaja", "rsrs") as an
+//!   interjection.
+//! - **At least one head.** Greetings, thanks, acknowledgements, goodbyes, chitchat phrases,
+//!   praise ("awesome", "the best") and compliments ("saved my day") are heads; intensifiers,
+//!   forms of address, interjections and fillers only go with one ("there", "so much", "lol").
+//! - **Composition rules.** "You" and "that's" (and an article) need praise, a compliment or
+//!   thanks in the message ("you're the best", "that's great", "fine thanks, you?"; "you?" alone
+//!   is not smalltalk). A time of day after "good" in any language is a greeting ("good morning",
+//!   "buenas noches", "schönen Abend noch"): the phrases are made from the two classes.
+//! - **Emoji by type.** Emoji are read as grapheme clusters (skin tones and ZWJ sequences stay one
+//!   emoji) and looked up in the Unicode emoji data: faces, hands, people and hearts (the
+//!   "Smileys & Emotion" and "People & Body" groups) and a few signs of celebration (🎉 ✨ ⭐ 🔥
+//!   ✅) go with smalltalk, less those that point at or want something (👉 ☝️ 🤑 😋); any other
+//!   emoji — food, objects, flags, symbols such as ❓ — makes the message a request ("🧾?", "☕🍩"). Emoji alone are an acknowledgement. A symbol that is
+//!   neither punctuation nor an allowed emoji ("$", "%", "+") makes it a request too.
+//!
+//! At most 20 words. The kinds rank chitchat over an acknowledgement over a greeting ("hi, how
+//! are you?" is chitchat).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, LazyLock, OnceLock};
+
+use serde::Deserialize;
+use unicode_properties::{GeneralCategoryGroup, UnicodeEmoji, UnicodeGeneralCategory};
+use unicode_segmentation::UnicodeSegmentation;
+
+use super::{fold, is_clause_break, words};
+
+/// The kinds of message the fastpath may answer directly.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Smalltalk {
+    /// "hi", "good morning", "hola".
+    Greeting,
+    /// "thanks", "ok got it", "you're the best", "bye", or emoji only ("👍", "🙏🏽").
+    Acknowledgement,
+    /// "how are you", "who are you", "¿qué tal?".
+    Chitchat,
+}
+
+/// Smalltalk word classes, as the default vocabulary (`data/routing/smalltalk.yaml`, one entry
+/// per language) and the configuration's `routing.smalltalk` give them. Each entry is a word or
+/// a phrase of whole words. The first four are the classes of the earlier phrase lists, so a
+/// configuration written for them still means what it said.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SmalltalkLists {
+    /// Greetings ("hi", "salut").
+    #[serde(default)]
+    pub greetings: Vec<String>,
+    /// Acknowledgements ("ok", "got it", "d'accord").
+    #[serde(default)]
+    pub acknowledgements: Vec<String>,
+    /// Chitchat phrases ("how are you", "wie geht's").
+    #[serde(default)]
+    pub chitchat: Vec<String>,
+    /// Words that go with smalltalk but are never smalltalk alone ("today", "for the help").
+    #[serde(default)]
+    pub fillers: Vec<String>,
+    /// Thanks ("thanks", "merci beaucoup").
+    #[serde(default)]
+    pub thanks: Vec<String>,
+    /// Goodbyes ("bye", "hasta luego").
+    #[serde(default)]
+    pub goodbyes: Vec<String>,
+    /// Praise, an acknowledgement alone and a compliment after "you" ("awesome", "the best").
+    #[serde(default)]
+    pub praise: Vec<String>,
+    /// Compliments as verb phrases after "you" ("saved my day", "rock").
+    #[serde(default)]
+    pub compliments: Vec<String>,
+    /// The second person ("you're", "eres"): needs praise, a compliment or thanks.
+    #[serde(default)]
+    pub you: Vec<String>,
+    /// "That's", "c'est": needs praise, a compliment or thanks.
+    #[serde(default)]
+    pub this_is: Vec<String>,
+    /// Articles ("the", "un"): need praise, a compliment or thanks.
+    #[serde(default)]
+    pub articles: Vec<String>,
+    /// Adjectives that make a greeting of a time of day ("good", "buenos").
+    #[serde(default)]
+    pub good: Vec<String>,
+    /// Times of day ("morning", "noches"): only after one of `good`.
+    #[serde(default)]
+    pub times: Vec<String>,
+    /// Intensifiers ("so much", "vraiment").
+    #[serde(default)]
+    pub intensifiers: Vec<String>,
+    /// Forms of address ("there", "friend", "bot").
+    #[serde(default)]
+    pub address: Vec<String>,
+    /// Interjections ("wow", "lol").
+    #[serde(default)]
+    pub interjections: Vec<String>,
+}
+
+/// The default smalltalk vocabulary, per language.
+pub const DEFAULT_SMALLTALK: &str = include_str!("../../../../data/routing/smalltalk.yaml");
+
+/// The longest message judged smalltalk, in words.
+const SMALLTALK_MAX_WORDS: usize = 20;
+
+/// Emoji outside the "Smileys & Emotion" and "People & Body" groups that go with smalltalk, by
+/// their Unicode CLDR names: celebration and approval.
+const CELEBRATION_EMOJI: &[&str] = &[
+    "party popper",
+    "confetti ball",
+    "sparkles",
+    "star",
+    "glowing star",
+    "fire",
+    "rose",
+    "bouquet",
+    "rainbow",
+    "sun",
+    "check mark",
+    "check mark button",
+    "check box with check",
+    "trophy",
+    "heart suit",
+    "ok button",
+    "cool button",
+    "four leaf clover",
+    "cherry blossom",
+    "sunflower",
+    "tulip",
+    "blossom",
+    "balloon",
+];
+
+/// Faces and hands of those groups that point at or want something: "that one" (👉 ☝️), money
+/// (🤑), food (😋 🤤). Matched in their CLDR names.
+const WANTING_EMOJI: &[&str] = &["pointing", "money-mouth face", "face savoring food", "drooling face"];
+
+/// ASCII emoticons, read as emoji.
+const EMOTICONS: &[&str] =
+    &[":-)", ":)", ":-D", ":D", ";-)", ";)", ":-P", ":P", ":p", "=)", "<3", ":(", ":-(", "^^", "^_^", ":3"];
+
+/// What a word or phrase is in the grammar.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Part {
+    Greeting,
+    Thanks,
+    Acknowledgement,
+    Goodbye,
+    Chitchat,
+    Praise,
+    Compliment,
+    You,
+    ThisIs,
+    Article,
+    Intensifier,
+    Address,
+    Interjection,
+    Filler,
+}
+
+impl Part {
+    /// The kind of smalltalk a head makes; `None` for the parts that only go with one.
+    fn talk(self) -> Option<Smalltalk> {
+        match self {
+            Part::Greeting => Some(Smalltalk::Greeting),
+            Part::Thanks | Part::Acknowledgement | Part::Goodbye | Part::Praise | Part::Compliment => {
+                Some(Smalltalk::Acknowledgement)
+            }
+            Part::Chitchat => Some(Smalltalk::Chitchat),
+            _ => None,
+        }
+    }
+
+    /// Whether it needs praise, a compliment or thanks in the message.
+    fn needs_praise(self) -> bool {
+        matches!(self, Part::You | Part::ThisIs | Part::Article)
+    }
+
+    fn is_praise(self) -> bool {
+        matches!(self, Part::Praise | Part::Compliment | Part::Thanks)
+    }
+
+    /// Whether a typo of it still counts (single head words).
+    fn takes_typos(self) -> bool {
+        matches!(self, Part::Greeting | Part::Thanks | Part::Acknowledgement | Part::Goodbye | Part::Praise)
+    }
+}
+
+/// A phrase's words (as match keys) and the classes it is in.
+type Phrase = (Vec<String>, Vec<Part>);
+
+/// The vocabulary, ready to match: phrases by their first word (longest first), and the head
+/// words a typo may stand for, by their first letter.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct Phrases {
+    by_first: HashMap<String, Vec<Phrase>>,
+    /// Every word of every phrase: a word outside it ends the check at once.
+    known: HashSet<String>,
+    typo_heads: HashMap<char, Vec<String>>,
+}
+
+/// The smalltalk vocabulary a message is checked against. The default is the default
+/// vocabulary ([`Lexicon::reference`]); with a configuration's own words
+/// ([`Lexicon::with_defaults`]), those added to it. Either is built on first use rather than
+/// when a router is built, so start-up does not pay for it.
+#[derive(Debug, Clone, Default)]
+pub struct Lexicon {
+    phrases: LexiconPhrases,
+}
+
+#[derive(Debug, Clone, Default)]
+enum LexiconPhrases {
+    /// The default vocabulary.
+    #[default]
+    Reference,
+    /// Words known when the lexicon is made.
+    Built(Arc<Phrases>),
+    /// The default vocabulary and these, folded on first use.
+    WithDefaults(Arc<(SmalltalkLists, OnceLock<Phrases>)>),
+}
+
+static REFERENCE_LEXICON: LazyLock<Lexicon> =
+    LazyLock::new(|| Lexicon::new(default_lists().values()).expect("data/routing/smalltalk.yaml is valid"));
+
+/// The default vocabulary by language.
+fn default_lists() -> BTreeMap<String, SmalltalkLists> {
+    serde_yaml_ng::from_str(DEFAULT_SMALLTALK).expect("data/routing/smalltalk.yaml is valid")
+}
+
+/// A word as compared with the vocabulary: lowercase, without accents, apostrophes or repeated
+/// letters ("Thaaanks" is "thanks", "cool" is "col").
+fn match_key(word: &str) -> String {
+    let mut key = String::with_capacity(word.len());
+    for c in fold(word).chars().filter(|c| *c != '\'') {
+        if !key.ends_with(c) {
+            key.push(c);
+        }
+    }
+    key
+}
+
+fn keys(phrase: &str) -> Vec<String> {
+    words(phrase).iter().map(|w| match_key(w)).collect()
+}
+
+/// The vocabulary of `lists`; `Err` names an entry without a word.
+fn index_phrases<'a>(lists: impl IntoIterator<Item = &'a SmalltalkLists>) -> Result<Phrases, String> {
+    let mut phrases = Phrases::default();
+    let add = |key: Vec<String>, part: Part, phrases: &mut Phrases| {
+        let Some(first) = key.first().cloned() else { return };
+        if key.len() == 1 && part.takes_typos() && first.chars().count() >= 6 {
+            let heads = phrases.typo_heads.entry(first.chars().next().unwrap_or(' ')).or_default();
+            if !heads.contains(&first) {
+                heads.push(first.clone());
+            }
+        }
+        phrases.known.extend(key.iter().cloned());
+        let entry = phrases.by_first.entry(first).or_default();
+        match entry.iter_mut().find(|(p, _)| *p == key) {
+            Some((_, parts)) if !parts.contains(&part) => parts.push(part),
+            Some(_) => {}
+            None => entry.push((key, vec![part])),
+        }
+    };
+    for l in lists {
+        let classes = [
+            (&l.greetings, Part::Greeting),
+            (&l.thanks, Part::Thanks),
+            (&l.acknowledgements, Part::Acknowledgement),
+            (&l.goodbyes, Part::Goodbye),
+            (&l.chitchat, Part::Chitchat),
+            (&l.praise, Part::Praise),
+            (&l.compliments, Part::Compliment),
+            (&l.you, Part::You),
+            (&l.this_is, Part::ThisIs),
+            (&l.articles, Part::Article),
+            (&l.intensifiers, Part::Intensifier),
+            (&l.address, Part::Address),
+            (&l.interjections, Part::Interjection),
+            (&l.fillers, Part::Filler),
+        ];
+        for (class, part) in classes {
+            for phrase in class {
+                let key = keys(phrase);
+                if key.is_empty() {
+                    return Err(format!("smalltalk phrase {phrase:?} has no word"));
+                }
+                add(key, part, &mut phrases);
+            }
+        }
+        // "good" + a time of day is a greeting (or a goodbye: both answer the same way).
+        for good in &l.good {
+            for time in &l.times {
+                let (good, time) = (keys(good), keys(time));
+                if good.is_empty() || time.is_empty() {
+                    return Err(format!(
+                        "smalltalk phrase {:?} has no word",
+                        if good.is_empty() { "good" } else { "times" }
+                    ));
+                }
+                add(good.into_iter().chain(time).collect(), Part::Greeting, &mut phrases);
+            }
+        }
+    }
+    // Longest first: "good morning" is one greeting, not praise and a stray word.
+    for entry in phrases.by_first.values_mut() {
+        entry.sort_by_key(|(p, _)| std::cmp::Reverse(p.len()));
+    }
+    Ok(phrases)
+}
+
+impl PartialEq for Lexicon {
+    fn eq(&self, other: &Lexicon) -> bool {
+        self.phrases() == other.phrases()
+    }
+}
+
+impl Lexicon {
+    /// The default vocabulary (every language of `data/routing/smalltalk.yaml`).
+    pub fn reference() -> &'static Lexicon {
+        &REFERENCE_LEXICON
+    }
+
+    fn phrases(&self) -> &Phrases {
+        match &self.phrases {
+            LexiconPhrases::Built(phrases) => phrases,
+            LexiconPhrases::Reference => REFERENCE_LEXICON.phrases(),
+            LexiconPhrases::WithDefaults(lazy) => {
+                let (extra, phrases) = &**lazy;
+                phrases.get_or_init(|| {
+                    index_phrases(default_lists().values().chain([extra]))
+                        .expect("the lists were checked when the lexicon was made")
+                })
+            }
+        }
+    }
+
+    /// The default vocabulary and `extra`, folded on first use; `Err` says what is wrong with
+    /// `extra` now (the default vocabulary is checked by this module's tests).
+    pub fn with_defaults(extra: &SmalltalkLists) -> Result<Lexicon, String> {
+        index_phrases([extra])?;
+        Ok(Lexicon { phrases: LexiconPhrases::WithDefaults(Arc::new((extra.clone(), OnceLock::new()))) })
+    }
+
+    /// Only the words of `lists`; `Err` names an entry without a word.
+    pub fn new<'a>(lists: impl IntoIterator<Item = &'a SmalltalkLists>) -> Result<Lexicon, String> {
+        Ok(Lexicon { phrases: LexiconPhrases::Built(Arc::new(index_phrases(lists)?)) })
+    }
+
+    /// Whether `text` is smalltalk, and which (see the module docs).
+    pub fn classify(&self, text: &str) -> Option<Smalltalk> {
+        let (rest, emoji) = without_emoji(text)?;
+        if !rest.chars().any(char::is_alphanumeric) {
+            let punctuation = rest.chars().any(|c| !c.is_whitespace());
+            return (emoji || punctuation).then_some(Smalltalk::Acknowledgement);
+        }
+        let phrases = self.phrases();
+        let mut found: Option<Smalltalk> = None;
+        let mut count = 0;
+        let (mut needs, mut praised) = (false, false);
+        for clause in rest.split(is_clause_break) {
+            let mut keys = Vec::new();
+            for word in words(clause) {
+                let key = phrases.normalize(match_key(&word));
+                if !phrases.known.contains(&key) {
+                    return None;
+                }
+                keys.push(key);
+            }
+            count += keys.len();
+            if count > SMALLTALK_MAX_WORDS {
+                return None;
+            }
+            let phrases = phrases.cover(&keys)?;
+            // A phrase in several classes plays whichever role the rules need ("super" is
+            // praise after "du bist", an acknowledgement alone).
+            needs |= phrases.iter().any(|parts| parts.iter().all(|p| p.needs_praise()));
+            praised |= phrases.iter().any(|parts| parts.iter().any(|p| p.is_praise()));
+            // Its kind is the plainest of its classes ("ciao" greets before it says goodbye).
+            for parts in phrases {
+                found = found.max(parts.iter().filter_map(|p| p.talk()).min());
+            }
+        }
+        if needs && !praised {
+            return None;
+        }
+        found.or(emoji.then_some(Smalltalk::Acknowledgement))
+    }
+}
+
+impl Phrases {
+    /// `key` as the vocabulary knows it: itself, laughter, or the head word it is a typo of.
+    fn normalize(&self, key: String) -> String {
+        if self.known.contains(&key) {
+            return key;
+        }
+        if is_laughter(&key) {
+            return "haha".into();
+        }
+        let len = key.chars().count();
+        if len >= 5 {
+            let first = key.chars().next().unwrap_or(' ');
+            let typo_of = self.typo_heads.get(&first).into_iter().flatten().find(|head| one_typo(&key, head));
+            if let Some(head) = typo_of {
+                return head.clone();
+            }
+        }
+        key
+    }
+
+    /// The phrases (each as its classes) that make up `keys` exactly, if they do (longest
+    /// phrases first).
+    fn cover(&self, keys: &[String]) -> Option<Vec<&[Part]>> {
+        let mut reach: Vec<Option<Vec<&[Part]>>> = vec![None; keys.len() + 1];
+        reach[0] = Some(Vec::new());
+        for i in 0..keys.len() {
+            let Some(path) = reach[i].clone() else { continue };
+            for (phrase, parts) in self.by_first.get(&keys[i]).into_iter().flatten() {
+                let end = i + phrase.len();
+                if end <= keys.len() && reach[end].is_none() && keys[i..end] == phrase[..] {
+                    let mut next = path.clone();
+                    next.push(parts.as_slice());
+                    reach[end] = Some(next);
+                }
+            }
+        }
+        reach.pop().flatten()
+    }
+}
+
+/// Whether `a` is `b` with one letter dropped, added or changed, or two neighbours swapped.
+fn one_typo(a: &str, b: &str) -> bool {
+    let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
+    let (short, long) = if a.len() <= b.len() { (&a, &b) } else { (&b, &a) };
+    match long.len() - short.len() {
+        0 => {
+            let diff: Vec<usize> = (0..a.len()).filter(|&i| a[i] != b[i]).collect();
+            match diff.as_slice() {
+                [_] => true,
+                [i, j] => *j == i + 1 && a[*i] == b[*j] && a[*j] == b[*i],
+                _ => false,
+            }
+        }
+        1 => {
+            let skip = (0..short.len()).find(|&i| short[i] != long[i]).unwrap_or(short.len());
+            short[skip..] == long[skip + 1..]
+        }
+        _ => false,
+    }
+}
+
+/// Laughter: "haha", "jajaja", "hehe", "ahah", "rsrs" (repeated letters already squeezed).
+fn is_laughter(key: &str) -> bool {
+    let chars: Vec<char> = key.chars().collect();
+    if chars.len() < 4 {
+        return false;
+    }
+    let (a, b) = (chars[0], chars[1]);
+    let pair =
+        |x: char, y: char| (matches!(x, 'h' | 'j') && matches!(y, 'a' | 'e' | 'i')) || (x == 'r' && y == 's');
+    (pair(a, b) || pair(b, a)) && chars.iter().enumerate().all(|(i, c)| *c == if i % 2 == 0 { a } else { b })
+}
+
+/// `text` with its emoji and emoticons made spaces, and whether it had any; `None` if it has an
+/// emoji that does not go with smalltalk or a symbol that is neither punctuation nor emoji.
+fn without_emoji(text: &str) -> Option<(String, bool)> {
+    let mut emoji = false;
+    let mut text = text.to_owned();
+    for emoticon in EMOTICONS {
+        if text.contains(emoticon) {
+            emoji = true;
+            text = text.replace(emoticon, " ");
+        }
+    }
+    let mut rest = String::with_capacity(text.len());
+    for grapheme in text.graphemes(true) {
+        let first = grapheme.chars().next().unwrap_or(' ');
+        let text = first.is_alphanumeric() || first.is_whitespace() || matches!(first, '\'' | '’' | '~');
+        if text || first.general_category_group() == GeneralCategoryGroup::Punctuation {
+            rest.push_str(grapheme);
+        } else if is_smalltalk_emoji(grapheme) {
+            emoji = true;
+            rest.push(' ');
+        } else {
+            return None;
+        }
+    }
+    Some((rest, emoji))
+}
+
+/// Whether the grapheme cluster is an emoji that goes with smalltalk: a face, a hand, a person,
+/// a heart, or a sign of celebration; with any skin tone, as a ZWJ sequence or not.
+fn is_smalltalk_emoji(grapheme: &str) -> bool {
+    if !grapheme.chars().any(|c| c.is_emoji_char() && !c.is_ascii()) {
+        return false;
+    }
+    let found = emojis::get(grapheme)
+        .or_else(|| emojis::get(grapheme.trim_end_matches('\u{FE0F}')))
+        .or_else(|| grapheme.chars().next().and_then(|c| emojis::get(c.encode_utf8(&mut [0; 4]))));
+    found.is_some_and(|e| {
+        let wants = WANTING_EMOJI.iter().any(|w| e.name().contains(w));
+        let kind = matches!(e.group(), emojis::Group::SmileysAndEmotion | emojis::Group::PeopleAndBody);
+        (kind && !wants) || CELEBRATION_EMOJI.iter().any(|name| e.name().eq_ignore_ascii_case(name))
+    })
+}
+
+/// Whether `text` is smalltalk by the default vocabulary ([`Lexicon::reference`]).
+pub fn classify_smalltalk(text: &str) -> Option<Smalltalk> {
+    Lexicon::reference().classify(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn talk(text: &str) -> Option<Smalltalk> {
+        classify_smalltalk(text)
+    }
+
+    #[test]
+    fn greetings_are_smalltalk_in_every_language() {
+        for greeting in [
+            "Hi!",
+            "good morning",
+            "hello there",
+            "¡Hola!",
+            "buenos días",
+            "buenas tardes",
+            "Bonjour !",
+            "salut",
+            "Olá",
+            "bom dia",
+            "Hallo",
+            "guten Morgen",
+            "Ciao!",
+            "buongiorno",
+            "heyyy",
+            "schönen Abend noch",
+        ] {
+            assert_eq!(talk(greeting), Some(Smalltalk::Greeting), "{greeting}");
+        }
+    }
+
+    #[test]
+    fn thanks_acknowledgements_goodbyes_and_compliments_are_acknowledgements() {
+        for ack in [
+            "thanks so much",
+            "ok got it",
+            "perfect, thanks",
+            "muchas gracias",
+            "vale, gracias",
+            "merci beaucoup",
+            "d’accord",
+            "obrigado!",
+            "valeu",
+            "danke schön",
+            "alles klar",
+            "grazie mille",
+            "va bene",
+            "no thanks, that's all",
+            "no gracias",
+            "non merci, c'est tout",
+            "não obrigado",
+            "nein danke",
+            "no grazie, è tutto",
+            "thanks, you saved my day",
+            "you're the best",
+            "thank you, you're awesome!",
+            "eres un crack",
+            "t'es le meilleur",
+            "você é demais",
+            "du bist super",
+            "sei il migliore",
+            "that's great",
+            "thaaanks",
+            "thnaks",
+            "lol thanks",
+            "jajaja gracias",
+            "bye!",
+        ] {
+            assert_eq!(talk(ack), Some(Smalltalk::Acknowledgement), "{ack}");
+        }
+    }
+
+    #[test]
+    fn the_phrases_the_composition_replaced_are_still_smalltalk() {
+        // Entries of the earlier phrase lists that the classes now compose.
+        for phrase in [
+            "good morning",
+            "good afternoon",
+            "good evening",
+            "good day",
+            "kk",
+            "much appreciated",
+            "have a nice day",
+            "have a good day",
+            "buenos días",
+            "buenas tardes",
+            "buenas noches",
+            "bonne journée",
+            "bonne soirée",
+            "boa tarde",
+            "boa noite",
+            "guten Morgen",
+            "guten Tag",
+            "guten Abend",
+            "buon giorno",
+            "buona sera",
+            "buon pomeriggio",
+        ] {
+            assert!(talk(phrase).is_some(), "{phrase}");
+        }
+        // Words left out on purpose: they also accept an offer, ask for a repeat or say "please".
+        for word in ["sure", "again", "encore", "nochmal", "bitte", "prego", "dale", "bet", "fechado"] {
+            assert_eq!(talk(word), None, "{word}");
+        }
+    }
+
+    #[test]
+    fn chitchat_is_smalltalk_in_every_language_and_several_phrases_at_once() {
+        for chitchat in [
+            "how are you?",
+            "hey, how are you today?",
+            "what's up, how are you?",
+            "whats up how are you",
+            "hi! who are you? what can you do?",
+            "¿Qué tal?",
+            "hola, ¿cómo estás?",
+            "como estas",
+            "ça va ?",
+            "salut, comment ça va",
+            "oi, tudo bem?",
+            "wie geht's?",
+            "ciao, come stai?",
+        ] {
+            assert_eq!(talk(chitchat), Some(Smalltalk::Chitchat), "{chitchat}");
+        }
+    }
+
+    #[test]
+    fn faces_hands_and_hearts_are_acknowledgements_with_any_skin_tone_or_joiner() {
+        for emoji in [
+            "👍",
+            "🙏",
+            "❤️",
+            "👌",
+            "👍🏽",
+            "🙏🙏!",
+            "😂😂",
+            "👨‍👩‍👧",
+            "🤷🏽‍♀️",
+            "🫶🏿",
+            "🎉",
+            "♥",
+            "🆗",
+            "✨",
+            "?",
+            "...",
+            ":)",
+        ] {
+            assert_eq!(talk(emoji), Some(Smalltalk::Acknowledgement), "{emoji:?}");
+        }
+        assert_eq!(talk("thanks 👍"), Some(Smalltalk::Acknowledgement));
+        assert_eq!(talk("hi 👋🏿"), Some(Smalltalk::Greeting));
+    }
+
+    #[test]
+    fn an_emoji_of_a_thing_or_a_symbol_is_a_request() {
+        for request in
+            ["🧾?", "☕🍩", "💳", "🛒", "❓", "🇫🇷", "thanks 🧾", "42", "#1", "$", "thanks $5", "ok +"]
+        {
+            assert_eq!(talk(request), None, "{request:?}");
+        }
+    }
+
+    #[test]
+    fn a_question_wrapped_in_smalltalk_is_not_smalltalk() {
+        for question in [
+            "hi, where are my points?",
+            "hi, my receipt didn't scan",
+            "thanks, where are my points",
+            "hello, find me deals",
+            "good coffee deals?",
+            "what's up with my points?",
+            "how are you at finding deals",
+            "what can you do about my missing points",
+            "who are you going to send my receipt to",
+            "👍 where are my points",
+            "hola, ¿dónde están mis puntos?",
+            "gracias, pero mi recibo fue rechazado",
+            "bonjour, mes points ont disparu",
+            "merci, où sont mes points ?",
+            "oi, cadê meus pontos?",
+            "tudo bem com meus pontos?",
+            "hallo, wo sind meine Punkte?",
+            "danke, aber mein Beleg wurde abgelehnt",
+            "ciao, dove sono i miei punti?",
+            "come stai? ho un problema con lo scontrino",
+            "points",
+            "no, my points are still missing",
+            "you're the best, now where's my bonus",
+            "love the app",
+            "thanks for the points",
+            "",
+        ] {
+            assert_eq!(talk(question), None, "{question}");
+        }
+    }
+
+    #[test]
+    fn you_and_thats_need_praise() {
+        for text in ["you?", "you", "that's", "c'est", "the", "ok you"] {
+            assert_eq!(talk(text), None, "{text}");
+        }
+        assert_eq!(talk("you rock"), Some(Smalltalk::Acknowledgement));
+    }
+
+    #[test]
+    fn a_bare_yes_or_no_is_left_to_the_echo_rule() {
+        // It may answer support's question; as smalltalk it would never reach support.
+        for answer in ["yes", "no", "nope", "yeah", "sí", "oui", "sim", "ja"] {
+            assert_eq!(talk(answer), None, "{answer}");
+        }
+    }
+
+    #[test]
+    fn modifiers_alone_are_not_smalltalk() {
+        for text in ["there", "so much", "lol", "hahaha", "today"] {
+            assert_eq!(talk(text), None, "{text}");
+        }
+        assert_eq!(talk("thanks and bye"), Some(Smalltalk::Acknowledgement));
+    }
+
+    #[test]
+    fn a_typo_counts_only_for_long_head_words() {
+        assert!(one_typo("thnks", "thanks"));
+        assert!(one_typo("thansk", "thanks"));
+        assert!(one_typo("thnaks", "thanks"));
+        assert!(one_typo("thinks", "thanks"));
+        assert!(one_typo("tanks", "thanks"));
+        assert!(one_typo("thank", "thanks"));
+        assert!(one_typo("hanks", "thanks"));
+        assert!(!one_typo("thnk", "thanks"));
+        assert!(!one_typo("snaths", "thanks"));
+        // "hellp" is not "hello": five-letter heads take no typo.
+        assert_eq!(talk("hellp"), None);
+    }
+
+    #[test]
+    fn configured_words_extend_the_defaults() {
+        let lexicon = Lexicon::with_defaults(&SmalltalkLists {
+            greetings: vec!["hey fetch".into()],
+            address: vec!["fetchy".into()],
+            ..Default::default()
+        })
+        .unwrap();
+        assert_eq!(lexicon.classify("hey Fetch!"), Some(Smalltalk::Greeting));
+        assert_eq!(lexicon.classify("thanks fetchy"), Some(Smalltalk::Acknowledgement));
+        assert_eq!(lexicon.classify("hola"), Some(Smalltalk::Greeting));
+        assert_eq!(classify_smalltalk("hey fetch"), None, "not in the defaults");
+        let only = Lexicon::new([&SmalltalkLists { chitchat: vec!["yo yo".into()], ..Default::default() }]);
+        assert_eq!(only.unwrap().classify("hello"), None);
+        let bad = Lexicon::new([&SmalltalkLists { fillers: vec!["…".into()], ..Default::default() }]);
+        assert!(bad.unwrap_err().contains("no word"));
+    }
+
+    /// Phrases whose words would be a request alone but not together ("for the help").
+    const WHOLE_PHRASES: &[&str] = &[
+        "for the help",
+        "for your help",
+        "for helping",
+        "por la ayuda",
+        "por tu ayuda",
+        "pour l'aide",
+        "pour ton aide",
+        "pour votre aide",
+        "pela ajuda",
+        "für die hilfe",
+        "für deine hilfe",
+        "per l'aiuto",
+        "nada más",
+        "appreciate your help",
+        "appreciate the help",
+        "that's all i need",
+        "what can you do",
+        "que peux-tu faire",
+        "qué puedes hacer",
+        "cosa puoi fare",
+        "o que você pode fazer",
+        "à plus",
+        "a plus",
+        "à plus tard",
+        "m'as sauvé",
+        "m'as sauvé la vie",
+        "m'as sauvé la journée",
+        "lo más",
+        "mi sei stato di grande aiuto",
+        "mi sei stata di grande aiuto",
+        "di grande aiuto",
+        "4 the help",
+        "4 everything",
+        "4 that",
+    ];
+
+    #[test]
+    fn the_default_vocabulary_has_no_request_word() {
+        // The words a request needs stay out of every class, in every language.
+        let lists = default_lists();
+        for (language, l) in &lists {
+            let all = [
+                &l.greetings,
+                &l.thanks,
+                &l.acknowledgements,
+                &l.goodbyes,
+                &l.chitchat,
+                &l.praise,
+                &l.compliments,
+                &l.you,
+                &l.this_is,
+                &l.articles,
+                &l.good,
+                &l.times,
+                &l.intensifiers,
+                &l.address,
+                &l.interjections,
+                &l.fillers,
+            ];
+            for phrase in all.into_iter().flatten() {
+                for word in keys(phrase) {
+                    for banned in [
+                        "yes", "si", "oui", "sim", "ja", "please", "plis", "pls", "porfavor", "bite",
+                        "favore", "help", "ayuda", "aide", "ajuda", "hilfe", "aiuto", "more", "mas", "plus",
+                        "mehr", "point", "points", "puntos", "receipt", "offer", "deal", "deals", "app",
+                        "price", "need", "want", "can", "sale",
+                    ] {
+                        if word == match_key(banned) && !WHOLE_PHRASES.contains(&phrase.as_str()) {
+                            panic!("{language}: {phrase:?} has the request word {banned:?}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
