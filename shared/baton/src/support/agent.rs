@@ -1,5 +1,6 @@
-//! The Forethought support agent: conversation continuity per episode, `prior_context`, and the
-//! answer streamed as `text` events.
+//! The Forethought support agent: conversation continuity per episode, `prior_context`, the
+//! answer streamed as `text` events (one per widget component), prompts offered as `choices` and
+//! answered on the same conversation, the outcome kept as `answer_meta` and `handoff`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -7,12 +8,16 @@ use std::time::Duration;
 use futures::StreamExt;
 use serde_json::{Map, Value};
 
-use super::SUPPORT_APOLOGY;
 use super::forethought::{ForethoughtClient, PriorContextMode, SolveRequest, SolveStream, VendorError};
 use super::sessions::{Clock, SupportConversation, SupportSessions, SupportTurn};
+use super::widget::{Outcome, Prompt, answer_prompt};
+use super::{SUPPORT_APOLOGY, SUPPORT_EMPTY};
 use crate::agent::{Agent, AgentRequest, with_prior_context};
-use crate::event::Event;
 use crate::event::EventStream;
+use crate::event::{ChoiceField, ChoiceOption, Choices, Event};
+
+/// The `answer_meta` key of the id a rating of the answer goes to (the conversation id).
+pub const FEEDBACK_REF: &str = "feedback_ref";
 
 /// Support through the Forethought Solve API.
 ///
@@ -21,6 +26,15 @@ use crate::event::EventStream;
 /// knows (404), is replaced by a new conversation (`POST`) whose query is prefixed with the
 /// episode's last support turns (6), and the new id is stored. The answer's conversation id is
 /// reported as a `response_id` event `ft_<conversation_id>`.
+///
+/// Prompts: a `button` or `form` component is shown as text (numbered options, listed fields)
+/// and sent as a `choices` event; the prompt is stored with the conversation. When the next
+/// query answers it ([`answer_prompt`]), the same conversation is continued with the answer in
+/// `context_variables` under the component's `output_variable`; any other query is an ordinary
+/// one. Every answer ends with `answer_meta` (`is_solved`, `should_escalate`, `intent`,
+/// `workflow_id` where Forethought sent them, and the [`FEEDBACK_REF`] a rating goes to), and
+/// `should_escalate: true` adds a `handoff` event. An answer with no text and no prompt is the
+/// in-band error `support_empty_answer`, never silence.
 pub struct ForethoughtAgent {
     client: ForethoughtClient,
     sessions: Arc<dyn SupportSessions>,
@@ -76,13 +90,19 @@ impl Agent for ForethoughtAgent {
             let fresh = stored.filter(young);
             let prefix_turns = config.prefix_turns;
 
+            // A reply to the prompt the conversation's last answer left open answers it there.
+            let picked = fresh.as_ref().and_then(|c| c.pending.as_ref()).and_then(|p| answer_prompt(p, &request.query));
             let mut variables = Map::new();
-            let query = match (&config.prior_context, request.prior_context.clone()) {
-                (PriorContextMode::ContextVariable(name), Some(ctx)) if !ctx.trim().is_empty() => {
+            let query = match (picked, &config.prior_context, request.prior_context.clone()) {
+                (Some((answer, query)), _, _) => {
+                    variables.extend(answer);
+                    query
+                }
+                (None, PriorContextMode::ContextVariable(name), Some(ctx)) if !ctx.trim().is_empty() => {
                     variables.insert(name.clone(), Value::String(ctx));
                     request.query.clone()
                 }
-                (_, ctx) => with_prior_context(request.query.clone(), ctx),
+                (None, _, ctx) => with_prior_context(request.query.clone(), ctx),
             };
             let solve = |query: String| SolveRequest {
                 query, user_id: user.clone(), context_variables: variables.clone(),
@@ -106,6 +126,8 @@ impl Agent for ForethoughtAgent {
                 None => client.start(&solve(query.clone())),
             };
             let mut answer = String::new();
+            let mut prompt: Option<Prompt> = None;
+            let mut outcome: Option<Outcome> = None;
             let mut reported_id = false;
             let mut retried_start = false;
             while let Some(piece) = pieces.next().await {
@@ -120,9 +142,21 @@ impl Agent for ForethoughtAgent {
                                 yield Event::ResponseId { agent: instance.clone(), id: format!("ft_{id}") };
                             }
                         }
+                        if piece.outcome.is_some() {
+                            outcome = piece.outcome;
+                        }
                         if !piece.text.is_empty() {
-                            answer.push_str(&piece.text);
-                            yield Event::text(instance.clone(), piece.text);
+                            let text = if piece.block && !answer.is_empty() {
+                                format!("\n\n{}", piece.text)
+                            } else {
+                                piece.text
+                            };
+                            answer.push_str(&text);
+                            yield Event::text(instance.clone(), text);
+                        }
+                        if let Some(p) = piece.prompt {
+                            yield choices_event(&instance, &p);
+                            prompt = Some(p);
                         }
                     }
                     Err(e) if e.is_conversation_gone() && fresh.is_some() && answer.is_empty() && !retried_start => {
@@ -144,7 +178,24 @@ impl Agent for ForethoughtAgent {
                 yield Event::text(instance.clone(), SUPPORT_APOLOGY);
                 return;
             };
-            let saved = SupportConversation { conversation_id: id, last_used_at: clock.now() };
+            if answer.trim().is_empty() && prompt.is_none() {
+                tracing::warn!("Forethought's answer had no text Baton can show");
+                yield Event::error(
+                    instance.clone(),
+                    "support_empty_answer",
+                    "the support vendor's answer had no text or options to show",
+                    false,
+                );
+                yield Event::text(instance.clone(), SUPPORT_EMPTY);
+            }
+            let outcome = outcome.unwrap_or_default();
+            if outcome.should_escalate == Some(true) {
+                yield Event::Handoff { agent: instance.clone(), reason: Some("should_escalate".into()) };
+            }
+            let mut meta = outcome.to_map();
+            meta.insert(FEEDBACK_REF.into(), Value::String(id.clone()));
+            yield Event::AnswerMeta { agent: instance.clone(), meta: Box::new(meta) };
+            let saved = SupportConversation { conversation_id: id, last_used_at: clock.now(), pending: prompt };
             if let Err(e) = sessions.save_conversation(&user, &episode, saved).await {
                 tracing::warn!(error = %e, "cannot store the support conversation");
             }
@@ -153,6 +204,26 @@ impl Agent for ForethoughtAgent {
                 tracing::warn!(error = %e, "cannot record the support turn");
             }
         })
+    }
+}
+
+/// The `choices` event of a prompt.
+fn choices_event(instance: &str, prompt: &Prompt) -> Event {
+    Event::Choices {
+        agent: instance.to_owned(),
+        choices: Box::new(Choices {
+            prompt: prompt.text.clone(),
+            options: prompt
+                .options
+                .iter()
+                .map(|o| ChoiceOption { label: o.label.clone(), value: o.value.clone() })
+                .collect(),
+            fields: prompt
+                .fields
+                .iter()
+                .map(|f| ChoiceField { name: f.output_variable.clone(), label: f.label.clone() })
+                .collect(),
+        }),
     }
 }
 
