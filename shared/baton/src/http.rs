@@ -170,6 +170,7 @@ pub struct ChatService {
     heartbeat: Duration,
     auth: AuthMode,
     endpoint: EndpointLimits,
+    ratings: crate::rating::RatingSinks,
 }
 
 impl ChatService {
@@ -187,7 +188,14 @@ impl ChatService {
             heartbeat,
             auth: AuthMode::LocalHeader,
             endpoint: EndpointLimits::default(),
+            ratings: Default::default(),
         }
+    }
+
+    /// The same service sending ratings of answers (`POST /chat/{episode_id}/csat`) to `ratings`.
+    pub fn with_ratings(mut self, ratings: crate::rating::RatingSinks) -> ChatService {
+        self.ratings = ratings;
+        self
     }
 
     /// The same service identifying callers with `auth`.
@@ -504,6 +512,31 @@ async fn chat(State(service): State<Arc<ChatService>>, headers: HeaderMap, body:
     }
 }
 
+/// `POST /chat/{episode_id}/csat`: the caller's rating of an answer in their episode
+/// ([`crate::rating`]).
+async fn csat(
+    State(service): State<Arc<ChatService>>,
+    axum::extract::Path(episode_id): axum::extract::Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let user = service.caller_from_headers(&headers).and_then(|caller| match (caller, headers.get(USER_HEADER)) {
+        (Caller::Verified(id), _) => Ok(id),
+        (Caller::Local, None) => Ok("local".to_owned()),
+        (Caller::Local, Some(v)) => checked_id(USER_HEADER, v.to_str().map_err(|_| bad_id(USER_HEADER))?.to_owned()),
+    });
+    let rated = async {
+        let (user, episode) = (user?, checked_id("episode_id", episode_id)?);
+        require_json(&headers)?;
+        let key = crate::store::EpisodeKey::new(user, episode)?;
+        crate::rating::rate(service.history.store().as_ref(), &service.ratings, &key, &body).await
+    };
+    match rated.await {
+        Ok(answer) => axum::Json(answer).into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
 async fn health() -> &'static str {
     "ok"
 }
@@ -528,6 +561,7 @@ pub fn app(service: Arc<ChatService>) -> Router {
     Router::new()
         .route("/", post(chat))
         .route("/chat", post(chat))
+        .route("/chat/{episode_id}/csat", post(csat))
         .route("/health", get(health))
         .merge(crate::web::routes())
         .fallback(not_found)

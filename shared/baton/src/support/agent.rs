@@ -15,9 +15,22 @@ use super::{SUPPORT_APOLOGY, SUPPORT_EMPTY};
 use crate::agent::{Agent, AgentRequest, with_prior_context};
 use crate::event::EventStream;
 use crate::event::{ChoiceField, ChoiceOption, Choices, Event};
+use crate::rating::{FEEDBACK_REF, RatingSinks};
 
-/// The `answer_meta` key of the id a rating of the answer goes to (the conversation id).
-pub const FEEDBACK_REF: &str = "feedback_ref";
+/// Where ratings of the configured support agents' answers go: Forethought's CSAT endpoint,
+/// for every in-process support agent when Forethought is configured; none otherwise (the
+/// offline help center's answers cannot be rated).
+pub fn rating_sinks(config: &crate::config::Config) -> Result<RatingSinks, VendorError> {
+    let mut sinks = RatingSinks::default();
+    let Some(ft) = &config.forethought else { return Ok(sinks) };
+    let client = std::sync::Arc::new(ForethoughtClient::new(ft.clone())?);
+    for agent in &config.agents.agents {
+        if agent.kind == crate::config::agents::AgentKind::Support && agent.remote.is_none() {
+            sinks.insert(agent.name.clone(), client.clone());
+        }
+    }
+    Ok(sinks)
+}
 
 /// Support through the Forethought Solve API.
 ///
@@ -32,7 +45,8 @@ pub const FEEDBACK_REF: &str = "feedback_ref";
 /// query answers it ([`answer_prompt`]), the same conversation is continued with the answer in
 /// `context_variables` under the component's `output_variable`; any other query is an ordinary
 /// one. Every answer ends with `answer_meta` (`is_solved`, `should_escalate`, `intent`,
-/// `workflow_id` where Forethought sent them, and the [`FEEDBACK_REF`] a rating goes to), and
+/// `workflow_id` where Forethought sent them, and the conversation id as the [`FEEDBACK_REF`]
+/// a rating goes to), and
 /// `should_escalate: true` adds a `handoff` event. An answer with no text and no prompt is the
 /// in-band error `support_empty_answer`, never silence.
 pub struct ForethoughtAgent {

@@ -467,6 +467,21 @@ impl ForethoughtClient {
     }
 }
 
+/// Ratings go to the rated conversation's CSAT endpoint: up is 5, down is 1.
+impl crate::rating::RatingSink for ForethoughtClient {
+    fn rate<'a>(
+        &'a self,
+        conversation_id: &'a str,
+        rating: crate::rating::Rating,
+    ) -> futures::future::BoxFuture<'a, Result<(), crate::agent::BoxError>> {
+        let score = match rating {
+            crate::rating::Rating::Up => 5,
+            crate::rating::Rating::Down => 1,
+        };
+        Box::pin(async move { Ok(self.csat(conversation_id, score).await?) })
+    }
+}
+
 /// The body's bytes, ending in an error once more than [`MAX_ANSWER_BYTES`] came.
 fn capped_body(
     response: crate::outbound::Response,
