@@ -13,7 +13,7 @@ use std::time::Duration;
 use baton::event::{AgentUsage, Status, Usage};
 use baton::store::item::{Attr, Item};
 use baton::store::{
-    DEFAULT_RETENTION, Episode, EpisodeKey, Recorded, Role, Store, StoreError, StoredMessage,
+    DEFAULT_RETENTION, Episode, EpisodeKey, LeaseGrant, Recorded, Role, Store, StoreError, StoredMessage,
     SupportConversation, new_turn_id, update_episode,
 };
 
@@ -40,6 +40,11 @@ macro_rules! store_contract_tests {
             one_users_items_are_invisible_to_another,
             an_item_of_unknown_shape_is_an_error_naming_its_key,
             data_survives_reopening_the_store,
+            a_lease_goes_to_one_holder_at_a_time,
+            an_expired_lease_is_taken_over_and_a_stale_release_frees_nothing,
+            a_lease_is_released_for_the_next_holder,
+            concurrent_callers_are_granted_a_free_lease_once,
+            an_episode_item_of_the_single_response_id_era_still_reads,
         );
     };
     (@each $h:ty; $($name:ident),+ $(,)?) => {
@@ -72,6 +77,11 @@ fn reply(turn: &str, seq: u32, agent: &str, content: &str, at: u64) -> StoredMes
         created_at: at,
         meta: None,
     }
+}
+
+/// A response-id map with one agent's id.
+fn ids(agent: &str, id: &str) -> std::collections::BTreeMap<String, String> {
+    [(agent.to_owned(), id.to_owned())].into()
 }
 
 fn contents(messages: &[StoredMessage]) -> Vec<&str> {
@@ -217,12 +227,9 @@ pub async fn saving_a_stale_episode_is_a_conflict<H: StoreHarness>() {
     let again = store.save_episode(&Episode::new(k.clone())).await;
     assert!(matches!(&again, Err(StoreError::Conflict { key, .. }) if key.ends_with("/ META")), "{again:?}");
 
-    let v2 = store
-        .save_episode(&Episode { shopping_response_id: Some("resp_2".into()), ..v1.clone() })
-        .await
-        .unwrap();
+    let v2 = store.save_episode(&Episode { response_ids: ids("a", "resp_2"), ..v1.clone() }).await.unwrap();
     assert_eq!(v2.version, 2);
-    let stale = store.save_episode(&Episode { shopping_response_id: Some("resp_stale".into()), ..v1 }).await;
+    let stale = store.save_episode(&Episode { response_ids: ids("a", "resp_stale"), ..v1 }).await;
     assert!(matches!(stale, Err(StoreError::Conflict { .. })), "{stale:?}");
     assert_eq!(store.episode(&k).await.unwrap().unwrap(), v2);
 
@@ -242,8 +249,8 @@ pub async fn concurrent_episode_updates_lose_nothing<H: StoreHarness>() {
             let (store, k) = (store.clone(), k.clone());
             tokio::spawn(async move {
                 update_episode(&*store, &k, |e| {
-                    let ids = e.shopping_response_id.take().unwrap_or_default();
-                    e.shopping_response_id = Some(format!("{ids}[{i}]"));
+                    let seen = e.response_ids.remove("a").unwrap_or_default();
+                    e.response_ids.insert("a".into(), format!("{seen}[{i}]"));
                 })
                 .await
             })
@@ -254,7 +261,7 @@ pub async fn concurrent_episode_updates_lose_nothing<H: StoreHarness>() {
     }
     let episode = store.episode(&k).await.unwrap().unwrap();
     assert_eq!(episode.version, 4);
-    let ids = episode.shopping_response_id.unwrap();
+    let ids = episode.response_ids["a"].clone();
     for i in 0..4 {
         assert!(ids.contains(&format!("[{i}]")), "update {i} lost: {ids}");
     }
@@ -273,7 +280,8 @@ pub async fn vendor_state_round_trips<H: StoreHarness>() {
             last_used_at: used,
             pending: Some(serde_json::json!({"text": "Pick one", "options": [{"label": "A", "value": "a"}]})),
         });
-        e.shopping_response_id = Some("resp_abc".into());
+        e.response_ids = ids("catalog", "resp_abc");
+        e.response_ids.insert("travel".into(), "resp_xyz".into());
     })
     .await
     .unwrap();
@@ -283,7 +291,8 @@ pub async fn vendor_state_round_trips<H: StoreHarness>() {
     let support = read.support.unwrap();
     assert_eq!(support.conversation_id, "ft-123");
     assert_eq!(support.pending.unwrap()["options"][0]["value"], "a", "the open prompt is kept");
-    assert_eq!(read.shopping_response_id.as_deref(), Some("resp_abc"));
+    assert_eq!(read.response_ids["catalog"], "resp_abc");
+    assert_eq!(read.response_ids["travel"], "resp_xyz", "one id per agent");
 }
 
 /// A message's metadata (what its agent reported: outcome flags, offered choices, a handoff)
@@ -407,4 +416,117 @@ pub async fn data_survives_reopening_the_store<H: StoreHarness>() {
     let store: Arc<dyn Store> = h.store();
     assert_eq!(contents(&store.recent_messages(&k, 10).await.unwrap()), ["remember me", "I will"]);
     assert_eq!(store.episode(&k).await.unwrap().unwrap().version, 1);
+}
+
+/// A held lease is refused to another holder (who learns until when), granted again to its own
+/// holder (renewed), and kept apart per name, episode and user.
+pub async fn a_lease_goes_to_one_holder_at_a_time<H: StoreHarness>() {
+    let h = H::start(test_clock()).await;
+    let store = h.store();
+    let (k, ttl) = (key("alice", "e1"), Duration::from_secs(30));
+    let now = store.clock().now_ms();
+    assert_eq!(store.take_lease(&k, "vendor:support", "a", ttl).await.unwrap(), LeaseGrant::Granted);
+    assert_eq!(
+        store.take_lease(&k, "vendor:support", "b", ttl).await.unwrap(),
+        LeaseGrant::HeldUntil(now + 30_000)
+    );
+    assert_eq!(
+        store.take_lease(&k, "vendor:support", "a", ttl).await.unwrap(),
+        LeaseGrant::Granted,
+        "renewed"
+    );
+    assert_eq!(store.take_lease(&k, "vendor:other", "b", ttl).await.unwrap(), LeaseGrant::Granted);
+    assert_eq!(
+        store.take_lease(&key("alice", "e2"), "vendor:support", "b", ttl).await.unwrap(),
+        LeaseGrant::Granted
+    );
+    assert_eq!(
+        store.take_lease(&key("bob", "e1"), "vendor:support", "b", ttl).await.unwrap(),
+        LeaseGrant::Granted
+    );
+    // A lease is no message: history does not see it.
+    assert!(store.recent_messages(&k, 10).await.unwrap().is_empty());
+}
+
+/// A lease past its expiry goes to the next caller; the first holder's late release leaves the
+/// new holder's lease alone.
+pub async fn an_expired_lease_is_taken_over_and_a_stale_release_frees_nothing<H: StoreHarness>() {
+    let clock = test_clock();
+    let h = H::start(clock.clone()).await;
+    let store = h.store();
+    let (k, ttl) = (key("alice", "e1"), Duration::from_secs(5));
+    assert_eq!(store.take_lease(&k, "n", "crashed", ttl).await.unwrap(), LeaseGrant::Granted);
+    clock.advance(Duration::from_secs(5));
+    assert_eq!(
+        store.take_lease(&k, "n", "next", ttl).await.unwrap(),
+        LeaseGrant::Granted,
+        "expired: taken over"
+    );
+    store.release_lease(&k, "n", "crashed").await.unwrap();
+    assert!(
+        matches!(store.take_lease(&k, "n", "third", ttl).await.unwrap(), LeaseGrant::HeldUntil(_)),
+        "a stale release must not free another holder's lease"
+    );
+}
+
+/// Released, a lease is free at once; releasing a lease one does not hold is no error.
+pub async fn a_lease_is_released_for_the_next_holder<H: StoreHarness>() {
+    let h = H::start(test_clock()).await;
+    let store = h.store();
+    let (k, ttl) = (key("alice", "e1"), Duration::from_secs(60));
+    store.release_lease(&k, "n", "nobody").await.unwrap();
+    assert_eq!(store.take_lease(&k, "n", "a", ttl).await.unwrap(), LeaseGrant::Granted);
+    store.release_lease(&k, "n", "a").await.unwrap();
+    assert_eq!(store.take_lease(&k, "n", "b", ttl).await.unwrap(), LeaseGrant::Granted);
+}
+
+/// Of many callers racing for one free lease, exactly one is granted.
+pub async fn concurrent_callers_are_granted_a_free_lease_once<H: StoreHarness>() {
+    let h = H::start(test_clock()).await;
+    let store = h.store();
+    let k = key("alice", "e1");
+    let calls = (0..8).map(|i| {
+        let (store, k) = (store.clone(), k.clone());
+        tokio::spawn(async move {
+            store.take_lease(&k, "n", &format!("holder-{i}"), Duration::from_secs(60)).await
+        })
+    });
+    let mut granted = 0;
+    for call in calls.collect::<Vec<_>>() {
+        if call.await.unwrap().unwrap() == LeaseGrant::Granted {
+            granted += 1;
+        }
+    }
+    assert_eq!(granted, 1);
+}
+
+/// An episode item written before response ids were kept per agent (one `shopping_response_id`)
+/// reads with that id under the agent it belonged to, and the next write keeps it.
+pub async fn an_episode_item_of_the_single_response_id_era_still_reads<H: StoreHarness>() {
+    let h = H::start(test_clock()).await;
+    let store = h.store();
+    let k = key("alice", "e1");
+    let now = store.clock().now_ms();
+    let old = Item::from([
+        ("created_at".to_owned(), Attr::n(now)),
+        ("updated_at".to_owned(), Attr::n(now)),
+        ("version".to_owned(), Attr::n(3)),
+        ("ft_conversation_id".to_owned(), Attr::s("ft-1")),
+        ("ft_last_used_at".to_owned(), Attr::n(now)),
+        ("shopping_response_id".to_owned(), Attr::s("resp_old")),
+        ("ttl".to_owned(), Attr::n(4_000_000_000)),
+    ]);
+    h.put_raw(&k.pk(), "META", &old).await;
+    let episode = store.episode(&k).await.unwrap().unwrap();
+    assert_eq!(episode.version, 3);
+    assert_eq!(episode.response_ids, ids(baton::store::item::LEGACY_RESPONSE_AGENT, "resp_old"));
+    assert_eq!(episode.support.as_ref().unwrap().conversation_id, "ft-1");
+    let saved = update_episode(&*store, &k, |e| {
+        e.response_ids.insert("travel".into(), "resp_new".into());
+    })
+    .await
+    .unwrap();
+    let read = store.episode(&k).await.unwrap().unwrap();
+    assert_eq!(read, saved);
+    assert_eq!(read.response_ids.len(), 2, "{:?}", read.response_ids);
 }

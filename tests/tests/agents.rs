@@ -9,7 +9,10 @@ use baton_tests::stores::{StoreHarness, Team};
 use baton_tests::text_of;
 use serde_json::{Value, json};
 
-baton_tests::for_both_stores!(a_team_turn_streams_its_instances_and_stores_usage_per_agent_name);
+baton_tests::for_both_stores!(
+    a_team_turn_streams_its_instances_and_stores_usage_per_agent_name,
+    two_routed_responses_api_agents_keep_separate_server_side_conversations,
+);
 
 /// Each agent has its own model on the scripted server, keyed by its name.
 const TEAM: &str = "\
@@ -291,4 +294,46 @@ async fn a_routing_entry_agent_drops_a_category_outside_its_list() {
     let sent = sent.expect("billing was called");
     assert!(sent.get("support_category").is_none(), "{sent}");
     assert_eq!(text_of(&events, "billing[1]"), "Here is your invoice.");
+}
+
+/// [`ROUTING_TEAM`] with both routed agents on the Responses API.
+fn responses_team() -> String {
+    ROUTING_TEAM
+        .replace("    model: billing\n", "    model: billing\n    api: responses\n")
+        .replace("    model: catalog\n", "    model: catalog\n    api: responses\n")
+}
+
+/// The routing tool call `desk` makes for `query`.
+fn routed(tool: &str, query: &str) -> Reply {
+    Reply::text("").tool_call(tool, json!({"query": query, "intent_count": 1})).into()
+}
+
+/// Each routed agent continues its own last response in the episode: billing's next turn names
+/// billing's response, never catalog's, though catalog answered in between.
+async fn two_routed_responses_api_agents_keep_separate_server_side_conversations<H: StoreHarness>() {
+    let t = Team::<H>::start(&responses_team()).await;
+    let previous = |model: &str, n: usize| -> Option<String> {
+        let requests = t.server.requests_for(model);
+        requests[n].body.get("previous_response_id").and_then(Value::as_str).map(str::to_owned)
+    };
+    t.server.push("desk", routed("ask_billing", "my last invoice"));
+    t.server.push("billing", Reply::text("Your invoice is paid."));
+    t.chat("my last invoice").await;
+    let billing_first = t.server.requests().iter().position(|r| r.model == "billing").unwrap();
+
+    t.server.push("desk", routed("ask_catalog", "blue lamp price"));
+    t.server.push("catalog", Reply::text("32 dollars."));
+    t.chat("blue lamp price").await;
+    assert_eq!(previous("catalog", 0), None, "catalog starts its own conversation, not billing's");
+    let catalog_first = t.server.requests().iter().position(|r| r.model == "catalog").unwrap();
+
+    t.server.push("desk", routed("ask_billing", "and the one before"));
+    t.server.push("billing", Reply::text("Also paid."));
+    t.chat("and the one before").await;
+    assert_eq!(previous("billing", 1), Some(format!("resp_{billing_first}")));
+
+    t.server.push("desk", routed("ask_catalog", "a red one"));
+    t.server.push("catalog", Reply::text("30 dollars."));
+    t.chat("a red one").await;
+    assert_eq!(previous("catalog", 1), Some(format!("resp_{catalog_first}")));
 }

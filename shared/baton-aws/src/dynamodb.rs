@@ -30,8 +30,8 @@ use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{AttributeValue, CancellationReason, Delete, Put, TransactWriteItem, Update};
 use baton::store::item::{self, Attr, Item};
 use baton::store::{
-    Clock, DEFAULT_RETENTION, Episode, EpisodeKey, META_SK, MSG_PREFIX, Recorded, Store, StoreError,
-    StoredMessage, is_expired, request_sk, ttl_after,
+    Clock, DEFAULT_RETENTION, Episode, EpisodeKey, LeaseGrant, META_SK, MSG_PREFIX, Recorded, Store,
+    StoreError, StoredMessage, is_expired, lease_sk, request_sk, ttl_after,
 };
 
 use crate::table::{PARTITION_KEY, SORT_KEY};
@@ -599,6 +599,61 @@ impl Store for DynamoDbStore {
         }
         out.reverse();
         Ok(out)
+    }
+
+    async fn take_lease(
+        &self,
+        key: &EpisodeKey,
+        name: &str,
+        holder: &str,
+        ttl: Duration,
+    ) -> Result<LeaseGrant, StoreError> {
+        let now = self.clock.now_ms();
+        let expires_at = now.saturating_add(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX));
+        let (pk, sk) = (key.pk(), lease_sk(name));
+        let put = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(to_dynamo(&pk, &sk, &item::encode_lease(holder, expires_at))))
+            .condition_expression("attribute_not_exists(pk) OR #holder = :holder OR #expires_at <= :now")
+            .expression_attribute_names("#holder", "holder")
+            .expression_attribute_names("#expires_at", "expires_at")
+            .expression_attribute_values(":holder", AttributeValue::S(holder.to_owned()))
+            .expression_attribute_values(":now", AttributeValue::N(now.to_string()))
+            .send()
+            .await;
+        match put {
+            Ok(_) => Ok(LeaseGrant::Granted),
+            Err(e) if e.as_service_error().is_some_and(|s| s.is_conditional_check_failed_exception()) => {
+                // Held by another: until when? Released in between, it is free now.
+                let held =
+                    self.get(&pk, &sk, now).await?.map(|i| item::decode_lease(&pk, &sk, &i)).transpose()?;
+                Ok(LeaseGrant::HeldUntil(held.map_or(now, |(_, until)| until)))
+            }
+            Err(e) => Err(sdk_error("take lease", e)),
+        }
+    }
+
+    async fn release_lease(&self, key: &EpisodeKey, name: &str, holder: &str) -> Result<(), StoreError> {
+        let deleted = self
+            .client
+            .delete_item()
+            .table_name(&self.table)
+            .set_key(Some(self::key(&key.pk(), &lease_sk(name))))
+            .condition_expression("#holder = :holder")
+            .expression_attribute_names("#holder", "holder")
+            .expression_attribute_values(":holder", AttributeValue::S(holder.to_owned()))
+            .send()
+            .await;
+        match deleted {
+            Ok(_) => Ok(()),
+            // Expired and taken by another holder, or gone: nothing of ours to release.
+            Err(e) if e.as_service_error().is_some_and(|s| s.is_conditional_check_failed_exception()) => {
+                Ok(())
+            }
+            Err(e) => Err(sdk_error("release lease", e)),
+        }
     }
 }
 

@@ -256,18 +256,20 @@ pub fn run_instance(
 /// The production implementation lives on the episode record of the store (DESIGN.md §7); a
 /// failing read or write is logged and the turn goes on without server-side context.
 pub trait ResponseChains: Send + Sync {
-    /// The last response id of `episode`, if any.
+    /// The last response id of agent `agent` (its name, not an instance) in `episode`, if any.
     fn last_response_id<'a>(
         &'a self,
         user_id: &'a str,
         episode_id: &'a str,
+        agent: &'a str,
     ) -> BoxFuture<'a, Result<Option<String>, BoxError>>;
 
-    /// Records `response_id` as the last response of `episode`.
+    /// Records `response_id` as agent `agent`'s last response in `episode`.
     fn set_last_response_id<'a>(
         &'a self,
         user_id: &'a str,
         episode_id: &'a str,
+        agent: &'a str,
         response_id: String,
     ) -> BoxFuture<'a, Result<(), BoxError>>;
 }
@@ -275,7 +277,8 @@ pub trait ResponseChains: Send + Sync {
 /// [`ResponseChains`] in process memory: for tests, and until a store is configured.
 #[derive(Debug, Default)]
 pub struct MemoryResponseChains {
-    ids: Mutex<HashMap<(String, String), String>>,
+    /// By user, episode and agent name.
+    ids: Mutex<HashMap<(String, String, String), String>>,
 }
 
 impl ResponseChains for MemoryResponseChains {
@@ -283,8 +286,9 @@ impl ResponseChains for MemoryResponseChains {
         &'a self,
         user_id: &'a str,
         episode_id: &'a str,
+        agent: &'a str,
     ) -> BoxFuture<'a, Result<Option<String>, BoxError>> {
-        let key = (user_id.to_owned(), episode_id.to_owned());
+        let key = (user_id.to_owned(), episode_id.to_owned(), agent.to_owned());
         let id = self.ids.lock().expect("chains lock").get(&key).cloned();
         Box::pin(async move { Ok(id) })
     }
@@ -293,12 +297,13 @@ impl ResponseChains for MemoryResponseChains {
         &'a self,
         user_id: &'a str,
         episode_id: &'a str,
+        agent: &'a str,
         response_id: String,
     ) -> BoxFuture<'a, Result<(), BoxError>> {
         self.ids
             .lock()
             .expect("chains lock")
-            .insert((user_id.to_owned(), episode_id.to_owned()), response_id);
+            .insert((user_id.to_owned(), episode_id.to_owned(), agent.to_owned()), response_id);
         Box::pin(async { Ok(()) })
     }
 }
@@ -603,12 +608,13 @@ impl LlmAgent {
     /// one, else the history.
     async fn begin(&self, request: AgentRequest, chains: Option<&dyn ResponseChains>) -> Run {
         let previous_id = match chains {
-            Some(chains) => {
-                chains.last_response_id(&request.user_id, &request.episode_id).await.unwrap_or_else(|e| {
+            Some(chains) => chains
+                .last_response_id(&request.user_id, &request.episode_id, &self.name)
+                .await
+                .unwrap_or_else(|e| {
                     tracing::warn!(error = %e, "cannot read the last response id; starting afresh");
                     None
-                })
-            }
+                }),
             None => None,
         };
         let user_message = user_message(&request);
@@ -709,7 +715,7 @@ impl Agent for LlmAgent {
                 let calls = transcript.record(&decision, server_side);
                 if calls.is_empty() {
                     if let (Some(chains), Some(id)) = (&chains, decision.response_id) {
-                        if let Err(e) = chains.set_last_response_id(&context.user_id, &context.episode_id, id).await {
+                        if let Err(e) = chains.set_last_response_id(&context.user_id, &context.episode_id, &this.name, id).await {
                             tracing::warn!(error = %e, "cannot store the last response id");
                         }
                     }

@@ -7,6 +7,7 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use futures::future::BoxFuture;
 
+use super::lease::{self, Lease, LeaseError};
 use super::{EpisodeKey, Role, Store, epoch_ms, update_episode};
 use crate::agent::{BoxError, ResponseChains};
 use crate::support::sessions::{SupportConversation, SupportSessions, SupportTurn};
@@ -116,6 +117,20 @@ impl SupportSessions for StoreBackends {
         // History stores the support answer with the rest of the turn.
         Box::pin(async { Ok(()) })
     }
+
+    fn hold_conversation<'a>(
+        &'a self,
+        user_id: &'a str,
+        episode_id: &'a str,
+        agent: &'a str,
+        hold: Duration,
+        wait: Duration,
+    ) -> BoxFuture<'a, Result<Lease, LeaseError>> {
+        Box::pin(async move {
+            let key = EpisodeKey::new(user_id, episode_id)?;
+            lease::acquire(self.store.clone(), key, &format!("vendor:{agent}"), hold, wait).await
+        })
+    }
 }
 
 impl ResponseChains for StoreBackends {
@@ -123,9 +138,11 @@ impl ResponseChains for StoreBackends {
         &'a self,
         user_id: &'a str,
         episode_id: &'a str,
+        agent: &'a str,
     ) -> BoxFuture<'a, Result<Option<String>, BoxError>> {
         Box::pin(async move {
-            Ok(self.store.episode(&key(user_id, episode_id)?).await?.and_then(|e| e.shopping_response_id))
+            let episode = self.store.episode(&key(user_id, episode_id)?).await?;
+            Ok(episode.and_then(|mut e| e.response_ids.remove(agent)))
         })
     }
 
@@ -133,12 +150,15 @@ impl ResponseChains for StoreBackends {
         &'a self,
         user_id: &'a str,
         episode_id: &'a str,
+        agent: &'a str,
         response_id: String,
     ) -> BoxFuture<'a, Result<(), BoxError>> {
         Box::pin(async move {
             let key = key(user_id, episode_id)?;
-            update_episode(self.store.as_ref(), &key, |e| e.shopping_response_id = Some(response_id.clone()))
-                .await?;
+            update_episode(self.store.as_ref(), &key, |e| {
+                e.response_ids.insert(agent.to_owned(), response_id.clone());
+            })
+            .await?;
             Ok(())
         })
     }
@@ -174,10 +194,22 @@ mod tests {
         b.save_conversation("u", "e", saved.clone()).await.unwrap();
         let got = b.conversation("u", "e").await.unwrap().unwrap();
         assert_eq!(got, saved, "the id, its time and the open prompt come back");
-        b.set_last_response_id("u", "e", "resp_9".into()).await.unwrap();
-        assert_eq!(b.last_response_id("u", "e").await.unwrap().as_deref(), Some("resp_9"));
+        b.set_last_response_id("u", "e", "catalog", "resp_9".into()).await.unwrap();
+        assert_eq!(b.last_response_id("u", "e", "catalog").await.unwrap().as_deref(), Some("resp_9"));
         assert_eq!(b.conversation("u", "e").await.unwrap().unwrap().conversation_id, "c1", "both kept");
-        assert_eq!(b.last_response_id("other", "e").await.unwrap(), None, "scoped to the user");
+        assert_eq!(b.last_response_id("other", "e", "catalog").await.unwrap(), None, "scoped to the user");
+    }
+
+    #[tokio::test]
+    async fn two_agents_keep_separate_response_chains() {
+        let (_dir, store) = store().await;
+        let b = StoreBackends::new(store);
+        b.set_last_response_id("u", "e", "billing", "resp_b1".into()).await.unwrap();
+        b.set_last_response_id("u", "e", "travel", "resp_t1".into()).await.unwrap();
+        b.set_last_response_id("u", "e", "billing", "resp_b2".into()).await.unwrap();
+        assert_eq!(b.last_response_id("u", "e", "billing").await.unwrap().as_deref(), Some("resp_b2"));
+        assert_eq!(b.last_response_id("u", "e", "travel").await.unwrap().as_deref(), Some("resp_t1"));
+        assert_eq!(b.last_response_id("u", "e", "other").await.unwrap(), None);
     }
 
     #[tokio::test]

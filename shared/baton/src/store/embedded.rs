@@ -48,8 +48,8 @@ use redb::{Database, Durability, TableDefinition};
 
 use super::item::{self, Item};
 use super::{
-    Clock, DEFAULT_RETENTION, Episode, EpisodeKey, META_SK, MSG_PREFIX, Recorded, Store, StoreError,
-    StoredMessage, is_expired, message_sk, request_sk, ttl_after,
+    Clock, DEFAULT_RETENTION, Episode, EpisodeKey, LeaseGrant, META_SK, MSG_PREFIX, Recorded, Store,
+    StoreError, StoredMessage, is_expired, lease_sk, message_sk, request_sk, ttl_after,
 };
 
 /// Flushes that run on the blocking pool at once. They take one lock in turn (redb runs one
@@ -648,6 +648,45 @@ impl Store for EmbeddedStore {
             Ok(out)
         })
     }
+
+    async fn take_lease(
+        &self,
+        key: &EpisodeKey,
+        name: &str,
+        holder: &str,
+        ttl: Duration,
+    ) -> Result<LeaseGrant, StoreError> {
+        let now = self.clock.now_ms();
+        let expires_at = now.saturating_add(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX));
+        let (pk, sk) = (key.pk(), lease_sk(name));
+        // Not flushed: a lease lives as long as this process holds the file (one process at a
+        // time), and one the file keeps after a crash has expired when it is read again.
+        let (grant, _) = self.change(|view| {
+            if let Some(item) = view.get(&pk, &sk, now)? {
+                let (current, until) = item::decode_lease(&pk, &sk, &item)?;
+                if current != holder && until > now {
+                    return Ok(LeaseGrant::HeldUntil(until));
+                }
+            }
+            view.put(&pk, &sk, &item::encode_lease(holder, expires_at));
+            Ok(LeaseGrant::Granted)
+        })?;
+        Ok(grant)
+    }
+
+    async fn release_lease(&self, key: &EpisodeKey, name: &str, holder: &str) -> Result<(), StoreError> {
+        let now = self.clock.now_ms();
+        let (pk, sk) = (key.pk(), lease_sk(name));
+        self.change(|view| {
+            if let Some(item) = view.get(&pk, &sk, now)? {
+                if item::decode_lease(&pk, &sk, &item)?.0 == holder {
+                    view.remove(&pk, &sk);
+                }
+            }
+            Ok(())
+        })?;
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -776,7 +815,7 @@ mod tests {
         let (_dir, path, store, key) = fresh();
         store.record_user_message(&key, &StoredMessage::user("t1", "q1", 1), Some("r1")).await.unwrap();
         let mut episode = store.episode(&key).await.unwrap().expect("recorded");
-        episode.shopping_response_id = Some("resp_1".into());
+        episode.response_ids.insert("a".into(), "resp_1".into());
         store.save_episode(&episode).await.unwrap();
         assert_eq!(store.durable_commits(), 0, "nothing flushed before the reply");
         store.save_reply(&key, "t1", &[answer("t1", 1, "a1")]).await.unwrap();
@@ -788,7 +827,7 @@ mod tests {
         let store = EmbeddedStore::open(&path, Arc::new(SystemClock)).unwrap();
         assert_eq!(contents(&store.recent_messages(&key, 10).await.unwrap()), ["q1", "a1", "q2"]);
         let episode = store.episode(&key).await.unwrap().unwrap();
-        assert_eq!((episode.version, episode.shopping_response_id.as_deref()), (3, Some("resp_1")));
+        assert_eq!((episode.version, episode.response_ids.get("a").map(String::as_str)), (3, Some("resp_1")));
     }
 
     /// A store file on disk is opened again in the same process once its handle is dropped (its
@@ -879,9 +918,9 @@ mod tests {
         assert_eq!(lock(&store.pending).len, 0);
         // A stale episode write is refused whole, too.
         store.record_user_message(&key, &StoredMessage::user("t1", "q", 1), None).await.unwrap();
-        let stale = Episode { shopping_response_id: Some("x".into()), ..Episode::new(key.clone()) };
+        let stale = Episode { response_ids: [("a".into(), "x".into())].into(), ..Episode::new(key.clone()) };
         assert!(matches!(store.save_episode(&stale).await, Err(StoreError::Conflict { .. })));
-        assert_eq!(store.episode(&key).await.unwrap().unwrap().shopping_response_id, None);
+        assert!(store.episode(&key).await.unwrap().unwrap().response_ids.is_empty());
     }
 
     /// Replies saved at the same time share commits (group commit), and each is on disk when

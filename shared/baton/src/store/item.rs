@@ -110,6 +110,33 @@ impl<'a> Reader<'a> {
         }
     }
 
+    /// `response_ids` (agent name → id), with a legacy item's single id under its agent; an id
+    /// in `response_ids` wins over the legacy one.
+    fn response_ids(&self) -> Result<BTreeMap<String, String>, StoreError> {
+        let mut ids = BTreeMap::new();
+        if let Some(id) = self.opt_s(LEGACY_RESPONSE_ID)? {
+            ids.insert(LEGACY_RESPONSE_AGENT.to_owned(), id.to_owned());
+        }
+        match self.item.get("response_ids") {
+            None | Some(Attr::Null(_)) => {}
+            Some(Attr::M(map)) => {
+                for (agent, id) in map {
+                    let Attr::S(id) = id else {
+                        return Err(self.corrupt(format!(
+                            "`response_ids.{agent}` is a {}, expected a string",
+                            id.kind()
+                        )));
+                    };
+                    ids.insert(agent.clone(), id.clone());
+                }
+            }
+            Some(other) => {
+                return Err(self.corrupt(format!("`response_ids` is a {}, expected a map", other.kind())));
+            }
+        }
+        Ok(ids)
+    }
+
     fn opt_usd(&self, attr: &str) -> Result<Option<Usd>, StoreError> {
         match self.item.get(attr) {
             None | Some(Attr::Null(_)) => Ok(None),
@@ -168,8 +195,9 @@ pub fn encode_episode(episode: &Episode, ttl: u64) -> Item {
             item.insert("ft_pending".into(), Attr::s(pending.to_string()));
         }
     }
-    if let Some(id) = &episode.shopping_response_id {
-        item.insert("shopping_response_id".into(), Attr::s(id));
+    if !episode.response_ids.is_empty() {
+        let ids = episode.response_ids.iter().map(|(agent, id)| (agent.clone(), Attr::s(id))).collect();
+        item.insert("response_ids".into(), Attr::M(ids));
     }
     item.insert("ttl".into(), Attr::n(ttl));
     item
@@ -193,9 +221,16 @@ pub fn decode_episode(key: &EpisodeKey, item: &Item) -> Result<Episode, StoreErr
         updated_at: r.n("updated_at")?,
         version: r.n("version")?,
         support,
-        shopping_response_id: r.opt_s("shopping_response_id")?.map(str::to_owned),
+        response_ids: r.response_ids()?,
     })
 }
+
+/// Items written before response ids were kept per agent hold one, under this attribute: the
+/// id of the only agent that used the Responses API then, named by [`LEGACY_RESPONSE_AGENT`].
+const LEGACY_RESPONSE_ID: &str = "shopping_response_id";
+
+/// The agent a legacy episode item's response id belongs to.
+pub const LEGACY_RESPONSE_AGENT: &str = "shopping";
 
 /// The item of `message`, expiring at `ttl`.
 pub fn encode_message(message: &StoredMessage, ttl: u64) -> Item {
@@ -319,6 +354,22 @@ pub fn encode_request(turn_id: &str, ttl: u64) -> Item {
 /// Decodes a request-id marker item into its turn id.
 pub fn decode_request(pk: &str, sk: &str, item: &Item) -> Result<String, StoreError> {
     Ok(Reader { name: item_name(pk, sk), item }.s("turn_id")?.to_owned())
+}
+
+/// The lease item: who holds it and until when (ms). Its `ttl` is an hour past the expiry, so
+/// DynamoDB deletes forgotten leases without ever deleting one a reader could still find held.
+pub fn encode_lease(holder: &str, expires_at: u64) -> Item {
+    Item::from([
+        ("holder".to_owned(), Attr::s(holder)),
+        ("expires_at".to_owned(), Attr::n(expires_at)),
+        ("ttl".to_owned(), Attr::n((expires_at / 1000).saturating_add(3600))),
+    ])
+}
+
+/// Decodes a lease item into its holder and expiry (ms).
+pub fn decode_lease(pk: &str, sk: &str, item: &Item) -> Result<(String, u64), StoreError> {
+    let r = Reader { name: item_name(pk, sk), item };
+    Ok((r.s("holder")?.to_owned(), r.n("expires_at")?))
 }
 
 #[cfg(test)]

@@ -4,9 +4,10 @@
 //!
 //! | item | `pk` | `sk` | attributes |
 //! |---|---|---|---|
-//! | episode | `USER#<user>#EP#<episode>` | `META` | `created_at`, `updated_at`, `version`, Forethought `ft_conversation_id`, `ft_last_used_at` and `ft_pending` (JSON text), `shopping_response_id`, `ttl` |
+//! | episode | `USER#<user>#EP#<episode>` | `META` | `created_at`, `updated_at`, `version`, Forethought `ft_conversation_id`, `ft_last_used_at` and `ft_pending` (JSON text), `response_ids` (agent name → id), `ttl` |
 //! | message | same | `MSG#<turn>#<seq>` | `role`, `agent`, `content`, `usage`, `status`, `created_at`, `meta` (JSON text, optional), `ttl` |
 //! | request | same | `REQ#<request id>` | `turn_id`, `ttl` (makes the user message idempotent) |
+//! | lease | same | `LEASE#<name>` | `holder`, `expires_at` (ms), `ttl` (serialises calls a vendor takes one at a time, [`lease`]) |
 //!
 //! Every key starts with the user, so a store call can only reach the episodes of the user it
 //! names; the HTTP layer names the authenticated user. Turn ids are UUIDv7 ([`new_turn_id`]):
@@ -18,11 +19,15 @@
 //!
 //! - [`item`]: the attribute-map form of each item and its strict decoding.
 //! - [`embedded`]: a file-backed store (redb), the default for local runs.
+//! - [`lease`]: a short lease on a name within an episode, waited for with a bound, released
+//!   when the holder is done or dropped.
 
 pub mod backends;
 pub mod embedded;
 pub mod item;
+pub mod lease;
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -207,14 +212,22 @@ pub struct Episode {
     pub version: u64,
     /// The support vendor's conversation, once there is one.
     pub support: Option<SupportConversation>,
-    /// The shopping agent's last Responses API id (`previous_response_id` of its next call).
-    pub shopping_response_id: Option<String>,
+    /// Each agent's last Responses API id (`previous_response_id` of its next call), by agent
+    /// name: two agents on the Responses API keep separate server-side conversations.
+    pub response_ids: BTreeMap<String, String>,
 }
 
 impl Episode {
     /// A new, not yet stored episode.
     pub fn new(key: EpisodeKey) -> Episode {
-        Episode { key, created_at: 0, updated_at: 0, version: 0, support: None, shopping_response_id: None }
+        Episode {
+            key,
+            created_at: 0,
+            updated_at: 0,
+            version: 0,
+            support: None,
+            response_ids: BTreeMap::new(),
+        }
     }
 }
 
@@ -300,6 +313,22 @@ pub const META_SK: &str = "META";
 pub const MSG_PREFIX: &str = "MSG#";
 /// Every request-id marker sort key starts with this.
 pub const REQ_PREFIX: &str = "REQ#";
+/// Every lease sort key starts with this.
+pub const LEASE_PREFIX: &str = "LEASE#";
+
+/// The sort key of the lease `name`.
+pub fn lease_sk(name: &str) -> String {
+    format!("{LEASE_PREFIX}{name}")
+}
+
+/// What asking for a lease found ([`Store::take_lease`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeaseGrant {
+    /// The caller holds the lease until the expiry it asked for.
+    Granted,
+    /// Another holder has it until this time (ms since the epoch), unless it releases it sooner.
+    HeldUntil(u64),
+}
 
 /// What recording a user message did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -352,6 +381,22 @@ pub trait Store: Send + Sync {
     /// The most recent `limit` messages of the episode, oldest first.
     async fn recent_messages(&self, key: &EpisodeKey, limit: usize)
     -> Result<Vec<StoredMessage>, StoreError>;
+
+    /// Takes the episode's lease `name` for `holder` until `ttl` from now, if it is free, expired,
+    /// or `holder`'s already (then it is renewed). One conditional write: of callers racing for
+    /// a free lease, exactly one is [`LeaseGrant::Granted`]; the others learn until when it is
+    /// held. Not durable on its own: a lease lost in a crash has expired by the time it matters.
+    async fn take_lease(
+        &self,
+        key: &EpisodeKey,
+        name: &str,
+        holder: &str,
+        ttl: Duration,
+    ) -> Result<LeaseGrant, StoreError>;
+
+    /// Gives up the episode's lease `name` if `holder` still has it; does nothing if it expired
+    /// or another holder has taken it since.
+    async fn release_lease(&self, key: &EpisodeKey, name: &str, holder: &str) -> Result<(), StoreError>;
 }
 
 /// Reads the episode (a new one if absent), applies `change`, and saves it, reading again and

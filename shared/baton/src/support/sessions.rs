@@ -6,13 +6,14 @@
 //! stores and returns values. Time comes from an injected [`Clock`], so tests move it by hand.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
-use std::time::SystemTime;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
 
 use futures::future::BoxFuture;
 
 use super::widget::Prompt;
 use crate::agent::BoxError;
+use crate::store::lease::{Lease, LeaseError};
 
 /// The Forethought conversation of one episode.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -70,6 +71,19 @@ pub trait SupportSessions: Send + Sync {
         episode_id: &'a str,
         turn: SupportTurn,
     ) -> BoxFuture<'a, Result<(), BoxError>>;
+
+    /// Holds the episode's conversation with `agent`'s vendor for one call, for at most `hold`:
+    /// the vendor takes one request per conversation at a time, so calls on one episode wait
+    /// for each other here, up to `wait` ([`LeaseError::Busy`] after that). Over the store this
+    /// is a lease every process sees; in memory, a lock of this process.
+    fn hold_conversation<'a>(
+        &'a self,
+        user_id: &'a str,
+        episode_id: &'a str,
+        agent: &'a str,
+        hold: Duration,
+        wait: Duration,
+    ) -> BoxFuture<'a, Result<Lease, LeaseError>>;
 }
 
 #[derive(Debug, Default)]
@@ -78,11 +92,16 @@ struct Episode {
     turns: Vec<SupportTurn>,
 }
 
+/// A conversation held in memory: user, episode, agent.
+type HeldKey = (String, String, String);
+
 /// [`SupportSessions`] in process memory: for tests, and until a store is configured. Keeps the
 /// last 50 turns of each episode.
 #[derive(Debug, Default)]
 pub struct MemorySupportSessions {
     episodes: Mutex<HashMap<(String, String), Episode>>,
+    /// One lock per (user, episode, agent), for [`SupportSessions::hold_conversation`].
+    held: Mutex<HashMap<HeldKey, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 impl MemorySupportSessions {
@@ -135,6 +154,27 @@ impl SupportSessions for MemorySupportSessions {
             e.turns.drain(..excess);
         });
         Box::pin(async { Ok(()) })
+    }
+
+    fn hold_conversation<'a>(
+        &'a self,
+        user_id: &'a str,
+        episode_id: &'a str,
+        agent: &'a str,
+        _hold: Duration,
+        wait: Duration,
+    ) -> BoxFuture<'a, Result<Lease, LeaseError>> {
+        let lock = {
+            let mut held = self.held.lock().expect("sessions lock");
+            let key = (user_id.to_owned(), episode_id.to_owned(), agent.to_owned());
+            held.entry(key).or_default().clone()
+        };
+        Box::pin(async move {
+            match tokio::time::timeout(wait, lock.lock_owned()).await {
+                Ok(guard) => Ok(Lease::new(async move { drop(guard) })),
+                Err(_) => Err(LeaseError::Busy { name: format!("vendor:{agent}"), waited: wait }),
+            }
+        })
     }
 }
 
