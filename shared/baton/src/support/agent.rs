@@ -14,7 +14,11 @@ use super::widget::{Outcome, Prompt, answer_prompt};
 use super::{SUPPORT_APOLOGY, SUPPORT_EMPTY};
 use crate::agent::{Agent, AgentRequest, with_prior_context};
 use crate::event::EventStream;
-use crate::event::{ChoiceField, ChoiceOption, Choices, Event};
+use crate::event::{ChoiceField, ChoiceOption, Choices, Event, agent_name};
+use crate::store::lease::LeaseError;
+
+/// The pause before the one retry of a call Forethought refused as busy.
+const BUSY_RETRY_PAUSE: Duration = Duration::from_millis(500);
 use crate::rating::{FEEDBACK_REF, RatingSinks};
 
 /// Where ratings of the configured support agents' answers go: Forethought's CSAT endpoint,
@@ -49,6 +53,13 @@ pub fn rating_sinks(config: &crate::config::Config) -> Result<RatingSinks, Vendo
 /// a rating goes to), and
 /// `should_escalate: true` adds a `handoff` event. An answer with no text and no prompt is the
 /// in-band error `support_empty_answer`, never silence.
+///
+/// One request per conversation: each call holds the episode's conversation
+/// ([`SupportSessions::hold_conversation`], a store lease across processes) from reading the
+/// stored conversation to saving it, so two calls on one episode (two support intents in one
+/// message, two tabs, two Lambda instances) queue on the same conversation, each seeing what the
+/// one before stored. A call that waits longer than `busy_wait` ends in the in-band error
+/// `support_busy`; one that Forethought still refuses as busy is retried once.
 pub struct ForethoughtAgent {
     client: ForethoughtClient,
     sessions: Arc<dyn SupportSessions>,
@@ -91,6 +102,26 @@ impl Agent for ForethoughtAgent {
         Box::pin(async_stream::stream! {
             let config = client.config().clone();
             let (user, episode) = (request.user_id.clone(), request.episode_id.clone());
+            let agent = agent_name(&instance).to_owned();
+            let held = sessions.hold_conversation(&user, &episode, &agent, config.busy_hold, config.busy_wait).await;
+            let lease = match held {
+                Ok(lease) => Some(lease),
+                Err(e @ LeaseError::Busy { .. }) => {
+                    tracing::warn!(error = %e, "the support conversation stayed busy");
+                    yield Event::error(
+                        instance.clone(),
+                        "support_busy",
+                        format!("another request on this conversation did not finish within {} s", config.busy_wait.as_secs()),
+                        true,
+                    );
+                    yield Event::text(instance.clone(), SUPPORT_APOLOGY);
+                    return;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot hold the support conversation; calling without");
+                    None
+                }
+            };
             let stored = sessions.conversation(&user, &episode).await.unwrap_or_else(|e| {
                 tracing::warn!(error = %e, "cannot read the support conversation; starting a new one");
                 None
@@ -134,16 +165,20 @@ impl Agent for ForethoughtAgent {
             };
 
             let mut conversation_id = fresh.as_ref().map(|c| c.conversation_id.clone());
+            let mut sent = match &conversation_id {
+                None if expired => history_prefixed(&query).await,
+                _ => query.clone(),
+            };
             let mut pieces: SolveStream = match &conversation_id {
-                Some(id) => client.continue_conversation(id, &solve(query.clone())),
-                None if expired => client.start(&solve(history_prefixed(&query).await)),
-                None => client.start(&solve(query.clone())),
+                Some(id) => client.continue_conversation(id, &solve(sent.clone())),
+                None => client.start(&solve(sent.clone())),
             };
             let mut answer = String::new();
             let mut prompt: Option<Prompt> = None;
             let mut outcome: Option<Outcome> = None;
             let mut reported_id = false;
             let mut retried_start = false;
+            let mut retried_busy = false;
             while let Some(piece) = pieces.next().await {
                 match piece {
                     Ok(piece) => {
@@ -177,7 +212,17 @@ impl Agent for ForethoughtAgent {
                         tracing::info!("the Forethought conversation is gone; starting a new one");
                         retried_start = true;
                         conversation_id = None;
-                        pieces = client.start(&solve(history_prefixed(&query).await));
+                        sent = history_prefixed(&query).await;
+                        pieces = client.start(&solve(sent.clone()));
+                    }
+                    Err(e) if e.is_conversation_busy() && answer.is_empty() && !retried_busy => {
+                        tracing::info!("Forethought refused the call as busy; retrying once");
+                        retried_busy = true;
+                        tokio::time::sleep(BUSY_RETRY_PAUSE).await;
+                        pieces = match &conversation_id {
+                            Some(id) => client.continue_conversation(id, &solve(sent.clone())),
+                            None => client.start(&solve(sent.clone())),
+                        };
                     }
                     Err(e) => {
                         tracing::warn!(error = %e, "Forethought call failed");
@@ -212,6 +257,9 @@ impl Agent for ForethoughtAgent {
             let saved = SupportConversation { conversation_id: id, last_used_at: clock.now(), pending: prompt };
             if let Err(e) = sessions.save_conversation(&user, &episode, saved).await {
                 tracing::warn!(error = %e, "cannot store the support conversation");
+            }
+            if let Some(lease) = lease {
+                lease.release().await;
             }
             let turn = SupportTurn { query: request.query, answer };
             if let Err(e) = sessions.record_turn(&user, &episode, turn).await {

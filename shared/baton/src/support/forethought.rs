@@ -79,10 +79,17 @@ pub struct ForethoughtConfig {
     pub continue_window: Duration,
     /// How many earlier support turns prefix the first query of a replacement conversation.
     pub prefix_turns: usize,
+    /// Longest a call waits for another call on the same episode's conversation to finish
+    /// (Forethought takes one request per conversation at a time); then `support_busy`.
+    pub busy_wait: Duration,
+    /// How long a call holds the episode's conversation at most (the lease's expiry, should the
+    /// holder die without releasing it).
+    pub busy_hold: Duration,
 }
 
 impl ForethoughtConfig {
-    /// Defaults (55-minute window, 6 turns, 20 s first byte and idle) for `base_url` and `token`.
+    /// Defaults (55-minute window, 6 turns, 20 s first byte and idle, 25 s wait for a busy
+    /// conversation, 60 s hold) for `base_url` and `token`.
     pub fn new(base_url: impl Into<String>, token: impl Into<String>) -> ForethoughtConfig {
         ForethoughtConfig {
             base_url: base_url.into(),
@@ -97,6 +104,8 @@ impl ForethoughtConfig {
             },
             continue_window: Duration::from_secs(55 * 60),
             prefix_turns: 6,
+            busy_wait: Duration::from_secs(25),
+            busy_hold: Duration::from_secs(60),
         }
     }
 }
