@@ -485,6 +485,10 @@ async fn answer(
             }
             let id = body["conversation_id"].as_str().unwrap_or(&default_id).to_owned();
             state.touch(&id);
+            if let Ok(mut requests) = state.requests.lock() {
+                let request = &mut requests[index];
+                (request.chunks_sent, request.last_chunk_at, request.completed) = (1, Some(Instant::now()), Some(true));
+            }
             drop(busy);
             axum::Json(body).into_response()
         }
