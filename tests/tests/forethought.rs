@@ -295,10 +295,14 @@ async fn conformance_the_documented_button_example_reads_as_text_and_choices() {
     let choices = choices_of(&events);
     assert_eq!(choices.len(), 1);
     assert_eq!(choices[0].prompt, "please select one branch");
-    let labels: Vec<(&str, &str)> = choices[0].options.iter().map(|o| (o.label.as_str(), o.value.as_str())).collect();
+    let labels: Vec<(&str, &str)> =
+        choices[0].options.iter().map(|o| (o.label.as_str(), o.value.as_str())).collect();
     assert_eq!(
         labels,
-        [("branch 1", "15442886_a721_4a02_9b85_9ff7cf7fc051"), ("branch 2", "824e5122_2e92_46f4_bfd8_a96e1782295b")]
+        [
+            ("branch 1", "15442886_a721_4a02_9b85_9ff7cf7fc051"),
+            ("branch 2", "824e5122_2e92_46f4_bfd8_a96e1782295b")
+        ]
     );
     assert_eq!(meta_of(&events), json!({"feedback_ref": "CONVERSATION_ID"}));
     assert_eq!(error_code(&events), None);
@@ -416,7 +420,10 @@ async fn the_outcome_is_reported_and_should_escalate_is_a_handoff() {
     })));
     let events = r.ask("my points are missing").await;
     let handoffs: Vec<&Event> = events.iter().filter(|e| matches!(e, Event::Handoff { .. })).collect();
-    assert_eq!(handoffs, [&Event::Handoff { agent: "support[1]".into(), reason: Some("should_escalate".into()) }]);
+    assert_eq!(
+        handoffs,
+        [&Event::Handoff { agent: "support[1]".into(), reason: Some("should_escalate".into()) }]
+    );
     assert_eq!(
         meta_of(&events),
         json!({"is_solved": false, "should_escalate": true, "intent": "missing_points", "workflow_id": "wf-9", "feedback_ref": "c-7"})
@@ -451,7 +458,10 @@ async fn the_older_response_shape_still_works() {
     r.ft.push(FtReply::response_json("Points arrive within 48 hours."));
     let events = r.ask("where are my points").await;
     assert_eq!(answer(&events), "Points arrive within 48 hours.");
-    assert_eq!(meta_of(&events), json!({"is_solved": false, "should_escalate": false, "feedback_ref": "conv-1"}));
+    assert_eq!(
+        meta_of(&events),
+        json!({"is_solved": false, "should_escalate": false, "feedback_ref": "conv-1"})
+    );
 }
 
 #[tokio::test]
@@ -478,13 +488,11 @@ async fn the_server_takes_one_request_per_conversation_at_a_time() {
     let started: Vec<_> = client.start(&request).collect().await;
     assert!(started.iter().all(Result::is_ok));
     ft.push(FtReply::json("slow").delayed(Duration::from_millis(300))).push(FtReply::json("second"));
-    let (first, second) = tokio::join!(
-        client.continue_conversation("conv-1", &request).collect::<Vec<_>>(),
-        async {
+    let (first, second) =
+        tokio::join!(client.continue_conversation("conv-1", &request).collect::<Vec<_>>(), async {
             tokio::time::sleep(Duration::from_millis(100)).await;
             client.continue_conversation("conv-1", &request).collect::<Vec<_>>().await
-        }
-    );
+        });
     assert_eq!(first[0].as_ref().unwrap().text, "slow");
     let refused = second[0].as_ref().unwrap_err();
     assert!(refused.is_conversation_busy(), "{refused:?}");
@@ -503,9 +511,15 @@ async fn a_conversation_ends_after_an_hour_without_activity_and_the_agent_starts
     // Continue whatever is stored, so the server's rule is what ends the conversation.
     config.continue_window = Duration::from_secs(24 * 3600);
     let sessions = Arc::new(MemorySupportSessions::default());
-    let agent = ForethoughtAgent::new(ForethoughtClient::new(config).unwrap(), sessions.clone(), clock.clone());
+    let agent =
+        ForethoughtAgent::new(ForethoughtClient::new(config).unwrap(), sessions.clone(), clock.clone());
     let ask = |q: &str| {
-        let request = AgentRequest { user_id: "u1".into(), episode_id: "ep1".into(), query: q.into(), ..Default::default() };
+        let request = AgentRequest {
+            user_id: "u1".into(),
+            episode_id: "ep1".into(),
+            query: q.into(),
+            ..Default::default()
+        };
         agent.run(request, "support[1]".into()).collect::<Vec<Event>>()
     };
     ft.push(FtReply::json("one")).push(FtReply::json("two")).push(FtReply::json("three"));

@@ -25,7 +25,11 @@ fn clock() -> Arc<ManualClock> {
     Arc::new(ManualClock::new(SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000)))
 }
 
-fn agent(ft: &ForethoughtServer, sessions: Arc<dyn SupportSessions>, busy_wait: Duration) -> ForethoughtAgent {
+fn agent(
+    ft: &ForethoughtServer,
+    sessions: Arc<dyn SupportSessions>,
+    busy_wait: Duration,
+) -> ForethoughtAgent {
     let mut config = forethought_config(ft);
     config.busy_wait = busy_wait;
     ForethoughtAgent::new(ForethoughtClient::new(config).unwrap(), sessions, clock())
@@ -40,7 +44,11 @@ fn error_code(events: &[Event]) -> Option<&str> {
 
 /// Two support calls on one episode at once: the second waits for the first and continues the
 /// conversation the first started, so the vendor never sees two requests on one conversation.
-async fn two_calls_queue_on_one_conversation(first: &ForethoughtAgent, second: &ForethoughtAgent, ft: &ForethoughtServer) {
+async fn two_calls_queue_on_one_conversation(
+    first: &ForethoughtAgent,
+    second: &ForethoughtAgent,
+    ft: &ForethoughtServer,
+) {
     ft.push(FtReply::json("first answer").delayed(Duration::from_millis(300)));
     ft.push(FtReply::json("second answer"));
     let (a, b) = tokio::join!(
@@ -50,7 +58,10 @@ async fn two_calls_queue_on_one_conversation(first: &ForethoughtAgent, second: &
             second.run(request("and my receipt?"), "support[2]".into()).collect::<Vec<_>>().await
         }
     );
-    assert_eq!((text_of(&a, "support[1]"), text_of(&b, "support[2]")), ("first answer".into(), "second answer".into()));
+    assert_eq!(
+        (text_of(&a, "support[1]"), text_of(&b, "support[2]")),
+        ("first answer".into(), "second answer".into())
+    );
     let requests = ft.requests();
     let seen: Vec<(&str, Option<&str>, Option<u16>)> =
         requests.iter().map(|q| (q.method.as_str(), q.conversation_id.as_deref(), q.refused)).collect();
@@ -69,8 +80,9 @@ async fn two_intents_in_one_process_queue_on_one_conversation() {
 async fn two_processes_over_one_store_queue_on_one_conversation() {
     let ft = ForethoughtServer::start().await.unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let store: Arc<dyn Store> =
-        Arc::new(EmbeddedStore::open(dir.path().join("s.redb"), Arc::new(baton::store::SystemClock)).unwrap());
+    let store: Arc<dyn Store> = Arc::new(
+        EmbeddedStore::open(dir.path().join("s.redb"), Arc::new(baton::store::SystemClock)).unwrap(),
+    );
     // Two agents with their own sessions over one store, as two instances would have.
     let one = agent(&ft, Arc::new(StoreBackends::new(store.clone())), Duration::from_secs(5));
     let two = agent(&ft, Arc::new(StoreBackends::new(store)), Duration::from_secs(5));

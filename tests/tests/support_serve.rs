@@ -9,7 +9,9 @@ use baton::model::scripted::{Reply, ScriptedServer};
 use baton::store::embedded::EmbeddedStore;
 use baton::store::{EpisodeKey, Role, Store, SystemClock};
 use baton::support::scripted::{ForethoughtServer, FtReply};
-use baton_tests::{ASK_SUPPORT, ORCH, open_stream, scripted_config_with_forethought, start_endpoint_with, text_of};
+use baton_tests::{
+    ASK_SUPPORT, ORCH, open_stream, scripted_config_with_forethought, start_endpoint_with, text_of,
+};
 use futures::StreamExt;
 use serde_json::{Value, json};
 
@@ -34,10 +36,8 @@ async fn rig() -> Rig {
 impl Rig {
     /// One turn routed to support with `message` as its query; its events, episode and turn.
     async fn support_turn(&self, message: &str, episode: Option<&str>) -> (Vec<Event>, String, String) {
-        self.server.push(
-            ORCH,
-            Reply::text("").tool_call(ASK_SUPPORT, json!({"query": message, "intent_count": 1})),
-        );
+        self.server
+            .push(ORCH, Reply::text("").tool_call(ASK_SUPPORT, json!({"query": message, "intent_count": 1})));
         let mut body = json!({"message": message});
         if let Some(episode) = episode {
             body["episode_id"] = json!(episode);
@@ -105,7 +105,11 @@ async fn a_support_answer_can_be_rated_and_a_turn_without_one_cannot() {
     r.ft.push(FtReply::json("Points post within a day."));
     let (_, episode, rated_turn) = r.support_turn("where are my points", None).await;
     let (status, body) = r.csat("local", &episode, json!({"turn_id": rated_turn, "rating": "up"})).await;
-    assert_eq!((status, &body["status"], &body["agent"]), (200, &json!("sent"), &json!("support[1]")), "{body}");
+    assert_eq!(
+        (status, &body["status"], &body["agent"]),
+        (200, &json!("sent"), &json!("support[1]")),
+        "{body}"
+    );
     let sent = r.ft.requests().pop().unwrap();
     assert_eq!(sent.path, "/solve/api/v1/conversation/conv-1/csat");
     assert_eq!(sent.body, json!({"rating": 5}));
@@ -127,6 +131,14 @@ async fn a_support_answer_can_be_rated_and_a_turn_without_one_cannot() {
     let (status, body) = r.csat("local", &episode, json!({"rating": "meh"})).await;
     assert_eq!((status, &body["error"]["code"]), (400, &json!("invalid_rating")), "{body}");
     let (status, body) = r.csat("mallory", &episode, json!({"rating": "up"})).await;
-    assert_eq!((status, &body["error"]["code"]), (404, &json!("no_rateable_answer")), "another user's episode");
-    assert_eq!(r.ft.requests().iter().filter(|q| q.path.ends_with("/csat")).count(), 2, "only the two ratings");
+    assert_eq!(
+        (status, &body["error"]["code"]),
+        (404, &json!("no_rateable_answer")),
+        "another user's episode"
+    );
+    assert_eq!(
+        r.ft.requests().iter().filter(|q| q.path.ends_with("/csat")).count(),
+        2,
+        "only the two ratings"
+    );
 }

@@ -918,10 +918,14 @@ mod tests {
             ),
         ];
         for (event, sse, ndjson) in cases {
-            assert_eq!(std::str::from_utf8(&encode_sse(4, event)).unwrap(), std::str::from_utf8(sse).unwrap());
+            assert_eq!(
+                std::str::from_utf8(&encode_sse(4, event)).unwrap(),
+                std::str::from_utf8(sse).unwrap()
+            );
             assert_eq!(&encode_ndjson(event)[..], ndjson);
             assert_eq!(&decode_ndjson(ndjson).unwrap(), event);
-            let data = std::str::from_utf8(sse).unwrap().lines().find_map(|l| l.strip_prefix("data: ")).unwrap();
+            let data =
+                std::str::from_utf8(sse).unwrap().lines().find_map(|l| l.strip_prefix("data: ")).unwrap();
             assert_eq!(&decode_sse(event.kind(), data).unwrap(), event);
         }
         let bare = decode_ndjson(br#"{"type":"handoff","agent":"x"}"#).unwrap();

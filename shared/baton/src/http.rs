@@ -520,11 +520,14 @@ async fn csat(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let user = service.caller_from_headers(&headers).and_then(|caller| match (caller, headers.get(USER_HEADER)) {
-        (Caller::Verified(id), _) => Ok(id),
-        (Caller::Local, None) => Ok("local".to_owned()),
-        (Caller::Local, Some(v)) => checked_id(USER_HEADER, v.to_str().map_err(|_| bad_id(USER_HEADER))?.to_owned()),
-    });
+    let user =
+        service.caller_from_headers(&headers).and_then(|caller| match (caller, headers.get(USER_HEADER)) {
+            (Caller::Verified(id), _) => Ok(id),
+            (Caller::Local, None) => Ok("local".to_owned()),
+            (Caller::Local, Some(v)) => {
+                checked_id(USER_HEADER, v.to_str().map_err(|_| bad_id(USER_HEADER))?.to_owned())
+            }
+        });
     let rated = async {
         let (user, episode) = (user?, checked_id("episode_id", episode_id)?);
         require_json(&headers)?;

@@ -82,9 +82,10 @@ pub async fn rate(
         )
     })?;
     let messages = store.recent_messages(key, SEARCHED_MESSAGES).await?;
-    let rateable = messages.iter().rev().filter(|m| {
-        m.role == Role::Assistant && body.turn_id.as_ref().is_none_or(|t| *t == m.turn_id)
-    });
+    let rateable = messages
+        .iter()
+        .rev()
+        .filter(|m| m.role == Role::Assistant && body.turn_id.as_ref().is_none_or(|t| *t == m.turn_id));
     let found = rateable.filter_map(|m| {
         let reference = m.meta.as_ref()?.get(FEEDBACK_REF)?.as_str()?;
         let sink = sinks.sinks.get(agent_name(&m.agent))?;

@@ -44,7 +44,9 @@ impl SupportSessions for StoreBackends {
                 // ordinary query.
                 pending: c.pending.and_then(|p| {
                     serde_json::from_value(p)
-                        .map_err(|e| tracing::warn!(error = %e, "ignored an unreadable pending support prompt"))
+                        .map_err(
+                            |e| tracing::warn!(error = %e, "ignored an unreadable pending support prompt"),
+                        )
                         .ok()
                 }),
             }))
@@ -190,7 +192,8 @@ mod tests {
             options: vec![crate::support::widget::PromptOption { label: "A".into(), value: "a".into() }],
             fields: Vec::new(),
         };
-        let saved = SupportConversation { conversation_id: "c1".into(), last_used_at: at, pending: Some(prompt) };
+        let saved =
+            SupportConversation { conversation_id: "c1".into(), last_used_at: at, pending: Some(prompt) };
         b.save_conversation("u", "e", saved.clone()).await.unwrap();
         let got = b.conversation("u", "e").await.unwrap().unwrap();
         assert_eq!(got, saved, "the id, its time and the open prompt come back");

@@ -396,7 +396,12 @@ mod tests {
             }],
             status: Status::Partial,
             created_at: 1234,
-            meta: Some(serde_json::json!({"is_solved": true, "choices": {"prompt": "p"}}).as_object().unwrap().clone()),
+            meta: Some(
+                serde_json::json!({"is_solved": true, "choices": {"prompt": "p"}})
+                    .as_object()
+                    .unwrap()
+                    .clone(),
+            ),
         }
     }
 

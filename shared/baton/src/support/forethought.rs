@@ -352,7 +352,8 @@ impl ForethoughtClient {
                 Ok(Ok(r)) => r,
             };
             let status = response.status();
-            let body = Box::pin(read_capped(response.bytes_stream(), timeouts.idle, MAX_ERROR_BODY_BYTES)).await;
+            let body =
+                Box::pin(read_capped(response.bytes_stream(), timeouts.idle, MAX_ERROR_BODY_BYTES)).await;
             if status.is_success() {
                 Ok(())
             } else {
@@ -675,18 +676,29 @@ mod tests {
         )
         .unwrap();
         assert_eq!(pieces.len(), 2);
-        assert_eq!((pieces[0].text.as_str(), pieces[0].conversation_id.as_deref()), ("Hello there", Some("c9")));
+        assert_eq!(
+            (pieces[0].text.as_str(), pieces[0].conversation_id.as_deref()),
+            ("Hello there", Some("c9"))
+        );
         assert_eq!(pieces[1].text, "Pick\n1. A");
         assert!(pieces.iter().all(|p| p.block));
         assert_eq!(pieces[1].prompt.as_ref().unwrap().options[0].value, "a");
         let outcome = pieces[1].outcome.clone().unwrap();
         assert_eq!(
-            (outcome.is_solved, outcome.should_escalate, outcome.intent.as_deref(), outcome.workflow_id.as_deref()),
+            (
+                outcome.is_solved,
+                outcome.should_escalate,
+                outcome.intent.as_deref(),
+                outcome.workflow_id.as_deref()
+            ),
             (Some(false), Some(true), Some("points"), Some("wf1"))
         );
         assert_eq!(pieces[0].outcome, None);
         let empty = parse_answer(r#"{"conversation_id":"c9","widget_components":[]}"#).unwrap();
-        assert_eq!(empty, [SolveChunk { conversation_id: Some("c9".into()), block: false, ..SolveChunk::default() }]);
+        assert_eq!(
+            empty,
+            [SolveChunk { conversation_id: Some("c9".into()), block: false, ..SolveChunk::default() }]
+        );
     }
 
     #[test]

@@ -19,7 +19,8 @@ pub mod widget;
 
 /// What support says when the vendor's answer had nothing to show; an `error` event
 /// (`support_empty_answer`) precedes it.
-pub const SUPPORT_EMPTY: &str = "Sorry, our support assistant sent an answer I can't show. Please try rephrasing your question.";
+pub const SUPPORT_EMPTY: &str =
+    "Sorry, our support assistant sent an answer I can't show. Please try rephrasing your question.";
 
 /// What support says when the vendor failed; an `error` event precedes it.
 pub const SUPPORT_APOLOGY: &str =

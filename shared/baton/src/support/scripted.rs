@@ -260,7 +260,9 @@ impl ServerState {
     /// Whether `id` was used and then left alone for [`CONVERSATION_LIFETIME`] or longer.
     fn ended(&self, id: &str) -> bool {
         let last = self.last_activity.lock().expect("activity lock").get(id).copied();
-        last.is_some_and(|at| self.clock.now().duration_since(at).unwrap_or_default() >= CONVERSATION_LIFETIME)
+        last.is_some_and(|at| {
+            self.clock.now().duration_since(at).unwrap_or_default() >= CONVERSATION_LIFETIME
+        })
     }
 }
 
@@ -487,7 +489,8 @@ async fn answer(
             state.touch(&id);
             if let Ok(mut requests) = state.requests.lock() {
                 let request = &mut requests[index];
-                (request.chunks_sent, request.last_chunk_at, request.completed) = (1, Some(Instant::now()), Some(true));
+                (request.chunks_sent, request.last_chunk_at, request.completed) =
+                    (1, Some(Instant::now()), Some(true));
             }
             drop(busy);
             axum::Json(body).into_response()

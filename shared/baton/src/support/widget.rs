@@ -198,7 +198,9 @@ pub fn answer_prompt(prompt: &Prompt, reply: &str) -> Option<(Map<String, Value>
             .ok()
             .and_then(|n| n.checked_sub(1))
             .and_then(|i| prompt.options.get(i))
-            .or_else(|| prompt.options.iter().find(|o| o.label.trim().to_lowercase() == reply.to_lowercase()))?;
+            .or_else(|| {
+                prompt.options.iter().find(|o| o.label.trim().to_lowercase() == reply.to_lowercase())
+            })?;
         if prompt.output_variable.is_empty() {
             return None;
         }
@@ -221,15 +223,50 @@ pub fn answer_prompt(prompt: &Prompt, reply: &str) -> Option<(Map<String, Value>
 
 /// Elements whose content is never text for a reader.
 const SKIPPED: &[&[u8]] = &[
-    b"script", b"style", b"template", b"noscript", b"iframe", b"object", b"embed", b"head", b"title",
-    b"svg", b"math", b"select", b"textarea", b"button",
+    b"script",
+    b"style",
+    b"template",
+    b"noscript",
+    b"iframe",
+    b"object",
+    b"embed",
+    b"head",
+    b"title",
+    b"svg",
+    b"math",
+    b"select",
+    b"textarea",
+    b"button",
 ];
 
 /// Elements that stand as their own paragraph.
 const BLOCKS: &[&[u8]] = &[
-    b"p", b"div", b"h1", b"h2", b"h3", b"h4", b"h5", b"h6", b"blockquote", b"section", b"article",
-    b"header", b"footer", b"table", b"pre", b"hr", b"figure", b"address", b"dl", b"details",
-    b"summary", b"form", b"fieldset", b"main", b"nav", b"aside",
+    b"p",
+    b"div",
+    b"h1",
+    b"h2",
+    b"h3",
+    b"h4",
+    b"h5",
+    b"h6",
+    b"blockquote",
+    b"section",
+    b"article",
+    b"header",
+    b"footer",
+    b"table",
+    b"pre",
+    b"hr",
+    b"figure",
+    b"address",
+    b"dl",
+    b"details",
+    b"summary",
+    b"form",
+    b"fieldset",
+    b"main",
+    b"nav",
+    b"aside",
 ];
 
 /// Elements that start a line.
@@ -299,11 +336,8 @@ struct TextBuilder {
 impl TextBuilder {
     fn start(&mut self, name: &[u8], self_closing: bool, attr: impl Fn(&[u8]) -> Option<String>) {
         match name {
-            _ if SKIPPED.contains(&name) => {
-                if !self_closing {
-                    self.skip = Some((name.to_vec(), 1));
-                }
-            }
+            _ if SKIPPED.contains(&name) && !self_closing => self.skip = Some((name.to_vec(), 1)),
+            _ if SKIPPED.contains(&name) => {}
             b"br" => {
                 self.flush_breaks();
                 if !self.out.is_empty() {
@@ -365,7 +399,8 @@ impl TextBuilder {
             b"a" => {
                 if let Some((Some(url), at)) = self.links.pop() {
                     let shown = self.out.get(at..).unwrap_or("").trim().to_owned();
-                    let bare = url.strip_prefix("mailto:").or_else(|| url.strip_prefix("tel:")).unwrap_or(&url);
+                    let bare =
+                        url.strip_prefix("mailto:").or_else(|| url.strip_prefix("tel:")).unwrap_or(&url);
                     if shown != url && shown != bare {
                         self.flush_breaks();
                         if !shown.is_empty() {
@@ -512,7 +547,10 @@ mod tests {
             "form_fields": [{"display_name": "Email", "output_variable": "cv_email"}, {"display_name": "Order"}]
         });
         let read = read_component(&component).unwrap();
-        assert_eq!(read.text, "Tell us more\n- Email\n- Order\n(Reply with one line per field, in this order.)");
+        assert_eq!(
+            read.text,
+            "Tell us more\n- Email\n- Order\n(Reply with one line per field, in this order.)"
+        );
         let prompt = read.prompt.unwrap();
         let (vars, _) = answer_prompt(&prompt, "a@b.c\n 42 ").unwrap();
         assert_eq!(Value::Object(vars), json!({"cv_email": "a@b.c", "cv_form": "42"}));
