@@ -1,4 +1,4 @@
-//! Baton's runtime benchmarks (DESIGN.md §9). Run with `make bench`.
+//! Baton's runtime benchmarks (docs/benchmarks.md: targets and latest figures). Run with `make bench`.
 //!
 //! 1. Orchestration overhead per turn against zero-latency in-process scripted models: the whole
 //!    turn (thinking, orchestrator stream, two sub-agents, mux, SSE encoding of every event), on a
@@ -312,24 +312,66 @@ async fn serve_memory(quick: bool) {
     );
     let sizes: &[usize] = if quick { &[100] } else { &[1_000, 10_000] };
     for &streams in sizes {
-        for http2 in [false, true] {
+        for transport in [ModelTransport::Http1, ModelTransport::H2c, ModelTransport::Tls] {
             // Over HTTP/1.1 each open stream holds its client connection and one connection per
             // model call in flight: 10,000 streams need more descriptors than the process may open.
-            if !http2 && streams > 5_000 {
+            if transport == ModelTransport::Http1 && streams > 5_000 {
                 println!(
                     "   {streams} streams over HTTP/1.1 to the model server: skipped (~3 sockets per stream, over `ulimit -n`)"
                 );
                 continue;
             }
-            serve_streams(&binary, streams, http2).await;
+            serve_streams(&binary, streams, transport).await;
         }
     }
 }
 
+/// How `serve` reaches the scripted model server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ModelTransport {
+    /// Cleartext HTTP/1.1: Baton's own connection, driven inside the body's poll.
+    Http1,
+    /// Cleartext HTTP/2 with prior knowledge (`BATON_MODEL_HTTP2`), through reqwest.
+    H2c,
+    /// TLS through reqwest, HTTP/2 by ALPN: the path production takes to a model vendor.
+    Tls,
+}
+
+impl ModelTransport {
+    fn label(self) -> &'static str {
+        match self {
+            ModelTransport::Http1 => "HTTP/1.1 (cleartext, Baton's connection)",
+            ModelTransport::H2c => "HTTP/2 (h2c, reqwest)",
+            ModelTransport::Tls => "TLS (reqwest, h2 by ALPN; the production path)",
+        }
+    }
+
+    /// A scripted model server for this transport, and the environment that points `serve` at
+    /// it (with the certificate to trust, over TLS, in `dir`).
+    async fn server(self, dir: &std::path::Path) -> (ScriptedServer, Vec<(&'static str, String)>) {
+        let server = match self {
+            ModelTransport::Tls => ScriptedServer::start_tls().await.unwrap(),
+            _ => ScriptedServer::start().await.unwrap(),
+        };
+        let mut env = vec![("OPENAI_BASE_URL", server.base_url())];
+        match self {
+            ModelTransport::Http1 => {}
+            ModelTransport::H2c => env.push(("BATON_MODEL_HTTP2", "true".to_owned())),
+            ModelTransport::Tls => {
+                let ca = dir.join("model-server-ca.pem");
+                std::fs::write(&ca, server.certificate().expect("a TLS server").pem()).unwrap();
+                env.push(("SSL_CERT_FILE", ca.display().to_string()));
+            }
+        }
+        (server, env)
+    }
+}
+
 /// RSS of `serve` with `streams` concurrent mixed turns, each sub-agent streaming for 2 s, with the
-/// model server over HTTP/1.1 or HTTP/2 (h2c); then after the burst has ended.
-async fn serve_streams(binary: &std::path::Path, streams: usize, http2: bool) {
-    let server = ScriptedServer::start().await.unwrap();
+/// model server reached over `transport`; then after the burst has ended.
+async fn serve_streams(binary: &std::path::Path, streams: usize, transport: ModelTransport) {
+    let dir = tempfile::tempdir().unwrap();
+    let (server, mut env) = transport.server(dir.path()).await;
     server.set_default(
         "orch",
         Reply::text("Checking both.")
@@ -340,17 +382,13 @@ async fn serve_streams(binary: &std::path::Path, streams: usize, http2: bool) {
     let slow = Reply::text("lorem ipsum ".repeat(10)).chunk_delay(Duration::from_millis(100));
     server.set_default("sup", slow.clone());
     server.set_default("shop", slow);
-    let mut env = vec![
-        ("OPENAI_BASE_URL", server.base_url()),
+    env.extend([
         ("BATON_ORCHESTRATOR_MODEL", "orch".to_owned()),
         ("BATON_SUPPORT_MODEL", "sup".to_owned()),
         ("BATON_SHOPPING_MODEL", "shop".to_owned()),
         // Every stream is served at once (the default cap is 512 connections).
         ("BATON_MAX_CONNECTIONS", (streams + 64).to_string()),
-    ];
-    if http2 {
-        env.push(("BATON_MODEL_HTTP2", "true".to_owned()));
-    }
+    ]);
     let mut serve = ServeProcess::start(binary, &env).await;
     let pid = serve.pid;
     tokio::time::sleep(Duration::from_millis(200)).await;
@@ -389,7 +427,7 @@ async fn serve_streams(binary: &std::path::Path, streams: usize, http2: bool) {
     let mib = |kib: u64| kib as f64 / 1024.0;
     println!(
         "   {streams} concurrent mixed-turn streams, model server over {}: {completed} completed in {:.2} s, {} model connections",
-        if http2 { "HTTP/2 (h2c)" } else { "HTTP/1.1" },
+        transport.label(),
         took.as_secs_f64(),
         server.connections() - connections_before
     );

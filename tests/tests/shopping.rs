@@ -1,6 +1,6 @@
 //! The shopping agent in whole turns over real HTTP: its tool loop on Chat Completions and on the
 //! Responses API (with `previous_response_id` within a run and across turns), bad tool calls from
-//! the model, and the context rules of a mixed turn (DESIGN.md §4 step 7).
+//! the model, and the context rules of a mixed turn (docs/agents.md, "Shopping: a tool loop").
 
 use std::sync::Arc;
 

@@ -1,10 +1,11 @@
 //! One evaluation run: the suite, its summary and HTML report, and where both are kept.
 //!
-//! Both live in the table (DESIGN.md §7 keys), so the function needs no other storage: the JSON
-//! summary is the reply of a turn of the episode `USER#eval#EP#<suite>` (one turn per run, as
-//! before), and the report is the reply of a turn of `USER#eval#EP#<suite>-report`, apart so that
-//! reading the trend never loads old reports. A report is ~15 KB, far below an item's 400 KB.
-//! The trend comes from the summaries already stored.
+//! Both live in the table (its keys: docs/storage.md, "DynamoDB (production)"), so the function
+//! needs no other storage: the JSON summary is the reply of a turn of the episode
+//! `USER#eval#EP#<suite>` (one turn per run, as before), and the report is the reply of a turn of
+//! `USER#eval#EP#<suite>-report`, apart so that reading the trend never loads old reports. A
+//! report is ~15 KB, far below an item's 400 KB. The trend comes from the summaries already
+//! stored.
 
 use baton::config::Config;
 use baton::eval;

@@ -430,3 +430,48 @@ fn an_mcp_allowlist_naming_a_tool_the_server_lacks_is_refused_with_file_line_and
         "{stderr}"
     );
 }
+
+/// The path production takes to a model vendor: `https`, through reqwest's TLS (HTTP/2 by ALPN),
+/// trusting what the system trusts; `SSL_CERT_FILE` adds a private CA (here the test server's
+/// self-signed certificate). Without it the certificate is refused: a clear in-band error, and
+/// the turn still ends with `completed`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_reaches_a_model_server_over_tls_it_trusts_and_refuses_one_it_does_not() {
+    use baton::event::{Event, Status};
+    let dir = tempfile::tempdir().unwrap();
+    let server = ScriptedServer::start_tls().await.unwrap();
+    assert!(server.base_url().starts_with("https://localhost:"), "{}", server.base_url());
+    let ca = dir.path().join("ca.pem");
+    std::fs::write(&ca, server.certificate().unwrap().pem()).unwrap();
+    server.push("orch", Reply::text("Hello over TLS!"));
+    let command = |trust: bool| {
+        let mut c = orchestrator(dir.path());
+        c.env("OPENAI_BASE_URL", server.base_url())
+            .env("OPENAI_API_KEY", "sk-tls-secret-4242")
+            .env("BATON_ORCHESTRATOR_MODEL", "orch")
+            .env_remove("SSL_CERT_DIR");
+        if trust {
+            c.env("SSL_CERT_FILE", &ca);
+        } else {
+            c.env_remove("SSL_CERT_FILE");
+        }
+        c
+    };
+    let serve = Serve::start(command(true));
+    let events = serve.chat(json!({"message": "hi", "episode_id": "e1"})).await;
+    assert_eq!(baton_tests::text_of(&events, "orchestrator"), "Hello over TLS!");
+    assert_eq!(server.requests_for("orch").len(), 1);
+    drop(serve);
+
+    let serve = Serve::start(command(false));
+    let events = serve.chat(json!({"message": "hi again", "episode_id": "e2"})).await;
+    let error = events.iter().find_map(|e| match e {
+        Event::Error { code, message, .. } => Some((code.clone(), message.clone())),
+        _ => None,
+    });
+    let (code, message) = error.expect("an in-band error for the untrusted certificate");
+    assert!(code.starts_with("model_"), "{code}: {message}");
+    assert!(!message.contains("sk-tls-secret"), "{message}");
+    assert!(matches!(events.last(), Some(Event::Completed { status: Status::Error | Status::Partial, .. })));
+    assert_eq!(server.requests_for("orch").len(), 1, "nothing reached the untrusted server's handler");
+}

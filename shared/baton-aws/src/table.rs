@@ -1,5 +1,5 @@
 //! The conversation table: one table, string keys `pk` (partition) and `sk` (sort), on-demand
-//! billing, TTL on the `ttl` attribute (DESIGN.md §7).
+//! billing, TTL on the `ttl` attribute (docs/storage.md, "DynamoDB (production)").
 //!
 //! This module is the single source of the table's shape in code: [`create_table`] builds it
 //! from these constants, and the contract tests create their tables with it. The SAM template

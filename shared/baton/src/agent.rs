@@ -115,11 +115,12 @@ pub const DEFAULT_MAX_DEPTH: u32 = 3;
 /// What a child instance sees of the conversation its caller answers in.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum ChildContext {
-    /// Only its input (agents called as tools, DESIGN.md §5).
+    /// Only its input (agents called as tools: docs/agents.md, "Your own agents (agents as
+    /// tools)").
     #[default]
     Isolated,
     /// The cross-turn history and the previous turn too (the sub-agents of a routing entry
-    /// agent, DESIGN.md §4 step 7).
+    /// agent: docs/architecture.md, "A turn, step by step").
     Conversation,
 }
 
@@ -199,7 +200,8 @@ pub fn start_child(
 /// A child instance's events, polled once the instance holds one of its turn's places for
 /// running instances, which it keeps until its events end (or are dropped). Written by hand,
 /// not as a generator: every event of the instance passes through it, and a generator's poll
-/// costs more than this one's (docs/benchmarks.md, step 11).
+/// costs more than this one's (docs/benchmarks-log.md, "Less work per event, each cut too small
+/// to see on its own").
 struct Admitted {
     place: Option<BoxFuture<'static, Result<tokio::sync::OwnedSemaphorePermit, tokio::sync::AcquireError>>>,
     held: Option<tokio::sync::OwnedSemaphorePermit>,
@@ -253,7 +255,7 @@ pub fn run_instance(
 /// Where an agent keeps the vendor's last response id per episode, so its next turn continues the
 /// server-side conversation (OpenAI Responses `previous_response_id`) instead of resending it.
 ///
-/// The production implementation lives on the episode record of the store (DESIGN.md §7); a
+/// The production implementation lives on the episode record of the store (docs/storage.md); a
 /// failing read or write is logged and the turn goes on without server-side context.
 pub trait ResponseChains: Send + Sync {
     /// The last response id of agent `agent` (its name, not an instance) in `episode`, if any.
@@ -918,7 +920,8 @@ impl LlmAgent {
             }
         });
         // The call's own events pass through `chain` (no generator on every event's way), then
-        // its result once they have ended and been dropped (docs/benchmarks.md, step 11).
+        // its result once they have ended and been dropped (docs/benchmarks-log.md, "Less work
+        // per event, each cut too small to see on its own").
         let ToolRun { events, finish } = run;
         let end = futures::stream::once(async move {
             let (outcome, answer) = match finish.take() {

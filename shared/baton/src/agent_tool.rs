@@ -1,4 +1,4 @@
-//! Any agent as a tool of another (DESIGN.md §5).
+//! Any agent as a tool of another (docs/agents.md, "Your own agents (agents as tools)").
 //!
 //! An [`AgentTool`] offers a child agent to a parent's model as the tool `agent__<Name>`. Every
 //! call starts one instance `Name[i]` of the child, numbered across the turn, in a session of its
@@ -22,10 +22,10 @@
 //! fails (an `error` event of its own), times out or breaks its output schema gives an error
 //! result; the parent goes on.
 //!
-//! # Where this departs from, or fills in, DESIGN.md §5
+//! # State and names
 //! - State flows one way: a child starts from a copy of its caller's state, and nothing it writes
-//!   comes back (the design says "copied"; merging a child's writes into a caller that runs several
-//!   children at once would make their order matter).
+//!   comes back (merging a child's writes into a caller that runs several children at once
+//!   would make their order matter).
 //! - Instance numbers are shared by the whole turn, so `helper[2]` is unique even when two
 //!   different parents call `helper`. The entry agent, which no one calls, is named without a
 //!   number, as the routed turn's own events are named `orchestrator`.
@@ -114,7 +114,7 @@ pub enum InputMapping {
     #[default]
     TextOrJson,
     /// The `query` argument is the query and `prior_context` its context (the routing tools
-    /// `ask_<agent>` of DESIGN.md §4); the other arguments reach the child as its arguments.
+    /// `ask_<agent>` of docs/routing.md); the other arguments reach the child as its arguments.
     Query,
 }
 

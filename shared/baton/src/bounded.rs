@@ -7,7 +7,8 @@
 //! turn paid for a few hundred registrations. [`IdleTimer`] keeps one timer: each wait notes its
 //! own deadline, and the timer is moved only when it fires before the current wait's deadline
 //! (items came in between), about once per `limit` instead of once per item
-//! (docs/benchmarks.md, step 11). What a caller sees is the same as with `timeout` per item.
+//! (docs/benchmarks-log.md, "Less work per event, each cut too small to see on its own"). What
+//! a caller sees is the same as with `timeout` per item.
 //! [`Deadline`] is `timeout_at` per item the same way: one timer, set once.
 
 use std::pin::Pin;

@@ -7,7 +7,8 @@
 //! right after it found nothing to send, goes down the whole tree once more to find nothing
 //! again. Streamed answers arrive a frame at a time, so a turn paid that on every frame. (Its
 //! share of a frame's cost proved too small to measure on the development host: a wake-up there
-//! costs about 70 µs of user time whatever is polled; docs/benchmarks.md, step 12.)
+//! costs about 70 µs of user time whatever is polled; docs/benchmarks-log.md, "CPU per mixed
+//! turn, measured, and a wake-up of one stream no longer polls the others".)
 //!
 //! [`Gated`] gives the stream it wraps a waker of its own, which notes the wake-up before passing
 //! it on. It polls the stream only when that waker has fired since the stream last said

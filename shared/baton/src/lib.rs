@@ -55,6 +55,7 @@
 //! - [`rating`]: a user's thumbs up or down on a stored answer, sent to where the answer came from.
 //! - [`outbound`]: the outgoing HTTP client of streamed answers (model servers, Forethought):
 //!   reqwest for `https` and HTTP/2, and cleartext HTTP/1.1 driven inside the body's own poll.
+//! - [`redact`]: vendor text made safe for a log line: an excerpt with secrets and tokens masked.
 //! - [`bounded`]: bounded waits for a stream's items (idle, or a deadline), one timer per stream;
 //!   [`bounded::after`] (and [`bounded::Deadline::after`]), the one way a deadline is computed
 //!   from a limit.

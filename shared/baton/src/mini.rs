@@ -1,5 +1,5 @@
 //! Mini-agents: an agent's opt-in fan-out of a multi-part request into parallel focused tool
-//! loops (DESIGN.md §6).
+//! loops (docs/mini-agents.md).
 //!
 //! An agent with `mini_agent` enabled carries [`MiniAgents`], a [`ForkPolicy`] its tool loop
 //! asks before it starts:

@@ -1,4 +1,5 @@
-//! The live-slot merge of concurrent sub-agent streams (DESIGN.md §4 step 6).
+//! The live-slot merge of concurrent sub-agent streams (docs/architecture.md, "A turn, step by
+//! step").
 //!
 //! All sources run concurrently, and the merge keeps three promises:
 //!
@@ -17,7 +18,8 @@
 //!   [`MuxConfig::flush_interval`], and faster as needed to catch up with live by
 //!   [`MuxConfig::flush_budget`] after the source took the slot. Faster goes in releases at
 //!   least an interval apart, each taking the events due by then: each release costs a wake-up
-//!   and a write, and a reader cannot follow a finer pace anyway (docs/benchmarks.md, step 13).
+//!   and a write, and a reader cannot follow a finer pace anyway (docs/benchmarks-log.md, "A
+//!   paced backlog goes in releases at least `flush_interval` apart").
 //!   So no event waits more than the budget beyond the later of its own arrival and its source
 //!   taking the slot (the last release is at the budget's end at the latest), and a source
 //!   that keeps streaming is live again within the budget. A backlog whose source has ended is

@@ -1,6 +1,6 @@
-//! One chat turn (DESIGN.md §4): `thinking`, the entry agent's run, and `completed` last,
-//! always. This module builds `completed` (status, duration, usage per agent name) and nothing
-//! else does.
+//! One chat turn (docs/architecture.md, "A turn, step by step"): `thinking`, the entry agent's
+//! run, and `completed` last, always. This module builds `completed` (status, duration, usage per
+//! agent name) and nothing else does.
 //!
 //! The entry agent is any [`Agent`]: in the reference configuration an [`crate::agent::LlmAgent`]
 //! named `orchestrator` whose routing policy ([`crate::routing`]) dispatches to its agents
@@ -8,9 +8,9 @@
 //! turn does not know which.
 //!
 //! Usage: every `usage` event gets its per-name roll-up (`agent_total`) on the way out and
-//! `completed` carries usage per agent name and model. (DESIGN.md §3 speaks of usage "per agent
-//! instance"; the instance figures are still each `usage` event's own, and the roll-up is added
-//! beside them.)
+//! `completed` carries usage per agent name and model. Each `usage` event keeps its instance's
+//! own figures, and the roll-up is added beside them (docs/architecture.md, "The event
+//! protocol").
 //!
 //! Cost: every `usage` event is priced here ([`crate::telemetry::cost::Pricer`]) before it is
 //! rolled up, so `agent_total`, `completed` and the stored history carry the same exact

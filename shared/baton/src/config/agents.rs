@@ -1,4 +1,4 @@
-//! Agents from configuration (DESIGN.md §5): the `entry`, `max_depth` and `agents` keys of the
+//! Agents from configuration (docs/agents.md): the `entry`, `max_depth` and `agents` keys of the
 //! YAML file, checked at start with errors that name the line and the field, and the graph of
 //! agents built from them.
 //!
@@ -23,7 +23,7 @@
 //! help center otherwise).
 //!
 //! Routing: an `llm` agent with `routing:` offers its agents as routing tools `ask_<name>` and
-//! routes with the routing policy of [`crate::routing`] (DESIGN.md §4): its agents see the
+//! routes with the routing policy of [`crate::routing`] (docs/routing.md): its agents see the
 //! conversation, their answers are its answer.
 //!
 //! ```yaml

@@ -26,7 +26,7 @@ use crate::event::Usage;
 #[cfg(any(test, feature = "test-support"))]
 mod server;
 #[cfg(any(test, feature = "test-support"))]
-pub use server::{Api, RecordedRequest, ScriptedServer};
+pub use server::{Api, RecordedRequest, ScriptedServer, TestCertificate};
 #[cfg(any(test, feature = "test-support"))]
 pub(crate) use server::{LoopbackServer, Pacing, paced_body, wait_until};
 

@@ -5,13 +5,14 @@
 //! # Why not hyper's client connection
 //! Through reqwest, hyper's connection task decodes one chunk of a chunked body and hands it over
 //! through a one-slot channel: each token of a streamed answer was a switch between two tasks
-//! (docs/benchmarks.md, step 7). Driving hyper's `client::conn::http1` connection inside the
-//! body's poll removed the switch, but each such connection still held about 26 KB for its whole
-//! life, none of it configurable: an 8 KiB read buffer, an 8 KiB buffer for request heads, and
-//! the request channel's first block (9.5 KB). A turn has two model calls in flight at its peak,
-//! so that was half of a stream's memory (docs/benchmarks.md, step 9). Here a connection holds
-//! its socket and, while bytes are coming in, one read buffer of [`READ_BYTES`]: an answer
-//! waiting for its next frame, and a connection idle in the pool, hold none.
+//! (docs/benchmarks.md, "Where a turn's CPU goes"). Driving hyper's `client::conn::http1`
+//! connection inside the body's poll removed the switch, but each such connection still held
+//! about 26 KB for its whole life, none of it configurable: an 8 KiB read buffer, an 8 KiB buffer
+//! for request heads, and the request channel's first block (9.5 KB). A turn has two model calls
+//! in flight at its peak, so that was half of a stream's memory (docs/benchmarks.md, "Memory per
+//! stream"). Here a connection holds its socket and, while bytes are coming in, one read buffer
+//! of [`READ_BYTES`]: an answer waiting for its next frame, and a connection idle in the pool,
+//! hold none.
 //!
 //! The response head is parsed by `httparse` (hyper's own parser); the body's framing (length,
 //! chunked, or until the server closes) follows RFC 9112 §6.3, decoded here from the bytes

@@ -22,7 +22,7 @@
 //! hyper's connection also held about 26 KB for its life (two 8 KiB buffers and its request
 //! channel), twice per turn at its peak; `cleartext`'s holds a 4 KiB read buffer only while
 //! bytes are coming in, none while it waits for the next frame or sits in the pool
-//! (docs/benchmarks.md, step 9).
+//! (docs/benchmarks.md, "Memory per stream").
 //! Requests are built with reqwest's builder on either path (credentials in a URL become a
 //! basic-auth header there, and leave the URL).
 //! No task per connection, and no HTTP proxy: when `HTTP_PROXY` or `ALL_PROXY` is set,

@@ -207,21 +207,69 @@ pub(crate) struct LoopbackServer {
     /// Connections accepted so far.
     connections: Arc<std::sync::atomic::AtomicUsize>,
     task: tokio::task::JoinHandle<()>,
+    /// The certificate a client must trust, when the server speaks TLS.
+    tls: Option<Arc<TestCertificate>>,
+}
+
+/// A self-signed certificate for `localhost` and `127.0.0.1`, made when a TLS server starts: the
+/// PEM a client trusts (`SSL_CERT_FILE` for Baton's reqwest client), and the server's rustls
+/// configuration, offering HTTP/2 and HTTP/1.1 (ALPN) as a model vendor's endpoint does.
+pub struct TestCertificate {
+    pem: String,
+    config: Arc<tokio_rustls::rustls::ServerConfig>,
+}
+
+impl TestCertificate {
+    fn generate() -> TestCertificate {
+        let names = vec!["localhost".to_owned(), "127.0.0.1".to_owned()];
+        let certified = rcgen::generate_simple_self_signed(names).expect("a self-signed certificate");
+        let key = tokio_rustls::rustls::pki_types::PrivateKeyDer::Pkcs8(
+            certified.signing_key.serialize_der().into(),
+        );
+        let provider = Arc::new(tokio_rustls::rustls::crypto::aws_lc_rs::default_provider());
+        let mut config = tokio_rustls::rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .expect("TLS 1.2 and 1.3")
+            .with_no_client_auth()
+            .with_single_cert(vec![certified.cert.der().clone()], key)
+            .expect("the certificate matches its key");
+        config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        TestCertificate { pem: certified.cert.pem(), config: Arc::new(config) }
+    }
+
+    /// The certificate, PEM-encoded: what a client must trust.
+    pub fn pem(&self) -> &str {
+        &self.pem
+    }
 }
 
 impl LoopbackServer {
-    /// Serves `app` on a free loopback port.
+    /// Serves `app` on a free loopback port, over cleartext HTTP.
     pub(crate) async fn start(app: axum::Router) -> std::io::Result<LoopbackServer> {
+        LoopbackServer::start_with(app, None).await
+    }
+
+    /// Serves `app` on a free loopback port over TLS, with a new self-signed certificate.
+    pub(crate) async fn start_tls(app: axum::Router) -> std::io::Result<LoopbackServer> {
+        LoopbackServer::start_with(app, Some(Arc::new(TestCertificate::generate()))).await
+    }
+
+    async fn start_with(
+        app: axum::Router,
+        tls: Option<Arc<TestCertificate>>,
+    ) -> std::io::Result<LoopbackServer> {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
         let connections = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let counted = connections.clone();
+        let acceptor = tls.as_ref().map(|t| tokio_rustls::TlsAcceptor::from(t.config.clone()));
         let task = tokio::spawn(async move {
             // The server only ends with the process or when the handle is dropped (aborted),
             // which drops the connections' tasks with it. `TCP_NODELAY` like `serve`'s own
             // sockets: small SSE frames must not wait for the client's delayed ACK. HTTP/1.1,
-            // and HTTP/2 from a client that starts with it (h2c), with no cap on concurrent
-            // streams: hyper's default (200) made 1,000 streams over h2c queue behind each other.
+            // and HTTP/2 from a client that starts with it (h2c, or h2 by ALPN over TLS), with
+            // no cap on concurrent streams: hyper's default (200) made 1,000 streams over h2c
+            // queue behind each other.
             let mut http = hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
             http.http2().max_concurrent_streams(None);
             let mut connections = tokio::task::JoinSet::new();
@@ -234,14 +282,41 @@ impl LoopbackServer {
                 counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let _ = stream.set_nodelay(true);
                 let service = hyper_util::service::TowerToHyperService::new(app.clone());
-                let connection = http
-                    .serve_connection_with_upgrades(hyper_util::rt::TokioIo::new(stream), service)
-                    .into_owned();
-                connections.spawn(connection);
+                let http = http.clone();
+                match acceptor.clone() {
+                    None => {
+                        connections.spawn(async move {
+                            let io = hyper_util::rt::TokioIo::new(stream);
+                            let _ = http.serve_connection_with_upgrades(io, service).await;
+                        });
+                    }
+                    Some(acceptor) => {
+                        // The handshake runs in the connection's task, not in the accept loop.
+                        connections.spawn(async move {
+                            let Ok(stream) = acceptor.accept(stream).await else { return };
+                            let io = hyper_util::rt::TokioIo::new(stream);
+                            let _ = http.serve_connection_with_upgrades(io, service).await;
+                        });
+                    }
+                }
                 while connections.try_join_next().is_some() {}
             }
         });
-        Ok(LoopbackServer { addr, connections, task })
+        Ok(LoopbackServer { addr, connections, task, tls })
+    }
+
+    /// `http://127.0.0.1:PORT`, or `https://localhost:PORT` over TLS (the name the certificate
+    /// carries, as a vendor's URL names its host).
+    pub(crate) fn origin(&self) -> String {
+        match self.tls {
+            None => format!("http://{}", self.addr),
+            Some(_) => format!("https://localhost:{}", self.addr.port()),
+        }
+    }
+
+    /// The certificate a client must trust, when the server speaks TLS.
+    pub(crate) fn certificate(&self) -> Option<&TestCertificate> {
+        self.tls.as_deref()
     }
 
     /// The connections accepted so far.
@@ -263,21 +338,38 @@ pub struct ScriptedServer {
 }
 
 impl ScriptedServer {
-    /// Starts the server on `127.0.0.1:0`.
+    /// Starts the server on `127.0.0.1:0`, over cleartext HTTP.
     pub async fn start() -> std::io::Result<ScriptedServer> {
         let state = Arc::new(ServerState::default());
-        let app = axum::Router::new()
+        Ok(ScriptedServer { server: LoopbackServer::start(ScriptedServer::app(&state)).await?, state })
+    }
+
+    /// Starts the server on `127.0.0.1:0` over TLS, with a new self-signed certificate for
+    /// `localhost` ([`ScriptedServer::certificate`]): the path production takes to a model
+    /// vendor (TLS, and HTTP/2 by ALPN, through reqwest).
+    pub async fn start_tls() -> std::io::Result<ScriptedServer> {
+        let state = Arc::new(ServerState::default());
+        Ok(ScriptedServer { server: LoopbackServer::start_tls(ScriptedServer::app(&state)).await?, state })
+    }
+
+    fn app(state: &Arc<ServerState>) -> axum::Router {
+        axum::Router::new()
             .route("/v1/chat/completions", post(completions))
             .route("/chat/completions", post(completions))
             .route("/v1/responses", post(responses))
             .route("/responses", post(responses))
-            .with_state(state.clone());
-        Ok(ScriptedServer { server: LoopbackServer::start(app).await?, state })
+            .with_state(state.clone())
     }
 
-    /// The base URL to give a client (`http://127.0.0.1:PORT/v1`).
+    /// The base URL to give a client: `http://127.0.0.1:PORT/v1`, or `https://localhost:PORT/v1`
+    /// over TLS.
     pub fn base_url(&self) -> String {
-        format!("http://{}/v1", self.server.addr)
+        format!("{}/v1", self.server.origin())
+    }
+
+    /// The certificate a client must trust, when the server speaks TLS.
+    pub fn certificate(&self) -> Option<&TestCertificate> {
+        self.server.certificate()
     }
 
     /// Queues `reply` for the next request for `model`.
