@@ -4,8 +4,9 @@
 //! loopback), and a real SSE client. Run with `make bench ONLY=latency`.
 //!
 //! 1. A mixed turn: the orchestrator streams a preamble and calls both sub-agents at once;
-//!    shopping's first token comes 100 ms after its request, support's 300 ms after its own,
-//!    each then sends 50 tokens 20 ms apart. For fresh and kept-alive connections it prints the
+//!    shopping's first token comes 100 ms after its request, then 50 tokens 20 ms apart; support
+//!    answers as Forethought documents it, one JSON body of 50 `text` widget components (HTML),
+//!    sent whole when its 300 ms + 49 × 20 ms script would have ended. For fresh and kept-alive connections it prints the
 //!    measured time minus the ideal (what a perfect merge on this script would show) for the
 //!    first event, the first text, the first sub-agent text, content done, and the longest
 //!    silence between two texts, plus whether each agent's end came after its last text. The

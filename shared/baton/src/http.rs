@@ -513,30 +513,46 @@ async fn chat(State(service): State<Arc<ChatService>>, headers: HeaderMap, body:
 }
 
 /// `POST /chat/{episode_id}/csat`: the caller's rating of an answer in their episode
-/// ([`crate::rating`]).
+/// ([`ChatService::rate`]).
 async fn csat(
     State(service): State<Arc<ChatService>>,
     axum::extract::Path(episode_id): axum::extract::Path<String>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let user =
-        service.caller_from_headers(&headers).and_then(|caller| match (caller, headers.get(USER_HEADER)) {
-            (Caller::Verified(id), _) => Ok(id),
-            (Caller::Local, None) => Ok("local".to_owned()),
-            (Caller::Local, Some(v)) => {
-                checked_id(USER_HEADER, v.to_str().map_err(|_| bad_id(USER_HEADER))?.to_owned())
-            }
-        });
-    let rated = async {
-        let (user, episode) = (user?, checked_id("episode_id", episode_id)?);
-        require_json(&headers)?;
-        let key = crate::store::EpisodeKey::new(user, episode)?;
-        crate::rating::rate(service.history.store().as_ref(), &service.ratings, &key, &body).await
-    };
-    match rated.await {
-        Ok(answer) => axum::Json(answer).into_response(),
+    match service.caller_from_headers(&headers) {
+        Ok(caller) => service.rate(&caller, episode_id, &headers, &body).await,
         Err(e) => e.into_response(),
+    }
+}
+
+impl ChatService {
+    /// Answers `POST /chat/{episode_id}/csat` of `caller`: a rating of an answer in their
+    /// episode `episode_id` ([`crate::rating`]), as JSON, or a 4xx/5xx JSON error.
+    pub async fn rate(
+        &self,
+        caller: &Caller,
+        episode_id: String,
+        headers: &HeaderMap,
+        body: &[u8],
+    ) -> Response {
+        let rated = async {
+            let user = match (caller, headers.get(USER_HEADER)) {
+                (Caller::Verified(id), _) => id.clone(),
+                (Caller::Local, None) => "local".to_owned(),
+                (Caller::Local, Some(v)) => {
+                    checked_id(USER_HEADER, v.to_str().map_err(|_| bad_id(USER_HEADER))?.to_owned())?
+                }
+            };
+            let episode = checked_id("episode_id", episode_id)?;
+            require_json(headers)?;
+            let key = crate::store::EpisodeKey::new(user, episode)?;
+            crate::rating::rate(self.history.store().as_ref(), &self.ratings, &key, body).await
+        };
+        match rated.await {
+            Ok(answer) => axum::Json(answer).into_response(),
+            Err(e) => e.into_response(),
+        }
     }
 }
 
