@@ -72,9 +72,9 @@ if ! cmp -s tests/mcp/package-lock.json tests/mcp/node_modules/.installed-lock.j
     (cd tests/mcp && npm ci --no-audit --no-fund --loglevel=error && cp package-lock.json node_modules/.installed-lock.json)
 fi
 
-step "SAM template: sam validate --lint, and the streaming/auth translation check"
+step "SAM template: sam validate --lint, and what it deploys per auth mode (SAM's translator, offline)"
 SAM_CLI_TELEMETRY=0 .venv/bin/sam validate --lint
-.venv/bin/python scripts/check_template.py template.yaml
+.venv/bin/python -m pytest -q -p no:cacheprovider tests/template
 
 step "checkov on template.yaml (findings fixed, or suppressed in the template with a reason)"
 # Its own virtual environment: checkov pins urllib3 and packaging below what the tools above need.

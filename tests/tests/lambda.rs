@@ -151,6 +151,68 @@ fn jwt(sub: &str) -> String {
         .unwrap()
 }
 
+/// An RS256 key pair made with `openssl` for this run: (private key PEM, public key PEM).
+fn rs256_key_pair(dir: &Path) -> (String, String) {
+    let (private, public) = (dir.join("issuer.pem"), dir.join("issuer-public.pem"));
+    let run = |args: &[&str]| {
+        let out = Command::new("openssl").args(args).output().expect("openssl runs");
+        assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    run(&[
+        "genpkey",
+        "-algorithm",
+        "RSA",
+        "-pkeyopt",
+        "rsa_keygen_bits:2048",
+        "-out",
+        private.to_str().unwrap(),
+    ]);
+    run(&["pkey", "-in", private.to_str().unwrap(), "-pubout", "-out", public.to_str().unwrap()]);
+    (std::fs::read_to_string(private).unwrap(), std::fs::read_to_string(public).unwrap())
+}
+
+/// A token for `sub` signed RS256 with `private_pem`, as an identity provider issues it.
+fn rs256_jwt(sub: &str, private_pem: &str) -> String {
+    use jsonwebtoken::{Algorithm, EncodingKey, Header, encode};
+    let exp = jsonwebtoken::get_current_timestamp() + 600;
+    let key = EncodingKey::from_rsa_pem(private_pem.as_bytes()).unwrap();
+    encode(&Header::new(Algorithm::RS256), &json!({"sub": sub, "exp": exp}), &key).unwrap()
+}
+
+/// A Secrets Manager secret on moto holding `value`: its ARN.
+async fn secret(name: &str, value: &str) -> String {
+    let config = aws_config::defaults(aws_config::BehaviorVersion::latest())
+        .region(aws_config::Region::new("us-east-1"))
+        .endpoint_url(required_env("AWS_ENDPOINT_URL_DYNAMODB"))
+        .credentials_provider(aws_sdk_dynamodb::config::Credentials::for_tests())
+        .load()
+        .await;
+    let client = aws_sdk_secretsmanager::Client::new(&config);
+    let name = format!("baton/{name}-{}", std::process::id());
+    let created = client.create_secret().name(name).secret_string(value).send().await.unwrap();
+    created.arn().unwrap().to_owned()
+}
+
+/// The `ttl` of every item of partition `pk`, read raw from the table.
+async fn item_ttls(table: &str, pk: &str) -> Vec<u64> {
+    use aws_sdk_dynamodb::types::AttributeValue;
+    let config = aws_config::defaults(aws_config::BehaviorVersion::latest())
+        .region(aws_config::Region::new("us-east-1"))
+        .endpoint_url(required_env("AWS_ENDPOINT_URL_DYNAMODB"))
+        .credentials_provider(aws_sdk_dynamodb::config::Credentials::for_tests())
+        .load()
+        .await;
+    let items = aws_sdk_dynamodb::Client::new(&config)
+        .query()
+        .table_name(table)
+        .key_condition_expression("pk = :pk")
+        .expression_attribute_values(":pk", AttributeValue::S(pk.into()))
+        .send()
+        .await
+        .unwrap();
+    items.items().iter().map(|i| i["ttl"].as_n().unwrap().parse().unwrap()).collect()
+}
+
 /// A fresh table, `baton-lambda-<pid>-<name>`.
 async fn table(name: &str) -> (String, Arc<dyn Store>) {
     let endpoint = required_env("AWS_ENDPOINT_URL_DYNAMODB");
@@ -195,7 +257,9 @@ async fn the_functions_run_under_the_lambda_emulator() {
 
     // Phase A: production auth (IAM); every sample event succeeds.
     {
-        let watch = Watch::start(|_| common(vec![("BATON_AUTH", "iam".into())]));
+        let watch = Watch::start(|_| {
+            common(vec![("BATON_AUTH", "iam".into()), ("BATON_HISTORY_TTL_DAYS", "2".into())])
+        });
         watch.ready().await;
         let events = workspace().join("events");
         for (file, function, expect) in [
@@ -216,11 +280,27 @@ async fn the_functions_run_under_the_lambda_emulator() {
         );
         let key = EpisodeKey::new("mallory-the-header-is-ignored-under-iam", "ep-function-url").unwrap();
         assert!(store.recent_messages(&key, 10).await.unwrap().is_empty(), "never the header's user");
+        // The REST API event's SigV4 signer (`requestContext.identity.caller`, which API Gateway
+        // sets for IAM-authorised methods) owns its turn, not its headers.
+        let key = EpisodeKey::new("AROAEXAMPLEROLEID:web-backend", "ep-rest-api").unwrap();
+        assert!(!store.recent_messages(&key, 10).await.unwrap().is_empty(), "the REST signer's turn");
+        let key = EpisodeKey::new("mallory-the-header-is-ignored-under-iam", "ep-rest-api").unwrap();
+        assert!(store.recent_messages(&key, 10).await.unwrap().is_empty(), "never the header's user");
+        // Its items expire BATON_HISTORY_TTL_DAYS (the template's HistoryTtlDays) after the write.
+        let ttls = item_ttls(&table_name, "USER#AROAEXAMPLEROLEID:web-backend#EP#ep-rest-api").await;
+        let in_two_days = jsonwebtoken::get_current_timestamp() + 2 * 86_400;
+        assert!(!ttls.is_empty());
+        assert!(ttls.iter().all(|t| t.abs_diff(in_two_days) < 600), "{ttls:?} vs {in_two_days}");
         let eval = store.recent_messages(&EpisodeKey::new("eval", "routing").unwrap(), 10).await.unwrap();
         assert!(eval.iter().any(|m| m.content.contains("\"by_category\"")), "the eval summary was stored");
     }
 
-    // Phase B: JWT auth; a client streams a turn whose shopping agent runs in its own function.
+    // Phase B: JWT auth as deployed (the issuer's RS256 public key read from Secrets Manager at
+    // start, by ARN); a client streams a turn whose shopping agent runs in its own function.
+    let keys = tempfile::tempdir().unwrap();
+    let (private_pem, public_pem) = rs256_key_pair(keys.path());
+    let key_arn = secret("jwt-public-key", &public_pem).await;
+    let jwt = |sub: &str| rs256_jwt(sub, &private_pem);
     let gate = Arc::new(Semaphore::new(0));
     server.push(
         ORCH,
@@ -231,7 +311,8 @@ async fn the_functions_run_under_the_lambda_emulator() {
     let watch = Watch::start(|port| {
         common(vec![
             ("BATON_AUTH", "jwt".into()),
-            ("BATON_JWT_HS256_SECRET", SECRET.into()),
+            ("BATON_JWT_PUBLIC_KEY_SECRET_ARN", key_arn.clone()),
+            ("AWS_ENDPOINT_URL_SECRETS_MANAGER", required_env("AWS_ENDPOINT_URL_DYNAMODB")),
             ("BATON_SHOPPING_URL", format!("http://127.0.0.1:{port}/lambda-url/shopping/")),
         ])
     });
@@ -239,17 +320,26 @@ async fn the_functions_run_under_the_lambda_emulator() {
     let requests_before = server.requests_for(ORCH).len();
     let shop_before = server.requests_for(SHOP).len();
     // A forged body field is refused; the user is the token's subject.
+    // The first request builds and starts the function. A function whose start fails (a setting
+    // it cannot use) is restarted by the emulator forever while the request waits: bounded here.
     let forged = reqwest::Client::new()
         .post(watch.url("orchestrator"))
         .bearer_auth(jwt("alice"))
         .json(&json!({"message": "hi", "user_id": "bob"}))
+        .timeout(Duration::from_secs(600))
         .send()
         .await
-        .unwrap();
+        .expect("the orchestrator answers in jwt mode (did it start with its key from Secrets Manager?)");
     assert_eq!(forged.status(), 400);
     let no_token =
         reqwest::Client::new().post(watch.url("orchestrator")).json(&json!({"message": "hi"})).send();
     assert_eq!(no_token.await.unwrap().status(), 401);
+    let other_key = rs256_jwt("alice", &rs256_key_pair(keys.path()).0);
+    let other_signer = reqwest::Client::new()
+        .post(watch.url("orchestrator"))
+        .bearer_auth(other_key)
+        .json(&json!({"message": "hi"}));
+    assert_eq!(other_signer.send().await.unwrap().status(), 401, "a token of another key is refused");
 
     let body = json!({"message": "find me coffee deals", "episode_id": "e-lambda"});
     let mut stream = open_stream_with(&watch.url("orchestrator"), Some(&jwt("alice")), body).await;

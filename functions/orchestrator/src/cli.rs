@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use axum::http::HeaderValue;
 use baton::config::{Config, RequestLimits};
 use baton::http::EndpointLimits;
 use baton::orchestrator::TurnRequest;
@@ -153,9 +154,35 @@ pub(crate) struct ServeArgs {
     /// Connections served at once; more wait in the listen backlog.
     #[arg(long, env = "BATON_MAX_CONNECTIONS", default_value_t = EndpointLimits::default().max_connections)]
     max_connections: usize,
+
+    /// Web origins whose pages may call the endpoint from a browser (CORS), as a browser sends
+    /// them: `scheme://host[:port]`, comma-separated or the flag repeated. None by default. In
+    /// Lambda they apply to REST API answers; the Function URL adds its own CORS headers.
+    #[arg(long = "cors-origin", env = "BATON_CORS_ORIGINS", value_delimiter = ',', value_name = "ORIGIN")]
+    cors_origins: Vec<String>,
 }
 
 impl ServeArgs {
+    /// The allowed CORS origins, checked: each must be an origin a browser sends (an empty list
+    /// item is skipped, so an empty variable allows none).
+    pub(crate) fn cors_origins(&self) -> Result<Vec<HeaderValue>, String> {
+        let mut origins = Vec::new();
+        for origin in self.cors_origins.iter().map(|o| o.trim()).filter(|o| !o.is_empty()) {
+            let host = origin.strip_prefix("https://").or_else(|| origin.strip_prefix("http://"));
+            let valid = host.is_some_and(|h| {
+                !h.is_empty() && h.bytes().all(|b| b.is_ascii_alphanumeric() || b"-.:[]".contains(&b))
+            });
+            if !valid || origin.bytes().any(|b| b.is_ascii_uppercase()) {
+                return Err(format!(
+                    "BATON_CORS_ORIGINS: `{origin}` is not an origin: write it as a browser sends it, \
+                     e.g. https://chat.example.com or http://localhost:8000 (lower case, no path, no *)"
+                ));
+            }
+            origins.push(HeaderValue::from_str(origin).map_err(|e| format!("BATON_CORS_ORIGINS: {e}"))?);
+        }
+        Ok(origins)
+    }
+
     /// The time and connection limits these options set; every one must be above zero.
     pub(crate) fn endpoint_limits(&self) -> Result<EndpointLimits, String> {
         let limits = EndpointLimits {
@@ -184,6 +211,15 @@ impl Args {
         Ok(Args { command: Command::Serve(settings::from_env()?), settings: Settings::from_env()? })
     }
 
+    /// The origins allowed to call the endpoint from a browser (`serve` and Lambda; none for
+    /// other commands).
+    pub(crate) fn cors_origins(&self) -> Result<Vec<HeaderValue>, String> {
+        match &self.command {
+            Command::Serve(s) => s.cors_origins(),
+            _ => Ok(Vec::new()),
+        }
+    }
+
     /// The endpoint's time and connection limits (`serve` and Lambda; defaults for other commands).
     pub(crate) fn endpoint_limits(&self) -> Result<EndpointLimits, String> {
         match &self.command {
@@ -202,5 +238,37 @@ impl Args {
             c.heartbeat = Duration::from_secs(s.heartbeat_secs);
         }
         Ok(c)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn origins(value: &str) -> Result<Vec<HeaderValue>, String> {
+        #[derive(Parser)]
+        struct Serve {
+            #[command(flatten)]
+            serve: ServeArgs,
+        }
+        Serve::try_parse_from(["serve", "--cors-origin", value]).unwrap().serve.cors_origins()
+    }
+
+    #[test]
+    fn cors_origins_are_origins_as_browsers_send_them() {
+        let ok = origins("https://chat.example.com, http://localhost:8000,http://[::1]:8000").unwrap();
+        assert_eq!(ok, ["https://chat.example.com", "http://localhost:8000", "http://[::1]:8000"]);
+        assert_eq!(origins("").unwrap(), Vec::<HeaderValue>::new(), "an empty variable allows none");
+        for bad in [
+            "*",
+            "chat.example.com",
+            "https://chat.example.com/",
+            "https://Chat.example.com",
+            "ftp://a",
+            "https://",
+        ] {
+            let err = origins(bad).unwrap_err();
+            assert!(err.contains("BATON_CORS_ORIGINS") && err.contains(bad), "{bad}: {err}");
+        }
     }
 }

@@ -5,6 +5,11 @@
 //! the caller's IAM principal from the request context, and the invocation deadline, so the turn
 //! ends with `completed` before Lambda cuts it off. Errors after the response started are in-band
 //! SSE events; the body stream itself never fails.
+//!
+//! CORS: a Function URL with allowed origins answers the preflight and adds the CORS headers to
+//! the function's answers itself, so those get none from here (no header twice). The REST API
+//! answers the preflight in API Gateway (a mock integration) and passes the function's headers
+//! through, so its requests go through the service's CORS layer.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -14,7 +19,9 @@ use baton::auth::AuthMode;
 use baton::http::{ApiError, Caller, ChatService};
 use baton::telemetry::trace::Traces;
 use lambda_http::request::RequestContext;
+use lambda_http::tower::{Layer, ServiceExt};
 use lambda_http::{Request, RequestExt, service_fn};
+use tower_http::cors::CorsLayer;
 
 /// Time kept back from the Lambda deadline to send `completed` and flush the stream.
 const DEADLINE_MARGIN: Duration = Duration::from_millis(1500);
@@ -26,17 +33,41 @@ pub(crate) async fn run(
     auth_is_iam: bool,
     traces: Option<Arc<Traces>>,
 ) -> Result<(), lambda_http::Error> {
+    let cors = service.cors();
     baton_aws::runtime::keep_running(|| {
-        let (service, traces) = (service.clone(), traces.clone());
+        let (service, traces, cors) = (service.clone(), traces.clone(), cors.clone());
         lambda_http::run_with_streaming_response(service_fn(move |request: Request| {
-            let (service, traces) = (service.clone(), traces.clone());
+            let (service, traces, cors) = (service.clone(), traces.clone(), cors.clone());
             async move {
-                let response = handle(&service, auth_is_iam, request).await;
+                let response = answer(&service, cors.as_ref(), auth_is_iam, request).await;
                 Ok::<_, Infallible>(baton_aws::lambda_trace::flushed_at_end(response, traces.as_ref()))
             }
         }))
     })
     .await
+}
+
+/// One invocation's response. Requests through the REST API go through the `cors` layer; those
+/// through the Function URL do not, since Lambda adds the Function URL's CORS headers itself.
+async fn answer(
+    service: &ChatService,
+    cors: Option<&CorsLayer>,
+    auth_is_iam: bool,
+    request: Request,
+) -> axum::response::Response {
+    let handler = service_fn(|request| async { Ok(handle(service, auth_is_iam, request).await) });
+    let response: Result<_, Infallible> = match cors.filter(|_| via_rest_api(&request)) {
+        Some(cors) => cors.layer(handler).oneshot(request).await,
+        None => handler.oneshot(request).await,
+    };
+    let Ok(response) = response;
+    response
+}
+
+/// Whether the request came through the REST API (whose answers carry the function's CORS
+/// headers) rather than the Function URL (which adds its own).
+fn via_rest_api(request: &Request) -> bool {
+    matches!(request.request_context_ref(), Some(RequestContext::ApiGatewayV1(_)))
 }
 
 async fn handle(service: &ChatService, auth_is_iam: bool, request: Request) -> axum::response::Response {
@@ -113,6 +144,50 @@ pub(crate) fn is_iam(auth: &AuthMode) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use baton::config::Config;
+    use baton::history::History;
+    use baton::store::SystemClock;
+    use baton::store::embedded::EmbeddedStore;
+
+    const ORIGIN: &str = "https://chat.example.com";
+
+    /// The sample event `name` (events/), as the platform delivers it, from `ORIGIN`.
+    fn event(name: &str) -> Request {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../events/").to_owned() + name;
+        let mut event: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        event["headers"]["origin"] = ORIGIN.into();
+        if event.get("multiValueHeaders").is_some() {
+            event["multiValueHeaders"]["origin"] = serde_json::json!([ORIGIN]);
+        }
+        lambda_http::request::from_str(&event.to_string()).unwrap()
+    }
+
+    fn service(dir: &std::path::Path) -> ChatService {
+        let config = Config::default();
+        let store = EmbeddedStore::open(dir.join("s.redb"), Arc::new(SystemClock)).unwrap();
+        let orchestrator = baton::wiring::build(&config, baton::wiring::Backends::in_memory()).unwrap();
+        ChatService::new(orchestrator, History::new(Arc::new(store), 10), config.limits, config.heartbeat)
+            .with_auth(AuthMode::Iam)
+            .with_cors_origins(vec![ORIGIN.parse().unwrap()])
+    }
+
+    #[tokio::test]
+    async fn rest_api_answers_carry_cors_headers_and_function_url_answers_none() {
+        let dir = tempfile::tempdir().unwrap();
+        let service = service(dir.path());
+        let cors = service.cors();
+        let rest = answer(&service, cors.as_ref(), true, event("rest-api.json")).await;
+        assert_eq!(rest.status(), 200);
+        assert_eq!(rest.headers()["access-control-allow-origin"], ORIGIN);
+        let exposed = rest.headers()["access-control-expose-headers"].to_str().unwrap();
+        assert!(exposed.contains("x-baton-episode-id"), "{exposed}");
+        let url = answer(&service, cors.as_ref(), true, event("function-url.json")).await;
+        assert_eq!(url.status(), 200);
+        let cors_headers: Vec<_> =
+            url.headers().keys().filter(|k| k.as_str().starts_with("access-control-")).collect();
+        assert!(cors_headers.is_empty(), "the Function URL adds its own: {cors_headers:?}");
+    }
 
     #[test]
     fn rating_paths_name_their_episode_and_chat_paths_do_not() {

@@ -77,10 +77,11 @@ async fn run() -> std::process::ExitCode {
         }
     };
     let mcp_backends = backends.clone();
-    let built = baton::wiring::build(&config, backends)
-        .map_err(|e| e.to_string())
-        .and_then(|orchestrator| Ok((orchestrator, args.settings.auth(in_lambda)?, args.endpoint_limits()?)));
-    let (orchestrator, auth, endpoint) = match built {
+    let built = baton::wiring::build(&config, backends).map_err(|e| e.to_string()).and_then(|orchestrator| {
+        let endpoint = (args.endpoint_limits()?, args.cors_origins()?);
+        Ok((orchestrator, args.settings.auth(in_lambda)?, endpoint))
+    });
+    let (orchestrator, auth, (endpoint, cors)) = match built {
         Ok(built) => built,
         Err(e) => {
             eprintln!("error: {e}");
@@ -99,7 +100,13 @@ async fn run() -> std::process::ExitCode {
     let for_service = orchestrator.clone();
     let service = move |history| {
         let service = ChatService::new(for_service, history, config.limits, config.heartbeat);
-        Arc::new(service.with_auth(auth).with_endpoint_limits(endpoint).with_ratings(ratings))
+        Arc::new(
+            service
+                .with_auth(auth)
+                .with_endpoint_limits(endpoint)
+                .with_cors_origins(cors)
+                .with_ratings(ratings),
+        )
     };
     if in_lambda {
         return match lambda::run(service(history), iam, traces).await {

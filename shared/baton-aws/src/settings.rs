@@ -18,7 +18,7 @@ use baton::config::{AgentDefaults, Config};
 use baton::history::{DEFAULT_HISTORY_MESSAGES, History};
 use baton::remote::AgentTransport;
 use baton::store::embedded::EmbeddedStore;
-use baton::store::{Store, SystemClock};
+use baton::store::{DEFAULT_RETENTION, Store, SystemClock};
 use baton::support::forethought::{FORETHOUGHT_DEFAULT_BASE_URL, ForethoughtConfig, PriorContextMode};
 use clap::{Args, FromArgMatches};
 
@@ -120,6 +120,11 @@ pub struct Settings {
     #[arg(long, env = "BATON_JWT_PUBLIC_KEY", global = true)]
     jwt_public_key: Option<String>,
 
+    /// Secrets Manager secret (name or ARN) holding the JWT issuer's RS256 public key (PEM); read
+    /// at start when no key is given directly (how the SAM template passes it).
+    #[arg(long, env = "BATON_JWT_PUBLIC_KEY_SECRET_ARN", global = true)]
+    jwt_public_key_secret_arn: Option<String>,
+
     /// HS256 shared secret (at least 32 bytes), for --auth jwt in tests and local setups.
     #[arg(long, env = "BATON_JWT_HS256_SECRET", hide_env_values = true, global = true)]
     jwt_hs256_secret: Option<String>,
@@ -168,6 +173,11 @@ pub struct Settings {
     /// How many stored messages of the episode each turn sees.
     #[arg(long, env = "BATON_HISTORY_MESSAGES", default_value_t = DEFAULT_HISTORY_MESSAGES, global = true)]
     history_messages: usize,
+
+    /// Days a conversation is kept after its last message (then it expires: DynamoDB's TTL, or
+    /// the embedded store's own expiry).
+    #[arg(long, env = "BATON_HISTORY_TTL_DAYS", default_value_t = DEFAULT_RETENTION.as_secs() / 86_400, global = true)]
+    history_ttl_days: u64,
 }
 
 /// The embedded store's file when no path is given: the user's data directory.
@@ -183,13 +193,20 @@ fn default_store_path() -> PathBuf {
 impl Settings {
     /// Opens the conversation store these options name, and the history that records into it.
     pub async fn history(&self) -> Result<(History, String), String> {
+        if self.history_ttl_days == 0 {
+            return Err("BATON_HISTORY_TTL_DAYS must be at least 1".into());
+        }
+        let retention = Duration::from_secs(self.history_ttl_days.saturating_mul(86_400));
         let store: Arc<dyn Store> = match &self.table {
-            Some(table) => {
-                Arc::new(crate::DynamoDbStore::from_env(table.clone(), Arc::new(SystemClock)).await)
-            }
+            Some(table) => Arc::new(
+                crate::DynamoDbStore::from_env(table.clone(), Arc::new(SystemClock))
+                    .await
+                    .with_retention(retention),
+            ),
             None => {
                 let path = self.store_path.clone().unwrap_or_else(default_store_path);
-                Arc::new(EmbeddedStore::open(&path, Arc::new(SystemClock)).map_err(|e| e.to_string())?)
+                let store = EmbeddedStore::open(&path, Arc::new(SystemClock)).map_err(|e| e.to_string())?;
+                Arc::new(store.with_retention(retention))
             }
         };
         let described = match (&self.table, &self.store_path) {
@@ -301,6 +318,7 @@ impl Settings {
             nonempty(&self.openai_api_key_secret_arn).filter(|_| nonempty(&self.openai_api_key).is_none()),
             nonempty(&self.forethought_token_secret_arn)
                 .filter(|_| nonempty(&self.forethought_token).is_none()),
+            nonempty(&self.jwt_public_key_secret_arn).filter(|_| nonempty(&self.jwt_public_key).is_none()),
         ];
         let resolved = crate::secrets::resolve(&wanted).await?;
         if let Some(key) = resolved[0].clone() {
@@ -308,6 +326,9 @@ impl Settings {
         }
         if let Some(token) = resolved[1].clone() {
             self.forethought_token = Some(token);
+        }
+        if let Some(pem) = resolved[2].clone() {
+            self.jwt_public_key = Some(pem);
         }
         Ok(())
     }

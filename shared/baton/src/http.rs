@@ -11,6 +11,10 @@
 //! status `partial`), a body must arrive within its read timeout, and `serve` closes a connection
 //! that sends no complete request head in time (which also ends idle keep-alive connections) and
 //! serves at most a fixed number of connections at once. Accepted sockets set `TCP_NODELAY`.
+//!
+//! Browser pages on other origins may call it only from the origins given to
+//! [`ChatService::with_cors_origins`] (none by default): `tower-http`'s CORS layer answers their
+//! preflight and adds the response headers, the episode and turn ids among those a page may read.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -26,6 +30,7 @@ use axum::routing::{get, post};
 use bytes::BytesMut;
 use futures::{FutureExt, Stream, StreamExt};
 use serde::Deserialize;
+use tower_http::cors::{AllowOrigin, CorsLayer};
 
 use crate::auth::AuthMode;
 use crate::config::RequestLimits;
@@ -171,6 +176,7 @@ pub struct ChatService {
     auth: AuthMode,
     endpoint: EndpointLimits,
     ratings: crate::rating::RatingSinks,
+    cors_origins: Vec<HeaderValue>,
 }
 
 impl ChatService {
@@ -189,6 +195,7 @@ impl ChatService {
             auth: AuthMode::LocalHeader,
             endpoint: EndpointLimits::default(),
             ratings: Default::default(),
+            cors_origins: Vec::new(),
         }
     }
 
@@ -196,6 +203,32 @@ impl ChatService {
     pub fn with_ratings(mut self, ratings: crate::rating::RatingSinks) -> ChatService {
         self.ratings = ratings;
         self
+    }
+
+    /// The same service callable from browser pages on these origins (`https://host[:port]`).
+    pub fn with_cors_origins(mut self, origins: Vec<HeaderValue>) -> ChatService {
+        self.cors_origins = origins;
+        self
+    }
+
+    /// The CORS policy of the allowed origins, or `None` when there are none: preflights of
+    /// `POST` with the headers the web client sends (credentials, the JSON type, the trace
+    /// context, the local user header) are answered, and pages may read the episode and turn ids.
+    /// A request from any other origin gets no CORS header, so the browser refuses it.
+    pub fn cors(&self) -> Option<CorsLayer> {
+        if self.cors_origins.is_empty() {
+            return None;
+        }
+        let headers = [header::AUTHORIZATION, header::CONTENT_TYPE];
+        let ours = ["traceparent", USER_HEADER].map(header::HeaderName::from_static);
+        Some(
+            CorsLayer::new()
+                .allow_origin(AllowOrigin::list(self.cors_origins.clone()))
+                .allow_methods([axum::http::Method::POST])
+                .allow_headers(headers.into_iter().chain(ours).collect::<Vec<_>>())
+                .expose_headers([EPISODE_HEADER, TURN_HEADER].map(header::HeaderName::from_static))
+                .max_age(Duration::from_secs(600)),
+        )
     }
 
     /// The same service identifying callers with `auth`.
@@ -575,9 +608,10 @@ async fn method_not_allowed() -> ApiError {
 }
 
 /// The router: `POST /` and `POST /chat` (the chat endpoint), `GET /health`, and the chat page
-/// ([`crate::web`]) at `GET /`.
+/// ([`crate::web`]) at `GET /`; behind the service's CORS policy when it allows origins.
 pub fn app(service: Arc<ChatService>) -> Router {
-    Router::new()
+    let cors = service.cors();
+    let router = Router::new()
         .route("/", post(chat))
         .route("/chat", post(chat))
         .route("/chat/{episode_id}/csat", post(csat))
@@ -585,7 +619,11 @@ pub fn app(service: Arc<ChatService>) -> Router {
         .merge(crate::web::routes())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
-        .with_state(service)
+        .with_state(service);
+    match cors {
+        Some(cors) => router.layer(cors),
+        None => router,
+    }
 }
 
 /// Serves `app` on `listener` until `shutdown` resolves, within the service's
