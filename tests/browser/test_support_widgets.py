@@ -36,7 +36,10 @@ def test_options_render_as_buttons_a_click_continues_and_thumbs_up_rates(driver,
     buttons = turn.find_elements(By.CSS_SELECTOR, f'section[data-agent="{SUPPORT}"] .choices button.choice')
     assert [b.text for b in buttons] == ["Visa", "Store card"]
 
-    before = len(scripts.forethought_requests())
+    so_far = scripts.forethought_requests()
+    before = len(so_far)
+    # The scripted server names the n-th conversation it starts `conv-<n>` (it is shared by the session).
+    started = f"conv-{sum(1 for r in so_far if r['method'] == 'POST' and r['path'] == '/solve/api/v1/conversation')}"
     route_to_support(scripts, "Store card")
     scripts.push_support(body=widgets({"type": "text", "message": "<p>Thanks, the store card it is.</p>"}))
     buttons[1].click()
@@ -46,7 +49,7 @@ def test_options_render_as_buttons_a_click_continues_and_thumbs_up_rates(driver,
     assert turn.find_element(By.CSS_SELECTOR, ".msg.user .text").text == "Store card"
     assert block_text(turn, SUPPORT) == "Thanks, the store card it is."
     pick = scripts.forethought_requests()[before]
-    assert pick["method"] == "PUT" and pick["path"].endswith("/solve/api/v1/conversation/conv-1"), pick
+    assert pick["method"] == "PUT" and pick["path"] == f"/solve/api/v1/conversation/{started}", pick
     assert pick["body"]["context_variables"] == {"cv_card": "card_store"}, pick
     assert all(b.get_attribute("disabled") for b in driver.find_elements(By.CSS_SELECTOR, "button.choice")), \
         "a picked prompt cannot be answered twice"
@@ -57,7 +60,7 @@ def test_options_render_as_buttons_a_click_continues_and_thumbs_up_rates(driver,
         lambda d: last_turn(d).find_element(By.CSS_SELECTOR, ".rating-note").text == "Thanks for your feedback."
     )
     csat = scripts.forethought_requests()[-1]
-    assert csat["path"] == "/solve/api/v1/conversation/conv-1/csat" and csat["body"] == {"rating": 5}, csat
+    assert csat["path"] == f"/solve/api/v1/conversation/{started}/csat" and csat["body"] == {"rating": 5}, csat
 
 
 def test_hostile_vendor_html_renders_as_inert_text(driver, server, scripts):
