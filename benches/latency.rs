@@ -4,8 +4,9 @@
 //! loopback), and a real SSE client. Run with `make bench ONLY=latency`.
 //!
 //! 1. A mixed turn: the orchestrator streams a preamble and calls both sub-agents at once;
-//!    shopping's first token comes 100 ms after its request, support's 300 ms after its own,
-//!    each then sends 50 tokens 20 ms apart. For fresh and kept-alive connections it prints the
+//!    shopping's first token comes 100 ms after its request, then 50 tokens 20 ms apart; support
+//!    answers as Forethought documents it, one JSON body of 50 `text` widget components (HTML),
+//!    sent whole when its 300 ms + 49 × 20 ms script would have ended. For fresh and kept-alive connections it prints the
 //!    measured time minus the ideal (what a perfect merge on this script would show) for the
 //!    first event, the first text, the first sub-agent text, content done, and the longest
 //!    silence between two texts, plus whether each agent's end came after its last text. The
@@ -194,7 +195,7 @@ fn ideal() -> Ideal {
     let orch_end = ORCH_GAP * (orch.chunks("orch").len() as u32 - 1);
     let preamble_end = ORCH_GAP * PREAMBLE.split_whitespace().count() as u32;
     // Shopping's model stream ends with its finish and usage chunks, one gap each after its last
-    // token; support's (Forethought) ends with its last chunk.
+    // token; support's (Forethought) answers whole, one JSON body, at the end of its script.
     let shopping_end = SHOPPING_FIRST + TOKEN_GAP * (TOKENS as u32 + 1);
     let support_end = SUPPORT_FIRST + TOKEN_GAP * (TOKENS as u32 - 1);
     Ideal {
@@ -254,9 +255,13 @@ impl Servers {
     /// Queues support's answer for one turn (the Forethought server answers from a queue).
     fn queue_support(&self) {
         let gap = |d: Duration| if self.zero { Duration::ZERO } else { d };
-        self.support.push(
-            FtReply::chunks(tokens("help")).first_byte_delay(gap(SUPPORT_FIRST)).chunk_delay(gap(TOKEN_GAP)),
-        );
+        // Forethought's documented answer: one JSON body of widget components (HTML messages),
+        // answered whole when the script's last chunk would have been.
+        let components: Vec<serde_json::Value> = tokens("help")
+            .iter()
+            .map(|t| json!({"type": "text", "message": format!("<p>{}</p>", t.trim())}))
+            .collect();
+        self.support.push(FtReply::widgets(json!(components)).delayed(gap(ideal().support_end)));
     }
 }
 

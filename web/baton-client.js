@@ -160,6 +160,28 @@ export class BatonClient {
     this.fetch = fetchImpl ?? globalThis.fetch.bind(globalThis);
   }
 
+  /**
+   * Rates an answer of the current episode: `POST {endpoint}/{episode}/csat` with
+   * `{turn_id, rating}` (`rating` is "up" or "down"). Resolves to the server's JSON; throws
+   * BatonHttpError when refused (404 `no_rateable_answer` for a turn without a rateable answer).
+   *
+   * @param {string|null} turnId the rated turn (null: the latest rateable answer)
+   * @param {"up"|"down"} rating
+   */
+  async rate(turnId, rating) {
+    if (!this.episodeId) throw new BatonHttpError(400, "no_episode", "there is no conversation to rate yet");
+    const headers = { "content-type": "application/json" };
+    if (this.user) headers["x-baton-user"] = this.user;
+    const token = typeof this.token === "function" ? await this.token() : this.token;
+    if (token) headers.authorization = `Bearer ${token}`;
+    const body = { rating };
+    if (turnId) body.turn_id = turnId;
+    const url = `${this.endpoint.replace(/\/+$/, "")}/${encodeURIComponent(this.episodeId)}/csat`;
+    const response = await this.fetch(url, { method: "POST", headers, body: JSON.stringify(body) });
+    if (!response.ok) throw await httpError(response);
+    return response.json();
+  }
+
   /** Forgets the episode: the next message starts a new conversation. */
   newEpisode() {
     this.episodeId = null;

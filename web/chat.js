@@ -5,6 +5,11 @@
 // speak), an activity list (agents and tools starting and finishing), in-band errors, and a
 // footer from `completed`. A retry after a lost connection re-renders the same turn from scratch,
 // so nothing is shown twice.
+//
+// Agents' text is always set as text (`textContent`), never as markup. `choices` adds a button per
+// option under the agent's text; a click sends the option's label as the next message. An answer
+// whose `answer_meta` carries a `feedback_ref` gets thumbs up and down, which rate it
+// (`POST chat/{episode}/csat`) once the turn has completed; `handoff` adds a note.
 
 import { BatonClient, BatonHttpError, BatonStreamError, newRequestId } from "./baton-client.js";
 
@@ -118,6 +123,60 @@ class TurnView {
     return b;
   }
 
+  /** The options of a `choices` event as buttons that send the picked label. */
+  choices(ev) {
+    const b = this.block(ev.agent);
+    const group = el("div", { class: "choices", role: "group", "aria-label": ev.prompt || "Options" });
+    for (const option of ev.options ?? []) {
+      const button = el("button", { type: "button", class: "choice" }, option.label);
+      button.addEventListener("click", () => {
+        if (running) return;
+        for (const other of group.querySelectorAll("button")) other.disabled = true;
+        button.setAttribute("aria-pressed", "true");
+        send(option.label);
+      });
+      group.append(button);
+    }
+    if ((ev.fields ?? []).length) {
+      group.append(el("p", { class: "hint" }, `Reply with: ${ev.fields.map((f) => f.label).join(", ")}${ev.fields.length > 1 ? " (one per line)" : ""}.`));
+    }
+    b.section.append(group);
+  }
+
+  /** Thumbs up and down for an answer that can be rated (usable once the turn completed). */
+  rating(ev) {
+    if (!ev.meta?.feedback_ref) return;
+    const b = this.block(ev.agent);
+    if (b.rating) return;
+    const note = el("span", { class: "rating-note", role: "status" });
+    const buttons = [
+      ["up", "👍", "Helpful"],
+      ["down", "👎", "Not helpful"],
+    ].map(([rating, icon, label]) => {
+      const button = el("button", { type: "button", class: `rate rate-${rating}`, "aria-label": label, title: label, disabled: true }, `${icon} ${label}`);
+      button.addEventListener("click", async () => {
+        for (const other of buttons) other.disabled = true;
+        note.textContent = "Sending…";
+        try {
+          await client.rate(this.turnId ?? null, rating);
+          button.setAttribute("aria-pressed", "true");
+          note.textContent = "Thanks for your feedback.";
+        } catch (e) {
+          note.textContent = `Not sent: ${e?.message ?? e}`;
+          for (const other of buttons) other.disabled = false;
+        }
+      });
+      return button;
+    });
+    b.rating = el("div", { class: "rating", role: "group", "aria-label": "Rate this answer" }, ...buttons, note);
+    b.section.append(b.rating);
+  }
+
+  handoff(ev) {
+    const b = this.block(ev.agent);
+    b.section.append(el("p", { class: "handoff", role: "note" }, "This assistant suggests talking to a person."));
+  }
+
   progress(line, kind) {
     this.activity.hidden = false;
     this.activityList.append(el("li", { class: `progress ${kind}` }, line));
@@ -207,6 +266,15 @@ class TurnView {
         this.progress(`${agentLabel(ev.parent)} combined the parts (${ok} of ${ev.outcomes.length} answered)`, "finished");
         break;
       }
+      case "choices":
+        this.choices(ev);
+        break;
+      case "answer_meta":
+        this.rating(ev);
+        break;
+      case "handoff":
+        this.handoff(ev);
+        break;
       case "error":
         this.error(ev.agent, ev.code, ev.message, ev.retryable);
         announce(`Error: ${ev.message}`);
@@ -222,6 +290,10 @@ class TurnView {
 
   complete(ev) {
     this.setStatus("");
+    this.turnId = ev.turn_id;
+    for (const b of this.blocks.values()) {
+      for (const button of b.rating?.querySelectorAll("button") ?? []) button.disabled = false;
+    }
     for (const agent of this.blocks.keys()) this.announceBlock(agent);
     const total = ev.usage.reduce((n, u) => n + u.input_tokens + u.output_tokens, 0);
     const costs = ev.usage.filter((u) => typeof u.cost_usd === "number");
@@ -291,14 +363,19 @@ async function runTurn(view, message, requestId) {
   }
 }
 
+/** Sends `message` as a new turn. */
+function send(message) {
+  const view = new TurnView(message);
+  view.root.scrollIntoView({ block: "end" });
+  runTurn(view, message, newRequestId());
+}
+
 form.addEventListener("submit", (e) => {
   e.preventDefault();
   const message = input.value.trim();
   if (!message || running) return;
   input.value = "";
-  const view = new TurnView(message);
-  view.root.scrollIntoView({ block: "end" });
-  runTurn(view, message, newRequestId());
+  send(message);
 });
 
 // Enter sends, Shift+Enter starts a new line; Escape stops a running turn.

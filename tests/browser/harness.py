@@ -63,6 +63,9 @@ class Scripts:
     def push_support(self, **reply):
         self.command({"push_forethought": reply})
 
+    def forethought_requests(self):
+        return self.command({"forethought_requests": True})["requests"]
+
     def requests(self, model):
         return self.command({"requests": model})["requests"]
 

@@ -6,7 +6,11 @@
 //! - `{"push": "<model>", "reply": {"text": .., "tool_calls": [{"name": .., "arguments": {..}}],
 //!   "chunk_delay_ms": .., "first_byte_delay_ms": .., "usage": [in, out]}}` or
 //!   `{"push": "<model>", "reply": {"status": 500, "message": ..}}`: queue a model reply;
-//! - `{"push_forethought": {"text": .., "chunk_delay_ms": .., "first_byte_delay_ms": ..}}`;
+//! - `{"push_forethought": {"text": .., "chunk_delay_ms": .., "first_byte_delay_ms": ..}}` (the
+//!   older `response` shape, streamed), or `{"push_forethought": {"body": {..}}}` (a documented
+//!   answer object: `widget_components`, ...);
+//! - `{"forethought_requests": true}`: the requests the Forethought server received (method,
+//!   path, body, and the status it refused one with);
 //! - `{"requests": "<model>"}`: the request bodies the model server received for that model.
 //!
 //! It exits when stdin closes, so it never outlives its test.
@@ -46,6 +50,9 @@ fn model_reply(spec: &Value) -> Result<Reply, String> {
 }
 
 fn forethought_reply(spec: &Value) -> FtReply {
+    if let Some(body) = spec.get("body") {
+        return FtReply::body(body.clone());
+    }
     FtReply::text(spec["text"].as_str().unwrap_or(""))
         .chunk_delay(ms(spec, "chunk_delay_ms"))
         .first_byte_delay(ms(spec, "first_byte_delay_ms"))
@@ -57,6 +64,13 @@ fn answer(command: &Value, models: &ScriptedServer, ft: &ForethoughtServer) -> R
         models.push(model, model_reply(&command["reply"])?);
     } else if command.get("push_forethought").is_some() {
         ft.push(forethought_reply(&command["push_forethought"]));
+    } else if command.get("forethought_requests").is_some() {
+        let requests: Vec<Value> = ft
+            .requests()
+            .into_iter()
+            .map(|r| json!({"method": r.method, "path": r.path, "body": r.body, "refused": r.refused}))
+            .collect();
+        return Ok(json!({"ok": true, "requests": requests}));
     } else if let Some(model) = command["requests"].as_str() {
         let bodies: Vec<Value> = models.requests_for(model).into_iter().map(|r| r.body).collect();
         return Ok(json!({"ok": true, "requests": bodies}));

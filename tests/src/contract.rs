@@ -35,6 +35,7 @@ macro_rules! store_contract_tests {
             saving_a_stale_episode_is_a_conflict,
             concurrent_episode_updates_lose_nothing,
             vendor_state_round_trips,
+            message_metadata_round_trips_and_old_items_read_without_it,
             expired_items_are_absent,
             one_users_items_are_invisible_to_another,
             an_item_of_unknown_shape_is_an_error_naming_its_key,
@@ -74,6 +75,7 @@ fn reply(turn: &str, seq: u32, agent: &str, content: &str, at: u64) -> StoredMes
         }],
         status: Status::Ok,
         created_at: at,
+        meta: None,
     }
 }
 
@@ -273,7 +275,11 @@ pub async fn vendor_state_round_trips<H: StoreHarness>() {
     let k = key("alice", "e1");
     let used = store.clock().now_ms();
     let saved = update_episode(&*store, &k, |e| {
-        e.support = Some(SupportConversation { conversation_id: "ft-123".into(), last_used_at: used });
+        e.support = Some(SupportConversation {
+            conversation_id: "ft-123".into(),
+            last_used_at: used,
+            pending: Some(serde_json::json!({"text": "Pick one", "options": [{"label": "A", "value": "a"}]})),
+        });
         e.response_ids = ids("catalog", "resp_abc");
         e.response_ids.insert("travel".into(), "resp_xyz".into());
     })
@@ -282,9 +288,48 @@ pub async fn vendor_state_round_trips<H: StoreHarness>() {
     clock.advance(Duration::from_secs(60));
     let read = store.episode(&k).await.unwrap().unwrap();
     assert_eq!(read, saved);
-    assert_eq!(read.support.unwrap().conversation_id, "ft-123");
+    let support = read.support.unwrap();
+    assert_eq!(support.conversation_id, "ft-123");
+    assert_eq!(support.pending.unwrap()["options"][0]["value"], "a", "the open prompt is kept");
     assert_eq!(read.response_ids["catalog"], "resp_abc");
     assert_eq!(read.response_ids["travel"], "resp_xyz", "one id per agent");
+}
+
+/// A message's metadata (what its agent reported: outcome flags, offered choices, a handoff)
+/// reads back as written; a message item written before metadata existed reads with none.
+pub async fn message_metadata_round_trips_and_old_items_read_without_it<H: StoreHarness>() {
+    let h = H::start(test_clock()).await;
+    let store = h.store();
+    let k = key("alice", "e1");
+    let turn = new_turn_id();
+    let now = store.clock().now_ms();
+    store.record_user_message(&k, &StoredMessage::user(&turn, "2", now), None).await.unwrap();
+    let meta = serde_json::json!({
+        "is_solved": false, "should_escalate": true, "intent": "points", "workflow_id": "wf-1",
+        "feedback_ref": "ft-1", "handoff": {"reason": "should_escalate"},
+        "choices": {"prompt": "Pick", "options": [{"label": "A", "value": "a"}]}
+    });
+    let mut with_meta = reply(&turn, 1, "support[1]", "Pick\n1. A", now);
+    with_meta.meta = Some(meta.as_object().unwrap().clone());
+    let without = reply(&turn, 2, "shopping[1]", "Deals", now);
+    store.save_reply(&k, &turn, &[with_meta.clone(), without.clone()]).await.unwrap();
+    let read = store.recent_messages(&k, 10).await.unwrap();
+    assert_eq!(read[1..], [with_meta, without]);
+    // An item as this store wrote messages before `meta` existed.
+    let old_turn = new_turn_id();
+    let old = Item::from([
+        ("role".to_owned(), Attr::s("assistant")),
+        ("agent".to_owned(), Attr::s("support[1]")),
+        ("content".to_owned(), Attr::s("old answer")),
+        ("usage".to_owned(), Attr::L(Vec::new())),
+        ("status".to_owned(), Attr::s("ok")),
+        ("created_at".to_owned(), Attr::n(now)),
+        ("ttl".to_owned(), Attr::n(4_000_000_000)),
+    ]);
+    h.put_raw(&k.pk(), &baton::store::message_sk(&old_turn, 1), &old).await;
+    let read = store.recent_messages(&k, 10).await.unwrap();
+    let old = read.iter().find(|m| m.turn_id == old_turn).expect("the old item reads");
+    assert_eq!((old.content.as_str(), &old.meta), ("old answer", &None));
 }
 
 /// Items past their `ttl` are absent from every read, and their request ids can be used again.

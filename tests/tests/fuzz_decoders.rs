@@ -11,7 +11,7 @@ use baton::model::openai::ChunkParser;
 use baton::model::responses::EventParser;
 use baton::model::scripted::{Part, Reply};
 use baton::remote::TransportError;
-use baton::support::forethought::decode_piece;
+use baton::support::forethought::decode_answer;
 use baton_aws::lambda_transport::{MAX_PRELUDE_BYTES, StreamEvent, response_body};
 use bytes::Bytes;
 use futures::StreamExt;
@@ -148,10 +148,14 @@ proptest! {
         garbage in proptest::collection::vec(any::<u8>(), 0..256),
     ) {
         let valid = br#"{"conversation_id":"c1","response":"Try again in good light.","is_solved":false}"#;
-        if let Ok(piece) = decode_piece(&mangle(valid, cut, at, &splice)) {
-            prop_assert!(piece.text.len() <= valid.len() + splice.len());
+        if let Ok(pieces) = decode_answer(&mangle(valid, cut, at, &splice)) {
+            prop_assert!(pieces.iter().map(|p| p.text.len()).sum::<usize>() <= valid.len() + splice.len());
         }
-        let _ = decode_piece(&garbage);
+        let documented = br#"{"conversation_id":"c1","widget_components":[{"type":"button","message":"<p>Pick &amp; go</p>","buttons":[{"display_name":"A","value":"a"}],"output_variable":"v"}]}"#;
+        if let Ok(pieces) = decode_answer(&mangle(documented, cut, at, &splice)) {
+            prop_assert!(pieces.iter().all(|p| !p.text.contains("<p")), "no markup survives: {pieces:?}");
+        }
+        let _ = decode_answer(&garbage);
     }
 
     #[test]

@@ -78,6 +78,11 @@ async fn handle(service: &ChatService, auth_is_iam: bool, request: Request) -> a
         Ok(caller) => caller,
         Err(e) => return e.into_response(),
     };
+    // `POST …/chat/{episode_id}/csat` rates an answer; every other request is a chat turn.
+    if let Some(episode) = csat_episode(request.uri().path()) {
+        let (parts, body) = request.into_parts();
+        return service.rate(&caller, episode, &parts.headers, body.as_ref()).await;
+    }
     let deadline = request.lambda_context_ref().map(|c| deadline_instant(c.deadline, now_ms()));
     // The invocation's X-Ray trace is the turn's parent unless the caller sent its own.
     let xray = baton_aws::lambda_trace::invocation_traceparent(&request);
@@ -88,6 +93,13 @@ async fn handle(service: &ChatService, auth_is_iam: bool, request: Request) -> a
         }
     }
     service.respond(&caller, &parts.headers, body.as_ref(), deadline).await
+}
+
+/// The episode of a rating path, `…/chat/{episode_id}/csat` (any stage prefix before it).
+fn csat_episode(path: &str) -> Option<String> {
+    let rest = path.strip_suffix("/csat")?;
+    let (before, episode) = rest.rsplit_once('/')?;
+    (before.ends_with("/chat") || before == "chat").then(|| episode.to_owned()).filter(|e| !e.is_empty())
 }
 
 /// The IAM principal that signed the request, as the platform verified it.
@@ -175,6 +187,15 @@ mod tests {
         let cors_headers: Vec<_> =
             url.headers().keys().filter(|k| k.as_str().starts_with("access-control-")).collect();
         assert!(cors_headers.is_empty(), "the Function URL adds its own: {cors_headers:?}");
+    }
+
+    #[test]
+    fn rating_paths_name_their_episode_and_chat_paths_do_not() {
+        assert_eq!(csat_episode("/chat/ep-1/csat").as_deref(), Some("ep-1"));
+        assert_eq!(csat_episode("/prod/chat/ep-1/csat").as_deref(), Some("ep-1"));
+        assert_eq!(csat_episode("/chat"), None);
+        assert_eq!(csat_episode("/chat//csat"), None);
+        assert_eq!(csat_episode("/other/ep-1/csat"), None);
     }
 
     #[tokio::test(start_paused = true)]

@@ -90,10 +90,23 @@ async fn run() -> std::process::ExitCode {
     };
     eprintln!("{}\n{}\n{store}", config.describe_models(), config.describe_support());
     let iam = lambda::is_iam(&auth);
+    let ratings = match baton::support::agent::rating_sinks(&config) {
+        Ok(ratings) => ratings,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return std::process::ExitCode::from(2);
+        }
+    };
     let for_service = orchestrator.clone();
     let service = move |history| {
         let service = ChatService::new(for_service, history, config.limits, config.heartbeat);
-        Arc::new(service.with_auth(auth).with_endpoint_limits(endpoint).with_cors_origins(cors))
+        Arc::new(
+            service
+                .with_auth(auth)
+                .with_endpoint_limits(endpoint)
+                .with_cors_origins(cors)
+                .with_ratings(ratings),
+        )
     };
     if in_lambda {
         return match lambda::run(service(history), iam, traces).await {

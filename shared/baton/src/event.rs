@@ -408,6 +408,31 @@ pub enum Event {
         /// Usage per agent name and model, rolled up over the instances.
         usage: Vec<AgentUsage>,
     },
+    /// Options an agent offers the user to answer (a vendor's buttons or form). The user answers
+    /// with an ordinary message: an option's number or label, or one line per field.
+    Choices {
+        /// Source instance.
+        agent: String,
+        /// The question and what may be answered.
+        #[serde(flatten)]
+        choices: Box<Choices>,
+    },
+    /// An agent advises handing the conversation to a person.
+    Handoff {
+        /// Source instance.
+        agent: String,
+        /// Why, when the agent says.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+    },
+    /// Facts an agent reports about its answer (a vendor's outcome flags, the ids a rating
+    /// needs): stored with the agent's message.
+    AnswerMeta {
+        /// Source instance.
+        agent: String,
+        /// The facts, as a JSON object.
+        meta: Box<serde_json::Map<String, serde_json::Value>>,
+    },
     /// Mini-agent fan-out: the decomposer split the parent's task into sub-tasks, whose minis
     /// start next.
     #[serde(rename = "mini_agent.decomposed")]
@@ -453,6 +478,37 @@ pub enum Event {
         /// Every mini's outcome, in sub-task order.
         outcomes: Vec<MiniOutcomeStatus>,
     },
+}
+
+/// What a `choices` event offers: pick one of `options`, or fill `fields`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Choices {
+    /// The question, as plain text.
+    pub prompt: String,
+    /// Options to pick one of, in order (the user may answer with the number, from 1).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub options: Vec<ChoiceOption>,
+    /// Fields to fill, in order (the user answers with one line per field).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fields: Vec<ChoiceField>,
+}
+
+/// One option of a `choices` event.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChoiceOption {
+    /// What the user sees and may send back.
+    pub label: String,
+    /// What the agent passes on when it is picked.
+    pub value: String,
+}
+
+/// One field of a `choices` event.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChoiceField {
+    /// The field's name at the agent.
+    pub name: String,
+    /// What it asks for.
+    pub label: String,
 }
 
 /// One sub-task of a `mini_agent.decomposed` event.
@@ -504,6 +560,9 @@ impl Event {
             Event::Usage { .. } => "usage",
             Event::Error { .. } => "error",
             Event::Completed { .. } => "completed",
+            Event::Choices { .. } => "choices",
+            Event::Handoff { .. } => "handoff",
+            Event::AnswerMeta { .. } => "answer_meta",
             Event::MiniAgentDecomposed { .. } => "mini_agent.decomposed",
             Event::MiniAgentStarted { .. } => "mini_agent.started",
             Event::MiniAgentFinished { .. } => "mini_agent.finished",
@@ -527,7 +586,10 @@ impl Event {
             | Event::SupportContent { agent }
             | Event::Repaired { agent, .. }
             | Event::Usage { agent, .. }
-            | Event::Error { agent, .. } => Some(agent),
+            | Event::Error { agent, .. }
+            | Event::Choices { agent, .. }
+            | Event::Handoff { agent, .. }
+            | Event::AnswerMeta { agent, .. } => Some(agent),
             Event::MiniAgentDecomposed { parent, .. }
             | Event::MiniAgentStarted { parent, .. }
             | Event::MiniAgentFinished { parent, .. }
@@ -808,6 +870,69 @@ mod tests {
     }
 
     #[test]
+    fn choices_handoff_and_answer_meta_encode_exactly_and_round_trip() {
+        let choices = Event::Choices {
+            agent: "support[1]".into(),
+            choices: Box::new(Choices {
+                prompt: "Pick one".into(),
+                options: vec![
+                    ChoiceOption { label: "branch 1".into(), value: "v1".into() },
+                    ChoiceOption { label: "branch 2".into(), value: "v2".into() },
+                ],
+                fields: Vec::new(),
+            }),
+        };
+        let handoff = Event::Handoff { agent: "support[1]".into(), reason: Some("should_escalate".into()) };
+        let meta = Event::AnswerMeta {
+            agent: "support[1]".into(),
+            meta: Box::new(serde_json::json!({"is_solved": false}).as_object().unwrap().clone()),
+        };
+        let form = Event::Choices {
+            agent: "a".into(),
+            choices: Box::new(Choices {
+                prompt: "Email?".into(),
+                options: Vec::new(),
+                fields: vec![ChoiceField { name: "cv_email".into(), label: "Email".into() }],
+            }),
+        };
+        let cases: [(&Event, &[u8], &[u8]); 4] = [
+            (
+                &choices,
+                b"event: choices\nid: 4\ndata: {\"type\":\"choices\",\"agent\":\"support[1]\",\"prompt\":\"Pick one\",\"options\":[{\"label\":\"branch 1\",\"value\":\"v1\"},{\"label\":\"branch 2\",\"value\":\"v2\"}]}\n\n",
+                b"{\"type\":\"choices\",\"agent\":\"support[1]\",\"prompt\":\"Pick one\",\"options\":[{\"label\":\"branch 1\",\"value\":\"v1\"},{\"label\":\"branch 2\",\"value\":\"v2\"}]}\n",
+            ),
+            (
+                &form,
+                b"event: choices\nid: 4\ndata: {\"type\":\"choices\",\"agent\":\"a\",\"prompt\":\"Email?\",\"fields\":[{\"name\":\"cv_email\",\"label\":\"Email\"}]}\n\n",
+                b"{\"type\":\"choices\",\"agent\":\"a\",\"prompt\":\"Email?\",\"fields\":[{\"name\":\"cv_email\",\"label\":\"Email\"}]}\n",
+            ),
+            (
+                &handoff,
+                b"event: handoff\nid: 4\ndata: {\"type\":\"handoff\",\"agent\":\"support[1]\",\"reason\":\"should_escalate\"}\n\n",
+                b"{\"type\":\"handoff\",\"agent\":\"support[1]\",\"reason\":\"should_escalate\"}\n",
+            ),
+            (
+                &meta,
+                b"event: answer_meta\nid: 4\ndata: {\"type\":\"answer_meta\",\"agent\":\"support[1]\",\"meta\":{\"is_solved\":false}}\n\n",
+                b"{\"type\":\"answer_meta\",\"agent\":\"support[1]\",\"meta\":{\"is_solved\":false}}\n",
+            ),
+        ];
+        for (event, sse, ndjson) in cases {
+            assert_eq!(
+                std::str::from_utf8(&encode_sse(4, event)).unwrap(),
+                std::str::from_utf8(sse).unwrap()
+            );
+            assert_eq!(&encode_ndjson(event)[..], ndjson);
+            assert_eq!(&decode_ndjson(ndjson).unwrap(), event);
+            let data =
+                std::str::from_utf8(sse).unwrap().lines().find_map(|l| l.strip_prefix("data: ")).unwrap();
+            assert_eq!(&decode_sse(event.kind(), data).unwrap(), event);
+        }
+        let bare = decode_ndjson(br#"{"type":"handoff","agent":"x"}"#).unwrap();
+        assert_eq!(bare, Event::Handoff { agent: "x".into(), reason: None });
+    }
+
+    #[test]
     fn every_event_round_trips_through_both_encodings() {
         for ev in sample_events() {
             let nd = encode_ndjson(&ev);
@@ -886,6 +1011,16 @@ mod tests {
                 sub_tasks: vec![MiniSubTask { id: "1".into(), description: "a".into() }],
             },
             Event::MiniAgentStarted { parent: a(), mini_id: "1".into(), description: "a".into() },
+            Event::Choices {
+                agent: a(),
+                choices: Box::new(Choices {
+                    prompt: "p".into(),
+                    options: vec![ChoiceOption { label: "l".into(), value: "v".into() }],
+                    fields: vec![ChoiceField { name: "n".into(), label: "l".into() }],
+                }),
+            },
+            Event::Handoff { agent: a(), reason: None },
+            Event::AnswerMeta { agent: a(), meta: Box::default() },
             Event::MiniAgentFinished {
                 parent: a(),
                 mini_id: "1".into(),

@@ -171,6 +171,8 @@ struct Segment {
     content: String,
     /// Closed by `support_content`: more text from the same agent starts a new message.
     closed: bool,
+    /// What the agent reported about this answer (`answer_meta`, `choices`, `handoff`).
+    meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
 /// Turns a turn's events into the assistant messages to store.
@@ -190,10 +192,28 @@ impl ReplyRecorder {
         match event {
             Event::Text { agent, text } => match self.segments.last_mut() {
                 Some(last) if !last.closed && last.agent == *agent => last.content.push_str(text),
-                _ => {
-                    self.segments.push(Segment { agent: agent.clone(), content: text.clone(), closed: false })
-                }
+                _ => self.segments.push(Segment {
+                    agent: agent.clone(),
+                    content: text.clone(),
+                    closed: false,
+                    meta: None,
+                }),
             },
+            Event::Choices { agent, choices } => {
+                let value = serde_json::to_value(choices.as_ref()).unwrap_or_default();
+                self.meta_of(agent).insert("choices".into(), value);
+            }
+            Event::Handoff { agent, reason } => {
+                let mut handoff = serde_json::Map::new();
+                if let Some(reason) = reason {
+                    handoff.insert("reason".into(), reason.clone().into());
+                }
+                self.meta_of(agent).insert("handoff".into(), handoff.into());
+            }
+            Event::AnswerMeta { agent, meta } => {
+                let into = self.meta_of(agent);
+                into.extend(meta.iter().map(|(k, v)| (k.clone(), v.clone())));
+            }
             Event::SupportContent { agent } => {
                 if let Some(last) = self.segments.iter_mut().rev().find(|s| s.agent == *agent) {
                     last.closed = true;
@@ -207,6 +227,20 @@ impl ReplyRecorder {
             Event::Completed { status, .. } => self.completed = Some(*status),
             _ => {}
         }
+    }
+
+    /// The metadata of `agent`'s latest message (one with no text yet if it has none).
+    fn meta_of(&mut self, agent: &str) -> &mut serde_json::Map<String, serde_json::Value> {
+        let at = match self.segments.iter().rposition(|s| s.agent == agent) {
+            Some(at) => at,
+            None => {
+                let segment =
+                    Segment { agent: agent.to_owned(), content: String::new(), closed: false, meta: None };
+                self.segments.push(segment);
+                self.segments.len() - 1
+            }
+        };
+        self.segments[at].meta.get_or_insert_with(Default::default)
     }
 
     /// The reply so far as messages of `turn_id` (seq from 1), stamped `now_ms`. `hung_up`: the
@@ -238,6 +272,7 @@ impl ReplyRecorder {
                 usage: Vec::new(),
                 status: status_of(&s.agent),
                 created_at: now_ms,
+                meta: s.meta.clone(),
             })
             .collect();
         if messages.is_empty() {
@@ -250,6 +285,7 @@ impl ReplyRecorder {
                 usage: Vec::new(),
                 status: if hung_up { Status::Partial } else { self.completed.unwrap_or(Status::Partial) },
                 created_at: now_ms,
+                meta: None,
             });
         }
         for u in &self.usage.totals {
@@ -408,6 +444,39 @@ mod tests {
         assert_eq!(messages.len(), 1);
         assert_eq!((messages[0].content.as_str(), messages[0].status), ("", Status::Error));
         assert_eq!(messages[0].usage.len(), 1);
+    }
+
+    #[test]
+    fn choices_handoff_and_answer_meta_are_kept_with_the_agents_message() {
+        use crate::event::{ChoiceOption, Choices};
+        let choices = Choices {
+            prompt: "Pick".into(),
+            options: vec![ChoiceOption { label: "A".into(), value: "a".into() }],
+            fields: Vec::new(),
+        };
+        let meta = serde_json::json!({"is_solved": false, "feedback_ref": "c1"}).as_object().unwrap().clone();
+        let messages = record(
+            &[
+                Event::text(ORCHESTRATOR, "On it."),
+                Event::text("support[1]", "Pick\n1. A"),
+                Event::Choices { agent: "support[1]".into(), choices: Box::new(choices) },
+                Event::Handoff { agent: "support[1]".into(), reason: Some("should_escalate".into()) },
+                Event::AnswerMeta { agent: "support[1]".into(), meta: Box::new(meta) },
+                Event::text("shopping[1]", "Deals."),
+            ],
+            false,
+        );
+        assert_eq!(messages[0].meta, None);
+        assert_eq!(messages[2].meta, None);
+        assert_eq!(
+            serde_json::Value::Object(messages[1].meta.clone().unwrap()),
+            serde_json::json!({
+                "choices": {"prompt": "Pick", "options": [{"label": "A", "value": "a"}]},
+                "handoff": {"reason": "should_escalate"},
+                "is_solved": false,
+                "feedback_ref": "c1"
+            })
+        );
     }
 
     #[test]

@@ -175,6 +175,7 @@ pub struct ChatService {
     heartbeat: Duration,
     auth: AuthMode,
     endpoint: EndpointLimits,
+    ratings: crate::rating::RatingSinks,
     cors_origins: Vec<HeaderValue>,
 }
 
@@ -193,8 +194,15 @@ impl ChatService {
             heartbeat,
             auth: AuthMode::LocalHeader,
             endpoint: EndpointLimits::default(),
+            ratings: Default::default(),
             cors_origins: Vec::new(),
         }
+    }
+
+    /// The same service sending ratings of answers (`POST /chat/{episode_id}/csat`) to `ratings`.
+    pub fn with_ratings(mut self, ratings: crate::rating::RatingSinks) -> ChatService {
+        self.ratings = ratings;
+        self
     }
 
     /// The same service callable from browser pages on these origins (`https://host[:port]`).
@@ -537,6 +545,50 @@ async fn chat(State(service): State<Arc<ChatService>>, headers: HeaderMap, body:
     }
 }
 
+/// `POST /chat/{episode_id}/csat`: the caller's rating of an answer in their episode
+/// ([`ChatService::rate`]).
+async fn csat(
+    State(service): State<Arc<ChatService>>,
+    axum::extract::Path(episode_id): axum::extract::Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    match service.caller_from_headers(&headers) {
+        Ok(caller) => service.rate(&caller, episode_id, &headers, &body).await,
+        Err(e) => e.into_response(),
+    }
+}
+
+impl ChatService {
+    /// Answers `POST /chat/{episode_id}/csat` of `caller`: a rating of an answer in their
+    /// episode `episode_id` ([`crate::rating`]), as JSON, or a 4xx/5xx JSON error.
+    pub async fn rate(
+        &self,
+        caller: &Caller,
+        episode_id: String,
+        headers: &HeaderMap,
+        body: &[u8],
+    ) -> Response {
+        let rated = async {
+            let user = match (caller, headers.get(USER_HEADER)) {
+                (Caller::Verified(id), _) => id.clone(),
+                (Caller::Local, None) => "local".to_owned(),
+                (Caller::Local, Some(v)) => {
+                    checked_id(USER_HEADER, v.to_str().map_err(|_| bad_id(USER_HEADER))?.to_owned())?
+                }
+            };
+            let episode = checked_id("episode_id", episode_id)?;
+            require_json(headers)?;
+            let key = crate::store::EpisodeKey::new(user, episode)?;
+            crate::rating::rate(self.history.store().as_ref(), &self.ratings, &key, body).await
+        };
+        match rated.await {
+            Ok(answer) => axum::Json(answer).into_response(),
+            Err(e) => e.into_response(),
+        }
+    }
+}
+
 async fn health() -> &'static str {
     "ok"
 }
@@ -562,6 +614,7 @@ pub fn app(service: Arc<ChatService>) -> Router {
     let router = Router::new()
         .route("/", post(chat))
         .route("/chat", post(chat))
+        .route("/chat/{episode_id}/csat", post(csat))
         .route("/health", get(health))
         .merge(crate::web::routes())
         .fallback(not_found)

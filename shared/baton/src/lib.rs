@@ -52,6 +52,7 @@
 //! - [`text`]: words, content words and smalltalk: how the rules read a message.
 //! - [`image`]: an image attached to a message: its kind, description and URL, checked.
 //! - [`event`]: the wire protocol: the event enum, SSE and NDJSON encoding and decoding.
+//! - [`rating`]: a user's thumbs up or down on a stored answer, sent to where the answer came from.
 //! - [`outbound`]: the outgoing HTTP client of streamed answers (model servers, Forethought):
 //!   reqwest for `https` and HTTP/2, and cleartext HTTP/1.1 driven inside the body's own poll.
 //! - [`redact`]: vendor text made safe for a log line: an excerpt with secrets and tokens masked.
@@ -86,6 +87,7 @@ pub mod model;
 pub mod mux;
 pub mod orchestrator;
 pub mod outbound;
+pub mod rating;
 pub mod redact;
 pub mod remote;
 pub mod retrieval;

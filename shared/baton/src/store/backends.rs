@@ -1,5 +1,5 @@
-//! Agent state kept in the [`Store`]: the Forethought conversation and the shopping agent's last
-//! Responses API id live on the episode item; the recent support turns are read back from the
+//! Agent state kept in the [`Store`]: the Forethought conversation (with the prompt its last
+//! answer left open) and the shopping agent's last Responses API id live on the episode item; the recent support turns are read back from the
 //! episode's stored messages (history already persists them, so recording a turn writes nothing).
 
 use std::sync::Arc;
@@ -40,6 +40,15 @@ impl SupportSessions for StoreBackends {
             Ok(episode.and_then(|e| e.support).map(|c| SupportConversation {
                 conversation_id: c.conversation_id,
                 last_used_at: UNIX_EPOCH + Duration::from_millis(c.last_used_at),
+                // A prompt this version cannot read is no prompt: the next message is an
+                // ordinary query.
+                pending: c.pending.and_then(|p| {
+                    serde_json::from_value(p)
+                        .map_err(
+                            |e| tracing::warn!(error = %e, "ignored an unreadable pending support prompt"),
+                        )
+                        .ok()
+                }),
             }))
         })
     }
@@ -51,9 +60,14 @@ impl SupportSessions for StoreBackends {
         conversation: SupportConversation,
     ) -> BoxFuture<'a, Result<(), BoxError>> {
         Box::pin(async move {
+            let pending = match &conversation.pending {
+                Some(prompt) => Some(serde_json::to_value(prompt)?),
+                None => None,
+            };
             let saved = super::SupportConversation {
                 conversation_id: conversation.conversation_id,
                 last_used_at: epoch_ms(conversation.last_used_at),
+                pending,
             };
             update_episode(self.store.as_ref(), &key(user_id, episode_id)?, |e| {
                 e.support = Some(saved.clone())
@@ -172,11 +186,17 @@ mod tests {
         let b = StoreBackends::new(store);
         assert_eq!(b.conversation("u", "e").await.unwrap(), None);
         let at = UNIX_EPOCH + Duration::from_millis(1_800_000_000_123);
-        b.save_conversation("u", "e", SupportConversation { conversation_id: "c1".into(), last_used_at: at })
-            .await
-            .unwrap();
+        let prompt = crate::support::widget::Prompt {
+            text: "pick".into(),
+            output_variable: "cv".into(),
+            options: vec![crate::support::widget::PromptOption { label: "A".into(), value: "a".into() }],
+            fields: Vec::new(),
+        };
+        let saved =
+            SupportConversation { conversation_id: "c1".into(), last_used_at: at, pending: Some(prompt) };
+        b.save_conversation("u", "e", saved.clone()).await.unwrap();
         let got = b.conversation("u", "e").await.unwrap().unwrap();
-        assert_eq!((got.conversation_id.as_str(), got.last_used_at), ("c1", at));
+        assert_eq!(got, saved, "the id, its time and the open prompt come back");
         b.set_last_response_id("u", "e", "catalog", "resp_9".into()).await.unwrap();
         assert_eq!(b.last_response_id("u", "e", "catalog").await.unwrap().as_deref(), Some("resp_9"));
         assert_eq!(b.conversation("u", "e").await.unwrap().unwrap().conversation_id, "c1", "both kept");

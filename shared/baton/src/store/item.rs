@@ -99,6 +99,17 @@ impl<'a> Reader<'a> {
         self.opt_n(attr)?.ok_or_else(|| self.corrupt(format!("`{attr}` is missing")))
     }
 
+    /// A JSON object kept as text (absent for items written before it existed).
+    fn opt_json(&self, attr: &str) -> Result<Option<serde_json::Map<String, serde_json::Value>>, StoreError> {
+        match self.opt_s(attr)? {
+            None => Ok(None),
+            Some(text) => match serde_json::from_str(text) {
+                Ok(serde_json::Value::Object(map)) => Ok(Some(map)),
+                _ => Err(self.corrupt(format!("`{attr}` is not the text of a JSON object"))),
+            },
+        }
+    }
+
     /// `response_ids` (agent name → id), with a legacy item's single id under its agent; an id
     /// in `response_ids` wins over the legacy one.
     fn response_ids(&self) -> Result<BTreeMap<String, String>, StoreError> {
@@ -180,6 +191,9 @@ pub fn encode_episode(episode: &Episode, ttl: u64) -> Item {
     if let Some(support) = &episode.support {
         item.insert("ft_conversation_id".into(), Attr::s(&support.conversation_id));
         item.insert("ft_last_used_at".into(), Attr::n(support.last_used_at));
+        if let Some(pending) = &support.pending {
+            item.insert("ft_pending".into(), Attr::s(pending.to_string()));
+        }
     }
     if !episode.response_ids.is_empty() {
         let ids = episode.response_ids.iter().map(|(agent, id)| (agent.clone(), Attr::s(id))).collect();
@@ -193,9 +207,11 @@ pub fn encode_episode(episode: &Episode, ttl: u64) -> Item {
 pub fn decode_episode(key: &EpisodeKey, item: &Item) -> Result<Episode, StoreError> {
     let r = Reader { name: item_name(&key.pk(), super::META_SK), item };
     let support = match (r.opt_s("ft_conversation_id")?, r.opt_n("ft_last_used_at")?) {
-        (Some(id), Some(at)) => {
-            Some(SupportConversation { conversation_id: id.to_owned(), last_used_at: at })
-        }
+        (Some(id), Some(at)) => Some(SupportConversation {
+            conversation_id: id.to_owned(),
+            last_used_at: at,
+            pending: r.opt_json("ft_pending")?.map(serde_json::Value::Object),
+        }),
         (None, None) => None,
         _ => return Err(r.corrupt("`ft_conversation_id` and `ft_last_used_at` must be set together")),
     };
@@ -248,6 +264,9 @@ pub fn encode_message(message: &StoredMessage, ttl: u64) -> Item {
     item.insert("usage".into(), Attr::L(usage));
     item.insert("status".into(), Attr::s(status_str(message.status)));
     item.insert("created_at".into(), Attr::n(message.created_at));
+    if let Some(meta) = &message.meta {
+        item.insert("meta".into(), Attr::s(serde_json::Value::Object(meta.clone()).to_string()));
+    }
     item.insert("ttl".into(), Attr::n(ttl));
     item
 }
@@ -323,6 +342,7 @@ pub fn decode_message(pk: &str, sk: &str, item: &Item) -> Result<StoredMessage, 
         usage,
         status,
         created_at: r.n("created_at")?,
+        meta: r.opt_json("meta")?,
     })
 }
 
@@ -376,6 +396,12 @@ mod tests {
             }],
             status: Status::Partial,
             created_at: 1234,
+            meta: Some(
+                serde_json::json!({"is_solved": true, "choices": {"prompt": "p"}})
+                    .as_object()
+                    .unwrap()
+                    .clone(),
+            ),
         }
     }
 
@@ -398,6 +424,28 @@ mod tests {
         let m = message();
         let item = encode_message(&m, 99);
         assert_eq!(decode_message("P", &m.sk(), &item).unwrap(), m);
+    }
+
+    #[test]
+    fn meta_is_json_text_absent_in_old_items_and_corrupt_when_unreadable() {
+        let item = encode_message(&message(), 99);
+        assert_eq!(item["meta"], Attr::s(r#"{"is_solved":true,"choices":{"prompt":"p"}}"#));
+        let mut old = item.clone();
+        old.remove("meta");
+        assert_eq!(decode_message("P", &message().sk(), &old).unwrap().meta, None);
+        old.insert("meta".into(), Attr::s("[1]"));
+        let err = decode_message("P", &message().sk(), &old).unwrap_err();
+        assert!(err.to_string().contains("`meta`"), "{err}");
+        let key = EpisodeKey::new("u", "e").unwrap();
+        let mut episode = Episode::new(key.clone());
+        episode.support = Some(SupportConversation {
+            conversation_id: "c".into(),
+            last_used_at: 5,
+            pending: Some(serde_json::json!({"text": "pick"})),
+        });
+        let item = encode_episode(&episode, 1);
+        assert_eq!(item["ft_pending"], Attr::s(r#"{"text":"pick"}"#));
+        assert_eq!(decode_episode(&key, &item).unwrap(), episode);
     }
 
     #[test]

@@ -4,8 +4,8 @@
 //!
 //! | item | `pk` | `sk` | attributes |
 //! |---|---|---|---|
-//! | episode | `USER#<user>#EP#<episode>` | `META` | `created_at`, `updated_at`, `version`, Forethought `ft_conversation_id` and `ft_last_used_at`, `response_ids` (agent name → id), `ttl` |
-//! | message | same | `MSG#<turn>#<seq>` | `role`, `agent`, `content`, `usage`, `status`, `created_at`, `ttl` |
+//! | episode | `USER#<user>#EP#<episode>` | `META` | `created_at`, `updated_at`, `version`, Forethought `ft_conversation_id`, `ft_last_used_at` and `ft_pending` (JSON text), `response_ids` (agent name → id), `ttl` |
+//! | message | same | `MSG#<turn>#<seq>` | `role`, `agent`, `content`, `usage`, `status`, `created_at`, `meta` (JSON text, optional), `ttl` |
 //! | request | same | `REQ#<request id>` | `turn_id`, `ttl` (makes the user message idempotent) |
 //! | lease | same | `LEASE#<name>` | `holder`, `expires_at` (ms), `ttl` (serialises calls a vendor takes one at a time, [`lease`]) |
 //!
@@ -194,6 +194,9 @@ pub struct SupportConversation {
     /// When it was last used (ms); one older than Forethought's `continue_window` is not
     /// continued.
     pub last_used_at: u64,
+    /// The prompt its last answer left open (the agent's own JSON), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending: Option<serde_json::Value>,
 }
 
 /// An episode's metadata item.
@@ -267,6 +270,9 @@ pub struct StoredMessage {
     pub status: Status,
     /// When it was written (ms).
     pub created_at: u64,
+    /// Facts the agent reported about this answer (`answer_meta`, `choices`, `handoff`), as
+    /// one JSON object; `None` for messages without any (and for items written before).
+    pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
 impl StoredMessage {
@@ -281,6 +287,7 @@ impl StoredMessage {
             usage: Vec::new(),
             status: Status::Ok,
             created_at,
+            meta: None,
         }
     }
 

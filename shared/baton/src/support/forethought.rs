@@ -1,15 +1,20 @@
-//! The Forethought Solve API client.
+//! The Forethought Solve API client, built from Forethought's "Solve API Developer Reference".
 //!
 //! - Start: `POST {base}/solve/api/v1/conversation`.
 //! - Continue: `PUT {base}/solve/api/v1/conversation/{conversation_id}`.
+//! - Rate: `POST {base}/solve/api/v1/conversation/{conversation_id}/csat` ([`ForethoughtClient::csat`]).
 //!
-//! Both send a bearer token and the JSON body `{query, user_id, channel, context_variables}`.
-//! The answer is either one JSON object (`application/json`: `{conversation_id, response, …}`) or
-//! a stream of such objects whose `response` fields are consecutive fragments of the answer
-//! (`application/x-ndjson`, one per line, or `text/event-stream`, one per `data:`); fragments are
-//! handed on as they arrive. Connect, first-byte and idle timeouts bound every call, so a vendor
-//! that stalls becomes an error, never a hang; a line or body past [`MAX_ANSWER_BYTES`] is an
-//! error too, never unbounded memory.
+//! Start and continue send a bearer token and the JSON body `{query, user_id, channel,
+//! context_variables}`. The documented answer is one JSON object `{conversation_id,
+//! widget_components: [{type, message (HTML), buttons?, output_variable?}], is_solved?,
+//! should_escalate?, intent?, workflow_id?}`: each component becomes one [`SolveChunk`] of plain
+//! text ([`super::widget`]), in order. An object with a `response` string instead (an older,
+//! undocumented shape) is read too, and so is a stream of such objects (`application/x-ndjson`,
+//! one per line, or `text/event-stream`, one per `data:`), whose pieces are handed on as they
+//! arrive. An object of neither shape is [`VendorError::Decode`] (`support_invalid_response`).
+//! Connect, first-byte and idle timeouts bound every call, so a vendor that stalls becomes an
+//! error, never a hang; a line or body past [`MAX_ANSWER_BYTES`] is an error too, never unbounded
+//! memory.
 //!
 //! A [`VendorError`]'s text is Baton's own; what Forethought said (which may echo the token) is
 //! kept as a redacted excerpt for the log ([`crate::redact`]), never shown to a client.
@@ -18,9 +23,9 @@ use std::time::Duration;
 
 use eventsource_stream::Eventsource;
 use futures::{Stream, StreamExt};
-use serde::Deserialize;
 use serde_json::{Map, Value};
 
+use super::widget::{Outcome, Prompt, read_component};
 use crate::bounded::IdleTimer;
 use crate::event::LineSplitter;
 use crate::model::openai::{MAX_ERROR_BODY_BYTES, Timeouts, read_capped};
@@ -74,10 +79,17 @@ pub struct ForethoughtConfig {
     pub continue_window: Duration,
     /// How many earlier support turns prefix the first query of a replacement conversation.
     pub prefix_turns: usize,
+    /// Longest a call waits for another call on the same episode's conversation to finish
+    /// (Forethought takes one request per conversation at a time); then `support_busy`.
+    pub busy_wait: Duration,
+    /// How long a call holds the episode's conversation at most (the lease's expiry, should the
+    /// holder die without releasing it).
+    pub busy_hold: Duration,
 }
 
 impl ForethoughtConfig {
-    /// Defaults (55-minute window, 6 turns, 20 s first byte and idle) for `base_url` and `token`.
+    /// Defaults (55-minute window, 6 turns, 20 s first byte and idle, 25 s wait for a busy
+    /// conversation, 60 s hold) for `base_url` and `token`.
     pub fn new(base_url: impl Into<String>, token: impl Into<String>) -> ForethoughtConfig {
         ForethoughtConfig {
             base_url: base_url.into(),
@@ -92,6 +104,8 @@ impl ForethoughtConfig {
             },
             continue_window: Duration::from_secs(55 * 60),
             prefix_turns: 6,
+            busy_wait: Duration::from_secs(25),
+            busy_hold: Duration::from_secs(60),
         }
     }
 }
@@ -107,13 +121,20 @@ pub struct SolveRequest {
     pub context_variables: Map<String, Value>,
 }
 
-/// One piece of an answer.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One piece of an answer: a widget component, or a fragment of a `response` answer.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SolveChunk {
     /// The conversation, when the piece names it.
     pub conversation_id: Option<String>,
-    /// A fragment of the answer (the whole answer for a JSON reply).
+    /// Plain text: a component's text, or a fragment of the answer.
     pub text: String,
+    /// A component: a block of its own, set apart from the text before it by a blank line
+    /// (`response` fragments join as they are).
+    pub block: bool,
+    /// What the component asks the user to answer (`button`, `form`).
+    pub prompt: Option<Prompt>,
+    /// The answer's outcome fields, on its last piece.
+    pub outcome: Option<Outcome>,
 }
 
 /// A Forethought call failed. The text is Baton's; the fields keep what the vendor or the
@@ -148,6 +169,7 @@ fn http_summary(status: u16) -> String {
         401 | 403 => format!("Forethought refused Baton's credentials (HTTP {status})"),
         429 => format!("Forethought is rate limiting requests (HTTP {status})"),
         404 | 410 => format!("Forethought no longer knows the conversation (HTTP {status})"),
+        409 => format!("Forethought is busy with another request on this conversation (HTTP {status})"),
         500.. => format!("Forethought failed (HTTP {status})"),
         _ => format!("Forethought rejected the request (HTTP {status})"),
     }
@@ -160,6 +182,7 @@ impl VendorError {
             VendorError::Connect(_) => "support_unreachable",
             VendorError::Timeout(_) => "support_timeout",
             VendorError::Http { status: 429, .. } => "support_rate_limited",
+            VendorError::Http { status: 409, .. } => "support_conversation_busy",
             VendorError::Http { status, .. } if *status >= 500 => "support_server_error",
             VendorError::Http { .. } => "support_rejected_request",
             VendorError::Truncated(_) => "support_stream_truncated",
@@ -171,9 +194,16 @@ impl VendorError {
     pub fn is_retryable(&self) -> bool {
         match self {
             VendorError::Connect(_) | VendorError::Timeout(_) | VendorError::Truncated(_) => true,
-            VendorError::Http { status, .. } => *status == 429 || *status >= 500,
+            VendorError::Http { status, .. } => *status == 409 || *status == 429 || *status >= 500,
             VendorError::Decode(_) => false,
         }
+    }
+
+    /// Whether Forethought refused the call because another request on the same conversation
+    /// was in progress. The reference says such requests "receive error messages" without
+    /// naming a status; Baton takes 409 Conflict to be that refusal.
+    pub fn is_conversation_busy(&self) -> bool {
+        matches!(self, VendorError::Http { status: 409, .. })
     }
 
     /// Whether a continued conversation no longer exists on Forethought's side.
@@ -294,6 +324,51 @@ impl ForethoughtClient {
         self.call(builder, request)
     }
 
+    /// Rates `conversation_id` (customer satisfaction): `POST
+    /// {base}/solve/api/v1/conversation/{conversation_id}/csat` with the bearer token and the body
+    /// `{"rating": rating}`. The reference names the endpoint; the body's field is Baton's
+    /// reading (see `docs/agents.md`). Bounded by the first-byte and idle timeouts.
+    pub async fn csat(&self, conversation_id: &str, rating: u8) -> Result<(), VendorError> {
+        let url = match self.url(Some(conversation_id)) {
+            Ok(mut url) => {
+                url.path_segments_mut().expect("checked when the client was built").push("csat");
+                url.to_string()
+            }
+            Err(unparsed) => format!("{unparsed}/csat"),
+        };
+        let builder = self
+            .http
+            .post(url)
+            .bearer_auth(&self.config.token)
+            .json(&serde_json::json!({ "rating": rating }));
+        let timeouts = self.config.timeouts;
+        let token = self.config.token.clone();
+        let result = async {
+            let response = match tokio::time::timeout(timeouts.first_byte, self.http.send(builder)).await {
+                Err(_) => return Err(VendorError::Timeout("first byte")),
+                Ok(Err(e)) if e.is_timeout() => return Err(VendorError::Timeout("connect")),
+                Ok(Err(e)) if e.is_connect() => return Err(VendorError::Connect(e.to_string())),
+                Ok(Err(e)) => return Err(VendorError::Truncated(e.to_string())),
+                Ok(Ok(r)) => r,
+            };
+            let status = response.status();
+            let body =
+                Box::pin(read_capped(response.bytes_stream(), timeouts.idle, MAX_ERROR_BODY_BYTES)).await;
+            if status.is_success() {
+                Ok(())
+            } else {
+                let message = error_message(&String::from_utf8_lossy(&body));
+                Err(VendorError::Http { status: status.as_u16(), message })
+            }
+        }
+        .await;
+        result.map_err(|e| {
+            let e = e.redacted(&[&token]);
+            tracing::warn!(code = e.code(), error = %e, detail = e.detail().unwrap_or(""), "Forethought CSAT failed");
+            e
+        })
+    }
+
     /// The conversations endpoint, or conversation `id`'s under it; its text if the base URL
     /// does not parse.
     fn url(&self, id: Option<&str>) -> Result<reqwest::Url, String> {
@@ -369,7 +444,7 @@ impl ForethoughtClient {
                         Ok(None) => return,
                         Ok(Some(Err(e))) => { yield Err(stream_error(e)); return; }
                         Ok(Some(Ok(event))) if event.data.trim().is_empty() => {}
-                        Ok(Some(Ok(event))) => yield parse_piece(&event.data),
+                        Ok(Some(Ok(event))) => for piece in pieces(parse_answer(&event.data)) { yield piece; },
                     }
                 }
             } else if content_type.contains("ndjson") || content_type.contains("jsonl") {
@@ -381,12 +456,12 @@ impl ForethoughtClient {
                         Err(_) => { yield Err(VendorError::Timeout("idle")); return; }
                         Ok(Some(Err(e))) => { yield Err(VendorError::Truncated(e.to_string())); return; }
                         Ok(Some(Ok(chunk))) => match lines.push(&chunk) {
-                            Ok(complete) => for line in complete { yield decode_piece(&line); },
+                            Ok(complete) => for line in complete { for piece in pieces(decode_answer(&line)) { yield piece; } },
                             Err(e) => { yield Err(VendorError::Decode(e.to_string())); return; }
                         },
                         Ok(None) => {
                             if let Some(rest) = lines.finish() {
-                                yield decode_piece(&rest);
+                                for piece in pieces(decode_answer(&rest)) { yield piece; }
                             }
                             return;
                         }
@@ -394,11 +469,26 @@ impl ForethoughtClient {
                 }
             } else {
                 match read_all(response, timeouts.idle).await {
-                    Ok(body) => yield decode_piece(&body),
+                    Ok(body) => for piece in pieces(decode_answer(&body)) { yield piece; },
                     Err(e) => yield Err(e),
                 }
             }
         }
+    }
+}
+
+/// Ratings go to the rated conversation's CSAT endpoint: up is 5, down is 1.
+impl crate::rating::RatingSink for ForethoughtClient {
+    fn rate<'a>(
+        &'a self,
+        conversation_id: &'a str,
+        rating: crate::rating::Rating,
+    ) -> futures::future::BoxFuture<'a, Result<(), crate::agent::BoxError>> {
+        let score = match rating {
+            crate::rating::Rating::Up => 5,
+            crate::rating::Rating::Down => 1,
+        };
+        Box::pin(async move { Ok(self.csat(conversation_id, score).await?) })
     }
 }
 
@@ -444,28 +534,60 @@ async fn read_all(response: crate::outbound::Response, idle: Duration) -> Result
     }
 }
 
-/// Decodes one answer object (or fragment), `{conversation_id?, response}`, from the bytes of
-/// an NDJSON line, an SSE `data:` or a JSON body.
-pub fn decode_piece(bytes: &[u8]) -> Result<SolveChunk, VendorError> {
-    parse_piece(&String::from_utf8_lossy(bytes))
+/// The pieces of a decoded answer, or its error, one stream item each.
+fn pieces(decoded: Result<Vec<SolveChunk>, VendorError>) -> Vec<Result<SolveChunk, VendorError>> {
+    match decoded {
+        Ok(pieces) => pieces.into_iter().map(Ok).collect(),
+        Err(e) => vec![Err(e)],
+    }
 }
 
-/// One answer object (or fragment): `{conversation_id?, response}`.
-fn parse_piece(text: &str) -> Result<SolveChunk, VendorError> {
-    #[derive(Deserialize)]
-    struct Piece {
-        conversation_id: Option<String>,
-        #[serde(default)]
-        response: Option<String>,
+/// Decodes one answer object (a whole answer, or a fragment of a streamed one) from the bytes
+/// of an NDJSON line, an SSE `data:` or a JSON body: see [`parse_answer`].
+pub fn decode_answer(bytes: &[u8]) -> Result<Vec<SolveChunk>, VendorError> {
+    parse_answer(&String::from_utf8_lossy(bytes))
+}
+
+/// Reads one answer object. The documented shape, `widget_components`, gives one piece per
+/// component Baton reads (unknown types are skipped with a warning); the `response` shape gives
+/// one piece. The conversation id goes on the first piece, the outcome fields on the last; an
+/// answer with no readable component is one empty piece, so the conversation id still arrives.
+pub fn parse_answer(text: &str) -> Result<Vec<SolveChunk>, VendorError> {
+    let shown = || text.trim().chars().take(120).collect::<String>();
+    let value: Value = serde_json::from_str(text.trim())
+        .map_err(|e| VendorError::Decode(format!("{e} in `{}`", shown())))?;
+    let Some(object) = value.as_object() else {
+        return Err(VendorError::Decode(format!("the answer is not a JSON object: `{}`", shown())));
+    };
+    let conversation_id =
+        object.get("conversation_id").and_then(Value::as_str).filter(|s| !s.is_empty()).map(str::to_owned);
+    let outcome = Outcome::of(object);
+    let mut pieces: Vec<SolveChunk> = match (object.get("widget_components"), object.get("response")) {
+        (Some(Value::Array(components)), _) => components
+            .iter()
+            .filter_map(read_component)
+            .map(|c| SolveChunk { text: c.text, block: true, prompt: c.prompt, ..SolveChunk::default() })
+            .collect(),
+        (Some(other), _) if !other.is_null() => {
+            return Err(VendorError::Decode(format!("`widget_components` is not a list in `{}`", shown())));
+        }
+        (_, Some(Value::String(response))) => {
+            vec![SolveChunk { text: response.clone(), ..SolveChunk::default() }]
+        }
+        _ => {
+            return Err(VendorError::Decode(format!(
+                "the answer has neither `widget_components` nor a `response` string: `{}`",
+                shown()
+            )));
+        }
+    };
+    if pieces.is_empty() {
+        pieces.push(SolveChunk::default());
     }
-    let piece: Piece = serde_json::from_str(text.trim()).map_err(|e| {
-        let shown: String = text.trim().chars().take(120).collect();
-        VendorError::Decode(format!("{e} in `{shown}`"))
-    })?;
-    Ok(SolveChunk {
-        conversation_id: piece.conversation_id.filter(|s| !s.is_empty()),
-        text: piece.response.unwrap_or_default(),
-    })
+    pieces[0].conversation_id = conversation_id;
+    let last = pieces.len() - 1;
+    pieces[last].outcome = outcome;
+    Ok(pieces)
 }
 
 /// The message of an error body (`{"error": "…"}`, `{"error": {"message": …}}`, `{"detail": …}`,
@@ -526,13 +648,57 @@ mod tests {
     #[test]
     fn pieces_and_error_bodies_parse() {
         assert_eq!(
-            parse_piece(r#"{"conversation_id":"c1","response":"Hi","is_solved":false}"#).unwrap(),
-            SolveChunk { conversation_id: Some("c1".into()), text: "Hi".into() }
+            parse_answer(r#"{"conversation_id":"c1","response":"Hi","is_solved":false}"#).unwrap(),
+            [SolveChunk {
+                conversation_id: Some("c1".into()),
+                text: "Hi".into(),
+                outcome: Some(Outcome { is_solved: Some(false), ..Outcome::default() }),
+                ..SolveChunk::default()
+            }]
         );
-        assert!(matches!(parse_piece("<html>"), Err(VendorError::Decode(_))));
+        assert!(matches!(parse_answer("<html>"), Err(VendorError::Decode(_))));
+        assert!(matches!(parse_answer(r#"{"conversation_id":"c1"}"#), Err(VendorError::Decode(_))));
+        assert!(matches!(parse_answer(r#"{"widget_components":{}}"#), Err(VendorError::Decode(_))));
+        assert!(matches!(parse_answer("[1]"), Err(VendorError::Decode(_))));
         assert_eq!(error_message(r#"{"error":"invalid token"}"#), "invalid token");
         assert_eq!(error_message(r#"{"detail":"Not found."}"#), "Not found.");
         assert_eq!(error_message(""), "(empty body)");
+    }
+
+    #[test]
+    fn widget_components_become_one_piece_each_with_the_id_first_and_the_outcome_last() {
+        let pieces = parse_answer(
+            r#"{"conversation_id":"c9","widget_components":[
+                {"type":"text","message":"<p>Hello <b>there</b></p>"},
+                {"type":"video","message":"<p>skipped</p>"},
+                {"type":"button","message":"<p>Pick</p>","buttons":[{"display_name":"A","value":"a"}],"output_variable":"v"}
+            ],"is_solved":false,"should_escalate":true,"intent":"points","workflow_id":"wf1"}"#,
+        )
+        .unwrap();
+        assert_eq!(pieces.len(), 2);
+        assert_eq!(
+            (pieces[0].text.as_str(), pieces[0].conversation_id.as_deref()),
+            ("Hello there", Some("c9"))
+        );
+        assert_eq!(pieces[1].text, "Pick\n1. A");
+        assert!(pieces.iter().all(|p| p.block));
+        assert_eq!(pieces[1].prompt.as_ref().unwrap().options[0].value, "a");
+        let outcome = pieces[1].outcome.clone().unwrap();
+        assert_eq!(
+            (
+                outcome.is_solved,
+                outcome.should_escalate,
+                outcome.intent.as_deref(),
+                outcome.workflow_id.as_deref()
+            ),
+            (Some(false), Some(true), Some("points"), Some("wf1"))
+        );
+        assert_eq!(pieces[0].outcome, None);
+        let empty = parse_answer(r#"{"conversation_id":"c9","widget_components":[]}"#).unwrap();
+        assert_eq!(
+            empty,
+            [SolveChunk { conversation_id: Some("c9".into()), block: false, ..SolveChunk::default() }]
+        );
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! What the Forethought agent remembers per episode, behind a small trait the store implements:
-//! the vendor's conversation id with its last-used time, and the recent support turns.
+//! the vendor's conversation id with its last-used time and the prompt its last answer left
+//! open, and the recent support turns.
 //!
 //! The continuity rule (DESIGN.md §7) lives in the agent, not here: an implementation only
 //! stores and returns values. Time comes from an injected [`Clock`], so tests move it by hand.
@@ -10,6 +11,7 @@ use std::time::{Duration, SystemTime};
 
 use futures::future::BoxFuture;
 
+use super::widget::Prompt;
 use crate::agent::BoxError;
 use crate::store::lease::{Lease, LeaseError};
 
@@ -20,6 +22,9 @@ pub struct SupportConversation {
     pub conversation_id: String,
     /// When it was last used (start or continue).
     pub last_used_at: SystemTime,
+    /// What the last answer asked the user to answer (a `button` or `form` component), kept so
+    /// the next message can answer it on this conversation; `None` when nothing is open.
+    pub pending: Option<Prompt>,
 }
 
 /// One answered support turn: what support was asked and what it said.
