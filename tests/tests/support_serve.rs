@@ -10,7 +10,8 @@ use baton::store::embedded::EmbeddedStore;
 use baton::store::{EpisodeKey, Role, Store, SystemClock};
 use baton::support::scripted::{ForethoughtServer, FtReply};
 use baton_tests::{
-    ASK_SUPPORT, ORCH, open_stream, scripted_config_with_forethought, start_endpoint_with, text_of,
+    ASK_SHOPPING, ASK_SUPPORT, ORCH, open_stream, scripted_config_with_forethought, start_endpoint_with,
+    text_of,
 };
 use futures::StreamExt;
 use serde_json::{Value, json};
@@ -95,6 +96,27 @@ async fn choices_reach_the_client_are_stored_and_a_pick_continues_the_conversati
     let pick = &r.ft.requests()[1];
     assert_eq!((pick.method.as_str(), pick.conversation_id.as_deref()), ("PUT", Some("conv-1")));
     assert_eq!(pick.body["query"], "Store card");
+    assert_eq!(pick.body["context_variables"], json!({"cv_card": "card_store"}));
+    assert_eq!(text_of(&events, "support[1]"), "Thanks, the store card it is.");
+}
+
+/// A pick reaches support even when the orchestrator model sends it elsewhere: support offered
+/// the options, so "2" answers support (the echo rule reads the options stored with its reply).
+#[tokio::test]
+async fn a_pick_the_model_sends_to_shopping_still_continues_the_support_conversation() {
+    let r = rig().await;
+    r.ft.push(button_answer()).push(FtReply::json("Thanks, the store card it is."));
+    let (_, episode, _) = r.support_turn("my cashback is missing", None).await;
+    // The model takes "2" for a shopping request.
+    r.server.push(ORCH, Reply::text("").tool_call(ASK_SHOPPING, json!({"query": "2", "intent_count": 1})));
+    let events: Vec<Event> = open_stream(&r.endpoint.url, json!({"message": "2", "episode_id": episode}))
+        .await
+        .map(|e| e.event)
+        .collect()
+        .await;
+    assert!(r.server.requests_for(baton_tests::SHOP).is_empty(), "shopping was not asked");
+    let pick = &r.ft.requests()[1];
+    assert_eq!((pick.method.as_str(), pick.conversation_id.as_deref()), ("PUT", Some("conv-1")));
     assert_eq!(pick.body["context_variables"], json!({"cv_card": "card_store"}));
     assert_eq!(text_of(&events, "support[1]"), "Thanks, the store card it is.");
 }

@@ -223,7 +223,7 @@ fn routing_eval_prints_accuracy_per_category_and_fault_recovery() {
     let out = orchestrator(dir.path()).args(["routing-eval", "--faults"]).output().unwrap();
     let stdout = String::from_utf8(out.stdout).unwrap();
     assert!(out.status.success(), "{stdout}");
-    assert!(stdout.contains("routing suite: 123 scenarios, model offline"), "{stdout}");
+    assert!(stdout.contains("routing suite: 126 scenarios, model offline"), "{stdout}");
     assert!(stdout.lines().any(|l| l.starts_with("echo_followup")), "{stdout}");
     assert!(stdout.lines().any(|l| l.starts_with("overall")), "{stdout}");
     assert!(stdout.contains("drop_call "), "{stdout}");

@@ -15,18 +15,26 @@ pub struct PreviousTurn {
 }
 
 /// One reply of the previous turn.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct PriorReply {
     /// Agent name without instance (`support`).
     pub agent: String,
     /// What it said.
     pub text: String,
+    /// The labels of the options it offered the user to pick from (a `choices` event), in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub options: Vec<String>,
 }
 
 impl PreviousTurn {
     /// What agent `agent` answered in the previous turn.
     pub fn reply_of(&self, agent: &str) -> Option<&str> {
         self.replies.iter().find(|r| r.agent == agent).map(|r| r.text.as_str())
+    }
+
+    /// The options agent `agent` offered in the previous turn (labels, in order).
+    pub fn options_of(&self, agent: &str) -> &[String] {
+        self.replies.iter().find(|r| r.agent == agent).map_or(&[], |r| r.options.as_slice())
     }
 }
 

@@ -86,6 +86,9 @@ pub struct ScenarioReply {
     pub agent: String,
     /// Its text.
     pub text: String,
+    /// The labels of the options it offered (a `choices` event), in order.
+    #[serde(default)]
+    pub options: Vec<String>,
 }
 
 /// An expected call.
@@ -152,7 +155,11 @@ impl Scenario {
                 replies: prev
                     .replies
                     .iter()
-                    .map(|r| PriorReply { agent: r.agent.clone(), text: r.text.clone() })
+                    .map(|r| PriorReply {
+                        agent: r.agent.clone(),
+                        text: r.text.clone(),
+                        options: r.options.clone(),
+                    })
                     .collect(),
             });
         }
@@ -883,7 +890,11 @@ mod tests {
         s.prior_context = true;
         s.previous = Some(ScenarioTurn {
             user: "find me coffee deals".into(),
-            replies: vec![ScenarioReply { agent: "shopping".into(), text: "Brand A has 2x points.".into() }],
+            replies: vec![ScenarioReply {
+                agent: "shopping".into(),
+                text: "Brand A has 2x points.".into(),
+                options: vec![],
+            }],
         });
         let context = |text: &str| {
             vec![PlannedCall::from_arguments(

@@ -457,13 +457,20 @@ fn asks_something_new(message: &str) -> bool {
     })
 }
 
-/// Whether `message` is a short reply answering the previous turn's support question: a yes or
-/// no, one of the options the question offered or words of its own (every topic word of a
+/// Whether `message` is a short reply answering the previous turn's support question: a pick of
+/// an option it offered (by number or label), a yes or no, one of the options the question named
+/// or words of its own (every topic word of a
 /// question-marked reply is the question's), or the thing it asked for (a reply that shares a
 /// word with it: "from the Target store" to "which store?"). A reply that asks something new
 /// ("what deals at FreshMart?") is not an answer, whatever word it shares.
 fn echoes_support_question(input: &RoutingInput<'_>) -> Option<String> {
-    let question = input.previous?.reply_of(input.roles.followup_agent.as_deref()?)?.trim();
+    let previous = input.previous?;
+    let agent = input.roles.followup_agent.as_deref()?;
+    let question = previous.reply_of(agent)?.trim();
+    // A pick of an option it offered answers it, by number or label, whatever it ended with.
+    if text::picked_option(previous.options_of(agent).iter().map(String::as_str), input.message).is_some() {
+        return Some(question.to_owned());
+    }
     if !question.ends_with('?') || words(input.message).len() > 6 {
         return None;
     }
@@ -788,6 +795,7 @@ mod tests {
             replies: vec![PriorReply {
                 agent: "support".into(),
                 text: "Sorry! Was it a paper receipt or an e-receipt?".into(),
+                ..Default::default()
             }],
         };
         let input = RoutingInput {
@@ -824,6 +832,7 @@ mod tests {
             replies: vec![PriorReply {
                 agent: "shopping".into(),
                 text: "2x points on Brand A coffee.".into(),
+                ..Default::default()
             }],
         };
         let input = RoutingInput {
@@ -906,7 +915,11 @@ mod tests {
     fn support_asked(question: &str) -> PreviousTurn {
         PreviousTurn {
             user_message: "my receipt didn't scan".into(),
-            replies: vec![PriorReply { agent: "support".into(), text: question.into() }],
+            replies: vec![PriorReply {
+                agent: "support".into(),
+                text: question.into(),
+                ..Default::default()
+            }],
         }
     }
 
@@ -986,7 +999,11 @@ mod tests {
     fn a_refused_direct_answer_after_a_switch_gets_the_previous_turn() {
         let previous = PreviousTurn {
             user_message: "where are my points".into(),
-            replies: vec![PriorReply { agent: "support".into(), text: "They post within 48 hours.".into() }],
+            replies: vec![PriorReply {
+                agent: "support".into(),
+                text: "They post within 48 hours.".into(),
+                ..Default::default()
+            }],
         };
         let (calls, actions) = apply_guards(&input("then find me snack deals", Some(&previous)), vec![]);
         assert_eq!(calls[0].tool, ASK_SHOPPING);
@@ -996,7 +1013,11 @@ mod tests {
         // Without a switch (shopping answered before), nothing is added.
         let same = PreviousTurn {
             user_message: "coffee deals".into(),
-            replies: vec![PriorReply { agent: "shopping".into(), text: "Brand A.".into() }],
+            replies: vec![PriorReply {
+                agent: "shopping".into(),
+                text: "Brand A.".into(),
+                ..Default::default()
+            }],
         };
         let (calls, _) = apply_guards(&input("then find me snack deals", Some(&same)), vec![]);
         assert_eq!(calls[0].prior_context, None);

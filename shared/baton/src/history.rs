@@ -306,9 +306,22 @@ fn previous_turn(stored: &[StoredMessage]) -> Option<PreviousTurn> {
     let replies = turn
         .iter()
         .filter(|m| m.role == Role::Assistant && !m.content.trim().is_empty())
-        .map(|m| PriorReply { agent: agent_name(&m.agent).to_owned(), text: m.content.clone() })
+        .map(|m| PriorReply {
+            agent: agent_name(&m.agent).to_owned(),
+            text: m.content.clone(),
+            options: offered_options(m),
+        })
         .collect();
     Some(PreviousTurn { user_message, replies })
+}
+
+/// The labels of the options a stored reply offered (its `choices`, kept in its metadata).
+fn offered_options(message: &StoredMessage) -> Vec<String> {
+    let options = message.meta.as_ref().and_then(|m| m.get("choices")).and_then(|c| c.get("options"));
+    options
+        .and_then(serde_json::Value::as_array)
+        .map(|options| options.iter().filter_map(|o| o["label"].as_str().map(str::to_owned)).collect())
+        .unwrap_or_default()
 }
 
 /// `op` on the store, in a span of its own (`store <op>`, a child of the turn's).

@@ -842,6 +842,7 @@ mod tests {
                 replies: vec![crate::conversation::PriorReply {
                     agent: "support".into(),
                     text: "Was it a paper receipt or an e-receipt?".into(),
+                    ..Default::default()
                 }],
             }),
             ..Default::default()

@@ -166,9 +166,43 @@ pub fn normalize(text: &str) -> String {
     words(text).join(" ")
 }
 
+/// Which of the offered options (`labels`, in order) `reply` picks: its number from 1 (`2`, `2.`,
+/// `2)`) or its label, any case, trimmed. `None` when it picks none: then it is an ordinary
+/// message.
+pub fn picked_option<'a>(labels: impl IntoIterator<Item = &'a str>, reply: &str) -> Option<usize> {
+    let reply = reply.trim();
+    let number = reply.trim_end_matches(['.', ')']).trim().parse::<usize>().ok();
+    let mut by_label = None;
+    let mut count = 0;
+    for (i, label) in labels.into_iter().enumerate() {
+        count = i + 1;
+        if by_label.is_none() && !reply.is_empty() && label.trim().to_lowercase() == reply.to_lowercase() {
+            by_label = Some(i);
+        }
+    }
+    match number {
+        Some(n) if (1..=count).contains(&n) => Some(n - 1),
+        _ => by_label,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_option_is_picked_by_number_or_label_and_nothing_else_picks() {
+        let labels = ["Visa", "Store card"];
+        assert_eq!(picked_option(labels, "2"), Some(1));
+        assert_eq!(picked_option(labels, " 1. "), Some(0));
+        assert_eq!(picked_option(labels, "2)"), Some(1));
+        assert_eq!(picked_option(labels, "STORE CARD"), Some(1));
+        assert_eq!(picked_option(labels, "3"), None, "past the last option");
+        assert_eq!(picked_option(labels, "0"), None);
+        assert_eq!(picked_option(labels, "store"), None, "part of a label is no pick");
+        assert_eq!(picked_option(labels, ""), None);
+        assert_eq!(picked_option([], "1"), None);
+    }
 
     #[test]
     fn topic_words_compare_as_the_text_functions_do() {

@@ -192,15 +192,8 @@ pub fn answer_prompt(prompt: &Prompt, reply: &str) -> Option<(Map<String, Value>
     }
     let mut variables = Map::new();
     if !prompt.options.is_empty() {
-        let number = reply.trim_end_matches(['.', ')']).trim();
-        let picked = number
-            .parse::<usize>()
-            .ok()
-            .and_then(|n| n.checked_sub(1))
-            .and_then(|i| prompt.options.get(i))
-            .or_else(|| {
-                prompt.options.iter().find(|o| o.label.trim().to_lowercase() == reply.to_lowercase())
-            })?;
+        let picked = crate::text::picked_option(prompt.options.iter().map(|o| o.label.as_str()), reply)
+            .map(|i| &prompt.options[i])?;
         if prompt.output_variable.is_empty() {
             return None;
         }
