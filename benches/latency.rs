@@ -25,9 +25,11 @@
 //! 3. `store`: what a turn's durable writes cost in the embedded store (read the recent
 //!    messages, record the user message, save a two-message reply), wall and CPU per turn.
 //!
-//! Each figure of 1 and 2 is printed for the default flush and for `BATON_FLUSH_BUDGET_MS=0` (no pacing),
-//! and, when `BATON_BENCH_BASELINE` names other `orchestrator` binaries (older builds, separated
-//! by `:`), for those binaries too, with the ratios, all from one run.
+//! Each figure of 1 and 2 is printed for the default flush, for `BATON_FLUSH_BUDGET_MS=0` (no pacing),
+//! for the model server over TLS (reqwest, h2 by ALPN: the path production takes to a vendor, where
+//! the others take Baton's own cleartext HTTP/1.1 connection; support stays cleartext), and, when
+//! `BATON_BENCH_BASELINE` names other `orchestrator` binaries (older builds, separated by `:`), for
+//! those binaries too, with the ratios, all from one run.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -214,11 +216,24 @@ struct Servers {
     models: ScriptedServer,
     support: ForethoughtServer,
     zero: bool,
+    /// The model server's certificate, for `SSL_CERT_FILE`, when it speaks TLS.
+    ca: Option<tempfile::NamedTempFile>,
 }
 
 impl Servers {
-    async fn start(zero: bool) -> Servers {
-        let models = ScriptedServer::start().await.unwrap();
+    /// `tls`: the model server speaks TLS (reqwest's path in `serve`, as to a vendor); else
+    /// cleartext HTTP/1.1 (Baton's own connection).
+    async fn start(zero: bool, tls: bool) -> Servers {
+        let models = if tls {
+            ScriptedServer::start_tls().await.unwrap()
+        } else {
+            ScriptedServer::start().await.unwrap()
+        };
+        let ca = models.certificate().map(|c| {
+            let file = tempfile::NamedTempFile::new().unwrap();
+            std::fs::write(file.path(), c.pem()).unwrap();
+            file
+        });
         let support = ForethoughtServer::start().await.unwrap();
         // The ideal is the script's schedule: the servers keep it to a fraction of a millisecond.
         models.keep_exact_time();
@@ -230,7 +245,7 @@ impl Servers {
             .first_byte_delay(gap(SHOPPING_FIRST - TOKEN_GAP))
             .chunk_delay(gap(TOKEN_GAP));
         models.set_default("shop", shopping);
-        Servers { models, support, zero }
+        Servers { models, support, zero, ca }
     }
 
     /// How late the test servers themselves were on the last turn's content-done path, in ms:
@@ -282,6 +297,9 @@ impl Serve {
             ("FORETHOUGHT_API_TOKEN", "bench-token".to_owned()),
             ("FORETHOUGHT_BASE_URL", servers.support.base_url()),
         ];
+        if let Some(ca) = &servers.ca {
+            all.push(("SSL_CERT_FILE", ca.path().display().to_string()));
+        }
         all.extend(env.iter().map(|(k, v)| (*k, (*v).to_owned())));
         let process = ServeProcess::start(binary, &all).await;
         Serve { url: process.url.clone(), pid: process.pid, _process: process }
@@ -490,9 +508,9 @@ const ROUNDS: usize = 8;
 /// turns in [`ROUNDS`] rounds, the variants taking turns round by round, so a host that gets
 /// busier or quieter during the run weighs on every variant alike. Per variant: wall per turn
 /// (ms, sorted), its serve process's CPU and wake-ups per turn.
-async fn zero_latency(serves: &[Serve], servers: &Servers, turns: usize) -> Vec<(Vec<f64>, Duration, f64)> {
+async fn zero_latency(serves: &[(Serve, &Servers)], turns: usize) -> Vec<(Vec<f64>, Duration, f64)> {
     let client = reqwest::Client::new();
-    for serve in serves {
+    for (serve, servers) in serves {
         for _ in 0..turns / 10 + 1 {
             servers.queue_support();
             turn(&client, &serve.url).await;
@@ -502,7 +520,7 @@ async fn zero_latency(serves: &[Serve], servers: &Servers, turns: usize) -> Vec<
         serves.iter().map(|_| (Vec::with_capacity(turns), Duration::ZERO, 0.0)).collect();
     for round in 0..ROUNDS {
         let n = turns / ROUNDS + usize::from(round < turns % ROUNDS);
-        for (serve, (walls, cpu, wakeups)) in serves.iter().zip(&mut out) {
+        for ((serve, servers), (walls, cpu, wakeups)) in serves.iter().zip(&mut out) {
             let before = serve.cpu();
             for _ in 0..n {
                 servers.queue_support();
@@ -527,6 +545,8 @@ struct Variant {
     name: String,
     binary: PathBuf,
     env: Vec<(&'static str, &'static str)>,
+    /// The model server over TLS (through reqwest, h2 by ALPN): the path production takes.
+    tls: bool,
 }
 
 struct Figures {
@@ -545,21 +565,25 @@ async fn latency(turns: usize, zero_turns: usize) {
         return;
     }
     let mut variants = vec![
-        Variant { name: "flush on (default)".into(), binary: binary.clone(), env: vec![] },
+        Variant { name: "flush on (default)".into(), binary: binary.clone(), env: vec![], tls: false },
         Variant {
             name: "BATON_FLUSH_BUDGET_MS=0".into(),
             binary: binary.clone(),
             env: vec![("BATON_FLUSH_BUDGET_MS", "0")],
+            tls: false,
         },
+        Variant { name: "models over TLS (reqwest)".into(), binary: binary.clone(), env: vec![], tls: true },
     ];
     // One baseline, or several separated as in `PATH`: each is named after its file.
     let baselines = std::env::var_os("BATON_BENCH_BASELINE").unwrap_or_default();
     for base in std::env::split_paths(&baselines).filter(|p| !p.as_os_str().is_empty()) {
         let file = base.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
-        variants.push(Variant { name: format!("baseline {file}"), binary: base, env: vec![] });
+        variants.push(Variant { name: format!("baseline {file}"), binary: base, env: vec![], tls: false });
     }
-    let mixed_servers = Servers::start(false).await;
-    let zero_servers = Servers::start(true).await;
+    let mixed_servers = Servers::start(false, false).await;
+    let zero_servers = Servers::start(true, false).await;
+    let mixed_tls = Servers::start(false, true).await;
+    let zero_tls = Servers::start(true, true).await;
     let ideal = ideal();
     println!(
         "== latency as a client sees it (release serve, scripted models and Forethought over HTTP, SSE client)"
@@ -589,14 +613,16 @@ async fn latency(turns: usize, zero_turns: usize) {
     let floor_per_wakeup = floor_cpu.div_f64(floor_wakeups.max(1.0));
     let mut mixed_figures = Vec::new();
     for v in &variants {
-        let serve = Serve::start(&v.binary, &mixed_servers, &v.env).await;
-        mixed_figures.push(mixed(&serve, &mixed_servers, turns).await);
+        let servers = if v.tls { &mixed_tls } else { &mixed_servers };
+        let serve = Serve::start(&v.binary, servers, &v.env).await;
+        mixed_figures.push(mixed(&serve, servers, turns).await);
     }
     let mut serves = Vec::new();
     for v in &variants {
-        serves.push(Serve::start(&v.binary, &zero_servers, &v.env).await);
+        let servers = if v.tls { &zero_tls } else { &zero_servers };
+        serves.push((Serve::start(&v.binary, servers, &v.env).await, servers));
     }
-    let zero = zero_latency(&serves, &zero_servers, zero_turns).await;
+    let zero = zero_latency(&serves, zero_turns).await;
     drop(serves);
     let all: Vec<Figures> = mixed_figures
         .into_iter()

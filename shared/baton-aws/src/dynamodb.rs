@@ -1,5 +1,5 @@
-//! The DynamoDB store: the production [`Store`], one table keyed as DESIGN.md §7 says (see
-//! [`baton::store`] for the items).
+//! The DynamoDB store: the production [`Store`], one table keyed as docs/storage.md ("DynamoDB
+//! (production)") says (see [`baton::store`] for the items).
 //!
 //! - Idempotency: the user message, its request-id marker and the episode touch are one
 //!   `TransactWriteItems`; the marker's put is conditional on the marker being absent (or

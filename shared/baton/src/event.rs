@@ -249,7 +249,8 @@ impl UsageRollup {
     }
 }
 
-/// One event of a chat turn. See DESIGN.md §3 for the meaning of each.
+/// One event of a chat turn. See docs/architecture.md, "The event protocol", for the meaning of
+/// each.
 ///
 /// `agent` names the source instance (`"shopping[1]"`), or `"orchestrator"` for the orchestrator's
 /// own output (preamble and fastpath text, its usage).
@@ -749,7 +750,7 @@ mod tests {
     /// An event is moved at every stream adapter it passes on its way to the client (about ten
     /// per sub-agent token). Up to 128 bytes the compiler moves it inline; past that, each move is
     /// a `memcpy` call, which was 4.5 % of `serve`'s CPU per turn at 152 bytes
-    /// (docs/benchmarks.md, step 10). A variant with a large field boxes it.
+    /// (docs/benchmarks-log.md, "Every event within 128 bytes"). A variant with a large field boxes it.
     #[test]
     fn an_event_stays_within_128_bytes() {
         assert!(std::mem::size_of::<Event>() <= 128, "{} bytes", std::mem::size_of::<Event>());

@@ -1,5 +1,6 @@
-//! Recording a turn (DESIGN.md §4 steps 1 and 8): the user message before the model call, the
-//! assistant messages after the turn, whatever happens to the client.
+//! Recording a turn (docs/architecture.md, "A turn, step by step"; docs/storage.md): the user
+//! message before the model call, the assistant messages after the turn, whatever happens to the
+//! client.
 //!
 //! [`History::begin`] records the user message (idempotent on the client's request id) and loads
 //! the recent history into the turn. [`History::record`] watches the turn's events pass on their

@@ -470,7 +470,8 @@ pub fn sse_body(
                 Ok(Some(event)) => {
                     // A buffer per chunk, handed over whole: between chunks an open stream keeps
                     // no buffer. (A buffer kept to split chunks off grew to 4 KiB per stream with
-                    // the first large event, and kept it: docs/benchmarks.md, step 9.)
+                    // the first large event, and kept it: docs/benchmarks-log.md, "Cleartext
+                    // HTTP/1.1 without hyper's client connection".)
                     let mut out = BytesMut::with_capacity(SSE_CHUNK_START_BYTES);
                     encode_sse_into(&mut out, seq, &event);
                     seq += 1;

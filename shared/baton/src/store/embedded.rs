@@ -64,7 +64,7 @@ pub const MAX_WAITING_WRITES: usize = 10_000;
 /// redb's page cache. Its default (1 GiB) lets a long-running `serve` grow with the store file;
 /// a turn reads a few recent messages of one episode, pages written moments before and still
 /// in the cache, so a small one serves it. Writes fill it: at 16 MiB, a burst of 1,000 turns
-/// kept 16 MB more resident for good (docs/benchmarks.md, step 9).
+/// kept 16 MB more resident for good (docs/benchmarks.md, "Memory per stream").
 pub const CACHE_BYTES: usize = 4 * 1024 * 1024;
 
 /// How long [`EmbeddedStore::open`] waits for a store file another process holds.

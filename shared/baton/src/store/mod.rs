@@ -1,4 +1,4 @@
-//! Conversation storage (DESIGN.md §7): the [`Store`] trait, its types, and the embedded store.
+//! Conversation storage (docs/storage.md): the [`Store`] trait, its types, and the embedded store.
 //!
 //! One logical table of items with two string keys, the same in every implementation:
 //!

@@ -38,11 +38,12 @@ pub fn rating_sinks(config: &crate::config::Config) -> Result<RatingSinks, Vendo
 
 /// Support through the Forethought Solve API.
 ///
-/// Continuity (DESIGN.md §7): the episode's stored conversation is continued (`PUT`) while it is
-/// younger than the configured window (55 minutes); an older one, or one Forethought no longer
-/// knows (404), is replaced by a new conversation (`POST`) whose query is prefixed with the
-/// episode's last support turns (6), and the new id is stored. The answer's conversation id is
-/// reported as a `response_id` event `ft_<conversation_id>`.
+/// Continuity (docs/agents.md, "Support: Forethought, or the offline help center"): the episode's
+/// stored conversation is continued (`PUT`) while it is younger than the configured window (55
+/// minutes); an older one, or one Forethought no longer knows (404), is replaced by a new
+/// conversation (`POST`) whose query is prefixed with the episode's last support turns (6), and
+/// the new id is stored. The answer's conversation id is reported as a `response_id` event
+/// `ft_<conversation_id>`.
 ///
 /// Prompts: a `button` or `form` component is shown as text (numbered options, listed fields)
 /// and sent as a `choices` event; the prompt is stored with the conversation. When the next

@@ -2,8 +2,9 @@
 //! the vendor's conversation id with its last-used time and the prompt its last answer left
 //! open, and the recent support turns.
 //!
-//! The continuity rule (DESIGN.md §7) lives in the agent, not here: an implementation only
-//! stores and returns values. Time comes from an injected [`Clock`], so tests move it by hand.
+//! The continuity rule (docs/agents.md, "Support: Forethought, or the offline help center") lives
+//! in the agent, not here: an implementation only stores and returns values. Time comes from an
+//! injected [`Clock`], so tests move it by hand.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
