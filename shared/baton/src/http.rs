@@ -581,10 +581,27 @@ impl ChatService {
             let episode = checked_id("episode_id", episode_id)?;
             require_json(headers)?;
             let key = crate::store::EpisodeKey::new(user, episode)?;
-            crate::rating::rate(self.history.store().as_ref(), &self.ratings, &key, body).await
+            let request: crate::rating::RatingRequest = serde_json::from_slice(body).map_err(|e| {
+                ApiError::new(
+                    StatusCode::BAD_REQUEST,
+                    "invalid_rating",
+                    format!("the body must be {{\"turn_id\"?: string, \"rating\": \"up\" | \"down\"}}: {e}"),
+                )
+            })?;
+            crate::rating::rate(self.history.store().as_ref(), &self.ratings, &key, request).await.map_err(
+                |e| match e {
+                    crate::rating::RatingError::NoRateableAnswer(_) => {
+                        ApiError::new(StatusCode::NOT_FOUND, "no_rateable_answer", e.to_string())
+                    }
+                    crate::rating::RatingError::NotSent(_) => {
+                        ApiError::new(StatusCode::BAD_GATEWAY, "rating_not_sent", e.to_string())
+                    }
+                    crate::rating::RatingError::Store(e) => e.into(),
+                },
+            )
         };
         match rated.await {
-            Ok(answer) => axum::Json(answer).into_response(),
+            Ok(rated) => axum::Json(rated).into_response(),
             Err(e) => e.into_response(),
         }
     }

@@ -11,14 +11,12 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use axum::http::StatusCode;
 use futures::future::BoxFuture;
 use serde::Deserialize;
 
 use crate::agent::BoxError;
 use crate::event::agent_name;
-use crate::http::ApiError;
-use crate::store::{EpisodeKey, Role, Store};
+use crate::store::{EpisodeKey, Role, Store, StoreError};
 
 /// The `answer_meta` key an agent puts the reference of a rateable answer under.
 pub const FEEDBACK_REF: &str = "feedback_ref";
@@ -60,48 +58,66 @@ impl RatingSinks {
     }
 }
 
+/// What a rating request asks: `{"turn_id"?: str, "rating": "up" | "down"}`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct RatingBody {
-    turn_id: Option<String>,
-    rating: Rating,
+pub struct RatingRequest {
+    /// The rated turn; the latest rateable answer of the episode when absent.
+    pub turn_id: Option<String>,
+    /// The rating.
+    pub rating: Rating,
 }
 
-/// Rates an answer of `key`'s episode as `body` asks; the JSON answer, or the error to send.
+/// The answer a rating was sent for.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Rated {
+    /// Always `sent`.
+    pub status: &'static str,
+    /// Its turn.
+    pub turn_id: String,
+    /// Its agent instance.
+    pub agent: String,
+}
+
+/// Why a rating was not sent. The HTTP edge answers 404 `no_rateable_answer`, 502
+/// `rating_not_sent`, or the store's error.
+#[derive(Debug, thiserror::Error)]
+pub enum RatingError {
+    /// The turn (or the episode) has no answer that can be rated.
+    #[error("{0} has no answer that can be rated")]
+    NoRateableAnswer(String),
+    /// The agent's vendor refused or failed.
+    #[error("the rating was not sent: {0}")]
+    NotSent(String),
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Sends `request`'s rating of an answer of `key`'s episode to its agent's sink.
 pub async fn rate(
     store: &dyn Store,
     sinks: &RatingSinks,
     key: &EpisodeKey,
-    body: &[u8],
-) -> Result<serde_json::Value, ApiError> {
-    let body: RatingBody = serde_json::from_slice(body).map_err(|e| {
-        ApiError::new(
-            StatusCode::BAD_REQUEST,
-            "invalid_rating",
-            format!("the body must be {{\"turn_id\"?: string, \"rating\": \"up\" | \"down\"}}: {e}"),
-        )
-    })?;
+    request: RatingRequest,
+) -> Result<Rated, RatingError> {
     let messages = store.recent_messages(key, SEARCHED_MESSAGES).await?;
     let rateable = messages
         .iter()
         .rev()
-        .filter(|m| m.role == Role::Assistant && body.turn_id.as_ref().is_none_or(|t| *t == m.turn_id));
+        .filter(|m| m.role == Role::Assistant && request.turn_id.as_ref().is_none_or(|t| *t == m.turn_id));
     let found = rateable.filter_map(|m| {
         let reference = m.meta.as_ref()?.get(FEEDBACK_REF)?.as_str()?;
         let sink = sinks.sinks.get(agent_name(&m.agent))?;
         Some((m, reference, sink))
     });
     let Some((message, reference, sink)) = found.into_iter().next() else {
-        let which = body.turn_id.map_or("this episode".to_owned(), |t| format!("turn `{t}`"));
-        return Err(ApiError::new(
-            StatusCode::NOT_FOUND,
-            "no_rateable_answer",
-            format!("{which} has no answer that can be rated"),
-        ));
+        let which = request.turn_id.map_or("this episode".to_owned(), |t| format!("turn `{t}`"));
+        return Err(RatingError::NoRateableAnswer(which));
     };
-    sink.rate(reference, body.rating).await.map_err(|e| {
+    sink.rate(reference, request.rating).await.map_err(|e| {
         tracing::warn!(agent = %message.agent, error = %e, "a rating was not sent");
-        ApiError::new(StatusCode::BAD_GATEWAY, "rating_not_sent", format!("the rating was not sent: {e}"))
+        RatingError::NotSent(e.to_string())
     })?;
-    Ok(serde_json::json!({"status": "sent", "turn_id": message.turn_id, "agent": message.agent}))
+    Ok(Rated { status: "sent", turn_id: message.turn_id.clone(), agent: message.agent.clone() })
 }
