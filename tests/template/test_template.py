@@ -155,8 +155,11 @@ def test_one_stage_and_the_function_invocable_only_from_it(mode):
         assert "StageName" not in deployment["Properties"], "a deployment with StageName makes a second stage"
     api_permissions = [p["Properties"] for p in stack.of_type("AWS::Lambda::Permission").values()
                        if p["Properties"]["Principal"] == "apigateway.amazonaws.com"]
-    assert len(api_permissions) == 1
-    assert api_permissions[0]["SourceArn"]["Fn::Sub"].endswith("${ChatApi}/v1/POST/chat")
+    # One permission per method that invokes the function, on the one stage, path parameters as `*`.
+    allowed = sorted(p["SourceArn"]["Fn::Sub"].split("${ChatApi}")[1] for p in api_permissions)
+    invoking = sorted(f"/v1/{method.upper()}{re.sub(r'{[^}]+}', '*', path)}"
+                      for path, method, spec, _ in api_methods(stack) if invokes_function(spec))
+    assert allowed == invoking == ["/v1/POST/chat", "/v1/POST/chat/*/csat"], (allowed, invoking)
 
 
 def test_changing_the_auth_mode_deploys_the_api_again(monkeypatch):
@@ -184,7 +187,11 @@ def test_cors_origins_reach_the_function_url_the_rest_preflight_and_the_function
     # What the web client sends (web/baton-client.js): its token, JSON, and the local user header.
     assert {"authorization", "content-type", "x-baton-user"} <= {h.lower() for h in cors["AllowHeaders"]}
     assert "x-baton-episode-id" in cors["ExposeHeaders"]
-    preflight = next(spec for p, m, spec, _ in api_methods(stack) if (p, m) == ("/chat", "options"))
+    methods = {(p, m): spec for p, m, spec, _ in api_methods(stack)}
+    posted = {p for p, m in methods if m == "post"}
+    assert posted == {"/chat", "/chat/{episode_id}/csat"}
+    assert all((p, "options") in methods for p in posted), "a preflight on every path the page posts to"
+    preflight = methods[("/chat", "options")]
     integration = preflight["x-amazon-apigateway-integration"]
     assert integration["type"] == "mock"
     answer = integration["responses"]["default"]
@@ -201,7 +208,7 @@ def test_cors_origins_reach_the_function_url_the_rest_preflight_and_the_function
 def test_without_origins_there_is_no_cors_and_no_preflight():
     stack = deployed()
     assert "Cors" not in stack.props("OrchestratorFunctionUrl")
-    assert [m for _, m, _, _ in api_methods(stack)] == ["post"]
+    assert [m for _, m, _, _ in api_methods(stack)] == ["post", "post"], "no OPTIONS method on any path"
     assert env(stack, "OrchestratorFunction").get("BATON_CORS_ORIGINS") == ""
 
 
