@@ -82,7 +82,7 @@ fn assert_whole_and_contiguous(events: &[Event], first: &str, second: &str) {
     assert_eq!(text_of(events, "support[1]"), SUPPORT_TEXT, "nothing lost or doubled");
     assert_eq!(text_of(events, "shopping[1]"), SHOP_TEXT, "nothing lost or doubled");
     assert_eq!(completed(events).0, Status::Ok);
-    assert!(!events.iter().any(|e| matches!(e, Event::SupportContent { .. })), "internal event leaked");
+    assert!(!events.iter().any(|e| matches!(e, Event::ContentEnd { .. })), "internal event leaked");
 }
 
 #[tokio::test]

@@ -381,7 +381,7 @@ pub struct StepDecision {
 pub struct StepCall {
     /// The call, with the arguments the tool gets.
     pub call: ToolCall,
-    /// Its user-visible content ends with a `support_content` boundary.
+    /// Its user-visible content ends with a `content_end` boundary.
     pub mark_content_end: bool,
 }
 

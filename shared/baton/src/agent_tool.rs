@@ -270,7 +270,7 @@ impl AgentTool {
 }
 
 /// The child's events filtered by its output mode, its answer collected; with
-/// `mark_content_end` its content ends with a `support_content` boundary.
+/// `mark_content_end` its content ends with a `content_end` boundary.
 fn child_events(
     tool: &AgentTool,
     instance: String,
@@ -302,7 +302,7 @@ fn child_events(
                 }
                 Event::AgentFinished { agent, .. } if *agent == instance && mark_content_end => {
                     // The boundary closes the child's content, before its end.
-                    yield Event::SupportContent { agent: instance.clone() };
+                    yield Event::ContentEnd { agent: instance.clone() };
                 }
                 _ => {}
             }

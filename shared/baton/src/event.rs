@@ -353,10 +353,11 @@ pub enum Event {
         /// Tokens it spent, summed over its model calls.
         usage: Usage,
     },
-    /// Internal: support content ends here in a mixed turn. History splits the assistant reply at
-    /// this point; it is never sent to clients.
-    SupportContent {
-        /// The support instance whose content just ended.
+    /// Internal: an agent's content ends here in a mixed turn (the call's
+    /// [`CallOptions::mark_content_end`](crate::tool::CallOptions::mark_content_end)). History splits
+    /// the assistant reply at this point; it is never sent to clients.
+    ContentEnd {
+        /// The instance whose content just ended.
         agent: String,
     },
     /// Internal: a routing rule repaired the model's routing (counted in the turn's metrics);
@@ -556,7 +557,7 @@ impl Event {
             Event::ToolCallEnd { .. } => "tool_call_end",
             Event::AgentStarted { .. } => "agent_started",
             Event::AgentFinished { .. } => "agent_finished",
-            Event::SupportContent { .. } => "support_content",
+            Event::ContentEnd { .. } => "content_end",
             Event::Repaired { .. } => "repaired",
             Event::Usage { .. } => "usage",
             Event::Error { .. } => "error",
@@ -584,7 +585,7 @@ impl Event {
             | Event::ToolCallEnd { agent, .. }
             | Event::AgentStarted { agent, .. }
             | Event::AgentFinished { agent, .. }
-            | Event::SupportContent { agent }
+            | Event::ContentEnd { agent }
             | Event::Repaired { agent, .. }
             | Event::Usage { agent, .. }
             | Event::Error { agent, .. }
@@ -601,12 +602,12 @@ impl Event {
     /// Whether the event is ordered content for the live slot (user-visible text and the support
     /// boundary that follows it), as opposed to progress that passes through at once.
     pub fn is_slot_content(&self) -> bool {
-        matches!(self, Event::Text { .. } | Event::SupportContent { .. })
+        matches!(self, Event::Text { .. } | Event::ContentEnd { .. })
     }
 
-    /// Whether clients may see this event (`support_content` and `repaired` are internal).
+    /// Whether clients may see this event (`content_end` and `repaired` are internal).
     pub fn is_client_visible(&self) -> bool {
-        !matches!(self, Event::SupportContent { .. } | Event::Repaired { .. })
+        !matches!(self, Event::ContentEnd { .. } | Event::Repaired { .. })
     }
 
     /// A `usage` event (not yet rolled up).
@@ -994,7 +995,7 @@ mod tests {
                 duration_ms: 5,
                 usage: Usage::tokens(1, 2),
             },
-            Event::SupportContent { agent: a() },
+            Event::ContentEnd { agent: a() },
             Event::Repaired { agent: a(), repair: "fastpath_rejected".into() },
             Event::usage(a(), "m", Usage::default()),
             Event::error(a(), "vendor_timeout", "slow", true),

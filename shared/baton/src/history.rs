@@ -14,8 +14,8 @@
 //!
 //! The reply is split into messages by speaker: the orchestrator's own text (preamble or
 //! fastpath answer), then each sub-agent instance's text, a new message starting whenever the
-//! speaking agent changes or at `support_content` (the support/shopping boundary of a mixed
-//! turn). Each message carries its agent's usage and status.
+//! speaking agent changes or at `content_end` (where the routing policy's follow-up agent's
+//! content ends in a mixed turn). Each message carries its agent's usage and status.
 
 use std::sync::Arc;
 
@@ -170,7 +170,7 @@ impl Drop for PendingReply {
 struct Segment {
     agent: String,
     content: String,
-    /// Closed by `support_content`: more text from the same agent starts a new message.
+    /// Closed by `content_end`: more text from the same agent starts a new message.
     closed: bool,
     /// What the agent reported about this answer (`answer_meta`, `choices`, `handoff`).
     meta: Option<serde_json::Map<String, serde_json::Value>>,
@@ -215,7 +215,7 @@ impl ReplyRecorder {
                 let into = self.meta_of(agent);
                 into.extend(meta.iter().map(|(k, v)| (k.clone(), v.clone())));
             }
-            Event::SupportContent { agent } => {
+            Event::ContentEnd { agent } => {
                 if let Some(last) = self.segments.iter_mut().rev().find(|s| s.agent == *agent) {
                     last.closed = true;
                 }
@@ -362,7 +362,7 @@ mod tests {
     }
 
     #[test]
-    fn a_mixed_turn_is_one_message_per_speaker_split_at_support_content() {
+    fn a_mixed_turn_is_one_message_per_speaker_split_at_content_end() {
         let messages = record(
             &[
                 Event::Thinking {},
@@ -372,7 +372,7 @@ mod tests {
                 Event::text("support[1]", "scan."),
                 usage("support[1]", 20),
                 finished("support[1]", Status::Ok),
-                Event::SupportContent { agent: "support[1]".into() },
+                Event::ContentEnd { agent: "support[1]".into() },
                 Event::text("shopping[1]", "Deals."),
                 usage("shopping[1]", 30),
                 finished("shopping[1]", Status::Error),
@@ -399,11 +399,11 @@ mod tests {
     }
 
     #[test]
-    fn support_content_closes_the_support_message_even_if_support_speaks_again() {
+    fn content_end_closes_the_message_even_if_its_agent_speaks_again() {
         let messages = record(
             &[
                 Event::text("support[1]", "a"),
-                Event::SupportContent { agent: "support[1]".into() },
+                Event::ContentEnd { agent: "support[1]".into() },
                 Event::text("support[1]", "b"),
             ],
             false,

@@ -792,12 +792,12 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn silence_gets_heartbeats_and_support_content_is_never_sent() {
+    async fn silence_gets_heartbeats_and_content_end_is_never_sent() {
         use crate::event::Event;
         let events: EventStream = Box::pin(async_stream::stream! {
             yield Event::Thinking {};
             tokio::time::sleep(Duration::from_millis(2500)).await;
-            yield Event::SupportContent { agent: "support[1]".into() };
+            yield Event::ContentEnd { agent: "support[1]".into() };
             yield Event::text("support[1]", "x");
         });
         let chunks: Vec<Bytes> = sse_body(events, Duration::from_secs(1)).map(|c| c.unwrap()).collect().await;

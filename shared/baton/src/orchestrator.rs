@@ -384,7 +384,7 @@ mod tests {
     async fn support_boundary_follows_support_text_in_a_mixed_turn_only() {
         let o = setup(mixed_calls(), Reply::text("help").into(), Reply::text("deals").into());
         let events: Vec<Event> = o.run_turn(turn("x")).collect().await;
-        let boundary = events.iter().position(|e| matches!(e, Event::SupportContent { .. })).unwrap();
+        let boundary = events.iter().position(|e| matches!(e, Event::ContentEnd { .. })).unwrap();
         let last_support_text = events
             .iter()
             .rposition(|e| matches!(e, Event::Text { agent, .. } if agent == "support[1]"))
@@ -397,7 +397,7 @@ mod tests {
             Reply::text("unused").into(),
         );
         let events: Vec<Event> = single.run_turn(turn("x")).collect().await;
-        assert!(!events.iter().any(|e| matches!(e, Event::SupportContent { .. })));
+        assert!(!events.iter().any(|e| matches!(e, Event::ContentEnd { .. })));
     }
 
     #[tokio::test]

@@ -63,7 +63,7 @@ pub struct RoutingSettings {
     pub agents: Vec<RoutedAgent>,
     /// The agent a short reply echoing its question goes back to, whose calls get the previous
     /// turn as prior context on an intent switch, and whose content ends with the
-    /// `support_content` boundary in a mixed turn (the reference `support`).
+    /// `content_end` boundary in a mixed turn (the reference `support`).
     pub followup: Option<String>,
     /// Where a direct answer the fastpath allowlist refuses is sent (the reference `shopping`).
     pub fallback: String,

@@ -279,7 +279,7 @@ pub struct CallOptions {
     /// Longest an ordinary tool call may take (an agent tool runs its instance under the
     /// agent's own timeout instead).
     pub timeout: Duration,
-    /// The call's user-visible content must end with a `support_content` boundary (set by the
+    /// The call's user-visible content must end with a `content_end` boundary (set by the
     /// routing policy for the follow-up agent of a mixed turn; tools without text ignore it).
     pub mark_content_end: bool,
 }
