@@ -87,7 +87,7 @@ fn orchestrator() -> Arc<Orchestrator> {
         agents: ["support", "shopping"]
             .map(|a| RoutedAgent { agent: a.into(), description: a.into() })
             .into(),
-        followup: Some("support".into()),
+        followup: Some(baton::routing::Followup::named("support")),
         fallback: "shopping".into(),
         categories: vec!["general".into()],
         guards: Default::default(),

@@ -247,7 +247,7 @@ async fn a_routing_entry_agent_recovers_a_dropped_call_its_intent_count_reveals(
         Reply::text("Checking both.").tool_call(
             "ask_billing",
             json!({"query": "where is my refund", "intent_count": 2,
-                                              "support_category": "refunds"}),
+                                              "billing_category": "refunds"}),
         ),
     );
     t.server.push(
@@ -265,13 +265,56 @@ async fn a_routing_entry_agent_recovers_a_dropped_call_its_intent_count_reveals(
     assert_eq!(asked(&t, "catalog"), "how much is the blue lamp");
     assert_eq!(text_of(&events, "billing[1]"), "Your refund left yesterday.");
     assert_eq!(text_of(&events, "catalog[1]"), "The blue lamp is 32 dollars.");
-    // The routing tools carry the policy's schema: billing's takes the configured categories.
+    // The routing tools carry the policy's schema: billing's takes the configured categories,
+    // under its own argument names (`<followup>_category`, `<followup>_summary` by default).
     let tools = t.server.requests_for("desk")[0].body["tools"].clone();
     let billing = tools.as_array().unwrap().iter().find(|t| t["function"]["name"] == "ask_billing").unwrap();
-    assert_eq!(
-        billing["function"]["parameters"]["properties"]["support_category"]["enum"],
-        json!(["invoices", "refunds"])
+    let properties = &billing["function"]["parameters"]["properties"];
+    assert_eq!(properties["billing_category"]["enum"], json!(["invoices", "refunds"]));
+    assert!(properties["billing_summary"].is_object(), "{properties}");
+    let catalog = tools.as_array().unwrap().iter().find(|t| t["function"]["name"] == "ask_catalog").unwrap();
+    let keys: Vec<&str> = catalog["function"]["parameters"]["properties"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(keys, ["query", "prior_context", "intent_count"], "only the follow-up tool takes them");
+}
+
+/// A team names its follow-up tool's extra arguments in `routing:`; the model sees those names,
+/// the guards check the category and cap the summary under them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_routing_entry_agent_uses_the_argument_names_its_config_declares() {
+    let team = ROUTING_TEAM.replace(
+        "      categories: [invoices, refunds]\n",
+        "      categories: [invoices, refunds]\n      category_argument: topic\n      summary_argument: gist\n",
     );
+    let t = Team::<baton_tests::stores::Embedded>::start(&team).await;
+    t.server.push(
+        "desk",
+        Reply::text("").tool_call(
+            "ask_billing",
+            json!({"query": "my invoice", "intent_count": 1, "topic": "invoices", "gist": "x".repeat(400)}),
+        ),
+    );
+    t.server.push("billing", Reply::text("Here is your invoice."));
+    let events = t.chat("my invoice").await;
+    assert_eq!(completed(&events).0, Status::Ok);
+    let tools = t.server.requests_for("desk")[0].body["tools"].clone();
+    let billing = tools.as_array().unwrap().iter().find(|t| t["function"]["name"] == "ask_billing").unwrap();
+    let properties = &billing["function"]["parameters"]["properties"];
+    assert_eq!(properties["topic"]["enum"], json!(["invoices", "refunds"]));
+    assert!(properties.get("billing_category").is_none(), "{properties}");
+    let sent = events
+        .iter()
+        .find_map(|e| match e {
+            Event::ToolCallStart { name, arguments, .. } if name == "ask_billing" => Some(arguments.clone()),
+            _ => None,
+        })
+        .expect("billing was called");
+    assert_eq!(sent["topic"], "invoices");
+    assert_eq!(sent["gist"].as_str().unwrap().chars().count(), 300, "the declared summary is capped");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -281,7 +324,7 @@ async fn a_routing_entry_agent_drops_a_category_outside_its_list() {
         "desk",
         Reply::text("").tool_call(
             "ask_billing",
-            json!({"query": "my invoice", "intent_count": 1, "support_category": "shipping"}),
+            json!({"query": "my invoice", "intent_count": 1, "billing_category": "shipping"}),
         ),
     );
     t.server.push("billing", Reply::text("Here is your invoice."));
@@ -292,7 +335,7 @@ async fn a_routing_entry_agent_drops_a_category_outside_its_list() {
         _ => None,
     });
     let sent = sent.expect("billing was called");
-    assert!(sent.get("support_category").is_none(), "{sent}");
+    assert!(sent.get("billing_category").is_none(), "{sent}");
     assert_eq!(text_of(&events, "billing[1]"), "Here is your invoice.");
 }
 

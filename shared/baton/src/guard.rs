@@ -3,10 +3,10 @@
 //! Pure functions over the model's planned calls, applied in this order by [`apply_guards`]:
 //! 1. **Duplicates**: the same tool with the same query counts once. This runs first, so a rule
 //!    that rewrites a call below finds the model's call once, with every field it gave.
-//! 2. **Echo follow-up**: a short reply that answers the previous support question (a yes or no,
-//!    the question's words, the thing it asked for; never a reply that asks something new) goes
-//!    to support. The model's own support call is kept (its `support_category`, summary, prior
-//!    context); only what the rule needs changes.
+//! 2. **Echo follow-up**: a short reply that answers the follow-up agent's previous question (a
+//!    pick of the options it offered, a yes or no, the question's words, the thing it asked for;
+//!    never a reply that asks something new) goes back to it. The model's own call to it is kept
+//!    (its category, summary, prior context); only what the rule needs changes.
 //! 3. **Fastpath allowlist**: a direct answer (no call) is kept only for smalltalk, recognised by
 //!    type ([`Lexicon::classify`]), with no image attached; anything else goes to the fallback
 //!    agent. (The routing policy first re-asks the model, echo replies included, see
@@ -24,7 +24,7 @@
 //! 6. **Prior context**: a support call after a turn that support did not answer (an intent switch)
 //!    gets the previous turn as `prior_context` when the model gave none; so does a call code
 //!    made for a refused direct answer after a switch.
-//! 7. `support_summary` is capped at 300 characters.
+//! 7. The follow-up tool's summary argument is capped at 300 characters.
 //!
 //! A rule that rewrites a call changes only the fields it must: every other argument the model
 //! gave reaches the agent. Each repair is reported as a [`GuardAction`], so routing mistakes are
@@ -90,7 +90,7 @@ impl PlannedCall {
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 #[serde(tag = "repair", rename_all = "snake_case")]
 pub enum GuardAction {
-    /// A short reply to a support question was sent to support.
+    /// A short reply to the follow-up agent's question was sent back to it.
     EchoFollowup,
     /// A direct answer to a message with an image of a known kind was replaced by a call of the
     /// agent that kind goes to.
@@ -131,9 +131,9 @@ pub enum GuardAction {
         /// The tool.
         tool: String,
     },
-    /// `support_summary` was cut to 300 characters.
+    /// The follow-up tool's summary argument was cut to 300 characters.
     SummaryCapped,
-    /// A `support_category` outside the configured list (or on a tool that takes none) was
+    /// A category outside the configured list (or on a tool that takes none) was
     /// dropped.
     CategoryDropped {
         /// The tool.
@@ -152,8 +152,8 @@ pub enum GuardAction {
     },
 }
 
-/// The longest `support_summary` kept.
-pub const SUPPORT_SUMMARY_MAX_CHARS: usize = 300;
+/// The longest summary argument kept.
+pub const SUMMARY_MAX_CHARS: usize = 300;
 
 /// Which routing tools the guards treat specially.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -163,6 +163,8 @@ pub struct Roles {
     pub followup_tool: Option<String>,
     /// The follow-up agent's name, as the previous turn's replies name it (`support`).
     pub followup_agent: Option<String>,
+    /// The follow-up tool's summary argument (`support_summary`), which the guards cap.
+    pub summary_argument: Option<String>,
     /// Where a refused direct answer goes (`ask_shopping`).
     pub fallback_tool: String,
     /// The fallback agent's name, as the previous turn's replies name it (`shopping`).
@@ -181,6 +183,7 @@ impl Roles {
         Roles {
             followup_tool: Some("ask_support".into()),
             followup_agent: Some("support".into()),
+            summary_argument: Some("support_summary".into()),
             fallback_tool: "ask_shopping".into(),
             fallback_agent: "shopping".into(),
             own_agent: "orchestrator".into(),
@@ -209,7 +212,7 @@ pub struct Guards {
     pub verbatim: bool,
     /// The follow-up agent gets the previous turn on a switch.
     pub prior_context: bool,
-    /// `support_summary` is capped.
+    /// The follow-up tool's summary argument is capped.
     pub summary_cap: bool,
 }
 
@@ -547,7 +550,8 @@ pub fn apply_guards(
             }
         }
         if call.prior_context.is_none() {
-            call.set_prior_context(format!("The support agent had asked: {question}"));
+            let agent = input.roles.followup_agent.as_deref().unwrap_or("follow-up");
+            call.set_prior_context(format!("The {agent} agent had asked: {question}"));
         }
         return finish(input, vec![call], actions, None);
     }
@@ -643,7 +647,9 @@ fn finish(
             }
         }
         if followup && input.guards.summary_cap {
-            cap_summary(call, &mut actions);
+            if let Some(argument) = input.roles.summary_argument.as_deref() {
+                cap_summary(call, argument, &mut actions);
+            }
         }
     }
     (calls, actions)
@@ -685,9 +691,9 @@ fn fill_prior_context(
     actions.push(GuardAction::PriorContextFilled { tool: call.tool.clone() });
 }
 
-fn cap_summary(call: &mut PlannedCall, actions: &mut Vec<GuardAction>) {
-    let Some(Value::String(summary)) = call.arguments.get_mut("support_summary") else { return };
-    if let Some((cut, _)) = summary.char_indices().nth(SUPPORT_SUMMARY_MAX_CHARS) {
+fn cap_summary(call: &mut PlannedCall, argument: &str, actions: &mut Vec<GuardAction>) {
+    let Some(Value::String(summary)) = call.arguments.get_mut(argument) else { return };
+    if let Some((cut, _)) = summary.char_indices().nth(SUMMARY_MAX_CHARS) {
         summary.truncate(cut);
         actions.push(GuardAction::SummaryCapped);
     }

@@ -4,8 +4,9 @@
 //! at once, and the sub-agents' answers are the turn's answer (no further model call).
 //!
 //! 1. The model is called with the routing tools `ask_<agent>` (query, prior_context,
-//!    intent_count; the follow-up agent's tool also takes support_category and
-//!    support_summary). Its text streams to the client at once (the preamble). For a message that
+//!    intent_count; the follow-up agent's tool also takes the category and summary arguments its
+//!    `routing:` config declares, `support_category` and `support_summary` in the reference). Its
+//!    text streams to the client at once (the preamble). For a message that
 //!    is not smalltalk, text after the first sentence is held until the model has finished: if it
 //!    turns out to be a direct answer the fastpath allowlist refuses, the held part is dropped.
 //! 2. **Failsafe**: if a call's `intent_count` exceeds the number of distinct calls, the model is
@@ -17,7 +18,7 @@
 //!    the fastpath guard send the message to the fallback agent.
 //! 4. The [`crate::guard`]s repair what code can check.
 //! 5. The calls' arguments are made valid for their tools: the guards' query and prior context,
-//!    an `intent_count` of at least 1, a `support_category` from the configured list (another is
+//!    an `intent_count` of at least 1, a category from the configured list (another is
 //!    dropped, and the repair logged).
 //!
 //! Which agents are intents, which one follow-ups and switches concern, where a refused direct
@@ -63,11 +64,12 @@ pub struct RoutingSettings {
     pub agents: Vec<RoutedAgent>,
     /// The agent a short reply echoing its question goes back to, whose calls get the previous
     /// turn as prior context on an intent switch, and whose content ends with the
-    /// `content_end` boundary in a mixed turn (the reference `support`).
-    pub followup: Option<String>,
+    /// `content_end` boundary in a mixed turn (the reference `support`), with its tool's extra
+    /// arguments.
+    pub followup: Option<Followup>,
     /// Where a direct answer the fastpath allowlist refuses is sent (the reference `shopping`).
     pub fallback: String,
-    /// The follow-up agent's `support_category` values.
+    /// The values of the follow-up agent's category argument.
     pub categories: Vec<String>,
     /// Which guards run.
     pub guards: Guards,
@@ -78,11 +80,39 @@ pub struct RoutingSettings {
     pub images: Vec<(ImageKind, String)>,
 }
 
+/// The follow-up agent and the extra arguments its routing tool takes, as the `routing:` config
+/// declares them (`category_argument`, `summary_argument`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Followup {
+    /// The agent.
+    pub agent: String,
+    /// The argument naming the category of the request (one of the configured categories).
+    pub category_argument: String,
+    /// The argument carrying a one-line summary of the request (capped by the guards).
+    pub summary_argument: String,
+}
+
+impl Followup {
+    /// `agent`, with the default argument names `<agent>_category` and `<agent>_summary`.
+    pub fn named(agent: &str) -> Followup {
+        Followup {
+            agent: agent.to_owned(),
+            category_argument: format!("{agent}_category"),
+            summary_argument: format!("{agent}_summary"),
+        }
+    }
+}
+
 impl RoutingSettings {
+    fn followup_agent(&self) -> Option<&str> {
+        self.followup.as_ref().map(|f| f.agent.as_str())
+    }
+
     fn roles(&self, own_agent: &str) -> Roles {
         Roles {
-            followup_tool: self.followup.as_deref().map(routing_tool_name),
-            followup_agent: self.followup.clone(),
+            followup_tool: self.followup_agent().map(routing_tool_name),
+            followup_agent: self.followup_agent().map(str::to_owned),
+            summary_argument: self.followup.as_ref().map(|f| f.summary_argument.clone()),
             fallback_tool: routing_tool_name(&self.fallback),
             fallback_agent: self.fallback.clone(),
             own_agent: agent_name(own_agent).to_owned(),
@@ -105,12 +135,15 @@ impl RoutingSettings {
             "query".into(),
             json!({"type": "string", "description": format!("The user's {agent} request, in their words.")}),
         );
-        if self.followup.as_deref() == Some(agent) {
-            properties.insert("support_category".into(), json!({"type": "string", "enum": self.categories}));
+        if let Some(followup) = self.followup.as_ref().filter(|f| f.agent == agent) {
             properties.insert(
-                "support_summary".into(),
-                json!({"type": "string", "maxLength": guard::SUPPORT_SUMMARY_MAX_CHARS,
-                       "description": "One-line summary of the support issue."}),
+                followup.category_argument.clone(),
+                json!({"type": "string", "enum": self.categories}),
+            );
+            properties.insert(
+                followup.summary_argument.clone(),
+                json!({"type": "string", "maxLength": guard::SUMMARY_MAX_CHARS,
+                       "description": format!("One-line summary of the {agent} issue.")}),
             );
         }
         properties.insert("prior_context".into(), prior_context);
@@ -324,7 +357,7 @@ impl RoutingPolicy {
 
 impl StepPolicy for RoutingPolicy {
     fn first_step(&self, model: Arc<dyn ChatModel>, input: StepInput) -> StepStream {
-        let followup = self.settings.followup.as_deref().map(routing_tool_name);
+        let followup = self.settings.followup_agent().map(routing_tool_name);
         let instance = input.instance.clone();
         Box::pin(self.route(model, input).flat_map(move |step| {
             // Each repair, as an internal event the turn counts (never sent to clients).
@@ -513,19 +546,20 @@ fn valid_arguments(settings: &RoutingSettings, calls: &mut [PlannedCall]) -> Vec
         if args.get("intent_count").and_then(Value::as_u64).is_none_or(|n| n < 1) {
             args.insert("intent_count".into(), json!(1));
         }
-        let followup = settings.followup.as_deref().map(routing_tool_name);
-        if let Some(category) = args.get("support_category").cloned() {
+        let Some(followup) = &settings.followup else { continue };
+        let is_followup = routing_tool_name(&followup.agent) == call.tool;
+        if let Some(category) = args.get(&followup.category_argument).cloned() {
             let known = category.as_str().is_some_and(|c| settings.categories.iter().any(|k| k == c));
-            if !known || followup.as_deref() != Some(call.tool.as_str()) {
-                args.remove("support_category");
+            if !known || !is_followup {
+                args.remove(&followup.category_argument);
                 actions.push(GuardAction::CategoryDropped {
                     tool: call.tool.clone(),
                     category: category.to_string(),
                 });
             }
         }
-        if followup.as_deref() != Some(call.tool.as_str()) {
-            args.remove("support_summary");
+        if !is_followup {
+            args.remove(&followup.summary_argument);
         }
     }
     actions
@@ -657,7 +691,7 @@ pub(crate) mod testing {
             agents: ["support", "shopping"]
                 .map(|a| RoutedAgent { agent: a.into(), description: format!("Ask {a}.") })
                 .into(),
-            followup: Some("support".into()),
+            followup: Some(Followup::named("support")),
             fallback: "shopping".into(),
             categories: vec!["missing_points".into(), "general".into()],
             guards: Guards::default(),

@@ -23,7 +23,7 @@ use crate::model::openai::{OpenAiChatModel, OpenAiConfig};
 use crate::model::responses::ResponsesModel;
 use crate::orchestrator::Orchestrator;
 use crate::remote::{AgentTransport, RemoteAgent};
-use crate::routing::{RoutedAgent, Router, RoutingPolicy, RoutingSettings, routing_tool};
+use crate::routing::{Followup, RoutedAgent, Router, RoutingPolicy, RoutingSettings, routing_tool};
 use crate::shopping::catalog::{Catalog, PurchaseHistory, SamplePurchases};
 use crate::shopping::tools::{
     GET_OFFER, GetOffer, PURCHASE_HISTORY, PurchaseHistoryTool, SEARCH_OFFERS, SearchOffers,
@@ -84,7 +84,14 @@ fn routing_settings(agents: &AgentsConfig, spec: &AgentSpec, routing: &RoutingSp
                 description: agents.tool_options(agents.get(name).expect("validated")).description,
             })
             .collect(),
-        followup: routing.followup.clone(),
+        followup: routing.followup.as_ref().map(|agent| Followup {
+            agent: agent.clone(),
+            category_argument: routing
+                .category_argument
+                .clone()
+                .unwrap_or_else(|| format!("{agent}_category")),
+            summary_argument: routing.summary_argument.clone().unwrap_or_else(|| format!("{agent}_summary")),
+        }),
         fallback: routing.fallback.clone(),
         categories: routing.categories.clone(),
         guards: routing

@@ -31,9 +31,11 @@
 //!     instruction: You route the user's requests to your agents.
 //!     agents: [support, shopping]
 //!     routing:
-//!       followup: support        # echo follow-ups, prior context on a switch, support_category
+//!       followup: support        # echo follow-ups, prior context on a switch, category and summary
 //!       fallback: shopping       # where a refused direct answer goes
 //!       categories: [missing_points, rewards]
+//!       category_argument: support_category   # default <followup>_category
+//!       summary_argument: support_summary     # default <followup>_summary
 //!       guards: [failsafe, echo_followup, fastpath, duplicates, overlap, verbatim, prior_context, summary_cap]
 //! ```
 //!
@@ -73,12 +75,18 @@ pub enum AgentKind {
 pub struct RoutingSpec {
     /// Where a direct answer the fastpath refuses goes: one of the agent's agents.
     pub fallback: String,
-    /// The agent follow-ups and switches concern, whose tool takes a `support_category`.
+    /// The agent follow-ups and switches concern, whose tool also takes a category and a summary.
     #[serde(default)]
     pub followup: Option<String>,
     /// The follow-up agent's categories (snake_case).
     #[serde(default)]
     pub categories: Vec<String>,
+    /// The name of the follow-up tool's category argument (default `<followup>_category`).
+    #[serde(default)]
+    pub category_argument: Option<String>,
+    /// The name of the follow-up tool's one-line summary argument (default `<followup>_summary`).
+    #[serde(default)]
+    pub summary_argument: Option<String>,
     /// Which guards run; all when not given.
     #[serde(default)]
     pub guards: Option<Vec<String>>,
@@ -509,6 +517,25 @@ impl AgentsConfig {
             c.is_empty() || !c.chars().all(|ch| ch.is_ascii_lowercase() || ch.is_ascii_digit() || ch == '_')
         }) {
             return err(format!("categories: `{bad}` must be snake_case"));
+        }
+        let declared = [
+            ("category_argument", &routing.category_argument),
+            ("summary_argument", &routing.summary_argument),
+        ];
+        for (field, name) in declared.iter().filter_map(|(f, n)| n.as_ref().map(|n| (f, n))) {
+            if routing.followup.is_none() {
+                return err(format!("{field}: only a routing with a `followup` agent has one"));
+            }
+            let snake = !name.is_empty()
+                && name.chars().all(|ch| ch.is_ascii_lowercase() || ch.is_ascii_digit() || ch == '_');
+            if !snake || ["query", "prior_context", "intent_count"].contains(&name.as_str()) {
+                return err(format!(
+                    "{field}: `{name}` must be a snake_case name other than query, prior_context and intent_count"
+                ));
+            }
+        }
+        if routing.category_argument.is_some() && routing.category_argument == routing.summary_argument {
+            return err("summary_argument: it must differ from category_argument".into());
         }
         if let Some(guards) = &routing.guards {
             crate::guard::Guards::only(guards)

@@ -539,6 +539,23 @@ mod tests {
         assert!(err.to_string().contains("snake_case") && err.to_string().contains("routing"), "{err}");
     }
 
+    #[test]
+    fn a_follow_up_argument_name_must_be_snake_case_free_and_distinct() {
+        let with = |from: &str, to: &str| {
+            let yaml = REFERENCE_CONFIG.replace(from, to);
+            assert_ne!(yaml, REFERENCE_CONFIG, "`{from}` is in the reference config");
+            Config::default().with_yaml(&yaml, "t.yaml").map(|_| ()).unwrap_err().to_string()
+        };
+        let err = with("category_argument: support_category", "category_argument: query");
+        assert!(err.contains("category_argument") && err.contains("`query`"), "{err}");
+        let err = with("summary_argument: support_summary", "summary_argument: Summary");
+        assert!(err.contains("summary_argument") && err.contains("snake_case"), "{err}");
+        let err = with("summary_argument: support_summary", "summary_argument: support_category");
+        assert!(err.contains("must differ"), "{err}");
+        let err = with("      followup: support\n", "");
+        assert!(err.contains("only a routing with a `followup` agent"), "{err}");
+    }
+
     const TEAM: &str = "\
 entry: lead
 max_depth: 2

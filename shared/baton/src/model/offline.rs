@@ -471,7 +471,7 @@ mod tests {
             agents: ["support", "shopping"]
                 .map(|a| crate::routing::RoutedAgent { agent: a.into(), description: String::new() })
                 .into(),
-            followup: Some("support".into()),
+            followup: Some(crate::routing::Followup::named("support")),
             fallback: "shopping".into(),
             categories: vec!["general".into()],
             guards: Default::default(),
