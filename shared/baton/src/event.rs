@@ -353,9 +353,9 @@ pub enum Event {
         /// Tokens it spent, summed over its model calls.
         usage: Usage,
     },
-    /// Internal: an agent's content ends here in a mixed turn (the call's
-    /// [`CallOptions::mark_content_end`](crate::tool::CallOptions::mark_content_end)). History splits
-    /// the assistant reply at this point; it is never sent to clients.
+    /// Internal: an agent's content ends here in a mixed turn (its call asked for the boundary
+    /// with `mark_content_end`). History splits the assistant reply at this point; it is never
+    /// sent to clients.
     ContentEnd {
         /// The instance whose content just ended.
         agent: String,
