@@ -545,6 +545,31 @@ mod tests {
     }
 
     #[test]
+    fn a_conversation_of_unknown_shape_is_corrupt_naming_its_agent() {
+        let key = EpisodeKey::new("u", "e").unwrap();
+        let mut item = encode_episode(&Episode::new(key.clone()), 1);
+        let fields = BTreeMap::from([("conversation_id".to_owned(), Attr::s("c"))]);
+        item.insert(
+            "conversations".into(),
+            Attr::M(BTreeMap::from([("helpdesk".to_owned(), Attr::M(fields))])),
+        );
+        let err = decode_episode(&key, &item).unwrap_err();
+        assert_eq!(
+            err,
+            StoreError::Corrupt {
+                key: "USER#u#EP#e / META".into(),
+                reason: "in `conversations.helpdesk`: `last_used_at` is missing".into()
+            }
+        );
+        item.insert("conversations".into(), Attr::s("c"));
+        assert!(decode_episode(&key, &item).unwrap_err().to_string().contains("`conversations` is a string"));
+        item.remove("conversations");
+        item.insert(LEGACY_CONVERSATION_ID.into(), Attr::s("c"));
+        let err = decode_episode(&key, &item).unwrap_err();
+        assert!(err.to_string().contains("must be set together"), "{err}");
+    }
+
+    #[test]
     fn a_bad_episode_version_is_corrupt() {
         let key = EpisodeKey::new("u", "e").unwrap();
         let mut item = encode_episode(&Episode::new(key.clone()), 1);
