@@ -14,7 +14,7 @@ use baton::event::{AgentUsage, Status, Usage};
 use baton::store::item::{Attr, Item};
 use baton::store::{
     DEFAULT_RETENTION, Episode, EpisodeKey, LeaseGrant, Recorded, Role, Store, StoreError, StoredMessage,
-    SupportConversation, new_turn_id, update_episode,
+    VendorConversation, new_turn_id, update_episode,
 };
 
 use crate::stores::{StoreHarness, test_clock};
@@ -45,6 +45,7 @@ macro_rules! store_contract_tests {
             a_lease_is_released_for_the_next_holder,
             concurrent_callers_are_granted_a_free_lease_once,
             an_episode_item_of_the_single_response_id_era_still_reads,
+            an_episode_item_of_the_single_conversation_era_still_reads,
         );
     };
     (@each $h:ty; $($name:ident),+ $(,)?) => {
@@ -267,7 +268,7 @@ pub async fn concurrent_episode_updates_lose_nothing<H: StoreHarness>() {
     }
 }
 
-/// The Forethought conversation and the shopping agent's response id are kept.
+/// Each agent's vendor conversation and response id are kept, by agent name.
 pub async fn vendor_state_round_trips<H: StoreHarness>() {
     let clock = test_clock();
     let h = H::start(clock.clone()).await;
@@ -275,11 +276,15 @@ pub async fn vendor_state_round_trips<H: StoreHarness>() {
     let k = key("alice", "e1");
     let used = store.clock().now_ms();
     let saved = update_episode(&*store, &k, |e| {
-        e.support = Some(SupportConversation {
+        let conversation = VendorConversation {
             conversation_id: "ft-123".into(),
             last_used_at: used,
             pending: Some(serde_json::json!({"text": "Pick one", "options": [{"label": "A", "value": "a"}]})),
-        });
+        };
+        e.conversations.insert("helpdesk".into(), conversation);
+        let other =
+            VendorConversation { conversation_id: "ft-456".into(), last_used_at: used, pending: None };
+        e.conversations.insert("billing".into(), other);
         e.response_ids = ids("catalog", "resp_abc");
         e.response_ids.insert("travel".into(), "resp_xyz".into());
     })
@@ -288,9 +293,11 @@ pub async fn vendor_state_round_trips<H: StoreHarness>() {
     clock.advance(Duration::from_secs(60));
     let read = store.episode(&k).await.unwrap().unwrap();
     assert_eq!(read, saved);
-    let support = read.support.unwrap();
-    assert_eq!(support.conversation_id, "ft-123");
-    assert_eq!(support.pending.unwrap()["options"][0]["value"], "a", "the open prompt is kept");
+    let helpdesk = &read.conversations["helpdesk"];
+    assert_eq!(helpdesk.conversation_id, "ft-123");
+    assert_eq!(helpdesk.pending.as_ref().unwrap()["options"][0]["value"], "a", "the open prompt is kept");
+    let billing = &read.conversations["billing"];
+    assert_eq!((billing.conversation_id.as_str(), &billing.pending), ("ft-456", &None), "one per agent");
     assert_eq!(read.response_ids["catalog"], "resp_abc");
     assert_eq!(read.response_ids["travel"], "resp_xyz", "one id per agent");
 }
@@ -520,7 +527,7 @@ pub async fn an_episode_item_of_the_single_response_id_era_still_reads<H: StoreH
     let episode = store.episode(&k).await.unwrap().unwrap();
     assert_eq!(episode.version, 3);
     assert_eq!(episode.response_ids, ids(baton::store::item::LEGACY_RESPONSE_AGENT, "resp_old"));
-    assert_eq!(episode.support.as_ref().unwrap().conversation_id, "ft-1");
+    assert_eq!(episode.conversations[baton::store::item::LEGACY_CONVERSATION_AGENT].conversation_id, "ft-1");
     let saved = update_episode(&*store, &k, |e| {
         e.response_ids.insert("travel".into(), "resp_new".into());
     })
@@ -529,4 +536,44 @@ pub async fn an_episode_item_of_the_single_response_id_era_still_reads<H: StoreH
     let read = store.episode(&k).await.unwrap().unwrap();
     assert_eq!(read, saved);
     assert_eq!(read.response_ids.len(), 2, "{:?}", read.response_ids);
+}
+
+/// An episode item written before vendor conversations were kept per agent (one `ft_*`
+/// conversation, with its open prompt) reads with that conversation under the agent it belonged
+/// to, and the next write moves it into `conversations` beside the new one.
+pub async fn an_episode_item_of_the_single_conversation_era_still_reads<H: StoreHarness>() {
+    let h = H::start(test_clock()).await;
+    let store = h.store();
+    let k = key("alice", "e1");
+    let now = store.clock().now_ms();
+    let old = Item::from([
+        ("created_at".to_owned(), Attr::n(now)),
+        ("updated_at".to_owned(), Attr::n(now)),
+        ("version".to_owned(), Attr::n(2)),
+        ("ft_conversation_id".to_owned(), Attr::s("ft-old")),
+        ("ft_last_used_at".to_owned(), Attr::n(now - 5)),
+        ("ft_pending".to_owned(), Attr::s(r#"{"text":"Pick one"}"#)),
+        ("ttl".to_owned(), Attr::n(4_000_000_000)),
+    ]);
+    h.put_raw(&k.pk(), "META", &old).await;
+    let legacy = baton::store::item::LEGACY_CONVERSATION_AGENT;
+    let episode = store.episode(&k).await.unwrap().unwrap();
+    assert_eq!(episode.version, 2);
+    let expected = VendorConversation {
+        conversation_id: "ft-old".into(),
+        last_used_at: now - 5,
+        pending: Some(serde_json::json!({"text": "Pick one"})),
+    };
+    assert_eq!(episode.conversations, [(legacy.to_owned(), expected.clone())].into());
+    let saved = update_episode(&*store, &k, |e| {
+        let new = VendorConversation { conversation_id: "ft-new".into(), last_used_at: now, pending: None };
+        e.conversations.insert("billing".into(), new);
+    })
+    .await
+    .unwrap();
+    let read = store.episode(&k).await.unwrap().unwrap();
+    assert_eq!(read, saved);
+    assert_eq!(read.conversations[legacy], expected, "the old conversation moved, prompt and all");
+    assert_eq!(read.conversations["billing"].conversation_id, "ft-new");
+    assert_eq!(read.version, 3);
 }

@@ -57,7 +57,7 @@ impl Rig {
     }
 
     async fn stored_id(&self) -> Option<String> {
-        self.sessions.conversation("u1", "ep1").await.unwrap().map(|c| c.conversation_id)
+        self.sessions.conversation("u1", "ep1", "support").await.unwrap().map(|c| c.conversation_id)
     }
 }
 
@@ -535,7 +535,10 @@ async fn a_conversation_ends_after_an_hour_without_activity_and_the_agent_starts
         [("POST".into(), None), ("PUT".into(), None), ("PUT".into(), Some(404)), ("POST".into(), None)]
     );
     assert_eq!(answer(&events), "three");
-    assert_eq!(sessions.conversation("u1", "ep1").await.unwrap().unwrap().conversation_id, "conv-2");
+    assert_eq!(
+        sessions.conversation("u1", "ep1", "support").await.unwrap().unwrap().conversation_id,
+        "conv-2"
+    );
 }
 
 #[tokio::test]

@@ -420,7 +420,8 @@ async fn the_next_turn_continues_the_stored_forethought_conversation<H: StoreHar
     s.ft.push(FtReply::text("Thanks, I re-queued it."));
     s.chat("alice", json!({"message": "my receipt didn't scan", "episode_id": "e1"})).await;
     let episode = s.store().episode(&EpisodeKey::new("alice", "e1").unwrap()).await.unwrap().unwrap();
-    assert_eq!(episode.support.map(|c| c.conversation_id).as_deref(), Some("conv-42"), "kept on the episode");
+    let conversation = episode.conversations.get("support").map(|c| c.conversation_id.as_str());
+    assert_eq!(conversation, Some("conv-42"), "kept on the episode, under the agent's name");
     s.chat("alice", json!({"message": "it was a Target receipt", "episode_id": "e1"})).await;
     let second = &s.ft.requests()[1];
     assert_eq!(second.method, "PUT", "continued, not started anew");

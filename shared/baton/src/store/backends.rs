@@ -1,6 +1,7 @@
-//! Agent state kept in the [`Store`]: the Forethought conversation (with the prompt its last
-//! answer left open) and the shopping agent's last Responses API id live on the episode item; the recent support turns are read back from the
-//! episode's stored messages (history already persists them, so recording a turn writes nothing).
+//! Agent state kept in the [`Store`]: each Forethought agent's conversation (with the prompt its
+//! last answer left open) and each agent's last Responses API id live on the episode item, by
+//! agent name; the recent support turns are read back from the episode's stored messages
+//! (history already persists them, so recording a turn writes nothing).
 
 use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
@@ -34,10 +35,11 @@ impl SupportSessions for StoreBackends {
         &'a self,
         user_id: &'a str,
         episode_id: &'a str,
+        agent: &'a str,
     ) -> BoxFuture<'a, Result<Option<SupportConversation>, BoxError>> {
         Box::pin(async move {
             let episode = self.store.episode(&key(user_id, episode_id)?).await?;
-            Ok(episode.and_then(|e| e.support).map(|c| SupportConversation {
+            Ok(episode.and_then(|mut e| e.conversations.remove(agent)).map(|c| SupportConversation {
                 conversation_id: c.conversation_id,
                 last_used_at: UNIX_EPOCH + Duration::from_millis(c.last_used_at),
                 // A prompt this version cannot read is no prompt: the next message is an
@@ -57,6 +59,7 @@ impl SupportSessions for StoreBackends {
         &'a self,
         user_id: &'a str,
         episode_id: &'a str,
+        agent: &'a str,
         conversation: SupportConversation,
     ) -> BoxFuture<'a, Result<(), BoxError>> {
         Box::pin(async move {
@@ -64,13 +67,13 @@ impl SupportSessions for StoreBackends {
                 Some(prompt) => Some(serde_json::to_value(prompt)?),
                 None => None,
             };
-            let saved = super::SupportConversation {
+            let saved = super::VendorConversation {
                 conversation_id: conversation.conversation_id,
                 last_used_at: epoch_ms(conversation.last_used_at),
                 pending,
             };
             update_episode(self.store.as_ref(), &key(user_id, episode_id)?, |e| {
-                e.support = Some(saved.clone())
+                e.conversations.insert(agent.to_owned(), saved.clone());
             })
             .await?;
             Ok(())
@@ -184,7 +187,7 @@ mod tests {
     async fn vendor_state_round_trips_through_the_episode() {
         let (_dir, store) = store().await;
         let b = StoreBackends::new(store);
-        assert_eq!(b.conversation("u", "e").await.unwrap(), None);
+        assert_eq!(b.conversation("u", "e", "helpdesk").await.unwrap(), None);
         let at = UNIX_EPOCH + Duration::from_millis(1_800_000_000_123);
         let prompt = crate::support::widget::Prompt {
             text: "pick".into(),
@@ -194,12 +197,16 @@ mod tests {
         };
         let saved =
             SupportConversation { conversation_id: "c1".into(), last_used_at: at, pending: Some(prompt) };
-        b.save_conversation("u", "e", saved.clone()).await.unwrap();
-        let got = b.conversation("u", "e").await.unwrap().unwrap();
+        b.save_conversation("u", "e", "helpdesk", saved.clone()).await.unwrap();
+        let got = b.conversation("u", "e", "helpdesk").await.unwrap().unwrap();
         assert_eq!(got, saved, "the id, its time and the open prompt come back");
         b.set_last_response_id("u", "e", "catalog", "resp_9".into()).await.unwrap();
         assert_eq!(b.last_response_id("u", "e", "catalog").await.unwrap().as_deref(), Some("resp_9"));
-        assert_eq!(b.conversation("u", "e").await.unwrap().unwrap().conversation_id, "c1", "both kept");
+        assert_eq!(
+            b.conversation("u", "e", "helpdesk").await.unwrap().unwrap().conversation_id,
+            "c1",
+            "both kept"
+        );
         assert_eq!(b.last_response_id("other", "e", "catalog").await.unwrap(), None, "scoped to the user");
     }
 
@@ -213,6 +220,22 @@ mod tests {
         assert_eq!(b.last_response_id("u", "e", "billing").await.unwrap().as_deref(), Some("resp_b2"));
         assert_eq!(b.last_response_id("u", "e", "travel").await.unwrap().as_deref(), Some("resp_t1"));
         assert_eq!(b.last_response_id("u", "e", "other").await.unwrap(), None);
+    }
+
+    #[tokio::test]
+    async fn two_agents_of_one_kind_keep_separate_conversations() {
+        let (_dir, store) = store().await;
+        let b = StoreBackends::new(store);
+        let at = UNIX_EPOCH + Duration::from_millis(1_800_000_000_000);
+        let conversation =
+            |id: &str| SupportConversation { conversation_id: id.into(), last_used_at: at, pending: None };
+        b.save_conversation("u", "e", "billing", conversation("c_b1")).await.unwrap();
+        b.save_conversation("u", "e", "travel", conversation("c_t1")).await.unwrap();
+        b.save_conversation("u", "e", "billing", conversation("c_b2")).await.unwrap();
+        let id = |c: Option<SupportConversation>| c.map(|c| c.conversation_id);
+        assert_eq!(id(b.conversation("u", "e", "billing").await.unwrap()).as_deref(), Some("c_b2"));
+        assert_eq!(id(b.conversation("u", "e", "travel").await.unwrap()).as_deref(), Some("c_t1"));
+        assert_eq!(b.conversation("u", "e", "other").await.unwrap(), None);
     }
 
     #[tokio::test]

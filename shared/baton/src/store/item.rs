@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::{Episode, EpisodeKey, MSG_PREFIX, Role, StoreError, StoredMessage, SupportConversation};
+use super::{Episode, EpisodeKey, MSG_PREFIX, Role, StoreError, StoredMessage, VendorConversation};
 use crate::event::{AgentUsage, Status, Usage, Usd};
 
 /// One attribute value.
@@ -137,6 +137,61 @@ impl<'a> Reader<'a> {
         Ok(ids)
     }
 
+    /// `conversations` (agent name → its vendor conversation), with a legacy item's single
+    /// conversation (`ft_*`) under its agent; a conversation in `conversations` wins over the
+    /// legacy one.
+    fn conversations(&self) -> Result<BTreeMap<String, VendorConversation>, StoreError> {
+        let mut conversations = BTreeMap::new();
+        let legacy = (self.opt_s(LEGACY_CONVERSATION_ID)?, self.opt_n(LEGACY_CONVERSATION_USED_AT)?);
+        match legacy {
+            (Some(id), Some(at)) => {
+                let pending = self.opt_json(LEGACY_CONVERSATION_PENDING)?.map(serde_json::Value::Object);
+                let conversation =
+                    VendorConversation { conversation_id: id.to_owned(), last_used_at: at, pending };
+                conversations.insert(LEGACY_CONVERSATION_AGENT.to_owned(), conversation);
+            }
+            (None, None) => {}
+            _ => {
+                return Err(self.corrupt(format!(
+                    "`{LEGACY_CONVERSATION_ID}` and `{LEGACY_CONVERSATION_USED_AT}` must be set together"
+                )));
+            }
+        }
+        match self.item.get("conversations") {
+            None | Some(Attr::Null(_)) => {}
+            Some(Attr::M(map)) => {
+                for (agent, conversation) in map {
+                    let Attr::M(fields) = conversation else {
+                        return Err(self.corrupt(format!(
+                            "`conversations.{agent}` is a {}, expected a map",
+                            conversation.kind()
+                        )));
+                    };
+                    let r = Reader { name: self.name.clone(), item: fields };
+                    let read = || -> Result<VendorConversation, StoreError> {
+                        Ok(VendorConversation {
+                            conversation_id: r.s("conversation_id")?.to_owned(),
+                            last_used_at: r.n("last_used_at")?,
+                            pending: r.opt_json("pending")?.map(serde_json::Value::Object),
+                        })
+                    };
+                    let conversation = read().map_err(|e| match e {
+                        StoreError::Corrupt { key, reason } => StoreError::Corrupt {
+                            key,
+                            reason: format!("in `conversations.{agent}`: {reason}"),
+                        },
+                        other => other,
+                    })?;
+                    conversations.insert(agent.clone(), conversation);
+                }
+            }
+            Some(other) => {
+                return Err(self.corrupt(format!("`conversations` is a {}, expected a map", other.kind())));
+            }
+        }
+        Ok(conversations)
+    }
+
     fn opt_usd(&self, attr: &str) -> Result<Option<Usd>, StoreError> {
         match self.item.get(attr) {
             None | Some(Attr::Null(_)) => Ok(None),
@@ -188,12 +243,22 @@ pub fn encode_episode(episode: &Episode, ttl: u64) -> Item {
     item.insert("created_at".into(), Attr::n(episode.created_at));
     item.insert("updated_at".into(), Attr::n(episode.updated_at));
     item.insert("version".into(), Attr::n(episode.version));
-    if let Some(support) = &episode.support {
-        item.insert("ft_conversation_id".into(), Attr::s(&support.conversation_id));
-        item.insert("ft_last_used_at".into(), Attr::n(support.last_used_at));
-        if let Some(pending) = &support.pending {
-            item.insert("ft_pending".into(), Attr::s(pending.to_string()));
-        }
+    if !episode.conversations.is_empty() {
+        let conversations = episode
+            .conversations
+            .iter()
+            .map(|(agent, c)| {
+                let mut fields = BTreeMap::from([
+                    ("conversation_id".to_owned(), Attr::s(&c.conversation_id)),
+                    ("last_used_at".to_owned(), Attr::n(c.last_used_at)),
+                ]);
+                if let Some(pending) = &c.pending {
+                    fields.insert("pending".to_owned(), Attr::s(pending.to_string()));
+                }
+                (agent.clone(), Attr::M(fields))
+            })
+            .collect();
+        item.insert("conversations".into(), Attr::M(conversations));
     }
     if !episode.response_ids.is_empty() {
         let ids = episode.response_ids.iter().map(|(agent, id)| (agent.clone(), Attr::s(id))).collect();
@@ -206,21 +271,12 @@ pub fn encode_episode(episode: &Episode, ttl: u64) -> Item {
 /// Decodes the episode item of `key`.
 pub fn decode_episode(key: &EpisodeKey, item: &Item) -> Result<Episode, StoreError> {
     let r = Reader { name: item_name(&key.pk(), super::META_SK), item };
-    let support = match (r.opt_s("ft_conversation_id")?, r.opt_n("ft_last_used_at")?) {
-        (Some(id), Some(at)) => Some(SupportConversation {
-            conversation_id: id.to_owned(),
-            last_used_at: at,
-            pending: r.opt_json("ft_pending")?.map(serde_json::Value::Object),
-        }),
-        (None, None) => None,
-        _ => return Err(r.corrupt("`ft_conversation_id` and `ft_last_used_at` must be set together")),
-    };
     Ok(Episode {
         key: key.clone(),
         created_at: r.n("created_at")?,
         updated_at: r.n("updated_at")?,
         version: r.n("version")?,
-        support,
+        conversations: r.conversations()?,
         response_ids: r.response_ids()?,
     })
 }
@@ -231,6 +287,16 @@ const LEGACY_RESPONSE_ID: &str = "shopping_response_id";
 
 /// The agent a legacy episode item's response id belongs to.
 pub const LEGACY_RESPONSE_AGENT: &str = "shopping";
+
+/// Items written before vendor conversations were kept per agent hold one, under these
+/// attributes: the conversation of the only agent that kept one then, named by
+/// [`LEGACY_CONVERSATION_AGENT`].
+const LEGACY_CONVERSATION_ID: &str = "ft_conversation_id";
+const LEGACY_CONVERSATION_USED_AT: &str = "ft_last_used_at";
+const LEGACY_CONVERSATION_PENDING: &str = "ft_pending";
+
+/// The agent a legacy episode item's vendor conversation belongs to.
+pub const LEGACY_CONVERSATION_AGENT: &str = "support";
 
 /// The item of `message`, expiring at `ttl`.
 pub fn encode_message(message: &StoredMessage, ttl: u64) -> Item {
@@ -438,13 +504,16 @@ mod tests {
         assert!(err.to_string().contains("`meta`"), "{err}");
         let key = EpisodeKey::new("u", "e").unwrap();
         let mut episode = Episode::new(key.clone());
-        episode.support = Some(SupportConversation {
+        let conversation = VendorConversation {
             conversation_id: "c".into(),
             last_used_at: 5,
             pending: Some(serde_json::json!({"text": "pick"})),
-        });
+        };
+        episode.conversations.insert("helpdesk".into(), conversation);
         let item = encode_episode(&episode, 1);
-        assert_eq!(item["ft_pending"], Attr::s(r#"{"text":"pick"}"#));
+        let Attr::M(conversations) = &item["conversations"] else { panic!("a map: {item:?}") };
+        let Attr::M(fields) = &conversations["helpdesk"] else { panic!("a map: {conversations:?}") };
+        assert_eq!(fields["pending"], Attr::s(r#"{"text":"pick"}"#));
         assert_eq!(decode_episode(&key, &item).unwrap(), episode);
     }
 
@@ -473,6 +542,31 @@ mod tests {
         assert!(decode_message("P", &sk, &item).unwrap_err().to_string().contains("`role` is missing"));
         let err = decode_message("P", "MSG#nope", &encode_message(&message(), 1)).unwrap_err();
         assert!(err.to_string().contains("P / MSG#nope"), "{err}");
+    }
+
+    #[test]
+    fn a_conversation_of_unknown_shape_is_corrupt_naming_its_agent() {
+        let key = EpisodeKey::new("u", "e").unwrap();
+        let mut item = encode_episode(&Episode::new(key.clone()), 1);
+        let fields = BTreeMap::from([("conversation_id".to_owned(), Attr::s("c"))]);
+        item.insert(
+            "conversations".into(),
+            Attr::M(BTreeMap::from([("helpdesk".to_owned(), Attr::M(fields))])),
+        );
+        let err = decode_episode(&key, &item).unwrap_err();
+        assert_eq!(
+            err,
+            StoreError::Corrupt {
+                key: "USER#u#EP#e / META".into(),
+                reason: "in `conversations.helpdesk`: `last_used_at` is missing".into()
+            }
+        );
+        item.insert("conversations".into(), Attr::s("c"));
+        assert!(decode_episode(&key, &item).unwrap_err().to_string().contains("`conversations` is a string"));
+        item.remove("conversations");
+        item.insert(LEGACY_CONVERSATION_ID.into(), Attr::s("c"));
+        let err = decode_episode(&key, &item).unwrap_err();
+        assert!(err.to_string().contains("must be set together"), "{err}");
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //!
 //! | item | `pk` | `sk` | attributes |
 //! |---|---|---|---|
-//! | episode | `USER#<user>#EP#<episode>` | `META` | `created_at`, `updated_at`, `version`, Forethought `ft_conversation_id`, `ft_last_used_at` and `ft_pending` (JSON text), `response_ids` (agent name → id), `ttl` |
+//! | episode | `USER#<user>#EP#<episode>` | `META` | `created_at`, `updated_at`, `version`, `conversations` (agent name → its vendor conversation: `conversation_id`, `last_used_at`, `pending` as JSON text), `response_ids` (agent name → id), `ttl` |
 //! | message | same | `MSG#<turn>#<seq>` | `role`, `agent`, `content`, `usage`, `status`, `created_at`, `meta` (JSON text, optional), `ttl` |
 //! | request | same | `REQ#<request id>` | `turn_id`, `ttl` (makes the user message idempotent) |
 //! | lease | same | `LEASE#<name>` | `holder`, `expires_at` (ms), `ttl` (serialises calls a vendor takes one at a time, [`lease`]) |
@@ -186,12 +186,13 @@ impl fmt::Display for EpisodeKey {
     }
 }
 
-/// The support vendor's (Forethought) conversation for an episode.
+/// An agent's conversation with its vendor in one episode: the vendor's id for it, when it was
+/// last used and the prompt its last answer left open.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SupportConversation {
-    /// Forethought's `conversation_id`.
+pub struct VendorConversation {
+    /// The vendor's id of the conversation.
     pub conversation_id: String,
-    /// When it was last used (ms); one older than Forethought's `continue_window` is not
+    /// When it was last used (ms); the agent decides how old a conversation may be and still be
     /// continued.
     pub last_used_at: u64,
     /// The prompt its last answer left open (the agent's own JSON), if any.
@@ -210,8 +211,9 @@ pub struct Episode {
     pub updated_at: u64,
     /// Optimistic-locking version: 0 for an episode not stored yet; every write adds one.
     pub version: u64,
-    /// The support vendor's conversation, once there is one.
-    pub support: Option<SupportConversation>,
+    /// Each agent's vendor conversation, by agent name: two agents of one kind keep separate
+    /// conversations.
+    pub conversations: BTreeMap<String, VendorConversation>,
     /// Each agent's last Responses API id (`previous_response_id` of its next call), by agent
     /// name: two agents on the Responses API keep separate server-side conversations.
     pub response_ids: BTreeMap<String, String>,
@@ -225,7 +227,7 @@ impl Episode {
             created_at: 0,
             updated_at: 0,
             version: 0,
-            support: None,
+            conversations: BTreeMap::new(),
             response_ids: BTreeMap::new(),
         }
     }
@@ -260,7 +262,7 @@ pub struct StoredMessage {
     pub seq: u32,
     /// Who said it.
     pub role: Role,
-    /// `user`, `orchestrator`, or the sub-agent instance (`support[1]`).
+    /// `user`, `orchestrator`, or the sub-agent instance (`researcher[1]`).
     pub agent: String,
     /// The text.
     pub content: String,

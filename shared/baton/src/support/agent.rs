@@ -123,7 +123,7 @@ impl Agent for ForethoughtAgent {
                     None
                 }
             };
-            let stored = sessions.conversation(&user, &episode).await.unwrap_or_else(|e| {
+            let stored = sessions.conversation(&user, &episode, &agent).await.unwrap_or_else(|e| {
                 tracing::warn!(error = %e, "cannot read the support conversation; starting a new one");
                 None
             });
@@ -256,7 +256,7 @@ impl Agent for ForethoughtAgent {
             meta.insert(FEEDBACK_REF.into(), Value::String(id.clone()));
             yield Event::AnswerMeta { agent: instance.clone(), meta: Box::new(meta) };
             let saved = SupportConversation { conversation_id: id, last_used_at: clock.now(), pending: prompt };
-            if let Err(e) = sessions.save_conversation(&user, &episode, saved).await {
+            if let Err(e) = sessions.save_conversation(&user, &episode, &agent, saved).await {
                 tracing::warn!(error = %e, "cannot store the support conversation");
             }
             if let Some(lease) = lease {

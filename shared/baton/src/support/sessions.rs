@@ -37,22 +37,26 @@ pub struct SupportTurn {
     pub answer: String,
 }
 
-/// Per-episode support state. Keys are the authenticated user and the episode; an implementation
-/// over the store keeps them on the episode record (`conversation_id` and its last-used time) and
-/// reads turns from the episode's support messages.
+/// Per-episode support state. Keys are the authenticated user and the episode, and for the
+/// conversation the agent's name too; an implementation over the store keeps the conversation on
+/// the episode record (under the agent's name) and reads turns from the episode's support
+/// messages.
 pub trait SupportSessions: Send + Sync {
-    /// The episode's Forethought conversation, if one was stored.
+    /// `agent`'s Forethought conversation in the episode, if one was stored (`agent` is the
+    /// agent's name, so two agents of this kind keep separate conversations).
     fn conversation<'a>(
         &'a self,
         user_id: &'a str,
         episode_id: &'a str,
+        agent: &'a str,
     ) -> BoxFuture<'a, Result<Option<SupportConversation>, BoxError>>;
 
-    /// Stores the episode's Forethought conversation (replacing any earlier one).
+    /// Stores `agent`'s Forethought conversation in the episode (replacing its earlier one).
     fn save_conversation<'a>(
         &'a self,
         user_id: &'a str,
         episode_id: &'a str,
+        agent: &'a str,
         conversation: SupportConversation,
     ) -> BoxFuture<'a, Result<(), BoxError>>;
 
@@ -89,7 +93,8 @@ pub trait SupportSessions: Send + Sync {
 
 #[derive(Debug, Default)]
 struct Episode {
-    conversation: Option<SupportConversation>,
+    /// By agent name.
+    conversations: HashMap<String, SupportConversation>,
     turns: Vec<SupportTurn>,
 }
 
@@ -117,8 +122,9 @@ impl SupportSessions for MemorySupportSessions {
         &'a self,
         user_id: &'a str,
         episode_id: &'a str,
+        agent: &'a str,
     ) -> BoxFuture<'a, Result<Option<SupportConversation>, BoxError>> {
-        let found = self.with(user_id, episode_id, |e| e.conversation.clone());
+        let found = self.with(user_id, episode_id, |e| e.conversations.get(agent).cloned());
         Box::pin(async move { Ok(found) })
     }
 
@@ -126,9 +132,10 @@ impl SupportSessions for MemorySupportSessions {
         &'a self,
         user_id: &'a str,
         episode_id: &'a str,
+        agent: &'a str,
         conversation: SupportConversation,
     ) -> BoxFuture<'a, Result<(), BoxError>> {
-        self.with(user_id, episode_id, |e| e.conversation = Some(conversation));
+        self.with(user_id, episode_id, |e| e.conversations.insert(agent.to_owned(), conversation));
         Box::pin(async { Ok(()) })
     }
 
