@@ -132,7 +132,7 @@ pub async fn start_endpoint_over(
     let url = format!("http://{}", listener.local_addr().expect("local addr"));
     let history = History::new(store, baton::history::DEFAULT_HISTORY_MESSAGES);
     let service = ChatService::new(orchestrator, history, config.limits, config.heartbeat);
-    let ratings = baton::support::agent::rating_sinks(config).expect("rating sinks build");
+    let ratings = baton::wiring::rating_sinks(config).expect("rating sinks build");
     let service = Arc::new(service.with_endpoint_limits(limits).with_ratings(ratings));
     let task = tokio::spawn(async move {
         let _ = baton::http::serve(listener, service, std::future::pending()).await;

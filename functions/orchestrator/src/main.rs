@@ -90,7 +90,7 @@ async fn run() -> std::process::ExitCode {
     };
     eprintln!("{}\n{}\n{store}", config.describe_models(), config.describe_support());
     let iam = lambda::is_iam(&auth);
-    let ratings = match baton::support::agent::rating_sinks(&config) {
+    let ratings = match baton::wiring::rating_sinks(&config) {
         Ok(ratings) => ratings,
         Err(e) => {
             eprintln!("error: {e}");

@@ -25,7 +25,7 @@ use std::time::Duration;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::config::retry::RetryConfig;
 use aws_sdk_dynamodb::config::timeout::TimeoutConfig;
-use aws_sdk_dynamodb::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
+use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{AttributeValue, CancellationReason, Delete, Put, TransactWriteItem, Update};
 use baton::store::item::{self, Attr, Item};
@@ -34,6 +34,7 @@ use baton::store::{
     StoreError, StoredMessage, is_expired, lease_sk, request_sk, ttl_after,
 };
 
+use crate::error::sdk_error;
 use crate::table::{PARTITION_KEY, SORT_KEY};
 
 /// DynamoDB allows at most this many actions in one transaction.
@@ -303,39 +304,6 @@ fn from_dynamo(pk: &str, sk: &str, raw: &HashMap<String, AttributeValue>) -> Res
 
 fn string_of(raw: &HashMap<String, AttributeValue>, attr: &str) -> Option<String> {
     raw.get(attr).and_then(|v| v.as_s().ok()).cloned()
-}
-
-/// Maps an SDK failure to a [`StoreError`]: transport failures, timeouts, throttling and 5xx
-/// are `Unavailable`; the rest `Failed`. Conditional-check failures are handled by the callers.
-pub(crate) fn sdk_error<E>(what: &str, e: SdkError<E>) -> StoreError
-where
-    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
-{
-    let message = match &e {
-        SdkError::TimeoutError(_) => {
-            format!("{what}: DynamoDB did not answer within the operation timeout (retries included)")
-        }
-        SdkError::DispatchFailure(_) => format!("{what}: cannot reach DynamoDB: {}", DisplayErrorContext(&e)),
-        _ => format!("{what}: {}", DisplayErrorContext(&e)),
-    };
-    let transient = match &e {
-        SdkError::DispatchFailure(_) | SdkError::TimeoutError(_) | SdkError::ResponseError(_) => true,
-        SdkError::ServiceError(ctx) => {
-            ctx.raw().status().is_server_error()
-                || matches!(
-                    ctx.err().code(),
-                    Some(
-                        "ThrottlingException"
-                            | "ProvisionedThroughputExceededException"
-                            | "RequestLimitExceeded"
-                            | "InternalServerError"
-                            | "TransactionInProgressException"
-                    )
-                )
-        }
-        _ => false,
-    };
-    if transient { StoreError::Unavailable(message) } else { StoreError::Failed(message) }
 }
 
 fn build(e: aws_sdk_dynamodb::error::BuildError) -> StoreError {

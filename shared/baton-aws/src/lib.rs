@@ -1,17 +1,20 @@
 //! AWS adapters for Baton.
 //!
 //! # Layout
-//! - [`table`]: the DynamoDB table's definition (keys, billing, TTL), the one place it is written
-//!   down in code, and [`table::create_table`], which tests and local setups use.
-//! - [`dynamodb`]: [`dynamodb::DynamoDbStore`], the production [`baton::store::Store`].
-//! - [`lambda_transport`]: remote agents over Lambda `InvokeWithResponseStream`.
-//! - [`secrets`]: Secrets Manager references resolved at init.
+//! Top to bottom: a module uses modules below it, never above
+//! (`python3 scripts/import_circles.py shared/baton-aws/src` checks it).
 //! - [`settings`]: [`settings::Settings`], the flags and environment variables every function
 //!   reads (the orchestrator's CLI flattens them; Lambda reads them from the environment alone).
 //! - [`agent_function`]: the Lambda handler of a remote agent (NDJSON out).
 //! - [`lambda_trace`]: an invocation's X-Ray parent, and its spans flushed before its response
 //!   ends.
 //! - [`runtime`]: keeps a function's event loop alive across a failed Runtime API call.
+//! - [`dynamodb`]: [`dynamodb::DynamoDbStore`], the production [`baton::store::Store`].
+//! - [`table`]: the DynamoDB table's definition (keys, billing, TTL), the one place it is written
+//!   down in code, and [`table::create_table`], which tests and local setups use.
+//! - [`lambda_transport`]: remote agents over Lambda `InvokeWithResponseStream`.
+//! - [`secrets`]: Secrets Manager references resolved at init.
+//! - `error`: how the AWS SDK's failures read as store errors.
 //!
 //! # Errors
 //! Store calls return [`baton::store::StoreError`]: connection failures, timeouts, throttling and
@@ -20,6 +23,7 @@
 
 pub mod agent_function;
 pub mod dynamodb;
+mod error;
 pub mod lambda_trace;
 pub mod lambda_transport;
 pub mod runtime;

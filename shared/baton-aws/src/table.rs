@@ -25,7 +25,7 @@ use aws_sdk_dynamodb::types::{
 };
 use baton::store::StoreError;
 
-use crate::dynamodb::sdk_error;
+use crate::error::sdk_error;
 
 /// The partition key attribute (a string).
 pub const PARTITION_KEY: &str = "pk";

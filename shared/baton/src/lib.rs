@@ -8,16 +8,17 @@
 //! In the order a chat turn's data flows, top to bottom: a module uses modules below it, never
 //! above (two adapters reach up, both leaves: `store::backends` keeps the agents' per-episode
 //! state in the store, and the offline model knows the shopping tool it impersonates a model
-//! for). `python3 scripts/import_circles.py shared/baton/src` finds no circle.
+//! for). `python3 scripts/import_circles.py shared/baton/src` finds no circle and no module
+//! that uses one listed above it.
 //! - [`http`]: the chat endpoint (validation, SSE body), shared by `serve` and the Lambda.
 //! - [`web`]: the browser chat page (`web/`), embedded and served at `GET /`.
 //! - [`auth`]: who is calling: IAM principal, verified JWT, or the local header.
 //! - [`history`]: records a turn: the user message before the model call, the reply after it,
 //!   `partial` when the client leaves.
-//! - [`orchestrator`]: one chat turn: `thinking`, the entry agent's run, `completed` (built here
-//!   only).
 //! - [`wiring`]: the composition root: builds models, agents, tools, the routing policy and
 //!   remote agents from a [`config::Config`], once, at start.
+//! - [`orchestrator`]: one chat turn: `thinking`, the entry agent's run, `completed` (built here
+//!   only).
 //! - [`config`]: one typed configuration (`config/baton.yaml` embedded as defaults), parsed and
 //!   validated with line-numbered errors; [`config::agents`] is the `agents:` list. It builds
 //!   nothing.
@@ -35,6 +36,7 @@
 //! - [`shopping`]: the shopping tools over the offer catalog and purchase history.
 //! - [`mini`]: mini-agents: an agent's opt-in fan-out of a multi-part request into parallel
 //!   focused tool loops (decomposer, minis, aggregator), a [`agent::ForkPolicy`].
+//! - [`rating`]: a user's thumbs up or down on a stored answer, sent to where the answer came from.
 //! - [`agent`]: the [`agent::Agent`] trait, the tool loop ([`agent::LlmAgent`]) with its
 //!   [`agent::StepPolicy`] and [`agent::ForkPolicy`] hooks, and [`agent::start_child`], the one place a child instance
 //!   starts.
@@ -52,7 +54,6 @@
 //! - [`text`]: words, content words and smalltalk: how the rules read a message.
 //! - [`image`]: an image attached to a message: its kind, description and URL, checked.
 //! - [`event`]: the wire protocol: the event enum, SSE and NDJSON encoding and decoding.
-//! - [`rating`]: a user's thumbs up or down on a stored answer, sent to where the answer came from.
 //! - [`outbound`]: the outgoing HTTP client of streamed answers (model servers, Forethought):
 //!   reqwest for `https` and HTTP/2, and cleartext HTTP/1.1 driven inside the body's own poll.
 //! - [`redact`]: vendor text made safe for a log line: an excerpt with secrets and tokens masked.

@@ -437,6 +437,23 @@ impl ToolCatalog {
     }
 }
 
+/// Where ratings of the configured support agents' answers go: Forethought's CSAT endpoint,
+/// for every in-process support agent when Forethought is configured; none otherwise (the
+/// offline help center's answers cannot be rated).
+pub fn rating_sinks(
+    config: &Config,
+) -> Result<crate::rating::RatingSinks, crate::support::forethought::VendorError> {
+    let mut sinks = crate::rating::RatingSinks::default();
+    let Some(ft) = &config.forethought else { return Ok(sinks) };
+    let client = Arc::new(crate::support::forethought::ForethoughtClient::new(ft.clone())?);
+    for agent in &config.agents.agents {
+        if agent.kind == AgentKind::Support && agent.remote.is_none() {
+            sinks.insert(agent.name.clone(), client.clone());
+        }
+    }
+    Ok(sinks)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

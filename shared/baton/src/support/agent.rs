@@ -15,26 +15,11 @@ use super::{SUPPORT_APOLOGY, SUPPORT_EMPTY};
 use crate::agent::{Agent, AgentRequest, with_prior_context};
 use crate::event::EventStream;
 use crate::event::{ChoiceField, ChoiceOption, Choices, Event, agent_name};
+use crate::rating::FEEDBACK_REF;
 use crate::store::lease::LeaseError;
 
 /// The pause before the one retry of a call Forethought refused as busy.
 const BUSY_RETRY_PAUSE: Duration = Duration::from_millis(500);
-use crate::rating::{FEEDBACK_REF, RatingSinks};
-
-/// Where ratings of the configured support agents' answers go: Forethought's CSAT endpoint,
-/// for every in-process support agent when Forethought is configured; none otherwise (the
-/// offline help center's answers cannot be rated).
-pub fn rating_sinks(config: &crate::config::Config) -> Result<RatingSinks, VendorError> {
-    let mut sinks = RatingSinks::default();
-    let Some(ft) = &config.forethought else { return Ok(sinks) };
-    let client = std::sync::Arc::new(ForethoughtClient::new(ft.clone())?);
-    for agent in &config.agents.agents {
-        if agent.kind == crate::config::agents::AgentKind::Support && agent.remote.is_none() {
-            sinks.insert(agent.name.clone(), client.clone());
-        }
-    }
-    Ok(sinks)
-}
 
 /// Support through the Forethought Solve API.
 ///
