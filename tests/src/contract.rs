@@ -507,6 +507,19 @@ pub async fn concurrent_callers_are_granted_a_free_lease_once<H: StoreHarness>()
     assert_eq!(granted, 1);
 }
 
+/// An episode item as an older version wrote it: created and updated at `now`, at `version`, with
+/// `attributes` beside them.
+fn old_episode_item<const N: usize>(now: u64, version: u64, attributes: [(&str, Attr); N]) -> Item {
+    let mut item = Item::from([
+        ("created_at".to_owned(), Attr::n(now)),
+        ("updated_at".to_owned(), Attr::n(now)),
+        ("version".to_owned(), Attr::n(version)),
+        ("ttl".to_owned(), Attr::n(4_000_000_000)),
+    ]);
+    item.extend(attributes.map(|(name, value)| (name.to_owned(), value)));
+    item
+}
+
 /// An episode item written before response ids were kept per agent (one `shopping_response_id`)
 /// reads with that id under the agent it belonged to, and the next write keeps it.
 pub async fn an_episode_item_of_the_single_response_id_era_still_reads<H: StoreHarness>() {
@@ -514,15 +527,15 @@ pub async fn an_episode_item_of_the_single_response_id_era_still_reads<H: StoreH
     let store = h.store();
     let k = key("alice", "e1");
     let now = store.clock().now_ms();
-    let old = Item::from([
-        ("created_at".to_owned(), Attr::n(now)),
-        ("updated_at".to_owned(), Attr::n(now)),
-        ("version".to_owned(), Attr::n(3)),
-        ("ft_conversation_id".to_owned(), Attr::s("ft-1")),
-        ("ft_last_used_at".to_owned(), Attr::n(now)),
-        ("shopping_response_id".to_owned(), Attr::s("resp_old")),
-        ("ttl".to_owned(), Attr::n(4_000_000_000)),
-    ]);
+    let old = old_episode_item(
+        now,
+        3,
+        [
+            ("ft_conversation_id", Attr::s("ft-1")),
+            ("ft_last_used_at", Attr::n(now)),
+            ("shopping_response_id", Attr::s("resp_old")),
+        ],
+    );
     h.put_raw(&k.pk(), "META", &old).await;
     let episode = store.episode(&k).await.unwrap().unwrap();
     assert_eq!(episode.version, 3);
@@ -546,15 +559,15 @@ pub async fn an_episode_item_of_the_single_conversation_era_still_reads<H: Store
     let store = h.store();
     let k = key("alice", "e1");
     let now = store.clock().now_ms();
-    let old = Item::from([
-        ("created_at".to_owned(), Attr::n(now)),
-        ("updated_at".to_owned(), Attr::n(now)),
-        ("version".to_owned(), Attr::n(2)),
-        ("ft_conversation_id".to_owned(), Attr::s("ft-old")),
-        ("ft_last_used_at".to_owned(), Attr::n(now - 5)),
-        ("ft_pending".to_owned(), Attr::s(r#"{"text":"Pick one"}"#)),
-        ("ttl".to_owned(), Attr::n(4_000_000_000)),
-    ]);
+    let old = old_episode_item(
+        now,
+        2,
+        [
+            ("ft_conversation_id", Attr::s("ft-old")),
+            ("ft_last_used_at", Attr::n(now - 5)),
+            ("ft_pending", Attr::s(r#"{"text":"Pick one"}"#)),
+        ],
+    );
     h.put_raw(&k.pk(), "META", &old).await;
     let legacy = baton::store::item::LEGACY_CONVERSATION_AGENT;
     let episode = store.episode(&k).await.unwrap().unwrap();

@@ -31,7 +31,7 @@ use aws_sdk_dynamodb::types::{AttributeValue, CancellationReason, Delete, Put, T
 use baton::store::item::{self, Attr, Item};
 use baton::store::{
     Clock, DEFAULT_RETENTION, Episode, EpisodeKey, LeaseGrant, META_SK, MSG_PREFIX, Recorded, Store,
-    StoreError, StoredMessage, is_expired, lease_sk, request_sk, ttl_after,
+    StoreError, StoredMessage, is_expired, lease_expiry, lease_sk, request_sk, ttl_after,
 };
 
 use crate::error::sdk_error;
@@ -577,7 +577,7 @@ impl Store for DynamoDbStore {
         ttl: Duration,
     ) -> Result<LeaseGrant, StoreError> {
         let now = self.clock.now_ms();
-        let expires_at = now.saturating_add(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX));
+        let expires_at = lease_expiry(now, ttl);
         let (pk, sk) = (key.pk(), lease_sk(name));
         let put = self
             .client

@@ -49,7 +49,7 @@ use redb::{Database, Durability, TableDefinition};
 use super::item::{self, Item};
 use super::{
     Clock, DEFAULT_RETENTION, Episode, EpisodeKey, LeaseGrant, META_SK, MSG_PREFIX, Recorded, Store,
-    StoreError, StoredMessage, is_expired, lease_sk, message_sk, request_sk, ttl_after,
+    StoreError, StoredMessage, is_expired, lease_expiry, lease_sk, message_sk, request_sk, ttl_after,
 };
 
 /// Flushes that run on the blocking pool at once. They take one lock in turn (redb runs one
@@ -657,7 +657,7 @@ impl Store for EmbeddedStore {
         ttl: Duration,
     ) -> Result<LeaseGrant, StoreError> {
         let now = self.clock.now_ms();
-        let expires_at = now.saturating_add(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX));
+        let expires_at = lease_expiry(now, ttl);
         let (pk, sk) = (key.pk(), lease_sk(name));
         // Not flushed: a lease lives as long as this process holds the file (one process at a
         // time), and one the file keeps after a crash has expired when it is read again.

@@ -439,6 +439,12 @@ pub fn ttl_after(now_ms: u64, retention: Duration) -> u64 {
     now_ms / 1000 + retention.as_secs()
 }
 
+/// When (ms since the epoch) a lease taken at `now_ms` for `ttl` expires; the far future for a
+/// `ttl` too long to add.
+pub fn lease_expiry(now_ms: u64, ttl: Duration) -> u64 {
+    now_ms.saturating_add(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX))
+}
+
 /// Whether an item with `ttl` has expired at `now_ms`.
 pub fn is_expired(ttl: u64, now_ms: u64) -> bool {
     ttl <= now_ms / 1000
