@@ -1,7 +1,8 @@
-//! `chat`: one turn in-process, recorded in the store, printed as it streams.
+//! `chat`: one turn in-process, started as the endpoint starts one (its span, recorded in the
+//! store), printed as it streams.
 
 use baton::history::History;
-use baton::orchestrator::Orchestrator;
+use baton::orchestrator::{Orchestrator, TurnOptions};
 use futures::StreamExt;
 
 use crate::cli;
@@ -12,16 +13,14 @@ pub(crate) async fn run(
     history: &History,
     chat: &cli::ChatArgs,
 ) -> std::process::ExitCode {
-    let mut turn = chat.turn();
-    let key = match history.begin(&mut turn, None).await {
-        Ok(key) => key,
+    let options = TurnOptions { history: Some((history, None)), deadline: None };
+    let mut events = match orchestrator.start(chat.turn(), options).await {
+        Ok(started) => started.events,
         Err(e) => {
             eprintln!("error: {e}");
             return std::process::ExitCode::FAILURE;
         }
     };
-    let turn_id = turn.turn_id.clone();
-    let mut events = history.record(key, turn_id, orchestrator.run_turn(turn));
     let mut out = render::Renderer::new(std::io::stdout().lock(), chat.raw);
     while let Some(event) = events.next().await {
         if let Err(e) = out.event(&event) {

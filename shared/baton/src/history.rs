@@ -2,15 +2,16 @@
 //! message before the model call, the assistant messages after the turn, whatever happens to the
 //! client.
 //!
-//! [`History::begin`] records the user message (idempotent on the client's request id) and loads
-//! the recent history into the turn. [`History::record`] watches the turn's events pass on their
-//! way to the client, in the client's own stream (no task or channel per turn in between): when
-//! the turn ends it saves the reply before releasing `completed`; when the client goes away (the
-//! stream is dropped) the turn is dropped with it, which cancels every model call, and what was
-//! produced is saved with status `partial`. A dropped stream cannot `.await` in `Drop`, so each
-//! save runs in a task of its own: the one at the end is awaited before `completed`, and a
-//! client that leaves while it runs does not cut it short; the one for a client that left is
-//! spawned by the drop.
+//! [`History::begin`] records the user message (idempotent on the client's request id) and reads
+//! the recent history the turn sees. [`History::reply`] is the turn's [`PendingReply`]: the turn
+//! (the orchestrator's turn) shows it each event on its way to the client, in the client's own
+//! stream (no task or channel per turn in between), and [`PendingReply::finish`] saves the reply
+//! before the turn builds `completed`, so a failed save is the turn's status everywhere. When the
+//! client goes away (the stream is dropped) the turn is dropped with it, which cancels every model
+//! call, and what was produced is saved with status `partial`. A dropped stream cannot `.await` in
+//! `Drop`, so each save runs in a task of its own: the one at the end is awaited before
+//! `completed`, and a client that leaves while it runs does not cut it short; the one for a
+//! client that left is spawned by the drop.
 //!
 //! The reply is split into messages by speaker: the orchestrator's own text (preamble or
 //! fastpath answer), then each sub-agent instance's text, a new message starting whenever the
@@ -19,12 +20,9 @@
 
 use std::sync::Arc;
 
-use futures::StreamExt;
-
 use crate::conversation::{PreviousTurn, PriorReply};
-use crate::event::EventStream;
 use crate::event::{Event, Status, UsageRollup, agent_name};
-use crate::orchestrator::{ORCHESTRATOR, TurnRequest};
+use crate::model::Message;
 use crate::store::{EpisodeKey, Recorded, Role, Store, StoreError, StoredMessage, model_history};
 
 /// How many stored messages a turn sees by default.
@@ -48,81 +46,61 @@ impl History {
         &self.store
     }
 
-    /// Loads the episode's recent history into `turn` and records its user message. History is
-    /// read first, so a store that cannot be read records nothing. A repeated `request_id`
-    /// records nothing and gives the turn its first turn id back, so the turn is answered again
-    /// (without its own earlier messages in its history) and its new reply replaces the old one.
+    /// Records the user message `message` of turn `turn_id` in `user`'s episode `episode` and
+    /// loads the episode's recent history. History is read first, so a store that cannot be read
+    /// records nothing. A repeated `request_id` records nothing and names the request's first turn
+    /// id, so the turn is answered again (without its own earlier messages in its history) and
+    /// its new reply replaces the old one.
     pub async fn begin(
         &self,
-        turn: &mut TurnRequest,
+        user: &str,
+        episode: &str,
+        turn_id: &str,
+        message: &str,
         request_id: Option<&str>,
-    ) -> Result<EpisodeKey, StoreError> {
-        let key = EpisodeKey::new(&turn.user_id, &turn.episode_id)?;
+    ) -> Result<Begun, StoreError> {
+        let key = EpisodeKey::new(user, episode)?;
         let mut stored =
             traced("recent_messages", self.store.recent_messages(&key, self.max_messages + 1)).await?;
-        let message = StoredMessage::user(&turn.turn_id, &turn.message, self.store.clock().now_ms());
-        if let Recorded::Duplicate { turn_id } =
-            traced("record_user_message", self.store.record_user_message(&key, &message, request_id)).await?
-        {
-            turn.turn_id = turn_id;
-        }
-        stored.retain(|m| m.turn_id != turn.turn_id);
+        let user_message = StoredMessage::user(turn_id, message, self.store.clock().now_ms());
+        let recorded = self.store.record_user_message(&key, &user_message, request_id);
+        let turn_id = match traced("record_user_message", recorded).await? {
+            Recorded::Duplicate { turn_id } => turn_id,
+            Recorded::New => turn_id.to_owned(),
+        };
+        stored.retain(|m| m.turn_id != turn_id);
         let skip = stored.len().saturating_sub(self.max_messages);
-        turn.history = model_history(&stored[skip..]);
-        turn.previous = previous_turn(&stored);
-        Ok(key)
+        let history = model_history(&stored[skip..]);
+        let previous = previous_turn(&stored);
+        Ok(Begun { key, turn_id, history, previous })
     }
 
-    /// Watches `events` (the turn `turn_id` of `key`) on their way to the client. The reply is
-    /// saved before `completed` is released; if saving fails the client gets an `error` event and
-    /// `completed` with status `error`. If the returned stream is dropped first (the client
-    /// left), the turn is dropped with it and what it had produced is saved as `partial`. The
-    /// saves run in the span current when this is called (the turn's).
-    pub fn record(&self, key: EpisodeKey, turn_id: String, events: EventStream) -> EventStream {
-        let mut reply = PendingReply {
-            store: self.store.clone(),
-            key,
-            turn_id,
-            recorder: ReplyRecorder::default(),
-            span: tracing::Span::current(),
-            open: true,
-        };
-        Box::pin(async_stream::stream! {
-            let mut events = events;
-            let mut completed = None;
-            while let Some(event) = events.next().await {
-                reply.recorder.observe(&event);
-                if matches!(event, Event::Completed { .. }) {
-                    completed = Some(event);
-                } else {
-                    yield event;
-                }
-            }
-            drop(events);
-            let saved = match reply.save(false) {
-                Some(save) => save.await.unwrap_or_else(|e| Err(StoreError::Failed(format!("the save task failed: {e}")))),
-                None => Err(StoreError::Failed("no runtime to save the reply on".into())),
-            };
-            let Some(mut completed) = completed else { return };
-            if let Err(e) = saved {
-                tracing::error!(episode = %reply.key, turn = %reply.turn_id, error = %e, "reply not saved");
-                if let Event::Completed { status, .. } = &mut completed {
-                    *status = Status::Error;
-                }
-                yield Event::error(
-                    ORCHESTRATOR,
-                    e.code(),
-                    format!("the answer could not be saved: {e}"),
-                    e.is_retryable(),
-                );
-            }
-            yield completed;
-        })
+    /// The reply of turn `turn_id` of `key`, whose entry agent is `entry`, to be saved once: by
+    /// [`PendingReply::finish`] when the turn ends, or as `partial` when it is dropped before (the
+    /// client left). Its saves run in `span` (the turn's).
+    pub fn reply(&self, key: EpisodeKey, turn_id: String, entry: &str, span: tracing::Span) -> PendingReply {
+        let recorder = ReplyRecorder { entry: Some(entry.to_owned()), ..ReplyRecorder::default() };
+        PendingReply { store: self.store.clone(), key, turn_id, recorder, span, open: true }
     }
 }
 
-/// The reply of a turn in progress, saved once: at the turn's end, or when it is dropped before.
-struct PendingReply {
+/// What [`History::begin`] recorded and read.
+#[derive(Debug)]
+pub struct Begun {
+    /// The episode.
+    pub key: EpisodeKey,
+    /// The turn's id: the one given, or the first turn of a repeated request id.
+    pub turn_id: String,
+    /// The recent messages, oldest first, as the model reads them.
+    pub history: Vec<Message>,
+    /// The previous turn's message and replies by agent, for the routing guards.
+    pub previous: Option<PreviousTurn>,
+}
+
+/// The reply of a turn in progress, saved once: at the turn's end ([`PendingReply::finish`]), or
+/// when it is dropped before (the client left: what was produced is saved as `partial`). A dropped
+/// reply cannot `.await` in `Drop`, so each save runs in a task of its own.
+pub struct PendingReply {
     store: Arc<dyn Store>,
     key: EpisodeKey,
     turn_id: String,
@@ -133,6 +111,23 @@ struct PendingReply {
 }
 
 impl PendingReply {
+    /// Takes one of the turn's events into account.
+    pub fn observe(&mut self, event: &Event) {
+        self.recorder.observe(event);
+    }
+
+    /// Saves the reply of a turn that ended with `status`, and waits for it. A caller that goes
+    /// away while it runs does not cut it short.
+    pub async fn finish(mut self, status: Status) -> Result<(), StoreError> {
+        self.recorder.completed = Some(status);
+        match self.save(false) {
+            Some(save) => save
+                .await
+                .unwrap_or_else(|e| Err(StoreError::Failed(format!("the save task failed: {e}")))),
+            None => Err(StoreError::Failed("no runtime to save the reply on".into())),
+        }
+    }
+
     /// Saves the reply so far in a task of its own (`hung_up`: the client left, so what had not
     /// finished is `partial`); `None` outside a Tokio runtime.
     fn save(&mut self, hung_up: bool) -> Option<tokio::task::JoinHandle<Result<(), StoreError>>> {
@@ -281,7 +276,7 @@ impl ReplyRecorder {
                 turn_id: turn_id.to_owned(),
                 seq: 1,
                 role: Role::Assistant,
-                agent: self.entry.clone().unwrap_or_else(|| ORCHESTRATOR.into()),
+                agent: self.entry.clone().unwrap_or_default(),
                 content: String::new(),
                 usage: Vec::new(),
                 status: if hung_up { Status::Partial } else { self.completed.unwrap_or(Status::Partial) },
@@ -334,6 +329,7 @@ async fn traced<T>(op: &'static str, call: impl std::future::Future<Output = T>)
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::orchestrator::ORCHESTRATOR;
     use crate::event::Usage;
 
     fn usage(agent: &str, n: u64) -> Event {

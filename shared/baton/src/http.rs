@@ -3,9 +3,10 @@
 //!
 //! Bad input is answered before the response starts, with a 4xx JSON body
 //! `{"error":{"code":..,"message":..}}`, and starts no model call and writes nothing. Then the
-//! user message is recorded and the history loaded ([`History::begin`]); a store that fails here
-//! gets a 5xx JSON error (503 `store_unavailable` when it cannot be reached). Once the stream
-//! starts, errors are in-band `error` events and the stream always ends with `completed`.
+//! turn starts ([`Orchestrator::start`]: the user message recorded, the history loaded); a store
+//! that fails here gets a 5xx JSON error (503 `store_unavailable` when it cannot be reached). Once
+//! the stream starts, errors are in-band `error` events and the stream always ends with
+//! `completed`.
 //!
 //! Every wait has a bound ([`EndpointLimits`]): a turn ends by its deadline (`completed` with
 //! status `partial`), a body must arrive within its read timeout, and `serve` closes a connection
@@ -19,7 +20,6 @@
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
-use tracing::Instrument;
 
 use axum::Router;
 use axum::body::{Body, Bytes};
@@ -37,7 +37,7 @@ use crate::config::RequestLimits;
 use crate::event::EventStream;
 use crate::event::{SSE_HEARTBEAT, encode_sse_into};
 use crate::history::History;
-use crate::orchestrator::{Orchestrator, TurnRequest};
+use crate::orchestrator::{Orchestrator, StartedTurn, TurnOptions, TurnRequest};
 use crate::store::{StoreError, new_turn_id};
 
 /// Header with the caller's user id in the unauthenticated local mode.
@@ -368,28 +368,20 @@ impl ChatService {
     ) -> Response {
         let turn_deadline = tokio::time::Instant::now() + self.endpoint.turn_deadline;
         let deadline = deadline.map_or(turn_deadline, |d| d.min(turn_deadline));
-        let ValidRequest { mut turn, request_id } = match self.validate(caller, headers, body) {
+        let ValidRequest { turn, request_id } = match self.validate(caller, headers, body) {
             Ok(valid) => valid,
             Err(e) => return e.into_response(),
         };
-        // The turn's span first: its history reads and writes are in it.
-        let span = self.orchestrator.turn_span(&turn);
-        let begun = self.history.begin(&mut turn, request_id.as_deref()).instrument(span.clone()).await;
-        let key = match begun {
-            Ok(key) => key,
-            Err(e) => {
-                tracing::error!(episode = %turn.episode_id, user = %turn.user_id, error = %e, "user message not recorded");
-                return ApiError::from(e).into_response();
-            }
+        let options = TurnOptions {
+            history: Some((&self.history, request_id.as_deref())),
+            deadline: Some(deadline),
         };
-        tracing::info!(episode = %turn.episode_id, turn = %turn.turn_id, user = %turn.user_id, "chat turn");
-        let episode = HeaderValue::from_str(&turn.episode_id).expect("checked id is a valid header");
-        let turn_id = HeaderValue::from_str(&turn.turn_id).expect("uuid is a valid header");
-        let id = turn.turn_id.clone();
-        // A repeated request id gives the turn its first id back.
-        span.record("baton.turn_id", id.as_str());
-        let events = self.orchestrator.run_turn_in(turn, Some(deadline), span.clone());
-        let events = span.in_scope(|| self.history.record(key, id, events));
+        let StartedTurn { episode_id, turn_id, events } = match self.orchestrator.start(turn, options).await {
+            Ok(started) => started,
+            Err(e) => return ApiError::from(e).into_response(),
+        };
+        let episode = HeaderValue::from_str(&episode_id).expect("checked id is a valid header");
+        let turn_id = HeaderValue::from_str(&turn_id).expect("uuid is a valid header");
         let mut response = Response::new(Body::from_stream(sse_body(events, self.heartbeat)));
         let h = response.headers_mut();
         h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));

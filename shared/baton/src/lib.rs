@@ -13,12 +13,13 @@
 //! - [`http`]: the chat endpoint (validation, SSE body), shared by `serve` and the Lambda.
 //! - [`web`]: the browser chat page (`web/`), embedded and served at `GET /`.
 //! - [`auth`]: who is calling: IAM principal, verified JWT, or the local header.
-//! - [`history`]: records a turn: the user message before the model call, the reply after it,
-//!   `partial` when the client leaves.
 //! - [`wiring`]: the composition root: builds models, agents, tools, the routing policy and
 //!   remote agents from a [`config::Config`], once, at start.
-//! - [`orchestrator`]: one chat turn: `thinking`, the entry agent's run, `completed` (built here
-//!   only).
+//! - [`orchestrator`]: one chat turn, started in one place for `serve`, the Lambda and `chat`:
+//!   its span, the user message recorded, `thinking`, the entry agent's run, the reply recorded,
+//!   `completed` (built here only, with the one status the client, metrics and trace see).
+//! - [`history`]: records a turn: the user message before the model call, the reply before
+//!   `completed`, `partial` when the client leaves.
 //! - [`config`]: one typed configuration (`config/baton.yaml` embedded as defaults), parsed and
 //!   validated with line-numbered errors; [`config::agents`] is the `agents:` list. It builds
 //!   nothing.

@@ -1,11 +1,12 @@
-//! One chat turn (docs/architecture.md, "A turn, step by step"): `thinking`, the entry agent's
-//! run, and `completed` last, always. This module builds `completed` (status, duration, usage per
+//! One chat turn (docs/architecture.md, "A turn, step by step"), started in one place,
+//! [`Orchestrator::start`], for `serve`, the Lambda function and `chat`: the turn's span, the user
+//! message recorded ([`crate::history`]), `thinking`, the entry agent's run, the reply recorded,
+//! and `completed` last, always. This module builds `completed` (status, duration, usage per
 //! agent name) and nothing else does.
 //!
 //! The entry agent is any [`Agent`]: in the reference configuration an [`crate::agent::LlmAgent`]
-//! named `orchestrator` whose routing policy ([`crate::routing`]) dispatches to its agents
-//! `ask_support` and `ask_shopping`; in a team's configuration the team's own entry agent. The
-//! turn does not know which.
+//! named `orchestrator` whose routing policy ([`crate::routing`]) dispatches to its agents; in a
+//! team's configuration the team's own entry agent. The turn does not know which.
 //!
 //! Usage: every `usage` event gets its per-name roll-up (`agent_total`) on the way out and
 //! `completed` carries usage per agent name and model. Each `usage` event keeps its instance's
@@ -17,19 +18,25 @@
 //! `cost_usd`. A [`TurnReporter`] (the CloudWatch EMF line in Lambda) gets the turn's figures
 //! once `completed` is built.
 //!
-//! Status: the entry agent's own (`agent_finished`): `error` when it reported an error of its
-//! own (a failed model call, or a sub-agent whose answer was part of its answer and failed),
-//! `partial` when the turn was cut at its deadline.
+//! Status, one for the client, the span and the reporter: the entry agent's own
+//! (`agent_finished`): `error` when it reported an error of its own (a failed model call, or a
+//! sub-agent whose answer was part of its answer and failed), `partial` when the turn was cut at
+//! its deadline; then `error` if the reply could not be saved. A turn whose client left is
+//! `partial` to the span and the reporter (the client sees nothing more).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures::StreamExt;
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use crate::agent::{Agent, AgentRequest, run_instance};
 use crate::conversation::PreviousTurn;
-use crate::event::{Event, EventStream, Status, UsageRollup};
+use crate::event::{AgentUsage, Event, EventStream, Status, UsageRollup};
+use crate::history::{History, PendingReply};
 use crate::model::Message;
+use crate::store::StoreError;
 use crate::telemetry::cost::{Pricer, Prices};
 use crate::telemetry::{TurnReport, TurnReporter};
 use crate::tool::Instances;
@@ -137,25 +144,71 @@ impl Orchestrator {
         &self.entry
     }
 
-    /// Runs one turn. The stream always ends with `completed` unless it is dropped first; dropping
-    /// it cancels the model calls and every sub-agent.
-    pub fn run_turn(self: &Arc<Self>, turn: TurnRequest) -> EventStream {
-        self.run_turn_until(turn, None)
-    }
-
-    /// Runs one turn that must end by `deadline` (a Lambda function's, or `serve`'s turn limit):
-    /// when it comes, whatever is still running is dropped (cancelling its model calls) and the
-    /// turn ends with an `error` (`deadline_exceeded`) and `completed` with status `partial`, the
-    /// usage seen so far and the turn's ids.
-    pub fn run_turn_until(self: &Arc<Self>, turn: TurnRequest, deadline: Option<Instant>) -> EventStream {
+    /// Starts one turn: the one way a turn starts (`serve` and the Lambda function through the
+    /// chat endpoint, and `chat`). In order: the turn's span (`turn <entry>`, a child of the
+    /// request's `traceparent`); with a history, the user message recorded and the recent history
+    /// read, in that span; the entry agent's run; its reply saved; and `completed` last. The
+    /// status `completed` carries is the one the span and the [`TurnReporter`] get, decided once
+    /// the reply is saved: a reply that could not be saved is an `error` event and an `error`
+    /// turn for the client, the metrics and the trace alike.
+    ///
+    /// The stream always ends with `completed` unless it is dropped first (the client left):
+    /// dropping it cancels the model calls and every sub-agent, saves what was produced as
+    /// `partial`, and records and reports the turn `partial`. With a deadline, whatever still
+    /// runs when it comes is dropped and the turn ends with an `error` (`deadline_exceeded`) and
+    /// `completed` with status `partial`, the usage seen so far and the turn's ids.
+    ///
+    /// A store that fails before the run is the `Err`: nothing ran, and the span and the reporter
+    /// see an `error` turn.
+    pub async fn start(
+        self: &Arc<Self>,
+        mut turn: TurnRequest,
+        options: TurnOptions<'_>,
+    ) -> Result<StartedTurn, StoreError> {
         let span = self.turn_span(&turn);
-        self.run_turn_in(turn, deadline, span)
+        let reply = match options.history {
+            None => None,
+            Some((history, request_id)) => {
+                let begun = history
+                    .begin(&turn.user_id, &turn.episode_id, &turn.turn_id, &turn.message, request_id)
+                    .instrument(span.clone())
+                    .await;
+                let begun = match begun {
+                    Ok(begun) => begun,
+                    Err(e) => {
+                        tracing::error!(parent: &span, episode = %turn.episode_id, user = %turn.user_id,
+                            error = %e, "user message not recorded");
+                        let mut tally = Tally::new(self.clone(), &turn, span);
+                        tally.first_byte = turn.received.elapsed();
+                        tally.errors = 1;
+                        tally.close(Status::Error);
+                        return Err(e);
+                    }
+                };
+                // A repeated request id gives the turn its first id back.
+                span.record("baton.turn_id", begun.turn_id.as_str());
+                turn.turn_id = begun.turn_id;
+                turn.history = begun.history;
+                turn.previous = begun.previous;
+                Some(history.reply(begun.key, turn.turn_id.clone(), self.entry.name(), span.clone()))
+            }
+        };
+        tracing::info!(parent: &span, episode = %turn.episode_id, turn = %turn.turn_id,
+            user = %turn.user_id, "chat turn");
+        let (episode_id, turn_id) = (turn.episode_id.clone(), turn.turn_id.clone());
+        let events = self.run(turn, options.deadline, reply, span);
+        Ok(StartedTurn { episode_id, turn_id, events })
     }
 
-    /// The span of `turn` (`turn <entry>`), a child of its `traceparent` when it has one. The
-    /// endpoint makes it before it reads the history, so that the turn's store operations are
-    /// in it too, and hands it to [`Orchestrator::run_turn_in`].
-    pub fn turn_span(&self, turn: &TurnRequest) -> tracing::Span {
+    /// [`Orchestrator::start`] with no history and no deadline, which needs no `.await`: for
+    /// tests and benchmarks of the turn alone.
+    pub fn run_turn(self: &Arc<Self>, turn: TurnRequest) -> EventStream {
+        let span = self.turn_span(&turn);
+        self.run(turn, None, None, span)
+    }
+
+    /// The span of `turn` (`turn <entry>`), a child of its `traceparent` when it has one.
+    fn turn_span(&self, turn: &TurnRequest) -> tracing::Span {
         let span = tracing::info_span!(
             "turn",
             otel.name = %format_args!("turn {}", self.entry.name()),
@@ -173,27 +226,23 @@ impl Orchestrator {
         span
     }
 
-    /// [`Orchestrator::run_turn_until`] in `span` (from [`Orchestrator::turn_span`]).
-    pub fn run_turn_in(
+    /// The turn's events in `span`: `thinking`, the entry agent's run (cut at `deadline`), the
+    /// reply saved, `completed`.
+    fn run(
         self: &Arc<Self>,
         turn: TurnRequest,
         deadline: Option<Instant>,
+        reply: Option<PendingReply>,
         span: tracing::Span,
     ) -> EventStream {
         let this = self.clone();
+        let mut tally = Tally::new(self.clone(), &turn, span.clone());
         let events = Box::pin(async_stream::stream! {
-            let started = Instant::now();
-            let received = turn.received;
+            let mut reply = reply;
+            tally.started = Instant::now();
             yield Event::Thinking {};
-            let first_byte = received.elapsed();
-            let mut first_text = None;
-            let (episode_id, turn_id) = (turn.episode_id.clone(), turn.turn_id.clone());
-            let instance = this.entry.name().to_owned();
-            let mut body = run_instance(&*this.entry, instance.clone(), turn.entry_request(), None);
-            let mut rollup = UsageRollup::default();
-            let mut status = Status::Error;
-            let mut errors = 0u32;
-            let mut repairs = 0u32;
+            tally.first_byte = tally.received.elapsed();
+            let mut body = run_instance(&*this.entry, tally.entry.clone(), turn.entry_request(), None);
             let expired = async move {
                 match deadline {
                     Some(deadline) => tokio::time::sleep_until(deadline).await,
@@ -206,14 +255,9 @@ impl Orchestrator {
                     biased;
                     event = body.next() => match event {
                         Some(mut event) => {
-                            this.pricer.price(&mut event);
-                            rollup.observe(&mut event);
-                            match &event {
-                                Event::AgentFinished { agent, status: s, .. } if *agent == instance => status = *s,
-                                Event::Text { .. } if first_text.is_none() => first_text = Some(received.elapsed()),
-                                Event::Error { .. } => errors += 1,
-                                Event::Repaired { .. } => repairs += 1,
-                                _ => {}
+                            tally.observe(&mut event);
+                            if let Some(reply) = reply.as_mut() {
+                                reply.observe(&event);
                             }
                             yield event;
                         }
@@ -221,50 +265,157 @@ impl Orchestrator {
                     },
                     () = &mut expired => {
                         drop(body);
-                        tracing::warn!(episode = %episode_id, turn = %turn_id, "turn cut at its deadline");
+                        tracing::warn!(episode = %tally.episode_id, turn = %tally.turn_id, "turn cut at its deadline");
+                        tally.errors += 1;
+                        tally.status = Status::Partial;
                         yield Event::error(ORCHESTRATOR, "deadline_exceeded",
                             "the turn reached its time limit; what was produced so far is kept", true);
-                        errors += 1;
-                        status = Status::Partial;
                         break;
                     }
                 }
             }
-            let completed = Event::Completed {
-                episode_id,
-                turn_id,
-                status,
-                model: this.model.clone(),
-                duration_ms: started.elapsed().as_millis() as u64,
-                usage: rollup.totals,
-            };
-            if let Event::Completed { status, usage, .. } = &completed {
-                record_turn(*status, usage);
+            let mut status = tally.status;
+            if let Some(reply) = reply.take() {
+                if let Err(e) = reply.finish(status).await {
+                    tracing::error!(episode = %tally.episode_id, turn = %tally.turn_id, error = %e, "reply not saved");
+                    tally.errors += 1;
+                    status = Status::Error;
+                    yield Event::error(
+                        ORCHESTRATOR,
+                        e.code(),
+                        format!("the answer could not be saved: {e}"),
+                        e.is_retryable(),
+                    );
+                }
             }
-            if let (Some(reporter), Event::Completed { episode_id, turn_id, status, usage, .. }) =
-                (&this.reporter, &completed)
-            {
-                reporter.report(&TurnReport {
-                    episode_id,
-                    turn_id,
-                    status: *status,
-                    duration: received.elapsed(),
-                    first_byte,
-                    first_text,
-                    errors,
-                    repairs,
-                    usage,
-                });
-            }
-            yield completed;
+            yield tally.close(status);
         });
         crate::telemetry::trace::traced(span, events)
     }
 }
 
-/// Records the turn's outcome on its span (the current one).
-fn record_turn(status: Status, usage: &[crate::event::AgentUsage]) {
-    let span = tracing::Span::current();
+/// How [`Orchestrator::start`] runs a turn.
+#[derive(Clone, Copy, Default)]
+pub struct TurnOptions<'a> {
+    /// Where the turn is recorded, with the client's id for this request (idempotent retries):
+    /// the user message before the run, the reply before `completed`. None: not recorded.
+    pub history: Option<(&'a History, Option<&'a str>)>,
+    /// When the turn must end (a Lambda invocation's, or the endpoint's turn limit).
+    pub deadline: Option<Instant>,
+}
+
+/// A turn that has started: its ids (the turn's may be an earlier turn's, for a repeated request
+/// id) and its events.
+pub struct StartedTurn {
+    /// The conversation.
+    pub episode_id: String,
+    /// The turn.
+    pub turn_id: String,
+    /// `thinking` first, `completed` last.
+    pub events: EventStream,
+}
+
+/// A turn's figures as it runs, and its one final status: [`Tally::close`] builds `completed`
+/// and gives the span and the reporter the same status; a turn dropped before that (the client
+/// left) is recorded and reported `partial` when its tally is dropped.
+struct Tally {
+    orchestrator: Arc<Orchestrator>,
+    span: tracing::Span,
+    /// The entry agent's instance.
+    entry: String,
+    episode_id: String,
+    turn_id: String,
+    received: Instant,
+    started: Instant,
+    first_byte: Duration,
+    first_text: Option<Duration>,
+    rollup: UsageRollup,
+    /// The entry agent's status (`agent_finished`), `partial` once cut at the deadline.
+    status: Status,
+    errors: u32,
+    repairs: u32,
+    closed: bool,
+}
+
+impl Tally {
+    fn new(orchestrator: Arc<Orchestrator>, turn: &TurnRequest, span: tracing::Span) -> Tally {
+        Tally {
+            entry: orchestrator.entry.name().to_owned(),
+            orchestrator,
+            span,
+            episode_id: turn.episode_id.clone(),
+            turn_id: turn.turn_id.clone(),
+            received: turn.received,
+            started: Instant::now(),
+            first_byte: Duration::ZERO,
+            first_text: None,
+            rollup: UsageRollup::default(),
+            status: Status::Error,
+            errors: 0,
+            repairs: 0,
+            closed: false,
+        }
+    }
+
+    /// Prices and rolls up `event`, and counts it.
+    fn observe(&mut self, event: &mut Event) {
+        self.orchestrator.pricer.price(event);
+        self.rollup.observe(event);
+        match &*event {
+            Event::AgentFinished { agent, status, .. } if *agent == self.entry => self.status = *status,
+            Event::Text { .. } if self.first_text.is_none() => self.first_text = Some(self.received.elapsed()),
+            Event::Error { .. } => self.errors += 1,
+            Event::Repaired { .. } => self.repairs += 1,
+            _ => {}
+        }
+    }
+
+    /// Ends the turn with `status`: on the span, to the reporter, and as `completed`.
+    fn close(&mut self, status: Status) -> Event {
+        self.closed = true;
+        let usage = std::mem::take(&mut self.rollup.totals);
+        self.publish(status, &usage);
+        Event::Completed {
+            episode_id: self.episode_id.clone(),
+            turn_id: self.turn_id.clone(),
+            status,
+            model: self.orchestrator.model.clone(),
+            duration_ms: self.started.elapsed().as_millis() as u64,
+            usage,
+        }
+    }
+
+    /// Records the turn's outcome on its span and hands its figures to the reporter.
+    fn publish(&self, status: Status, usage: &[AgentUsage]) {
+        record_turn(&self.span, status, usage);
+        if let Some(reporter) = &self.orchestrator.reporter {
+            reporter.report(&TurnReport {
+                episode_id: &self.episode_id,
+                turn_id: &self.turn_id,
+                status,
+                duration: self.received.elapsed(),
+                first_byte: self.first_byte,
+                first_text: self.first_text,
+                errors: self.errors,
+                repairs: self.repairs,
+                usage,
+            });
+        }
+    }
+}
+
+impl Drop for Tally {
+    fn drop(&mut self) {
+        if !self.closed {
+            tracing::info!(parent: &self.span, episode = %self.episode_id, turn = %self.turn_id,
+                "the turn was dropped before it completed (the client left)");
+            self.publish(Status::Partial, &self.rollup.totals);
+        }
+    }
+}
+
+/// Records the turn's outcome on `span`.
+fn record_turn(span: &tracing::Span, status: Status, usage: &[AgentUsage]) {
     if span.is_disabled() {
         return;
     }
@@ -297,6 +448,11 @@ mod tests {
 
     fn turn(message: &str) -> TurnRequest {
         TurnRequest::new("ep", "t1", "u", message)
+    }
+
+    async fn until(o: &Arc<Orchestrator>, turn: TurnRequest, deadline: Instant) -> Vec<Event> {
+        let options = TurnOptions { history: None, deadline: Some(deadline) };
+        o.start(turn, options).await.unwrap().events.collect().await
     }
 
     fn setup(orchestrator: Reply, support: Reply, shopping: Reply) -> Arc<Orchestrator> {
@@ -440,8 +596,7 @@ mod tests {
             Reply::text("fast deals").into(),
         );
         let deadline = Instant::now() + Duration::from_secs(3);
-        let events: Vec<Event> =
-            o.run_turn_until(turn("my receipt and coffee"), Some(deadline)).collect().await;
+        let events: Vec<Event> = until(&o, turn("my receipt and coffee"), deadline).await;
         assert!(events.iter().any(|e| matches!(e, Event::Error { code, .. } if code == "deadline_exceeded")));
         let Some(Event::Completed { status, usage, turn_id, .. }) = events.last() else {
             panic!("{events:?}")
@@ -457,7 +612,7 @@ mod tests {
     async fn a_turn_within_its_deadline_is_untouched() {
         let o = setup(mixed_calls(), Reply::text("help").into(), Reply::text("deals").into());
         let deadline = Instant::now() + Duration::from_secs(3);
-        let events: Vec<Event> = o.run_turn_until(turn("x"), Some(deadline)).collect().await;
+        let events: Vec<Event> = until(&o, turn("x"), deadline).await;
         assert!(matches!(events.last(), Some(Event::Completed { status: Status::Ok, .. })));
         assert!(!events.iter().any(|e| matches!(e, Event::Error { .. })));
     }
