@@ -2,20 +2,33 @@
 //! loopback, the OpenAI client against the scripted model server, the embedded store): each line
 //! is checked against the EMF specification's structure, and its values against the turn.
 //! <https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/CloudWatch_Embedded_Metric_Format_Specification.html>
+//!
+//! Then one status everywhere: a turn whose reply cannot be saved, whose user message cannot be
+//! saved, or whose client leaves has the same status in what the client sees, the EMF line and
+//! the turn span.
 
 use std::io::Write;
-use std::sync::{Arc, Mutex};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
 
 use baton::config::Config;
-use baton::event::Event;
+use baton::event::{Event, Status};
 use baton::http::EndpointLimits;
 use baton::model::scripted::{Reply, ScriptedServer};
+use baton::store::{Episode, EpisodeKey, LeaseGrant, Recorded, Store, StoreError, StoredMessage};
 use baton::telemetry::emf::EmfReporter;
 use baton::wiring::Backends;
 use baton_tests::stores::{Embedded, StoreHarness, test_clock};
-use baton_tests::{Endpoint, open_stream_as, scripted_config, start_endpoint_over};
+use baton_tests::{Endpoint, ORCH, open_stream_as, scripted_config, start_endpoint_over, wait_until};
 use futures::StreamExt;
 use serde_json::{Value, json};
+use tracing::field::{Field, Visit};
+use tracing::span::{Attributes, Id, Record};
+use tracing_subscriber::Layer;
+use tracing_subscriber::layer::{Context, SubscriberExt};
+use tracing_subscriber::registry::LookupSpan;
+use tracing_subscriber::util::SubscriberInitExt;
 
 /// What the reporter wrote, shared with the test.
 #[derive(Clone, Default)]
@@ -222,4 +235,243 @@ async fn the_routing_rules_repairs_are_counted_and_stay_off_the_wire() {
     let lines = captured.lines();
     let emf = assert_valid_emf(&lines[0]);
     assert_eq!(emf["GuardRepairs"].as_u64(), Some(2), "the re-ask and the fallback: {emf}");
+}
+
+/// The embedded store, except that the writes chosen fail as a store that cannot be reached does.
+struct Failing {
+    inner: Arc<dyn Store>,
+    user_message: bool,
+    reply: bool,
+}
+
+fn outage() -> StoreError {
+    StoreError::Unavailable("the test cut the store off".into())
+}
+
+#[async_trait::async_trait]
+impl Store for Failing {
+    fn clock(&self) -> &dyn baton::store::Clock {
+        self.inner.clock()
+    }
+
+    async fn episode(&self, key: &EpisodeKey) -> Result<Option<Episode>, StoreError> {
+        self.inner.episode(key).await
+    }
+
+    async fn save_episode(&self, episode: &Episode) -> Result<Episode, StoreError> {
+        self.inner.save_episode(episode).await
+    }
+
+    async fn record_user_message(
+        &self,
+        key: &EpisodeKey,
+        message: &StoredMessage,
+        request_id: Option<&str>,
+    ) -> Result<Recorded, StoreError> {
+        if self.user_message {
+            return Err(outage());
+        }
+        self.inner.record_user_message(key, message, request_id).await
+    }
+
+    async fn save_reply(
+        &self,
+        key: &EpisodeKey,
+        turn_id: &str,
+        messages: &[StoredMessage],
+    ) -> Result<(), StoreError> {
+        if self.reply {
+            return Err(outage());
+        }
+        self.inner.save_reply(key, turn_id, messages).await
+    }
+
+    async fn recent_messages(&self, key: &EpisodeKey, limit: usize) -> Result<Vec<StoredMessage>, StoreError> {
+        self.inner.recent_messages(key, limit).await
+    }
+
+    async fn take_lease(
+        &self,
+        key: &EpisodeKey,
+        name: &str,
+        holder: &str,
+        ttl: Duration,
+    ) -> Result<LeaseGrant, StoreError> {
+        self.inner.take_lease(key, name, holder, ttl).await
+    }
+
+    async fn release_lease(&self, key: &EpisodeKey, name: &str, holder: &str) -> Result<(), StoreError> {
+        self.inner.release_lease(key, name, holder).await
+    }
+}
+
+/// The `baton.status` recorded on each `turn` span, by its episode: what the trace exporter is
+/// given (the export itself is `traces.rs`'s). One subscriber for the process, so each test
+/// names its own episode.
+#[derive(Clone, Default)]
+struct TurnSpans(Arc<Mutex<HashMap<String, String>>>);
+
+/// A turn span's fields of interest.
+#[derive(Default)]
+struct TurnFields {
+    episode: Option<String>,
+    status: Option<String>,
+}
+
+impl Visit for TurnFields {
+    fn record_str(&mut self, field: &Field, value: &str) {
+        match field.name() {
+            "baton.episode_id" => self.episode = Some(value.to_owned()),
+            "baton.status" => self.status = Some(value.to_owned()),
+            _ => {}
+        }
+    }
+
+    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+        self.record_str(field, &format!("{value:?}"));
+    }
+}
+
+impl<S: tracing::Subscriber + for<'a> LookupSpan<'a>> Layer<S> for TurnSpans {
+    fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {
+        if attrs.metadata().name() == "turn" {
+            let mut fields = TurnFields::default();
+            attrs.record(&mut fields);
+            ctx.span(id).expect("a new span").extensions_mut().insert(fields);
+        }
+    }
+
+    fn on_record(&self, id: &Id, values: &Record<'_>, ctx: Context<'_, S>) {
+        let Some(span) = ctx.span(id) else { return };
+        let mut extensions = span.extensions_mut();
+        let Some(fields) = extensions.get_mut::<TurnFields>() else { return };
+        values.record(fields);
+        if let (Some(episode), Some(status)) = (&fields.episode, &fields.status) {
+            self.0.lock().unwrap().insert(episode.clone(), status.clone());
+        }
+    }
+}
+
+impl TurnSpans {
+    /// The process's turn spans (installed as the global subscriber on first use).
+    fn global() -> &'static TurnSpans {
+        static SPANS: OnceLock<TurnSpans> = OnceLock::new();
+        SPANS.get_or_init(|| {
+            let spans = TurnSpans::default();
+            tracing_subscriber::registry().with(spans.clone()).init();
+            spans
+        })
+    }
+
+    /// The status recorded on `episode`'s turn span, once recorded (bounded).
+    async fn status_of(&self, episode: &str) -> String {
+        wait_until("the turn span's status", || async { self.0.lock().unwrap().contains_key(episode) }).await;
+        self.0.lock().unwrap()[episode].clone()
+    }
+}
+
+/// An endpoint over a store that fails as asked, its EMF lines captured.
+struct Watched {
+    server: ScriptedServer,
+    endpoint: Endpoint,
+    captured: Captured,
+    harness: Embedded,
+    spans: &'static TurnSpans,
+}
+
+impl Watched {
+    async fn start(user_message: bool, reply: bool) -> Watched {
+        let spans = TurnSpans::global();
+        let server = ScriptedServer::start().await.unwrap();
+        let harness = Embedded::start(test_clock()).await;
+        let store: Arc<dyn Store> = Arc::new(Failing { inner: harness.store(), user_message, reply });
+        let captured = Captured::default();
+        let mut backends = Backends::over_store(store.clone());
+        backends.reporter = Some(Arc::new(EmfReporter::new("baton-orchestrator", Box::new(captured.clone()))));
+        let config = scripted_config(&server);
+        let endpoint = start_endpoint_over(&config, store, backends, EndpointLimits::default()).await;
+        Watched { server, endpoint, captured, harness, spans }
+    }
+
+    /// The one EMF line, once it is written (bounded).
+    async fn emf(&self) -> Value {
+        wait_until("the turn's EMF line", || async { !self.captured.lines().is_empty() }).await;
+        let lines = self.captured.lines();
+        assert_eq!(lines.len(), 1, "one line per turn: {lines:?}");
+        assert_valid_emf(&lines[0])
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reply_that_cannot_be_saved_is_an_error_turn_to_the_client_the_metrics_and_the_trace() {
+    let w = Watched::start(false, true).await;
+    w.server.push(ORCH, Reply::text("Hello!").usage(10, 2));
+    let body = json!({"message": "hi", "episode_id": "reply-lost"});
+    let events: Vec<Event> =
+        open_stream_as(&w.endpoint.url, "alice", body).await.map(|r| r.event).collect().await;
+
+    assert!(
+        events.iter().any(|e| matches!(e, Event::Error { code, retryable: true, .. } if code == "store_unavailable")),
+        "the failed save is an error event: {events:?}"
+    );
+    let Some(Event::Completed { status, .. }) = events.last() else { panic!("{events:?}") };
+    assert_eq!(*status, Status::Error, "the client's completed");
+    let emf = w.emf().await;
+    assert_eq!(emf["status"], "error", "{emf}");
+    assert_eq!((emf["TurnError"].as_u64(), emf["Errors"].as_u64()), (Some(1), Some(1)), "{emf}");
+    assert_eq!(emf["InputTokens"].as_u64(), Some(10), "the usage is still counted");
+    assert_eq!(w.spans.status_of("reply-lost").await, "error", "the trace");
+    let key = EpisodeKey::new("alice", "reply-lost").unwrap();
+    let stored = w.harness.store().recent_messages(&key, 10).await.unwrap();
+    assert_eq!(stored.len(), 1, "the user message only: {stored:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_message_that_cannot_be_saved_is_a_503_and_an_error_turn_to_the_metrics_and_the_trace() {
+    let w = Watched::start(true, false).await;
+    w.server.push(ORCH, Reply::text("Hello!"));
+    let response = reqwest::Client::new()
+        .post(&w.endpoint.url)
+        .header(baton::http::USER_HEADER, "alice")
+        .json(&json!({"message": "hi", "episode_id": "message-lost"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 503);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "store_unavailable", "{body}");
+    assert!(w.server.requests_for(ORCH).is_empty(), "no model call without a recorded message");
+    let emf = w.emf().await;
+    assert_eq!(emf["status"], "error", "{emf}");
+    assert_eq!((emf["TurnError"].as_u64(), emf["Errors"].as_u64()), (Some(1), Some(1)), "{emf}");
+    assert!(emf.get("TimeToFirstText").is_none(), "no text: {emf}");
+    assert_eq!(w.spans.status_of("message-lost").await, "error", "the trace");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_leaves_is_a_partial_turn_to_the_store_the_metrics_and_the_trace() {
+    let w = Watched::start(false, false).await;
+    w.server.push(ORCH, Reply::text("word ".repeat(300)).chunk_delay(Duration::from_millis(20)));
+    let body = json!({"message": "hi", "episode_id": "left"});
+    let mut stream = open_stream_as(&w.endpoint.url, "alice", body).await;
+    while let Some(r) = stream.next().await {
+        if matches!(r.event, Event::Text { .. }) {
+            break;
+        }
+    }
+    drop(stream);
+
+    let emf = w.emf().await;
+    assert_eq!(emf["status"], "partial", "{emf}");
+    assert_eq!((emf["TurnError"].as_u64(), emf["TurnPartial"].as_u64()), (Some(0), Some(1)), "{emf}");
+    assert!(emf["TimeToFirstText"].is_number(), "the client saw text: {emf}");
+    assert_eq!(w.spans.status_of("left").await, "partial", "the trace");
+    let key = EpisodeKey::new("alice", "left").unwrap();
+    let store = w.harness.store();
+    wait_until("the partial reply is saved", || async {
+        store.recent_messages(&key, 10).await.unwrap().len() == 2
+    })
+    .await;
+    let stored = store.recent_messages(&key, 10).await.unwrap();
+    assert_eq!(stored[1].status, Status::Partial, "{stored:?}");
 }
