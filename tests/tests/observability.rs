@@ -7,8 +7,8 @@
 //! saved, or whose client leaves has the same status in what the client sees, the EMF line and
 //! the turn span.
 
-use std::io::Write;
 use std::collections::HashMap;
+use std::io::Write;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -286,7 +286,11 @@ impl Store for Failing {
         self.inner.save_reply(key, turn_id, messages).await
     }
 
-    async fn recent_messages(&self, key: &EpisodeKey, limit: usize) -> Result<Vec<StoredMessage>, StoreError> {
+    async fn recent_messages(
+        &self,
+        key: &EpisodeKey,
+        limit: usize,
+    ) -> Result<Vec<StoredMessage>, StoreError> {
         self.inner.recent_messages(key, limit).await
     }
 
@@ -387,7 +391,8 @@ impl Watched {
         let store: Arc<dyn Store> = Arc::new(Failing { inner: harness.store(), user_message, reply });
         let captured = Captured::default();
         let mut backends = Backends::over_store(store.clone());
-        backends.reporter = Some(Arc::new(EmfReporter::new("baton-orchestrator", Box::new(captured.clone()))));
+        backends.reporter =
+            Some(Arc::new(EmfReporter::new("baton-orchestrator", Box::new(captured.clone()))));
         let config = scripted_config(&server);
         let endpoint = start_endpoint_over(&config, store, backends, EndpointLimits::default()).await;
         Watched { server, endpoint, captured, harness, spans }
@@ -411,7 +416,9 @@ async fn a_reply_that_cannot_be_saved_is_an_error_turn_to_the_client_the_metrics
         open_stream_as(&w.endpoint.url, "alice", body).await.map(|r| r.event).collect().await;
 
     assert!(
-        events.iter().any(|e| matches!(e, Event::Error { code, retryable: true, .. } if code == "store_unavailable")),
+        events
+            .iter()
+            .any(|e| matches!(e, Event::Error { code, retryable: true, .. } if code == "store_unavailable")),
         "the failed save is an error event: {events:?}"
     );
     let Some(Event::Completed { status, .. }) = events.last() else { panic!("{events:?}") };

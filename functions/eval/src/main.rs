@@ -3,27 +3,29 @@
 //! adds the fault-injection report, stores the summary as a message of the episode
 //! `USER#eval#EP#<suite>` (one turn per run) and the HTML report (charts, failing scenarios, the
 //! trend over the stored runs) as a message of `USER#eval#EP#<suite>-report`, and returns the
-//! summary.
+//! summary. It starts as every function does ([`baton_aws::startup`]).
 
 mod summary;
 
 use std::sync::Arc;
 
-use baton_aws::settings::{self, Settings};
+use baton_aws::startup::{Function, exit};
 use lambda_http::{LambdaEvent, service_fn};
 use serde_json::Value;
 
 #[tokio::main]
-async fn main() -> Result<(), lambda_http::Error> {
-    let traces = settings::init_logging("baton-eval");
-    let mut args = Settings::from_env()?;
-    args.resolve_secrets().await?;
-    let (history, _) = args.history().await?;
-    let config = args.config()?;
-    let store = history.store().clone();
-    let router = baton::wiring::build_router(&config)?.map(Arc::new);
-    let state = Arc::new((config, router, store));
-    baton_aws::runtime::keep_running(|| {
+async fn main() -> std::process::ExitCode {
+    let started = async {
+        let function = Function::start_from_env("baton-eval").await?;
+        let router = baton::wiring::build_router(&function.config).map_err(|e| e.to_string())?.map(Arc::new);
+        let store = function.history.store().clone();
+        Ok((Arc::new((function.config, router, store)), function.traces))
+    };
+    let (state, traces) = match started.await {
+        Ok(started) => started,
+        Err(e) => return exit(Err(e), 2),
+    };
+    let served = baton_aws::runtime::keep_running(|| {
         let (state, traces) = (state.clone(), traces.clone());
         lambda_http::lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| {
             let (state, traces) = (state.clone(), traces.clone());
@@ -38,5 +40,6 @@ async fn main() -> Result<(), lambda_http::Error> {
             }
         }))
     })
-    .await
+    .await;
+    exit(served.map_err(|e| e.to_string()), 1)
 }

@@ -8,7 +8,7 @@ use baton::config::{Config, RequestLimits};
 use baton::http::EndpointLimits;
 use baton::orchestrator::TurnRequest;
 use baton::store::new_turn_id;
-use baton_aws::settings::{self, Settings};
+use baton_aws::settings::Settings;
 use clap::{Parser, Subcommand};
 
 /// Baton's orchestrator: an agents-as-tools chat endpoint.
@@ -119,13 +119,12 @@ fn uuid_like(prefix: &str) -> String {
     format!("{prefix}-{nanos:x}")
 }
 
-/// Options of `serve`.
-#[derive(Debug, clap::Args)]
-pub(crate) struct ServeArgs {
-    /// Address to listen on (port 0 picks a free port).
-    #[arg(long, env = "BATON_ADDR", default_value = "127.0.0.1:3000")]
-    pub(crate) addr: String,
-
+/// The chat endpoint's settings, `serve`'s and the Lambda function's alike: request limits,
+/// heartbeat pacing, the turn and body-read time limits, and the origins allowed from browsers.
+/// `serve` takes them as flags or variables; the Lambda function reads the variables alone
+/// ([`baton_aws::settings::from_env`]).
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct EndpointSettings {
     /// Largest request body, in bytes.
     #[arg(long, env = "BATON_MAX_BODY_BYTES", default_value_t = RequestLimits::default().max_body_bytes)]
     max_body_bytes: usize,
@@ -139,21 +138,13 @@ pub(crate) struct ServeArgs {
     heartbeat_secs: u64,
 
     /// Longest a turn runs; then it ends with `completed` (status partial), keeping its output.
+    /// In Lambda the invocation's deadline cuts it earlier if nearer.
     #[arg(long, env = "BATON_TURN_DEADLINE_SECS", default_value_t = EndpointLimits::default().turn_deadline.as_secs())]
     turn_deadline_secs: u64,
 
     /// Longest the request body may take to arrive (then 408).
     #[arg(long, env = "BATON_BODY_READ_TIMEOUT_SECS", default_value_t = EndpointLimits::default().body_read_timeout.as_secs())]
     body_read_timeout_secs: u64,
-
-    /// Longest a connection may wait for a complete request head, idle keep-alive time included
-    /// (then it is closed).
-    #[arg(long, env = "BATON_REQUEST_HEAD_TIMEOUT_SECS", default_value_t = EndpointLimits::default().request_head_timeout.as_secs())]
-    request_head_timeout_secs: u64,
-
-    /// Connections served at once; more wait in the listen backlog.
-    #[arg(long, env = "BATON_MAX_CONNECTIONS", default_value_t = EndpointLimits::default().max_connections)]
-    max_connections: usize,
 
     /// Web origins whose pages may call the endpoint from a browser (CORS), as a browser sends
     /// them: `scheme://host[:port]`, comma-separated or the flag repeated. None by default. In
@@ -162,7 +153,7 @@ pub(crate) struct ServeArgs {
     cors_origins: Vec<String>,
 }
 
-impl ServeArgs {
+impl EndpointSettings {
     /// The allowed CORS origins, checked: each must be an origin a browser sends (an empty list
     /// item is skipped, so an empty variable allows none).
     pub(crate) fn cors_origins(&self) -> Result<Vec<HeaderValue>, String> {
@@ -183,13 +174,18 @@ impl ServeArgs {
         Ok(origins)
     }
 
-    /// The time and connection limits these options set; every one must be above zero.
-    pub(crate) fn endpoint_limits(&self) -> Result<EndpointLimits, String> {
+    /// The endpoint's limits: these time limits, and `serve`'s connection limits (defaults where
+    /// the platform owns the connections); every one must be above zero.
+    pub(crate) fn endpoint_limits(
+        &self,
+        request_head_timeout: Duration,
+        max_connections: usize,
+    ) -> Result<EndpointLimits, String> {
         let limits = EndpointLimits {
             turn_deadline: Duration::from_secs(self.turn_deadline_secs),
             body_read_timeout: Duration::from_secs(self.body_read_timeout_secs),
-            request_head_timeout: Duration::from_secs(self.request_head_timeout_secs),
-            max_connections: self.max_connections,
+            request_head_timeout,
+            max_connections,
         };
         let zero = [
             ("BATON_TURN_DEADLINE_SECS", limits.turn_deadline.is_zero()),
@@ -202,42 +198,41 @@ impl ServeArgs {
             None => Ok(limits),
         }
     }
+
+    /// Sets `config`'s request limits and heartbeat to these.
+    pub(crate) fn apply(&self, config: &mut Config) {
+        config.limits =
+            RequestLimits { max_body_bytes: self.max_body_bytes, max_message_chars: self.max_message_chars };
+        config.heartbeat = Duration::from_secs(self.heartbeat_secs);
+    }
 }
 
-impl Args {
-    /// The options of the function running in Lambda: no arguments, so `serve` with its options
-    /// and the settings read from the environment alone.
-    pub(crate) fn from_env() -> Result<Args, clap::Error> {
-        Ok(Args { command: Command::Serve(settings::from_env()?), settings: Settings::from_env()? })
-    }
+/// Options of `serve`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct ServeArgs {
+    /// Address to listen on (port 0 picks a free port).
+    #[arg(long, env = "BATON_ADDR", default_value = "127.0.0.1:3000")]
+    pub(crate) addr: String,
 
-    /// The origins allowed to call the endpoint from a browser (`serve` and Lambda; none for
-    /// other commands).
-    pub(crate) fn cors_origins(&self) -> Result<Vec<HeaderValue>, String> {
-        match &self.command {
-            Command::Serve(s) => s.cors_origins(),
-            _ => Ok(Vec::new()),
-        }
-    }
+    /// The endpoint's settings.
+    #[command(flatten)]
+    pub(crate) endpoint: EndpointSettings,
 
-    /// The endpoint's time and connection limits (`serve` and Lambda; defaults for other commands).
+    /// Longest a connection may wait for a complete request head, idle keep-alive time included
+    /// (then it is closed).
+    #[arg(long, env = "BATON_REQUEST_HEAD_TIMEOUT_SECS", default_value_t = EndpointLimits::default().request_head_timeout.as_secs())]
+    request_head_timeout_secs: u64,
+
+    /// Connections served at once; more wait in the listen backlog.
+    #[arg(long, env = "BATON_MAX_CONNECTIONS", default_value_t = EndpointLimits::default().max_connections)]
+    max_connections: usize,
+}
+
+impl ServeArgs {
+    /// The time and connection limits these options set; every one must be above zero.
     pub(crate) fn endpoint_limits(&self) -> Result<EndpointLimits, String> {
-        match &self.command {
-            Command::Serve(s) => s.endpoint_limits(),
-            _ => Ok(EndpointLimits::default()),
-        }
-    }
-
-    /// The configuration these options describe: the settings', and for `serve` its request
-    /// limits and heartbeat.
-    pub(crate) fn config(&self) -> Result<Config, baton::config::ConfigError> {
-        let mut c = self.settings.config()?;
-        if let Command::Serve(s) = &self.command {
-            c.limits =
-                RequestLimits { max_body_bytes: s.max_body_bytes, max_message_chars: s.max_message_chars };
-            c.heartbeat = Duration::from_secs(s.heartbeat_secs);
-        }
-        Ok(c)
+        let head_timeout = Duration::from_secs(self.request_head_timeout_secs);
+        self.endpoint.endpoint_limits(head_timeout, self.max_connections)
     }
 }
 
@@ -251,7 +246,7 @@ mod tests {
             #[command(flatten)]
             serve: ServeArgs,
         }
-        Serve::try_parse_from(["serve", "--cors-origin", value]).unwrap().serve.cors_origins()
+        Serve::try_parse_from(["serve", "--cors-origin", value]).unwrap().serve.endpoint.cors_origins()
     }
 
     #[test]

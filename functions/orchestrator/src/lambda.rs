@@ -12,23 +12,55 @@
 //! through, so its requests go through the service's CORS layer.
 
 use std::convert::Infallible;
+use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use baton::auth::AuthMode;
-use baton::http::{ApiError, Caller, ChatService};
+use baton::http::{ApiError, Caller, ChatService, EndpointLimits};
+use baton::telemetry::emf::EmfReporter;
 use baton::telemetry::trace::Traces;
+use baton_aws::settings::Settings;
+use baton_aws::startup::{Function, exit};
 use lambda_http::request::RequestContext;
 use lambda_http::tower::{Layer, ServiceExt};
 use lambda_http::{Request, RequestExt, service_fn};
 use tower_http::cors::CorsLayer;
 
+use crate::cli::EndpointSettings;
+
 /// Time kept back from the Lambda deadline to send `completed` and flush the stream.
 const DEADLINE_MARGIN: Duration = Duration::from_millis(1500);
 
+/// The chat function: starts as every function does, from the environment alone (the
+/// settings, and the endpoint's own settings: [`EndpointSettings`]), reports each turn as one
+/// CloudWatch EMF line on stdout (docs/observability.md), and serves until the runtime stops it.
+pub(crate) async fn main() -> ExitCode {
+    let started = async {
+        let settings = Settings::from_env().map_err(|e| e.to_string())?;
+        let endpoint: EndpointSettings = baton_aws::settings::from_env().map_err(|e| e.to_string())?;
+        let mut function = Function::start(crate::SERVICE, settings).await?;
+        endpoint.apply(&mut function.config);
+        let name = std::env::var("AWS_LAMBDA_FUNCTION_NAME").unwrap_or_else(|_| "orchestrator".into());
+        let (orchestrator, _) = crate::build(&function, Some(Arc::new(EmfReporter::stdout(name)))).await?;
+        let auth = function.settings.auth(true)?;
+        let iam = is_iam(&auth);
+        // The platform owns the connections: `serve`'s connection limits do not apply.
+        let defaults = EndpointLimits::default();
+        let limits = endpoint.endpoint_limits(defaults.request_head_timeout, defaults.max_connections)?;
+        let service = crate::service(&function, orchestrator, auth, limits, endpoint.cors_origins()?)?;
+        Ok::<_, String>((service, iam, function.traces))
+    };
+    let (service, iam, traces) = match started.await {
+        Ok(started) => started,
+        Err(e) => return exit(Err(e), 2),
+    };
+    exit(run(service, iam, traces).await.map_err(|e| e.to_string()), 1)
+}
+
 /// Runs the Lambda event loop until the runtime stops it. With `traces`, each invocation's spans
 /// are flushed before its response ends (Lambda may freeze the process right after).
-pub(crate) async fn run(
+async fn run(
     service: Arc<ChatService>,
     auth_is_iam: bool,
     traces: Option<Arc<Traces>>,
@@ -137,7 +169,7 @@ fn now_ms() -> u64 {
 }
 
 /// Whether the configured auth mode is IAM (identity from the request context).
-pub(crate) fn is_iam(auth: &AuthMode) -> bool {
+fn is_iam(auth: &AuthMode) -> bool {
     matches!(auth, AuthMode::Iam)
 }
 

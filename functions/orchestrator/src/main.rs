@@ -1,5 +1,7 @@
 //! The orchestrator binary: `chat` runs one turn in-process and prints it; `serve` serves the SSE
-//! chat endpoint on localhost through the same handler the Lambda uses.
+//! chat endpoint on localhost through the same handler the Lambda uses. In Lambda (no arguments)
+//! it is the chat function, with its endpoint settings read from its environment
+//! ([`lambda::main`]).
 
 mod chat;
 mod cli;
@@ -8,13 +10,18 @@ mod mcp;
 mod render;
 mod routing_eval;
 
+use std::process::ExitCode;
 use std::sync::Arc;
 
-use baton::http::ChatService;
+use baton::auth::AuthMode;
+use baton::http::{ChatService, EndpointLimits};
+use baton::orchestrator::Orchestrator;
+use baton::telemetry::TurnReporter;
 use baton::wiring::Backends;
+use baton_aws::startup::{Function, exit};
 use clap::Parser;
 
-fn main() -> std::process::ExitCode {
+fn main() -> ExitCode {
     runtime().block_on(run())
 }
 
@@ -31,103 +38,42 @@ fn runtime() -> tokio::runtime::Runtime {
     builder.enable_all().build().expect("the runtime starts")
 }
 
-async fn run() -> std::process::ExitCode {
-    let traces = baton_aws::settings::init_logging("baton-orchestrator");
+/// The name of the orchestrator's logs and traces.
+const SERVICE: &str = "baton-orchestrator";
+
+async fn run() -> ExitCode {
     // In Lambda there are no arguments: every option comes from the environment.
-    let in_lambda = std::env::var_os("AWS_LAMBDA_RUNTIME_API").is_some();
-    let mut args =
-        if in_lambda { cli::Args::from_env().unwrap_or_else(|e| e.exit()) } else { cli::Args::parse() };
-    if let Err(e) = args.settings.resolve_secrets().await {
-        eprintln!("error: {e}");
-        return std::process::ExitCode::from(2);
+    if std::env::var_os("AWS_LAMBDA_RUNTIME_API").is_some() {
+        return lambda::main().await;
     }
-    // The store first: agents keep their per-episode state in it.
-    let (history, store) = match args.settings.history().await {
-        Ok(h) => h,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return std::process::ExitCode::from(2);
-        }
+    let args = cli::Args::parse();
+    let mut function = match Function::start(SERVICE, args.settings).await {
+        Ok(function) => function,
+        Err(e) => return exit(Err(e), 2),
     };
-    let mut backends = Backends::over_store(history.store().clone());
-    if in_lambda {
-        // One CloudWatch EMF line per turn on stdout (docs/observability.md).
-        let function = std::env::var("AWS_LAMBDA_FUNCTION_NAME").unwrap_or_else(|_| "orchestrator".into());
-        backends.reporter = Some(Arc::new(baton::telemetry::emf::EmfReporter::stdout(function)));
+    if let cli::Command::Serve(serve) = &args.command {
+        serve.endpoint.apply(&mut function.config);
     }
-    let config = match args.config() {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return std::process::ExitCode::from(2);
-        }
-    };
-    backends.remote = baton_aws::settings::remote_agents(&config).await;
-    // MCP servers (shared and agents' own) start and list their tools once, here (in Lambda:
-    // during init), before any agent is built: `mcp` serves agents that use them too.
-    backends.mcp = match baton::mcp::connect_all(&config.all_mcp_servers()).await {
-        Ok(tools) => tools,
-        Err(baton::mcp::McpError::Config(e)) => {
-            eprintln!("error: invalid MCP configuration: {}: {}", config.locate(&e.path), e.reason);
-            return std::process::ExitCode::from(2);
-        }
-        Err(e) => {
-            eprintln!("error: {e}");
-            return std::process::ExitCode::from(2);
-        }
-    };
-    let mcp_backends = backends.clone();
-    let built = baton::wiring::build(&config, backends).map_err(|e| e.to_string()).and_then(|orchestrator| {
-        let endpoint = (args.endpoint_limits()?, args.cors_origins()?);
-        Ok((orchestrator, args.settings.auth(in_lambda)?, endpoint))
-    });
-    let (orchestrator, auth, (endpoint, cors)) = match built {
+    let (orchestrator, backends) = match build(&function, None).await {
         Ok(built) => built,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return std::process::ExitCode::from(2);
-        }
+        Err(e) => return exit(Err(e), 2),
     };
-    eprintln!("{}\n{}\n{store}", config.describe_models(), config.describe_support());
-    let iam = lambda::is_iam(&auth);
-    let ratings = match baton::wiring::rating_sinks(&config) {
-        Ok(ratings) => ratings,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return std::process::ExitCode::from(2);
-        }
-    };
-    let for_service = orchestrator.clone();
-    let service = move |history| {
-        let service = ChatService::new(for_service, history, config.limits, config.heartbeat);
-        Arc::new(
-            service
-                .with_auth(auth)
-                .with_endpoint_limits(endpoint)
-                .with_cors_origins(cors)
-                .with_ratings(ratings),
-        )
-    };
-    if in_lambda {
-        return match lambda::run(service(history), iam, traces).await {
-            Ok(()) => std::process::ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("error: {e}");
-                std::process::ExitCode::FAILURE
-            }
-        };
-    }
     match args.command {
-        cli::Command::Chat(chat) => chat::run(&orchestrator, &history, &chat).await,
-        cli::Command::RoutingEval(eval) => routing_eval::run(&config, &eval).await,
-        cli::Command::Mcp(mcp) => mcp::run(&config, &mcp_backends, &mcp).await,
+        cli::Command::Chat(chat) => chat::run(&orchestrator, &function.history, &chat).await,
+        cli::Command::RoutingEval(eval) => routing_eval::run(&function.config, &eval).await,
+        cli::Command::Mcp(mcp) => mcp::run(&function.config, &backends, &mcp).await,
         cli::Command::Serve(serve) => {
+            let service = serve.endpoint_limits().and_then(|limits| {
+                let auth = function.settings.auth(false)?;
+                service(&function, orchestrator, auth, limits, serve.endpoint.cors_origins()?)
+            });
+            let service = match service {
+                Ok(service) => service,
+                Err(e) => return exit(Err(e), 2),
+            };
             let listener = match tokio::net::TcpListener::bind(&serve.addr).await {
                 Ok(l) => l,
-                Err(e) => {
-                    eprintln!("error: cannot listen on {}: {e}", serve.addr);
-                    return std::process::ExitCode::FAILURE;
-                }
+                Err(e) => return exit(Err(format!("cannot listen on {}: {e}", serve.addr)), 1),
             };
             let addr = listener.local_addr().map(|a| a.to_string()).unwrap_or_else(|_| serve.addr.clone());
             // Tests and benchmarks wait for this line.
@@ -135,13 +81,50 @@ async fn run() -> std::process::ExitCode {
             let shutdown = async {
                 let _ = tokio::signal::ctrl_c().await;
             };
-            match baton::http::serve(listener, service(history), shutdown).await {
-                Ok(()) => std::process::ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("error: server failed: {e}");
-                    std::process::ExitCode::FAILURE
-                }
-            }
+            let served = baton::http::serve(listener, service, shutdown).await;
+            exit(served.map_err(|e| format!("server failed: {e}")), 1)
         }
     }
+}
+
+/// The entry agent of `function`'s configuration, over its store, with its MCP servers
+/// connected and its remote agents reached; `reporter` gets each turn's figures. The backends
+/// are returned too (`mcp` serves agents that use them).
+async fn build(
+    function: &Function,
+    reporter: Option<Arc<dyn TurnReporter>>,
+) -> Result<(Arc<Orchestrator>, Backends), String> {
+    let config = &function.config;
+    // The store first: agents keep their per-episode state in it.
+    let mut backends = Backends::over_store(function.history.store().clone());
+    backends.reporter = reporter;
+    backends.remote = baton_aws::settings::remote_agents(config).await;
+    // MCP servers (shared and agents' own) start and list their tools once, here (in Lambda:
+    // during init), before any agent is built.
+    backends.mcp = baton::mcp::connect_all(&config.all_mcp_servers()).await.map_err(|e| match e {
+        baton::mcp::McpError::Config(e) => {
+            format!("invalid MCP configuration: {}: {}", config.locate(&e.path), e.reason)
+        }
+        e => e.to_string(),
+    })?;
+    let orchestrator = baton::wiring::build(config, backends.clone()).map_err(|e| e.to_string())?;
+    eprintln!("{}\n{}\n{}", config.describe_models(), config.describe_support(), function.store);
+    Ok((orchestrator, backends))
+}
+
+/// The chat endpoint over `orchestrator`, recording into `function`'s history, with these
+/// callers, limits and allowed origins.
+fn service(
+    function: &Function,
+    orchestrator: Arc<Orchestrator>,
+    auth: AuthMode,
+    limits: EndpointLimits,
+    cors: Vec<axum::http::HeaderValue>,
+) -> Result<Arc<ChatService>, String> {
+    let config = &function.config;
+    let ratings = baton::wiring::rating_sinks(config).map_err(|e| e.to_string())?;
+    let service = ChatService::new(orchestrator, function.history.clone(), config.limits, config.heartbeat);
+    Ok(Arc::new(
+        service.with_auth(auth).with_endpoint_limits(limits).with_cors_origins(cors).with_ratings(ratings),
+    ))
 }

@@ -3,6 +3,8 @@
 //! # Layout
 //! Top to bottom: a module uses modules below it, never above
 //! (`python3 scripts/import_circles.py shared/baton-aws/src` checks it).
+//! - [`startup`]: [`startup::Function`], the one start-up of the three functions: logs and
+//!   traces, settings with their secrets, the store, the configuration.
 //! - [`settings`]: [`settings::Settings`], the flags and environment variables every function
 //!   reads (the orchestrator's CLI flattens them; Lambda reads them from the environment alone).
 //! - [`agent_function`]: the Lambda handler of a remote agent (NDJSON out).
@@ -29,6 +31,7 @@ pub mod lambda_transport;
 pub mod runtime;
 pub mod secrets;
 pub mod settings;
+pub mod startup;
 pub mod table;
 
 pub use dynamodb::DynamoDbStore;

@@ -121,9 +121,9 @@ impl PendingReply {
     pub async fn finish(mut self, status: Status) -> Result<(), StoreError> {
         self.recorder.completed = Some(status);
         match self.save(false) {
-            Some(save) => save
-                .await
-                .unwrap_or_else(|e| Err(StoreError::Failed(format!("the save task failed: {e}")))),
+            Some(save) => {
+                save.await.unwrap_or_else(|e| Err(StoreError::Failed(format!("the save task failed: {e}"))))
+            }
             None => Err(StoreError::Failed("no runtime to save the reply on".into())),
         }
     }
@@ -329,8 +329,8 @@ async fn traced<T>(op: &'static str, call: impl std::future::Future<Output = T>)
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::orchestrator::ORCHESTRATOR;
     use crate::event::Usage;
+    use crate::orchestrator::ORCHESTRATOR;
 
     fn usage(agent: &str, n: u64) -> Event {
         Event::usage(agent, "m", Usage::tokens(n, 1))

@@ -372,10 +372,8 @@ impl ChatService {
             Ok(valid) => valid,
             Err(e) => return e.into_response(),
         };
-        let options = TurnOptions {
-            history: Some((&self.history, request_id.as_deref())),
-            deadline: Some(deadline),
-        };
+        let options =
+            TurnOptions { history: Some((&self.history, request_id.as_deref())), deadline: Some(deadline) };
         let StartedTurn { episode_id, turn_id, events } = match self.orchestrator.start(turn, options).await {
             Ok(started) => started,
             Err(e) => return ApiError::from(e).into_response(),

@@ -363,7 +363,9 @@ impl Tally {
         self.rollup.observe(event);
         match &*event {
             Event::AgentFinished { agent, status, .. } if *agent == self.entry => self.status = *status,
-            Event::Text { .. } if self.first_text.is_none() => self.first_text = Some(self.received.elapsed()),
+            Event::Text { .. } if self.first_text.is_none() => {
+                self.first_text = Some(self.received.elapsed())
+            }
             Event::Error { .. } => self.errors += 1,
             Event::Repaired { .. } => self.repairs += 1,
             _ => {}
