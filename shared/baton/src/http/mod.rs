@@ -16,8 +16,10 @@
 //! Browser pages on other origins may call it only from the origins given to
 //! [`ChatService::with_cors_origins`] (none by default): `tower-http`'s CORS layer answers their
 //! preflight and adds the response headers, the episode and turn ids among those a page may read.
+//!
+//! This room: the service, its routes and `serve` here; `request` (the JSON error, the caller, the
+//! checks a body and its ids pass) and `sse` (the SSE body of a turn) beside it.
 
-use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -27,18 +29,21 @@ use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use bytes::BytesMut;
-use futures::{FutureExt, Stream, StreamExt};
-use serde::Deserialize;
 use tower_http::cors::{AllowOrigin, CorsLayer};
+
+mod request;
+mod sse;
+
+pub use request::{ApiError, Caller, ValidRequest};
+pub use sse::{SSE_CHUNK_BYTES, sse_body};
+
+use request::{ChatBody, bad_id, body_too_large, checked_id, require_json};
 
 use crate::auth::AuthMode;
 use crate::config::RequestLimits;
-use crate::event::EventStream;
-use crate::event::{SSE_HEARTBEAT, encode_sse_into};
 use crate::history::History;
 use crate::orchestrator::{Orchestrator, StartedTurn, TurnOptions, TurnRequest};
-use crate::store::{StoreError, new_turn_id};
+use crate::store::new_turn_id;
 
 /// Header with the caller's user id in the unauthenticated local mode.
 pub const USER_HEADER: &str = "x-baton-user";
@@ -46,43 +51,6 @@ pub const USER_HEADER: &str = "x-baton-user";
 pub const EPISODE_HEADER: &str = "x-baton-episode-id";
 /// Response header with the turn id.
 pub const TURN_HEADER: &str = "x-baton-turn-id";
-
-/// A request refused before the stream started.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ApiError {
-    /// HTTP status (4xx for bad input, 5xx for a failing store).
-    pub status: StatusCode,
-    /// Stable machine-readable code.
-    pub code: &'static str,
-    /// What was wrong.
-    pub message: String,
-}
-
-impl ApiError {
-    /// An error with this status, code and message.
-    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> ApiError {
-        ApiError { status, code, message: message.into() }
-    }
-}
-
-impl From<StoreError> for ApiError {
-    fn from(e: StoreError) -> ApiError {
-        let status = match &e {
-            StoreError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
-            StoreError::InvalidKey(_) => StatusCode::BAD_REQUEST,
-            StoreError::Conflict { .. } => StatusCode::CONFLICT,
-            StoreError::Corrupt { .. } | StoreError::Failed(_) => StatusCode::INTERNAL_SERVER_ERROR,
-        };
-        ApiError::new(status, e.code(), e.to_string())
-    }
-}
-
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        let body = serde_json::json!({"error": {"code": self.code, "message": self.message}});
-        (self.status, axum::Json(body)).into_response()
-    }
-}
 
 /// The time and connection limits of the endpoint. The turn deadline and the body-read timeout
 /// apply wherever [`ChatService`] answers; the request-head timeout and the connection cap are
@@ -111,59 +79,6 @@ impl Default for EndpointLimits {
             max_connections: 512,
         }
     }
-}
-
-/// The JSON body of a chat request.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ChatBody {
-    message: Option<serde_json::Value>,
-    episode_id: Option<String>,
-    request_id: Option<String>,
-    image: Option<serde_json::Value>,
-}
-
-/// Who a request is from, established before its body is read.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Caller {
-    /// Verified by the platform (IAM) or a token (JWT): the turn's user is this id, whatever the
-    /// request says.
-    Verified(String),
-    /// Local, unauthenticated mode: the `x-baton-user` header names the user (default `local`).
-    Local,
-}
-
-impl Caller {
-    /// A verified caller from a platform or token identity. Ids become storage keys, so any
-    /// character outside the safe alphabet is percent-encoded (injective: `%` is never kept as
-    /// is, so two identities never map to one user).
-    pub fn verified(identity: &str) -> Result<Caller, ApiError> {
-        let mut id = String::with_capacity(identity.len());
-        for b in identity.bytes() {
-            if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b':' | b'@') {
-                id.push(b as char);
-            } else {
-                id.push_str(&format!("%{b:02X}"));
-            }
-        }
-        if id.is_empty() || id.len() > 256 {
-            return Err(ApiError::new(
-                StatusCode::UNAUTHORIZED,
-                "unauthorized",
-                "the verified identity is empty or too long",
-            ));
-        }
-        Ok(Caller::Verified(id))
-    }
-}
-
-/// A request that passed validation.
-#[derive(Debug, Clone)]
-pub struct ValidRequest {
-    /// The turn to run.
-    pub turn: TurnRequest,
-    /// The client's id for this request, for idempotent retries.
-    pub request_id: Option<String>,
 }
 
 /// The chat endpoint: an orchestrator, the history it records into, limits, heartbeat pacing,
@@ -388,100 +303,6 @@ impl ChatService {
         h.insert(EPISODE_HEADER, episode);
         h.insert(TURN_HEADER, turn_id);
         response
-    }
-}
-
-fn body_too_large(limit: usize) -> ApiError {
-    ApiError::new(
-        StatusCode::PAYLOAD_TOO_LARGE,
-        "body_too_large",
-        format!("the body is larger than {limit} bytes"),
-    )
-}
-
-/// Chat requests are JSON: anything else is refused before the body is read. Besides saying what
-/// the endpoint speaks, this makes a cross-site browser POST a CORS-preflighted request, so a web
-/// page cannot start turns on a local unauthenticated `serve` with a plain form or `text/plain`.
-fn require_json(headers: &HeaderMap) -> Result<(), ApiError> {
-    let content_type = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
-    let essence = content_type.split(';').next().unwrap_or("").trim();
-    if essence.eq_ignore_ascii_case("application/json") {
-        Ok(())
-    } else {
-        Err(ApiError::new(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "unsupported_media_type",
-            "send the request as JSON with `content-type: application/json`",
-        ))
-    }
-}
-
-fn bad_id(field: &str) -> ApiError {
-    ApiError::new(
-        StatusCode::BAD_REQUEST,
-        "invalid_id",
-        format!("`{field}` must be 1 to 128 characters of letters, digits, '-', '_', '.', ':' or '@'"),
-    )
-}
-
-/// Ids end up in storage keys: keep them to a safe alphabet.
-fn checked_id(field: &str, id: String) -> Result<String, ApiError> {
-    let ok = !id.is_empty()
-        && id.len() <= 128
-        && id.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':' | '@'));
-    if ok { Ok(id) } else { Err(bad_id(field)) }
-}
-
-/// How many bytes of SSE events [`sse_body`] gathers into one chunk at most.
-pub const SSE_CHUNK_BYTES: usize = 16 * 1024;
-
-/// The capacity a chunk's buffer starts with: an event or two (a text delta is ~100 bytes).
-const SSE_CHUNK_START_BYTES: usize = 512;
-
-/// The SSE body of a turn: client-visible events numbered from 0, and a heartbeat comment after
-/// each `heartbeat` of silence. Events already waiting when one arrives go out with it as one
-/// chunk (up to [`SSE_CHUNK_BYTES`]), encoded into one buffer: fewer allocations and writes.
-pub fn sse_body(
-    events: EventStream,
-    heartbeat: Duration,
-) -> impl Stream<Item = Result<Bytes, Infallible>> + Send {
-    async_stream::stream! {
-        // Gated: when the turn had nothing to send, the poll hyper makes next does not go down the
-        // whole turn again to learn so (`gate`).
-        let mut events =
-            crate::gate::Gated::new(events.filter(|e| std::future::ready(e.is_client_visible())));
-        let mut silence = crate::bounded::IdleTimer::new(heartbeat);
-        let mut seq = 0u64;
-        let mut ended = false;
-        while !ended {
-            match silence.next(&mut events).await {
-                Err(_) => yield Ok(Bytes::from_static(SSE_HEARTBEAT)),
-                Ok(None) => break,
-                Ok(Some(event)) => {
-                    // A buffer per chunk, handed over whole: between chunks an open stream keeps
-                    // no buffer. (A buffer kept to split chunks off grew to 4 KiB per stream with
-                    // the first large event, and kept it: docs/benchmarks-log.md, "Cleartext
-                    // HTTP/1.1 without hyper's client connection".)
-                    let mut out = BytesMut::with_capacity(SSE_CHUNK_START_BYTES);
-                    encode_sse_into(&mut out, seq, &event);
-                    seq += 1;
-                    while out.len() < SSE_CHUNK_BYTES {
-                        match events.next().now_or_never() {
-                            Some(Some(event)) => {
-                                encode_sse_into(&mut out, seq, &event);
-                                seq += 1;
-                            }
-                            Some(None) => {
-                                ended = true;
-                                break;
-                            }
-                            None => break,
-                        }
-                    }
-                    yield Ok(out.freeze());
-                }
-            }
-        }
     }
 }
 
@@ -781,63 +602,6 @@ mod tests {
         assert!(!turn.episode_id.is_empty() && turn.episode_id != turn.turn_id);
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn silence_gets_heartbeats_and_content_end_is_never_sent() {
-        use crate::event::Event;
-        let events: EventStream = Box::pin(async_stream::stream! {
-            yield Event::Thinking {};
-            tokio::time::sleep(Duration::from_millis(2500)).await;
-            yield Event::ContentEnd { agent: "support[1]".into() };
-            yield Event::text("support[1]", "x");
-        });
-        let chunks: Vec<Bytes> = sse_body(events, Duration::from_secs(1)).map(|c| c.unwrap()).collect().await;
-        let text: Vec<String> = chunks.iter().map(|c| String::from_utf8_lossy(c).into_owned()).collect();
-        assert!(text[0].starts_with("event: thinking\nid: 0\n"));
-        assert_eq!(&text[1..3], [": heartbeat\n\n", ": heartbeat\n\n"]);
-        assert!(text[3].starts_with("event: text\nid: 1\n"), "{text:?}");
-        assert_eq!(text.len(), 4);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn events_already_waiting_go_out_as_one_chunk_numbered_in_order() {
-        use crate::event::{Event, encode_sse};
-        let events: EventStream = Box::pin(async_stream::stream! {
-            yield Event::Thinking {};
-            yield Event::text("shopping[1]", "a");
-            yield Event::text("shopping[1]", "b");
-            tokio::time::sleep(Duration::from_millis(10)).await;
-            yield Event::text("shopping[1]", "c");
-        });
-        let chunks: Vec<Bytes> = sse_body(events, Duration::from_secs(1)).map(|c| c.unwrap()).collect().await;
-        let first = [
-            encode_sse(0, &Event::Thinking {}),
-            encode_sse(1, &Event::text("shopping[1]", "a")),
-            encode_sse(2, &Event::text("shopping[1]", "b")),
-        ]
-        .concat();
-        assert_eq!(chunks.len(), 2, "{chunks:?}");
-        assert_eq!(&chunks[0][..], &first[..]);
-        assert_eq!(chunks[1], encode_sse(3, &Event::text("shopping[1]", "c")));
-    }
-
-    #[tokio::test]
-    async fn a_burst_is_cut_into_chunks_of_bounded_size() {
-        use crate::event::Event;
-        let big = "x".repeat(1000);
-        let events: EventStream =
-            Box::pin(futures::stream::iter((0..100).map(move |_| Event::text("shopping[1]", big.clone()))));
-        let chunks: Vec<Bytes> = sse_body(events, Duration::from_secs(1)).map(|c| c.unwrap()).collect().await;
-        assert!(chunks.len() > 1, "one chunk of {} bytes", chunks[0].len());
-        assert!(
-            chunks.iter().all(|c| c.len() < SSE_CHUNK_BYTES + 2048),
-            "{:?}",
-            chunks.iter().map(Bytes::len).collect::<Vec<_>>()
-        );
-        let all = chunks.concat();
-        assert_eq!(String::from_utf8_lossy(&all).matches("event: text\n").count(), 100);
-        assert!(String::from_utf8_lossy(&all).contains("\nid: 99\n"));
-    }
-
     #[test]
     fn a_verified_caller_wins_over_the_user_header() {
         let mut headers = json_headers();
@@ -845,17 +609,5 @@ mod tests {
         let caller = Caller::verified("alice").unwrap();
         let valid = service().0.validate(&caller, &headers, br#"{"message":"hi"}"#).unwrap();
         assert_eq!(valid.turn.user_id, "alice");
-    }
-
-    #[test]
-    fn verified_identities_are_encoded_injectively_into_safe_ids() {
-        let id = |s| match Caller::verified(s).unwrap() {
-            Caller::Verified(id) => id,
-            Caller::Local => unreachable!(),
-        };
-        assert_eq!(id("auth0|123"), "auth0%7C123");
-        assert_eq!(id("a#EP#b"), "a%23EP%23b", "no key injection");
-        assert_ne!(id("a%7C"), id("a|"));
-        assert!(Caller::verified("").is_err());
     }
 }

@@ -1,0 +1,157 @@
+//! A chat request before its turn starts: the JSON error a refused request gets, who the caller
+//! is, and the checks a body and its ids pass.
+
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+
+use crate::orchestrator::TurnRequest;
+use crate::store::StoreError;
+
+/// A request refused before the stream started.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    /// HTTP status (4xx for bad input, 5xx for a failing store).
+    pub status: StatusCode,
+    /// Stable machine-readable code.
+    pub code: &'static str,
+    /// What was wrong.
+    pub message: String,
+}
+
+impl ApiError {
+    /// An error with this status, code and message.
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> ApiError {
+        ApiError { status, code, message: message.into() }
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> ApiError {
+        let status = match &e {
+            StoreError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            StoreError::InvalidKey(_) => StatusCode::BAD_REQUEST,
+            StoreError::Conflict { .. } => StatusCode::CONFLICT,
+            StoreError::Corrupt { .. } | StoreError::Failed(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        };
+        ApiError::new(status, e.code(), e.to_string())
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = serde_json::json!({"error": {"code": self.code, "message": self.message}});
+        (self.status, axum::Json(body)).into_response()
+    }
+}
+
+/// The JSON body of a chat request.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ChatBody {
+    pub(super) message: Option<serde_json::Value>,
+    pub(super) episode_id: Option<String>,
+    pub(super) request_id: Option<String>,
+    pub(super) image: Option<serde_json::Value>,
+}
+
+/// Who a request is from, established before its body is read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Caller {
+    /// Verified by the platform (IAM) or a token (JWT): the turn's user is this id, whatever the
+    /// request says.
+    Verified(String),
+    /// Local, unauthenticated mode: the `x-baton-user` header names the user (default `local`).
+    Local,
+}
+
+impl Caller {
+    /// A verified caller from a platform or token identity. Ids become storage keys, so any
+    /// character outside the safe alphabet is percent-encoded (injective: `%` is never kept as
+    /// is, so two identities never map to one user).
+    pub fn verified(identity: &str) -> Result<Caller, ApiError> {
+        let mut id = String::with_capacity(identity.len());
+        for b in identity.bytes() {
+            if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b':' | b'@') {
+                id.push(b as char);
+            } else {
+                id.push_str(&format!("%{b:02X}"));
+            }
+        }
+        if id.is_empty() || id.len() > 256 {
+            return Err(ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "unauthorized",
+                "the verified identity is empty or too long",
+            ));
+        }
+        Ok(Caller::Verified(id))
+    }
+}
+
+/// A request that passed validation.
+#[derive(Debug, Clone)]
+pub struct ValidRequest {
+    /// The turn to run.
+    pub turn: TurnRequest,
+    /// The client's id for this request, for idempotent retries.
+    pub request_id: Option<String>,
+}
+
+pub(super) fn body_too_large(limit: usize) -> ApiError {
+    ApiError::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "body_too_large",
+        format!("the body is larger than {limit} bytes"),
+    )
+}
+
+/// Chat requests are JSON: anything else is refused before the body is read. Besides saying what
+/// the endpoint speaks, this makes a cross-site browser POST a CORS-preflighted request, so a web
+/// page cannot start turns on a local unauthenticated `serve` with a plain form or `text/plain`.
+pub(super) fn require_json(headers: &HeaderMap) -> Result<(), ApiError> {
+    let content_type = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
+    let essence = content_type.split(';').next().unwrap_or("").trim();
+    if essence.eq_ignore_ascii_case("application/json") {
+        Ok(())
+    } else {
+        Err(ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+            "send the request as JSON with `content-type: application/json`",
+        ))
+    }
+}
+
+pub(super) fn bad_id(field: &str) -> ApiError {
+    ApiError::new(
+        StatusCode::BAD_REQUEST,
+        "invalid_id",
+        format!("`{field}` must be 1 to 128 characters of letters, digits, '-', '_', '.', ':' or '@'"),
+    )
+}
+
+/// Ids end up in storage keys: keep them to a safe alphabet.
+pub(super) fn checked_id(field: &str, id: String) -> Result<String, ApiError> {
+    let ok = !id.is_empty()
+        && id.len() <= 128
+        && id.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':' | '@'));
+    if ok { Ok(id) } else { Err(bad_id(field)) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn verified_identities_are_encoded_injectively_into_safe_ids() {
+        let id = |s| match Caller::verified(s).unwrap() {
+            Caller::Verified(id) => id,
+            Caller::Local => unreachable!(),
+        };
+        assert_eq!(id("auth0|123"), "auth0%7C123");
+        assert_eq!(id("a#EP#b"), "a%23EP%23b", "no key injection");
+        assert_ne!(id("a%7C"), id("a|"));
+        assert!(Caller::verified("").is_err());
+    }
+}
