@@ -6,7 +6,8 @@
 //!   agent runs remotely (its own function, over the local HTTP transport), the turn is stored;
 //! - with traces on, both functions export to a real OTLP/HTTP receiver in this process: the turn
 //!   joins the invocation's X-Ray trace, the shopping function continues the caller's trace from
-//!   the request's `traceparent` field, and every span has arrived when the response ends.
+//!   the request's `traceparent` field, and every span has arrived when the response ends;
+//! - the chat function reads its endpoint settings (here the message limit) from its environment.
 //!
 //! Needs what `make test` provides: `BATON_TEST_VENV` (with `cargo-lambda`) and
 //! `AWS_ENDPOINT_URL_DYNAMODB` (moto_server); `make test` runs it outside `cargo test` (see the
@@ -314,6 +315,8 @@ async fn the_functions_run_under_the_lambda_emulator() {
             ("BATON_JWT_PUBLIC_KEY_SECRET_ARN", key_arn.clone()),
             ("AWS_ENDPOINT_URL_SECRETS_MANAGER", required_env("AWS_ENDPOINT_URL_DYNAMODB")),
             ("BATON_SHOPPING_URL", format!("http://127.0.0.1:{port}/lambda-url/shopping/")),
+            // The chat function's own endpoint settings, from its environment.
+            ("BATON_MAX_MESSAGE_CHARS", "40".into()),
         ])
     });
     watch.ready().await;
@@ -340,6 +343,16 @@ async fn the_functions_run_under_the_lambda_emulator() {
         .bearer_auth(other_key)
         .json(&json!({"message": "hi"}));
     assert_eq!(other_signer.send().await.unwrap().status(), 401, "a token of another key is refused");
+    let long = reqwest::Client::new()
+        .post(watch.url("orchestrator"))
+        .bearer_auth(jwt("alice"))
+        .json(&json!({"message": "x".repeat(41)}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(long.status(), 413, "BATON_MAX_MESSAGE_CHARS is the Lambda endpoint's own setting");
+    let body: serde_json::Value = long.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "message_too_long", "{body}");
 
     let body = json!({"message": "find me coffee deals", "episode_id": "e-lambda"});
     let mut stream = open_stream_with(&watch.url("orchestrator"), Some(&jwt("alice")), body).await;
