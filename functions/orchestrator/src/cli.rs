@@ -15,7 +15,8 @@ use clap::{Parser, Subcommand};
 ///
 /// With no OPENAI_API_KEY and no OPENAI_BASE_URL it runs on the offline model: deterministic
 /// rules, no network, for demos and tests. Set either to use OpenAI or any compatible server.
-/// Support answers from the shipped help center unless FORETHOUGHT_API_TOKEN is set.
+/// The reference deployment's agents answer from their shipped data unless their vendors'
+/// settings are given (docs/configuration.md).
 #[derive(Parser)]
 #[command(version, about, long_about)]
 pub(crate) struct Args {

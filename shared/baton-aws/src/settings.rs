@@ -1,6 +1,6 @@
-//! The settings shared by Baton's three functions (orchestrator, shopping, eval): the model
-//! server and models, Forethought, timeouts, flushing, auth, the conversation store, the remote
-//! shopping agent, and the secrets given by reference.
+//! The settings shared by Baton's three functions: the model server and models, timeouts,
+//! flushing, auth, the conversation store, and the secrets given by reference; the reference
+//! deployment's own settings are a group of their own ([`crate::reference`]), flattened in.
 //!
 //! [`Settings`] is one clap argument group. Every field is a flag and an environment variable, so
 //! the same names work on the command line (the orchestrator flattens it into its CLI) and in
@@ -13,14 +13,15 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use baton::config::Config;
 use baton::config::agents::RemoteSpec;
-use baton::config::{AgentDefaults, Config};
 use baton::history::{DEFAULT_HISTORY_MESSAGES, History};
 use baton::remote::AgentTransport;
 use baton::store::embedded::EmbeddedStore;
 use baton::store::{DEFAULT_RETENTION, Store, SystemClock};
-use baton::support::forethought::{FORETHOUGHT_DEFAULT_BASE_URL, ForethoughtConfig, PriorContextMode};
 use clap::{Args, FromArgMatches};
+
+use crate::reference::ReferenceSettings;
 
 /// The settings every Baton function reads. Each one is a flag (global, so it may follow a
 /// subcommand) and the environment variable it names. Not `Debug`: it holds secrets.
@@ -28,7 +29,7 @@ use clap::{Args, FromArgMatches};
 pub struct Settings {
     /// A YAML configuration file applied over the reference configuration (config/baton.yaml):
     /// the agents (entry, max_depth, agents: a team's own agents and which call which as tools),
-    /// support categories, support keywords, the orchestrator prompt. See examples/team.yaml.
+    /// routing, the entry agent's prompt. See examples/team.yaml.
     #[arg(long, env = "BATON_CONFIG", global = true)]
     config: Option<PathBuf>,
 
@@ -49,45 +50,6 @@ pub struct Settings {
     /// Model of the orchestrator, and of every configured agent that names none.
     #[arg(long, env = "BATON_ORCHESTRATOR_MODEL", default_value = "gpt-4.1-mini", global = true)]
     orchestrator_model: String,
-
-    /// Model of the agent named `shopping` when its configuration names none.
-    #[arg(long, env = "BATON_SHOPPING_MODEL", default_value = "gpt-4.1-mini", global = true)]
-    shopping_model: String,
-
-    /// The shopping agent uses the OpenAI Responses API (server-side context through
-    /// previous_response_id) instead of Chat Completions.
-    #[arg(long, env = "BATON_SHOPPING_RESPONSES_API", global = true, value_parser = clap::builder::BoolishValueParser::new())]
-    shopping_responses_api: bool,
-
-    /// Model calls per shopping answer (the last one may not call tools).
-    #[arg(long, env = "BATON_SHOPPING_MAX_STEPS", default_value_t = 5, global = true)]
-    shopping_max_steps: usize,
-
-    /// Longest one shopping tool call may take.
-    #[arg(long, env = "BATON_TOOL_TIMEOUT_MS", default_value_t = 10_000, global = true)]
-    tool_timeout_ms: u64,
-
-    /// Forethought Solve API token; support uses Forethought when it is set, the offline help
-    /// center otherwise.
-    #[arg(long, env = "FORETHOUGHT_API_TOKEN", hide_env_values = true, global = true)]
-    forethought_token: Option<String>,
-
-    /// Forethought base URL.
-    #[arg(long, env = "FORETHOUGHT_BASE_URL", default_value = FORETHOUGHT_DEFAULT_BASE_URL, global = true)]
-    forethought_base_url: String,
-
-    /// The `channel` sent to Forethought.
-    #[arg(long, env = "FORETHOUGHT_CHANNEL", default_value = "headless", global = true)]
-    forethought_channel: String,
-
-    /// Where the orchestrator's prior_context goes: `prefix` (before the query) or
-    /// `variable:<name>` (a context variable).
-    #[arg(long, env = "FORETHOUGHT_PRIOR_CONTEXT", default_value = "prefix", global = true)]
-    forethought_prior_context: PriorContextMode,
-
-    /// Forethought first-byte and idle timeout.
-    #[arg(long, env = "FORETHOUGHT_TIMEOUT_MS", default_value_t = 20_000, global = true)]
-    forethought_timeout_ms: u64,
 
     /// Longest pause between two flushed events when a buffered agent's text is released, and the
     /// shortest between two releases (faster catch-up goes in batches).
@@ -142,20 +104,6 @@ pub struct Settings {
     #[arg(long, env = "OPENAI_API_KEY_SECRET_ARN", global = true)]
     openai_api_key_secret_arn: Option<String>,
 
-    /// Secrets Manager secret (name or ARN) holding the Forethought token; read at start when no
-    /// token is given directly.
-    #[arg(long, env = "FORETHOUGHT_TOKEN_SECRET_ARN", global = true)]
-    forethought_token_secret_arn: Option<String>,
-
-    /// Run the shopping agent remotely at this URL (NDJSON over HTTP): locally, its Function URL
-    /// path under `cargo lambda watch`, e.g. http://127.0.0.1:9000/lambda-url/shopping/.
-    #[arg(long, env = "BATON_SHOPPING_URL", global = true)]
-    shopping_url: Option<String>,
-
-    /// Run the shopping agent remotely in this Lambda function (InvokeWithResponseStream).
-    #[arg(long, env = "BATON_SHOPPING_FUNCTION", global = true, conflicts_with = "shopping_url")]
-    shopping_function: Option<String>,
-
     /// Retries of a model call that fails before its first delta (connect errors, 429, 5xx).
     #[arg(long, env = "BATON_MAX_RETRIES", default_value_t = 2, global = true)]
     max_retries: u32,
@@ -178,6 +126,10 @@ pub struct Settings {
     /// the embedded store's own expiry).
     #[arg(long, env = "BATON_HISTORY_TTL_DAYS", default_value_t = DEFAULT_RETENTION.as_secs() / 86_400, global = true)]
     history_ttl_days: u64,
+
+    /// The reference deployment's settings.
+    #[command(flatten)]
+    reference: ReferenceSettings,
 }
 
 /// The embedded store's file when no path is given: the user's data directory.
@@ -228,32 +180,7 @@ impl Settings {
         c.models.api_key = self.openai_api_key.clone().filter(|s| !s.is_empty());
         c.models.orchestrator = self.orchestrator_model.clone();
         c.models.http2 = self.model_http2;
-        // The shopping flags and variables are the `shopping` agent's settings where its entry
-        // sets none.
-        let nonempty = |v: &Option<String>| v.clone().filter(|s| !s.trim().is_empty());
-        let remote = match (nonempty(&self.shopping_url), nonempty(&self.shopping_function)) {
-            (Some(url), _) => Some(RemoteSpec { url: Some(url), function: None }),
-            (None, Some(function)) => Some(RemoteSpec { url: None, function: Some(function) }),
-            (None, None) => None,
-        };
-        c.apply_agent_defaults(
-            "shopping",
-            AgentDefaults {
-                model: Some(self.shopping_model.clone()),
-                responses_api: self.shopping_responses_api,
-                max_steps: Some(self.shopping_max_steps),
-                tool_timeout: Some(Duration::from_millis(self.tool_timeout_ms)),
-                remote,
-            },
-        );
-        if let Some(token) = self.forethought_token.clone().filter(|t| !t.is_empty()) {
-            let mut ft = ForethoughtConfig::new(self.forethought_base_url.clone(), token);
-            ft.channel = self.forethought_channel.clone();
-            ft.prior_context = self.forethought_prior_context.clone();
-            ft.timeouts.first_byte = Duration::from_millis(self.forethought_timeout_ms);
-            ft.timeouts.idle = Duration::from_millis(self.forethought_timeout_ms);
-            c.forethought = Some(ft);
-        }
+        self.reference.apply(&mut c);
         c.models.timeouts.connect = Duration::from_millis(self.connect_timeout_ms);
         c.models.timeouts.first_byte = Duration::from_millis(self.first_byte_timeout_ms);
         c.models.timeouts.idle = Duration::from_millis(self.idle_timeout_ms);
@@ -316,8 +243,7 @@ impl Settings {
         let nonempty = |v: &Option<String>| v.clone().filter(|s| !s.trim().is_empty());
         let wanted = [
             nonempty(&self.openai_api_key_secret_arn).filter(|_| nonempty(&self.openai_api_key).is_none()),
-            nonempty(&self.forethought_token_secret_arn)
-                .filter(|_| nonempty(&self.forethought_token).is_none()),
+            self.reference.secret_reference(),
             nonempty(&self.jwt_public_key_secret_arn).filter(|_| nonempty(&self.jwt_public_key).is_none()),
         ];
         let resolved = crate::secrets::resolve(&wanted).await?;
@@ -325,7 +251,7 @@ impl Settings {
             self.openai_api_key = Some(key);
         }
         if let Some(token) = resolved[1].clone() {
-            self.forethought_token = Some(token);
+            self.reference.set_secret(token);
         }
         if let Some(pem) = resolved[2].clone() {
             self.jwt_public_key = Some(pem);

@@ -294,7 +294,7 @@ impl ReplyRecorder {
 }
 
 /// The last stored turn, as the routing guards see it: the user's message and each agent's reply
-/// (instance numbers dropped: `support[1]` → `support`).
+/// (instance numbers dropped: `helper[1]` → `helper`).
 fn previous_turn(stored: &[StoredMessage]) -> Option<PreviousTurn> {
     let last_turn = &stored.last()?.turn_id;
     let turn: Vec<&StoredMessage> = stored.iter().filter(|m| &m.turn_id == last_turn).collect();

@@ -1,5 +1,5 @@
 //! Ratings of stored answers: a user's thumbs up or down on an agent's answer, sent to where the
-//! answer came from (for the reference support agent, Forethought's CSAT endpoint).
+//! answer came from (for an agent that answers through a vendor, the vendor's rating endpoint).
 //!
 //! An agent whose answers can be rated reports a `feedback_ref` in its `answer_meta` event;
 //! history stores it with the agent's message. `POST /chat/{episode_id}/csat` with

@@ -12,7 +12,7 @@
 //! Off (no `OTEL_EXPORTER_OTLP_ENDPOINT`): no exporter, no layer, and the spans are disabled at
 //! their call sites (their level is below the log filter), so a span costs one relaxed atomic
 //! load. A W3C `traceparent` of an incoming request becomes the turn's parent; outgoing model,
-//! Forethought and remote-agent requests carry the current span's `traceparent` (a remote agent
+//! vendor and remote-agent requests carry the current span's `traceparent` (a remote agent
 //! invoked through Lambda, which has no headers, in its payload: see the `remote` module).
 
 use std::pin::Pin;
@@ -86,7 +86,7 @@ pub fn current_traceparent() -> Option<String> {
     outgoing_headers().into_iter().find(|(name, _)| name == "traceparent").map(|(_, value)| value)
 }
 
-/// `request` with the current span's `traceparent` (model, Forethought and remote-agent
+/// `request` with the current span's `traceparent` (model, vendor and remote-agent
 /// requests); unchanged when traces are off.
 pub fn with_trace_headers(request: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
     outgoing_headers().into_iter().fold(request, |request, (name, value)| request.header(name, value))
