@@ -7,7 +7,7 @@
 //!   traces, settings with their secrets, the store, the configuration.
 //! - [`settings`]: [`settings::Settings`], the flags and environment variables every function
 //!   reads (the orchestrator's CLI flattens them; Lambda reads them from the environment alone).
-//! - [`reference`]: the reference deployment's settings group (its agents' defaults, its vendor),
+//! - [`reference`](mod@reference): the reference deployment's settings group (its agents' defaults, its vendor),
 //!   flattened into [`settings::Settings`]; it moves with the reference deployment.
 //! - [`agent_function`]: the Lambda handler of a remote agent (NDJSON out).
 //! - [`lambda_trace`]: an invocation's X-Ray parent, and its spans flushed before its response
