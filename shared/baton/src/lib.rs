@@ -6,25 +6,25 @@
 //!
 //! # Layout
 //! In the order a chat turn's data flows, top to bottom: a module uses modules below it, never
-//! above (two adapters reach up, both leaves: `store::backends` keeps the agents' per-episode
-//! state in the store, and the offline model knows the shopping tool it impersonates a model
-//! for). `python3 scripts/import_circles.py shared/baton/src` finds no circle and no module
+//! above (one adapter reaches up, a leaf: `store::backends` keeps the agents' response ids in
+//! the store). `python3 scripts/import_circles.py shared/baton/src` finds no circle and no module
 //! that uses one listed above it.
+//!
+//! The runtime names no agent of a deployment: a deployment's own tools and agent kinds come in
+//! through [`wiring::Extension`] (the reference deployment is the `baton-reference` crate).
 //! - [`http`]: the chat endpoint (validation, SSE body), shared by `serve` and the Lambda.
 //! - [`web`]: the browser chat page (`web/`), embedded and served at `GET /`.
 //! - [`auth`]: who is calling: IAM principal, verified JWT, or the local header.
 //! - [`history`]: records a turn: the user message before the model call, the reply after it,
 //!   `partial` when the client leaves.
 //! - [`wiring`]: the composition root: builds models, agents, tools, the routing policy and
-//!   remote agents from a [`config::Config`], once, at start.
+//!   remote agents from a [`config::Config`], once, at start, with a deployment's
+//!   [`wiring::Extension`]s.
 //! - [`orchestrator`]: one chat turn: `thinking`, the entry agent's run, `completed` (built here
 //!   only).
 //! - [`config`]: one typed configuration (`config/baton.yaml` embedded as defaults), parsed and
 //!   validated with line-numbered errors; [`config::agents`] is the `agents:` list. It builds
 //!   nothing.
-//! - [`eval_report`]: the routing eval as a self-contained HTML report (charts, failures, trend),
-//!   and a suite run that keeps the routed calls and shows progress.
-//! - [`eval`]: the routing scenario suite, its scoring, and fault injection.
 //! - [`routing`]: the routing policy an entry agent's first model step can carry: preamble gate,
 //!   failsafe re-ask, guards, fastpath; the routing tools `ask_<agent>`.
 //! - [`guard`]: the routing guards, pure functions that return the repairs they made.
@@ -32,8 +32,6 @@
 //!   schemas, output modes and answers the user reads as is.
 //! - [`remote`]: agents in another process: NDJSON over a transport, and the serving side.
 //! - [`mcp`]: Model Context Protocol: MCP servers' tools for agents, and agents served over MCP.
-//! - [`support`]: the support agent: Forethought (with continuity) or the offline help center.
-//! - [`shopping`]: the shopping tools over the offer catalog and purchase history.
 //! - [`mini`]: mini-agents: an agent's opt-in fan-out of a multi-part request into parallel
 //!   focused tool loops (decomposer, minis, aggregator), a [`agent::ForkPolicy`].
 //! - [`rating`]: a user's thumbs up or down on a stored answer, sent to where the answer came from.
@@ -48,7 +46,7 @@
 //! - [`model`]: the [`model::ChatModel`] trait; OpenAI Chat Completions and Responses, the
 //!   offline model, and the scripted model (its HTTP server only with the `test-support`
 //!   feature).
-//! - [`retrieval`]: BM25 full-text ranking over small corpora (help articles, offers).
+//! - [`retrieval`]: BM25 full-text ranking over small corpora (articles, product lists).
 //! - [`telemetry`]: cost per agent from a price table, and the CloudWatch EMF line of a turn.
 //! - [`mux`]: the live-slot merge of concurrent agents' event streams.
 //! - [`text`]: words, content words and smalltalk: how the rules read a message.
@@ -74,8 +72,6 @@ pub mod auth;
 pub mod bounded;
 pub mod config;
 pub mod conversation;
-pub mod eval;
-pub mod eval_report;
 pub mod event;
 pub mod gate;
 pub mod guard;
@@ -93,9 +89,7 @@ pub mod redact;
 pub mod remote;
 pub mod retrieval;
 pub mod routing;
-pub mod shopping;
 pub mod store;
-pub mod support;
 pub mod telemetry;
 pub mod text;
 pub mod tool;

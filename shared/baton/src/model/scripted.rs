@@ -28,7 +28,7 @@ mod server;
 #[cfg(any(test, feature = "test-support"))]
 pub use server::{Api, RecordedRequest, ScriptedServer, TestCertificate};
 #[cfg(any(test, feature = "test-support"))]
-pub(crate) use server::{LoopbackServer, Pacing, paced_body, wait_until};
+pub use server::{LoopbackServer, Pacing, paced_body, wait_until};
 
 /// One piece of a scripted answer.
 #[derive(Debug, Clone, PartialEq)]

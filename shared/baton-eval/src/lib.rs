@@ -25,16 +25,16 @@ use futures::StreamExt;
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::agent::AgentRequest;
-use crate::conversation::{PreviousTurn, PriorReply};
-use crate::guard::{GuardAction, PlannedCall};
-use crate::model::Message;
-use crate::model::scripted::{Reply, ScriptedModel, StreamReply};
-use crate::text as guard;
+use baton::agent::AgentRequest;
+use baton::conversation::{PreviousTurn, PriorReply};
+use baton::guard::{GuardAction, PlannedCall};
+use baton::model::Message;
+use baton::model::scripted::{Reply, ScriptedModel, StreamReply};
+use baton::text as guard;
 /// The reference routing tools the scenario suite names.
 const ASK_SUPPORT: &str = "ask_support";
 const ASK_SHOPPING: &str = "ask_shopping";
-use crate::routing::{Route, RouteStep, Router};
+use baton::routing::{Route, RouteStep, Router};
 
 mod smalltalk_corpus;
 
@@ -143,7 +143,7 @@ impl Scenario {
             user_id: "eval".into(),
             episode_id: "eval".into(),
             query: self.message.clone(),
-            image: self.image.clone().map(crate::image::Image::described),
+            image: self.image.clone().map(baton::image::Image::described),
             ..Default::default()
         };
         if let Some(prev) = &self.previous {
@@ -809,7 +809,7 @@ mod tests {
 
     /// The reference configuration's routing (offline model).
     fn reference_router() -> Router {
-        crate::wiring::build_router(&crate::config::Config::default()).unwrap().unwrap()
+        baton::wiring::build_router(&baton_reference::reference_config(), &baton::wiring::Backends::in_memory()).unwrap().unwrap()
     }
 
     #[tokio::test]
@@ -862,7 +862,7 @@ mod tests {
 
     #[test]
     fn every_expected_category_is_one_the_reference_configuration_offers() {
-        let config = crate::config::Config::default();
+        let config = baton_reference::reference_config();
         let entry = config.agents.get(&config.agents.entry).unwrap();
         let categories = &entry.routing.as_ref().unwrap().categories;
         for s in load_suite(REFERENCE_SUITE, "reference").unwrap() {

@@ -25,8 +25,8 @@ use axum::routing::{post, put};
 use serde_json::{Value, json};
 use tokio::sync::Semaphore;
 
-use crate::model::scripted::{LoopbackServer, Pacing, paced_body, wait_until};
-use crate::store::{Clock, SystemClock};
+use baton::model::scripted::{LoopbackServer, Pacing, paced_body, wait_until};
+use baton::store::{Clock, SystemClock};
 
 /// How long a conversation lives without activity, per the reference.
 pub const CONVERSATION_LIFETIME: Duration = Duration::from_secs(3600);
@@ -335,7 +335,7 @@ impl ForethoughtServer {
     /// Keeps every delay of a script to within about a tenth of a millisecond instead of
     /// tokio's whole milliseconds, like [`ScriptedServer::keep_exact_time`].
     ///
-    /// [`ScriptedServer::keep_exact_time`]: crate::model::scripted::ScriptedServer::keep_exact_time
+    /// [`ScriptedServer::keep_exact_time`]: baton::model::scripted::ScriptedServer::keep_exact_time
     pub fn keep_exact_time(&self) -> &Self {
         self.state.exact.store(true, std::sync::atomic::Ordering::Relaxed);
         self

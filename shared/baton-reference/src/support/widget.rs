@@ -192,7 +192,7 @@ pub fn answer_prompt(prompt: &Prompt, reply: &str) -> Option<(Map<String, Value>
     }
     let mut variables = Map::new();
     if !prompt.options.is_empty() {
-        let picked = crate::text::picked_option(prompt.options.iter().map(|o| o.label.as_str()), reply)
+        let picked = baton::text::picked_option(prompt.options.iter().map(|o| o.label.as_str()), reply)
             .map(|i| &prompt.options[i])?;
         if prompt.output_variable.is_empty() {
             return None;

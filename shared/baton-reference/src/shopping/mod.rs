@@ -1,4 +1,4 @@
-//! The shopping sub-agent's parts: an [`crate::agent::LlmAgent`] (configured in
+//! The shopping sub-agent's parts: an [`baton::agent::LlmAgent`] (configured in
 //! `config/baton.yaml`) with offer search, offer details and purchase history
 //! over the generated catalog (`data/catalog.json`).
 //!

@@ -6,7 +6,7 @@ use futures::future::BoxFuture;
 use serde_json::{Value, json};
 
 use super::catalog::{Catalog, Offer, PurchaseHistory};
-use crate::tool::{Tool, ToolContext, ToolError};
+use baton::tool::{Tool, ToolContext, ToolError};
 
 /// Tool name: search the catalog.
 pub const SEARCH_OFFERS: &str = "search_offers";
@@ -159,9 +159,9 @@ impl Tool for PurchaseHistoryTool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::ToolCall;
+    use baton::model::ToolCall;
     use crate::shopping::catalog::SamplePurchases;
-    use crate::tool::ToolRegistry;
+    use baton::tool::ToolRegistry;
     use std::time::Duration;
 
     fn registry() -> ToolRegistry {

@@ -22,9 +22,9 @@ use std::sync::Arc;
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 
-use crate::eval::{self, FaultOutcome, Outcome, Report, Scenario};
-use crate::guard::PlannedCall;
-use crate::routing::Router;
+use crate::{self as eval, FaultOutcome, Outcome, Report, Scenario};
+use baton::guard::PlannedCall;
+use baton::routing::Router;
 
 /// A suite run with the calls each scenario was routed to.
 #[derive(Debug, Clone)]
@@ -182,7 +182,7 @@ struct ScenarioJson<'a> {
     expected: Vec<serde_json::Value>,
     /// The calls dispatched, after the failsafe and guards, with every argument.
     calls: Vec<serde_json::Value>,
-    repairs: &'a [crate::guard::GuardAction],
+    repairs: &'a [baton::guard::GuardAction],
 }
 
 /// The run as JSON: `summary`, and per scenario (in suite order) its message, the expected and the
@@ -664,13 +664,13 @@ fn trend(h: &mut String, input: &ReportInput<'_>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::scripted::{Reply, ScriptedModel};
+    use baton::model::scripted::{Reply, ScriptedModel};
 
     const ASK_SHOPPING: &str = "ask_shopping";
 
     /// The reference configuration's routing with `model`.
     fn router_with(model: Arc<ScriptedModel>) -> Arc<Router> {
-        let reference = crate::wiring::build_router(&crate::config::Config::default()).unwrap().unwrap();
+        let reference = baton::wiring::build_router(&baton_reference::reference_config(), &baton::wiring::Backends::in_memory()).unwrap().unwrap();
         Arc::new(reference.with_model(model))
     }
     use serde_json::json;

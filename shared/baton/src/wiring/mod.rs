@@ -4,15 +4,24 @@
 //! Per-episode state and per-user data come from [`Backends`] (in memory, or over a store).
 //! An agent with `mini_agent` gets its [`MiniAgents`] fork policy here.
 //!
-//! Nothing here is special to an agent's name: each agent is built from its own entry.
+//! Nothing here is special to an agent's name: each agent is built from its own entry. A
+//! deployment's own tools and agent kinds come from its [`Extension`]s, given in [`Backends`].
+//!
+//! # Layout
+//! - this file: [`build`], [`build_agent`], [`build_router`], [`Backends`], [`rating_sinks`];
+//! - [`extension`]: the [`Extension`] trait a deployment implements.
+
+pub mod extension;
+
+pub use extension::Extension;
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::agent::{Agent, AgentRequest, LlmAgent, LoopLimits, MemoryResponseChains, ResponseChains};
 use crate::agent_tool::{AGENT_TOOL_PREFIX, AgentTool};
-use crate::config::agents::{AgentKind, AgentSpec, AgentsConfig, BUILTIN_TOOLS, ModelApi, RoutingSpec};
+use crate::config::agents::{AgentKind, AgentSpec, AgentsConfig, ModelApi, RoutingSpec};
 use crate::config::{Config, ConfigError, OPENAI_DEFAULT_BASE_URL};
 use crate::event::EventStream;
 use crate::guard::Guards;
@@ -23,21 +32,15 @@ use crate::model::openai::{OpenAiChatModel, OpenAiConfig};
 use crate::model::responses::ResponsesModel;
 use crate::orchestrator::Orchestrator;
 use crate::remote::{AgentTransport, RemoteAgent};
-use crate::routing::{Followup, RoutedAgent, Router, RoutingPolicy, RoutingSettings, routing_tool};
-use crate::shopping::catalog::{Catalog, PurchaseHistory, SamplePurchases};
-use crate::shopping::tools::{
-    GET_OFFER, GetOffer, PURCHASE_HISTORY, PurchaseHistoryTool, SEARCH_OFFERS, SearchOffers,
+use crate::routing::{
+    Followup, RoutedAgent, Router, RoutingPolicy, RoutingSettings, routing_tool, routing_tool_name,
 };
-use crate::support::agent::ForethoughtAgent;
-use crate::support::forethought::ForethoughtClient;
-use crate::support::help_center::{HelpCenter, HelpCenterAgent, SEARCH_HELP_CENTER, SearchHelpCenter};
-use crate::support::sessions::{Clock, MemorySupportSessions, SupportSessions, SystemClock};
 use crate::tool::{Tool, ToolRegistry};
 
 /// Builds the entry agent and every agent below it, into the orchestrator that runs turns.
 pub fn build(config: &Config, backends: Backends) -> Result<Arc<Orchestrator>, ConfigError> {
     config.validate()?;
-    let models = ModelFactory::new(config)?;
+    let models = ModelFactory::new(config, &backends)?;
     let mut graph = Graph::new(config, &models, &backends)?;
     let entry = config.agents.get(&config.agents.entry).expect("validated");
     let agent = graph.build(&entry.name)?;
@@ -58,17 +61,17 @@ pub fn build_agent(config: &Config, name: &str, backends: &Backends) -> Result<A
     }
     let mut local = backends.clone();
     local.remote.remove(name);
-    let models = ModelFactory::new(config)?;
+    let models = ModelFactory::new(config, &local)?;
     Graph::new(config, &models, &local)?.build(name)
 }
 
 /// The entry agent's routing on its own, for the routing evaluation; `None` when the entry agent
 /// does not route.
-pub fn build_router(config: &Config) -> Result<Option<Router>, ConfigError> {
+pub fn build_router(config: &Config, backends: &Backends) -> Result<Option<Router>, ConfigError> {
     config.validate()?;
     let entry = config.agents.get(&config.agents.entry).expect("validated");
     let Some(routing) = &entry.routing else { return Ok(None) };
-    let models = ModelFactory::new(config)?;
+    let models = ModelFactory::new(config, backends)?;
     let policy = RoutingPolicy::new(routing_settings(&config.agents, entry, routing));
     Ok(Some(Router::new(models.for_agent(entry), policy, entry.instruction.clone())))
 }
@@ -106,23 +109,20 @@ fn routing_settings(agents: &AgentsConfig, spec: &AgentSpec, routing: &RoutingSp
     }
 }
 
-/// Where agents keep per-episode state and read per-user data. [`Backends::in_memory`] until the
-/// store implements these traits.
+/// What the agents are built over: where they keep per-episode state, the deployment's own
+/// tools and agent kinds, remote agents, MCP tools and where each turn's figures go.
+/// [`Backends::in_memory`] keeps state in this process, [`Backends::over_store`] in a store.
 #[derive(Clone)]
 pub struct Backends {
-    /// The Forethought conversation and support turns per episode.
-    pub support_sessions: Arc<dyn SupportSessions>,
-    /// The shopping agent's last response id per episode.
+    /// The routed agents' last Responses API id per episode, by agent name.
     pub response_chains: Arc<dyn ResponseChains>,
-    /// Purchase history for the shopping tools.
-    pub purchases: Arc<dyn PurchaseHistory>,
-    /// Time, for the Forethought continuity window.
-    pub clock: Arc<dyn Clock>,
     /// Agents that run in another process (a separately deployed function), by agent name:
     /// the transports of the agents whose entry has `remote:`.
     pub remote: HashMap<String, Arc<dyn AgentTransport>>,
-    /// A team's own tools, which configured agents list by name beside the built-in ones.
+    /// A team's own tools, which configured agents list by name beside the extensions' ones.
     pub tools: Vec<Arc<dyn Tool>>,
+    /// The deployment's own tools and agent kinds.
+    pub extensions: Vec<Arc<dyn Extension>>,
     /// The tools of the configured MCP servers, listed at start ([`crate::mcp::connect_all`]).
     pub mcp: crate::mcp::McpTools,
     /// Where each turn's figures go (the CloudWatch EMF line in Lambda); nowhere by default.
@@ -130,50 +130,31 @@ pub struct Backends {
 }
 
 impl Backends {
-    /// Process-memory state, the sample purchase history and the system clock.
+    /// State in process memory; no extension.
     pub fn in_memory() -> Backends {
-        Backends {
-            support_sessions: Arc::new(MemorySupportSessions::default()),
-            response_chains: Arc::new(MemoryResponseChains::default()),
-            purchases: Arc::new(SamplePurchases::embedded()),
-            clock: Arc::new(SystemClock),
-            remote: HashMap::new(),
-            tools: Default::default(),
-            mcp: Default::default(),
-            reporter: None,
-        }
+        Backends::with_chains(Arc::new(MemoryResponseChains::default()))
     }
 
-    /// State kept in `store`: vendor conversations and response ids on the episode, support
-    /// turns from its history; the store's clock; the sample purchase history.
+    /// State kept in `store`: response ids on the episode; no extension.
     pub fn over_store(store: Arc<dyn crate::store::Store>) -> Backends {
-        let state = Arc::new(crate::store::backends::StoreBackends::new(store.clone()));
+        Backends::with_chains(Arc::new(crate::store::backends::StoreBackends::new(store)))
+    }
+
+    fn with_chains(response_chains: Arc<dyn ResponseChains>) -> Backends {
         Backends {
-            support_sessions: state.clone(),
-            response_chains: state,
-            purchases: Arc::new(SamplePurchases::embedded()),
-            clock: Arc::new(StoreClock(store)),
+            response_chains,
             remote: HashMap::new(),
-            tools: Default::default(),
+            tools: Vec::new(),
+            extensions: Vec::new(),
             mcp: Default::default(),
             reporter: None,
         }
     }
-}
 
-/// The clock of a store, shared as an `Arc<dyn Clock>`.
-#[derive(Clone)]
-struct StoreClock(Arc<dyn crate::store::Store>);
-
-impl std::fmt::Debug for StoreClock {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("StoreClock")
-    }
-}
-
-impl Clock for StoreClock {
-    fn now(&self) -> std::time::SystemTime {
-        self.0.clock().now()
+    /// These backends with `extension`'s tools and agent kinds too.
+    pub fn with_extension(mut self, extension: Arc<dyn Extension>) -> Backends {
+        self.extensions.push(extension);
+        self
     }
 }
 
@@ -185,10 +166,12 @@ pub const REMOTE_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 struct ModelFactory<'a> {
     config: &'a Config,
     http: Option<crate::outbound::Client>,
+    /// The offline model, when no model server is configured.
+    offline: Arc<OfflineModel>,
 }
 
 impl<'a> ModelFactory<'a> {
-    fn new(config: &'a Config) -> Result<ModelFactory<'a>, ConfigError> {
+    fn new(config: &'a Config, backends: &Backends) -> Result<ModelFactory<'a>, ConfigError> {
         let models = &config.models;
         // One HTTP client (one connection pool, one TLS setup) for every model.
         let http = if models.is_offline() {
@@ -196,7 +179,14 @@ impl<'a> ModelFactory<'a> {
         } else {
             Some(OpenAiChatModel::http_client(&models.timeouts, models.http2)?)
         };
-        Ok(ModelFactory { config, http })
+        let keywords = config
+            .offline_keywords
+            .iter()
+            .map(|(agent, words)| (routing_tool_name(agent), words.clone()))
+            .collect();
+        let skills = backends.extensions.iter().filter_map(|e| e.offline_skill()).collect();
+        let offline = Arc::new(OfflineModel::new(keywords).with_skills(skills));
+        Ok(ModelFactory { config, http, offline })
     }
 
     fn openai_config(&self, name: &str) -> OpenAiConfig {
@@ -212,7 +202,7 @@ impl<'a> ModelFactory<'a> {
     /// A Chat Completions model (or the offline model).
     fn chat(&self, name: &str) -> Arc<dyn ChatModel> {
         match &self.http {
-            None => Arc::new(OfflineModel::new(self.config.support_keywords.clone())),
+            None => self.offline.clone(),
             Some(http) => Arc::new(OpenAiChatModel::with_client(http.clone(), self.openai_config(name))),
         }
     }
@@ -240,7 +230,7 @@ struct Graph<'a> {
     config: &'a Config,
     models: &'a ModelFactory<'a>,
     backends: &'a Backends,
-    tools: ToolCatalog,
+    tools: ToolCatalog<'a>,
     /// The agents of a routing agent: they see the conversation and keep the vendor's
     /// server-side context per episode.
     routed: HashSet<String>,
@@ -253,7 +243,7 @@ impl<'a> Graph<'a> {
         models: &'a ModelFactory<'a>,
         backends: &'a Backends,
     ) -> Result<Graph<'a>, ConfigError> {
-        let tools = ToolCatalog::new(backends.tools.clone(), backends.purchases.clone());
+        let tools = ToolCatalog::new(backends);
         tools.check()?;
         config.agents.validate_tools(&tools.names())?;
         let routed = config
@@ -273,21 +263,21 @@ impl<'a> Graph<'a> {
         }
         let index = self.config.agents.index_of(name).expect("validated");
         let spec = &self.config.agents.agents[index];
-        let agent: Arc<dyn Agent> = match (self.backends.remote.get(&spec.name), spec.kind) {
+        let agent: Arc<dyn Agent> = match (self.backends.remote.get(&spec.name), &spec.kind) {
             (Some(transport), _) => {
                 Arc::new(RemoteAgent::new(&spec.name, transport.clone(), REMOTE_IDLE_TIMEOUT))
             }
-            (None, AgentKind::Support) => named(
-                &spec.name,
-                match &self.config.forethought {
-                    Some(ft) => Arc::new(ForethoughtAgent::new(
-                        ForethoughtClient::new(ft.clone())?,
-                        self.backends.support_sessions.clone(),
-                        self.backends.clock.clone(),
-                    )),
-                    None => Arc::new(HelpCenterAgent::new(self.tools.help_center())),
-                },
-            ),
+            (None, AgentKind::Builtin(kind)) => {
+                let extension = extension_of(&self.backends.extensions, kind).ok_or_else(|| {
+                    let known = known_kinds(&self.backends.extensions);
+                    self.config.agents.error(
+                        Some(index),
+                        "kind",
+                        format!("unknown agent kind `{kind}`; known: {}", known.join(", ")),
+                    )
+                })?;
+                named(&spec.name, extension.agent(kind, spec)?)
+            }
             (None, AgentKind::Llm) => self.llm_agent(index)?,
         };
         self.built.insert(name.to_owned(), agent.clone());
@@ -376,60 +366,52 @@ pub(crate) fn named(name: &str, agent: Arc<dyn Agent>) -> Arc<dyn Agent> {
     if agent.name() == name { agent } else { Arc::new(Named { name: name.to_owned(), inner: agent }) }
 }
 
-/// The tools agents may list: the built-in ones (made on first use) and the ones given in code.
-pub(crate) struct ToolCatalog {
-    custom: Vec<Arc<dyn Tool>>,
-    purchases: Arc<dyn crate::shopping::catalog::PurchaseHistory>,
-    offers: OnceLock<Arc<Catalog>>,
-    help: OnceLock<Arc<HelpCenter>>,
+/// The extension that builds agents of `kind`.
+fn extension_of<'e>(extensions: &'e [Arc<dyn Extension>], kind: &str) -> Option<&'e Arc<dyn Extension>> {
+    extensions.iter().find(|e| e.agent_kinds().contains(&kind))
 }
 
-impl ToolCatalog {
-    pub(crate) fn new(
-        custom: Vec<Arc<dyn Tool>>,
-        purchases: Arc<dyn crate::shopping::catalog::PurchaseHistory>,
-    ) -> ToolCatalog {
-        ToolCatalog { custom, purchases, offers: OnceLock::new(), help: OnceLock::new() }
+/// Every agent kind an entry may name.
+fn known_kinds(extensions: &[Arc<dyn Extension>]) -> Vec<String> {
+    let mut kinds = vec!["llm".to_owned()];
+    kinds.extend(extensions.iter().flat_map(|e| e.agent_kinds().into_iter().map(str::to_owned)));
+    kinds
+}
+
+/// The tools agents may list: the extensions' and the ones given in code.
+struct ToolCatalog<'a> {
+    custom: &'a [Arc<dyn Tool>],
+    extensions: &'a [Arc<dyn Extension>],
+}
+
+impl<'a> ToolCatalog<'a> {
+    fn new(backends: &'a Backends) -> ToolCatalog<'a> {
+        ToolCatalog { custom: &backends.tools, extensions: &backends.extensions }
     }
 
     /// Every tool name an agent may list.
-    pub(crate) fn names(&self) -> Vec<&str> {
-        let mut names: Vec<&str> = BUILTIN_TOOLS.to_vec();
+    fn names(&self) -> Vec<&str> {
+        let mut names: Vec<&str> = self.extensions.iter().flat_map(|e| e.tool_names()).collect();
         names.extend(self.custom.iter().map(|t| t.name()));
         names
     }
 
-    /// The help center, shared with the offline support agent.
-    pub(crate) fn help_center(&self) -> Arc<HelpCenter> {
-        self.help.get_or_init(|| Arc::new(HelpCenter::embedded())).clone()
-    }
-
-    fn offers(&self) -> Arc<Catalog> {
-        self.offers.get_or_init(|| Arc::new(Catalog::embedded())).clone()
-    }
-
     /// The tool named `name`.
-    pub(crate) fn tool(&self, name: &str) -> Option<Arc<dyn Tool>> {
+    fn tool(&self, name: &str) -> Option<Arc<dyn Tool>> {
         if let Some(tool) = self.custom.iter().find(|t| t.name() == name) {
             return Some(tool.clone());
         }
-        Some(match name {
-            SEARCH_OFFERS => Arc::new(SearchOffers::new(self.offers())),
-            GET_OFFER => Arc::new(GetOffer::new(self.offers())),
-            PURCHASE_HISTORY => Arc::new(PurchaseHistoryTool::new(self.purchases.clone())),
-            SEARCH_HELP_CENTER => Arc::new(SearchHelpCenter::new(self.help_center())),
-            _ => return None,
-        })
+        self.extensions.iter().find(|e| e.tool_names().contains(&name)).and_then(|e| e.tool(name))
     }
 
-    /// Checks that custom tools neither clash with built-in ones nor look like agent tools.
-    pub(crate) fn check(&self) -> Result<(), ConfigError> {
-        for tool in &self.custom {
-            let name = tool.name();
-            if BUILTIN_TOOLS.contains(&name) || name.starts_with(AGENT_TOOL_PREFIX) {
+    /// Checks that no two sources name the same tool and no tool looks like an agent tool.
+    fn check(&self) -> Result<(), ConfigError> {
+        let mut seen = HashSet::new();
+        for name in self.names() {
+            if !seen.insert(name) || name.starts_with(AGENT_TOOL_PREFIX) {
                 return Err(ConfigError::Invalid {
                     field: "tools",
-                    reason: format!("the custom tool `{name}` clashes with a built-in or agent tool name"),
+                    reason: format!("the tool `{name}` clashes with another tool or an agent tool name"),
                 });
             }
         }
@@ -437,38 +419,55 @@ impl ToolCatalog {
     }
 }
 
-/// Where ratings of the configured support agents' answers go: Forethought's CSAT endpoint,
-/// for every in-process support agent when Forethought is configured; none otherwise (the
-/// offline help center's answers cannot be rated).
-pub fn rating_sinks(
-    config: &Config,
-) -> Result<crate::rating::RatingSinks, crate::support::forethought::VendorError> {
+/// Where ratings of the configured agents' answers go: each in-process agent of an extension's
+/// kind, to the sink its extension names (none for the rest).
+pub fn rating_sinks(config: &Config, backends: &Backends) -> crate::rating::RatingSinks {
     let mut sinks = crate::rating::RatingSinks::default();
-    let Some(ft) = &config.forethought else { return Ok(sinks) };
-    let client = Arc::new(crate::support::forethought::ForethoughtClient::new(ft.clone())?);
-    for agent in &config.agents.agents {
-        if agent.kind == AgentKind::Support && agent.remote.is_none() {
-            sinks.insert(agent.name.clone(), client.clone());
+    for spec in &config.agents.agents {
+        let AgentKind::Builtin(kind) = &spec.kind else { continue };
+        if spec.remote.is_some() || backends.remote.contains_key(&spec.name) {
+            continue;
+        }
+        if let Some(sink) = extension_of(&backends.extensions, kind).and_then(|e| e.rating_sink(spec)) {
+            sinks.insert(spec.name.clone(), sink);
         }
     }
-    Ok(sinks)
+    sinks
 }
 
+/// What the crate's tests build agents over: in-memory backends with one team tool, `lookup`.
 #[cfg(test)]
-mod tests {
-    use super::*;
+pub(crate) mod testing {
+    use std::sync::Arc;
 
-    /// A registry compiles a tool's schema on its first call, so a broken built-in schema would
-    /// only show then: every built-in schema is compiled here.
-    #[test]
-    fn every_built_in_tool_schema_compiles() {
-        let purchases = Arc::new(crate::shopping::catalog::SamplePurchases::embedded());
-        let catalog = ToolCatalog::new(Vec::new(), purchases);
-        for name in [SEARCH_OFFERS, GET_OFFER, PURCHASE_HISTORY, SEARCH_HELP_CENTER] {
-            let tool = catalog.tool(name).expect("a built-in tool");
-            crate::tool::JsonSchema::compile(&tool.parameters()).unwrap_or_else(|e| panic!("{name}: {e}"));
+    use futures::future::BoxFuture;
+    use serde_json::{Value, json};
+
+    use super::Backends;
+    use crate::tool::{Tool, ToolContext, ToolError};
+
+    /// A team's own tool: looks `query` up, finds nothing.
+    pub(crate) struct Lookup;
+
+    impl Tool for Lookup {
+        fn name(&self) -> &str {
+            "lookup"
         }
-        crate::tool::JsonSchema::compile(&crate::agent_tool::permissive_input_schema())
-            .expect("the agent tools' default input schema compiles");
+        fn description(&self) -> &str {
+            "Looks facts up."
+        }
+        fn parameters(&self) -> Value {
+            json!({"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]})
+        }
+        fn call<'a>(&'a self, arguments: Value, _: &'a ToolContext) -> BoxFuture<'a, Result<Value, ToolError>> {
+            Box::pin(async move { Ok(json!({"query": arguments["query"], "facts": []})) })
+        }
+    }
+
+    /// In-memory backends with [`Lookup`].
+    pub(crate) fn backends() -> Backends {
+        let mut backends = Backends::in_memory();
+        backends.tools.push(Arc::new(Lookup));
+        backends
     }
 }

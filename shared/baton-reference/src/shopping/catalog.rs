@@ -6,8 +6,8 @@
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 
-use crate::agent::BoxError;
-use crate::retrieval::SearchIndex;
+use baton::agent::BoxError;
+use baton::retrieval::SearchIndex;
 
 const CATALOG_JSON: &str = include_str!("../../../../data/catalog.json");
 const PURCHASES_JSON: &str = include_str!("../../../../data/purchases.json");

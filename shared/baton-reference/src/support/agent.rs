@@ -12,11 +12,11 @@ use super::forethought::{ForethoughtClient, PriorContextMode, SolveRequest, Solv
 use super::sessions::{Clock, SupportConversation, SupportSessions, SupportTurn};
 use super::widget::{Outcome, Prompt, answer_prompt};
 use super::{SUPPORT_APOLOGY, SUPPORT_EMPTY};
-use crate::agent::{Agent, AgentRequest, with_prior_context};
-use crate::event::EventStream;
-use crate::event::{ChoiceField, ChoiceOption, Choices, Event, agent_name};
-use crate::rating::FEEDBACK_REF;
-use crate::store::lease::LeaseError;
+use baton::agent::{Agent, AgentRequest, with_prior_context};
+use baton::event::EventStream;
+use baton::event::{ChoiceField, ChoiceOption, Choices, Event, agent_name};
+use baton::rating::FEEDBACK_REF;
+use baton::store::lease::LeaseError;
 
 /// The pause before the one retry of a call Forethought refused as busy.
 const BUSY_RETRY_PAUSE: Duration = Duration::from_millis(500);
@@ -142,7 +142,7 @@ impl Agent for ForethoughtAgent {
                 let sessions = sessions.clone();
                 let (user, episode, query) = (user.clone(), episode.clone(), query.to_owned());
                 async move {
-                    let turns = sessions.recent_turns(&user, &episode, prefix_turns).await.unwrap_or_else(|e| {
+                    let turns = sessions.recent_turns(&user, &episode, &agent, prefix_turns).await.unwrap_or_else(|e| {
                         tracing::warn!(error = %e, "cannot read earlier support turns");
                         Vec::new()
                     });
@@ -248,7 +248,7 @@ impl Agent for ForethoughtAgent {
                 lease.release().await;
             }
             let turn = SupportTurn { query: request.query, answer };
-            if let Err(e) = sessions.record_turn(&user, &episode, turn).await {
+            if let Err(e) = sessions.record_turn(&user, &episode, &agent, turn).await {
                 tracing::warn!(error = %e, "cannot record the support turn");
             }
         })

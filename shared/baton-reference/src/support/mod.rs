@@ -1,4 +1,4 @@
-//! The support sub-agent, in two forms behind the same [`Agent`](crate::agent::Agent) trait:
+//! The support sub-agent, in two forms behind the same [`Agent`](baton::agent::Agent) trait:
 //!
 //! - [`agent::ForethoughtAgent`]: the Forethought Solve API ([`forethought`]), with per-episode
 //!   conversation continuity ([`sessions`]).

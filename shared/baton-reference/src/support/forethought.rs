@@ -17,7 +17,7 @@
 //! memory.
 //!
 //! A [`VendorError`]'s text is Baton's own; what Forethought said (which may echo the token) is
-//! kept as a redacted excerpt for the log ([`crate::redact`]), never shown to a client.
+//! kept as a redacted excerpt for the log ([`baton::redact`]), never shown to a client.
 
 use std::time::Duration;
 
@@ -26,9 +26,9 @@ use futures::{Stream, StreamExt};
 use serde_json::{Map, Value};
 
 use super::widget::{Outcome, Prompt, read_component};
-use crate::bounded::IdleTimer;
-use crate::event::LineSplitter;
-use crate::model::openai::{MAX_ERROR_BODY_BYTES, Timeouts, read_capped};
+use baton::bounded::IdleTimer;
+use baton::event::LineSplitter;
+use baton::model::openai::{MAX_ERROR_BODY_BYTES, Timeouts, read_capped};
 
 /// The longest answer piece (an NDJSON line, an SSE event, a JSON body) read from Forethought.
 pub const MAX_ANSWER_BYTES: usize = 1024 * 1024;
@@ -223,9 +223,9 @@ impl VendorError {
         }
     }
 
-    /// The same error with its detail passed through [`crate::redact::excerpt`].
+    /// The same error with its detail passed through [`baton::redact::excerpt`].
     fn redacted(self, secrets: &[&str]) -> VendorError {
-        let scrub = |d: String| crate::redact::excerpt(&d, secrets);
+        let scrub = |d: String| baton::redact::excerpt(&d, secrets);
         match self {
             VendorError::Connect(d) => VendorError::Connect(scrub(d)),
             VendorError::Http { status, message } => VendorError::Http { status, message: scrub(message) },
@@ -278,7 +278,7 @@ pub type SolveStream = std::pin::Pin<Box<dyn Stream<Item = Result<SolveChunk, Ve
 /// A Forethought Solve client. Cheap to clone; build it once.
 #[derive(Debug, Clone)]
 pub struct ForethoughtClient {
-    http: crate::outbound::Client,
+    http: baton::outbound::Client,
     config: std::sync::Arc<ForethoughtConfig>,
     /// `<base_url>/solve/api/v1/conversation`, parsed once. `None` if it does not parse as a URL
     /// with a path: each call then fails on the URL, as it would have.
@@ -287,7 +287,7 @@ pub struct ForethoughtClient {
 
 impl ForethoughtClient {
     /// A client on a shared HTTP client (its connect timeout applies).
-    pub fn with_client(http: crate::outbound::Client, config: ForethoughtConfig) -> ForethoughtClient {
+    pub fn with_client(http: baton::outbound::Client, config: ForethoughtConfig) -> ForethoughtClient {
         let conversations = reqwest::Url::parse(&conversations_url(&config.base_url))
             .ok()
             .filter(|url| !url.cannot_be_a_base());
@@ -296,7 +296,7 @@ impl ForethoughtClient {
 
     /// A client with its own HTTP client.
     pub fn new(config: ForethoughtConfig) -> Result<ForethoughtClient, VendorError> {
-        let http = crate::outbound::Client::new(config.timeouts.connect, false)
+        let http = baton::outbound::Client::new(config.timeouts.connect, false)
             .map_err(|e| VendorError::Connect(e.to_string()))?;
         Ok(ForethoughtClient::with_client(http, config))
     }
@@ -397,7 +397,7 @@ impl ForethoughtClient {
             },
         };
         let builder =
-            crate::telemetry::trace::with_trace_headers(builder.bearer_auth(&self.config.token).json(&body));
+            baton::telemetry::trace::with_trace_headers(builder.bearer_auth(&self.config.token).json(&body));
         let token = self.config.token.clone();
         Box::pin(self.call_raw(builder).map(move |piece| {
             piece.map_err(|e| {
@@ -478,15 +478,15 @@ impl ForethoughtClient {
 }
 
 /// Ratings go to the rated conversation's CSAT endpoint: up is 5, down is 1.
-impl crate::rating::RatingSink for ForethoughtClient {
+impl baton::rating::RatingSink for ForethoughtClient {
     fn rate<'a>(
         &'a self,
         conversation_id: &'a str,
-        rating: crate::rating::Rating,
-    ) -> futures::future::BoxFuture<'a, Result<(), crate::agent::BoxError>> {
+        rating: baton::rating::Rating,
+    ) -> futures::future::BoxFuture<'a, Result<(), baton::agent::BoxError>> {
         let score = match rating {
-            crate::rating::Rating::Up => 5,
-            crate::rating::Rating::Down => 1,
+            baton::rating::Rating::Up => 5,
+            baton::rating::Rating::Down => 1,
         };
         Box::pin(async move { Ok(self.csat(conversation_id, score).await?) })
     }
@@ -494,7 +494,7 @@ impl crate::rating::RatingSink for ForethoughtClient {
 
 /// The body's bytes, ending in an error once more than [`MAX_ANSWER_BYTES`] came.
 fn capped_body(
-    response: crate::outbound::Response,
+    response: baton::outbound::Response,
 ) -> impl Stream<Item = Result<bytes::Bytes, VendorError>> + Send {
     let mut seen = 0usize;
     response.bytes_stream().map(move |chunk| {
@@ -519,7 +519,7 @@ fn stream_error(e: eventsource_stream::EventStreamError<VendorError>) -> VendorE
 }
 
 /// Reads a whole body of at most [`MAX_ANSWER_BYTES`], each chunk within `idle`.
-async fn read_all(response: crate::outbound::Response, idle: Duration) -> Result<Vec<u8>, VendorError> {
+async fn read_all(response: baton::outbound::Response, idle: Duration) -> Result<Vec<u8>, VendorError> {
     let mut bytes = std::pin::pin!(response.bytes_stream());
     let mut idle = IdleTimer::new(idle);
     let mut body = Vec::new();

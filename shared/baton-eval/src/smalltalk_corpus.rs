@@ -8,10 +8,10 @@ use std::fmt::Write as _;
 use serde::Deserialize;
 
 use super::SuiteError;
-use crate::text::Lexicon;
+use baton::text::Lexicon;
 
 /// The labelled smalltalk corpus, embedded.
-pub const SMALLTALK_CORPUS: &str = include_str!("../../../../data/routing/smalltalk-corpus.yaml");
+pub const SMALLTALK_CORPUS: &str = include_str!("../../../data/routing/smalltalk-corpus.yaml");
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -149,7 +149,7 @@ mod tests {
 
     #[test]
     fn a_classifier_that_takes_everything_fails_on_precision() {
-        let everything = Lexicon::new([&crate::text::SmalltalkLists {
+        let everything = Lexicon::new([&baton::text::SmalltalkLists {
             greetings: vec!["hi".into()],
             ..Default::default()
         }])

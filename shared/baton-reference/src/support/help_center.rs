@@ -15,10 +15,10 @@
 use std::sync::Arc;
 
 use super::SUPPORT_APOLOGY;
-use crate::agent::{Agent, AgentRequest};
-use crate::event::Event;
-use crate::event::EventStream;
-use crate::retrieval::SearchIndex;
+use baton::agent::{Agent, AgentRequest};
+use baton::event::Event;
+use baton::event::EventStream;
+use baton::retrieval::SearchIndex;
 
 /// `(slug, file text)` of every shipped article, embedded by the build script.
 const ARTICLES: &[(&str, &str)] = include!(concat!(env!("OUT_DIR"), "/help_articles.rs"));
@@ -158,7 +158,7 @@ impl SearchHelpCenter {
     }
 }
 
-impl crate::tool::Tool for SearchHelpCenter {
+impl baton::tool::Tool for SearchHelpCenter {
     fn name(&self) -> &str {
         SEARCH_HELP_CENTER
     }
@@ -177,8 +177,8 @@ impl crate::tool::Tool for SearchHelpCenter {
     fn call<'a>(
         &'a self,
         arguments: serde_json::Value,
-        _context: &'a crate::tool::ToolContext,
-    ) -> futures::future::BoxFuture<'a, Result<serde_json::Value, crate::tool::ToolError>> {
+        _context: &'a baton::tool::ToolContext,
+    ) -> futures::future::BoxFuture<'a, Result<serde_json::Value, baton::tool::ToolError>> {
         let query = arguments["query"].as_str().unwrap_or_default().to_owned();
         let limit = arguments["limit"].as_u64().unwrap_or(2) as usize;
         let articles: Vec<serde_json::Value> = self
@@ -243,7 +243,7 @@ mod tests {
     fn every_shipped_article_parses_and_every_category_is_covered() {
         let help = HelpCenter::embedded();
         assert!(help.articles().len() >= 30, "{}", help.articles().len());
-        let config = crate::config::Config::default();
+        let config = baton::config::Config::default();
         let routing = config.agents.get("orchestrator").and_then(|a| a.routing.clone()).unwrap();
         for category in routing.categories {
             assert!(help.articles().iter().any(|a| a.category == category), "no article for {category}");
