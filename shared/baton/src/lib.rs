@@ -52,7 +52,7 @@
 //! - [`text`]: words, content words and smalltalk: how the rules read a message.
 //! - [`image`]: an image attached to a message: its kind, description and URL, checked.
 //! - [`event`]: the wire protocol: the event enum, SSE and NDJSON encoding and decoding.
-//! - [`outbound`]: the outgoing HTTP client of streamed answers (model servers, Forethought):
+//! - [`outbound`]: the outgoing HTTP client of streamed answers (model servers, vendor APIs):
 //!   reqwest for `https` and HTTP/2, and cleartext HTTP/1.1 driven inside the body's own poll.
 //! - [`redact`]: vendor text made safe for a log line: an excerpt with secrets and tokens masked.
 //! - [`bounded`]: bounded waits for a stream's items (idle, or a deadline), one timer per stream;

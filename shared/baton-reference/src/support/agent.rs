@@ -140,7 +140,7 @@ impl Agent for ForethoughtAgent {
             };
             let history_prefixed = |query: &str| {
                 let sessions = sessions.clone();
-                let (user, episode, query) = (user.clone(), episode.clone(), query.to_owned());
+                let (user, episode, agent, query) = (user.clone(), episode.clone(), agent.clone(), query.to_owned());
                 async move {
                     let turns = sessions.recent_turns(&user, &episode, &agent, prefix_turns).await.unwrap_or_else(|e| {
                         tracing::warn!(error = %e, "cannot read earlier support turns");

@@ -243,7 +243,7 @@ mod tests {
     fn every_shipped_article_parses_and_every_category_is_covered() {
         let help = HelpCenter::embedded();
         assert!(help.articles().len() >= 30, "{}", help.articles().len());
-        let config = baton::config::Config::default();
+        let config = crate::reference_config();
         let routing = config.agents.get("orchestrator").and_then(|a| a.routing.clone()).unwrap();
         for category in routing.categories {
             assert!(help.articles().iter().any(|a| a.category == category), "no article for {category}");

@@ -195,6 +195,10 @@ impl SupportSessions for MemorySupportSessions {
     }
 }
 
+/// Where an episode item written before conversations were kept per agent has the Forethought
+/// conversation (its `ft_*` attributes, read by the store under their prefix).
+pub const LEGACY_CONVERSATION: &str = "ft";
+
 /// [`SupportSessions`] over a [`Store`]: each agent's conversation (with the prompt its last
 /// answer left open) on the episode item under the agent's name; its recent turns read back from
 /// the episode's stored messages (history already persists them, so recording a turn writes
@@ -224,7 +228,12 @@ impl SupportSessions for StoreSessions {
     ) -> BoxFuture<'a, Result<Option<SupportConversation>, BoxError>> {
         Box::pin(async move {
             let episode = self.store.episode(&key(user_id, episode_id)?).await?;
-            Ok(episode.and_then(|mut e| e.conversations.remove(agent)).map(|c| SupportConversation {
+            // An item written before conversations were kept per agent holds the one Forethought
+            // agent's conversation under the vendor's prefix: an agent with none of its own takes it.
+            let own = |mut e: baton::store::Episode| {
+                e.conversations.remove(agent).or_else(|| e.conversations.remove(LEGACY_CONVERSATION))
+            };
+            Ok(episode.and_then(own).map(|c| SupportConversation {
                 conversation_id: c.conversation_id,
                 last_used_at: UNIX_EPOCH + Duration::from_millis(c.last_used_at),
                 // A prompt this version cannot read is no prompt: the next message is an
@@ -258,6 +267,7 @@ impl SupportSessions for StoreSessions {
                 pending,
             };
             update_episode(self.store.as_ref(), &key(user_id, episode_id)?, |e| {
+                e.conversations.remove(LEGACY_CONVERSATION);
                 e.conversations.insert(agent.to_owned(), saved.clone());
             })
             .await?;
@@ -402,5 +412,29 @@ mod tests {
                 SupportTurn { query: "q3".into(), answer: "a3".into() }
             ]
         );
+    }
+
+    #[tokio::test]
+    async fn a_conversation_stored_before_agents_had_their_own_is_the_support_agents_until_it_saves() {
+        let (_dir, store) = store().await;
+        let key = EpisodeKey::new("u", "e").unwrap();
+        let at = UNIX_EPOCH + Duration::from_millis(1_800_000_000_000);
+        update_episode(store.as_ref(), &key, |e| {
+            let legacy = baton::store::VendorConversation {
+                conversation_id: "c_old".into(),
+                last_used_at: epoch_ms(at),
+                pending: None,
+            };
+            e.conversations.insert(LEGACY_CONVERSATION.into(), legacy);
+        })
+        .await
+        .unwrap();
+        let b = StoreSessions::new(store.clone());
+        let got = b.conversation("u", "e", "support").await.unwrap().unwrap();
+        assert_eq!(got.conversation_id, "c_old");
+        let new = SupportConversation { conversation_id: "c_new".into(), last_used_at: at, pending: None };
+        b.save_conversation("u", "e", "support", new).await.unwrap();
+        let episode = store.episode(&key).await.unwrap().unwrap();
+        assert_eq!(episode.conversations.keys().collect::<Vec<_>>(), ["support"], "the legacy entry is gone");
     }
 }

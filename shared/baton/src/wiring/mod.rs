@@ -345,7 +345,7 @@ impl<'a> Graph<'a> {
     }
 }
 
-/// An agent under another name (the built-in support agents call themselves `support`).
+/// An agent under another name (an extension's agent answers to its entry's name).
 struct Named {
     name: String,
     inner: Arc<dyn Agent>,
