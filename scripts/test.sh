@@ -22,7 +22,7 @@ step "cargo doc (warnings are errors)"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked --quiet
 
 step "no import circles, and no module using one its crate's Layout lists above it"
-for crate_src in shared/baton/src shared/baton-aws/src; do
+for crate_src in shared/*/src; do
     circles=$(python3 scripts/import_circles.py "$crate_src")
     if [[ "$(tail -n 1 <<<"$circles")" != 0 ]]; then
         echo "$crate_src:" >&2
@@ -30,6 +30,14 @@ for crate_src in shared/baton/src shared/baton-aws/src; do
         exit 1
     fi
 done
+echo "none"
+
+step "the wall: the runtime crate names no reference agent or vendor outside its tests"
+wall=$(python3 scripts/check_wall.py shared/baton/src)
+if [[ "$(tail -n 1 <<<"$wall")" != 0 ]]; then
+    echo "$wall" >&2
+    exit 1
+fi
 echo "none"
 
 step "moto_server (local DynamoDB for the store tests)"

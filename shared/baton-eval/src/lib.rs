@@ -16,6 +16,17 @@
 //! recovered (the verbatim rule's safe fallback), and is reported apart as "recovered loosely".
 //! [`correct_script`] is the scripted model that routes every scenario right: the rules must let
 //! it pass the whole suite.
+//!
+//! This crate is linked by `routing-eval` and the scheduled eval function only, never by the chat
+//! functions.
+//!
+//! # Layout
+//! Top to bottom; a module uses modules below it (and this file's suite types), never above.
+//! - this file: the suite ([`load_suite`], [`REFERENCE_SUITE`]), scoring ([`Scenario::score`]), the
+//!   fault-injecting model ([`run_faults`]) and their text reports.
+//! - [`report`]: the run as a self-contained HTML report (charts, failures, trend) and the JSON
+//!   summary a run is stored as.
+//! - [`smalltalk_corpus`]: the smalltalk check scored on its labelled corpus.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -36,7 +47,8 @@ const ASK_SUPPORT: &str = "ask_support";
 const ASK_SHOPPING: &str = "ask_shopping";
 use baton::routing::{Route, RouteStep, Router};
 
-mod smalltalk_corpus;
+pub mod report;
+pub mod smalltalk_corpus;
 
 pub use smalltalk_corpus::{
     CorpusScore, SMALLTALK_CORPUS, corpus_json, format_corpus, score_smalltalk_corpus,
