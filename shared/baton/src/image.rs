@@ -19,9 +19,9 @@ const DATA_URL_TYPES: [&str; 4] = ["png", "jpeg", "gif", "webp"];
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ImageKind {
-    /// A purchase receipt (support's).
+    /// A purchase receipt.
     Receipt,
-    /// A product (shopping's).
+    /// A product.
     Product,
     /// Anything else.
     Other,

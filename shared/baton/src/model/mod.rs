@@ -8,7 +8,8 @@
 //! - [`responses`]: the OpenAI Responses API over HTTP, with `previous_response_id`.
 //! - [`offline`]: the deterministic rule-based model used when no model is configured.
 //! - [`scripted`]: scripted answers and an in-process scripted model (the routing suite's fault
-//!   injection uses it); with feature `test-support`, a scripted OpenAI-compatible HTTP server.
+//!   injection uses it); with the crate's test-server feature, a scripted OpenAI-compatible HTTP
+//!   server.
 
 pub mod offline;
 pub mod openai;
@@ -145,7 +146,7 @@ pub struct ChatRequest {
     /// Output token cap.
     pub max_tokens: Option<u32>,
     /// A JSON Schema the answer's text must follow (structured output), where the server
-    /// supports it; callers validate the answer themselves in any case.
+    /// offers it; callers validate the answer themselves in any case.
     pub response_format: Option<ResponseFormat>,
 }
 
@@ -404,7 +405,7 @@ pub trait ChatModel: Send + Sync {
 
     /// Whether the server keeps conversations, so that [`ChatModel::stream_continuing`] works
     /// (the OpenAI Responses API).
-    fn supports_previous_response(&self) -> bool {
+    fn keeps_conversations(&self) -> bool {
         false
     }
 
@@ -431,8 +432,8 @@ impl<M: ChatModel + ?Sized> ChatModel for Arc<M> {
         (**self).stream(request)
     }
 
-    fn supports_previous_response(&self) -> bool {
-        (**self).supports_previous_response()
+    fn keeps_conversations(&self) -> bool {
+        (**self).keeps_conversations()
     }
 
     fn stream_continuing(&self, request: ChatRequest, previous_response_id: String) -> DeltaStream {

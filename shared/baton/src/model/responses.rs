@@ -55,7 +55,7 @@ impl ChatModel for ResponsesModel {
         )
     }
 
-    fn supports_previous_response(&self) -> bool {
+    fn keeps_conversations(&self) -> bool {
         true
     }
 

@@ -1,5 +1,5 @@
-//! A short lease on a name within an episode: calls that a vendor takes one at a time (the
-//! Forethought Solve API answers one request per conversation and refuses the others) wait
+//! A short lease on a name within an episode: calls that a vendor takes one at a time (a vendor
+//! conversation API that answers one request per conversation and refuses the others) wait
 //! for each other, in one process and across processes and Lambda instances.
 //!
 //! A lease is one store item (`LEASE#<name>`) written conditionally ([`Store::take_lease`]): it

@@ -1,5 +1,5 @@
-//! The scripted OpenAI-compatible HTTP server (feature `test-support`): [`ScriptedServer`] and the
-//! loopback plumbing the Forethought test server shares ([`LoopbackServer`], [`paced_body`]).
+//! The scripted OpenAI-compatible HTTP server (the crate's test-server feature): [`ScriptedServer`]
+//! and the loopback plumbing other vendor test servers share ([`LoopbackServer`], [`paced_body`]).
 
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;

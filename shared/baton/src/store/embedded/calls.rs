@@ -26,7 +26,7 @@ impl Store for EmbeddedStore {
     async fn save_episode(&self, episode: &Episode) -> Result<Episode, StoreError> {
         let now = self.clock.now_ms();
         let ttl = self.ttl(now);
-        // Within a turn (the support agent keeps its vendor conversation here) the reply's flush
+        // Within a turn (an agent may keep its vendor conversation here) the reply's flush
         // takes this to disk too; a crash before it loses the conversation id, and the next turn
         // starts a new vendor conversation (docs/storage.md, "Durability").
         let (saved, _) = self.change(|view| {
