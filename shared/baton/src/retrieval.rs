@@ -21,7 +21,7 @@ const STOP_WORDS: &[&str] = &[
 
 /// Lowercases, splits on anything but letters, digits and apostrophes, drops stop words and
 /// stems.
-pub struct EnglishTokenizer {
+pub(crate) struct EnglishTokenizer {
     stemmer: Stemmer,
 }
 

@@ -17,11 +17,12 @@ mod wire;
 
 use serde::{Deserialize, Serialize};
 
-pub use usage::{AgentUsage, BadDecimal, Status, Usage, UsageRollup, Usd, agent_name, parse_scaled_decimal};
+pub use usage::{AgentUsage, BadDecimal, Status, Usage, Usd, agent_name};
+pub(crate) use usage::{UsageRollup, parse_scaled_decimal};
 pub use wire::{
-    DecodeError, LineSplitter, LineTooLong, SSE_HEARTBEAT, decode_ndjson, decode_sse, encode_ndjson,
-    encode_sse, encode_sse_into,
+    DecodeError, LineSplitter, LineTooLong, decode_ndjson, decode_sse, encode_ndjson, encode_sse,
 };
+pub(crate) use wire::{SSE_HEARTBEAT, encode_sse_into};
 
 /// The events of one agent run, tool call or turn. Errors are in-band `error` events; the stream
 /// always ends.
@@ -380,7 +381,7 @@ impl Event {
 
     /// Whether the event is ordered content for the live slot (user-visible text and the content
     /// boundary that follows it), as opposed to progress that passes through at once.
-    pub fn is_slot_content(&self) -> bool {
+    pub(crate) fn is_slot_content(&self) -> bool {
         matches!(self, Event::Text { .. } | Event::ContentEnd { .. })
     }
 

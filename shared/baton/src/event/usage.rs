@@ -67,7 +67,7 @@ pub struct BadDecimal {
 
 /// Parses a plain, non-negative decimal (`12`, `0.40`, `.5`) into an integer scaled by
 /// `10^scale`, exactly: more than `scale` decimals, a sign, an exponent or an overflow are errors.
-pub fn parse_scaled_decimal(text: &str, scale: u32) -> Result<u64, BadDecimal> {
+pub(crate) fn parse_scaled_decimal(text: &str, scale: u32) -> Result<u64, BadDecimal> {
     let bad = || BadDecimal { text: text.to_owned(), scale };
     let (whole, frac) = text.split_once('.').unwrap_or((text, ""));
     let all_digits = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
@@ -210,14 +210,14 @@ pub fn agent_name(instance: &str) -> &str {
 /// Usage rolled up per agent name and model over a turn's instances (`researcher[1]` and
 /// `researcher[2]` are one `researcher` entry), in order of first use.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct UsageRollup {
+pub(crate) struct UsageRollup {
     /// The totals so far.
     pub totals: Vec<AgentUsage>,
 }
 
 impl UsageRollup {
     /// Adds `usage` of `instance` with `model`; returns that agent name's total with that model.
-    pub fn add(&mut self, instance: &str, model: &str, usage: Usage) -> Usage {
+    pub(crate) fn add(&mut self, instance: &str, model: &str, usage: Usage) -> Usage {
         let name = agent_name(instance);
         let at = match self.totals.iter().position(|t| t.agent == name && t.model == model) {
             Some(at) => at,
@@ -232,7 +232,7 @@ impl UsageRollup {
     }
 
     /// Adds a `usage` event into the totals and sets its `agent_total`; other events pass.
-    pub fn observe(&mut self, event: &mut Event) {
+    pub(crate) fn observe(&mut self, event: &mut Event) {
         if let Event::Usage { agent, model, usage, agent_total } = event {
             *agent_total = Some(Box::new(self.add(agent, model, *usage)));
         }

@@ -25,7 +25,7 @@ pub enum DecodeError {
 }
 
 /// Encodes `event` as one SSE message with sequence number `id`, appending to `out`.
-pub fn encode_sse_into(out: &mut BytesMut, id: u64, event: &Event) {
+pub(crate) fn encode_sse_into(out: &mut BytesMut, id: u64, event: &Event) {
     out.put_slice(b"event: ");
     out.put_slice(event.kind().as_bytes());
     out.put_slice(b"\nid: ");
@@ -45,7 +45,7 @@ pub fn encode_sse(id: u64, event: &Event) -> Bytes {
 }
 
 /// An SSE comment line, used as a heartbeat: clients ignore it, proxies see traffic.
-pub const SSE_HEARTBEAT: &[u8] = b": heartbeat\n\n";
+pub(crate) const SSE_HEARTBEAT: &[u8] = b": heartbeat\n\n";
 
 /// Decodes one SSE message from its `event:` name and `data:` payload, checking they agree.
 pub fn decode_sse(event_name: &str, data: &str) -> Result<Event, DecodeError> {

@@ -27,13 +27,14 @@ pub mod server;
 
 use std::sync::Arc;
 
-pub use client::{McpCallItem, McpConnection, McpProgress, McpTool, TRANSPORT_ERROR_AFTER_RETRY};
+pub(crate) use client::McpConnection;
+pub use client::{McpCallItem, McpProgress, McpTool, TRANSPORT_ERROR_AFTER_RETRY};
 pub use config::{McpConfigError, McpServerConfig, McpServers};
 
 use crate::tool::Tool;
 
 /// The prefix of every MCP tool name.
-pub const MCP_TOOL_PREFIX: &str = "mcp__";
+pub(crate) const MCP_TOOL_PREFIX: &str = "mcp__";
 
 /// Longest tool name models accept.
 const MAX_TOOL_NAME: usize = 64;
@@ -60,7 +61,7 @@ pub enum McpError {
 /// The name the model calls a server's tool by: `mcp__<server>__<tool>`, with characters models
 /// refuse replaced by `_`, and a long name shortened with a hash of the original so that two
 /// tools never share one.
-pub fn tool_name(server: &str, tool: &str) -> String {
+pub(crate) fn tool_name(server: &str, tool: &str) -> String {
     let clean: String = tool
         .chars()
         .map(|c| if c.is_ascii_alphanumeric() || c == '_' || c == '-' { c } else { '_' })

@@ -123,7 +123,7 @@ pub enum ToolChoice {
 
 impl ToolChoice {
     /// Its spelling in both OpenAI APIs' `tool_choice`.
-    pub fn wire_name(self) -> &'static str {
+    pub(crate) fn wire_name(self) -> &'static str {
         match self {
             ToolChoice::Auto => "auto",
             ToolChoice::Required => "required",
@@ -488,7 +488,7 @@ pub async fn collect(mut stream: DeltaStream) -> Result<ChatResponse, ModelError
 /// fragment without an index continues the latest call, unless it carries a new id (some servers
 /// omit indexes and start each call with its id).
 #[derive(Debug, Default)]
-pub struct ToolCallAssembler {
+pub(crate) struct ToolCallAssembler {
     calls: BTreeMap<usize, ToolCall>,
     last_index: Option<usize>,
     chars: usize,
@@ -496,7 +496,7 @@ pub struct ToolCallAssembler {
 
 impl ToolCallAssembler {
     /// Adds one fragment; returns a [`ModelDelta::ToolCallStart`] when this fragment starts a call.
-    pub fn push(
+    pub(crate) fn push(
         &mut self,
         index: Option<usize>,
         id: Option<&str>,
@@ -540,17 +540,17 @@ impl ToolCallAssembler {
 
     /// Characters of tool names and arguments received so far (never decreases), for the
     /// answer cap.
-    pub fn chars(&self) -> usize {
+    pub(crate) fn chars(&self) -> usize {
         self.chars
     }
 
     /// Whether any fragment was seen.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.calls.is_empty()
     }
 
     /// The complete calls in index order; calls without an id get a synthetic one.
-    pub fn finish(&mut self) -> Vec<ToolCall> {
+    pub(crate) fn finish(&mut self) -> Vec<ToolCall> {
         std::mem::take(&mut self.calls)
             .into_iter()
             .map(|(index, mut call)| {

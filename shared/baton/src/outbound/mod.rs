@@ -44,14 +44,14 @@ use futures::{Stream, StreamExt};
 pub const MAX_IDLE_CONNECTIONS_PER_HOST: usize = 32;
 
 /// How long an idle pooled connection is kept.
-pub const IDLE_CONNECTION_TIMEOUT: Duration = Duration::from_secs(60);
+pub(crate) const IDLE_CONNECTION_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The reqwest settings every outgoing client shares (model servers, vendor APIs): the connect
 /// timeout, no Nagle delay (small SSE frames and requests go at once), a bounded idle pool
 /// ([`MAX_IDLE_CONNECTIONS_PER_HOST`], [`IDLE_CONNECTION_TIMEOUT`]), and no redirects: an API
 /// endpoint that redirects is misconfigured, and its `3xx` is reported as the answer, as the
 /// cleartext transport does.
-pub fn pooled_client(connect_timeout: Duration) -> reqwest::ClientBuilder {
+pub(crate) fn pooled_client(connect_timeout: Duration) -> reqwest::ClientBuilder {
     reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .connect_timeout(connect_timeout)

@@ -20,10 +20,10 @@ use tokio::time::Instant;
 use super::{EpisodeKey, LeaseGrant, Store, StoreError};
 
 /// The first pause before asking again for a held lease; it doubles up to [`MAX_PAUSE`].
-pub const MIN_PAUSE: Duration = Duration::from_millis(25);
+pub(crate) const MIN_PAUSE: Duration = Duration::from_millis(25);
 
 /// The longest pause between two asks: a lease released early is noticed within this.
-pub const MAX_PAUSE: Duration = Duration::from_millis(400);
+pub(crate) const MAX_PAUSE: Duration = Duration::from_millis(400);
 
 /// Waiting for a lease failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

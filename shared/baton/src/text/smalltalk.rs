@@ -107,7 +107,7 @@ pub struct SmalltalkLists {
 }
 
 /// The default smalltalk vocabulary, per language.
-pub const DEFAULT_SMALLTALK: &str = include_str!("../../../../data/routing/smalltalk.yaml");
+pub(crate) const DEFAULT_SMALLTALK: &str = include_str!("../../../../data/routing/smalltalk.yaml");
 
 /// The longest message judged smalltalk, in words.
 const SMALLTALK_MAX_WORDS: usize = 20;
@@ -357,7 +357,7 @@ impl Lexicon {
     }
 
     /// Whether `text` is smalltalk, and which (see the module docs).
-    pub fn classify(&self, text: &str) -> Option<Smalltalk> {
+    pub(crate) fn classify(&self, text: &str) -> Option<Smalltalk> {
         let (rest, emoji) = without_emoji(text)?;
         if !rest.chars().any(char::is_alphanumeric) {
             let punctuation = rest.chars().any(|c| !c.is_whitespace());

@@ -67,7 +67,7 @@ impl RetryPolicy {
 }
 
 /// The default cap on one model answer: text, reasoning and tool-call names and arguments.
-pub const DEFAULT_MAX_ANSWER_CHARS: usize = 32_000;
+pub(crate) const DEFAULT_MAX_ANSWER_CHARS: usize = 32_000;
 /// A response body may carry this many bytes per answer character (JSON framing, ids, usage)
 /// before it is cut: the cap on memory for a stream whose events carry no answer at all.
 pub(super) const BODY_BYTES_PER_ANSWER_CHAR: usize = 256;

@@ -25,7 +25,7 @@ mod transport;
 
 pub use chunks::ChunkParser;
 pub(crate) use chunks::TokenDetails;
-pub use config::{DEFAULT_MAX_ANSWER_CHARS, MAX_ERROR_BODY_BYTES, OpenAiConfig, RetryPolicy, Timeouts};
+pub use config::{MAX_ERROR_BODY_BYTES, OpenAiConfig, RetryPolicy, Timeouts};
 pub use request::request_body;
 pub(crate) use request::tool_options;
 pub(crate) use transport::{Endpoint, StreamParser, read_capped, retrying_stream};
