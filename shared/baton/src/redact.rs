@@ -13,12 +13,12 @@
 //! a huge body costs no more than a small one.
 
 /// What a masked secret is replaced with.
-pub(crate) const MASK: &str = "[REDACTED]";
+pub const MASK: &str = "[REDACTED]";
 /// The longest excerpt, in characters (an ellipsis marks a cut).
-pub(crate) const EXCERPT_CHARS: usize = 300;
+pub const EXCERPT_CHARS: usize = 300;
 /// How much of a text is read before the excerpt is cut. Larger than the excerpt, so a secret
 /// that begins inside the excerpt is masked whole.
-pub(crate) const SCAN_CHARS: usize = 4096;
+pub const SCAN_CHARS: usize = 4096;
 /// Configured secrets shorter than this are not searched for (they would mask ordinary words).
 const MIN_SECRET_LEN: usize = 6;
 

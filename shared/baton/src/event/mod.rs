@@ -8,7 +8,7 @@
 //! Text that contains newlines stays one event: `serde_json` escapes control characters, so a
 //! `data:` line can never be split by the payload.
 //!
-//! Rooms: [`usage`] (tokens, dollars, statuses and their per-agent roll-up) and [`wire`] (the SSE
+//! Rooms: `usage` (tokens, dollars, statuses and their per-agent roll-up) and `wire` (the SSE
 //! and NDJSON encodings and the line splitter). Their items are re-exported here, so
 //! `baton::event::Usage` and `baton::event::encode_sse` keep their paths.
 

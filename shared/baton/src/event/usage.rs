@@ -150,7 +150,7 @@ impl Usage {
 
     /// Adds `other` into `self`. The sum has a cost only when every part that spent tokens had
     /// one: an unpriced part makes it unknown, never understated.
-    pub fn add(&mut self, other: Usage) {
+    pub(crate) fn add(&mut self, other: Usage) {
         self.cost_usd = match (self.cost_usd, other.cost_usd) {
             (Some(a), Some(b)) => Some(a.saturating_add(b)),
             (None, b) if self.is_empty() => b,

@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 /// The configured MCP servers, by name. A server's tools reach the model as
-/// `mcp__<server>__<tool>` (see [`super::tool_name`]).
+/// `mcp__<server>__<tool>` (see `tool_name`).
 pub type McpServers = BTreeMap<String, McpServerConfig>;
 
 /// How long one call may take when the configuration says nothing.
@@ -45,7 +45,7 @@ pub struct McpServerConfig {
     #[serde(default)]
     pub tools: Option<Vec<String>>,
     /// Longest one call may take; 30 s by default. (Start and listing have their own bound,
-    /// [`super::client::START_TIMEOUT`].)
+    /// `START_TIMEOUT`.)
     #[serde(default)]
     pub timeout_seconds: Option<f64>,
     /// A server that fails to start is a warning and its tools are absent, instead of a

@@ -10,7 +10,7 @@
 //!
 //! # Layout
 //! - [`config`]: the `mcp_servers` settings and their validation (errors name the field path).
-//! - [`client`]: a connection per server (restarted after it broke), the tools, the retry and
+//! - `client`: a connection per server (restarted after it broke), the tools, the retry and
 //!   cancellation rules.
 //! - [`server`]: Baton agents as MCP tools, progress notifications from their events.
 //!
@@ -21,7 +21,7 @@
 //! deployment error seen at once (naming the server), not a tool that fails mid-conversation.
 //! The list is not refreshed: a server that changes its tools is picked up at the next start.
 
-pub mod client;
+mod client;
 pub mod config;
 pub mod server;
 

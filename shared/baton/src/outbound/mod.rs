@@ -70,7 +70,7 @@ pub struct Client {
 }
 
 impl Client {
-    /// A client with the shared settings ([`pooled_client`]). `http2_prior_knowledge` speaks
+    /// A client with the shared settings (`pooled_client`). `http2_prior_knowledge` speaks
     /// HTTP/2 to a cleartext server too (one that accepts h2c without an upgrade), so concurrent
     /// calls share one connection.
     pub fn new(connect_timeout: Duration, http2_prior_knowledge: bool) -> Result<Client, Error> {

@@ -132,7 +132,7 @@ impl Prices {
 
 /// Prices `usage` events with a [`Prices`] table; warns once per unpriced model.
 #[derive(Debug, Default)]
-pub(crate) struct Pricer {
+pub struct Pricer {
     prices: Prices,
     warned: Mutex<HashSet<String>>,
 }

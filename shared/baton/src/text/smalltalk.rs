@@ -357,7 +357,7 @@ impl Lexicon {
     }
 
     /// Whether `text` is smalltalk, and which (see the module docs).
-    pub(crate) fn classify(&self, text: &str) -> Option<Smalltalk> {
+    pub fn classify(&self, text: &str) -> Option<Smalltalk> {
         let (rest, emoji) = without_emoji(text)?;
         if !rest.chars().any(char::is_alphanumeric) {
             let punctuation = rest.chars().any(|c| !c.is_whitespace());

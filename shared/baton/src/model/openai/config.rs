@@ -53,7 +53,7 @@ impl Default for RetryPolicy {
 impl RetryPolicy {
     /// How long to wait before retry number `attempt` (0-based) after `error`, or `None` when the
     /// error should be returned instead.
-    pub fn delay(&self, attempt: u32, error: &ModelError) -> Option<Duration> {
+    pub(crate) fn delay(&self, attempt: u32, error: &ModelError) -> Option<Duration> {
         if attempt >= self.max_retries || !error.is_retryable() {
             return None;
         }

@@ -10,8 +10,8 @@
 //! up to [`MAX_ERROR_BODY_BYTES`] and kept only as a redacted excerpt for logs
 //! ([`crate::redact`]); the client sees Baton's own message.
 //!
-//! One job per file: [`config`] (settings, timeouts, the retry policy), [`request`] (the JSON
-//! request on the wire), [`chunks`] (the streamed chunks into deltas) and [`transport`] (the POST,
+//! One job per file: `config` (settings, timeouts, the retry policy), `request` (the JSON
+//! request on the wire), `chunks` (the streamed chunks into deltas) and `transport` (the POST,
 //! its retries, caps and error bodies, shared with the Responses API client).
 
 use std::sync::Arc;

@@ -110,7 +110,7 @@ struct Flushed {
     upto: u64,
 }
 
-/// A file-backed [`Store`].
+/// A file-backed [`Store`](super::Store).
 pub struct EmbeddedStore {
     pending: Arc<Mutex<Pending>>,
     reopen: Arc<Reopen>,
