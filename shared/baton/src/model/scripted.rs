@@ -24,11 +24,15 @@ use super::{ChatModel, ChatRequest, DeltaStream, FinishReason, ModelDelta, Model
 use crate::event::Usage;
 
 #[cfg(any(test, feature = "test-support"))]
+mod loopback;
+#[cfg(any(test, feature = "test-support"))]
 mod server;
 #[cfg(any(test, feature = "test-support"))]
-pub use server::{Api, RecordedRequest, ScriptedServer, TestCertificate};
+pub use loopback::TestCertificate;
 #[cfg(any(test, feature = "test-support"))]
-pub(crate) use server::{LoopbackServer, Pacing, paced_body, wait_until};
+pub(crate) use loopback::{LoopbackServer, Pacing, paced_body, wait_until};
+#[cfg(any(test, feature = "test-support"))]
+pub use server::{Api, RecordedRequest, ScriptedServer};
 
 /// One piece of a scripted answer.
 #[derive(Debug, Clone, PartialEq)]
