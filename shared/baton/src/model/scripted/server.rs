@@ -1,5 +1,6 @@
 //! The scripted OpenAI-compatible HTTP server (the crate's test-server feature): [`ScriptedServer`],
-//! the requests it records and the streams it answers with. The loopback plumbing it shares with other vendor test servers is in `loopback`.
+//! the requests it records and the streams it answers with. The loopback plumbing it shares with
+//! other vendor test servers is in `loopback`.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};

@@ -10,9 +10,9 @@
 //! A call's checks and writes run where it is called, under one lock, against a view of the
 //! file's last commit overlaid with the writes not yet in the file (`Pending`); its writes join
 //! those, and every later call sees them. Only a call that must be durable when it returns
-//! ([`Store::save_reply`](super::Store::save_reply), [`EmbeddedStore::put_raw`]) waits for the file: it hops to the blocking
-//! pool, where one redb write transaction takes every pending write to disk with one
-//! `fdatasync`. Concurrent turns share that commit (group commit): a reply that arrives while
+//! ([`Store::save_reply`](super::Store::save_reply), [`EmbeddedStore::put_raw`]) waits for the
+//! file: it hops to the blocking pool, where one redb write transaction takes every pending write
+//! to disk with one `fdatasync`. Concurrent turns share that commit (group commit): a reply that arrives while
 //! another is being flushed is taken by the next flush, with all the others waiting by then.
 //!
 //! So a turn costs one write transaction and one `fdatasync`: its user message, request marker
