@@ -30,7 +30,7 @@ mod server;
 #[cfg(any(test, feature = "test-support"))]
 pub use loopback::TestCertificate;
 #[cfg(any(test, feature = "test-support"))]
-pub(crate) use loopback::{LoopbackServer, Pacing, paced_body, wait_until};
+pub use loopback::{LoopbackServer, Pacing, paced_body, wait_until};
 #[cfg(any(test, feature = "test-support"))]
 pub use server::{Api, RecordedRequest, ScriptedServer};
 

@@ -28,7 +28,8 @@ pub(crate) use chunks::TokenDetails;
 pub use config::{MAX_ERROR_BODY_BYTES, OpenAiConfig, RetryPolicy, Timeouts};
 pub use request::request_body;
 pub(crate) use request::tool_options;
-pub(crate) use transport::{Endpoint, StreamParser, read_capped, retrying_stream};
+pub use transport::read_capped;
+pub(crate) use transport::{Endpoint, StreamParser, retrying_stream};
 
 /// A Chat Completions model. Cheap to clone; build it once and share it.
 #[derive(Debug, Clone)]

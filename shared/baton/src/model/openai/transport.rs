@@ -280,7 +280,7 @@ fn stream_error(e: eventsource_stream::EventStreamError<BodyError>, limit: usize
 
 /// Reads at most `max_bytes` of a body, each chunk within `idle`; what came before a failure
 /// or the cap is kept.
-pub(crate) async fn read_capped<E>(
+pub async fn read_capped<E>(
     bytes: impl futures::Stream<Item = Result<bytes::Bytes, E>>,
     idle: Duration,
     max_bytes: usize,

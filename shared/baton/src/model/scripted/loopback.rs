@@ -9,8 +9,9 @@ use axum::body::Bytes;
 use tokio::sync::Semaphore;
 
 /// A router served on `127.0.0.1:0` until dropped; the base of the scripted servers.
-pub(crate) struct LoopbackServer {
-    pub(crate) addr: SocketAddr,
+pub struct LoopbackServer {
+    /// The address it listens on.
+    pub addr: SocketAddr,
     /// Connections accepted so far.
     connections: Arc<std::sync::atomic::AtomicUsize>,
     task: tokio::task::JoinHandle<()>,
@@ -52,12 +53,12 @@ impl TestCertificate {
 
 impl LoopbackServer {
     /// Serves `app` on a free loopback port, over cleartext HTTP.
-    pub(crate) async fn start(app: axum::Router) -> std::io::Result<LoopbackServer> {
+    pub async fn start(app: axum::Router) -> std::io::Result<LoopbackServer> {
         LoopbackServer::start_with(app, None).await
     }
 
     /// Serves `app` on a free loopback port over TLS, with a new self-signed certificate.
-    pub(crate) async fn start_tls(app: axum::Router) -> std::io::Result<LoopbackServer> {
+    pub async fn start_tls(app: axum::Router) -> std::io::Result<LoopbackServer> {
         LoopbackServer::start_with(app, Some(Arc::new(TestCertificate::generate()))).await
     }
 
@@ -114,7 +115,7 @@ impl LoopbackServer {
 
     /// `http://127.0.0.1:PORT`, or `https://localhost:PORT` over TLS (the name the certificate
     /// carries, as a vendor's URL names its host).
-    pub(crate) fn origin(&self) -> String {
+    pub fn origin(&self) -> String {
         match self.tls {
             None => format!("http://{}", self.addr),
             Some(_) => format!("https://localhost:{}", self.addr.port()),
@@ -122,12 +123,12 @@ impl LoopbackServer {
     }
 
     /// The certificate a client must trust, when the server speaks TLS.
-    pub(crate) fn certificate(&self) -> Option<&TestCertificate> {
+    pub fn certificate(&self) -> Option<&TestCertificate> {
         self.tls.as_deref()
     }
 
     /// The connections accepted so far.
-    pub(crate) fn connections(&self) -> usize {
+    pub fn connections(&self) -> usize {
         self.connections.load(std::sync::atomic::Ordering::Relaxed)
     }
 }
@@ -139,24 +140,24 @@ impl Drop for LoopbackServer {
 }
 
 /// How a scripted body sends its frames.
-pub(crate) struct Pacing {
+pub struct Pacing {
     /// Delay before each frame after the first.
-    pub(crate) chunk_delay: Duration,
+    pub chunk_delay: Duration,
     /// Abort the connection before frame `n`.
-    pub(crate) cut_after: Option<usize>,
+    pub cut_after: Option<usize>,
     /// Go silent before frame `n`, keeping the connection open.
-    pub(crate) stall_after: Option<usize>,
+    pub stall_after: Option<usize>,
     /// Hold frame `n` until the semaphore has a permit.
-    pub(crate) gate: Option<(usize, Arc<Semaphore>)>,
+    pub gate: Option<(usize, Arc<Semaphore>)>,
     /// Keep the delays exactly ([`wait_until`]).
-    pub(crate) exact: bool,
+    pub exact: bool,
 }
 
 /// Waits until `deadline`. Tokio's timer counts whole milliseconds and wakes up to one late
 /// (a zero delay too: its deadline rounds up to the next tick); with `exact`, it only sleeps to two
 /// milliseconds before the deadline and an OS thread on the blocking pool sleeps the rest, which
 /// wakes within about a tenth of a millisecond, and a deadline already past does not wait.
-pub(crate) async fn wait_until(deadline: tokio::time::Instant, exact: bool) {
+pub async fn wait_until(deadline: tokio::time::Instant, exact: bool) {
     if !exact {
         return tokio::time::sleep_until(deadline).await;
     }
@@ -189,7 +190,7 @@ impl<F: FnOnce(bool)> Drop for OnEnd<F> {
 /// A scripted response body: `frames` paced by `pacing`, then `trailer`. `on_frame(i)` runs as
 /// frame `i` goes out; `on_end(true)` once every frame was sent, `on_end(false)` if the body was
 /// dropped first (the client went away) or cut.
-pub(crate) fn paced_body(
+pub fn paced_body(
     frames: Vec<Bytes>,
     trailer: Option<Bytes>,
     pacing: Pacing,
