@@ -665,7 +665,7 @@ impl Agent for LlmAgent {
     fn run(&self, request: AgentRequest, instance: String) -> EventStream {
         let this = self.clone();
         Box::pin(async_stream::stream! {
-            let server_side = this.model.supports_previous_response();
+            let server_side = this.model.keeps_conversations();
             let chains = this.chains.clone().filter(|_| server_side);
             let history = this.fork.as_ref().map(|_| request.history.clone());
             let Run { context, mut transcript, message, previous_turn, image } = Box::pin(this.begin(request, chains.as_deref())).await;

@@ -58,7 +58,7 @@ pub struct McpProgress {
 
 /// Longest a server may take to start (a child process, or a connection and its handshake) and
 /// to list its tools: `npx` fetching a package is slow, a call's own timeout may be short.
-pub const START_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const START_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The message of a call that failed twice on the transport.
 pub const TRANSPORT_ERROR_AFTER_RETRY: &str = "MCP transport error (after retry)";
@@ -102,7 +102,7 @@ impl ClientHandler for ProgressRouter {
 
 /// One configured MCP server: its session, started at [`McpConnection::connect`] and again on
 /// the next use after it broke.
-pub struct McpConnection {
+pub(crate) struct McpConnection {
     name: String,
     endpoint: Endpoint,
     timeout: Duration,
@@ -120,7 +120,10 @@ impl std::fmt::Debug for McpConnection {
 impl McpConnection {
     /// Reads `config`'s environment references and starts the server; fails with an error
     /// naming the server when it does not start within its timeout.
-    pub async fn connect(name: &str, config: &McpServerConfig) -> Result<Arc<McpConnection>, McpError> {
+    pub(crate) async fn connect(
+        name: &str,
+        config: &McpServerConfig,
+    ) -> Result<Arc<McpConnection>, McpError> {
         let connection = Arc::new(McpConnection::new(name, config, |v| std::env::var(v).ok())?);
         connection.session().await?;
         Ok(connection)
@@ -171,7 +174,7 @@ impl McpConnection {
     }
 
     /// The server's name in the configuration.
-    pub fn name(&self) -> &str {
+    pub(crate) fn name(&self) -> &str {
         &self.name
     }
 
@@ -224,7 +227,7 @@ impl McpConnection {
     }
 
     /// Every tool the server offers (all pages), under the start-up bound.
-    pub async fn list_tools(&self) -> Result<Vec<rmcp::model::Tool>, McpError> {
+    pub(crate) async fn list_tools(&self) -> Result<Vec<rmcp::model::Tool>, McpError> {
         let session = self.session().await?;
         let listed = tokio::time::timeout(START_TIMEOUT, session.peer.list_all_tools()).await;
         match listed {
@@ -310,7 +313,7 @@ impl McpTool {
     }
 
     /// The tool's name on its server.
-    pub fn remote_name(&self) -> &str {
+    pub(crate) fn remote_name(&self) -> &str {
         &self.remote_name
     }
 
