@@ -55,7 +55,7 @@ pub struct Image {
 
 impl Image {
     /// An image known by its description only.
-    pub(crate) fn described(description: impl Into<String>) -> Image {
+    pub fn described(description: impl Into<String>) -> Image {
         Image { description: Some(description.into()), ..Image::default() }
     }
 

@@ -44,7 +44,7 @@
 //! - [`store`]: the [`store::Store`] trait (episodes, messages, vendor state) and the embedded,
 //!   file-backed store.
 //! - [`model`]: the [`model::ChatModel`] trait; OpenAI Chat Completions and Responses, the
-//!   offline model, and the scripted model (its HTTP server only with the `test-support`
+//!   offline model, and the scripted model (its HTTP server only with the `test-servers`
 //!   feature).
 //! - [`retrieval`]: BM25 full-text ranking over small corpora (articles, product lists).
 //! - [`telemetry`]: cost per agent from a price table, and the CloudWatch EMF line of a turn.

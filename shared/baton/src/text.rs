@@ -81,12 +81,12 @@ pub fn content_words(text: &str) -> Vec<String> {
 }
 
 /// Whether two texts share a topic word.
-pub(crate) fn overlaps(a: &str, b: &str) -> bool {
+pub fn overlaps(a: &str, b: &str) -> bool {
     shared_words(a, b) > 0
 }
 
 /// How many of `a`'s topic words `b` has too.
-pub(crate) fn shared_words(a: &str, b: &str) -> usize {
+pub fn shared_words(a: &str, b: &str) -> usize {
     TopicWords::of(a).shared_with(&TopicWords::of(b))
 }
 
@@ -162,7 +162,7 @@ pub fn clauses(text: &str) -> Vec<&str> {
 }
 
 /// Lowercase, single-spaced, without surrounding punctuation: for comparing queries.
-pub(crate) fn normalize(text: &str) -> String {
+pub fn normalize(text: &str) -> String {
     words(text).join(" ")
 }
 

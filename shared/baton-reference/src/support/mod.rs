@@ -6,13 +6,13 @@
 //!   used when no Forethought token is configured.
 //! - [`widget`]: Forethought's documented answer (`widget_components`, HTML) read into plain text
 //!   and prompts the user can answer.
-//! - `scripted` (feature `test-support`): a Forethought test server on loopback speaking the
+//! - `scripted` (feature `test-servers`): a Forethought test server on loopback speaking the
 //!   documented API.
 
 pub mod agent;
 pub mod forethought;
 pub mod help_center;
-#[cfg(any(test, feature = "test-support"))]
+#[cfg(any(test, feature = "test-servers"))]
 pub mod scripted;
 pub mod sessions;
 pub mod widget;

@@ -23,15 +23,15 @@ use tokio::sync::Semaphore;
 use super::{ChatModel, ChatRequest, DeltaStream, FinishReason, ModelDelta, ModelError, ToolCall};
 use crate::event::Usage;
 
-#[cfg(any(test, feature = "test-support"))]
+#[cfg(any(test, feature = "test-servers"))]
 mod loopback;
-#[cfg(any(test, feature = "test-support"))]
+#[cfg(any(test, feature = "test-servers"))]
 mod server;
-#[cfg(any(test, feature = "test-support"))]
+#[cfg(any(test, feature = "test-servers"))]
 pub use loopback::TestCertificate;
-#[cfg(any(test, feature = "test-support"))]
+#[cfg(any(test, feature = "test-servers"))]
 pub use loopback::{LoopbackServer, Pacing, paced_body, wait_until};
-#[cfg(any(test, feature = "test-support"))]
+#[cfg(any(test, feature = "test-servers"))]
 pub use server::{Api, RecordedRequest, ScriptedServer};
 
 /// One piece of a scripted answer.
