@@ -17,11 +17,11 @@ use serde_json::Value;
 async fn main() -> Result<(), lambda_http::Error> {
     let traces = settings::init_logging("baton-eval");
     let mut args = Settings::from_env()?;
-    args.resolve_secrets().await?;
+    args.resolve_secrets(&[]).await?;
     let (history, _) = args.history().await?;
-    let config = args.config()?;
+    let config = args.config(baton_reference::reference_config())?;
     let store = history.store().clone();
-    let router = baton::wiring::build_router(&config)?.map(Arc::new);
+    let router = baton::wiring::build_router(&config, &baton::wiring::Backends::in_memory())?.map(Arc::new);
     let state = Arc::new((config, router, store));
     baton_aws::runtime::keep_running(|| {
         let (state, traces) = (state.clone(), traces.clone());

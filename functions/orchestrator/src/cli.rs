@@ -9,6 +9,7 @@ use baton::http::EndpointLimits;
 use baton::orchestrator::TurnRequest;
 use baton::store::new_turn_id;
 use baton_aws::settings::{self, Settings};
+use baton_reference::{Deployment, ReferenceSettings};
 use clap::{Parser, Subcommand};
 
 /// Baton's orchestrator: an agents-as-tools chat endpoint.
@@ -23,9 +24,13 @@ pub(crate) struct Args {
     /// What to run.
     pub(crate) command: Command,
 
-    /// The settings shared with the other functions.
+    /// The runtime settings shared with the other functions.
     #[command(flatten)]
     pub(crate) settings: Settings,
+
+    /// The reference deployment's own settings (the shopping agent, Forethought).
+    #[command(flatten)]
+    pub(crate) reference: ReferenceSettings,
 }
 
 /// The subcommands.
@@ -208,7 +213,11 @@ impl Args {
     /// The options of the function running in Lambda: no arguments, so `serve` with its options
     /// and the settings read from the environment alone.
     pub(crate) fn from_env() -> Result<Args, clap::Error> {
-        Ok(Args { command: Command::Serve(settings::from_env()?), settings: Settings::from_env()? })
+        Ok(Args {
+            command: Command::Serve(settings::from_env()?),
+            settings: Settings::from_env()?,
+            reference: settings::from_env()?,
+        })
     }
 
     /// The origins allowed to call the endpoint from a browser (`serve` and Lambda; none for
@@ -228,16 +237,16 @@ impl Args {
         }
     }
 
-    /// The configuration these options describe: the settings', and for `serve` its request
-    /// limits and heartbeat.
-    pub(crate) fn config(&self) -> Result<Config, baton::config::ConfigError> {
-        let mut c = self.settings.config()?;
+    /// The deployment these options describe: the reference configuration with the settings
+    /// applied, for `serve` its request limits and heartbeat, and the reference's own settings.
+    pub(crate) fn deployment(&self) -> Result<Deployment, baton::config::ConfigError> {
+        let mut c: Config = self.settings.config(baton_reference::reference_config())?;
         if let Command::Serve(s) = &self.command {
             c.limits =
                 RequestLimits { max_body_bytes: s.max_body_bytes, max_message_chars: s.max_message_chars };
             c.heartbeat = Duration::from_secs(s.heartbeat_secs);
         }
-        Ok(c)
+        Ok(self.reference.deployment(c))
     }
 }
 

@@ -11,7 +11,6 @@ mod routing_eval;
 use std::sync::Arc;
 
 use baton::http::ChatService;
-use baton::wiring::Backends;
 use clap::Parser;
 
 fn main() -> std::process::ExitCode {
@@ -37,9 +36,16 @@ async fn run() -> std::process::ExitCode {
     let in_lambda = std::env::var_os("AWS_LAMBDA_RUNTIME_API").is_some();
     let mut args =
         if in_lambda { cli::Args::from_env().unwrap_or_else(|e| e.exit()) } else { cli::Args::parse() };
-    if let Err(e) = args.settings.resolve_secrets().await {
-        eprintln!("error: {e}");
-        return std::process::ExitCode::from(2);
+    match args.settings.resolve_secrets(&[args.reference.forethought_token_secret()]).await {
+        Ok(resolved) => {
+            if let Some(token) = resolved.into_iter().next().flatten() {
+                args.reference.set_forethought_token(token);
+            }
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            return std::process::ExitCode::from(2);
+        }
     }
     // The store first: agents keep their per-episode state in it.
     let (history, store) = match args.settings.history().await {
@@ -49,19 +55,26 @@ async fn run() -> std::process::ExitCode {
             return std::process::ExitCode::from(2);
         }
     };
-    let mut backends = Backends::over_store(history.store().clone());
-    if in_lambda {
-        // One CloudWatch EMF line per turn on stdout (docs/observability.md).
-        let function = std::env::var("AWS_LAMBDA_FUNCTION_NAME").unwrap_or_else(|_| "orchestrator".into());
-        backends.reporter = Some(Arc::new(baton::telemetry::emf::EmfReporter::stdout(function)));
-    }
-    let config = match args.config() {
-        Ok(c) => c,
+    let deployment = match args.deployment() {
+        Ok(d) => d,
         Err(e) => {
             eprintln!("error: {e}");
             return std::process::ExitCode::from(2);
         }
     };
+    let mut backends = match deployment.backends(Some(history.store().clone())) {
+        Ok(backends) => backends,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    if in_lambda {
+        // One CloudWatch EMF line per turn on stdout (docs/observability.md).
+        let function = std::env::var("AWS_LAMBDA_FUNCTION_NAME").unwrap_or_else(|_| "orchestrator".into());
+        backends.reporter = Some(Arc::new(baton::telemetry::emf::EmfReporter::stdout(function)));
+    }
+    let config = deployment.config.clone();
     backends.remote = baton_aws::settings::remote_agents(&config).await;
     // MCP servers (shared and agents' own) start and list their tools once, here (in Lambda:
     // during init), before any agent is built: `mcp` serves agents that use them too.
@@ -77,6 +90,7 @@ async fn run() -> std::process::ExitCode {
         }
     };
     let mcp_backends = backends.clone();
+    let ratings = baton::wiring::rating_sinks(&config, &backends);
     let built = baton::wiring::build(&config, backends).map_err(|e| e.to_string()).and_then(|orchestrator| {
         let endpoint = (args.endpoint_limits()?, args.cors_origins()?);
         Ok((orchestrator, args.settings.auth(in_lambda)?, endpoint))
@@ -88,15 +102,8 @@ async fn run() -> std::process::ExitCode {
             return std::process::ExitCode::from(2);
         }
     };
-    eprintln!("{}\n{}\n{store}", config.describe_models(), config.describe_support());
+    eprintln!("{}\n{}\n{store}", config.describe_models(), deployment.describe_support());
     let iam = lambda::is_iam(&auth);
-    let ratings = match baton::wiring::rating_sinks(&config) {
-        Ok(ratings) => ratings,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return std::process::ExitCode::from(2);
-        }
-    };
     let for_service = orchestrator.clone();
     let service = move |history| {
         let service = ChatService::new(for_service, history, config.limits, config.heartbeat);

@@ -6,8 +6,8 @@
 
 use std::io::{IsTerminal, Write};
 
-use baton::eval;
-use baton::eval_report::{self, ReportInput, Summary};
+use baton_eval as eval;
+use baton_eval::report::{self as eval_report, ReportInput, Summary};
 
 pub(crate) async fn run(
     config: &baton::config::Config,
@@ -33,7 +33,7 @@ pub(crate) async fn run(
         Ok(h) => h.unwrap_or_default(),
         Err(e) => return fail(e),
     };
-    let router = match baton::wiring::build_router(config) {
+    let router = match baton::wiring::build_router(config, &baton::wiring::Backends::in_memory()) {
         Ok(Some(router)) => std::sync::Arc::new(router),
         Ok(None) => {
             return fail(format!(

@@ -1,11 +1,12 @@
-//! The settings shared by Baton's three functions (orchestrator, shopping, eval): the model
-//! server and models, Forethought, timeouts, flushing, auth, the conversation store, the remote
-//! shopping agent, and the secrets given by reference.
+//! The runtime settings shared by Baton's functions: the model server and models, timeouts,
+//! flushing, auth, the conversation store, and the secrets given by reference. A deployment's
+//! own settings (the reference deployment's shopping agent and Forethought) are its own argument
+//! group, flattened beside this one.
 //!
 //! [`Settings`] is one clap argument group. Every field is a flag and an environment variable, so
 //! the same names work on the command line (the orchestrator flattens it into its CLI) and in
 //! Lambda, where a function has no arguments and [`Settings::from_env`] reads the environment
-//! alone. The settings parse and describe; [`Settings::config`] turns them into a
+//! alone. The settings parse and describe; [`Settings::config`] applies them over a deployment's
 //! [`Config`], and the store, the remote transport and the auth mode are opened from them.
 
 use std::collections::HashMap;
@@ -14,21 +15,21 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use baton::config::agents::RemoteSpec;
-use baton::config::{AgentDefaults, Config};
+use baton::config::Config;
 use baton::history::{DEFAULT_HISTORY_MESSAGES, History};
 use baton::remote::AgentTransport;
 use baton::store::embedded::EmbeddedStore;
 use baton::store::{DEFAULT_RETENTION, Store, SystemClock};
-use baton::support::forethought::{FORETHOUGHT_DEFAULT_BASE_URL, ForethoughtConfig, PriorContextMode};
 use clap::{Args, FromArgMatches};
 
 /// The settings every Baton function reads. Each one is a flag (global, so it may follow a
 /// subcommand) and the environment variable it names. Not `Debug`: it holds secrets.
 #[derive(Clone, Args)]
 pub struct Settings {
-    /// A YAML configuration file applied over the reference configuration (config/baton.yaml):
-    /// the agents (entry, max_depth, agents: a team's own agents and which call which as tools),
-    /// support categories, support keywords, the orchestrator prompt. See examples/team.yaml.
+    /// A YAML configuration file applied over the deployment's configuration (the reference
+    /// deployment's is config/baton.yaml): the agents (entry, max_depth, agents: a team's own
+    /// agents and which call which as tools), routing, the offline model's keywords, prices. See
+    /// examples/team.yaml.
     #[arg(long, env = "BATON_CONFIG", global = true)]
     config: Option<PathBuf>,
 
@@ -50,44 +51,14 @@ pub struct Settings {
     #[arg(long, env = "BATON_ORCHESTRATOR_MODEL", default_value = "gpt-4.1-mini", global = true)]
     orchestrator_model: String,
 
-    /// Model of the agent named `shopping` when its configuration names none.
-    #[arg(long, env = "BATON_SHOPPING_MODEL", default_value = "gpt-4.1-mini", global = true)]
-    shopping_model: String,
 
-    /// The shopping agent uses the OpenAI Responses API (server-side context through
-    /// previous_response_id) instead of Chat Completions.
-    #[arg(long, env = "BATON_SHOPPING_RESPONSES_API", global = true, value_parser = clap::builder::BoolishValueParser::new())]
-    shopping_responses_api: bool,
 
-    /// Model calls per shopping answer (the last one may not call tools).
-    #[arg(long, env = "BATON_SHOPPING_MAX_STEPS", default_value_t = 5, global = true)]
-    shopping_max_steps: usize,
 
-    /// Longest one shopping tool call may take.
-    #[arg(long, env = "BATON_TOOL_TIMEOUT_MS", default_value_t = 10_000, global = true)]
-    tool_timeout_ms: u64,
 
-    /// Forethought Solve API token; support uses Forethought when it is set, the offline help
-    /// center otherwise.
-    #[arg(long, env = "FORETHOUGHT_API_TOKEN", hide_env_values = true, global = true)]
-    forethought_token: Option<String>,
 
-    /// Forethought base URL.
-    #[arg(long, env = "FORETHOUGHT_BASE_URL", default_value = FORETHOUGHT_DEFAULT_BASE_URL, global = true)]
-    forethought_base_url: String,
 
-    /// The `channel` sent to Forethought.
-    #[arg(long, env = "FORETHOUGHT_CHANNEL", default_value = "headless", global = true)]
-    forethought_channel: String,
 
-    /// Where the orchestrator's prior_context goes: `prefix` (before the query) or
-    /// `variable:<name>` (a context variable).
-    #[arg(long, env = "FORETHOUGHT_PRIOR_CONTEXT", default_value = "prefix", global = true)]
-    forethought_prior_context: PriorContextMode,
 
-    /// Forethought first-byte and idle timeout.
-    #[arg(long, env = "FORETHOUGHT_TIMEOUT_MS", default_value_t = 20_000, global = true)]
-    forethought_timeout_ms: u64,
 
     /// Longest pause between two flushed events when a buffered agent's text is released, and the
     /// shortest between two releases (faster catch-up goes in batches).
@@ -142,19 +113,8 @@ pub struct Settings {
     #[arg(long, env = "OPENAI_API_KEY_SECRET_ARN", global = true)]
     openai_api_key_secret_arn: Option<String>,
 
-    /// Secrets Manager secret (name or ARN) holding the Forethought token; read at start when no
-    /// token is given directly.
-    #[arg(long, env = "FORETHOUGHT_TOKEN_SECRET_ARN", global = true)]
-    forethought_token_secret_arn: Option<String>,
 
-    /// Run the shopping agent remotely at this URL (NDJSON over HTTP): locally, its Function URL
-    /// path under `cargo lambda watch`, e.g. http://127.0.0.1:9000/lambda-url/shopping/.
-    #[arg(long, env = "BATON_SHOPPING_URL", global = true)]
-    shopping_url: Option<String>,
 
-    /// Run the shopping agent remotely in this Lambda function (InvokeWithResponseStream).
-    #[arg(long, env = "BATON_SHOPPING_FUNCTION", global = true, conflicts_with = "shopping_url")]
-    shopping_function: Option<String>,
 
     /// Retries of a model call that fails before its first delta (connect errors, 429, 5xx).
     #[arg(long, env = "BATON_MAX_RETRIES", default_value_t = 2, global = true)]
@@ -218,42 +178,17 @@ impl Settings {
         Ok((History::new(store, self.history_messages), described))
     }
 
-    /// The configuration these options describe.
-    pub fn config(&self) -> Result<Config, baton::config::ConfigError> {
+    /// `base` (the deployment's configuration) with the file and the options these settings
+    /// give applied over it.
+    pub fn config(&self, base: Config) -> Result<Config, baton::config::ConfigError> {
         let mut c = match &self.config {
-            Some(path) => Config::from_file(path)?,
-            None => Config::default(),
+            Some(path) => base.with_file(path)?,
+            None => base,
         };
         c.models.base_url = self.openai_base_url.clone().filter(|s| !s.is_empty());
         c.models.api_key = self.openai_api_key.clone().filter(|s| !s.is_empty());
         c.models.orchestrator = self.orchestrator_model.clone();
         c.models.http2 = self.model_http2;
-        // The shopping flags and variables are the `shopping` agent's settings where its entry
-        // sets none.
-        let nonempty = |v: &Option<String>| v.clone().filter(|s| !s.trim().is_empty());
-        let remote = match (nonempty(&self.shopping_url), nonempty(&self.shopping_function)) {
-            (Some(url), _) => Some(RemoteSpec { url: Some(url), function: None }),
-            (None, Some(function)) => Some(RemoteSpec { url: None, function: Some(function) }),
-            (None, None) => None,
-        };
-        c.apply_agent_defaults(
-            "shopping",
-            AgentDefaults {
-                model: Some(self.shopping_model.clone()),
-                responses_api: self.shopping_responses_api,
-                max_steps: Some(self.shopping_max_steps),
-                tool_timeout: Some(Duration::from_millis(self.tool_timeout_ms)),
-                remote,
-            },
-        );
-        if let Some(token) = self.forethought_token.clone().filter(|t| !t.is_empty()) {
-            let mut ft = ForethoughtConfig::new(self.forethought_base_url.clone(), token);
-            ft.channel = self.forethought_channel.clone();
-            ft.prior_context = self.forethought_prior_context.clone();
-            ft.timeouts.first_byte = Duration::from_millis(self.forethought_timeout_ms);
-            ft.timeouts.idle = Duration::from_millis(self.forethought_timeout_ms);
-            c.forethought = Some(ft);
-        }
         c.models.timeouts.connect = Duration::from_millis(self.connect_timeout_ms);
         c.models.timeouts.first_byte = Duration::from_millis(self.first_byte_timeout_ms);
         c.models.timeouts.idle = Duration::from_millis(self.idle_timeout_ms);
@@ -310,27 +245,25 @@ pub fn init_logging(service: &str) -> Option<std::sync::Arc<baton::telemetry::tr
 }
 
 impl Settings {
-    /// Reads the secrets given by reference (Secrets Manager) into the options they stand for;
-    /// a value given directly wins.
-    pub async fn resolve_secrets(&mut self) -> Result<(), String> {
+    /// Reads the secrets given by reference (Secrets Manager) into the options they stand for
+    /// (a value given directly wins), and the deployment's `extra` ones, whose values it returns
+    /// in order (`None` stays `None`): one client for all.
+    pub async fn resolve_secrets(&mut self, extra: &[Option<String>]) -> Result<Vec<Option<String>>, String> {
         let nonempty = |v: &Option<String>| v.clone().filter(|s| !s.trim().is_empty());
-        let wanted = [
+        let mut wanted = vec![
             nonempty(&self.openai_api_key_secret_arn).filter(|_| nonempty(&self.openai_api_key).is_none()),
-            nonempty(&self.forethought_token_secret_arn)
-                .filter(|_| nonempty(&self.forethought_token).is_none()),
             nonempty(&self.jwt_public_key_secret_arn).filter(|_| nonempty(&self.jwt_public_key).is_none()),
         ];
-        let resolved = crate::secrets::resolve(&wanted).await?;
+        wanted.extend_from_slice(extra);
+        let mut resolved = crate::secrets::resolve(&wanted).await?;
+        let extra = resolved.split_off(2);
         if let Some(key) = resolved[0].clone() {
             self.openai_api_key = Some(key);
         }
-        if let Some(token) = resolved[1].clone() {
-            self.forethought_token = Some(token);
-        }
-        if let Some(pem) = resolved[2].clone() {
+        if let Some(pem) = resolved[1].clone() {
             self.jwt_public_key = Some(pem);
         }
-        Ok(())
+        Ok(extra)
     }
 
     /// The settings of a function running in Lambda, read from the environment alone (see

@@ -8,6 +8,8 @@
 //!
 //! # Layout
 //! Top to bottom; a module uses modules below it, never above.
+//! - [`settings`]: [`settings::ReferenceSettings`], the flags and environment variables of the
+//!   reference's own parts (the shopping agent's model and where it runs, Forethought).
 //! - [`deployment`]: [`Deployment`]: the reference configuration with its Forethought settings,
 //!   checked, and the backends and extension it builds over memory or a store.
 //! - [`extension`]: [`Reference`], the extension: the `support` agent kind, the built-in tools,
@@ -19,6 +21,7 @@
 //! - [`shopping`]: the shopping tools over the offer catalog and purchase history.
 
 pub mod deployment;
+pub mod settings;
 pub mod extension;
 pub mod offline;
 pub mod shopping;
@@ -26,3 +29,4 @@ pub mod support;
 
 pub use deployment::{Deployment, REFERENCE_CONFIG, reference_config};
 pub use extension::{Reference, SUPPORT_KIND};
+pub use settings::ReferenceSettings;
