@@ -80,6 +80,12 @@ impl PlannedCall {
         }
     }
 
+    /// What makes two calls the same call: the tool, and the query up to case, accents and
+    /// punctuation. The one key duplicates are removed by and the failsafe merges by.
+    pub fn key(&self) -> (&str, String) {
+        (self.tool.as_str(), normalize(&self.query))
+    }
+
     /// The call's `intent_count`, if the model gave a sensible one.
     pub fn intent_count(&self) -> Option<usize> {
         self.arguments.get("intent_count").and_then(Value::as_u64).map(|n| n as usize).filter(|n| *n >= 1)
@@ -150,6 +156,16 @@ pub enum GuardAction {
         /// Calls added by the re-ask.
         added: usize,
     },
+}
+
+impl GuardAction {
+    /// The repair's name, as `repaired` events and the evaluation report it (`echo_followup`).
+    pub fn name(&self) -> String {
+        serde_json::to_value(self)
+            .ok()
+            .and_then(|v| v["repair"].as_str().map(str::to_owned))
+            .unwrap_or_default()
+    }
 }
 
 /// The longest summary argument kept.
@@ -525,8 +541,7 @@ pub fn apply_guards(
 
     let mut unique: Vec<PlannedCall> = Vec::with_capacity(calls.len());
     for call in calls {
-        let dup = input.guards.duplicates
-            && unique.iter().any(|c| c.tool == call.tool && normalize(&c.query) == normalize(&call.query));
+        let dup = input.guards.duplicates && unique.iter().any(|c| c.key() == call.key());
         if dup {
             actions.push(GuardAction::DuplicateRemoved { tool: call.tool });
         } else {

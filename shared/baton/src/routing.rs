@@ -26,18 +26,20 @@
 
 use std::sync::Arc;
 
-use futures::{Stream, StreamExt};
+use futures::StreamExt;
 use serde_json::{Value, json};
 
 use crate::agent::{
-    Agent, AgentRequest, ChildContext, StepCall, StepDecision, StepInput, StepItem, StepPolicy, StepStream,
+    Agent, AgentRequest, ChildContext, Item, ItemStream, ModelReply, StepCall, StepDecision, StepInput,
+    StepPolicy, StepStream, first_step_input, model_call,
 };
 use crate::agent_tool::{AgentTool, AgentToolOptions, InputMapping};
-use crate::event::{AgentUsage, Event, agent_name};
+use crate::conversation::PreviousTurn;
+use crate::event::{Event, agent_name};
 use crate::guard::{self, GuardAction, Guards, PlannedCall, Roles, RoutingInput};
 use crate::image::ImageKind;
-use crate::model::{ChatModel, ChatRequest, Message, ModelDelta, ToolCall, ToolChoice, ToolSpec};
-use crate::text::{self, Lexicon};
+use crate::model::{ChatModel, ChatRequest, Message, ToolCall, ToolChoice, ToolSpec};
+use crate::text::Lexicon;
 use crate::tool::ToolError;
 
 /// The prefix of a routing tool's name: `ask_<agent>`.
@@ -184,38 +186,53 @@ pub fn routing_tool(
     AgentTool::new(agent, options)
 }
 
-/// One step of routing.
-#[derive(Debug, Clone, PartialEq)]
-pub enum RouteStep {
-    /// An event for the client now (preamble text, usage, response id, errors).
-    Event(Event),
-    /// Routing is decided.
-    Decided(Route),
-    /// The model failed; an `error` event was already sent.
-    Failed,
-}
-
-/// The routing decision of a turn.
+/// The routing decision of a turn: what the loop runs, and what the failsafe and the guards
+/// repaired on the way (each also sent as a `repaired` event before it).
 #[derive(Debug, Clone, PartialEq, Default)]
-pub struct Route {
-    /// The calls to dispatch; empty for a direct (fastpath) answer.
-    pub calls: Vec<PlannedCall>,
+pub struct Routed {
+    /// The loop's decision: the calls to dispatch (none for a direct answer), marked last.
+    pub decision: StepDecision,
     /// What the failsafe and the guards repaired.
-    pub actions: Vec<GuardAction>,
-    /// Whether the model wrote any text that was shown.
-    pub answered: bool,
-    /// Token usage of the routing model calls.
-    pub usage: Vec<AgentUsage>,
-    /// The model's text (shown or not).
-    pub text: String,
-    /// The model's response id, if any.
-    pub response_id: Option<String>,
+    pub repairs: Vec<GuardAction>,
 }
 
 /// The routing policy of one agent.
 #[derive(Debug, Clone)]
 pub struct RoutingPolicy {
     settings: Arc<RoutingSettings>,
+}
+
+/// What routing one message reads: the step's input and what the guards see of it.
+struct Turn {
+    instance: String,
+    request: ChatRequest,
+    message: String,
+    previous: Option<PreviousTurn>,
+    image: Option<ImageKind>,
+    /// The message came with an image (of a known kind or not): never a smalltalk answer.
+    attached: bool,
+    roles: Roles,
+}
+
+impl Turn {
+    fn new(settings: &RoutingSettings, input: StepInput) -> Turn {
+        let StepInput { instance, request, message, previous, image } = input;
+        let attached = image.is_some() || has_image(&request, &message);
+        let roles = settings.roles(&instance);
+        Turn { instance, request, message, previous, image, attached, roles }
+    }
+
+    fn guard_input<'a>(&'a self, settings: &'a RoutingSettings) -> RoutingInput<'a> {
+        RoutingInput {
+            message: &self.message,
+            previous: self.previous.as_ref(),
+            roles: &self.roles,
+            guards: &settings.guards,
+            smalltalk: &settings.smalltalk,
+            image: self.image,
+            attached: self.attached,
+        }
+    }
 }
 
 impl RoutingPolicy {
@@ -229,186 +246,137 @@ impl RoutingPolicy {
         &self.settings
     }
 
-    /// Routes one step. Dropping the stream cancels the model call.
-    pub fn route(
-        &self,
-        model: Arc<dyn ChatModel>,
-        input: StepInput,
-    ) -> impl Stream<Item = RouteStep> + Send + 'static {
+    /// Routes one step: model pass → plan → failsafe → guards → release. Its events, then the
+    /// decision, or `None` when the model call failed (an `error` event was sent). Dropping the
+    /// stream cancels the model call.
+    pub fn route(&self, model: Arc<dyn ChatModel>, input: StepInput) -> ItemStream<Option<Routed>> {
         let settings = self.settings.clone();
-        async_stream::stream! {
-            let StepInput { instance, request, message, previous, image } = input;
-            let model_name = model.model_name().to_owned();
-            let smalltalk = settings.smalltalk.classify(&message).is_some();
-            // A message with an image is never a smalltalk answer (see `apply_guards`).
-            let attached = image.is_some() || has_image(&request, &message);
-            let mut route = Route::default();
-            let mut gate = PreambleGate::new(smalltalk && !attached);
-            let mut raw_calls: Vec<ToolCall> = Vec::new();
-            let mut deltas = model.stream(request.clone());
-            while let Some(delta) = deltas.next().await {
-                match delta {
-                    Ok(ModelDelta::Text(t)) => {
-                        route.text.push_str(&t);
-                        if let Some(shown) = gate.push(t) {
-                            route.answered |= !shown.trim().is_empty();
-                            yield RouteStep::Event(Event::text(instance.clone(), shown));
+        Box::pin(async_stream::stream! {
+            let turn = Turn::new(&settings, input);
+            let instance = turn.instance.clone();
+            // 1. Model pass: its text streams through the preamble gate.
+            let smalltalk = settings.smalltalk.classify(&turn.message).is_some();
+            let mut gate = PreambleGate::new(smalltalk && !turn.attached);
+            let mut reply = ModelReply::default();
+            let mut items = model_call(model.as_ref(), turn.request.clone(), instance.clone());
+            while let Some(item) = items.next().await {
+                match item {
+                    Item::Event(Event::Text { text, .. }) => {
+                        if let Some(shown) = gate.push(text) {
+                            yield Item::Event(Event::text(instance.clone(), shown));
                         }
                     }
-                    Ok(ModelDelta::Reasoning(t)) => {
-                        yield RouteStep::Event(Event::Reasoning { agent: instance.clone(), text: t });
-                    }
-                    Ok(ModelDelta::ResponseId(id)) => {
-                        route.response_id = Some(id.clone());
-                        yield RouteStep::Event(Event::ResponseId { agent: instance.clone(), id });
-                    }
-                    Ok(ModelDelta::ToolCall(call)) => raw_calls.push(call),
-                    Ok(ModelDelta::Usage(usage)) => {
-                        route.usage.push(AgentUsage { agent: instance.clone(), model: model_name.clone(), usage });
-                        yield RouteStep::Event(Event::usage(instance.clone(), model_name.clone(), usage));
-                    }
-                    Ok(ModelDelta::ToolCallStart { .. } | ModelDelta::Finish(_)) => {}
-                    Err(e) => {
-                        tracing::warn!(error = %e, "routing model call failed");
-                        yield RouteStep::Event(Event::error(instance.clone(), e.code(), e.to_string(), e.is_retryable()));
-                        yield RouteStep::Failed;
-                        return;
-                    }
+                    Item::Event(event) => yield Item::Event(event),
+                    Item::Done(done) => reply = done,
                 }
             }
-            drop(deltas);
-
-            let (mut planned, unknown) = plan(&settings, &message, &raw_calls);
-            for name in unknown {
-                tracing::warn!(tool = %name, "the routing model called an unknown tool");
-                yield RouteStep::Event(Event::error(
-                    instance.clone(),
-                    "unknown_tool",
-                    format!("the orchestrator model called an unknown tool `{name}`; the call was skipped"),
-                    false,
-                ));
+            drop(items);
+            if let Some(e) = reply.error.take() {
+                tracing::warn!(error = %e, "routing model call failed");
+                yield Item::Event(Event::error(instance.clone(), e.code(), e.to_string(), e.is_retryable()));
+                yield Item::Done(None);
+                return;
             }
-
-            let roles = settings.roles(&instance);
-            let guard_input = RoutingInput {
-                message: &message,
-                previous: previous.as_ref(),
-                roles: &roles,
-                guards: &settings.guards,
-                smalltalk: &settings.smalltalk,
-                image,
-                attached,
-            };
-            // One re-ask at most: for the calls the failsafe misses, or for the calls a refused
-            // direct answer should have made.
-            let missing = missing_intents(&planned).filter(|_| settings.guards.failsafe);
-            let reask_direct = planned.is_empty() && guard::refuses_direct_answer(&guard_input);
-            let reask = match missing {
-                Some(intents) => Some(failsafe_request(&settings, request, &route.text, &raw_calls, intents, &planned)),
-                None if reask_direct => Some(direct_answer_request(request, &route.text)),
-                None => None,
-            };
-            if let Some(reask) = reask {
-                let mut new_calls = Vec::new();
-                let mut reasked = std::pin::pin!(reask_calls(model.clone(), reask, instance.clone()));
-                while let Some(item) = reasked.next().await {
+            // 2. Plan: the model's calls of known routing tools.
+            let (mut planned, unknown) = plan(&settings, &turn.message, &reply.calls);
+            for event in unknown_tools(&instance, unknown) {
+                yield Item::Event(event);
+            }
+            // 3. Failsafe: one re-ask at most, for the calls the failsafe misses or for the calls a
+            // refused direct answer should have made.
+            let mut repairs = Vec::new();
+            let reask_direct = planned.is_empty() && guard::refuses_direct_answer(&turn.guard_input(&settings));
+            if let Some(reask) = Reask::of(&settings, &planned, reask_direct) {
+                let request = reask.request(&settings, turn.request.clone(), &reply, &planned);
+                let mut items = model_call(model.as_ref(), request, instance.clone());
+                let mut again = ModelReply::default();
+                while let Some(item) = items.next().await {
                     match item {
-                        Reask::Usage(usage) => {
-                            yield RouteStep::Event(Event::usage(instance.clone(), usage.model.clone(), usage.usage));
-                            route.usage.push(usage);
-                        }
-                        Reask::Call(call) => new_calls.push(call),
+                        Item::Event(event @ Event::Usage { .. }) => yield Item::Event(event),
+                        Item::Event(_) => {}
+                        Item::Done(done) => again = done,
                     }
                 }
-                let new_calls = plan(&settings, &message, &new_calls).0;
-                if let Some(intents) = missing {
-                    let distinct = distinct_count(&planned);
-                    let mut added = 0;
-                    for call in new_calls {
-                        let dup = planned.iter().any(|c| c.tool == call.tool && text::normalize(&c.query) == text::normalize(&call.query));
-                        if !dup {
-                            planned.push(call);
-                            added += 1;
-                        }
-                    }
-                    tracing::info!(intents, calls = distinct, added, "routing failsafe re-asked the model");
-                    route.actions.push(GuardAction::FailsafeReasked { intents, calls: distinct, added });
-                } else {
-                    tracing::info!(calls = new_calls.len(), "routing re-asked the model after a refused direct answer");
-                    route.actions.push(GuardAction::FastpathReasked { calls: new_calls.len() });
-                    planned = new_calls;
+                if let Some(e) = &again.error {
+                    // Best effort: the first answer still stands.
+                    tracing::warn!(error = %e, "failsafe re-ask failed");
                 }
+                let new_calls = plan(&settings, &turn.message, &again.calls).0;
+                repairs.push(reask.merge(&mut planned, new_calls));
             }
-
-            let rejected = repair(&settings, &guard_input, planned, &mut route) || reask_direct;
+            // 4. Guards, and arguments valid for their tools.
+            let (calls, rejected) = repair(&settings, &turn.guard_input(&settings), planned, &mut repairs);
+            // 5. Release: the held text, unless a direct answer was refused; the repairs; the calls.
             let held = gate.release();
-            if rejected {
+            if rejected || reask_direct {
                 if !held.trim().is_empty() {
                     tracing::info!(chars = held.len(), "withheld a direct answer the fastpath allowlist refused");
                 }
             } else if !held.is_empty() {
-                route.answered |= !held.trim().is_empty();
-                yield RouteStep::Event(Event::text(instance.clone(), held));
+                yield Item::Event(Event::text(instance.clone(), held));
             }
-            yield RouteStep::Decided(route);
-        }
+            for repair in &repairs {
+                yield Item::Event(Event::Repaired { agent: instance.clone(), repair: repair.name() });
+            }
+            let decision = release(&settings, reply.text, reply.response_id, &calls);
+            yield Item::Done(Some(Routed { decision, repairs }));
+        })
     }
 }
 
 impl StepPolicy for RoutingPolicy {
     fn first_step(&self, model: Arc<dyn ChatModel>, input: StepInput) -> StepStream {
-        let followup = self.settings.followup_agent().map(routing_tool_name);
-        let instance = input.instance.clone();
-        Box::pin(self.route(model, input).flat_map(move |step| {
-            // Each repair, as an internal event the turn counts (never sent to clients).
-            let repairs: Vec<StepItem> = match &step {
-                RouteStep::Decided(route) => route
-                    .actions
-                    .iter()
-                    .map(|action| {
-                        let repair = serde_json::to_value(action)
-                            .ok()
-                            .and_then(|v| v["repair"].as_str().map(str::to_owned))
-                            .unwrap_or_default();
-                        StepItem::Event(Event::Repaired { agent: instance.clone(), repair })
-                    })
-                    .collect(),
-                _ => Vec::new(),
-            };
-            let item = match step {
-                RouteStep::Event(event) => StepItem::Event(event),
-                RouteStep::Failed => StepItem::Failed,
-                RouteStep::Decided(route) => {
-                    let mixed = route.calls.iter().any(|c| Some(&c.tool) != followup.as_ref())
-                        && route.calls.iter().any(|c| Some(&c.tool) == followup.as_ref());
-                    let calls = route
-                        .calls
-                        .iter()
-                        .enumerate()
-                        .map(|(i, c)| StepCall {
-                            call: ToolCall {
-                                id: format!("route_{i}"),
-                                name: c.tool.clone(),
-                                arguments: c.arguments.to_string(),
-                            },
-                            mark_content_end: mixed && Some(&c.tool) == followup.as_ref(),
-                        })
-                        .collect();
-                    StepItem::Decided(StepDecision {
-                        text: route.text,
-                        calls,
-                        response_id: route.response_id,
-                        last: true,
-                    })
-                }
-            };
-            futures::stream::iter(repairs.into_iter().chain([item]))
+        Box::pin(self.route(model, input).map(|item| match item {
+            Item::Event(event) => Item::Event(event),
+            Item::Done(routed) => Item::Done(routed.map(|r| r.decision)),
         }))
     }
 }
 
+/// An `unknown_tool` error for each call of a tool that is not a routing tool.
+fn unknown_tools(instance: &str, unknown: Vec<String>) -> Vec<Event> {
+    unknown
+        .into_iter()
+        .map(|name| {
+            tracing::warn!(tool = %name, "the routing model called an unknown tool");
+            Event::error(
+                instance,
+                "unknown_tool",
+                format!("the orchestrator model called an unknown tool `{name}`; the call was skipped"),
+                false,
+            )
+        })
+        .collect()
+}
+
+/// The routing decision as the loop's: each call with the arguments its tool gets, the follow-up
+/// agent's content marked to end with a boundary in a mixed turn, and no model step after them.
+fn release(
+    settings: &RoutingSettings,
+    text: String,
+    response_id: Option<String>,
+    calls: &[PlannedCall],
+) -> StepDecision {
+    let followup = settings.followup_agent().map(routing_tool_name);
+    let is_followup = |c: &PlannedCall| Some(&c.tool) == followup.as_ref();
+    let mixed = calls.iter().any(|c| !is_followup(c)) && calls.iter().any(is_followup);
+    let calls = calls
+        .iter()
+        .enumerate()
+        .map(|(i, c)| StepCall {
+            call: ToolCall {
+                id: format!("route_{i}"),
+                name: c.tool.clone(),
+                arguments: c.arguments.to_string(),
+            },
+            mark_content_end: mixed && is_followup(c),
+        })
+        .collect();
+    StepDecision { text, calls, response_id, last: true }
+}
+
 /// A routing model, its policy and its agent's instruction: routing one message on its own, as
-/// the routing evaluation does.
+/// the routing evaluation does, with the request the agent builds for its first step.
 pub struct Router {
     model: Arc<dyn ChatModel>,
     policy: RoutingPolicy,
@@ -436,48 +404,32 @@ impl Router {
         Router { model, policy: self.policy.clone(), instruction: self.instruction.clone() }
     }
 
-    /// Routes `request` as the agent's first model step would.
-    pub fn route(&self, request: &AgentRequest) -> impl Stream<Item = RouteStep> + Send + 'static {
-        let mut messages = vec![Message::system(self.instruction.clone())];
-        messages.extend(request.history.iter().cloned());
-        messages.push(crate::agent::user_message(request));
-        let chat = ChatRequest {
-            messages,
-            tools: self.policy.settings.tool_specs().into(),
-            tool_choice: Some(ToolChoice::Auto),
-            parallel_tool_calls: Some(true),
-            max_tokens: None,
-            response_format: None,
-        };
-        let input = StepInput {
-            instance: "orchestrator".into(),
-            request: chat,
-            message: request.query.clone(),
-            previous: request.previous.clone(),
-            image: request.image.as_ref().and_then(|i| i.kind),
-        };
+    /// Routes `request` as the agent's first model step does, from the request the agent's loop
+    /// builds for it ([`first_step_input`]).
+    pub fn route(&self, request: &AgentRequest) -> ItemStream<Option<Routed>> {
+        let specs = self.settings().tool_specs().into();
+        let input = first_step_input("orchestrator".into(), &self.instruction, specs, request);
         self.policy.route(self.model.clone(), input)
     }
 }
 
-/// Applies the guards and makes the calls' arguments valid; the repairs go into `route` and the
-/// log. Returns whether a direct answer was refused.
+/// Applies the guards and makes the calls' arguments valid; the repairs go into `repairs` and
+/// the log. Returns the calls, and whether a direct answer was refused.
 fn repair(
     settings: &RoutingSettings,
     input: &RoutingInput<'_>,
     planned: Vec<PlannedCall>,
-    route: &mut Route,
-) -> bool {
-    let (calls, actions) = guard::apply_guards(input, planned);
+    repairs: &mut Vec<GuardAction>,
+) -> (Vec<PlannedCall>, bool) {
+    let (mut calls, actions) = guard::apply_guards(input, planned);
     let rejected =
         actions.iter().any(|a| matches!(a, GuardAction::FastpathRejected | GuardAction::ImageRouted { .. }));
-    route.actions.extend(actions);
-    route.calls = calls;
-    route.actions.extend(valid_arguments(settings, &mut route.calls));
-    for action in &route.actions {
+    repairs.extend(actions);
+    repairs.extend(valid_arguments(settings, &mut calls));
+    for action in repairs.iter() {
         tracing::info!(?action, "routing repaired the model's routing");
     }
-    rejected
+    (calls, rejected)
 }
 
 /// Whether the user's message came with an image: sent as a content part, or described by the
@@ -487,33 +439,65 @@ fn has_image(request: &ChatRequest, message: &str) -> bool {
     !images.is_empty() || (content.trim_end().ends_with(']') && !message.trim_end().ends_with(']'))
 }
 
-/// What the failsafe's re-ask yields.
+/// Why routing asks the model once more.
+#[derive(Debug, Clone, Copy)]
 enum Reask {
-    Usage(AgentUsage),
-    Call(ToolCall),
+    /// A call reported this many intents, more than the distinct calls made.
+    Failsafe(usize),
+    /// A direct answer was refused: the model must call a tool.
+    DirectAnswer,
 }
 
-/// Streams the failsafe's re-ask: its usage and its calls. A failure ends it: the first answer
-/// still stands, the failsafe is best effort.
-fn reask_calls(
-    model: Arc<dyn ChatModel>,
-    request: ChatRequest,
-    instance: String,
-) -> impl Stream<Item = Reask> {
-    async_stream::stream! {
-        let model_name = model.model_name().to_owned();
-        let mut deltas = model.stream(request);
-        while let Some(delta) = deltas.next().await {
-            match delta {
-                Ok(ModelDelta::ToolCall(call)) => yield Reask::Call(call),
-                Ok(ModelDelta::Usage(usage)) => {
-                    yield Reask::Usage(AgentUsage { agent: instance.clone(), model: model_name.clone(), usage });
+impl Reask {
+    /// The re-ask `planned` needs, if any.
+    fn of(settings: &RoutingSettings, planned: &[PlannedCall], refused_direct: bool) -> Option<Reask> {
+        match missing_intents(planned).filter(|_| settings.guards.failsafe) {
+            Some(intents) => Some(Reask::Failsafe(intents)),
+            None if refused_direct => Some(Reask::DirectAnswer),
+            None => None,
+        }
+    }
+
+    /// Its request: the first one, the model's first answer, and why it is asked again.
+    fn request(
+        self,
+        settings: &RoutingSettings,
+        request: ChatRequest,
+        first: &ModelReply,
+        planned: &[PlannedCall],
+    ) -> ChatRequest {
+        match self {
+            Reask::Failsafe(intents) => {
+                failsafe_request(settings, request, &first.text, &first.calls, intents, planned)
+            }
+            Reask::DirectAnswer => direct_answer_request(request, &first.text),
+        }
+    }
+
+    /// Takes the re-ask's calls in: the failsafe adds those not made yet, a refused direct
+    /// answer takes them all. Returns the repair.
+    fn merge(self, planned: &mut Vec<PlannedCall>, new_calls: Vec<PlannedCall>) -> GuardAction {
+        match self {
+            Reask::Failsafe(intents) => {
+                let distinct = distinct_count(planned);
+                let mut added = 0;
+                for call in new_calls {
+                    if !planned.iter().any(|c| c.key() == call.key()) {
+                        planned.push(call);
+                        added += 1;
+                    }
                 }
-                Ok(_) => {}
-                Err(e) => {
-                    tracing::warn!(error = %e, "failsafe re-ask failed");
-                    break;
-                }
+                tracing::info!(intents, calls = distinct, added, "routing failsafe re-asked the model");
+                GuardAction::FailsafeReasked { intents, calls: distinct, added }
+            }
+            Reask::DirectAnswer => {
+                tracing::info!(
+                    calls = new_calls.len(),
+                    "routing re-asked the model after a refused direct answer"
+                );
+                let action = GuardAction::FastpathReasked { calls: new_calls.len() };
+                *planned = new_calls;
+                action
             }
         }
     }
@@ -565,10 +549,11 @@ fn valid_arguments(settings: &RoutingSettings, calls: &mut [PlannedCall]) -> Vec
     actions
 }
 
+/// How many distinct calls `calls` makes (by [`PlannedCall::key`]).
 fn distinct_count(calls: &[PlannedCall]) -> usize {
-    let mut seen: Vec<(&str, String)> = Vec::new();
+    let mut seen = Vec::new();
     for c in calls {
-        let key = (c.tool.as_str(), text::normalize(&c.query));
+        let key = c.key();
         if !seen.contains(&key) {
             seen.push(key);
         }
@@ -745,18 +730,37 @@ mod tests {
         AgentRequest { query: message.into(), ..Default::default() }
     }
 
-    async fn route_of(model: Arc<ScriptedModel>, message: &str) -> (Vec<RouteStep>, Route) {
+    type Step = Item<Option<Routed>>;
+
+    /// A routing decision as the tests read it: the calls as the guards left them.
+    struct Route {
+        calls: Vec<PlannedCall>,
+        actions: Vec<GuardAction>,
+    }
+
+    fn decided(steps: &[Step]) -> Route {
+        let Some(Item::Done(Some(routed))) = steps.last() else { panic!("{steps:?}") };
+        let calls = routed
+            .decision
+            .calls
+            .iter()
+            .map(|c| PlannedCall::from_arguments(&c.call.name, c.call.parse_arguments().unwrap(), ""))
+            .collect();
+        Route { calls, actions: routed.repairs.clone() }
+    }
+
+    async fn route_of(model: Arc<ScriptedModel>, message: &str) -> (Vec<Step>, Route) {
         let router = Router::new(model, RoutingPolicy::new(testing::settings()), "Route.");
-        let steps: Vec<RouteStep> = router.route(&turn(message)).collect().await;
-        let Some(RouteStep::Decided(route)) = steps.last().cloned() else { panic!("{steps:?}") };
+        let steps: Vec<Step> = router.route(&turn(message)).collect().await;
+        let route = decided(&steps);
         (steps, route)
     }
 
-    fn shown_text(steps: &[RouteStep]) -> String {
+    fn shown_text(steps: &[Step]) -> String {
         steps
             .iter()
             .filter_map(|s| match s {
-                RouteStep::Event(Event::Text { text, .. }) => Some(text.as_str()),
+                Item::Event(Event::Text { text, .. }) => Some(text.as_str()),
                 _ => None,
             })
             .collect()
@@ -824,7 +828,7 @@ mod tests {
         ));
         let (steps, route) = route_of(model, "find me shoes").await;
         assert_eq!(shown_text(&steps), "Sure. Let me look.");
-        assert!(route.answered);
+        assert!(!route.calls.is_empty(), "the preamble is shown and the calls follow");
     }
 
     #[tokio::test]
@@ -832,7 +836,7 @@ mod tests {
         let model =
             Arc::new(ScriptedModel::new("orch", Some(Reply::text("Hi! Good to see you. How can I help?"))));
         let (steps, route) = route_of(model, "hello").await;
-        let texts = steps.iter().filter(|s| matches!(s, RouteStep::Event(Event::Text { .. }))).count();
+        let texts = steps.iter().filter(|s| matches!(s, Item::Event(Event::Text { .. }))).count();
         assert!(texts > 3, "word by word, not held");
         assert!(route.calls.is_empty());
     }
@@ -881,8 +885,8 @@ mod tests {
             }),
             ..Default::default()
         };
-        let steps: Vec<RouteStep> = router.route(&request).collect().await;
-        let Some(RouteStep::Decided(route)) = steps.last() else { panic!("{steps:?}") };
+        let steps: Vec<Step> = router.route(&request).collect().await;
+        let route = decided(&steps);
         assert_eq!(model.requests().len(), 2, "re-asked");
         assert_eq!(route.calls.len(), 1);
         assert_eq!(route.calls[0].tool, ASK_SUPPORT);
@@ -902,8 +906,8 @@ mod tests {
             image: Some(crate::image::Image::described("a cat on a sofa")),
             ..Default::default()
         };
-        let steps: Vec<RouteStep> = router.route(&request).collect().await;
-        let Some(RouteStep::Decided(route)) = steps.last() else { panic!("{steps:?}") };
+        let steps: Vec<Step> = router.route(&request).collect().await;
+        let route = decided(&steps);
         assert_eq!(model.requests().len(), 2, "the image's note makes it more than smalltalk");
         assert_eq!(route.calls[0].tool, ASK_SHOPPING);
         assert_eq!(route.calls[0].query, "thanks!", "the user's words, not the note");
