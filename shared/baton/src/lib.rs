@@ -78,7 +78,7 @@ pub mod eval;
 pub mod eval_report;
 pub mod event;
 pub mod gate;
-pub mod guard;
+pub use routing::guard;
 pub mod history;
 pub mod http;
 pub mod image;

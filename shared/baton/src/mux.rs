@@ -4,7 +4,7 @@
 //! All sources run concurrently, and the merge keeps three promises:
 //!
 //! - **Each source's text is contiguous.** The first source to produce slot content
-//!   (user-visible text, or the support boundary after it) takes the live slot and streams
+//!   (user-visible text, or the `content_end` boundary after it) takes the live slot and streams
 //!   through. Another source's content waits in that source's queue until the slot is free; then
 //!   the source whose queued content started earliest takes the slot, releases its backlog and
 //!   goes on live.

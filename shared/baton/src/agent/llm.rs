@@ -77,7 +77,7 @@ impl LlmAgent {
         self
     }
 
-    /// Keeps the vendor's response id per episode in `chains` (used when the model supports it).
+    /// Keeps the vendor's response id per episode in `chains` (used when the model can continue a stored response).
     pub fn with_response_chains(mut self, chains: Arc<dyn ResponseChains>) -> LlmAgent {
         self.chains = Some(chains);
         self

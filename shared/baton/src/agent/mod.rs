@@ -6,7 +6,7 @@
 //! - [`Agent`]: the trait; [`AgentRequest`]: what an instance is asked.
 //! - [`LlmAgent`]: a tool loop (max steps, per-tool timeout, a step's calls run concurrently and
 //!   stream through the live-slot merge), continuing the vendor's server-side conversation
-//!   through [`ResponseChains`] where the model supports it. A [`StepPolicy`] may shape its first
+//!   through [`ResponseChains`] where the model can continue one. A [`StepPolicy`] may shape its first
 //!   model step: the routing policy (module `routing`) does, for an entry agent that routes.
 //! - [`start_child`]: the one place a child instance starts (its name, depth, session,
 //!   conversation, timeout); [`run_instance`] runs an instance between `agent_started` and
@@ -78,7 +78,7 @@ pub struct AgentRequest {
 /// An agent. `run` returns at once; the work starts when the stream is polled and stops when it
 /// is dropped.
 pub trait Agent: Send + Sync {
-    /// The agent's name (`support`, `shopping`); instances are `name[i]`.
+    /// The agent's name (`billing`, `search`); instances are `name[i]`.
     fn name(&self) -> &str;
 
     /// Runs one instance. Every event it emits names `instance` as its source.
