@@ -17,8 +17,6 @@ mod chains;
 mod instance;
 mod llm;
 mod step;
-#[cfg(test)]
-pub(crate) mod tests;
 
 use std::sync::Arc;
 
@@ -114,3 +112,6 @@ pub fn user_message(request: &AgentRequest) -> Message {
     }
     Message::User { content, images: image.url.iter().cloned().collect() }
 }
+
+#[cfg(test)]
+pub(crate) mod tests;

@@ -29,10 +29,6 @@ mod plan;
 mod policy;
 mod preamble;
 mod reask;
-#[cfg(test)]
-pub(crate) mod testing;
-#[cfg(test)]
-mod tests;
 
 use std::sync::Arc;
 
@@ -191,3 +187,8 @@ pub fn routing_tool(
     options.skip_summarization = true;
     AgentTool::new(agent, options)
 }
+
+#[cfg(test)]
+pub(crate) mod testing;
+#[cfg(test)]
+mod tests;
