@@ -1,14 +1,21 @@
 //! A step's calls: started all at once, merged live, and what each ended with.
 
-use futures::StreamExt;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use futures::Stream;
+use serde_json::Value;
 use tokio::time::Instant;
 
 use super::LlmAgent;
 use super::step::StepCall;
-use crate::event::{Event, EventStream};
+use crate::event::Event;
+use crate::item::{Item, ItemStream};
 use crate::model::ToolCall;
 use crate::mux::LiveSlotMux;
-use crate::tool::{CallOptions, CallRef, DirectAnswer, Slot, ToolContext, ToolError, ToolOutcome, ToolRun};
+use crate::tool::{
+    CallOptions, CallRef, DirectAnswer, ToolContext, ToolError, ToolFinish, ToolOutcome, ToolRun,
+};
 
 /// The end of a run whose last calls answered the user: the answers the client has not seen
 /// yet, and an `agent_failed` error for each call of a policy's last step that failed.
@@ -50,11 +57,9 @@ pub(super) struct CallDone {
     pub(super) answer: Option<DirectAnswer>,
 }
 
-/// The calls of one step, started: their merged events, and where each leaves its outcome.
-pub(super) struct Batch {
-    pub(super) events: LiveSlotMux,
-    pub(super) slots: Vec<Slot<CallDone>>,
-}
+/// The calls of one step, started: their merged events, then what each ended with
+/// ([`LiveSlotMux::into_results`], in call order).
+pub(super) type Batch = LiveSlotMux<CallDone>;
 
 impl LlmAgent {
     /// Starts every call of a step at once (each announced before with `tool_call_start`): each
@@ -65,31 +70,28 @@ impl LlmAgent {
         if calls.len() > cap {
             tracing::warn!(%instance, calls = calls.len(), cap, "a model step called more tools than allowed");
         }
-        let slots: Vec<Slot<CallDone>> = calls.iter().map(|_| Slot::default()).collect();
-        let sources: Vec<EventStream> = calls
+        let sources: Vec<ItemStream<CallDone>> = calls
             .iter()
-            .zip(&slots)
             .enumerate()
-            .map(|(i, (call, slot))| {
+            .map(|(i, call)| {
                 let over = (i >= cap)
                     .then_some(ToolError::TooManyCalls { tool: call.call.name.clone(), limit: cap });
-                self.start_call(call, context, instance, slot.clone(), over)
+                self.start_call(call, context, instance, over)
             })
             .collect();
-        Batch { events: LiveSlotMux::new(sources, self.mux), slots }
+        LiveSlotMux::new(sources, self.mux)
     }
 
     /// Starts one call (or, when `refused` says why it may not run, its error result): the
     /// registry checks it, the tool starts it. The stream carries the call's own events, then
-    /// its `tool_result` and `tool_call_end`; the outcome is left in `slot` before those.
+    /// its `tool_result` and `tool_call_end`, then what it ended with.
     fn start_call(
         &self,
         call: &StepCall,
         context: &ToolContext,
         instance: &str,
-        slot: Slot<CallDone>,
         refused: Option<ToolError>,
-    ) -> EventStream {
+    ) -> ItemStream<CallDone> {
         let started = Instant::now();
         let (agent, call_id, name) = (instance.to_owned(), call.call.id.clone(), call.call.name.clone());
         let options =
@@ -115,40 +117,85 @@ impl LlmAgent {
                 (arguments.clone(), tool.start(arguments, ToolContext { call, ..context.clone() }, options))
             }
         });
-        // The call's own events pass through `chain` (no generator on every event's way), then
-        // its result once they have ended and been dropped (docs/benchmarks-log.md, "Less work
-        // per event, each cut too small to see on its own").
-        let ToolRun { events, finish } = run;
-        let end = futures::stream::once(async move {
-            let (outcome, answer) = match finish.take() {
-                Some(finish) => (finish.outcome, finish.answer),
-                None => (
-                    Err(ToolError::Failed {
-                        tool: name.clone(),
-                        reason: "the call ended without a result".into(),
-                    }),
-                    None,
-                ),
-            };
-            let outcome = ToolOutcome::from_result(&name, arguments, outcome);
-            let (result, is_error) = (Box::new(outcome.result.clone()), outcome.is_error);
-            slot.set(CallDone { answer: answer.filter(|_| !is_error), outcome });
-            if is_error {
-                tracing::Span::current().record("error.type", "tool_error");
+        let end = CallEnd { agent, call_id, name, arguments, started };
+        let items =
+            CallItems { run: Some(run.items), finish: None, end: Some(end), tail: Vec::new().into_iter() };
+        crate::telemetry::trace::traced(span, Box::pin(items))
+    }
+}
+
+/// What a call's end events need to know.
+struct CallEnd {
+    agent: String,
+    call_id: String,
+    name: String,
+    arguments: Value,
+    started: Instant,
+}
+
+impl CallEnd {
+    /// The call's `tool_result` and `tool_call_end`, and what it ended with (a tool whose items
+    /// ended without a result failed).
+    fn items(self, finish: Option<ToolFinish>) -> Vec<Item<CallDone>> {
+        let CallEnd { agent, call_id, name, arguments, started } = self;
+        let (outcome, answer) = match finish {
+            Some(finish) => (finish.outcome, finish.answer),
+            None => (
+                Err(ToolError::Failed {
+                    tool: name.clone(),
+                    reason: "the call ended without a result".into(),
+                }),
+                None,
+            ),
+        };
+        let outcome = ToolOutcome::from_result(&name, arguments, outcome);
+        let (result, is_error) = (Box::new(outcome.result.clone()), outcome.is_error);
+        if is_error {
+            tracing::Span::current().record("error.type", "tool_error");
+        }
+        let duration_ms = started.elapsed().as_millis() as u64;
+        vec![
+            Item::Event(Event::ToolResult {
+                agent: agent.clone(),
+                call_id: call_id.clone(),
+                name: name.clone(),
+                result,
+                is_error,
+            }),
+            Item::Event(Event::ToolCallEnd { agent, call_id, name, duration_ms }),
+            Item::Done(CallDone { answer: answer.filter(|_| !is_error), outcome }),
+        ]
+    }
+}
+
+/// One call's items: the tool's own events pass through as they come, by hand rather than
+/// through a generator on every event's way (docs/benchmarks-log.md, "Less work per event, each
+/// cut too small to see on its own"); once the tool's items have ended and been dropped, its end
+/// ([`CallEnd::items`]).
+struct CallItems {
+    run: Option<ItemStream<ToolFinish>>,
+    finish: Option<ToolFinish>,
+    end: Option<CallEnd>,
+    tail: std::vec::IntoIter<Item<CallDone>>,
+}
+
+impl Stream for CallItems {
+    type Item = Item<CallDone>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Item<CallDone>>> {
+        let this = &mut *self;
+        while let Some(run) = &mut this.run {
+            match std::task::ready!(run.as_mut().poll_next(cx)) {
+                Some(Item::Event(event)) => return Poll::Ready(Some(Item::Event(event))),
+                Some(Item::Done(finish)) => this.finish = Some(finish),
+                None => {
+                    this.run = None;
+                    if let Some(end) = this.end.take() {
+                        this.tail = end.items(this.finish.take()).into_iter();
+                    }
+                }
             }
-            let duration_ms = started.elapsed().as_millis() as u64;
-            [
-                Event::ToolResult {
-                    agent: agent.clone(),
-                    call_id: call_id.clone(),
-                    name: name.clone(),
-                    result,
-                    is_error,
-                },
-                Event::ToolCallEnd { agent, call_id, name, duration_ms },
-            ]
-        })
-        .flat_map(futures::stream::iter);
-        crate::telemetry::trace::traced(span, Box::pin(events.chain(end)))
+        }
+        Poll::Ready(this.tail.next())
     }
 }

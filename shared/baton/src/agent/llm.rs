@@ -7,10 +7,10 @@ use futures::StreamExt;
 use super::batch::{CallDone, final_answer};
 use super::chains::ResponseChains;
 use super::step::{
-    ForkInput, ForkPolicy, Item, LoopLimits, ModelReply, StepCall, StepDecision, StepInput, StepPolicy,
+    ForkInput, ForkPolicy, LoopLimits, ModelReply, StepCall, StepDecision, StepInput, StepPolicy,
     model_events,
 };
-use super::{APOLOGY, Agent, AgentRequest, user_message};
+use super::{APOLOGY, Agent, AgentRequest, Item, user_message};
 use crate::conversation::{Conversation, PreviousTurn};
 use crate::event::{Event, EventStream};
 use crate::model::{ChatModel, ChatRequest, Message, ModelError, ToolCall, ToolChoice, ToolSpec};
@@ -370,14 +370,15 @@ impl Agent for LlmAgent {
                     };
                 }
                 let mut batch = this.start_batch(&decision.calls, &context, &instance);
-                while let Some(event) = batch.events.next().await {
+                while let Some(event) = batch.next().await {
                     yield event;
                 }
-                drop(batch.events);
-                // The merge ends only when every call's stream has, and each fills its slot
-                // before its last events.
-                let done: Vec<CallDone> =
-                    batch.slots.iter().map(|s| s.take().expect("every call's stream ran to its end")).collect();
+                // The merge ends only when every call's stream has, and each ends with its result.
+                let done: Vec<CallDone> = batch
+                    .into_results()
+                    .into_iter()
+                    .map(|d| d.expect("every call's stream ends with its result"))
+                    .collect();
                 // Results go back in call order, whatever order they finished in.
                 for (call, done) in calls.iter().zip(&done) {
                     transcript.messages.push(Message::Tool { call_id: call.id.clone(), content: done.outcome.content() });

@@ -20,6 +20,7 @@ mod step;
 
 use std::sync::Arc;
 
+pub use crate::item::{Item, ItemStream};
 pub use chains::{MemoryResponseChains, ResponseChains};
 pub use instance::{
     ChildContext, ChildInput, DEFAULT_MAX_DEPTH, InstanceOptions, instrument, instrument_for, run_instance,
@@ -27,8 +28,8 @@ pub use instance::{
 };
 pub use llm::{LlmAgent, first_step_input};
 pub use step::{
-    Answered, DEFAULT_MAX_CALLS_PER_STEP, ForkInput, ForkPolicy, ForkStream, Item, ItemStream, LoopLimits,
-    ModelReply, StepCall, StepDecision, StepInput, StepPolicy, StepStream, model_call, model_events,
+    Answered, DEFAULT_MAX_CALLS_PER_STEP, ForkInput, ForkPolicy, ForkStream, LoopLimits, ModelReply,
+    StepCall, StepDecision, StepInput, StepPolicy, StepStream, model_call, model_events,
 };
 
 use crate::conversation::PreviousTurn;

@@ -2,44 +2,17 @@
 //! result" item every step, fork and call stream carries, and the one adapter from a model's
 //! delta stream to the loop's events.
 
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::{Stream, StreamExt};
+use futures::StreamExt;
 
 use super::LlmAgent;
 use crate::conversation::PreviousTurn;
 use crate::event::Event;
+use crate::item::{Item, ItemStream};
 use crate::model::{ChatModel, ChatRequest, DeltaStream, Message, ModelDelta, ModelError, ToolCall};
 use crate::tool::ToolContext;
-
-/// One item of work that reports as it goes and ends with a result: its events for the client
-/// now, then its result as the last item.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Item<T> {
-    /// An event for the client now.
-    Event(Event),
-    /// The result: the last item.
-    Done(T),
-}
-
-/// A boxed stream of [`Item`]s.
-pub type ItemStream<T> = Pin<Box<dyn Stream<Item = Item<T>> + Send>>;
-
-impl<T> Item<T> {
-    /// The result of `items`, its events dropped; `None` when it ended without one.
-    pub async fn result(items: impl Stream<Item = Item<T>>) -> Option<T> {
-        let mut items = std::pin::pin!(items);
-        let mut result = None;
-        while let Some(item) = items.next().await {
-            if let Item::Done(done) = item {
-                result = Some(done);
-            }
-        }
-        result
-    }
-}
 
 /// What one model call produced, once its stream ended.
 #[derive(Debug, Default)]

@@ -294,3 +294,55 @@ async fn model_failure_becomes_error_event_and_apology() {
     assert!(events.iter().any(|e| matches!(e, Event::Text { text, .. } if text.contains("Sorry"))));
     assert!(matches!(events.last(), Some(Event::AgentFinished { status: Status::Error, .. })));
 }
+
+/// A tool whose items stream one progress event and end without a result (a broken tool).
+struct NoResult;
+
+impl Tool for NoResult {
+    fn name(&self) -> &str {
+        "no_result"
+    }
+    fn description(&self) -> &str {
+        "Streams, then stops."
+    }
+    fn parameters(&self) -> Value {
+        json!({"type": "object"})
+    }
+    fn call<'a>(&'a self, _: Value, _: &'a ToolContext) -> BoxFuture<'a, Result<Value, ToolError>> {
+        Box::pin(async { Ok(json!({})) })
+    }
+    fn start(
+        self: Arc<Self>,
+        _: Value,
+        context: ToolContext,
+        _: crate::tool::CallOptions,
+    ) -> crate::tool::ToolRun {
+        let progress = Event::ToolCallProgress {
+            agent: context.call.agent,
+            call_id: context.call.call_id,
+            name: "no_result".into(),
+            progress: 1.0,
+            total: None,
+            message: None,
+        };
+        crate::tool::ToolRun { items: Box::pin(futures::stream::iter([crate::agent::Item::Event(progress)])) }
+    }
+}
+
+#[tokio::test]
+async fn a_call_whose_items_end_without_a_result_is_a_failed_result_after_its_events() {
+    let model = Arc::new(ScriptedModel::new("m", None));
+    model.push(Reply::text("").tool_call("no_result", json!({})));
+    model.push(Reply::text("It broke."));
+    let tools = Arc::new(ToolRegistry::new(vec![Arc::new(NoResult)]).unwrap());
+    let agent = LlmAgent::new("shopping", "use tools", model.clone(), tools, LoopLimits::default());
+    let events = run_llm(&agent, vec![]).await;
+    let k = kinds(&events);
+    let progress = k.iter().position(|k| *k == "tool_call_progress").unwrap();
+    let result = k.iter().position(|k| *k == "tool_result").unwrap();
+    let end = k.iter().position(|k| *k == "tool_call_end").unwrap();
+    assert!(progress < result && result < end, "{k:?}");
+    let sent = &tool_messages(&model.requests()[1])[0];
+    assert_eq!(sent["error"]["code"], "tool_failed", "{sent}");
+    assert!(sent["error"]["message"].as_str().unwrap().contains("ended without a result"), "{sent}");
+}
