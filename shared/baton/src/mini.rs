@@ -220,7 +220,9 @@ fn allowlists(
         .map(|task| match mode {
             AllowlistMode::ParentFull => Ok(all()),
             AllowlistMode::Inferred if task.allowed_tools.is_empty() => {
-                tracing::warn!(sub_task = %task.id, "mini-agents: a sub-task names no tool; it gets every tool of its parent");
+                let sub_task = &task.id;
+                let note = "mini-agents: a sub-task names no tool; it gets every tool of its parent";
+                tracing::warn!(%sub_task, "{note}");
                 Ok(all())
             }
             AllowlistMode::Strict | AllowlistMode::Inferred => {
@@ -288,7 +290,10 @@ impl ForkPolicy for MiniAgents {
             yield Item::Event(Event::MiniAgentDecomposed {
                 parent: instance.clone(),
                 count: tasks.len(),
-                sub_tasks: tasks.iter().map(|t| MiniSubTask { id: t.id.clone(), description: t.description.clone() }).collect(),
+                sub_tasks: tasks
+                    .iter()
+                    .map(|t| MiniSubTask { id: t.id.clone(), description: t.description.clone() })
+                    .collect(),
             });
             let instruction = format!("{}\n\n{MINI_NOTE}", parent.instruction());
             let runs: Vec<_> = tasks
@@ -309,11 +314,16 @@ impl ForkPolicy for MiniAgents {
                 }
             }
             drop(merged);
-            let outcomes: Vec<Outcome> = outcomes.into_iter().map(|o| o.expect("every mini reports its end")).collect();
+            let outcomes: Vec<Outcome> =
+                outcomes.into_iter().map(|o| o.expect("every mini reports its end")).collect();
             // 4. Aggregate.
             yield Item::Event(Event::MiniAgentAggregated {
                 parent: instance.clone(),
-                outcomes: tasks.iter().zip(&outcomes).map(|(t, o)| MiniOutcomeStatus { mini_id: t.id.clone(), status: o.status }).collect(),
+                outcomes: tasks
+                    .iter()
+                    .zip(&outcomes)
+                    .map(|(t, o)| MiniOutcomeStatus { mini_id: t.id.clone(), status: o.status })
+                    .collect(),
             });
             if outcomes.iter().all(|o| o.status != MiniStatus::Ok) {
                 yield Item::Event(Event::error(instance.clone(), "mini_agents_failed",
@@ -403,7 +413,8 @@ fn synthesis(
                 Item::Done(reply) => {
                     if let Some(e) = reply.error {
                         yield Event::error(instance.clone(), e.code(), e.to_string(), e.is_retryable());
-                        yield Event::text(instance.clone(), if wrote { crate::agent::APOLOGY.to_owned() } else { fallback.clone() });
+                        let text = if wrote { crate::agent::APOLOGY.to_owned() } else { fallback.clone() };
+                        yield Event::text(instance.clone(), text);
                     }
                 }
             }
@@ -512,9 +523,12 @@ fn run_mini(
     let timeout = settings.timeout;
     Box::pin(async_stream::stream! {
         let started = Instant::now();
-        yield Item::Event(Event::MiniAgentStarted { parent: parent.clone(), mini_id: id.clone(), description });
+        let (mini_id, parent_name) = (id.clone(), parent.clone());
+        yield Item::Event(Event::MiniAgentStarted { parent: parent_name, mini_id, description });
         let outcome = match child {
-            Err(e) => Outcome { status: MiniStatus::Failed, answer: String::new(), error: Some(e.to_string()) },
+            Err(e) => {
+                Outcome { status: MiniStatus::Failed, answer: String::new(), error: Some(e.to_string()) }
+            }
             Ok((instance, events)) => {
                 let mut watch = MiniWatch::new(instance);
                 let mut events: EventStream = events;

@@ -68,7 +68,8 @@ impl LlmAgent {
     pub(super) fn start_batch(&self, calls: &[StepCall], context: &ToolContext, instance: &str) -> Batch {
         let cap = self.limits.max_calls_per_step;
         if calls.len() > cap {
-            tracing::warn!(%instance, calls = calls.len(), cap, "a model step called more tools than allowed");
+            let calls = calls.len();
+            tracing::warn!(%instance, calls, cap, "a model step called more tools than allowed");
         }
         let sources: Vec<ItemStream<CallDone>> = calls
             .iter()

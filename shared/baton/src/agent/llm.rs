@@ -77,7 +77,8 @@ impl LlmAgent {
         self
     }
 
-    /// Keeps the vendor's response id per episode in `chains` (used when the model can continue a stored response).
+    /// Keeps the vendor's response id per episode in `chains` (used when the model can continue a
+    /// stored response).
     pub fn with_response_chains(mut self, chains: Arc<dyn ResponseChains>) -> LlmAgent {
         self.chains = Some(chains);
         self
@@ -274,10 +275,14 @@ impl Agent for LlmAgent {
             let server_side = this.model.supports_previous_response();
             let chains = this.chains.clone().filter(|_| server_side);
             let history = this.fork.as_ref().map(|_| request.history.clone());
-            let Run { context, mut transcript, message, previous_turn, image } = Box::pin(this.begin(request, chains.as_deref())).await;
+            let run = Box::pin(this.begin(request, chains.as_deref())).await;
+            let Run { context, mut transcript, message, previous_turn, image } = run;
             if let (Some(fork), Some(history)) = (&this.fork, history) {
                 let input = ForkInput {
-                    instance: instance.clone(), message: transcript.user_message.clone(), history, context: context.clone(),
+                    instance: instance.clone(),
+                    message: transcript.user_message.clone(),
+                    history,
+                    context: context.clone(),
                 };
                 let mut items = fork.fork(&this, input);
                 while let Some(item) = items.next().await {
@@ -315,7 +320,8 @@ impl Agent for LlmAgent {
                             Some(id) => this.model.stream_continuing(chat, id),
                             None => this.model.stream(chat),
                         };
-                        let mut items = model_events(deltas, instance.clone(), this.model.model_name().to_owned());
+                        let model_name = this.model.model_name().to_owned();
+                        let mut items = model_events(deltas, instance.clone(), model_name);
                         let mut reply = ModelReply::default();
                         while let Some(item) = items.next().await {
                             match item {
@@ -331,7 +337,9 @@ impl Agent for LlmAgent {
                                 last: false,
                             }),
                             Some(ModelError::Http { status: 400 | 404, .. })
-                                if transcript.fallback.is_some() && reply.text.is_empty() && reply.response_id.is_none() =>
+                                if transcript.fallback.is_some()
+                                    && reply.text.is_empty()
+                                    && reply.response_id.is_none() =>
                             {
                                 // The stored response expired or was deleted: resend the history.
                                 tracing::warn!("cannot continue the stored response; resending the history");
@@ -339,7 +347,8 @@ impl Agent for LlmAgent {
                                 continue;
                             }
                             Some(e) => {
-                                yield Event::error(instance.clone(), e.code(), e.to_string(), e.is_retryable());
+                                let (code, retryable) = (e.code(), e.is_retryable());
+                                yield Event::error(instance.clone(), code, e.to_string(), retryable);
                                 yield Event::text(instance.clone(), APOLOGY);
                                 None
                             }
@@ -350,7 +359,8 @@ impl Agent for LlmAgent {
                 let calls = transcript.record(&decision, server_side);
                 if calls.is_empty() {
                     if let (Some(chains), Some(id)) = (&chains, decision.response_id) {
-                        if let Err(e) = chains.set_last_response_id(&context.user_id, &context.episode_id, &this.name, id).await {
+                        let (user, episode) = (&context.user_id, &context.episode_id);
+                        if let Err(e) = chains.set_last_response_id(user, episode, &this.name, id).await {
                             tracing::warn!(error = %e, "cannot store the last response id");
                         }
                     }
@@ -363,10 +373,13 @@ impl Agent for LlmAgent {
                     return;
                 }
                 for call in &decision.calls {
-                    let arguments =
-                        Box::new(call.call.parse_arguments().unwrap_or_else(|_| call.call.arguments.clone().into()));
+                    let parsed = call.call.parse_arguments();
+                    let arguments = Box::new(parsed.unwrap_or_else(|_| call.call.arguments.clone().into()));
                     yield Event::ToolCallStart {
-                        agent: instance.clone(), call_id: call.call.id.clone(), name: call.call.name.clone(), arguments,
+                        agent: instance.clone(),
+                        call_id: call.call.id.clone(),
+                        name: call.call.name.clone(),
+                        arguments,
                     };
                 }
                 let mut batch = this.start_batch(&decision.calls, &context, &instance);
@@ -381,7 +394,8 @@ impl Agent for LlmAgent {
                     .collect();
                 // Results go back in call order, whatever order they finished in.
                 for (call, done) in calls.iter().zip(&done) {
-                    transcript.messages.push(Message::Tool { call_id: call.id.clone(), content: done.outcome.content() });
+                    let content = done.outcome.content();
+                    transcript.messages.push(Message::Tool { call_id: call.id.clone(), content });
                 }
                 if decision.last || done.iter().all(|d| d.answer.is_some()) {
                     for event in final_answer(&instance, &calls, done, decision.last) {

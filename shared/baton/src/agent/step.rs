@@ -42,12 +42,16 @@ pub fn model_events(deltas: DeltaStream, instance: String, model_name: String) -
                     reply.text.push_str(&text);
                     yield Item::Event(Event::Text { agent: instance.clone(), text });
                 }
-                Ok(ModelDelta::Reasoning(text)) => yield Item::Event(Event::Reasoning { agent: instance.clone(), text }),
+                Ok(ModelDelta::Reasoning(text)) => {
+                    yield Item::Event(Event::Reasoning { agent: instance.clone(), text });
+                }
                 Ok(ModelDelta::ResponseId(id)) => {
                     reply.response_id = Some(id.clone());
                     yield Item::Event(Event::ResponseId { agent: instance.clone(), id });
                 }
-                Ok(ModelDelta::Usage(usage)) => yield Item::Event(Event::usage(instance.clone(), model_name.clone(), usage)),
+                Ok(ModelDelta::Usage(usage)) => {
+                    yield Item::Event(Event::usage(instance.clone(), model_name.clone(), usage));
+                }
                 Ok(ModelDelta::ToolCall(call)) => reply.calls.push(call),
                 Ok(ModelDelta::ToolCallStart { .. } | ModelDelta::Finish(_)) => {}
                 Err(e) => {

@@ -13,9 +13,10 @@
 //!    asked once more, with an instruction naming the calls it made and the count it reported; new
 //!    calls are merged without duplicates. One retry at most.
 //! 3. **Refused direct answer**: a direct answer to a message that is not smalltalk (or has an
-//!    image, or answers the follow-up agent's question) is not guessed at: the model is asked once more, by the same mechanism (`tool_choice: required`
-//!    and the reason), and its calls go through the guards; only if the re-ask makes no call does
-//!    the fastpath guard send the message to the fallback agent.
+//!    image, or answers the follow-up agent's question) is not guessed at: the model is asked once
+//!    more, by the same mechanism (`tool_choice: required` and the reason), and its calls go
+//!    through the guards; only if the re-ask makes no call does the fastpath guard send the
+//!    message to the fallback agent.
 //! 4. The [`crate::guard`]s repair what code can check.
 //! 5. The calls' arguments are made valid for their tools: the guards' query and prior context,
 //!    an `intent_count` of at least 1, a category from the configured list (another is

@@ -118,7 +118,8 @@ impl RoutingPolicy {
             // 3. Failsafe: one re-ask at most, for the calls the failsafe misses or for the calls a
             // refused direct answer should have made.
             let mut repairs = Vec::new();
-            let reask_direct = planned.is_empty() && guard::refuses_direct_answer(&turn.guard_input(&settings));
+            let reask_direct =
+                planned.is_empty() && guard::refuses_direct_answer(&turn.guard_input(&settings));
             if let Some(reask) = Reask::of(&settings, &planned, reask_direct) {
                 let request = reask.request(&settings, turn.request.clone(), &reply, &planned);
                 let mut items = model_call(model.as_ref(), request, instance.clone());
@@ -143,7 +144,8 @@ impl RoutingPolicy {
             let held = gate.release();
             if rejected || reask_direct {
                 if !held.trim().is_empty() {
-                    tracing::info!(chars = held.len(), "withheld a direct answer the fastpath allowlist refused");
+                    let chars = held.len();
+                    tracing::info!(chars, "withheld a direct answer the fastpath allowlist refused");
                 }
             } else if !held.is_empty() {
                 yield Item::Event(Event::text(instance.clone(), held));

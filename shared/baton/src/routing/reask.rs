@@ -123,7 +123,8 @@ fn failsafe_request(
         _ => String::new(),
     };
     request.messages.push(Message::system(format!(
-        "<failsafe>You reported {intents} separate requests in the user's message but made only {} call(s): {}. \
+        "<failsafe>You reported {intents} separate requests in the user's message but made only {} \
+         call(s): {}. \
          Call a tool now for each request that is not covered yet, with that part of the user's own words \
          as the query. Do not repeat the calls above.{hint}</failsafe>",
         made.len(),

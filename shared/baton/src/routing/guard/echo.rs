@@ -169,10 +169,10 @@ fn asks_something_new(message: &str) -> bool {
     })
 }
 
-/// Whether `message` is a short reply answering the previous turn's question of the follow-up agent: a pick of
-/// an option it offered (by number or label), a yes or no, one of the options the question named
-/// or words of its own (every topic word of a
-/// question-marked reply is the question's), or the thing it asked for (a reply that shares a
+/// Whether `message` is a short reply answering the follow-up agent's question of the previous
+/// turn: a pick of an option it offered (by number or label), a yes or no, one of the options the
+/// question named or words of its own (every topic word of a question-marked reply is the
+/// question's), or the thing it asked for (a reply that shares a
 /// word with it: "from the Target store" to "which store?"). A reply that asks something new
 /// ("what deals at FreshMart?") is not an answer, whatever word it shares.
 pub(super) fn echoes_followup_question(input: &RoutingInput<'_>) -> Option<String> {
