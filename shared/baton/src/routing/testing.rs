@@ -40,8 +40,9 @@ pub(crate) fn routed(
         .into_iter()
         .zip(timeouts)
         .map(|(agent, timeout)| {
-            let options =
-                AgentToolOptions { output: OutputMode::TextAndEvents, timeout, ..Default::default() };
+            let description = format!("Ask {}.", agent.name());
+            let output = OutputMode::TextAndEvents;
+            let options = AgentToolOptions { description, output, timeout, ..Default::default() };
             Arc::new(routing_tool(agent, &settings, options).expect("valid")) as Arc<dyn crate::tool::Tool>
         })
         .collect();

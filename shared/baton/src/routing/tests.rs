@@ -232,3 +232,29 @@ async fn the_models_prior_context_reaches_either_agent() {
     );
     assert!(support.requests().is_empty());
 }
+
+#[tokio::test]
+async fn the_router_routes_the_request_the_entry_agents_loop_sends() {
+    let call = json!({"query": "find me shoes", "intent_count": 1});
+    let model = Arc::new(ScriptedModel::new("orch", Some(Reply::text("").tool_call(ASK_SHOPPING, call))));
+    let support = Arc::new(ScriptedModel::new("sup", Some(Reply::text("Support."))));
+    let shopping = Arc::new(ScriptedModel::new("shop", Some(Reply::text("Shoes."))));
+    let agent = testing::routed(
+        model.clone(),
+        testing::plain("support", support),
+        testing::plain("shopping", shopping),
+        [None, None],
+    );
+    let request = AgentRequest {
+        query: "find me shoes".into(),
+        history: vec![crate::model::Message::user("hi"), crate::model::Message::assistant("Hello!")],
+        ..Default::default()
+    };
+    let _: Vec<Event> = agent.run(request.clone(), "orchestrator".into()).collect().await;
+    let router = Router::new(model.clone(), RoutingPolicy::new(testing::settings()), "Route.");
+    let _: Vec<Step> = router.route(&request).collect().await;
+    let requests = model.requests();
+    assert_eq!(requests.len(), 2, "one routing call each");
+    assert_eq!(requests[1], requests[0], "the router sends what the agent's first step sent");
+    assert_eq!(requests[0].messages.len(), 4, "instruction, history, the user's message");
+}
