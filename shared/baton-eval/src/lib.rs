@@ -45,7 +45,8 @@ use baton::text as guard;
 /// The reference routing tools the scenario suite names.
 const ASK_SUPPORT: &str = "ask_support";
 const ASK_SHOPPING: &str = "ask_shopping";
-use baton::routing::{Route, RouteStep, Router};
+use baton::agent::Item;
+use baton::routing::Router;
 
 pub mod report;
 pub mod smalltalk_corpus;
@@ -338,17 +339,33 @@ pub struct Outcome {
     pub actions: Vec<GuardAction>,
 }
 
+/// What routing one scenario decided, as the scoring reads it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScenarioRoute {
+    /// The calls the agent would dispatch (none for a direct answer), with their arguments.
+    pub calls: Vec<PlannedCall>,
+    /// What the failsafe and the guards repaired.
+    pub actions: Vec<GuardAction>,
+}
+
 /// Routes one scenario with `router`.
-pub async fn route_scenario(router: &Router, scenario: &Scenario) -> Result<Route, String> {
-    let steps: Vec<RouteStep> = router.route(&scenario.request()).collect().await;
-    for step in steps.into_iter().rev() {
-        match step {
-            RouteStep::Decided(route) => return Ok(route),
-            RouteStep::Failed => return Err("the model call failed".into()),
-            RouteStep::Event(_) => {}
-        }
+pub async fn route_scenario(router: &Router, scenario: &Scenario) -> Result<ScenarioRoute, String> {
+    match Item::result(router.route(&scenario.request())).await {
+        Some(Some(routed)) => Ok(ScenarioRoute {
+            calls: routed
+                .decision
+                .calls
+                .iter()
+                .map(|c| {
+                    let arguments = c.call.parse_arguments().unwrap_or_default();
+                    PlannedCall::from_arguments(&c.call.name, arguments, "")
+                })
+                .collect(),
+            actions: routed.repairs,
+        }),
+        Some(None) => Err("the model call failed".into()),
+        None => Err("routing ended without a decision".into()),
     }
-    Err("routing ended without a decision".into())
 }
 
 /// Runs the suite against `model`, `concurrency` scenarios at a time.

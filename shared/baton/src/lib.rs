@@ -51,6 +51,7 @@
 //! - [`mux`]: the live-slot merge of concurrent agents' event streams.
 //! - [`text`]: words, content words and smalltalk: how the rules read a message.
 //! - [`image`]: an image attached to a message: its kind, description and URL, checked.
+//! - [`item`]: "events, then a result": the one item type of streams that end with a value.
 //! - [`event`]: the wire protocol: the event enum, SSE and NDJSON encoding and decoding.
 //! - [`outbound`]: the outgoing HTTP client of streamed answers (model servers, vendor APIs):
 //!   reqwest for `https` and HTTP/2, and cleartext HTTP/1.1 driven inside the body's own poll.
@@ -74,10 +75,11 @@ pub mod config;
 pub mod conversation;
 pub mod event;
 pub mod gate;
-pub mod guard;
+pub use routing::guard;
 pub mod history;
 pub mod http;
 pub mod image;
+pub mod item;
 pub mod mcp;
 pub mod mini;
 pub mod model;

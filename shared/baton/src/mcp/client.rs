@@ -30,7 +30,8 @@ use tokio::sync::Mutex;
 use super::McpError;
 use super::config::{McpServerConfig, expand_env};
 use crate::event::Event;
-use crate::tool::{CallOptions, CallRef, Slot, Tool, ToolContext, ToolError, ToolFinish, ToolRun};
+use crate::item::Item;
+use crate::tool::{CallOptions, CallRef, Tool, ToolContext, ToolError, ToolFinish, ToolRun};
 
 /// How long a finished call waits for progress notifications still on their way, while the
 /// reported total is not reached (see [`McpTool::call_items`]).
@@ -476,9 +477,7 @@ impl Tool for McpTool {
     /// calling instance while the call runs; past `options.timeout` the call is dropped, which
     /// cancels it on the server.
     fn start(self: Arc<Self>, arguments: Value, context: ToolContext, options: CallOptions) -> ToolRun {
-        let finish = Slot::default();
-        let slot = finish.clone();
-        let events = async_stream::stream! {
+        let items = async_stream::stream! {
             let CallRef { agent, call_id } = context.call;
             let deadline = tokio::time::Instant::now() + options.timeout;
             let items = self.call_items(arguments);
@@ -486,14 +485,14 @@ impl Tool for McpTool {
             let outcome = loop {
                 match tokio::time::timeout_at(deadline, items.next()).await {
                     Ok(Some(McpCallItem::Progress(p))) => {
-                        yield Event::ToolCallProgress {
+                        yield Item::Event(Event::ToolCallProgress {
                             agent: agent.clone(),
                             call_id: call_id.clone(),
                             name: self.name.clone(),
                             progress: p.progress,
                             total: p.total,
                             message: p.message,
-                        };
+                        });
                     }
                     Ok(Some(McpCallItem::Done(outcome))) => break outcome,
                     Ok(None) => {
@@ -505,9 +504,9 @@ impl Tool for McpTool {
                     Err(_) => break Err(ToolError::Timeout { tool: self.name.clone(), timeout: options.timeout }),
                 }
             };
-            slot.set(ToolFinish { outcome, answer: None });
+            yield Item::Done(ToolFinish { outcome, answer: None });
         };
-        ToolRun { events: Box::pin(events), finish }
+        ToolRun { items: Box::pin(items) }
     }
 }
 
