@@ -540,7 +540,10 @@ pub async fn an_episode_item_of_the_single_response_id_era_still_reads<H: StoreH
     let episode = store.episode(&k).await.unwrap().unwrap();
     assert_eq!(episode.version, 3);
     assert_eq!(episode.response_ids, ids("shopping", "resp_old"), "`<agent>_response_id` is the agent's");
-    assert_eq!(episode.conversations["ft"].conversation_id, "ft-1", "`<vendor>_conversation_id` the vendor's");
+    assert_eq!(
+        episode.conversations["ft"].conversation_id, "ft-1",
+        "`<vendor>_conversation_id` the vendor's"
+    );
     let saved = update_episode(&*store, &k, |e| {
         e.response_ids.insert("travel".into(), "resp_new".into());
     })

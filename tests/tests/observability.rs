@@ -6,14 +6,12 @@
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 
-use baton::config::Config;
 use baton::event::Event;
 use baton::http::EndpointLimits;
 use baton::model::scripted::{Reply, ScriptedServer};
 use baton::telemetry::emf::EmfReporter;
-use baton::wiring::Backends;
 use baton_tests::stores::{Embedded, StoreHarness, test_clock};
-use baton_tests::{Endpoint, open_stream_as, scripted_config, start_endpoint_over};
+use baton_tests::{Deployment, Endpoint, open_stream_as, scripted_config, start_endpoint_over};
 use futures::StreamExt;
 use serde_json::{Value, json};
 
@@ -121,12 +119,13 @@ fn assert_valid_emf(line: &str) -> Value {
 }
 
 /// The chat endpoint of `config` on an embedded store, its EMF lines captured.
-async fn reporting_endpoint(config: &Config) -> (Endpoint, Captured, Embedded) {
+async fn reporting_endpoint(deployment: &Deployment) -> (Endpoint, Captured, Embedded) {
     let harness = Embedded::start(test_clock()).await;
     let captured = Captured::default();
-    let mut backends = Backends::over_store(harness.store());
+    let mut backends = deployment.backends(Some(harness.store())).unwrap();
     backends.reporter = Some(Arc::new(EmfReporter::new("baton-orchestrator", Box::new(captured.clone()))));
-    let endpoint = start_endpoint_over(config, harness.store(), backends, EndpointLimits::default()).await;
+    let endpoint =
+        start_endpoint_over(&deployment.config, harness.store(), backends, EndpointLimits::default()).await;
     (endpoint, captured, harness)
 }
 

@@ -144,7 +144,6 @@ pub(crate) fn is_iam(auth: &AuthMode) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use baton::config::Config;
     use baton::history::History;
     use baton::store::SystemClock;
     use baton::store::embedded::EmbeddedStore;
@@ -164,9 +163,10 @@ mod tests {
     }
 
     fn service(dir: &std::path::Path) -> ChatService {
-        let config = Config::default();
+        let deployment = baton_reference::Deployment::default();
         let store = EmbeddedStore::open(dir.join("s.redb"), Arc::new(SystemClock)).unwrap();
-        let orchestrator = baton::wiring::build(&config, baton::wiring::Backends::in_memory()).unwrap();
+        let config = &deployment.config;
+        let orchestrator = baton::wiring::build(config, deployment.backends(None).unwrap()).unwrap();
         ChatService::new(orchestrator, History::new(Arc::new(store), 10), config.limits, config.heartbeat)
             .with_auth(AuthMode::Iam)
             .with_cors_origins(vec![ORIGIN.parse().unwrap()])

@@ -88,7 +88,7 @@ fn offline_chat_routes_a_mixed_message_to_both_agents() {
 
 #[tokio::test]
 async fn chat_uses_forethought_when_a_token_is_set() {
-    use baton::support::scripted::{ForethoughtServer, FtReply};
+    use baton_reference::support::scripted::{ForethoughtServer, FtReply};
     let ft = ForethoughtServer::start().await.unwrap();
     ft.push(FtReply::text("Forethought says: retake the photo. "));
     let url = ft.base_url();

@@ -14,8 +14,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use baton::config::agents::RemoteSpec;
 use baton::config::Config;
+use baton::config::agents::RemoteSpec;
 use baton::history::{DEFAULT_HISTORY_MESSAGES, History};
 use baton::remote::AgentTransport;
 use baton::store::embedded::EmbeddedStore;
@@ -50,15 +50,6 @@ pub struct Settings {
     /// Model of the orchestrator, and of every configured agent that names none.
     #[arg(long, env = "BATON_ORCHESTRATOR_MODEL", default_value = "gpt-4.1-mini", global = true)]
     orchestrator_model: String,
-
-
-
-
-
-
-
-
-
 
     /// Longest pause between two flushed events when a buffered agent's text is released, and the
     /// shortest between two releases (faster catch-up goes in batches).
@@ -112,9 +103,6 @@ pub struct Settings {
     /// key is given directly (how the SAM template passes it).
     #[arg(long, env = "OPENAI_API_KEY_SECRET_ARN", global = true)]
     openai_api_key_secret_arn: Option<String>,
-
-
-
 
     /// Retries of a model call that fails before its first delta (connect errors, 429, 5xx).
     #[arg(long, env = "BATON_MAX_RETRIES", default_value_t = 2, global = true)]

@@ -838,7 +838,12 @@ mod tests {
 
     /// The reference configuration's routing (offline model).
     fn reference_router() -> Router {
-        baton::wiring::build_router(&baton_reference::reference_config(), &baton::wiring::Backends::in_memory()).unwrap().unwrap()
+        baton::wiring::build_router(
+            &baton_reference::reference_config(),
+            &baton::wiring::Backends::in_memory(),
+        )
+        .unwrap()
+        .unwrap()
     }
 
     #[tokio::test]

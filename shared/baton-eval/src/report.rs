@@ -670,7 +670,12 @@ mod tests {
 
     /// The reference configuration's routing with `model`.
     fn router_with(model: Arc<ScriptedModel>) -> Arc<Router> {
-        let reference = baton::wiring::build_router(&baton_reference::reference_config(), &baton::wiring::Backends::in_memory()).unwrap().unwrap();
+        let reference = baton::wiring::build_router(
+            &baton_reference::reference_config(),
+            &baton::wiring::Backends::in_memory(),
+        )
+        .unwrap()
+        .unwrap();
         Arc::new(reference.with_model(model))
     }
     use serde_json::json;

@@ -45,6 +45,13 @@ impl From<Config> for Deployment {
 }
 
 impl Deployment {
+    /// This deployment with the YAML document `yaml` applied over its configuration
+    /// ([`Config::with_yaml`]); `origin` names the document in errors.
+    pub fn with_yaml(mut self, yaml: &str, origin: &str) -> Result<Deployment, ConfigError> {
+        self.config = self.config.with_yaml(yaml, origin)?;
+        Ok(self)
+    }
+
     /// Checks values that would only fail later: the configuration's and Forethought's.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let invalid = |field, reason: &str| Err(ConfigError::Invalid { field, reason: reason.to_owned() });
@@ -71,7 +78,8 @@ impl Deployment {
         Ok(match store {
             Some(store) => Backends::over_store(store.clone())
                 .with_extension(Arc::new(Reference::over_store(forethought, store).map_err(vendor)?)),
-            None => Backends::in_memory().with_extension(Arc::new(Reference::in_memory(forethought).map_err(vendor)?)),
+            None => Backends::in_memory()
+                .with_extension(Arc::new(Reference::in_memory(forethought).map_err(vendor)?)),
         })
     }
 
@@ -145,9 +153,8 @@ mod tests {
         assert!(c.agents.get("orchestrator").unwrap().instruction.starts_with("<role>"));
         assert!(c.prices.as_of.is_some());
         assert!(c.prices.models.contains_key(&c.models.orchestrator), "the default model has a price");
-        let c = c
-            .with_yaml("prices:\n  models:\n    mine: {input: \"0.5\", output: 3}\n", "team.yaml")
-            .unwrap();
+        let c =
+            c.with_yaml("prices:\n  models:\n    mine: {input: \"0.5\", output: 3}\n", "team.yaml").unwrap();
         assert!(c.prices.models.contains_key("mine") && c.prices.models.contains_key("gpt-4.1"));
     }
 
@@ -205,7 +212,10 @@ mod tests {
         assert!(!rating_sinks(&deployment.config, &backends).is_empty(), "Forethought rates support");
         let mut remote = deployment.clone();
         remote.config.agents.agents.iter_mut().find(|a| a.name == "support").unwrap().remote =
-            Some(baton::config::agents::RemoteSpec { url: Some("http://127.0.0.1:1/support".into()), function: None });
+            Some(baton::config::agents::RemoteSpec {
+                url: Some("http://127.0.0.1:1/support".into()),
+                function: None,
+            });
         let backends = remote.backends(None).unwrap();
         assert!(rating_sinks(&remote.config, &backends).is_empty(), "a remote agent is rated where it runs");
         assert!(deployment.describe_support().contains("https://support.example"));

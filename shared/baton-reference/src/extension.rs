@@ -51,7 +51,14 @@ impl Reference {
         purchases: Arc<dyn PurchaseHistory>,
     ) -> Result<Reference, VendorError> {
         let forethought = forethought.map(ForethoughtClient::new).transpose()?;
-        Ok(Reference { forethought, sessions, clock, purchases, offers: OnceLock::new(), help: OnceLock::new() })
+        Ok(Reference {
+            forethought,
+            sessions,
+            clock,
+            purchases,
+            offers: OnceLock::new(),
+            help: OnceLock::new(),
+        })
     }
 
     /// Support state in process memory, the system clock, the sample purchase history.

@@ -21,9 +21,9 @@
 //! - [`shopping`]: the shopping tools over the offer catalog and purchase history.
 
 pub mod deployment;
-pub mod settings;
 pub mod extension;
 pub mod offline;
+pub mod settings;
 pub mod shopping;
 pub mod support;
 

@@ -65,7 +65,8 @@ mod tests {
     #[tokio::test]
     async fn offered_search_offers_it_searches_with_the_users_words_then_lists_the_results() {
         let model = OfflineModel::default().with_skills(vec![Arc::new(ReferenceSkill)]);
-        let search = ToolSpec { name: SEARCH_OFFERS.into(), description: String::new(), parameters: json!({}) };
+        let search =
+            ToolSpec { name: SEARCH_OFFERS.into(), description: String::new(), parameters: json!({}) };
         let mut request = ChatRequest {
             messages: vec![Message::system("shop"), Message::user("find me coffee deals")],
             tools: vec![search].into(),
@@ -77,7 +78,9 @@ mod tests {
         request.messages.push(Message::Assistant { content: None, tool_calls: r.tool_calls.clone() });
         let result = json!({"query": "find me coffee deals", "offers": [{"id": "off-0001", "title": "500 points on X Coffee",
             "requirement": "Buy 1 X Coffee", "retailer": "any store", "expires": "2027-01-01"}]});
-        request.messages.push(Message::Tool { call_id: "offline_call_0".into(), content: result.to_string() });
+        request
+            .messages
+            .push(Message::Tool { call_id: "offline_call_0".into(), content: result.to_string() });
         let r = collect(model.stream(request)).await.unwrap();
         assert!(r.tool_calls.is_empty());
         assert_eq!(
@@ -89,7 +92,10 @@ mod tests {
     #[test]
     fn an_article_is_quoted_with_its_citation_and_other_results_are_not_read() {
         let article = json!({"query": "q", "articles": [{"title": "Scanning", "text": " Hold still. ", "citation": "help/scan"}]});
-        assert_eq!(ReferenceSkill.compose(&article).unwrap(), "Hold still. (Source: \"Scanning\", help/scan)");
+        assert_eq!(
+            ReferenceSkill.compose(&article).unwrap(),
+            "Hold still. (Source: \"Scanning\", help/scan)"
+        );
         assert_eq!(ReferenceSkill.compose(&json!({"answer": "x"})), None);
         assert_eq!(
             ReferenceSkill.compose(&json!({"query": "tea", "offers": []})).unwrap(),

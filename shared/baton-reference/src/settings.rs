@@ -152,10 +152,14 @@ mod tests {
         let ft = deployment.forethought.unwrap();
         assert_eq!((ft.token.as_str(), ft.timeouts.idle), ("t", Duration::from_millis(1500)));
         let shopping = deployment.config.agents.get(SHOPPING_AGENT).unwrap();
-        assert_eq!(shopping.remote.as_ref().and_then(|r| r.url.as_deref()), Some("http://127.0.0.1:9/shopping"));
+        assert_eq!(
+            shopping.remote.as_ref().and_then(|r| r.url.as_deref()),
+            Some("http://127.0.0.1:9/shopping")
+        );
         let by_reference = Cli::parse_from(["x", "--forethought-token-secret-arn", "arn:x"]);
         assert_eq!(by_reference.settings.forethought_token_secret().as_deref(), Some("arn:x"));
-        let both = Cli::parse_from(["x", "--forethought-token-secret-arn", "arn:x", "--forethought-token", "t"]);
+        let both =
+            Cli::parse_from(["x", "--forethought-token-secret-arn", "arn:x", "--forethought-token", "t"]);
         assert_eq!(both.settings.forethought_token_secret(), None, "a token given directly wins");
     }
 }

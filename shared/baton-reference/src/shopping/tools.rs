@@ -159,8 +159,8 @@ impl Tool for PurchaseHistoryTool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use baton::model::ToolCall;
     use crate::shopping::catalog::SamplePurchases;
+    use baton::model::ToolCall;
     use baton::tool::ToolRegistry;
     use std::time::Duration;
 

@@ -331,7 +331,8 @@ impl SupportSessions for StoreSessions {
     ) -> BoxFuture<'a, Result<Lease, LeaseError>> {
         Box::pin(async move {
             let key = EpisodeKey::new(user_id, episode_id)?;
-            baton::store::lease::acquire(self.store.clone(), key, &format!("vendor:{agent}"), hold, wait).await
+            baton::store::lease::acquire(self.store.clone(), key, &format!("vendor:{agent}"), hold, wait)
+                .await
         })
     }
 }

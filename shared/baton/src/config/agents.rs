@@ -80,7 +80,8 @@ impl AgentKind {
 impl<'de> Deserialize<'de> for AgentKind {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let name = String::deserialize(deserializer)?;
-        let valid = !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+        let valid =
+            !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
         match name.as_str() {
             "llm" => Ok(AgentKind::Llm),
             _ if valid => Ok(AgentKind::Builtin(name)),
@@ -403,7 +404,9 @@ impl AgentsConfig {
                     if set {
                         return err(
                             field,
-                            format!("a `{kind}` agent is built in: it takes no instruction, model, tools or agents"),
+                            format!(
+                                "a `{kind}` agent is built in: it takes no instruction, model, tools or agents"
+                            ),
                         );
                     }
                 }

@@ -94,7 +94,7 @@ pub struct Config {
     pub heartbeat: Duration,
     /// The offline model's routing: words that send a clause to an agent (lowercase; a phrase
     /// may have spaces), per agent name, in the file's order (see [`crate::model::offline`]).
-    pub offline_keywords: Vec<(String, Vec<String>)>,
+    pub offline_keywords: KeywordLists,
     /// The agents: which one answers the user, and which call which.
     pub agents: AgentsConfig,
     /// MCP servers whose tools agents list as `server.*` or `server.tool` (see `docs/mcp.md`).
@@ -138,16 +138,19 @@ struct ConfigFile {
 #[serde(deny_unknown_fields)]
 struct OfflineModelFile {
     #[serde(default, deserialize_with = "ordered_lists")]
-    keywords: Option<Vec<(String, Vec<String>)>>,
+    keywords: Option<KeywordLists>,
 }
+
+/// Word lists by agent name, in the file's order.
+pub type KeywordLists = Vec<(String, Vec<String>)>;
 
 /// A map of lists (`agent: [words]`) in the file's order.
 fn ordered_lists<'de, D: serde::Deserializer<'de>>(
     deserializer: D,
-) -> Result<Option<Vec<(String, Vec<String>)>>, D::Error> {
+) -> Result<Option<KeywordLists>, D::Error> {
     struct Lists;
     impl<'de> serde::de::Visitor<'de> for Lists {
-        type Value = Vec<(String, Vec<String>)>;
+        type Value = KeywordLists;
         fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
             f.write_str("a map of agent names to lists of words")
         }
@@ -294,7 +297,9 @@ impl Config {
             Some(lists) => {
                 self.offline_keywords = lists
                     .into_iter()
-                    .map(|(agent, words)| (agent, words.into_iter().map(|k| k.trim().to_lowercase()).collect()))
+                    .map(|(agent, words)| {
+                        (agent, words.into_iter().map(|k| k.trim().to_lowercase()).collect())
+                    })
                     .collect();
             }
             // A new `agents:` list keeps the earlier lists only for agents it still defines.
@@ -521,7 +526,10 @@ mod tests {
         let c = Config::default()
             .with_yaml("offline_model:\n  keywords:\n    assistant: [Billing, invoice]\n", "team.yaml")
             .unwrap();
-        assert_eq!(c.offline_keywords, [("assistant".to_owned(), vec!["billing".to_owned(), "invoice".to_owned()])]);
+        assert_eq!(
+            c.offline_keywords,
+            [("assistant".to_owned(), vec!["billing".to_owned(), "invoice".to_owned()])]
+        );
         assert_eq!(c.agents, Config::default().agents);
         // A new agents list keeps only the keyword lists of agents it still defines.
         let c = c.with_yaml(TEAM, "team.yaml").unwrap();
@@ -530,7 +538,9 @@ mod tests {
 
     #[test]
     fn keyword_lists_keep_the_files_order_and_name_defined_agents() {
-        let team = format!("{TEAM}offline_model:\n  keywords:\n    writer: [essay]\n    researcher: [fact, source]\n");
+        let team = format!(
+            "{TEAM}offline_model:\n  keywords:\n    writer: [essay]\n    researcher: [fact, source]\n"
+        );
         let c = Config::default().with_yaml(&team, "team.yaml").unwrap();
         let agents: Vec<&str> = c.offline_keywords.iter().map(|(a, _)| a.as_str()).collect();
         assert_eq!(agents, ["writer", "researcher"]);

@@ -92,9 +92,9 @@ impl OfflineModel {
         let lower = clause.to_lowercase();
         let words = guard::words(clause);
         self.keywords.iter().position(|(_, keywords)| {
-            keywords
-                .iter()
-                .any(|k| if k.contains(' ') { lower.contains(k.as_str()) } else { words.iter().any(|w| w == k) })
+            keywords.iter().any(|k| {
+                if k.contains(' ') { lower.contains(k.as_str()) } else { words.iter().any(|w| w == k) }
+            })
         })
     }
 
@@ -590,7 +590,9 @@ mod tests {
         assert_eq!(r.tool_calls[0].parse_arguments().unwrap(), json!({"query": "find me coffee deals"}));
         request.messages.push(Message::Assistant { content: None, tool_calls: r.tool_calls.clone() });
         let result = json!({"query": "coffee", "hits": [1, 2]});
-        request.messages.push(Message::Tool { call_id: "offline_call_0".into(), content: result.to_string() });
+        request
+            .messages
+            .push(Message::Tool { call_id: "offline_call_0".into(), content: result.to_string() });
         let r = collect(model.stream(request.clone())).await.unwrap();
         assert_eq!(r.text, "2 hits for \"coffee\"");
         // Without the skill, a result it does not know is listed as it is.
@@ -607,8 +609,14 @@ mod tests {
             [(Role::Agent(0), "receipt issue".to_owned()), (Role::Default, "coffee deals".to_owned())]
         );
         let spanish = model.route("mi recibo no se escaneó y busca ofertas de café");
-        assert_eq!(spanish.iter().map(|(role, _)| *role).collect::<Vec<_>>(), [Role::Agent(0), Role::Default]);
-        assert_eq!(model.route("hi, any coffee deals?"), [(Role::Default, "hi, any coffee deals?".to_owned())]);
+        assert_eq!(
+            spanish.iter().map(|(role, _)| *role).collect::<Vec<_>>(),
+            [Role::Agent(0), Role::Default]
+        );
+        assert_eq!(
+            model.route("hi, any coffee deals?"),
+            [(Role::Default, "hi, any coffee deals?".to_owned())]
+        );
     }
     fn tool(name: &str, description: &str) -> ToolSpec {
         ToolSpec { name: name.into(), description: description.into(), parameters: json!({"type": "object"}) }

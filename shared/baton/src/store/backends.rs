@@ -82,5 +82,4 @@ mod tests {
         assert_eq!(b.last_response_id("u", "e", "travel").await.unwrap().as_deref(), Some("resp_t1"));
         assert_eq!(b.last_response_id("u", "e", "other").await.unwrap(), None);
     }
-
 }

@@ -154,8 +154,10 @@ impl<'a> Reader<'a> {
             .chain(self.legacy_prefixes(LEGACY_CONVERSATION_USED_AT))
             .collect();
         for prefix in prefixes {
-            let (id_attr, at_attr) =
-                (format!("{prefix}{LEGACY_CONVERSATION_ID}"), format!("{prefix}{LEGACY_CONVERSATION_USED_AT}"));
+            let (id_attr, at_attr) = (
+                format!("{prefix}{LEGACY_CONVERSATION_ID}"),
+                format!("{prefix}{LEGACY_CONVERSATION_USED_AT}"),
+            );
             match (self.opt_s(&id_attr)?, self.opt_n(&at_attr)?) {
                 (Some(id), Some(at)) => {
                     let pending = self

@@ -459,7 +459,11 @@ pub(crate) mod testing {
         fn parameters(&self) -> Value {
             json!({"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]})
         }
-        fn call<'a>(&'a self, arguments: Value, _: &'a ToolContext) -> BoxFuture<'a, Result<Value, ToolError>> {
+        fn call<'a>(
+            &'a self,
+            arguments: Value,
+            _: &'a ToolContext,
+        ) -> BoxFuture<'a, Result<Value, ToolError>> {
             Box::pin(async move { Ok(json!({"query": arguments["query"], "facts": []})) })
         }
     }
