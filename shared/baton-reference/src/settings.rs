@@ -133,7 +133,7 @@ mod tests {
 
     #[test]
     fn the_shopping_flags_fill_the_shopping_agent_and_a_token_turns_support_to_forethought() {
-        let cli = Cli::parse_from(["x", "--shopping-model", "m1", "--shopping-responses-api", "true"]);
+        let cli = Cli::parse_from(["x", "--shopping-model", "m1", "--shopping-responses-api"]);
         let deployment = cli.settings.deployment(crate::reference_config());
         let shopping = deployment.config.agents.get(SHOPPING_AGENT).unwrap();
         assert_eq!(shopping.model.as_deref(), Some("m1"));
