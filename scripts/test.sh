@@ -120,7 +120,7 @@ if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null || !
     DEBIAN_FRONTEND=noninteractive "${as_root[@]}" apt-get install -y -qq chromium chromium-driver nodejs >/dev/null
 fi
 node --test tests/browser/
-cargo build -p orchestrator --locked --quiet
+cargo build -p orchestrator -p eval --locked --quiet
 cargo build -p baton-tests --example scripted_server --locked --quiet
 BATON_TEST_OUTPUT="$PWD/target/browser-test-output" timeout 600 .venv/bin/python -m pytest -q -p no:cacheprovider tests/browser
 echo "browser screenshots: target/browser-test-output/"

@@ -6,7 +6,6 @@ mod cli;
 mod lambda;
 mod mcp;
 mod render;
-mod routing_eval;
 
 use std::sync::Arc;
 
@@ -126,7 +125,6 @@ async fn run() -> std::process::ExitCode {
     }
     match args.command {
         cli::Command::Chat(chat) => chat::run(&orchestrator, &history, &chat).await,
-        cli::Command::RoutingEval(eval) => routing_eval::run(&config, &eval).await,
         cli::Command::Mcp(mcp) => mcp::run(&config, &mcp_backends, &mcp).await,
         cli::Command::Serve(serve) => {
             let listener = match tokio::net::TcpListener::bind(&serve.addr).await {

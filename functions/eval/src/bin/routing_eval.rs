@@ -3,16 +3,90 @@
 //! and this run's JSON summary (`--summary`). Progress goes to stderr, results to stdout: the text
 //! report, or with `--json` the summary and every scenario's calls, repairs and verdict; either
 //! with the smalltalk check's recall and precision on its labelled corpus.
+//!
+//! A binary of the eval function's crate, so the evaluation (`baton-eval`) is linked here and in
+//! the scheduled function, never into the chat functions. It reads the same settings as they do.
 
 use std::io::{IsTerminal, Write};
+
+use baton_aws::settings::Settings;
+use baton_reference::ReferenceSettings;
+use clap::Parser;
 
 use baton_eval as eval;
 use baton_eval::report::{self as eval_report, ReportInput, Summary};
 
-pub(crate) async fn run(
-    config: &baton::config::Config,
-    args: &crate::cli::RoutingEvalArgs,
-) -> std::process::ExitCode {
+/// Runs Baton's routing scenario suite against the configured model and prints accuracy per
+/// category; `--faults` also reports what the failsafe and guards recover from injected routing
+/// mistakes. With no OPENAI_API_KEY and no OPENAI_BASE_URL it routes with the offline model.
+#[derive(Parser)]
+#[command(name = "routing-eval", version, about, long_about)]
+struct Cli {
+    #[command(flatten)]
+    eval: RoutingEvalArgs,
+
+    /// The runtime settings shared with the functions.
+    #[command(flatten)]
+    settings: Settings,
+
+    /// The reference deployment's own settings.
+    #[command(flatten)]
+    reference: ReferenceSettings,
+}
+
+/// Options of `routing-eval`.
+#[derive(Debug, clap::Args)]
+struct RoutingEvalArgs {
+    /// A scenario suite (YAML); the reference suite (data/routing/scenarios.yaml) by default.
+    #[arg(long)]
+    suite: Option<std::path::PathBuf>,
+
+    /// Also run the fault-injection report (scripted model; no network).
+    #[arg(long)]
+    faults: bool,
+
+    /// Scenarios routed at once (for a real model).
+    #[arg(long, default_value_t = 4)]
+    concurrency: usize,
+
+    /// Also write a self-contained HTML report (charts, failing scenarios, trend) to this file.
+    #[arg(long)]
+    html: Option<std::path::PathBuf>,
+
+    /// Previous runs for the report's trend: a JSON summary file (one, an array, or one per line)
+    /// or a directory of them.
+    #[arg(long, requires = "html")]
+    history: Option<std::path::PathBuf>,
+
+    /// Print JSON instead of the text report: the summary and, per scenario, every dispatched
+    /// call with all its arguments, the repairs the rules made and the verdict.
+    #[arg(long)]
+    json: bool,
+
+    /// Also write this run's JSON summary to this file (keep them in a directory for --history).
+    #[arg(long)]
+    summary: Option<std::path::PathBuf>,
+}
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    let _traces = baton_aws::settings::init_logging("baton-routing-eval");
+    let mut cli = Cli::parse();
+    if let Err(e) = cli.settings.resolve_secrets(&[]).await {
+        eprintln!("error: {e}");
+        return std::process::ExitCode::from(2);
+    }
+    let config = match cli.settings.config(baton_reference::reference_config()) {
+        Ok(config) => cli.reference.deployment(config).config,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    run(&config, &cli.eval).await
+}
+
+async fn run(config: &baton::config::Config, args: &RoutingEvalArgs) -> std::process::ExitCode {
     let fail = |message: String| {
         eprintln!("error: {message}");
         std::process::ExitCode::from(2)
