@@ -35,7 +35,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use baton::model::scripted::{Reply, ScriptedServer, StreamReply};
-use baton::support::scripted::{ForethoughtServer, FtReply};
+use baton_reference::support::scripted::{ForethoughtServer, FtReply};
 use baton_tests::process::ServeProcess;
 use baton_tests::{ASK_SHOPPING, ASK_SUPPORT};
 use futures::StreamExt;

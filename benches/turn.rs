@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 
 use baton::agent::{Agent, LlmAgent, LoopLimits};
 use baton::agent_tool::{AgentTool, AgentToolOptions, OutputMode};
-use baton::event::EventStream;
 use baton::event::{Event, encode_sse};
+use baton::item::{Item, ItemStream};
 use baton::model::scripted::{Reply, ScriptedModel, ScriptedServer};
 use baton::model::{ChatModel, ChatRequest};
 use baton::mux::{LiveSlotMux, MuxConfig};
@@ -257,8 +257,8 @@ async fn turn_overhead(turns: usize) {
 }
 
 async fn mux_throughput(events: usize) {
-    let text_source = |agent: &'static str, n: usize| -> EventStream {
-        Box::pin(futures::stream::iter((0..n).map(move |_| Event::text(agent, "token "))))
+    let text_source = |agent: &'static str, n: usize| -> ItemStream<()> {
+        Box::pin(futures::stream::iter((0..n).map(move |_| Item::Event(Event::text(agent, "token ")))))
     };
     let config = MuxConfig { flush_interval: Duration::ZERO, flush_budget: Duration::ZERO };
     println!("== live-slot mux throughput ({events} text events, one core)");

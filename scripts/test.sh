@@ -22,7 +22,7 @@ step "cargo doc (warnings are errors)"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked --quiet
 
 step "no import circles, and no module using one its crate's Layout lists above it"
-for crate_src in shared/baton/src shared/baton-aws/src; do
+for crate_src in shared/*/src; do
     circles=$(python3 scripts/import_circles.py "$crate_src")
     if [[ "$(tail -n 1 <<<"$circles")" != 0 ]]; then
         echo "$crate_src:" >&2
@@ -30,6 +30,14 @@ for crate_src in shared/baton/src shared/baton-aws/src; do
         exit 1
     fi
 done
+echo "none"
+
+step "the wall: the runtime crate names no reference agent or vendor outside its tests"
+wall=$(python3 scripts/check_wall.py shared/baton/src)
+if [[ "$(tail -n 1 <<<"$wall")" != 0 ]]; then
+    echo "$wall" >&2
+    exit 1
+fi
 echo "none"
 
 step "moto_server (local DynamoDB for the store tests)"
@@ -112,7 +120,7 @@ if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null || !
     DEBIAN_FRONTEND=noninteractive "${as_root[@]}" apt-get install -y -qq chromium chromium-driver nodejs >/dev/null
 fi
 node --test tests/browser/
-cargo build -p orchestrator --locked --quiet
+cargo build -p orchestrator -p eval --locked --quiet
 cargo build -p baton-tests --example scripted_server --locked --quiet
 BATON_TEST_OUTPUT="$PWD/target/browser-test-output" timeout 600 .venv/bin/python -m pytest -q -p no:cacheprovider tests/browser
 echo "browser screenshots: target/browser-test-output/"

@@ -12,7 +12,7 @@ from harness import BIN
 
 def routing_eval(tmp_path, *args):
     out = subprocess.run(
-        [str(BIN / "orchestrator"), "--store-path", str(tmp_path / "store.redb"), "routing-eval", "--faults", *args],
+        [str(BIN / "routing-eval"), "--store-path", str(tmp_path / "store.redb"), "--faults", *args],
         capture_output=True,
         text=True,
         timeout=300,

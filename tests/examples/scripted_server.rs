@@ -24,7 +24,7 @@ use std::time::Duration;
 use baton::model::scripted::{Reply, ScriptedServer};
 use baton::store::embedded::EmbeddedStore;
 use baton::store::{EpisodeKey, Store, SystemClock};
-use baton::support::scripted::{ForethoughtServer, FtReply};
+use baton_reference::support::scripted::{ForethoughtServer, FtReply};
 use serde_json::{Value, json};
 
 fn ms(spec: &Value, key: &str) -> Duration {

@@ -539,8 +539,11 @@ pub async fn an_episode_item_of_the_single_response_id_era_still_reads<H: StoreH
     h.put_raw(&k.pk(), "META", &old).await;
     let episode = store.episode(&k).await.unwrap().unwrap();
     assert_eq!(episode.version, 3);
-    assert_eq!(episode.response_ids, ids(baton::store::item::LEGACY_RESPONSE_AGENT, "resp_old"));
-    assert_eq!(episode.conversations[baton::store::item::LEGACY_CONVERSATION_AGENT].conversation_id, "ft-1");
+    assert_eq!(episode.response_ids, ids("shopping", "resp_old"), "`<agent>_response_id` is the agent's");
+    assert_eq!(
+        episode.conversations["ft"].conversation_id, "ft-1",
+        "`<vendor>_conversation_id` the vendor's"
+    );
     let saved = update_episode(&*store, &k, |e| {
         e.response_ids.insert("travel".into(), "resp_new".into());
     })
@@ -569,7 +572,7 @@ pub async fn an_episode_item_of_the_single_conversation_era_still_reads<H: Store
         ],
     );
     h.put_raw(&k.pk(), "META", &old).await;
-    let legacy = baton::store::item::LEGACY_CONVERSATION_AGENT;
+    let legacy = "ft";
     let episode = store.episode(&k).await.unwrap().unwrap();
     assert_eq!(episode.version, 2);
     let expected = VendorConversation {

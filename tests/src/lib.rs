@@ -30,9 +30,10 @@ use baton::http::{ChatService, EndpointLimits};
 use baton::model::scripted::ScriptedServer;
 use baton::store::embedded::EmbeddedStore;
 use baton::store::{Store, SystemClock};
-use baton::support::forethought::ForethoughtConfig;
-use baton::support::scripted::ForethoughtServer;
 use baton::wiring::Backends;
+pub use baton_reference::Deployment;
+use baton_reference::support::forethought::ForethoughtConfig;
+use baton_reference::support::scripted::ForethoughtServer;
 use eventsource_stream::Eventsource;
 use futures::{Stream, StreamExt};
 use std::time::Instant;
@@ -49,10 +50,15 @@ pub const SHOP: &str = "shop";
 /// The Forethought token the tests configure.
 pub const FT_TOKEN: &str = "ft-test-token";
 
-/// A config whose two models live on `server`, with short timeouts and quick retries. Support is
-/// the offline help center.
-pub fn scripted_config(server: &ScriptedServer) -> Config {
-    let mut c = Config::default();
+/// The reference deployment with its two models on `server`, short timeouts and quick retries.
+/// Support is the offline help center.
+pub fn scripted_config(server: &ScriptedServer) -> Deployment {
+    Deployment::from(scripted_runtime_config(server))
+}
+
+/// [`scripted_config`]'s runtime configuration.
+pub fn scripted_runtime_config(server: &ScriptedServer) -> Config {
+    let mut c = baton_reference::reference_config();
     c.models.base_url = Some(server.base_url());
     c.models.orchestrator = ORCH.into();
     c.apply_agent_defaults("shopping", AgentDefaults { model: Some(SHOP.into()), ..Default::default() });
@@ -66,10 +72,10 @@ pub fn scripted_config(server: &ScriptedServer) -> Config {
 }
 
 /// [`scripted_config`] with support on the Forethought test server `ft`.
-pub fn scripted_config_with_forethought(server: &ScriptedServer, ft: &ForethoughtServer) -> Config {
-    let mut c = scripted_config(server);
-    c.forethought = Some(forethought_config(ft));
-    c
+pub fn scripted_config_with_forethought(server: &ScriptedServer, ft: &ForethoughtServer) -> Deployment {
+    let mut d = scripted_config(server);
+    d.forethought = Some(forethought_config(ft));
+    d
 }
 
 /// Forethought settings for the test server `ft`: its URL, [`FT_TOKEN`], short timeouts.
@@ -96,7 +102,7 @@ impl Drop for Endpoint {
 
 /// Serves `config`'s chat endpoint on `127.0.0.1:0` with the same code as `orchestrator serve`,
 /// recording into a fresh embedded store.
-pub async fn start_endpoint(config: &Config) -> Endpoint {
+pub async fn start_endpoint(config: &Deployment) -> Endpoint {
     let dir = tempfile::tempdir().expect("temporary directory");
     let store =
         EmbeddedStore::open(dir.path().join("store.redb"), Arc::new(SystemClock)).expect("store opens");
@@ -106,33 +112,34 @@ pub async fn start_endpoint(config: &Config) -> Endpoint {
 }
 
 /// Serves `config`'s chat endpoint on `127.0.0.1:0`, recording into `store`.
-pub async fn start_endpoint_with(config: &Config, store: Arc<dyn Store>) -> Endpoint {
+pub async fn start_endpoint_with(config: &Deployment, store: Arc<dyn Store>) -> Endpoint {
     start_endpoint_limited(config, store, EndpointLimits::default()).await
 }
 
 /// Serves `config`'s chat endpoint on `127.0.0.1:0` within `limits`, recording into `store`.
 pub async fn start_endpoint_limited(
-    config: &Config,
+    config: &Deployment,
     store: Arc<dyn Store>,
     limits: EndpointLimits,
 ) -> Endpoint {
-    start_endpoint_over(config, store.clone(), Backends::over_store(store), limits).await
+    let backends = config.backends(Some(store.clone())).expect("the deployment builds its backends");
+    start_endpoint_over(&config.config, store, backends, limits).await
 }
 
-/// Serves `config`'s chat endpoint on `127.0.0.1:0` over `backends` (connected MCP servers,
-/// remote agents) within `limits`, recording into `store`.
+/// Serves `config`'s chat endpoint on `127.0.0.1:0` over `backends` (the deployment's extension,
+/// connected MCP servers, remote agents) within `limits`, recording into `store`.
 pub async fn start_endpoint_over(
     config: &Config,
     store: Arc<dyn Store>,
     backends: Backends,
     limits: EndpointLimits,
 ) -> Endpoint {
+    let ratings = baton::wiring::rating_sinks(config, &backends);
     let orchestrator = baton::wiring::build(config, backends).expect("config builds");
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind loopback");
     let url = format!("http://{}", listener.local_addr().expect("local addr"));
     let history = History::new(store, baton::history::DEFAULT_HISTORY_MESSAGES);
     let service = ChatService::new(orchestrator, history, config.limits, config.heartbeat);
-    let ratings = baton::wiring::rating_sinks(config).expect("rating sinks build");
     let service = Arc::new(service.with_endpoint_limits(limits).with_ratings(ratings));
     let task = tokio::spawn(async move {
         let _ = baton::http::serve(listener, service, std::future::pending()).await;

@@ -236,8 +236,9 @@ impl<H: StoreHarness> Team<H> {
     pub async fn start(yaml: &str) -> Team<H> {
         let harness = H::start(test_clock()).await;
         let server = baton::model::scripted::ScriptedServer::start().await.expect("scripted server");
-        let config = crate::scripted_config(&server).with_yaml(yaml, "team.yaml").expect("the team is valid");
-        let endpoint = crate::start_endpoint_with(&config, harness.store()).await;
+        let config =
+            crate::scripted_runtime_config(&server).with_yaml(yaml, "team.yaml").expect("the team is valid");
+        let endpoint = crate::start_endpoint_with(&config.into(), harness.store()).await;
         Team { harness, server, endpoint }
     }
 

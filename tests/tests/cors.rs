@@ -34,10 +34,10 @@ async fn endpoint(origins: &[&str]) -> Endpoint {
     let dir = tempfile::tempdir().unwrap();
     let store = EmbeddedStore::open(dir.path().join("s.redb"), Arc::new(SystemClock)).unwrap();
     let history = History::new(Arc::new(store), 10);
-    let orchestrator = baton::wiring::build(&config, baton::wiring::Backends::in_memory()).unwrap();
+    let orchestrator = baton::wiring::build(&config.config, config.backends(None).unwrap()).unwrap();
     let origins = origins.iter().map(|o| HeaderValue::from_str(o).unwrap()).collect();
-    let service =
-        ChatService::new(orchestrator, history, config.limits, config.heartbeat).with_cors_origins(origins);
+    let service = ChatService::new(orchestrator, history, config.config.limits, config.config.heartbeat)
+        .with_cors_origins(origins);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}/chat", listener.local_addr().unwrap());
     let task = tokio::spawn(async move {

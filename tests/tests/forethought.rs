@@ -7,11 +7,11 @@ use std::time::{Duration, SystemTime};
 
 use baton::agent::{Agent, AgentRequest};
 use baton::event::Event;
-use baton::support::SUPPORT_APOLOGY;
-use baton::support::agent::ForethoughtAgent;
-use baton::support::forethought::{ForethoughtClient, ForethoughtConfig, PriorContextMode};
-use baton::support::scripted::{ForethoughtServer, FtReply};
-use baton::support::sessions::{ManualClock, MemorySupportSessions, SupportSessions};
+use baton_reference::support::SUPPORT_APOLOGY;
+use baton_reference::support::agent::ForethoughtAgent;
+use baton_reference::support::forethought::{ForethoughtClient, ForethoughtConfig, PriorContextMode};
+use baton_reference::support::scripted::{ForethoughtServer, FtReply};
+use baton_reference::support::sessions::{ManualClock, MemorySupportSessions, SupportSessions};
 use baton_tests::{FT_TOKEN, forethought_config, text_of};
 use futures::StreamExt;
 use serde_json::json;
@@ -439,7 +439,7 @@ async fn an_answer_with_nothing_to_show_is_an_in_band_error_never_silence() {
     r.ft.push(FtReply::widgets(json!([{"type": "text", "message": "<p> <script>x</script></p>"}])));
     let events = r.ask("hello?").await;
     assert_eq!(error_code(&events), Some("support_empty_answer"));
-    assert_eq!(answer(&events), baton::support::SUPPORT_EMPTY);
+    assert_eq!(answer(&events), baton_reference::support::SUPPORT_EMPTY);
     assert_eq!(r.stored_id().await.as_deref(), Some("conv-1"), "the conversation is still kept");
 }
 
@@ -467,7 +467,7 @@ async fn the_older_response_shape_still_works() {
 #[tokio::test]
 async fn a_documented_body_past_max_answer_bytes_is_an_error() {
     let r = rig().await;
-    let big = "x".repeat(baton::support::forethought::MAX_ANSWER_BYTES);
+    let big = "x".repeat(baton_reference::support::forethought::MAX_ANSWER_BYTES);
     r.ft.push(FtReply::json(&big));
     let events = r.ask("q").await;
     assert_eq!(error_code(&events), Some("support_invalid_response"));
@@ -479,7 +479,7 @@ async fn a_documented_body_past_max_answer_bytes_is_an_error() {
 async fn the_server_takes_one_request_per_conversation_at_a_time() {
     let ft = ForethoughtServer::start().await.unwrap();
     let client = ForethoughtClient::new(forethought_config(&ft)).unwrap();
-    let request = baton::support::forethought::SolveRequest {
+    let request = baton_reference::support::forethought::SolveRequest {
         query: "q".into(),
         user_id: "u1".into(),
         context_variables: Default::default(),
@@ -546,7 +546,7 @@ async fn csat_goes_to_the_conversations_csat_endpoint() {
     let ft = ForethoughtServer::start().await.unwrap();
     let client = ForethoughtClient::new(forethought_config(&ft)).unwrap();
     ft.push(FtReply::json("hi"));
-    let request = baton::support::forethought::SolveRequest {
+    let request = baton_reference::support::forethought::SolveRequest {
         query: "q".into(),
         user_id: "u1".into(),
         context_variables: Default::default(),

@@ -7,13 +7,13 @@ use std::time::{Duration, SystemTime};
 
 use baton::agent::{Agent, AgentRequest};
 use baton::event::Event;
-use baton::store::backends::StoreBackends;
 use baton::store::embedded::EmbeddedStore;
 use baton::store::{ManualClock, Store};
-use baton::support::agent::ForethoughtAgent;
-use baton::support::forethought::ForethoughtClient;
-use baton::support::scripted::{ForethoughtServer, FtReply};
-use baton::support::sessions::{MemorySupportSessions, SupportSessions};
+use baton_reference::support::agent::ForethoughtAgent;
+use baton_reference::support::forethought::ForethoughtClient;
+use baton_reference::support::scripted::{ForethoughtServer, FtReply};
+use baton_reference::support::sessions::StoreSessions;
+use baton_reference::support::sessions::{MemorySupportSessions, SupportSessions};
 use baton_tests::{forethought_config, text_of};
 use futures::StreamExt;
 
@@ -84,8 +84,8 @@ async fn two_processes_over_one_store_queue_on_one_conversation() {
         EmbeddedStore::open(dir.path().join("s.redb"), Arc::new(baton::store::SystemClock)).unwrap(),
     );
     // Two agents with their own sessions over one store, as two instances would have.
-    let one = agent(&ft, Arc::new(StoreBackends::new(store.clone())), Duration::from_secs(5));
-    let two = agent(&ft, Arc::new(StoreBackends::new(store)), Duration::from_secs(5));
+    let one = agent(&ft, Arc::new(StoreSessions::new(store.clone())), Duration::from_secs(5));
+    let two = agent(&ft, Arc::new(StoreSessions::new(store)), Duration::from_secs(5));
     two_calls_queue_on_one_conversation(&one, &two, &ft).await;
 }
 

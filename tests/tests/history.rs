@@ -10,7 +10,7 @@ use baton::event::{Event, Status};
 use baton::model::scripted::{Reply, ScriptedServer};
 use baton::store::item::{Attr, Item};
 use baton::store::{EpisodeKey, Role, Store, StoredMessage};
-use baton::support::scripted::{ForethoughtServer, FtReply};
+use baton_reference::support::scripted::{ForethoughtServer, FtReply};
 use baton_tests::stores::{Moto, StoreHarness, test_clock};
 use baton_tests::{ASK_SHOPPING, ASK_SUPPORT};
 use baton_tests::{

@@ -266,11 +266,12 @@ async fn helper_with_everything(model: &ScriptedServer, extra: &str) -> (Embedde
         js = serde_json::to_string(&everything_js()).unwrap()
     );
     let config = scripted_config(model).with_yaml(&team, "team.yaml").unwrap();
-    assert!(config.mcp_servers.is_empty(), "the server is the agent's own");
+    assert!(config.config.mcp_servers.is_empty(), "the server is the agent's own");
     let harness = Embedded::start(test_clock()).await;
-    let mut backends = Backends::over_store(harness.store());
-    backends.mcp = connect_all(&config.all_mcp_servers()).await.unwrap();
-    let endpoint = start_endpoint_over(&config, harness.store(), backends, EndpointLimits::default()).await;
+    let mut backends = config.backends(Some(harness.store())).unwrap();
+    backends.mcp = connect_all(&config.config.all_mcp_servers()).await.unwrap();
+    let endpoint =
+        start_endpoint_over(&config.config, harness.store(), backends, EndpointLimits::default()).await;
     (harness, endpoint)
 }
 

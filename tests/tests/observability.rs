@@ -12,15 +12,15 @@ use std::io::Write;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use baton::config::Config;
 use baton::event::{Event, Status};
 use baton::http::EndpointLimits;
 use baton::model::scripted::{Reply, ScriptedServer};
 use baton::store::{Episode, EpisodeKey, LeaseGrant, Recorded, Store, StoreError, StoredMessage};
 use baton::telemetry::emf::EmfReporter;
-use baton::wiring::Backends;
 use baton_tests::stores::{Embedded, StoreHarness, test_clock};
-use baton_tests::{Endpoint, ORCH, open_stream_as, scripted_config, start_endpoint_over, wait_until};
+use baton_tests::{
+    Deployment, Endpoint, ORCH, open_stream_as, scripted_config, start_endpoint_over, wait_until,
+};
 use futures::StreamExt;
 use serde_json::{Value, json};
 use tracing::field::{Field, Visit};
@@ -134,12 +134,13 @@ fn assert_valid_emf(line: &str) -> Value {
 }
 
 /// The chat endpoint of `config` on an embedded store, its EMF lines captured.
-async fn reporting_endpoint(config: &Config) -> (Endpoint, Captured, Embedded) {
+async fn reporting_endpoint(deployment: &Deployment) -> (Endpoint, Captured, Embedded) {
     let harness = Embedded::start(test_clock()).await;
     let captured = Captured::default();
-    let mut backends = Backends::over_store(harness.store());
+    let mut backends = deployment.backends(Some(harness.store())).unwrap();
     backends.reporter = Some(Arc::new(EmfReporter::new("baton-orchestrator", Box::new(captured.clone()))));
-    let endpoint = start_endpoint_over(config, harness.store(), backends, EndpointLimits::default()).await;
+    let endpoint =
+        start_endpoint_over(&deployment.config, harness.store(), backends, EndpointLimits::default()).await;
     (endpoint, captured, harness)
 }
 
@@ -390,11 +391,12 @@ impl Watched {
         let harness = Embedded::start(test_clock()).await;
         let store: Arc<dyn Store> = Arc::new(Failing { inner: harness.store(), user_message, reply });
         let captured = Captured::default();
-        let mut backends = Backends::over_store(store.clone());
+        let deployment = scripted_config(&server);
+        let mut backends = deployment.backends(Some(store.clone())).unwrap();
         backends.reporter =
             Some(Arc::new(EmfReporter::new("baton-orchestrator", Box::new(captured.clone()))));
-        let config = scripted_config(&server);
-        let endpoint = start_endpoint_over(&config, store, backends, EndpointLimits::default()).await;
+        let endpoint =
+            start_endpoint_over(&deployment.config, store, backends, EndpointLimits::default()).await;
         Watched { server, endpoint, captured, harness, spans }
     }
 

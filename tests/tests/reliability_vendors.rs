@@ -13,7 +13,7 @@ use baton::model::scripted::{ENDLESS_WORD, Reply, ScriptedServer};
 use baton::model::{ChatModel, ChatRequest, Message, ModelDelta, ModelError};
 use baton::store::embedded::EmbeddedStore;
 use baton::store::{EpisodeKey, Store, SystemClock};
-use baton::support::scripted::{ForethoughtServer, FtReply};
+use baton_reference::support::scripted::{ForethoughtServer, FtReply};
 use baton_tests::ASK_SUPPORT;
 use baton_tests::{
     FT_TOKEN, ORCH, SHOP, scripted_config, scripted_config_with_forethought, start_endpoint_with, text_of,
@@ -78,7 +78,7 @@ async fn a_model_server_echoing_the_key_leaks_it_to_no_event_and_no_log_line() {
     let server = ScriptedServer::start().await.unwrap();
     server.push(ORCH, Reply::echo_authorization(401));
     let mut config = scripted_config(&server);
-    config.models.api_key = Some(KEY.into());
+    config.config.models.api_key = Some(KEY.into());
     let (store, _dir) = endpoint_store().await;
     let endpoint = start_endpoint_with(&config, store).await;
 

@@ -97,7 +97,7 @@ async fn continuing_sends_the_previous_response_id_and_only_new_items() {
         ..Default::default()
     };
     let m = model(&server);
-    assert!(m.supports_previous_response());
+    assert!(m.keeps_conversations());
     collect(m.stream_continuing(request, "resp_41".into())).await.unwrap();
     let body = &server.requests_for("m")[0].body;
     assert_eq!(body["previous_response_id"], "resp_41");

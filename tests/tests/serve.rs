@@ -20,8 +20,8 @@ async fn assert_refused(body: Vec<u8>, status: u16, code: &str) {
     let server = ScriptedServer::start().await.unwrap();
     server.set_default(ORCH, Reply::text("should not be asked"));
     let mut config = scripted_config(&server);
-    config.limits.max_body_bytes = 4096;
-    config.limits.max_message_chars = 500;
+    config.config.limits.max_body_bytes = 4096;
+    config.config.limits.max_message_chars = 500;
     let endpoint = start_endpoint(&config).await;
     let (got, json) = post(&format!("{}/chat", endpoint.url), body).await;
     assert_eq!(got, status, "{json}");

@@ -9,7 +9,7 @@ use baton::event::{Event, Status};
 use baton::model::Message;
 use baton::model::scripted::{Api, Part, Reply, ScriptedServer};
 use baton::orchestrator::TurnRequest;
-use baton::support::scripted::{ForethoughtServer, FtReply};
+use baton_reference::support::scripted::{ForethoughtServer, FtReply};
 use baton_tests::{ASK_SHOPPING, ASK_SUPPORT};
 use baton_tests::{
     ORCH, SHOP, chat, scripted_config, scripted_config_with_forethought, start_endpoint, text_of,
@@ -117,7 +117,9 @@ async fn invalid_arguments_and_an_unknown_tool_are_results_the_model_sees() {
 async fn on_the_responses_api_steps_and_turns_continue_by_previous_response_id() {
     let server = ScriptedServer::start().await.unwrap();
     let mut config = scripted_config(&server);
-    config.apply_agent_defaults("shopping", AgentDefaults { responses_api: true, ..Default::default() });
+    config
+        .config
+        .apply_agent_defaults("shopping", AgentDefaults { responses_api: true, ..Default::default() });
     let endpoint = start_endpoint(&config).await;
 
     // Turn 1: a tool step, then the answer.
@@ -159,7 +161,9 @@ async fn on_the_responses_api_steps_and_turns_continue_by_previous_response_id()
 async fn a_stored_response_the_server_lost_is_replaced_by_resending_the_turn() {
     let server = ScriptedServer::start().await.unwrap();
     let mut config = scripted_config(&server);
-    config.apply_agent_defaults("shopping", AgentDefaults { responses_api: true, ..Default::default() });
+    config
+        .config
+        .apply_agent_defaults("shopping", AgentDefaults { responses_api: true, ..Default::default() });
     let endpoint = start_endpoint(&config).await;
     server.push(ORCH, shopping_call("tea")).push(SHOP, Reply::text("Tea."));
     let body = json!({"message": "tea", "episode_id": "ep-9"});
@@ -190,7 +194,9 @@ async fn a_stored_response_the_server_lost_is_replaced_by_resending_the_turn() {
 async fn another_episode_starts_without_a_previous_response() {
     let server = ScriptedServer::start().await.unwrap();
     let mut config = scripted_config(&server);
-    config.apply_agent_defaults("shopping", AgentDefaults { responses_api: true, ..Default::default() });
+    config
+        .config
+        .apply_agent_defaults("shopping", AgentDefaults { responses_api: true, ..Default::default() });
     let endpoint = start_endpoint(&config).await;
     for episode in ["ep-a", "ep-b"] {
         server.push(ORCH, shopping_call("tea"));
@@ -233,8 +239,8 @@ async fn mixed_turn_requests(responses_api: bool) -> (Value, Value, Vec<Event>) 
     );
     server.push(SHOP, Reply::text("Coffee offers."));
     let mut config = scripted_config_with_forethought(&server, &ft);
-    config.apply_agent_defaults("shopping", AgentDefaults { responses_api, ..Default::default() });
-    let orchestrator = baton::wiring::build(&config, baton::wiring::Backends::in_memory()).unwrap();
+    config.config.apply_agent_defaults("shopping", AgentDefaults { responses_api, ..Default::default() });
+    let orchestrator = baton::wiring::build(&config.config, config.backends(None).unwrap()).unwrap();
     let mut turn = TurnRequest::new("ep", "t2", "u", format!("{SUPPORT_QUERY} and {SHOP_QUERY}"));
     turn.history = history();
     let mut stream = orchestrator.run_turn(turn);

@@ -8,7 +8,7 @@ use baton::event::Event;
 use baton::model::scripted::{Reply, ScriptedServer};
 use baton::store::embedded::EmbeddedStore;
 use baton::store::{EpisodeKey, Role, Store, SystemClock};
-use baton::support::scripted::{ForethoughtServer, FtReply};
+use baton_reference::support::scripted::{ForethoughtServer, FtReply};
 use baton_tests::{
     ASK_SHOPPING, ASK_SUPPORT, ORCH, open_stream, scripted_config_with_forethought, start_endpoint_with,
     text_of,

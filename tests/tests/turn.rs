@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use baton::event::{Event, Status};
 use baton::model::scripted::{Reply, ScriptedServer};
-use baton::support::scripted::{ForethoughtServer, FtReply};
+use baton_reference::support::scripted::{ForethoughtServer, FtReply};
 use baton_tests::{ASK_SHOPPING, ASK_SUPPORT};
 use baton_tests::{
     ORCH, SHOP, chat, open_stream, scripted_config, scripted_config_with_forethought, speakers,

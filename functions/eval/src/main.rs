@@ -9,6 +9,7 @@ mod summary;
 
 use std::sync::Arc;
 
+use baton_aws::settings::Settings;
 use baton_aws::startup::{Function, exit};
 use lambda_http::{LambdaEvent, service_fn};
 use serde_json::Value;
@@ -16,8 +17,12 @@ use serde_json::Value;
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     let started = async {
-        let function = Function::start_from_env("baton-eval").await?;
-        let router = baton::wiring::build_router(&function.config).map_err(|e| e.to_string())?.map(Arc::new);
+        let settings = Settings::from_env().map_err(|e| e.to_string())?;
+        let base = baton_reference::reference_config();
+        let function = Function::start("baton-eval", settings, base, &[]).await?;
+        let router = baton::wiring::build_router(&function.config, &baton::wiring::Backends::in_memory())
+            .map_err(|e| e.to_string())?
+            .map(Arc::new);
         let store = function.history.store().clone();
         Ok((Arc::new((function.config, router, store)), function.traces))
     };

@@ -8,10 +8,10 @@
 //! stored.
 
 use baton::config::Config;
-use baton::eval;
-use baton::eval_report::{self, ReportInput, Summary};
 use baton::routing::Router;
 use baton::store::{EpisodeKey, Role, Store, StoredMessage, new_turn_id};
+use baton_eval as eval;
+use baton_eval::report::{self as eval_report, ReportInput, Summary};
 use serde_json::{Value, json};
 
 /// The user the eval's episodes belong to.
@@ -130,8 +130,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store: Arc<dyn Store> =
             Arc::new(EmbeddedStore::open(dir.path().join("s.redb"), Arc::new(SystemClock)).unwrap());
-        let config = Config::default(); // the offline model: no network
-        let router = baton::wiring::build_router(&config).unwrap().map(Arc::new);
+        let config = baton_reference::reference_config(); // the offline model: no network
+        let router = baton::wiring::build_router(&config, &baton::wiring::Backends::in_memory())
+            .unwrap()
+            .map(Arc::new);
         let event = json!({"suite": "routing"});
         let first = run(&event, &router, &config, store.as_ref()).await.unwrap();
         let second = run(&event, &router, &config, store.as_ref()).await.unwrap();
@@ -169,8 +171,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store: Arc<dyn Store> =
             Arc::new(EmbeddedStore::open(dir.path().join("s.redb"), Arc::new(SystemClock)).unwrap());
-        let config = Config::default();
-        let router = baton::wiring::build_router(&config).unwrap().map(Arc::new);
+        let config = baton_reference::reference_config();
+        let router = baton::wiring::build_router(&config, &baton::wiring::Backends::in_memory())
+            .unwrap()
+            .map(Arc::new);
         let err = run(&json!({"suite": "nope"}), &router, &config, store.as_ref()).await.unwrap_err();
         assert!(err.to_string().contains("unknown suite `nope`"), "{err}");
     }

@@ -9,6 +9,7 @@ use baton::http::EndpointLimits;
 use baton::orchestrator::TurnRequest;
 use baton::store::new_turn_id;
 use baton_aws::settings::Settings;
+use baton_reference::ReferenceSettings;
 use clap::{Parser, Subcommand};
 
 /// Baton's orchestrator: an agents-as-tools chat endpoint.
@@ -24,9 +25,13 @@ pub(crate) struct Args {
     /// What to run.
     pub(crate) command: Command,
 
-    /// The settings shared with the other functions.
+    /// The runtime settings shared with the other functions.
     #[command(flatten)]
     pub(crate) settings: Settings,
+
+    /// The reference deployment's own settings (the shopping agent, Forethought).
+    #[command(flatten)]
+    pub(crate) reference: ReferenceSettings,
 }
 
 /// The subcommands.
@@ -36,10 +41,6 @@ pub(crate) enum Command {
     Chat(ChatArgs),
     /// Serve the chat endpoint (POST / or /chat, Server-Sent Events) on a local address.
     Serve(ServeArgs),
-    /// Run the routing scenario suite against the configured model and print accuracy per
-    /// category; `--faults` also reports what the failsafe and guards recover from injected
-    /// routing mistakes.
-    RoutingEval(RoutingEvalArgs),
     /// Serve every configured agent as an MCP tool: over stdio, or over
     /// streamable HTTP at /mcp with --http.
     Mcp(McpArgs),
@@ -51,40 +52,6 @@ pub(crate) struct McpArgs {
     /// Serve streamable HTTP at http://ADDR/mcp instead of stdio (port 0 picks a free port).
     #[arg(long, value_name = "ADDR")]
     pub http: Option<String>,
-}
-
-/// Options of `routing-eval`.
-#[derive(Debug, clap::Args)]
-pub(crate) struct RoutingEvalArgs {
-    /// A scenario suite (YAML); the reference suite (data/routing/scenarios.yaml) by default.
-    #[arg(long)]
-    pub(crate) suite: Option<std::path::PathBuf>,
-
-    /// Also run the fault-injection report (scripted model; no network).
-    #[arg(long)]
-    pub(crate) faults: bool,
-
-    /// Scenarios routed at once (for a real model).
-    #[arg(long, default_value_t = 4)]
-    pub(crate) concurrency: usize,
-
-    /// Also write a self-contained HTML report (charts, failing scenarios, trend) to this file.
-    #[arg(long)]
-    pub(crate) html: Option<std::path::PathBuf>,
-
-    /// Previous runs for the report's trend: a JSON summary file (one, an array, or one per line)
-    /// or a directory of them.
-    #[arg(long, requires = "html")]
-    pub(crate) history: Option<std::path::PathBuf>,
-
-    /// Print JSON instead of the text report: the summary and, per scenario, every dispatched
-    /// call with all its arguments, the repairs the rules made and the verdict.
-    #[arg(long)]
-    pub(crate) json: bool,
-
-    /// Also write this run's JSON summary to this file (keep them in a directory for --history).
-    #[arg(long)]
-    pub(crate) summary: Option<std::path::PathBuf>,
 }
 
 /// Options of `chat`.

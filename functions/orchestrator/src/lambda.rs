@@ -21,7 +21,8 @@ use baton::http::{ApiError, Caller, ChatService, EndpointLimits};
 use baton::telemetry::emf::EmfReporter;
 use baton::telemetry::trace::Traces;
 use baton_aws::settings::Settings;
-use baton_aws::startup::{Function, exit};
+use baton_aws::startup::exit;
+use baton_reference::ReferenceSettings;
 use lambda_http::request::RequestContext;
 use lambda_http::tower::{Layer, ServiceExt};
 use lambda_http::{Request, RequestExt, service_fn};
@@ -33,22 +34,25 @@ use crate::cli::EndpointSettings;
 const DEADLINE_MARGIN: Duration = Duration::from_millis(1500);
 
 /// The chat function: starts as every function does, from the environment alone (the
-/// settings, and the endpoint's own settings: [`EndpointSettings`]), reports each turn as one
+/// settings, the reference deployment's, and the endpoint's own: [`EndpointSettings`]), reports each turn as one
 /// CloudWatch EMF line on stdout (docs/observability.md), and serves until the runtime stops it.
 pub(crate) async fn main() -> ExitCode {
     let started = async {
         let settings = Settings::from_env().map_err(|e| e.to_string())?;
+        let reference: ReferenceSettings = baton_aws::settings::from_env().map_err(|e| e.to_string())?;
         let endpoint: EndpointSettings = baton_aws::settings::from_env().map_err(|e| e.to_string())?;
-        let mut function = Function::start(crate::SERVICE, settings).await?;
-        endpoint.apply(&mut function.config);
+        let (function, deployment) = crate::start(settings, reference, Some(&endpoint)).await?;
         let name = std::env::var("AWS_LAMBDA_FUNCTION_NAME").unwrap_or_else(|_| "orchestrator".into());
-        let (orchestrator, _) = crate::build(&function, Some(Arc::new(EmfReporter::stdout(name)))).await?;
+        let reporter = Arc::new(EmfReporter::stdout(name));
+        let (orchestrator, _, ratings) = crate::build(&function, &deployment, Some(reporter)).await?;
         let auth = function.settings.auth(true)?;
         let iam = is_iam(&auth);
         // The platform owns the connections: `serve`'s connection limits do not apply.
         let defaults = EndpointLimits::default();
         let limits = endpoint.endpoint_limits(defaults.request_head_timeout, defaults.max_connections)?;
-        let service = crate::service(&function, orchestrator, auth, limits, endpoint.cors_origins()?)?;
+        let cors = endpoint.cors_origins()?;
+        let service =
+            crate::service(&function, &deployment.config, orchestrator, ratings, auth, limits, cors);
         Ok::<_, String>((service, iam, function.traces))
     };
     let (service, iam, traces) = match started.await {
@@ -176,7 +180,6 @@ fn is_iam(auth: &AuthMode) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use baton::config::Config;
     use baton::history::History;
     use baton::store::SystemClock;
     use baton::store::embedded::EmbeddedStore;
@@ -196,9 +199,10 @@ mod tests {
     }
 
     fn service(dir: &std::path::Path) -> ChatService {
-        let config = Config::default();
+        let deployment = baton_reference::Deployment::default();
         let store = EmbeddedStore::open(dir.join("s.redb"), Arc::new(SystemClock)).unwrap();
-        let orchestrator = baton::wiring::build(&config, baton::wiring::Backends::in_memory()).unwrap();
+        let config = &deployment.config;
+        let orchestrator = baton::wiring::build(config, deployment.backends(None).unwrap()).unwrap();
         ChatService::new(orchestrator, History::new(Arc::new(store), 10), config.limits, config.heartbeat)
             .with_auth(AuthMode::Iam)
             .with_cors_origins(vec![ORIGIN.parse().unwrap()])

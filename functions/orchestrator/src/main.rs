@@ -8,17 +8,20 @@ mod cli;
 mod lambda;
 mod mcp;
 mod render;
-mod routing_eval;
 
 use std::process::ExitCode;
 use std::sync::Arc;
 
 use baton::auth::AuthMode;
+use baton::config::Config;
 use baton::http::{ChatService, EndpointLimits};
 use baton::orchestrator::Orchestrator;
+use baton::rating::RatingSinks;
 use baton::telemetry::TurnReporter;
 use baton::wiring::Backends;
+use baton_aws::settings::Settings;
 use baton_aws::startup::{Function, exit};
+use baton_reference::{Deployment, ReferenceSettings};
 use clap::Parser;
 
 fn main() -> ExitCode {
@@ -46,26 +49,28 @@ async fn run() -> ExitCode {
     if std::env::var_os("AWS_LAMBDA_RUNTIME_API").is_some() {
         return lambda::main().await;
     }
-    let args = cli::Args::parse();
-    let mut function = match Function::start(SERVICE, args.settings).await {
-        Ok(function) => function,
+    let cli::Args { command, settings, reference } = cli::Args::parse();
+    let endpoint = match &command {
+        cli::Command::Serve(serve) => Some(&serve.endpoint),
+        _ => None,
+    };
+    let (function, deployment) = match start(settings, reference, endpoint).await {
+        Ok(started) => started,
         Err(e) => return exit(Err(e), 2),
     };
-    if let cli::Command::Serve(serve) = &args.command {
-        serve.endpoint.apply(&mut function.config);
-    }
-    let (orchestrator, backends) = match build(&function, None).await {
+    let (orchestrator, backends, ratings) = match build(&function, &deployment, None).await {
         Ok(built) => built,
         Err(e) => return exit(Err(e), 2),
     };
-    match args.command {
+    let config = &deployment.config;
+    match command {
         cli::Command::Chat(chat) => chat::run(&orchestrator, &function.history, &chat).await,
-        cli::Command::RoutingEval(eval) => routing_eval::run(&function.config, &eval).await,
-        cli::Command::Mcp(mcp) => mcp::run(&function.config, &backends, &mcp).await,
+        cli::Command::Mcp(mcp) => mcp::run(config, &backends, &mcp).await,
         cli::Command::Serve(serve) => {
             let service = serve.endpoint_limits().and_then(|limits| {
                 let auth = function.settings.auth(false)?;
-                service(&function, orchestrator, auth, limits, serve.endpoint.cors_origins()?)
+                let cors = serve.endpoint.cors_origins()?;
+                Ok(service(&function, config, orchestrator, ratings, auth, limits, cors))
             });
             let service = match service {
                 Ok(service) => service,
@@ -87,16 +92,39 @@ async fn run() -> ExitCode {
     }
 }
 
-/// The entry agent of `function`'s configuration, over its store, with its MCP servers
-/// connected and its remote agents reached; `reporter` gets each turn's figures. The backends
-/// are returned too (`mcp` serves agents that use them).
+/// Starts the orchestrator function with `settings` and the reference deployment's own
+/// `reference` settings: the reference configuration with the settings (and the chat
+/// `endpoint`'s, for `serve` and Lambda) applied, and the reference deployment over it.
+async fn start(
+    settings: Settings,
+    mut reference: ReferenceSettings,
+    endpoint: Option<&cli::EndpointSettings>,
+) -> Result<(Function, Deployment), String> {
+    let secrets = [reference.forethought_token_secret()];
+    let mut function =
+        Function::start(SERVICE, settings, baton_reference::reference_config(), &secrets).await?;
+    if let Some(token) = function.secrets.first().cloned().flatten() {
+        reference.set_forethought_token(token);
+    }
+    if let Some(endpoint) = endpoint {
+        endpoint.apply(&mut function.config);
+    }
+    let deployment = reference.deployment(function.config.clone());
+    Ok((function, deployment))
+}
+
+/// The entry agent of `deployment`, over `function`'s store, with its MCP servers connected and
+/// its remote agents reached; `reporter` gets each turn's figures. The backends (`mcp` serves
+/// agents that use them) and where ratings go come back too.
 async fn build(
     function: &Function,
+    deployment: &Deployment,
     reporter: Option<Arc<dyn TurnReporter>>,
-) -> Result<(Arc<Orchestrator>, Backends), String> {
-    let config = &function.config;
+) -> Result<(Arc<Orchestrator>, Backends, RatingSinks), String> {
+    let config = &deployment.config;
     // The store first: agents keep their per-episode state in it.
-    let mut backends = Backends::over_store(function.history.store().clone());
+    let mut backends =
+        deployment.backends(Some(function.history.store().clone())).map_err(|e| e.to_string())?;
     backends.reporter = reporter;
     backends.remote = baton_aws::settings::remote_agents(config).await;
     // MCP servers (shared and agents' own) start and list their tools once, here (in Lambda:
@@ -107,24 +135,25 @@ async fn build(
         }
         e => e.to_string(),
     })?;
+    let ratings = baton::wiring::rating_sinks(config, &backends);
     let orchestrator = baton::wiring::build(config, backends.clone()).map_err(|e| e.to_string())?;
-    eprintln!("{}\n{}\n{}", config.describe_models(), config.describe_support(), function.store);
-    Ok((orchestrator, backends))
+    eprintln!("{}\n{}\n{}", config.describe_models(), deployment.describe_support(), function.store);
+    Ok((orchestrator, backends, ratings))
 }
 
-/// The chat endpoint over `orchestrator`, recording into `function`'s history, with these
-/// callers, limits and allowed origins.
+/// The chat endpoint over `orchestrator` (configured by `config`), recording into `function`'s
+/// history, with these ratings, callers, limits and allowed origins.
 fn service(
     function: &Function,
+    config: &Config,
     orchestrator: Arc<Orchestrator>,
+    ratings: RatingSinks,
     auth: AuthMode,
     limits: EndpointLimits,
     cors: Vec<axum::http::HeaderValue>,
-) -> Result<Arc<ChatService>, String> {
-    let config = &function.config;
-    let ratings = baton::wiring::rating_sinks(config).map_err(|e| e.to_string())?;
+) -> Arc<ChatService> {
     let service = ChatService::new(orchestrator, function.history.clone(), config.limits, config.heartbeat);
-    Ok(Arc::new(
+    Arc::new(
         service.with_auth(auth).with_endpoint_limits(limits).with_cors_origins(cors).with_ratings(ratings),
-    ))
+    )
 }

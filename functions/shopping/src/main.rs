@@ -3,15 +3,22 @@
 //! variables as the orchestrator. With `OTEL_EXPORTER_OTLP_ENDPOINT` set, its spans continue the
 //! caller's trace (the request's `traceparent`) and are flushed before each response ends.
 
-use baton::wiring::Backends;
+use baton_aws::settings::{self, Settings};
 use baton_aws::startup::{Function, exit};
+use baton_reference::ReferenceSettings;
+use baton_reference::settings::SHOPPING_AGENT;
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     let started = async {
-        let function = Function::start_from_env("baton-shopping").await?;
-        let backends = Backends::over_store(function.history.store().clone());
-        let agent = baton::wiring::build_agent(&function.config, "shopping", &backends);
+        let settings = Settings::from_env().map_err(|e| e.to_string())?;
+        let reference: ReferenceSettings = settings::from_env().map_err(|e| e.to_string())?;
+        let base = baton_reference::reference_config();
+        let function = Function::start("baton-shopping", settings, base, &[]).await?;
+        let deployment = reference.deployment(function.config.clone());
+        let backends =
+            deployment.backends(Some(function.history.store().clone())).map_err(|e| e.to_string())?;
+        let agent = baton::wiring::build_agent(&deployment.config, SHOPPING_AGENT, &backends);
         Ok((agent.map_err(|e| e.to_string())?, function.traces))
     };
     let (agent, traces) = match started.await {

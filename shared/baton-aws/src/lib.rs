@@ -7,8 +7,6 @@
 //!   traces, settings with their secrets, the store, the configuration.
 //! - [`settings`]: [`settings::Settings`], the flags and environment variables every function
 //!   reads (the orchestrator's CLI flattens them; Lambda reads them from the environment alone).
-//! - [`reference`](mod@reference): the reference deployment's settings group (its agents' defaults, its vendor),
-//!   flattened into [`settings::Settings`]; it moves with the reference deployment.
 //! - [`agent_function`]: the Lambda handler of a remote agent (NDJSON out).
 //! - [`lambda_trace`]: an invocation's X-Ray parent, and its spans flushed before its response
 //!   ends.
@@ -30,7 +28,6 @@ pub mod dynamodb;
 mod error;
 pub mod lambda_trace;
 pub mod lambda_transport;
-pub mod reference;
 pub mod runtime;
 pub mod secrets;
 pub mod settings;

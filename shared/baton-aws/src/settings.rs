@@ -1,11 +1,12 @@
-//! The settings shared by Baton's three functions: the model server and models, timeouts,
-//! flushing, auth, the conversation store, and the secrets given by reference; the reference
-//! deployment's own settings are a group of their own ([`crate::reference`]), flattened in.
+//! The runtime settings shared by Baton's functions: the model server and models, timeouts,
+//! flushing, auth, the conversation store, and the secrets given by reference. A deployment's
+//! own settings (the reference deployment's shopping agent and Forethought) are its own argument
+//! group, flattened beside this one.
 //!
 //! [`Settings`] is one clap argument group. Every field is a flag and an environment variable, so
 //! the same names work on the command line (the orchestrator flattens it into its CLI) and in
 //! Lambda, where a function has no arguments and [`Settings::from_env`] reads the environment
-//! alone. The settings parse and describe; [`Settings::config`] turns them into a
+//! alone. The settings parse and describe; [`Settings::config`] applies them over a deployment's
 //! [`Config`], and the store, the remote transport and the auth mode are opened from them.
 
 use std::collections::HashMap;
@@ -21,15 +22,14 @@ use baton::store::embedded::EmbeddedStore;
 use baton::store::{DEFAULT_RETENTION, Store, SystemClock};
 use clap::{Args, FromArgMatches};
 
-use crate::reference::ReferenceSettings;
-
 /// The settings every Baton function reads. Each one is a flag (global, so it may follow a
 /// subcommand) and the environment variable it names. Not `Debug`: it holds secrets.
 #[derive(Clone, Args)]
 pub struct Settings {
-    /// A YAML configuration file applied over the reference configuration (config/baton.yaml):
-    /// the agents (entry, max_depth, agents: a team's own agents and which call which as tools),
-    /// routing, the entry agent's prompt. See examples/team.yaml.
+    /// A YAML configuration file applied over the deployment's configuration (the reference
+    /// deployment's is config/baton.yaml): the agents (entry, max_depth, agents: a team's own
+    /// agents and which call which as tools), routing, the offline model's keywords, prices. See
+    /// examples/team.yaml.
     #[arg(long, env = "BATON_CONFIG", global = true)]
     config: Option<PathBuf>,
 
@@ -126,10 +126,6 @@ pub struct Settings {
     /// the embedded store's own expiry).
     #[arg(long, env = "BATON_HISTORY_TTL_DAYS", default_value_t = DEFAULT_RETENTION.as_secs() / 86_400, global = true)]
     history_ttl_days: u64,
-
-    /// The reference deployment's settings.
-    #[command(flatten)]
-    reference: ReferenceSettings,
 }
 
 /// The embedded store's file when no path is given: the user's data directory.
@@ -170,17 +166,17 @@ impl Settings {
         Ok((History::new(store, self.history_messages), described))
     }
 
-    /// The configuration these options describe.
-    pub fn config(&self) -> Result<Config, baton::config::ConfigError> {
+    /// `base` (the deployment's configuration) with the file and the options these settings
+    /// give applied over it.
+    pub fn config(&self, base: Config) -> Result<Config, baton::config::ConfigError> {
         let mut c = match &self.config {
-            Some(path) => Config::from_file(path)?,
-            None => Config::default(),
+            Some(path) => base.with_file(path)?,
+            None => base,
         };
         c.models.base_url = self.openai_base_url.clone().filter(|s| !s.is_empty());
         c.models.api_key = self.openai_api_key.clone().filter(|s| !s.is_empty());
         c.models.orchestrator = self.orchestrator_model.clone();
         c.models.http2 = self.model_http2;
-        self.reference.apply(&mut c);
         c.models.timeouts.connect = Duration::from_millis(self.connect_timeout_ms);
         c.models.timeouts.first_byte = Duration::from_millis(self.first_byte_timeout_ms);
         c.models.timeouts.idle = Duration::from_millis(self.idle_timeout_ms);
@@ -237,26 +233,25 @@ pub fn init_logging(service: &str) -> Option<std::sync::Arc<baton::telemetry::tr
 }
 
 impl Settings {
-    /// Reads the secrets given by reference (Secrets Manager) into the options they stand for;
-    /// a value given directly wins.
-    pub async fn resolve_secrets(&mut self) -> Result<(), String> {
+    /// Reads the secrets given by reference (Secrets Manager) into the options they stand for
+    /// (a value given directly wins), and the deployment's `extra` ones, whose values it returns
+    /// in order (`None` stays `None`): one client for all.
+    pub async fn resolve_secrets(&mut self, extra: &[Option<String>]) -> Result<Vec<Option<String>>, String> {
         let nonempty = |v: &Option<String>| v.clone().filter(|s| !s.trim().is_empty());
-        let wanted = [
+        let mut wanted = vec![
             nonempty(&self.openai_api_key_secret_arn).filter(|_| nonempty(&self.openai_api_key).is_none()),
-            self.reference.secret_reference(),
             nonempty(&self.jwt_public_key_secret_arn).filter(|_| nonempty(&self.jwt_public_key).is_none()),
         ];
-        let resolved = crate::secrets::resolve(&wanted).await?;
+        wanted.extend_from_slice(extra);
+        let mut resolved = crate::secrets::resolve(&wanted).await?;
+        let extra = resolved.split_off(2);
         if let Some(key) = resolved[0].clone() {
             self.openai_api_key = Some(key);
         }
-        if let Some(token) = resolved[1].clone() {
-            self.reference.set_secret(token);
-        }
-        if let Some(pem) = resolved[2].clone() {
+        if let Some(pem) = resolved[1].clone() {
             self.jwt_public_key = Some(pem);
         }
-        Ok(())
+        Ok(extra)
     }
 
     /// The settings of a function running in Lambda, read from the environment alone (see

@@ -23,27 +23,28 @@ pub struct Function {
     pub history: History,
     /// Which store it is, for the start-up message.
     pub store: String,
-    /// The configuration the settings describe.
+    /// The deployment's configuration with the settings applied over it.
     pub config: Config,
+    /// The deployment's own secrets given to [`Function::start`] by reference, resolved, in order.
+    pub secrets: Vec<Option<String>>,
 }
 
 impl Function {
-    /// Starts the function `service` (its name in logs and traces) with `settings`: from the
-    /// command line, or in Lambda from the environment alone ([`Settings::from_env`]). Call it
-    /// inside the Tokio runtime.
-    pub async fn start(service: &str, mut settings: Settings) -> Result<Function, String> {
+    /// Starts the function `service` (its name in logs and traces) with `settings` (from the
+    /// command line, or in Lambda from the environment alone: [`Settings::from_env`]) over the
+    /// deployment's configuration `base`; `secrets` are the deployment's own Secrets Manager
+    /// references, resolved with the settings' own. Call it inside the Tokio runtime.
+    pub async fn start(
+        service: &str,
+        mut settings: Settings,
+        base: Config,
+        secrets: &[Option<String>],
+    ) -> Result<Function, String> {
         let traces = init_logging(service);
-        settings.resolve_secrets().await?;
+        let secrets = settings.resolve_secrets(secrets).await?;
         let (history, store) = settings.history().await?;
-        let config = settings.config().map_err(|e| e.to_string())?;
-        Ok(Function { traces, settings, history, store, config })
-    }
-
-    /// [`Function::start`] with the settings of a function running in Lambda (the environment
-    /// alone).
-    pub async fn start_from_env(service: &str) -> Result<Function, String> {
-        let settings = Settings::from_env().map_err(|e| e.to_string())?;
-        Function::start(service, settings).await
+        let config = settings.config(base).map_err(|e| e.to_string())?;
+        Ok(Function { traces, settings, history, store, config, secrets })
     }
 }
 

@@ -44,9 +44,8 @@ use serde_json::{Value, json};
 
 use crate::agent::{Agent, ChildContext, ChildInput, DEFAULT_MAX_DEPTH, InstanceOptions, start_child};
 use crate::event::Event;
-use crate::tool::{
-    CallOptions, DirectAnswer, JsonSchema, Slot, Tool, ToolContext, ToolError, ToolFinish, ToolRun,
-};
+use crate::item::Item;
+use crate::tool::{CallOptions, DirectAnswer, JsonSchema, Tool, ToolContext, ToolError, ToolFinish, ToolRun};
 
 /// The prefix of an agent tool's name: `agent__<Name>`.
 pub const AGENT_TOOL_PREFIX: &str = "agent__";
@@ -277,8 +276,6 @@ fn child_events(
     inner: crate::event::EventStream,
     mark_content_end: bool,
 ) -> ToolRun {
-    let finish = Slot::default();
-    let slot = finish.clone();
     let (name, output, schema, timeout, skip) = (
         tool.name.clone(),
         tool.options.output,
@@ -286,7 +283,7 @@ fn child_events(
         tool.options.timeout,
         tool.options.skip_summarization,
     );
-    let events = Box::pin(async_stream::stream! {
+    let items = Box::pin(async_stream::stream! {
         let mut inner = inner;
         let (mut own, mut below) = (String::new(), String::new());
         let mut failure: Option<ToolError> = None;
@@ -302,12 +299,12 @@ fn child_events(
                 }
                 Event::AgentFinished { agent, .. } if *agent == instance && mark_content_end => {
                     // The boundary closes the child's content, before its end.
-                    yield Event::ContentEnd { agent: instance.clone() };
+                    yield Item::Event(Event::ContentEnd { agent: instance.clone() });
                 }
                 _ => {}
             }
             if output.passes(&event) {
-                yield event;
+                yield Item::Event(event);
             }
         }
         let answer = if own.trim().is_empty() { below } else { own };
@@ -324,9 +321,9 @@ fn child_events(
             value
         });
         let answer = (skip && outcome.is_ok()).then_some(DirectAnswer { text: answer, streamed });
-        slot.set(ToolFinish { outcome, answer });
+        yield Item::Done(ToolFinish { outcome, answer });
     });
-    ToolRun { events, finish }
+    ToolRun { items }
 }
 
 /// The result a parent model reads for a child's `answer`.
@@ -372,8 +369,7 @@ impl Tool for AgentTool {
     ) -> BoxFuture<'a, Result<Value, ToolError>> {
         let run = self.start_run(arguments, context, false);
         Box::pin(async move {
-            run.events.for_each(|_| std::future::ready(())).await;
-            match run.finish.take() {
+            match Item::result(run.items).await {
                 Some(finish) => finish.outcome,
                 None => Err(ToolError::Failed { tool: self.name.clone(), reason: "no answer".into() }),
             }

@@ -10,14 +10,14 @@ use crate::model::Message;
 pub struct PreviousTurn {
     /// The user's message.
     pub user_message: String,
-    /// The replies, by agent name (`support`, `shopping`, `orchestrator`).
+    /// The replies, by agent name (`billing`, `search`, `orchestrator`).
     pub replies: Vec<PriorReply>,
 }
 
 /// One reply of the previous turn.
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct PriorReply {
-    /// Agent name without instance (`support`).
+    /// Agent name without instance (`billing`).
     pub agent: String,
     /// What it said.
     pub text: String,

@@ -10,7 +10,7 @@
 use serde::{Deserialize, Serialize};
 
 /// Longest `https` image URL accepted.
-pub const MAX_IMAGE_URL_CHARS: usize = 2_048;
+pub(crate) const MAX_IMAGE_URL_CHARS: usize = 2_048;
 
 /// Image formats a `data:` URL may carry (the ones both OpenAI APIs accept).
 const DATA_URL_TYPES: [&str; 4] = ["png", "jpeg", "gif", "webp"];
@@ -19,9 +19,9 @@ const DATA_URL_TYPES: [&str; 4] = ["png", "jpeg", "gif", "webp"];
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ImageKind {
-    /// A purchase receipt (support's).
+    /// A purchase receipt.
     Receipt,
-    /// A product (shopping's).
+    /// A product.
     Product,
     /// Anything else.
     Other,
@@ -61,7 +61,10 @@ impl Image {
 
     /// The request's `image` field, checked (see the module docs); the error says which field
     /// is wrong and why.
-    pub fn from_request(value: serde_json::Value, max_description_chars: usize) -> Result<Image, String> {
+    pub(crate) fn from_request(
+        value: serde_json::Value,
+        max_description_chars: usize,
+    ) -> Result<Image, String> {
         if !value.is_object() {
             return Err("the field `image` must be an object".into());
         }

@@ -6,15 +6,18 @@
 //!
 //! # Layout
 //! In the order a chat turn's data flows, top to bottom: a module uses modules below it, never
-//! above (two adapters reach up, both leaves: `store::backends` keeps the agents' per-episode
-//! state in the store, and the offline model knows the shopping tool it impersonates a model
-//! for). `python3 scripts/import_circles.py shared/baton/src` finds no circle and no module
+//! above (one adapter reaches up, a leaf: `store::backends` keeps the agents' response ids in
+//! the store). `python3 scripts/import_circles.py shared/baton/src` finds no circle and no module
 //! that uses one listed above it.
+//!
+//! The runtime names no agent of a deployment: a deployment's own tools and agent kinds come in
+//! through [`wiring::Extension`] (the reference deployment is the `baton-reference` crate).
 //! - [`http`]: the chat endpoint (validation, SSE body), shared by `serve` and the Lambda.
 //! - [`web`]: the browser chat page (`web/`), embedded and served at `GET /`.
 //! - [`auth`]: who is calling: IAM principal, verified JWT, or the local header.
 //! - [`wiring`]: the composition root: builds models, agents, tools, the routing policy and
-//!   remote agents from a [`config::Config`], once, at start.
+//!   remote agents from a [`config::Config`], once, at start, with a deployment's
+//!   [`wiring::Extension`]s.
 //! - [`orchestrator`]: one chat turn, started in one place for `serve`, the Lambda and `chat`:
 //!   its span, the user message recorded, `thinking`, the entry agent's run, the reply recorded,
 //!   `completed` (built here only, with the one status the client, metrics and trace see).
@@ -23,9 +26,6 @@
 //! - [`config`]: one typed configuration (`config/baton.yaml` embedded as defaults), parsed and
 //!   validated with line-numbered errors; [`config::agents`] is the `agents:` list. It builds
 //!   nothing.
-//! - [`eval_report`]: the routing eval as a self-contained HTML report (charts, failures, trend),
-//!   and a suite run that keeps the routed calls and shows progress.
-//! - [`eval`]: the routing scenario suite, its scoring, and fault injection.
 //! - [`routing`]: the routing policy an entry agent's first model step can carry: preamble gate,
 //!   failsafe re-ask, guards, fastpath; the routing tools `ask_<agent>`.
 //! - [`guard`]: the routing guards, pure functions that return the repairs they made.
@@ -33,8 +33,6 @@
 //!   schemas, output modes and answers the user reads as is.
 //! - [`remote`]: agents in another process: NDJSON over a transport, and the serving side.
 //! - [`mcp`]: Model Context Protocol: MCP servers' tools for agents, and agents served over MCP.
-//! - [`support`]: the support agent: Forethought (with continuity) or the offline help center.
-//! - [`shopping`]: the shopping tools over the offer catalog and purchase history.
 //! - [`mini`]: mini-agents: an agent's opt-in fan-out of a multi-part request into parallel
 //!   focused tool loops (decomposer, minis, aggregator), a [`agent::ForkPolicy`].
 //! - [`rating`]: a user's thumbs up or down on a stored answer, sent to where the answer came from.
@@ -47,15 +45,16 @@
 //! - [`store`]: the [`store::Store`] trait (episodes, messages, vendor state) and the embedded,
 //!   file-backed store.
 //! - [`model`]: the [`model::ChatModel`] trait; OpenAI Chat Completions and Responses, the
-//!   offline model, and the scripted model (its HTTP server only with the `test-support`
+//!   offline model, and the scripted model (its HTTP server only with the `test-servers`
 //!   feature).
-//! - [`retrieval`]: BM25 full-text ranking over small corpora (help articles, offers).
+//! - [`retrieval`]: BM25 full-text ranking over small corpora (articles, product lists).
 //! - [`telemetry`]: cost per agent from a price table, and the CloudWatch EMF line of a turn.
 //! - [`mux`]: the live-slot merge of concurrent agents' event streams.
 //! - [`text`]: words, content words and smalltalk: how the rules read a message.
 //! - [`image`]: an image attached to a message: its kind, description and URL, checked.
+//! - [`item`]: "events, then a result": the one item type of streams that end with a value.
 //! - [`event`]: the wire protocol: the event enum, SSE and NDJSON encoding and decoding.
-//! - [`outbound`]: the outgoing HTTP client of streamed answers (model servers, Forethought):
+//! - [`outbound`]: the outgoing HTTP client of streamed answers (model servers, vendor APIs):
 //!   reqwest for `https` and HTTP/2, and cleartext HTTP/1.1 driven inside the body's own poll.
 //! - [`redact`]: vendor text made safe for a log line: an excerpt with secrets and tokens masked.
 //! - [`bounded`]: bounded waits for a stream's items (idle, or a deadline), one timer per stream;
@@ -75,14 +74,13 @@ pub mod auth;
 pub mod bounded;
 pub mod config;
 pub mod conversation;
-pub mod eval;
-pub mod eval_report;
 pub mod event;
 pub mod gate;
-pub mod guard;
+pub use routing::guard;
 pub mod history;
 pub mod http;
 pub mod image;
+pub mod item;
 pub mod mcp;
 pub mod mini;
 pub mod model;
@@ -94,9 +92,7 @@ pub mod redact;
 pub mod remote;
 pub mod retrieval;
 pub mod routing;
-pub mod shopping;
 pub mod store;
-pub mod support;
 pub mod telemetry;
 pub mod text;
 pub mod tool;

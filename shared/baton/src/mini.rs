@@ -36,11 +36,11 @@ use serde_json::{Value, json};
 use tokio::time::Instant;
 
 use crate::agent::{
-    ChildContext, ChildInput, ForkInput, ForkItem, ForkPolicy, ForkStream, InstanceOptions, LlmAgent,
-    start_child,
+    Answered, ChildContext, ChildInput, ForkInput, ForkPolicy, ForkStream, InstanceOptions, Item, ItemStream,
+    LlmAgent, model_call, start_child,
 };
 use crate::event::{Event, EventStream, MiniOutcomeStatus, MiniStatus, MiniSubTask};
-use crate::model::{ChatModel, ChatRequest, Message, ModelDelta, ResponseFormat, ToolChoice};
+use crate::model::{ChatModel, ChatRequest, Message, ResponseFormat, ToolChoice};
 use crate::tool::{JsonSchema, ToolContext};
 
 /// Sub-tasks one fork may run unless configured otherwise.
@@ -220,7 +220,9 @@ fn allowlists(
         .map(|task| match mode {
             AllowlistMode::ParentFull => Ok(all()),
             AllowlistMode::Inferred if task.allowed_tools.is_empty() => {
-                tracing::warn!(sub_task = %task.id, "mini-agents: a sub-task names no tool; it gets every tool of its parent");
+                let sub_task = &task.id;
+                let note = "mini-agents: a sub-task names no tool; it gets every tool of its parent";
+                tracing::warn!(%sub_task, "{note}");
                 Ok(all())
             }
             AllowlistMode::Strict | AllowlistMode::Inferred => {
@@ -253,14 +255,6 @@ struct Outcome {
     error: Option<String>,
 }
 
-/// An item of one mini's run.
-enum MiniItem {
-    /// An event for the client (the mini's progress, its usage).
-    Event(Event),
-    /// Mini `index` ended.
-    Done(usize, Outcome),
-}
-
 impl ForkPolicy for MiniAgents {
     fn fork(&self, agent: &LlmAgent, input: ForkInput) -> ForkStream {
         let settings = self.settings;
@@ -277,7 +271,7 @@ impl ForkPolicy for MiniAgents {
             let request = decomposer_request(&parent, &input, settings.max_minis);
             let (usage, decomposition) = decompose(decomposer.as_ref(), request, &schema, &instance).await;
             for event in usage {
-                yield ForkItem::Event(event);
+                yield Item::Event(event);
             }
             let Some(tasks) = sub_tasks_to_run(decomposition, settings.max_minis, &instance) else { return };
             // 2. Allowlists.
@@ -285,18 +279,21 @@ impl ForkPolicy for MiniAgents {
                 Ok(tools) => tools,
                 Err(reason) => {
                     tracing::warn!(%instance, %reason, "mini-agents: invalid decomposition; no mini runs");
-                    yield ForkItem::Event(Event::error(instance.clone(), "mini_agent_invalid_decomposition",
+                    yield Item::Event(Event::error(instance.clone(), "mini_agent_invalid_decomposition",
                         format!("the request could not be split into parts: {reason}"), false));
-                    yield ForkItem::Event(Event::text(instance.clone(), INVALID_DECOMPOSITION_ANSWER));
-                    yield ForkItem::Answered;
+                    yield Item::Event(Event::text(instance.clone(), INVALID_DECOMPOSITION_ANSWER));
+                    yield Item::Done(Answered);
                     return;
                 }
             };
             // 3. Minis, all at once.
-            yield ForkItem::Event(Event::MiniAgentDecomposed {
+            yield Item::Event(Event::MiniAgentDecomposed {
                 parent: instance.clone(),
                 count: tasks.len(),
-                sub_tasks: tasks.iter().map(|t| MiniSubTask { id: t.id.clone(), description: t.description.clone() }).collect(),
+                sub_tasks: tasks
+                    .iter()
+                    .map(|t| MiniSubTask { id: t.id.clone(), description: t.description.clone() })
+                    .collect(),
             });
             let instruction = format!("{}\n\n{MINI_NOTE}", parent.instruction());
             let runs: Vec<_> = tasks
@@ -312,53 +309,63 @@ impl ForkPolicy for MiniAgents {
             let mut merged = futures::stream::select_all(runs);
             while let Some(item) = merged.next().await {
                 match item {
-                    MiniItem::Event(event) => yield ForkItem::Event(event),
-                    MiniItem::Done(index, outcome) => outcomes[index] = Some(outcome),
+                    Item::Event(event) => yield Item::Event(event),
+                    Item::Done((index, outcome)) => outcomes[index] = Some(outcome),
                 }
             }
             drop(merged);
-            let outcomes: Vec<Outcome> = outcomes.into_iter().map(|o| o.expect("every mini reports its end")).collect();
+            let outcomes: Vec<Outcome> =
+                outcomes.into_iter().map(|o| o.expect("every mini reports its end")).collect();
             // 4. Aggregate.
-            yield ForkItem::Event(Event::MiniAgentAggregated {
+            yield Item::Event(Event::MiniAgentAggregated {
                 parent: instance.clone(),
-                outcomes: tasks.iter().zip(&outcomes).map(|(t, o)| MiniOutcomeStatus { mini_id: t.id.clone(), status: o.status }).collect(),
+                outcomes: tasks
+                    .iter()
+                    .zip(&outcomes)
+                    .map(|(t, o)| MiniOutcomeStatus { mini_id: t.id.clone(), status: o.status })
+                    .collect(),
             });
             if outcomes.iter().all(|o| o.status != MiniStatus::Ok) {
-                yield ForkItem::Event(Event::error(instance.clone(), "mini_agents_failed",
+                yield Item::Event(Event::error(instance.clone(), "mini_agents_failed",
                     "every part of the request failed or timed out", true));
-                yield ForkItem::Event(Event::text(instance.clone(), plain_answer(&tasks, &outcomes)));
-                yield ForkItem::Answered;
+                yield Item::Event(Event::text(instance.clone(), plain_answer(&tasks, &outcomes)));
+                yield Item::Done(Answered);
                 return;
             }
             let request = aggregator_request(&parent, &input, &tasks, &outcomes);
             let mut answer = synthesis(aggregator, request, instance, plain_answer(&tasks, &outcomes));
             while let Some(event) = answer.next().await {
-                yield ForkItem::Event(event);
+                yield Item::Event(event);
             }
-            yield ForkItem::Answered;
+            yield Item::Done(Answered);
         })
     }
 }
 
-/// Runs the decomposer: its usage events, and its decomposition or why there is none.
+/// Runs the decomposer: its usage events (its text is read, not shown), and its decomposition
+/// or why there is none.
 async fn decompose(
     model: &dyn ChatModel,
     request: ChatRequest,
     schema: &JsonSchema,
     instance: &str,
 ) -> (Vec<Event>, Result<Decomposition, String>) {
-    let model_name = model.model_name().to_owned();
-    let mut deltas = model.stream(request);
-    let (mut text, mut usage) = (String::new(), Vec::new());
-    while let Some(delta) = deltas.next().await {
-        match delta {
-            Ok(ModelDelta::Text(t)) => text.push_str(&t),
-            Ok(ModelDelta::Usage(u)) => usage.push(Event::usage(instance, model_name.clone(), u)),
-            Ok(_) => {}
-            Err(e) => return (usage, Err(format!("{}: {e}", e.code()))),
+    let mut items = model_call(model, request, instance.to_owned());
+    let mut usage = Vec::new();
+    let mut reply = None;
+    while let Some(item) = items.next().await {
+        match item {
+            Item::Event(event @ Event::Usage { .. }) => usage.push(event),
+            Item::Event(_) => {}
+            Item::Done(done) => reply = Some(done),
         }
     }
-    (usage, parse_decomposition(&text, schema))
+    let reply = reply.unwrap_or_default();
+    let decomposition = match reply.error {
+        Some(e) => Err(format!("{}: {e}", e.code())),
+        None => parse_decomposition(&reply.text, schema),
+    };
+    (usage, decomposition)
 }
 
 /// The sub-tasks to fork into, or `None` when the agent runs as usual: no fork, a single
@@ -393,22 +400,22 @@ fn synthesis(
     fallback: String,
 ) -> EventStream {
     Box::pin(async_stream::stream! {
-        let model_name = model.model_name().to_owned();
-        let mut deltas = model.stream(request);
+        let mut items = model_call(model.as_ref(), request, instance.clone());
         let mut wrote = false;
-        while let Some(delta) = deltas.next().await {
-            match delta {
-                Ok(ModelDelta::Text(t)) => {
+        while let Some(item) = items.next().await {
+            match item {
+                Item::Event(event @ Event::Text { .. }) => {
                     wrote = true;
-                    yield Event::text(instance.clone(), t);
+                    yield event;
                 }
-                Ok(ModelDelta::Reasoning(t)) => yield Event::Reasoning { agent: instance.clone(), text: t },
-                Ok(ModelDelta::Usage(usage)) => yield Event::usage(instance.clone(), model_name.clone(), usage),
-                Ok(_) => {}
-                Err(e) => {
-                    yield Event::error(instance.clone(), e.code(), e.to_string(), e.is_retryable());
-                    yield Event::text(instance.clone(), if wrote { crate::agent::APOLOGY.to_owned() } else { fallback });
-                    return;
+                Item::Event(event @ (Event::Reasoning { .. } | Event::Usage { .. })) => yield event,
+                Item::Event(_) => {}
+                Item::Done(reply) => {
+                    if let Some(e) = reply.error {
+                        yield Event::error(instance.clone(), e.code(), e.to_string(), e.is_retryable());
+                        let text = if wrote { crate::agent::APOLOGY.to_owned() } else { fallback.clone() };
+                        yield Event::text(instance.clone(), text);
+                    }
                 }
             }
         }
@@ -502,7 +509,7 @@ fn run_mini(
     mini: &LlmAgent,
     context: &ToolContext,
     settings: MiniAgentSettings,
-) -> std::pin::Pin<Box<dyn futures::Stream<Item = MiniItem> + Send>> {
+) -> ItemStream<(usize, Outcome)> {
     let input = ChildInput {
         query: task.description.clone(),
         prior_context: None,
@@ -516,9 +523,12 @@ fn run_mini(
     let timeout = settings.timeout;
     Box::pin(async_stream::stream! {
         let started = Instant::now();
-        yield MiniItem::Event(Event::MiniAgentStarted { parent: parent.clone(), mini_id: id.clone(), description });
+        let (mini_id, parent_name) = (id.clone(), parent.clone());
+        yield Item::Event(Event::MiniAgentStarted { parent: parent_name, mini_id, description });
         let outcome = match child {
-            Err(e) => Outcome { status: MiniStatus::Failed, answer: String::new(), error: Some(e.to_string()) },
+            Err(e) => {
+                Outcome { status: MiniStatus::Failed, answer: String::new(), error: Some(e.to_string()) }
+            }
             Ok((instance, events)) => {
                 let mut watch = MiniWatch::new(instance);
                 let mut events: EventStream = events;
@@ -530,7 +540,7 @@ fn run_mini(
                     };
                     let Some(event) = next else { break };
                     if let Event::Usage { .. } = event {
-                        yield MiniItem::Event(event);
+                        yield Item::Event(event);
                     } else if watch.observe(&event) {
                         break;
                     }
@@ -538,14 +548,14 @@ fn run_mini(
                 watch.outcome()
             }
         };
-        yield MiniItem::Event(Event::MiniAgentFinished {
+        yield Item::Event(Event::MiniAgentFinished {
             parent,
             mini_id: id,
             status: outcome.status,
             duration_ms: started.elapsed().as_millis() as u64,
             error: outcome.error.clone(),
         });
-        yield MiniItem::Done(index, outcome);
+        yield Item::Done((index, outcome));
     })
 }
 

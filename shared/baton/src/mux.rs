@@ -4,7 +4,7 @@
 //! All sources run concurrently, and the merge keeps three promises:
 //!
 //! - **Each source's text is contiguous.** The first source to produce slot content
-//!   (user-visible text, or the support boundary after it) takes the live slot and streams
+//!   (user-visible text, or the `content_end` boundary after it) takes the live slot and streams
 //!   through. Another source's content waits in that source's queue until the slot is free; then
 //!   the source whose queued content started earliest takes the slot, releases its backlog and
 //!   goes on live.
@@ -39,8 +39,8 @@ use futures::Stream;
 use tokio::time::{Instant, Sleep};
 
 use crate::event::Event;
-use crate::event::EventStream;
 use crate::gate::Gated;
+use crate::item::{Item, ItemStream};
 
 /// Pacing of queued content when its source takes the live slot.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -66,10 +66,10 @@ impl MuxConfig {
     }
 }
 
-struct Source {
+struct Source<T> {
     /// Polled only once it woke (or just yielded): a wake-up of one source costs no poll of the
     /// others (`gate`).
-    stream: Option<Gated<EventStream>>,
+    stream: Option<Gated<ItemStream<T>>>,
     /// Events held until this source has the slot: its first queued content and everything it
     /// sent after it.
     queue: VecDeque<Event>,
@@ -88,9 +88,11 @@ struct Flush {
     released: Option<Instant>,
 }
 
-/// Merges sub-agent event streams, giving one source at a time the live slot.
-pub struct LiveSlotMux {
-    sources: Vec<Source>,
+/// Merges sub-agent event streams, giving one source at a time the live slot. A source may end
+/// with a result ([`Item::Done`]): the merge keeps it for [`LiveSlotMux::into_results`].
+pub struct LiveSlotMux<T = ()> {
+    sources: Vec<Source<T>>,
+    results: Vec<Option<T>>,
     live: Option<usize>,
     ready: VecDeque<Event>,
     flush: Option<Flush>,
@@ -101,10 +103,11 @@ pub struct LiveSlotMux {
     config: MuxConfig,
 }
 
-impl LiveSlotMux {
+impl<T> LiveSlotMux<T> {
     /// A mux over `sources`, polled fairly.
-    pub fn new(sources: Vec<EventStream>, config: MuxConfig) -> LiveSlotMux {
+    pub fn new(sources: Vec<ItemStream<T>>, config: MuxConfig) -> LiveSlotMux<T> {
         LiveSlotMux {
+            results: sources.iter().map(|_| None).collect(),
             sources: sources
                 .into_iter()
                 .map(|s| Source { stream: Some(Gated::new(s)), queue: VecDeque::new(), queued_since: None })
@@ -117,6 +120,12 @@ impl LiveSlotMux {
             arrivals: 0,
             config,
         }
+    }
+
+    /// What each source ended with, in source order (`None` for one that ended without a
+    /// result): complete once the merge has ended.
+    pub fn into_results(self) -> Vec<Option<T>> {
+        self.results
     }
 
     fn route(&mut self, i: usize, event: Event) {
@@ -216,7 +225,10 @@ impl LiveSlotMux {
     }
 }
 
-impl Stream for LiveSlotMux {
+// The results are only moved, never pinned.
+impl<T> Unpin for LiveSlotMux<T> {}
+
+impl<T> Stream for LiveSlotMux<T> {
     type Item = Event;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Event>> {
@@ -234,8 +246,11 @@ impl Stream for LiveSlotMux {
                 let i = (this.next_poll + k) % n;
                 let Some(stream) = this.sources[i].stream.as_mut() else { continue };
                 match Pin::new(stream).poll_next(cx) {
-                    Poll::Ready(Some(event)) => {
-                        this.route(i, event);
+                    Poll::Ready(Some(item)) => {
+                        match item {
+                            Item::Event(event) => this.route(i, event),
+                            Item::Done(result) => this.results[i] = Some(result),
+                        }
                         // Start after this source next time, so a chatty source cannot starve
                         // the others.
                         this.next_poll = (i + 1) % n;
@@ -265,8 +280,15 @@ impl Stream for LiveSlotMux {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::event::EventStream;
     use crate::event::{Status, Usage};
     use futures::StreamExt;
+
+    /// The merge of event streams with no result.
+    fn merge(sources: Vec<EventStream>, config: MuxConfig) -> LiveSlotMux {
+        let sources = sources.into_iter().map(|s| Box::pin(s.map(Item::Event)) as ItemStream<()>).collect();
+        LiveSlotMux::new(sources, config)
+    }
 
     const MS: Duration = Duration::from_millis(1);
 
@@ -319,7 +341,7 @@ mod tests {
     async fn run(sources: Vec<EventStream>, config: MuxConfig) -> (Vec<(Event, u64)>, u64) {
         let start = Instant::now();
         let ms = || (Instant::now() - start).as_millis() as u64;
-        let mut mux = LiveSlotMux::new(sources, config);
+        let mut mux = merge(sources, config);
         let mut out = Vec::new();
         while let Some(e) = mux.next().await {
             out.push((e, ms()));
@@ -365,7 +387,7 @@ mod tests {
         // support's first word (15 ms) arrives while shopping (10, 20 ms) holds the slot.
         let slow = texts("support[1]", &["s1", "s2", "s3"], 15);
         let fast = texts("shopping[1]", &["p1", "p2"], 10);
-        let out: Vec<Event> = LiveSlotMux::new(vec![slow, fast], MuxConfig::default()).collect().await;
+        let out: Vec<Event> = merge(vec![slow, fast], MuxConfig::default()).collect().await;
         assert_eq!(
             sequence(&out),
             ["shopping[1]:p1", "shopping[1]:p2", "support[1]:s1", "support[1]:s2", "support[1]:s3"]
@@ -550,7 +572,7 @@ mod tests {
         let a = texts("a[1]", &["a1"], 7);
         let b = texts("b[1]", &["b1", "b2", "b3", "b4"], 6);
         let c = texts("c[1]", &["c1", "c2", "c3"], 5);
-        let out: Vec<Event> = LiveSlotMux::new(vec![a, b, c], MuxConfig::default()).collect().await;
+        let out: Vec<Event> = merge(vec![a, b, c], MuxConfig::default()).collect().await;
         // c is live from 5 ms to 15 ms; b queued first (6 ms), so it takes the slot next and goes
         // on live until it ends; a (queued at 7 ms) comes last.
         assert_eq!(
@@ -564,7 +586,7 @@ mod tests {
         let a = texts("a[1]", &["1", "2", "3"], 0);
         let b = texts("b[1]", &["4", "5", "6"], 0);
         let config = MuxConfig { flush_interval: Duration::ZERO, flush_budget: Duration::ZERO };
-        let out: Vec<Event> = LiveSlotMux::new(vec![a, b], config).collect().await;
+        let out: Vec<Event> = merge(vec![a, b], config).collect().await;
         let mut seq = sequence(&out);
         seq.sort();
         assert_eq!(seq, ["a[1]:1", "a[1]:2", "a[1]:3", "b[1]:4", "b[1]:5", "b[1]:6"]);
@@ -583,15 +605,29 @@ mod tests {
             Poll::<Option<Event>>::Pending
         }));
         let chatty = timed(words("shopping[1]", 20, 10, 10), 300);
-        let out: Vec<Event> =
-            LiveSlotMux::new(vec![silent, chatty], MuxConfig::default()).take(20).collect().await;
+        let out: Vec<Event> = merge(vec![silent, chatty], MuxConfig::default()).take(20).collect().await;
         assert_eq!(sequence(&out).len(), 20);
         assert_eq!(polls.load(Ordering::Relaxed), 1, "polled once, when the merge began");
     }
 
     #[tokio::test]
     async fn empty_mux_ends() {
-        let out: Vec<Event> = LiveSlotMux::new(vec![], MuxConfig::default()).collect().await;
+        let out: Vec<Event> = merge(vec![], MuxConfig::default()).collect().await;
         assert!(out.is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn each_sources_result_is_kept_in_source_order_and_no_event_is_lost() {
+        // The first source ends last; the third ends without a result.
+        let with_result = |agent: &'static str, delay_ms: u64, result: u32| -> ItemStream<u32> {
+            let events = texts(agent, &["a", "b"], delay_ms).map(Item::Event);
+            Box::pin(events.chain(futures::stream::iter([Item::Done(result)])))
+        };
+        let silent: ItemStream<u32> = Box::pin(texts("c[1]", &["c"], 5).map(Item::Event));
+        let sources = vec![with_result("a[1]", 30, 7), with_result("b[1]", 10, 8), silent];
+        let mut mux = LiveSlotMux::new(sources, MuxConfig::default());
+        let out: Vec<Event> = (&mut mux).collect().await;
+        assert_eq!(out.iter().filter(|e| matches!(e, Event::Text { .. })).count(), 5);
+        assert_eq!(mux.into_results(), [Some(7), Some(8), None]);
     }
 }

@@ -1,6 +1,6 @@
 //! Redaction of vendor text before it reaches a log line.
 //!
-//! A vendor's error body is not Baton's to repeat: a model server or Forethought answering 401
+//! A vendor's error body is not Baton's to repeat: a model server or vendor API answering 401
 //! may echo the `Authorization` header it was sent. Client-facing errors therefore carry a code
 //! and Baton's own message, never a vendor's words; logs keep an [`excerpt`] of what the vendor
 //! said: at most [`EXCERPT_CHARS`] characters, on one line, with these masked as [`MASK`]:

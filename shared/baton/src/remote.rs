@@ -12,7 +12,7 @@
 //! | field | |
 //! |---|---|
 //! | `agent` | the agent to run (a callee may host several) |
-//! | `instance` | the instance name its events carry (`shopping[1]`) |
+//! | `instance` | the instance name its events carry (`search[1]`) |
 //! | `request` | what it is asked ([`AgentRequest`]) |
 //! | `traceparent` | optional: the caller's W3C trace context (`00-<trace id>-<span id>-<flags>`), the span of the instance that calls it |
 //!

@@ -1,7 +1,7 @@
 //! Small-corpus full-text retrieval: BM25 ranking (the `bm25` crate) over an English tokenizer
 //! that lowercases, drops stop words and stems ("scanned" and "scanning" both find "scan").
 //!
-//! Used by the offline help-center agent (articles) and the shopping tools (offers). Ties are
+//! Used by the reference deployment's offline agents and tools (articles, offers). Ties are
 //! broken by document order, so results are deterministic.
 
 use std::sync::OnceLock;
@@ -21,7 +21,7 @@ const STOP_WORDS: &[&str] = &[
 
 /// Lowercases, splits on anything but letters, digits and apostrophes, drops stop words and
 /// stems.
-pub struct EnglishTokenizer {
+pub(crate) struct EnglishTokenizer {
     stemmer: Stemmer,
 }
 

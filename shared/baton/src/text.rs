@@ -22,7 +22,7 @@ use rust_stemmers::{Algorithm, Stemmer};
 use unicode_normalization::UnicodeNormalization;
 use unicode_normalization::char::is_combining_mark;
 
-pub use smalltalk::{DEFAULT_SMALLTALK, Lexicon, Smalltalk, SmalltalkLists, classify_smalltalk};
+pub use smalltalk::{Lexicon, Smalltalk, SmalltalkLists, classify_smalltalk};
 
 fn is_clause_break(c: char) -> bool {
     matches!(c, '.' | ',' | '!' | '?' | ';' | ':' | '\n' | '¿' | '¡' | '…')
@@ -100,26 +100,26 @@ pub fn is_users_words(part: &str, message: &str) -> bool {
 /// routing guards hold the user's message's and each clause's, where stemming them again for
 /// every comparison was most of the guards' time.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct TopicWords(Vec<String>);
+pub(crate) struct TopicWords(Vec<String>);
 
 impl TopicWords {
     /// The topic words of `text`.
-    pub fn of(text: &str) -> TopicWords {
+    pub(crate) fn of(text: &str) -> TopicWords {
         TopicWords(content_words(text))
     }
 
     /// How many of these words `other` has too (a repeated word counts each time).
-    pub fn shared_with(&self, other: &TopicWords) -> usize {
+    pub(crate) fn shared_with(&self, other: &TopicWords) -> usize {
         self.0.iter().filter(|w| other.0.contains(w)).count()
     }
 
     /// Whether the two share a word.
-    pub fn overlaps(&self, other: &TopicWords) -> bool {
+    pub(crate) fn overlaps(&self, other: &TopicWords) -> bool {
         self.0.iter().any(|w| other.0.contains(w))
     }
 
     /// Whether there are words and `other` has every one of them.
-    pub fn all_in(&self, other: &TopicWords) -> bool {
+    pub(crate) fn all_in(&self, other: &TopicWords) -> bool {
         !self.0.is_empty() && self.0.iter().all(|w| other.0.contains(w))
     }
 }

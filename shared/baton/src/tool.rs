@@ -9,12 +9,11 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use futures::StreamExt;
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
 
 use crate::conversation::Conversation;
-use crate::event::{Event, EventStream};
+use crate::item::{Item, ItemStream};
 use crate::model::{ToolCall, ToolSpec};
 
 /// Who a tool call is made for, and the session it runs in: tools that read per-user data
@@ -259,17 +258,14 @@ pub trait Tool: Send + Sync + 'static {
     ///
     /// The default runs [`Tool::call`] under `options.timeout` and streams nothing.
     fn start(self: Arc<Self>, arguments: Value, context: ToolContext, options: CallOptions) -> ToolRun {
-        let finish = Slot::default();
-        let slot = finish.clone();
         let run = async move {
             let outcome = match tokio::time::timeout(options.timeout, self.call(arguments, &context)).await {
                 Ok(outcome) => outcome,
                 Err(_) => Err(ToolError::Timeout { tool: self.name().to_owned(), timeout: options.timeout }),
             };
-            slot.set(ToolFinish { outcome, answer: None });
+            Item::Done(ToolFinish { outcome, answer: None })
         };
-        let events = futures::stream::once(run).filter_map(|()| std::future::ready(None::<Event>));
-        ToolRun { events: Box::pin(events), finish }
+        ToolRun { items: Box::pin(futures::stream::once(run)) }
     }
 }
 
@@ -291,21 +287,18 @@ impl CallOptions {
     }
 }
 
-/// One started tool call: the events it streams for the client while it runs, and, once they
-/// have ended, what it ended with.
+/// One started tool call: the events it streams for the client while it runs, then what it
+/// ended with as its last item. It runs while polled and is cancelled when dropped.
 pub struct ToolRun {
-    /// The call's events; it runs while they are polled and is cancelled when they are dropped.
-    pub events: EventStream,
-    /// Filled when `events` ends.
-    pub finish: Slot<ToolFinish>,
+    /// The call's events, then its [`ToolFinish`].
+    pub items: ItemStream<ToolFinish>,
 }
 
 impl ToolRun {
     /// A call that ended before it started.
     pub fn failed(error: ToolError) -> ToolRun {
-        let finish = Slot::default();
-        finish.set(ToolFinish { outcome: Err(error), answer: None });
-        ToolRun { events: Box::pin(futures::stream::empty()), finish }
+        let finish = ToolFinish { outcome: Err(error), answer: None };
+        ToolRun { items: Box::pin(futures::stream::iter([Item::Done(finish)])) }
     }
 }
 
@@ -326,34 +319,6 @@ pub struct DirectAnswer {
     pub text: String,
     /// Whether the client has already seen it (streamed while the call ran).
     pub streamed: bool,
-}
-
-/// A value filled once and read after: where a stream leaves what it ended with.
-#[derive(Debug)]
-pub struct Slot<T>(Arc<Mutex<Option<T>>>);
-
-impl<T> Clone for Slot<T> {
-    fn clone(&self) -> Self {
-        Slot(self.0.clone())
-    }
-}
-
-impl<T> Default for Slot<T> {
-    fn default() -> Self {
-        Slot(Arc::new(Mutex::new(None)))
-    }
-}
-
-impl<T> Slot<T> {
-    /// Fills the slot.
-    pub fn set(&self, value: T) {
-        *self.0.lock().expect("slot lock") = Some(value);
-    }
-
-    /// Empties the slot.
-    pub fn take(&self) -> Option<T> {
-        self.0.lock().expect("slot lock").take()
-    }
 }
 
 /// What one tool call produced: a result, or an error the model reads as its result.
@@ -539,8 +504,7 @@ pub async fn run_checked(
 ) -> ToolOutcome {
     let name = tool.name().to_owned();
     let run = tool.start(arguments.clone(), context.clone(), CallOptions::new(timeout));
-    run.events.for_each(|_| std::future::ready(())).await;
-    let outcome = run.finish.take().map_or_else(
+    let outcome = Item::result(run.items).await.map_or_else(
         || Err(ToolError::Failed { tool: name.clone(), reason: "the call ended without a result".into() }),
         |finish| finish.outcome,
     );

@@ -12,15 +12,15 @@
 //!   - name: deals
 //!     description: Finds offers.          # what the parent's model reads about the tool
 //!     instruction: Find offers with your tools.
-//!     tools: [search_offers]
+//!     tools: [lookup]
 //!     output: text_and_events             # text_and_events | events (default) | none
 //!     skip_summarization: true            # its answer goes to the user as is
 //!     timeout_seconds: 20
 //! ```
 //!
-//! Kinds: `llm` (the default: a tool loop over `instruction`, `model`, `tools` and `agents`) and
-//! `support` (the reference support agent: Forethought when a token is configured, the offline
-//! help center otherwise).
+//! Kinds: `llm` (the default: a tool loop over `instruction`, `model`, `tools` and `agents`), or
+//! the name of an agent a deployment's extension builds (`wiring::Extension::agent_kinds`): such
+//! an agent is built in and takes no instruction, model, tools or agents.
 //!
 //! Routing: an `llm` agent with `routing:` offers its agents as routing tools `ask_<name>` and
 //! routes with the routing policy of [`crate::routing`] (docs/routing.md): its agents see the
@@ -29,13 +29,13 @@
 //! ```yaml
 //!   - name: orchestrator
 //!     instruction: You route the user's requests to your agents.
-//!     agents: [support, shopping]
+//!     agents: [help_desk, deals]
 //!     routing:
-//!       followup: support        # echo follow-ups, prior context on a switch, category and summary
-//!       fallback: shopping       # where a refused direct answer goes
+//!       followup: help_desk      # echo follow-ups, prior context on a switch, category and summary
+//!       fallback: deals          # where a refused direct answer goes
 //!       categories: [missing_points, rewards]
-//!       category_argument: support_category   # default <followup>_category
-//!       summary_argument: support_summary     # default <followup>_summary
+//!       category_argument: help_desk_category   # default <followup>_category
+//!       summary_argument: help_desk_summary     # default <followup>_summary
 //!       guards: [failsafe, echo_followup, fastpath, duplicates, overlap, verbatim, prior_context, summary_cap]
 //! ```
 //!
@@ -43,7 +43,7 @@
 //! default model (`--orchestrator-model`). `api: responses` uses the Responses API. `remote:
 //! {url: ...}` or `{function: ...}` runs the agent in another process (a separately deployed
 //! function). The settings of the command line and the environment may fill these for an agent
-//! (`--shopping-model` and its siblings fill the agent named `shopping`).
+//! ([`crate::config::Config::apply_agent_defaults`]).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -54,19 +54,42 @@ use serde::Deserialize;
 use super::ConfigError;
 use crate::agent_tool::{AGENT_TOOL_PREFIX, AgentToolOptions, OutputMode};
 use crate::mini::{AllowlistMode, DEFAULT_MAX_MINIS, DEFAULT_MINI_TIMEOUT, MAX_MINIS, MiniAgentSettings};
-use crate::shopping::tools::{GET_OFFER, PURCHASE_HISTORY, SEARCH_OFFERS};
-use crate::support::help_center::SEARCH_HELP_CENTER;
 use crate::tool::JsonSchema;
 
 /// What an agent is.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub enum AgentKind {
     /// A model with tools and agents (a tool loop).
     #[default]
     Llm,
-    /// The reference support agent (Forethought, or the offline help center).
-    Support,
+    /// An agent an extension builds (`kind: <name>`): it takes no instruction, model, tools or
+    /// agents.
+    Builtin(String),
+}
+
+impl AgentKind {
+    /// The name written in `kind:`.
+    pub fn as_str(&self) -> &str {
+        match self {
+            AgentKind::Llm => "llm",
+            AgentKind::Builtin(name) => name,
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for AgentKind {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let name = String::deserialize(deserializer)?;
+        let valid =
+            !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+        match name.as_str() {
+            "llm" => Ok(AgentKind::Llm),
+            _ if valid => Ok(AgentKind::Builtin(name)),
+            _ => Err(serde::de::Error::custom(format!(
+                "`{name}` is not a kind: `llm` or an extension's agent kind (letters, digits, `_`, `-`)"
+            ))),
+        }
+    }
 }
 
 /// How an agent routes (see the module docs).
@@ -257,9 +280,6 @@ pub struct AgentsConfig {
     pub source: Option<(String, Arc<str>)>,
 }
 
-/// The built-in tools an agent may list in `tools`.
-pub const BUILTIN_TOOLS: &[&str] = &[SEARCH_OFFERS, GET_OFFER, PURCHASE_HISTORY, SEARCH_HELP_CENTER];
-
 /// Largest `max_depth`.
 pub const MAX_DEPTH_LIMIT: u32 = 16;
 
@@ -337,7 +357,7 @@ impl AgentsConfig {
                 format!("unknown agent `{}`; defined: {}", self.entry, self.names()),
             ));
         };
-        if self.agents[entry].kind == AgentKind::Support {
+        if self.agents[entry].kind != AgentKind::Llm {
             return Err(self.error(None, "entry", "the entry agent must be of kind `llm`"));
         }
         self.check_cycles()
@@ -368,13 +388,13 @@ impl AgentsConfig {
         if let Some(schema) = &a.output_schema {
             JsonSchema::compile(schema).map_err(|e| self.error(Some(i), "output_schema", e))?;
         }
-        match a.kind {
+        match &a.kind {
             AgentKind::Llm => {
                 if a.instruction.trim().is_empty() {
                     return err("instruction", "an `llm` agent needs an instruction".into());
                 }
             }
-            AgentKind::Support => {
+            AgentKind::Builtin(kind) => {
                 for (field, set) in [
                     ("instruction", !a.instruction.is_empty()),
                     ("tools", !a.tools.is_empty()),
@@ -384,8 +404,9 @@ impl AgentsConfig {
                     if set {
                         return err(
                             field,
-                            "a `support` agent is built in: it takes no instruction, model, tools or agents"
-                                .into(),
+                            format!(
+                                "a `{kind}` agent is built in: it takes no instruction, model, tools or agents"
+                            ),
                         );
                     }
                 }
@@ -621,7 +642,7 @@ impl AgentsConfig {
         Ok(())
     }
 
-    fn names(&self) -> String {
+    pub(crate) fn names(&self) -> String {
         self.agents.iter().map(|a| a.name.as_str()).collect::<Vec<_>>().join(", ")
     }
 
@@ -762,7 +783,7 @@ agents:
     agents: [worker]
   - name: worker
     instruction: Work.
-    tools: [search_offers]
+    tools: [lookup]
     timeout_seconds: 5
 ";
 
@@ -776,20 +797,9 @@ agents:
         assert_eq!(locate_top_level(TEAM, "entry"), Some(1));
     }
 
-    #[test]
-    fn configured_smalltalk_extends_the_defaults_and_a_bad_phrase_is_refused() {
-        use crate::config::{Config, REFERENCE_CONFIG};
-        let config = Config::default();
-        let routing = config.agents.get("orchestrator").and_then(|a| a.routing.clone()).unwrap();
-        assert!(routing.smalltalk.unwrap().greetings.contains(&"hey fetch".to_owned()));
-        let bad = REFERENCE_CONFIG.replace("greetings: [hey fetch,", "greetings: [\"!\", hey fetch,");
-        let err = Config::default().with_yaml(&bad, "t.yaml").unwrap_err().to_string();
-        assert!(err.contains("smalltalk") && err.contains("no word") && err.contains("t.yaml"), "{err}");
-    }
-
     fn minis_team(lead_minis: &str, worker_minis: &str) -> String {
         format!(
-            "entry: lead\nagents:\n  - name: lead\n    instruction: Lead.\n    tools: [search_offers]\n    agents: [worker]\n{lead_minis}  - name: worker\n    instruction: Work.\n    tools: [search_offers]\n{worker_minis}"
+            "entry: lead\nagents:\n  - name: lead\n    instruction: Lead.\n    tools: [lookup]\n    agents: [worker]\n{lead_minis}  - name: worker\n    instruction: Work.\n    tools: [lookup]\n{worker_minis}"
         )
     }
 

@@ -30,7 +30,8 @@ use tokio::sync::Mutex;
 use super::McpError;
 use super::config::{McpServerConfig, expand_env};
 use crate::event::Event;
-use crate::tool::{CallOptions, CallRef, Slot, Tool, ToolContext, ToolError, ToolFinish, ToolRun};
+use crate::item::Item;
+use crate::tool::{CallOptions, CallRef, Tool, ToolContext, ToolError, ToolFinish, ToolRun};
 
 /// How long a finished call waits for progress notifications still on their way, while the
 /// reported total is not reached (see [`McpTool::call_items`]).
@@ -58,7 +59,7 @@ pub struct McpProgress {
 
 /// Longest a server may take to start (a child process, or a connection and its handshake) and
 /// to list its tools: `npx` fetching a package is slow, a call's own timeout may be short.
-pub const START_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const START_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The message of a call that failed twice on the transport.
 pub const TRANSPORT_ERROR_AFTER_RETRY: &str = "MCP transport error (after retry)";
@@ -102,7 +103,7 @@ impl ClientHandler for ProgressRouter {
 
 /// One configured MCP server: its session, started at [`McpConnection::connect`] and again on
 /// the next use after it broke.
-pub struct McpConnection {
+pub(crate) struct McpConnection {
     name: String,
     endpoint: Endpoint,
     timeout: Duration,
@@ -120,7 +121,10 @@ impl std::fmt::Debug for McpConnection {
 impl McpConnection {
     /// Reads `config`'s environment references and starts the server; fails with an error
     /// naming the server when it does not start within its timeout.
-    pub async fn connect(name: &str, config: &McpServerConfig) -> Result<Arc<McpConnection>, McpError> {
+    pub(crate) async fn connect(
+        name: &str,
+        config: &McpServerConfig,
+    ) -> Result<Arc<McpConnection>, McpError> {
         let connection = Arc::new(McpConnection::new(name, config, |v| std::env::var(v).ok())?);
         connection.session().await?;
         Ok(connection)
@@ -171,7 +175,7 @@ impl McpConnection {
     }
 
     /// The server's name in the configuration.
-    pub fn name(&self) -> &str {
+    pub(crate) fn name(&self) -> &str {
         &self.name
     }
 
@@ -224,7 +228,7 @@ impl McpConnection {
     }
 
     /// Every tool the server offers (all pages), under the start-up bound.
-    pub async fn list_tools(&self) -> Result<Vec<rmcp::model::Tool>, McpError> {
+    pub(crate) async fn list_tools(&self) -> Result<Vec<rmcp::model::Tool>, McpError> {
         let session = self.session().await?;
         let listed = tokio::time::timeout(START_TIMEOUT, session.peer.list_all_tools()).await;
         match listed {
@@ -310,7 +314,7 @@ impl McpTool {
     }
 
     /// The tool's name on its server.
-    pub fn remote_name(&self) -> &str {
+    pub(crate) fn remote_name(&self) -> &str {
         &self.remote_name
     }
 
@@ -473,9 +477,7 @@ impl Tool for McpTool {
     /// calling instance while the call runs; past `options.timeout` the call is dropped, which
     /// cancels it on the server.
     fn start(self: Arc<Self>, arguments: Value, context: ToolContext, options: CallOptions) -> ToolRun {
-        let finish = Slot::default();
-        let slot = finish.clone();
-        let events = async_stream::stream! {
+        let items = async_stream::stream! {
             let CallRef { agent, call_id } = context.call;
             let deadline = tokio::time::Instant::now() + options.timeout;
             let items = self.call_items(arguments);
@@ -483,14 +485,14 @@ impl Tool for McpTool {
             let outcome = loop {
                 match tokio::time::timeout_at(deadline, items.next()).await {
                     Ok(Some(McpCallItem::Progress(p))) => {
-                        yield Event::ToolCallProgress {
+                        yield Item::Event(Event::ToolCallProgress {
                             agent: agent.clone(),
                             call_id: call_id.clone(),
                             name: self.name.clone(),
                             progress: p.progress,
                             total: p.total,
                             message: p.message,
-                        };
+                        });
                     }
                     Ok(Some(McpCallItem::Done(outcome))) => break outcome,
                     Ok(None) => {
@@ -502,9 +504,9 @@ impl Tool for McpTool {
                     Err(_) => break Err(ToolError::Timeout { tool: self.name.clone(), timeout: options.timeout }),
                 }
             };
-            slot.set(ToolFinish { outcome, answer: None });
+            yield Item::Done(ToolFinish { outcome, answer: None });
         };
-        ToolRun { events: Box::pin(events), finish }
+        ToolRun { items: Box::pin(items) }
     }
 }
 

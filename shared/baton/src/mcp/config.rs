@@ -8,17 +8,17 @@ use std::time::Duration;
 use serde::Deserialize;
 
 /// The configured MCP servers, by name. A server's tools reach the model as
-/// `mcp__<server>__<tool>` (see [`super::tool_name`]).
+/// `mcp__<server>__<tool>` (see `tool_name`).
 pub type McpServers = BTreeMap<String, McpServerConfig>;
 
 /// How long one call may take when the configuration says nothing.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Longest `timeout_seconds` accepted (an hour: a call that runs longer is a job, not a tool).
-pub const MAX_TIMEOUT_SECONDS: f64 = 3600.0;
+pub(crate) const MAX_TIMEOUT_SECONDS: f64 = 3600.0;
 
 /// Longest server name: the tool names built from it must stay within a model's 64 characters.
-pub const MAX_SERVER_NAME: usize = 24;
+pub(crate) const MAX_SERVER_NAME: usize = 24;
 
 /// One MCP server: exactly one of `command` (stdio: a child process) or `url` (streamable HTTP).
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
@@ -45,7 +45,7 @@ pub struct McpServerConfig {
     #[serde(default)]
     pub tools: Option<Vec<String>>,
     /// Longest one call may take; 30 s by default. (Start and listing have their own bound,
-    /// [`super::client::START_TIMEOUT`].)
+    /// `START_TIMEOUT`.)
     #[serde(default)]
     pub timeout_seconds: Option<f64>,
     /// A server that fails to start is a warning and its tools are absent, instead of a
@@ -80,7 +80,7 @@ impl McpConfigError {
 
 /// Whether `name` may name a server: 1 to [`MAX_SERVER_NAME`] ASCII letters, digits, `_` or
 /// `-`, without `__` (the separator in tool names).
-pub fn is_valid_server_name(name: &str) -> bool {
+pub(crate) fn is_valid_server_name(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= MAX_SERVER_NAME
         && !name.contains("__")
@@ -183,7 +183,7 @@ pub fn validate_server(name: &str, s: &McpServerConfig) -> Result<(), McpConfigE
 
 /// `value` with every `${NAME}` replaced by the environment variable `NAME`, read through
 /// `lookup`. The error names the missing variable, never the value.
-pub fn expand_env(value: &str, lookup: impl Fn(&str) -> Option<String>) -> Result<String, String> {
+pub(crate) fn expand_env(value: &str, lookup: impl Fn(&str) -> Option<String>) -> Result<String, String> {
     let mut out = String::with_capacity(value.len());
     let mut rest = value;
     while let Some(start) = rest.find("${") {

@@ -10,7 +10,7 @@
 //!
 //! # Layout
 //! - [`config`]: the `mcp_servers` settings and their validation (errors name the field path).
-//! - [`client`]: a connection per server (restarted after it broke), the tools, the retry and
+//! - `client`: a connection per server (restarted after it broke), the tools, the retry and
 //!   cancellation rules.
 //! - [`server`]: Baton agents as MCP tools, progress notifications from their events.
 //!
@@ -21,19 +21,20 @@
 //! deployment error seen at once (naming the server), not a tool that fails mid-conversation.
 //! The list is not refreshed: a server that changes its tools is picked up at the next start.
 
-pub mod client;
+mod client;
 pub mod config;
 pub mod server;
 
 use std::sync::Arc;
 
-pub use client::{McpCallItem, McpConnection, McpProgress, McpTool, TRANSPORT_ERROR_AFTER_RETRY};
+pub(crate) use client::McpConnection;
+pub use client::{McpCallItem, McpProgress, McpTool, TRANSPORT_ERROR_AFTER_RETRY};
 pub use config::{McpConfigError, McpServerConfig, McpServers};
 
 use crate::tool::Tool;
 
 /// The prefix of every MCP tool name.
-pub const MCP_TOOL_PREFIX: &str = "mcp__";
+pub(crate) const MCP_TOOL_PREFIX: &str = "mcp__";
 
 /// Longest tool name models accept.
 const MAX_TOOL_NAME: usize = 64;
@@ -60,7 +61,7 @@ pub enum McpError {
 /// The name the model calls a server's tool by: `mcp__<server>__<tool>`, with characters models
 /// refuse replaced by `_`, and a long name shortened with a hash of the original so that two
 /// tools never share one.
-pub fn tool_name(server: &str, tool: &str) -> String {
+pub(crate) fn tool_name(server: &str, tool: &str) -> String {
     let clean: String = tool
         .chars()
         .map(|c| if c.is_ascii_alphanumeric() || c == '_' || c == '-' { c } else { '_' })

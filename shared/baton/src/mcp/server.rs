@@ -42,7 +42,7 @@ impl McpAgent {
 
 /// The MCP server handler over a set of agents (one tool each).
 #[derive(Clone)]
-pub struct AgentsServer {
+pub(crate) struct AgentsServer {
     agents: Arc<Vec<McpAgent>>,
 }
 
@@ -67,7 +67,7 @@ fn input_schema() -> Arc<serde_json::Map<String, Value>> {
 
 /// The progress line a client sees for an agent event; `None` for content (text, usage), which
 /// is the result, not progress.
-pub fn progress_message(event: &Event) -> Option<String> {
+pub(crate) fn progress_message(event: &Event) -> Option<String> {
     Some(match event {
         Event::AgentStarted { agent, .. } => format!("{agent} started"),
         Event::AgentFinished { agent, status, duration_ms, .. } => {
@@ -95,7 +95,7 @@ pub fn progress_message(event: &Event) -> Option<String> {
 
 impl AgentsServer {
     /// A server offering `agents`.
-    pub fn new(agents: Vec<McpAgent>) -> AgentsServer {
+    pub(crate) fn new(agents: Vec<McpAgent>) -> AgentsServer {
         AgentsServer { agents: Arc::new(agents) }
     }
 
@@ -196,7 +196,7 @@ pub async fn serve_stdio(agents: Vec<McpAgent>) -> Result<(), McpError> {
 
 /// The streamable HTTP endpoint of `agents` at `/mcp`, and the switch that ends its open
 /// sessions (call it on shutdown, or open event streams keep the server alive).
-pub fn http_router(agents: Vec<McpAgent>) -> (axum::Router, impl FnOnce() + Send + 'static) {
+pub(crate) fn http_router(agents: Vec<McpAgent>) -> (axum::Router, impl FnOnce() + Send + 'static) {
     let server = AgentsServer::new(agents);
     let config = StreamableHttpServerConfig::default();
     let stop = config.cancellation_token.clone();

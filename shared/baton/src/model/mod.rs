@@ -8,7 +8,8 @@
 //! - [`responses`]: the OpenAI Responses API over HTTP, with `previous_response_id`.
 //! - [`offline`]: the deterministic rule-based model used when no model is configured.
 //! - [`scripted`]: scripted answers and an in-process scripted model (the routing suite's fault
-//!   injection uses it); with feature `test-support`, a scripted OpenAI-compatible HTTP server.
+//!   injection uses it); with the crate's test-server feature, a scripted OpenAI-compatible HTTP
+//!   server.
 
 pub mod offline;
 pub mod openai;
@@ -122,7 +123,7 @@ pub enum ToolChoice {
 
 impl ToolChoice {
     /// Its spelling in both OpenAI APIs' `tool_choice`.
-    pub fn wire_name(self) -> &'static str {
+    pub(crate) fn wire_name(self) -> &'static str {
         match self {
             ToolChoice::Auto => "auto",
             ToolChoice::Required => "required",
@@ -145,7 +146,7 @@ pub struct ChatRequest {
     /// Output token cap.
     pub max_tokens: Option<u32>,
     /// A JSON Schema the answer's text must follow (structured output), where the server
-    /// supports it; callers validate the answer themselves in any case.
+    /// offers it; callers validate the answer themselves in any case.
     pub response_format: Option<ResponseFormat>,
 }
 
@@ -404,7 +405,7 @@ pub trait ChatModel: Send + Sync {
 
     /// Whether the server keeps conversations, so that [`ChatModel::stream_continuing`] works
     /// (the OpenAI Responses API).
-    fn supports_previous_response(&self) -> bool {
+    fn keeps_conversations(&self) -> bool {
         false
     }
 
@@ -431,8 +432,8 @@ impl<M: ChatModel + ?Sized> ChatModel for Arc<M> {
         (**self).stream(request)
     }
 
-    fn supports_previous_response(&self) -> bool {
-        (**self).supports_previous_response()
+    fn keeps_conversations(&self) -> bool {
+        (**self).keeps_conversations()
     }
 
     fn stream_continuing(&self, request: ChatRequest, previous_response_id: String) -> DeltaStream {
@@ -487,7 +488,7 @@ pub async fn collect(mut stream: DeltaStream) -> Result<ChatResponse, ModelError
 /// fragment without an index continues the latest call, unless it carries a new id (some servers
 /// omit indexes and start each call with its id).
 #[derive(Debug, Default)]
-pub struct ToolCallAssembler {
+pub(crate) struct ToolCallAssembler {
     calls: BTreeMap<usize, ToolCall>,
     last_index: Option<usize>,
     chars: usize,
@@ -495,7 +496,7 @@ pub struct ToolCallAssembler {
 
 impl ToolCallAssembler {
     /// Adds one fragment; returns a [`ModelDelta::ToolCallStart`] when this fragment starts a call.
-    pub fn push(
+    pub(crate) fn push(
         &mut self,
         index: Option<usize>,
         id: Option<&str>,
@@ -539,17 +540,17 @@ impl ToolCallAssembler {
 
     /// Characters of tool names and arguments received so far (never decreases), for the
     /// answer cap.
-    pub fn chars(&self) -> usize {
+    pub(crate) fn chars(&self) -> usize {
         self.chars
     }
 
     /// Whether any fragment was seen.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.calls.is_empty()
     }
 
     /// The complete calls in index order; calls without an id get a synthetic one.
-    pub fn finish(&mut self) -> Vec<ToolCall> {
+    pub(crate) fn finish(&mut self) -> Vec<ToolCall> {
         std::mem::take(&mut self.calls)
             .into_iter()
             .map(|(index, mut call)| {

@@ -1,21 +1,28 @@
 //! The offline model: deterministic and rule-based, so the whole pipeline runs on a fresh machine
 //! with no API key. It is a demo and test aid, never a claim about routing quality.
 //!
-//! - Offered the orchestrator tools, it answers smalltalk directly (the fastpath) and otherwise
-//!   routes by the configured support keywords: clauses that name a support keyword go to
-//!   `ask_support`, the rest to `ask_shopping`, each call carrying the user's own words.
-//! - Offered `search_offers` (the shopping agent), it searches with the user's words.
+//! - Offered routing tools (`ask_<agent>`, those with an `intent_count` parameter), it answers
+//!   smalltalk directly (the fastpath) and otherwise routes clause by clause by the configured
+//!   keywords (`offline_model.keywords`, a list per agent): a clause that names an agent's keyword
+//!   goes to that agent's tool, the rest to the first routing tool whose agent has no keywords,
+//!   each call carrying the user's own words.
+//! - Offered a tool an [`OfflineSkill`] searches with, it calls it with the user's words.
 //! - Offered other tools (a configured agent's tools and agents), it answers smalltalk
 //!   directly and otherwise calls the tools whose name and description share topic words with
 //!   the message, each with its part of the user's words (the first tool when none matches).
-//! - Given tool results, it composes an answer from them (offers as a list, an agent's answer
-//!   as its text, help articles with their citation).
+//! - Given tool results, it composes an answer from them: what a skill reads from a result, an
+//!   agent's answer as its text, anything else as a list.
 //! - Asked for a mini-agent decomposition (a request with a response format), it forks when
 //!   parts of the message joined by clear conjunctions (`and`, `also`, `plus`, sentence ends)
 //!   go to different offered tools, one sub-task per tool.
 //! - Asked to aggregate mini-agents' outcomes (a user message that is JSON with `parts`), it
 //!   joins the answers in order and says which parts failed or took too long.
 //! - Otherwise it says plainly that it is offline and what it was asked.
+//!
+//! A deployment's own tools teach it their results through [`OfflineSkill`]s (see
+//! `wiring::Extension::offline_skill`).
+
+use std::sync::Arc;
 
 use futures::stream;
 use serde_json::json;
@@ -23,57 +30,79 @@ use serde_json::json;
 use super::ToolSpec;
 use super::{ChatModel, ChatRequest, DeltaStream, FinishReason, Message, ModelDelta, ToolCall};
 use crate::event::Usage;
-use crate::shopping::tools::SEARCH_OFFERS;
 use crate::text::{self as guard, Smalltalk};
 
-/// The two roles of routing tools (those with an `intent_count` parameter): the one that takes a
-/// `support_category` gets the support clauses, the other the rest.
-const ASK_SUPPORT: &str = "support";
-const ASK_SHOPPING: &str = "shopping";
+/// What the offline model knows of a deployment's tools: how to read their results, and which
+/// tool it searches with the user's words when offered.
+pub trait OfflineSkill: Send + Sync + std::fmt::Debug {
+    /// `result` (a tool's JSON result) in words, or `None` when it is not one this skill reads.
+    fn compose(&self, result: &serde_json::Value) -> Option<String>;
+
+    /// A tool the model calls at once with the user's words (`{"query": ...}`) when offered.
+    fn search_tool(&self) -> Option<&str> {
+        None
+    }
+}
 
 /// Whether `tool` is a routing tool (`ask_<agent>`): it takes an `intent_count`.
 fn is_routing_tool(tool: &ToolSpec) -> bool {
     tool.parameters.pointer("/properties/intent_count").is_some()
 }
 
-/// The routing tools offered for the support and the shopping role.
-fn routing_tools(request: &ChatRequest) -> (Option<&ToolSpec>, Option<&ToolSpec>) {
-    let routing: Vec<&ToolSpec> = request.tools.iter().filter(|t| is_routing_tool(t)).collect();
-    let support =
-        routing.iter().copied().find(|t| t.parameters.pointer("/properties/support_category").is_some());
-    let shopping = routing.iter().copied().find(|t| support.is_none_or(|s| s.name != t.name));
-    (support.or(shopping), shopping.or(support))
+/// Where a clause of the user's message goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    /// To the routing tool at this index of the keyword lists.
+    Agent(usize),
+    /// To the default routing tool (an agent with no keywords).
+    Default,
+    /// Nowhere of its own ("hi", "also", "thanks"): it joins a neighbour.
+    Weak,
 }
 
 /// The offline model's name in `usage` and `completed` events.
 pub const OFFLINE_MODEL_NAME: &str = "offline";
 
 /// The deterministic rule-based model.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct OfflineModel {
-    support_keywords: Vec<String>,
+    /// Keywords (lowercase; a phrase may have spaces) per routing tool, in order.
+    keywords: Vec<(String, Vec<String>)>,
+    skills: Vec<Arc<dyn OfflineSkill>>,
 }
 
 impl OfflineModel {
-    /// A model routing by these (lowercase) support keywords.
-    pub fn new(support_keywords: Vec<String>) -> OfflineModel {
-        let support_keywords = support_keywords.into_iter().map(|k| k.to_lowercase()).collect();
-        OfflineModel { support_keywords }
+    /// A model routing by these keywords per routing tool (`ask_<agent>`; see the module docs).
+    pub fn new(keywords: Vec<(String, Vec<String>)>) -> OfflineModel {
+        let keywords = keywords
+            .into_iter()
+            .map(|(agent, words)| (agent, words.into_iter().map(|k| k.to_lowercase()).collect()))
+            .collect();
+        OfflineModel { keywords, skills: Vec::new() }
     }
 
-    fn is_support(&self, clause: &str) -> bool {
+    /// This model, also reading results and searching with `skills`.
+    pub fn with_skills(mut self, skills: Vec<Arc<dyn OfflineSkill>>) -> OfflineModel {
+        self.skills = skills;
+        self
+    }
+
+    /// The first routing tool whose keywords `clause` names.
+    fn agent_of(&self, clause: &str) -> Option<usize> {
         let lower = clause.to_lowercase();
         let words = guard::words(clause);
-        self.support_keywords
-            .iter()
-            .any(|k| if k.contains(' ') { lower.contains(k.as_str()) } else { words.iter().any(|w| w == k) })
+        self.keywords.iter().position(|(_, keywords)| {
+            keywords.iter().any(|k| {
+                if k.contains(' ') { lower.contains(k.as_str()) } else { words.iter().any(|w| w == k) }
+            })
+        })
     }
 
-    /// Splits a message into support and shopping parts, in the order they appear.
-    fn route(&self, text: &str) -> Vec<(&'static str, String)> {
-        let mut parts: Vec<(&'static str, String)> = Vec::new();
+    /// Splits a message into its agents' parts, in the order they appear.
+    fn route(&self, text: &str) -> Vec<(Role, String)> {
+        let mut parts: Vec<(Role, String)> = Vec::new();
         for clause in clauses(text) {
-            let tool = if self.is_support(&clause) { ASK_SUPPORT } else { ASK_SHOPPING };
+            let tool = self.agent_of(&clause).map_or(Role::Default, Role::Agent);
             // No topic of its own ("hi", "also", "thanks"): fold it into its neighbour.
             let weak =
                 guard::content_words(&clause).is_empty() || guard::classify_smalltalk(&clause).is_some();
@@ -82,19 +111,19 @@ impl OfflineModel {
                     t.push(' ');
                     t.push_str(&clause);
                 }
-                _ if weak => parts.push(("", clause)),
+                _ if weak => parts.push((Role::Weak, clause)),
                 _ => parts.push((tool, clause)),
             }
         }
         // A leading weak clause takes the class of what follows it.
-        if parts.len() > 1 && parts[0].0.is_empty() {
+        if parts.len() > 1 && parts[0].0 == Role::Weak {
             let (_, lead) = parts.remove(0);
             parts[0].1 = format!("{lead} {}", parts[0].1);
         }
         match parts.len() {
-            0 => vec![(ASK_SHOPPING, text.trim().to_owned())],
+            0 => vec![(Role::Default, text.trim().to_owned())],
             1 => {
-                let tool = if parts[0].0.is_empty() { ASK_SHOPPING } else { parts[0].0 };
+                let tool = if parts[0].0 == Role::Weak { Role::Default } else { parts[0].0 };
                 vec![(tool, text.trim().to_owned())]
             }
             _ => parts,
@@ -106,48 +135,40 @@ impl OfflineModel {
         if let Some(kind) = guard::classify_smalltalk(text) {
             return Answer::text(match kind {
                 Smalltalk::Greeting => {
-                    "Hi! I can help with receipts, points and your account, or find you offers. \
-                     What would you like to do?"
+                    "Hi! I'm running offline, and I pass your questions to the agents that answer \
+                     them. What would you like to do?"
                 }
                 Smalltalk::Acknowledgement => "You're welcome! Anything else I can help with?",
                 Smalltalk::Chitchat => {
-                    "I'm Baton's offline assistant: I answer help-center questions and look up \
-                     offers. How can I help?"
+                    "I'm Baton's offline assistant: I pass your questions to the agents that \
+                     answer them. How can I help?"
                 }
             });
         }
         // The user's words are routed clause by clause; an attached image's note (after them)
-        // only decides a single part: a receipt note makes it support's.
+        // only decides a single part: a note that names an agent's keyword makes it that agent's.
         let (said, note) = match text.find("\n[The user attached an image") {
             Some(at) => (&text[..at], Some(&text[at..])),
             None => (text, None),
         };
         let mut routes = self.route(said);
-        if let (Some(note), [(ASK_SHOPPING, query)]) = (note, routes.as_slice()) {
-            if self.is_support(note) {
-                routes = vec![(ASK_SUPPORT, query.clone())];
+        if let (Some(note), [(Role::Default, query)]) = (note, routes.as_slice()) {
+            if let Some(agent) = self.agent_of(note) {
+                routes = vec![(Role::Agent(agent), query.clone())];
             }
         }
         let count = routes.len();
         let preamble = match (count, routes[0].0) {
-            (1, ASK_SUPPORT) => "Let me check that for you.",
+            (1, Role::Agent(_)) => "Let me check that for you.",
             (1, _) => "Let me look that up.",
             _ => "I'll look into both of those at once.",
         };
-        let (support, shopping) = routing_tools(request);
         let calls = routes
             .into_iter()
             .enumerate()
             .filter_map(|(i, (role, query))| {
-                let tool = if role == ASK_SUPPORT { support? } else { shopping? };
-                let mut args = json!({"query": query, "intent_count": count});
-                let categories = tool.parameters.pointer("/properties/support_category/enum");
-                if categories.and_then(|c| c.as_array()).is_some_and(|c| c.iter().any(|v| v == "general")) {
-                    args["support_category"] = json!("general");
-                }
-                if tool.parameters.pointer("/properties/support_summary").is_some() {
-                    args["support_summary"] = json!(query.chars().take(300).collect::<String>());
-                }
+                let tool = self.routing_tool(request, role)?;
+                let args = routing_arguments(&tool.parameters, &query, count);
                 Some(ToolCall {
                     id: format!("offline_call_{i}"),
                     name: tool.name.clone(),
@@ -156,6 +177,18 @@ impl OfflineModel {
             })
             .collect();
         Answer { text: preamble.to_owned(), calls }
+    }
+
+    /// The routing tool a clause of `role` goes to: its agent's when offered, else the default
+    /// one (the first whose agent has no keywords), else the first routing tool.
+    fn routing_tool<'r>(&self, request: &'r ChatRequest, role: Role) -> Option<&'r ToolSpec> {
+        let routing: Vec<&ToolSpec> = request.tools.iter().filter(|t| is_routing_tool(t)).collect();
+        let keyworded = |t: &ToolSpec| self.keywords.iter().any(|(tool, _)| *tool == t.name);
+        let default = routing.iter().copied().find(|t| !keyworded(t)).or(routing.first().copied());
+        match role {
+            Role::Agent(i) => routing.iter().copied().find(|t| t.name == self.keywords[i].0).or(default),
+            Role::Default | Role::Weak => default,
+        }
     }
 
     /// Calls the offered tools that match the message, each with its part of it.
@@ -227,7 +260,7 @@ impl OfflineModel {
         Answer::text(&lines.join("\n\n"))
     }
 
-    fn compose(request: &ChatRequest) -> Answer {
+    fn compose(&self, request: &ChatRequest) -> Answer {
         let results: Vec<&str> = request
             .messages
             .iter()
@@ -242,22 +275,14 @@ impl OfflineModel {
         for result in results.iter().rev() {
             let value: serde_json::Value = serde_json::from_str(result).unwrap_or_default();
             let separator = if text.is_empty() { "" } else { "\n\n" };
-            if let Some(offers) = value["offers"].as_array() {
+            if let Some(words) = self.skills.iter().find_map(|skill| skill.compose(&value)) {
                 text.push_str(separator);
-                text.push_str(&compose_offers(value["query"].as_str().unwrap_or_default(), offers));
+                text.push_str(&words);
             } else if value["shown_to_user"] == json!(true) {
                 // The user has read it already.
             } else if let Some(answer) = value["answer"].as_str() {
                 text.push_str(separator);
                 text.push_str(answer.trim());
-            } else if let Some(article) = value["articles"].as_array().and_then(|a| a.first()) {
-                text.push_str(separator);
-                text.push_str(&format!(
-                    "{} (Source: \"{}\", {})",
-                    article["text"].as_str().unwrap_or_default().trim(),
-                    article["title"].as_str().unwrap_or("?"),
-                    article["citation"].as_str().unwrap_or("?"),
-                ));
             } else {
                 text.push_str(if text.is_empty() { "Here is what I found:" } else { "" });
                 text.push_str("\n- ");
@@ -351,26 +376,25 @@ fn arguments_for(parameters: &serde_json::Value, text: &str) -> serde_json::Valu
     serde_json::Value::Object(arguments)
 }
 
-/// Offers as a short list, as a shopping agent would write them.
-fn compose_offers(query: &str, offers: &[serde_json::Value]) -> String {
-    if offers.is_empty() {
-        return format!("I couldn't find any offers for \"{query}\" right now.");
+/// The arguments of a routing call: the user's words as the `query`, the intent count, and any
+/// other argument the tool's schema asks for: `general` for a category offered with that value,
+/// the words (cut to its length) for a string with a `maxLength` (a one-line summary).
+fn routing_arguments(parameters: &serde_json::Value, query: &str, count: usize) -> serde_json::Value {
+    let mut args = json!({"query": query, "intent_count": count});
+    let properties = parameters["properties"].as_object().cloned().unwrap_or_default();
+    for (name, schema) in properties {
+        if ["query", "intent_count", "prior_context"].contains(&name.as_str()) {
+            continue;
+        }
+        if let Some(values) = schema["enum"].as_array() {
+            if values.iter().any(|v| v == "general") {
+                args[name] = json!("general");
+            }
+        } else if let Some(max) = schema["maxLength"].as_u64() {
+            args[name] = json!(query.chars().take(max as usize).collect::<String>());
+        }
     }
-    let mut text = match offers.len() {
-        1 => format!("Here is one offer for \"{query}\":"),
-        n => format!("Here are {n} offers for \"{query}\":"),
-    };
-    for o in offers {
-        text.push_str(&format!(
-            "\n- {} ({}; {}, until {}) [{}]",
-            o["title"].as_str().unwrap_or("?"),
-            o["requirement"].as_str().unwrap_or("?"),
-            o["retailer"].as_str().unwrap_or("?"),
-            o["expires"].as_str().unwrap_or("?"),
-            o["id"].as_str().unwrap_or("?"),
-        ));
-    }
-    text
+    args
 }
 
 /// Splits on sentence ends and on " and " / " also " between clauses.
@@ -398,7 +422,11 @@ impl ChatModel for OfflineModel {
         let orchestrating = request.tools.iter().any(is_routing_tool);
         let has_results = matches!(request.messages.last(), Some(Message::Tool { .. }));
         let may_call = request.tool_choice != Some(super::ToolChoice::None) && !request.tools.is_empty();
-        let can_search = may_call && request.tools.iter().any(|t| t.name == SEARCH_OFFERS);
+        let search = self
+            .skills
+            .iter()
+            .filter_map(|skill| skill.search_tool())
+            .find(|name| may_call && request.tools.iter().any(|t| t.name == *name));
         let aggregated: Option<Vec<serde_json::Value>> = request
             .tools
             .is_empty()
@@ -412,14 +440,14 @@ impl ChatModel for OfflineModel {
         } else if orchestrating {
             self.orchestrate(&request)
         } else if has_results {
-            OfflineModel::compose(&request)
-        } else if can_search {
+            self.compose(&request)
+        } else if let Some(search) = search {
             let query = request.last_user_text().rsplit("\n\n").next().unwrap_or_default().trim();
             Answer {
                 text: String::new(),
                 calls: vec![ToolCall {
                     id: "offline_call_0".into(),
-                    name: SEARCH_OFFERS.into(),
+                    name: search.to_owned(),
                     arguments: json!({"query": query}).to_string(),
                 }],
             }
@@ -459,20 +487,21 @@ mod tests {
     use super::*;
     use crate::model::{ToolSpec, collect};
 
-    fn model() -> OfflineModel {
-        OfflineModel::new(vec!["receipt".into(), "points".into(), "scan".into(), "e-receipt".into()])
-    }
+    const ASK_HELPDESK: &str = "ask_helpdesk";
+    const ASK_DEALS: &str = "ask_deals";
 
-    const ASK_SUPPORT: &str = "ask_support";
-    const ASK_SHOPPING: &str = "ask_shopping";
+    fn model() -> OfflineModel {
+        let words = ["receipt", "points", "scan", "e-receipt"].map(String::from).to_vec();
+        OfflineModel::new(vec![(ASK_HELPDESK.into(), words)])
+    }
 
     fn orchestrator_request(text: &str) -> ChatRequest {
         let settings = crate::routing::RoutingSettings {
-            agents: ["support", "shopping"]
+            agents: ["helpdesk", "deals"]
                 .map(|a| crate::routing::RoutedAgent { agent: a.into(), description: String::new() })
                 .into(),
-            followup: Some(crate::routing::Followup::named("support")),
-            fallback: "shopping".into(),
+            followup: Some(crate::routing::Followup::named("helpdesk")),
+            fallback: "deals".into(),
             categories: vec!["general".into()],
             guards: Default::default(),
             smalltalk: Default::default(),
@@ -492,11 +521,15 @@ mod tests {
                 .await
                 .unwrap();
         let names: Vec<_> = r.tool_calls.iter().map(|c| c.name.as_str()).collect();
-        assert_eq!(names, [ASK_SUPPORT, ASK_SHOPPING]);
+        assert_eq!(names, [ASK_HELPDESK, ASK_DEALS]);
         let a0 = r.tool_calls[0].parse_arguments().unwrap();
         assert_eq!(a0["query"], "my receipt didn't scan");
         assert_eq!(a0["intent_count"], 2);
-        assert_eq!(r.tool_calls[1].parse_arguments().unwrap()["query"], "find me coffee deals");
+        // The follow-up tool's extra arguments, read from its schema.
+        assert_eq!(a0["helpdesk_category"], "general");
+        assert_eq!(a0["helpdesk_summary"], "my receipt didn't scan");
+        let a1 = r.tool_calls[1].parse_arguments().unwrap();
+        assert_eq!(a1, json!({"query": "find me coffee deals", "intent_count": 2}));
         assert!(!r.text.is_empty(), "a preamble comes before the calls");
     }
 
@@ -505,8 +538,18 @@ mod tests {
         let text = "Hi, where are my points from Tuesday?";
         let r = collect(model().stream(orchestrator_request(text))).await.unwrap();
         assert_eq!(r.tool_calls.len(), 1);
-        assert_eq!(r.tool_calls[0].name, ASK_SUPPORT);
+        assert_eq!(r.tool_calls[0].name, ASK_HELPDESK);
         assert_eq!(r.tool_calls[0].parse_arguments().unwrap()["query"], text);
+    }
+
+    #[tokio::test]
+    async fn an_image_note_naming_a_keyword_routes_a_single_part() {
+        let text = "is this one ok?\n[The user attached an image: a receipt]";
+        let r = collect(model().stream(orchestrator_request(text))).await.unwrap();
+        assert_eq!(r.tool_calls.len(), 1);
+        assert_eq!(r.tool_calls[0].name, ASK_HELPDESK);
+        let plain = collect(model().stream(orchestrator_request("is this one ok?"))).await.unwrap();
+        assert_eq!(plain.tool_calls[0].name, ASK_DEALS);
     }
 
     #[tokio::test]
@@ -517,50 +560,62 @@ mod tests {
         assert!(r.text.starts_with("Hi!"));
     }
 
+    /// A skill that searches with `lookup` and reads its results.
+    #[derive(Debug)]
+    struct Lookup;
+
+    impl OfflineSkill for Lookup {
+        fn compose(&self, result: &serde_json::Value) -> Option<String> {
+            result["hits"].as_array().map(|hits| format!("{} hits for {}", hits.len(), result["query"]))
+        }
+
+        fn search_tool(&self) -> Option<&str> {
+            Some("lookup")
+        }
+    }
+
     #[tokio::test]
-    async fn offered_search_offers_it_searches_with_the_users_words_then_lists_the_results() {
-        let search =
-            ToolSpec { name: SEARCH_OFFERS.into(), description: String::new(), parameters: json!({}) };
+    async fn a_skill_searches_with_the_users_words_and_reads_its_results() {
+        let model = model().with_skills(vec![Arc::new(Lookup)]);
+        let lookup = ToolSpec { name: "lookup".into(), description: String::new(), parameters: json!({}) };
+        let other = ToolSpec { name: "other".into(), description: String::new(), parameters: json!({}) };
         let mut request = ChatRequest {
-            messages: vec![Message::system("shop"), Message::user("find me coffee deals")],
-            tools: vec![search].into(),
+            messages: vec![Message::system("s"), Message::user("find me coffee deals")],
+            tools: vec![other, lookup].into(),
             ..Default::default()
         };
-        let r = collect(model().stream(request.clone())).await.unwrap();
+        let r = collect(model.stream(request.clone())).await.unwrap();
         assert_eq!(r.tool_calls.len(), 1);
+        assert_eq!(r.tool_calls[0].name, "lookup");
         assert_eq!(r.tool_calls[0].parse_arguments().unwrap(), json!({"query": "find me coffee deals"}));
         request.messages.push(Message::Assistant { content: None, tool_calls: r.tool_calls.clone() });
-        let result = json!({"query": "find me coffee deals", "offers": [{"id": "off-0001", "title": "500 points on X Coffee",
-            "requirement": "Buy 1 X Coffee", "retailer": "any store", "expires": "2027-01-01"}]});
+        let result = json!({"query": "coffee", "hits": [1, 2]});
         request
             .messages
             .push(Message::Tool { call_id: "offline_call_0".into(), content: result.to_string() });
-        let r = collect(model().stream(request)).await.unwrap();
-        assert!(r.tool_calls.is_empty());
-        assert_eq!(
-            r.text,
-            "Here is one offer for \"find me coffee deals\":\n- 500 points on X Coffee (Buy 1 X Coffee; any store, until 2027-01-01) [off-0001]"
-        );
+        let r = collect(model.stream(request.clone())).await.unwrap();
+        assert_eq!(r.text, "2 hits for \"coffee\"");
+        // Without the skill, a result it does not know is listed as it is.
+        let r = collect(self::model().stream(request)).await.unwrap();
+        assert!(r.text.starts_with("Here is what I found:\n- {"), "{}", r.text);
     }
 
     #[test]
     fn parts_split_at_commas_and_conjunctions_in_any_listed_language() {
-        let model = OfflineModel::new(vec!["receipt".into(), "recibo".into(), "punkte".into()]);
+        let words = ["receipt", "recibo", "punkte"].map(String::from).to_vec();
+        let model = OfflineModel::new(vec![(ASK_HELPDESK.into(), words)]);
         assert_eq!(
             model.route("receipt issue, coffee deals"),
-            [
-                (super::ASK_SUPPORT, "receipt issue".to_owned()),
-                (super::ASK_SHOPPING, "coffee deals".to_owned())
-            ]
+            [(Role::Agent(0), "receipt issue".to_owned()), (Role::Default, "coffee deals".to_owned())]
         );
         let spanish = model.route("mi recibo no se escaneó y busca ofertas de café");
         assert_eq!(
-            spanish.iter().map(|(tool, _)| *tool).collect::<Vec<_>>(),
-            [super::ASK_SUPPORT, super::ASK_SHOPPING]
+            spanish.iter().map(|(role, _)| *role).collect::<Vec<_>>(),
+            [Role::Agent(0), Role::Default]
         );
         assert_eq!(
             model.route("hi, any coffee deals?"),
-            [(super::ASK_SHOPPING, "hi, any coffee deals?".to_owned())]
+            [(Role::Default, "hi, any coffee deals?".to_owned())]
         );
     }
     fn tool(name: &str, description: &str) -> ToolSpec {

@@ -55,7 +55,7 @@ impl ChatModel for ResponsesModel {
         )
     }
 
-    fn supports_previous_response(&self) -> bool {
+    fn keeps_conversations(&self) -> bool {
         true
     }
 
@@ -72,7 +72,7 @@ fn as_bytes(body: &Value) -> bytes::Bytes {
 
 /// The JSON body of a streaming Responses request. System messages become `instructions` (they
 /// are not carried over by `previous_response_id`, so every request sends them).
-pub fn request_body(model: &str, request: &ChatRequest, previous_response_id: Option<&str>) -> Value {
+pub(crate) fn request_body(model: &str, request: &ChatRequest, previous_response_id: Option<&str>) -> Value {
     let mut instructions: Vec<&str> = Vec::new();
     let mut input: Vec<Value> = Vec::new();
     for message in &request.messages {

@@ -3,7 +3,7 @@
 //! - [`Reply`] / [`StreamReply`]: a scripted answer (text, reasoning, tool calls, errors, delays).
 //! - [`ScriptedModel`]: the scripts as an in-process [`ChatModel`], with no HTTP, for unit
 //!   tests, overhead benchmarks and the routing evaluation's fault injection (so it is always compiled).
-//! - `ScriptedServer` (feature `test-support`, and in this crate's tests): a real
+//! - `ScriptedServer` (with the crate's test-server feature, and in this crate's tests): a real
 //!   OpenAI-compatible HTTP server on `127.0.0.1:0` that replays [`Reply`] scripts as Chat
 //!   Completions streams (`/v1/chat/completions`) or Responses API streams (`/v1/responses`):
 //!   per-chunk delays, argument fragmentation, HTTP errors with `Retry-After`, streams cut off or
@@ -23,12 +23,16 @@ use tokio::sync::Semaphore;
 use super::{ChatModel, ChatRequest, DeltaStream, FinishReason, ModelDelta, ModelError, ToolCall};
 use crate::event::Usage;
 
-#[cfg(any(test, feature = "test-support"))]
+#[cfg(any(test, feature = "test-servers"))]
+mod loopback;
+#[cfg(any(test, feature = "test-servers"))]
 mod server;
-#[cfg(any(test, feature = "test-support"))]
-pub use server::{Api, RecordedRequest, ScriptedServer, TestCertificate};
-#[cfg(any(test, feature = "test-support"))]
-pub(crate) use server::{LoopbackServer, Pacing, paced_body, wait_until};
+#[cfg(any(test, feature = "test-servers"))]
+pub use loopback::TestCertificate;
+#[cfg(any(test, feature = "test-servers"))]
+pub use loopback::{LoopbackServer, Pacing, paced_body, wait_until};
+#[cfg(any(test, feature = "test-servers"))]
+pub use server::{Api, RecordedRequest, ScriptedServer};
 
 /// One piece of a scripted answer.
 #[derive(Debug, Clone, PartialEq)]

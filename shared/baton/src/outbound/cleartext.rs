@@ -385,9 +385,9 @@ impl Pool {
         let key = format!("{host}:{port}");
         let body = match request.body() {
             None => &[][..],
-            Some(body) => body
-                .as_bytes()
-                .ok_or_else(|| Error::transfer("a streamed request body is not supported".into()))?,
+            Some(body) => body.as_bytes().ok_or_else(|| {
+                Error::transfer("a streamed request body cannot be sent over cleartext HTTP/1.1".into())
+            })?,
         };
         let wire = request_bytes(&request, body);
         let no_body = request.method() == http::Method::HEAD;

@@ -1,4 +1,4 @@
-//! Outgoing HTTP for streamed answers (model servers, Forethought): one [`Client`] that every
+//! Outgoing HTTP for streamed answers (model servers, vendor APIs): one [`Client`] that every
 //! such caller shares, with the same connect timeout, no Nagle delay and a bounded idle pool.
 //!
 //! # Layout
@@ -8,7 +8,7 @@
 //!   buffer, driven inside the response body's own poll (why: below).
 //!
 //! # Two transports, one interface
-//! `https://` servers (OpenAI, Forethought) and HTTP/2 with prior knowledge go through reqwest:
+//! `https://` servers (OpenAI, vendor APIs) and HTTP/2 with prior knowledge go through reqwest:
 //! TLS, and HTTP/2 when the server offers it, where one connection carries every concurrent
 //! call and a read hands the body every frame it brought.
 //!
@@ -44,14 +44,14 @@ use futures::{Stream, StreamExt};
 pub const MAX_IDLE_CONNECTIONS_PER_HOST: usize = 32;
 
 /// How long an idle pooled connection is kept.
-pub const IDLE_CONNECTION_TIMEOUT: Duration = Duration::from_secs(60);
+pub(crate) const IDLE_CONNECTION_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// The reqwest settings every outgoing client shares (model servers, Forethought): the connect
+/// The reqwest settings every outgoing client shares (model servers, vendor APIs): the connect
 /// timeout, no Nagle delay (small SSE frames and requests go at once), a bounded idle pool
 /// ([`MAX_IDLE_CONNECTIONS_PER_HOST`], [`IDLE_CONNECTION_TIMEOUT`]), and no redirects: an API
 /// endpoint that redirects is misconfigured, and its `3xx` is reported as the answer, as the
 /// cleartext transport does.
-pub fn pooled_client(connect_timeout: Duration) -> reqwest::ClientBuilder {
+pub(crate) fn pooled_client(connect_timeout: Duration) -> reqwest::ClientBuilder {
     reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .connect_timeout(connect_timeout)
@@ -70,7 +70,7 @@ pub struct Client {
 }
 
 impl Client {
-    /// A client with the shared settings ([`pooled_client`]). `http2_prior_knowledge` speaks
+    /// A client with the shared settings (`pooled_client`). `http2_prior_knowledge` speaks
     /// HTTP/2 to a cleartext server too (one that accepts h2c without an upgrade), so concurrent
     /// calls share one connection.
     pub fn new(connect_timeout: Duration, http2_prior_knowledge: bool) -> Result<Client, Error> {

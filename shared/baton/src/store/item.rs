@@ -110,12 +110,14 @@ impl<'a> Reader<'a> {
         }
     }
 
-    /// `response_ids` (agent name → id), with a legacy item's single id under its agent; an id
-    /// in `response_ids` wins over the legacy one.
+    /// `response_ids` (agent name → id), with a legacy item's `<agent>_response_id` under its
+    /// agent; an id in `response_ids` wins over the legacy one.
     fn response_ids(&self) -> Result<BTreeMap<String, String>, StoreError> {
         let mut ids = BTreeMap::new();
-        if let Some(id) = self.opt_s(LEGACY_RESPONSE_ID)? {
-            ids.insert(LEGACY_RESPONSE_AGENT.to_owned(), id.to_owned());
+        for agent in self.legacy_prefixes(LEGACY_RESPONSE_ID) {
+            if let Some(id) = self.opt_s(&format!("{agent}{LEGACY_RESPONSE_ID}"))? {
+                ids.insert(agent.to_owned(), id.to_owned());
+            }
         }
         match self.item.get("response_ids") {
             None | Some(Attr::Null(_)) => {}
@@ -137,24 +139,35 @@ impl<'a> Reader<'a> {
         Ok(ids)
     }
 
-    /// `conversations` (agent name → its vendor conversation), with a legacy item's single
-    /// conversation (`ft_*`) under its agent; a conversation in `conversations` wins over the
-    /// legacy one.
+    /// The `<prefix>` of every top-level attribute named `<prefix><suffix>`.
+    fn legacy_prefixes<'s>(&'s self, suffix: &'s str) -> impl Iterator<Item = &'s str> + 's {
+        self.item.keys().filter_map(move |name| name.strip_suffix(suffix).filter(|p| !p.is_empty()))
+    }
+
+    /// `conversations` (key → its vendor conversation), with a legacy item's conversation
+    /// (`<prefix>_conversation_id`, `_last_used_at`, `_pending`) under its prefix; a conversation
+    /// in `conversations` wins over the legacy one.
     fn conversations(&self) -> Result<BTreeMap<String, VendorConversation>, StoreError> {
         let mut conversations = BTreeMap::new();
-        let legacy = (self.opt_s(LEGACY_CONVERSATION_ID)?, self.opt_n(LEGACY_CONVERSATION_USED_AT)?);
-        match legacy {
-            (Some(id), Some(at)) => {
-                let pending = self.opt_json(LEGACY_CONVERSATION_PENDING)?.map(serde_json::Value::Object);
-                let conversation =
-                    VendorConversation { conversation_id: id.to_owned(), last_used_at: at, pending };
-                conversations.insert(LEGACY_CONVERSATION_AGENT.to_owned(), conversation);
-            }
-            (None, None) => {}
-            _ => {
-                return Err(self.corrupt(format!(
-                    "`{LEGACY_CONVERSATION_ID}` and `{LEGACY_CONVERSATION_USED_AT}` must be set together"
-                )));
+        let prefixes: Vec<&str> = self
+            .legacy_prefixes(LEGACY_CONVERSATION_ID)
+            .chain(self.legacy_prefixes(LEGACY_CONVERSATION_USED_AT))
+            .collect();
+        for prefix in prefixes {
+            let (id_attr, at_attr) = (
+                format!("{prefix}{LEGACY_CONVERSATION_ID}"),
+                format!("{prefix}{LEGACY_CONVERSATION_USED_AT}"),
+            );
+            match (self.opt_s(&id_attr)?, self.opt_n(&at_attr)?) {
+                (Some(id), Some(at)) => {
+                    let pending = self
+                        .opt_json(&format!("{prefix}{LEGACY_CONVERSATION_PENDING}"))?
+                        .map(serde_json::Value::Object);
+                    let conversation =
+                        VendorConversation { conversation_id: id.to_owned(), last_used_at: at, pending };
+                    conversations.insert(prefix.to_owned(), conversation);
+                }
+                _ => return Err(self.corrupt(format!("`{id_attr}` and `{at_attr}` must be set together"))),
             }
         }
         match self.item.get("conversations") {
@@ -281,22 +294,17 @@ pub fn decode_episode(key: &EpisodeKey, item: &Item) -> Result<Episode, StoreErr
     })
 }
 
-/// Items written before response ids were kept per agent hold one, under this attribute: the
-/// id of the only agent that used the Responses API then, named by [`LEGACY_RESPONSE_AGENT`].
-const LEGACY_RESPONSE_ID: &str = "shopping_response_id";
+/// Items written before response ids were kept per agent hold them as top-level attributes
+/// `<agent>_response_id`: each reads as that agent's.
+const LEGACY_RESPONSE_ID: &str = "_response_id";
 
-/// The agent a legacy episode item's response id belongs to.
-pub const LEGACY_RESPONSE_AGENT: &str = "shopping";
-
-/// Items written before vendor conversations were kept per agent hold one, under these
-/// attributes: the conversation of the only agent that kept one then, named by
-/// [`LEGACY_CONVERSATION_AGENT`].
-const LEGACY_CONVERSATION_ID: &str = "ft_conversation_id";
-const LEGACY_CONVERSATION_USED_AT: &str = "ft_last_used_at";
-const LEGACY_CONVERSATION_PENDING: &str = "ft_pending";
-
-/// The agent a legacy episode item's vendor conversation belongs to.
-pub const LEGACY_CONVERSATION_AGENT: &str = "support";
+/// Items written before vendor conversations were kept per agent hold one as top-level
+/// attributes `<prefix>_conversation_id`, `<prefix>_last_used_at` and `<prefix>_pending`: it reads
+/// as `conversations[<prefix>]` (the prefix names the vendor, not an agent; the extension that
+/// talks to that vendor knows whose it was).
+const LEGACY_CONVERSATION_ID: &str = "_conversation_id";
+const LEGACY_CONVERSATION_USED_AT: &str = "_last_used_at";
+const LEGACY_CONVERSATION_PENDING: &str = "_pending";
 
 /// The item of `message`, expiring at `ttl`.
 pub fn encode_message(message: &StoredMessage, ttl: u64) -> Item {
@@ -564,7 +572,7 @@ mod tests {
         item.insert("conversations".into(), Attr::s("c"));
         assert!(decode_episode(&key, &item).unwrap_err().to_string().contains("`conversations` is a string"));
         item.remove("conversations");
-        item.insert(LEGACY_CONVERSATION_ID.into(), Attr::s("c"));
+        item.insert("ft_conversation_id".into(), Attr::s("c"));
         let err = decode_episode(&key, &item).unwrap_err();
         assert!(err.to_string().contains("must be set together"), "{err}");
     }

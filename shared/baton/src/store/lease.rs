@@ -1,5 +1,5 @@
-//! A short lease on a name within an episode: calls that a vendor takes one at a time (the
-//! Forethought Solve API answers one request per conversation and refuses the others) wait
+//! A short lease on a name within an episode: calls that a vendor takes one at a time (a vendor
+//! conversation API that answers one request per conversation and refuses the others) wait
 //! for each other, in one process and across processes and Lambda instances.
 //!
 //! A lease is one store item (`LEASE#<name>`) written conditionally ([`Store::take_lease`]): it
@@ -20,10 +20,10 @@ use tokio::time::Instant;
 use super::{EpisodeKey, LeaseGrant, Store, StoreError};
 
 /// The first pause before asking again for a held lease; it doubles up to [`MAX_PAUSE`].
-pub const MIN_PAUSE: Duration = Duration::from_millis(25);
+pub(crate) const MIN_PAUSE: Duration = Duration::from_millis(25);
 
 /// The longest pause between two asks: a lease released early is noticed within this.
-pub const MAX_PAUSE: Duration = Duration::from_millis(400);
+pub(crate) const MAX_PAUSE: Duration = Duration::from_millis(400);
 
 /// Waiting for a lease failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

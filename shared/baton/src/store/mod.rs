@@ -314,9 +314,9 @@ pub const META_SK: &str = "META";
 /// Every message sort key starts with this.
 pub const MSG_PREFIX: &str = "MSG#";
 /// Every request-id marker sort key starts with this.
-pub const REQ_PREFIX: &str = "REQ#";
+pub(crate) const REQ_PREFIX: &str = "REQ#";
 /// Every lease sort key starts with this.
-pub const LEASE_PREFIX: &str = "LEASE#";
+pub(crate) const LEASE_PREFIX: &str = "LEASE#";
 
 /// The sort key of the lease `name`.
 pub fn lease_sk(name: &str) -> String {
@@ -422,7 +422,7 @@ pub async fn update_episode(
 
 /// The model-facing history of stored messages: user and non-empty assistant messages in order,
 /// starting at a user message (a window cut mid-turn drops the cut turn's replies).
-pub fn model_history(messages: &[StoredMessage]) -> Vec<Message> {
+pub(crate) fn model_history(messages: &[StoredMessage]) -> Vec<Message> {
     messages
         .iter()
         .skip_while(|m| m.role != Role::User)

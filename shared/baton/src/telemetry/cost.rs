@@ -139,13 +139,13 @@ pub struct Pricer {
 
 impl Pricer {
     /// A pricer over `prices`.
-    pub fn new(prices: Prices) -> Pricer {
+    pub(crate) fn new(prices: Prices) -> Pricer {
         Pricer { prices, warned: Mutex::default() }
     }
 
     /// What `usage` of `model` costs, or `None` (and a warning, the first time) when the model
     /// has no price.
-    pub fn cost(&self, model: &str, usage: &Usage) -> Option<Usd> {
+    pub(crate) fn cost(&self, model: &str, usage: &Usage) -> Option<Usd> {
         if let Some(price) = self.prices.models.get(model) {
             return Some(price.cost(usage));
         }
@@ -158,7 +158,7 @@ impl Pricer {
 
     /// Sets the `cost_usd` of a `usage` event (replacing any a remote agent sent, so one
     /// table prices the whole turn); other events pass.
-    pub fn price(&self, event: &mut Event) {
+    pub(crate) fn price(&self, event: &mut Event) {
         if let Event::Usage { model, usage, .. } = event {
             usage.cost_usd = self.cost(model, usage);
         }

@@ -1,0 +1,202 @@
+//! A step's calls: started all at once, merged live, and what each ended with.
+
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use futures::Stream;
+use serde_json::Value;
+use tokio::time::Instant;
+
+use super::LlmAgent;
+use super::step::StepCall;
+use crate::event::Event;
+use crate::item::{Item, ItemStream};
+use crate::model::ToolCall;
+use crate::mux::LiveSlotMux;
+use crate::tool::{
+    CallOptions, CallRef, DirectAnswer, ToolContext, ToolError, ToolFinish, ToolOutcome, ToolRun,
+};
+
+/// The end of a run whose last calls answered the user: the answers the client has not seen
+/// yet, and an `agent_failed` error for each call of a policy's last step that failed.
+pub(super) fn final_answer(
+    instance: &str,
+    calls: &[ToolCall],
+    done: Vec<CallDone>,
+    last: bool,
+) -> Vec<Event> {
+    let mut events = Vec::new();
+    if last {
+        for (call, done) in calls.iter().zip(&done) {
+            if done.outcome.is_error {
+                events.push(Event::error(
+                    instance,
+                    "agent_failed",
+                    format!("`{}` did not answer; its part of the answer is missing", call.name),
+                    true,
+                ));
+            }
+        }
+    }
+    let unsent: Vec<String> = done
+        .into_iter()
+        .filter_map(|d| d.answer)
+        .filter(|a| !a.streamed && !a.text.trim().is_empty())
+        .map(|a| a.text)
+        .collect();
+    if !unsent.is_empty() {
+        events.push(Event::text(instance, unsent.join("\n\n")));
+    }
+    events
+}
+
+/// What one tool call of a batch ended with.
+pub(super) struct CallDone {
+    pub(super) outcome: ToolOutcome,
+    /// Set for a call whose result is the user's answer as is.
+    pub(super) answer: Option<DirectAnswer>,
+}
+
+/// The calls of one step, started: their merged events, then what each ended with
+/// ([`LiveSlotMux::into_results`], in call order).
+pub(super) type Batch = LiveSlotMux<CallDone>;
+
+impl LlmAgent {
+    /// Starts every call of a step at once (each announced before with `tool_call_start`): each
+    /// streams its own events (an agent tool its child's), then its `tool_result` and `tool_call_end`;
+    /// they are merged as the turn merges sub-agents (one agent's text at a time).
+    pub(super) fn start_batch(&self, calls: &[StepCall], context: &ToolContext, instance: &str) -> Batch {
+        let cap = self.limits.max_calls_per_step;
+        if calls.len() > cap {
+            let calls = calls.len();
+            tracing::warn!(%instance, calls, cap, "a model step called more tools than allowed");
+        }
+        let sources: Vec<ItemStream<CallDone>> = calls
+            .iter()
+            .enumerate()
+            .map(|(i, call)| {
+                let over = (i >= cap)
+                    .then_some(ToolError::TooManyCalls { tool: call.call.name.clone(), limit: cap });
+                self.start_call(call, context, instance, over)
+            })
+            .collect();
+        LiveSlotMux::new(sources, self.mux)
+    }
+
+    /// Starts one call (or, when `refused` says why it may not run, its error result): the
+    /// registry checks it, the tool starts it. The stream carries the call's own events, then
+    /// its `tool_result` and `tool_call_end`, then what it ended with.
+    fn start_call(
+        &self,
+        call: &StepCall,
+        context: &ToolContext,
+        instance: &str,
+        refused: Option<ToolError>,
+    ) -> ItemStream<CallDone> {
+        let started = Instant::now();
+        let (agent, call_id, name) = (instance.to_owned(), call.call.id.clone(), call.call.name.clone());
+        let options =
+            CallOptions { timeout: self.limits.tool_timeout, mark_content_end: call.mark_content_end };
+        let span = tracing::info_span!(
+            "execute_tool",
+            otel.name = %format_args!("execute_tool {name}"),
+            gen_ai.operation.name = "execute_tool",
+            gen_ai.tool.name = %name,
+            gen_ai.tool.call.id = %call_id,
+            error.type = tracing::field::Empty,
+        );
+        // Inside the span, so an agent tool's child instance is the call's child.
+        let (arguments, run) = span.in_scope(|| match (refused, self.tools.check(&call.call)) {
+            (Some(error), _) => {
+                let arguments =
+                    call.call.parse_arguments().unwrap_or_else(|_| call.call.arguments.clone().into());
+                (arguments, ToolRun::failed(error))
+            }
+            (None, Err(refused)) => (refused.arguments, ToolRun::failed(refused.error)),
+            (None, Ok((tool, arguments))) => {
+                let call = CallRef { agent: agent.clone(), call_id: call_id.clone() };
+                (arguments.clone(), tool.start(arguments, ToolContext { call, ..context.clone() }, options))
+            }
+        });
+        let end = CallEnd { agent, call_id, name, arguments, started };
+        let items =
+            CallItems { run: Some(run.items), finish: None, end: Some(end), tail: Vec::new().into_iter() };
+        crate::telemetry::trace::traced(span, Box::pin(items))
+    }
+}
+
+/// What a call's end events need to know.
+struct CallEnd {
+    agent: String,
+    call_id: String,
+    name: String,
+    arguments: Value,
+    started: Instant,
+}
+
+impl CallEnd {
+    /// The call's `tool_result` and `tool_call_end`, and what it ended with (a tool whose items
+    /// ended without a result failed).
+    fn items(self, finish: Option<ToolFinish>) -> Vec<Item<CallDone>> {
+        let CallEnd { agent, call_id, name, arguments, started } = self;
+        let (outcome, answer) = match finish {
+            Some(finish) => (finish.outcome, finish.answer),
+            None => (
+                Err(ToolError::Failed {
+                    tool: name.clone(),
+                    reason: "the call ended without a result".into(),
+                }),
+                None,
+            ),
+        };
+        let outcome = ToolOutcome::from_result(&name, arguments, outcome);
+        let (result, is_error) = (Box::new(outcome.result.clone()), outcome.is_error);
+        if is_error {
+            tracing::Span::current().record("error.type", "tool_error");
+        }
+        let duration_ms = started.elapsed().as_millis() as u64;
+        vec![
+            Item::Event(Event::ToolResult {
+                agent: agent.clone(),
+                call_id: call_id.clone(),
+                name: name.clone(),
+                result,
+                is_error,
+            }),
+            Item::Event(Event::ToolCallEnd { agent, call_id, name, duration_ms }),
+            Item::Done(CallDone { answer: answer.filter(|_| !is_error), outcome }),
+        ]
+    }
+}
+
+/// One call's items: the tool's own events pass through as they come, by hand rather than
+/// through a generator on every event's way (docs/benchmarks-log.md, "Less work per event, each
+/// cut too small to see on its own"); once the tool's items have ended and been dropped, its end
+/// ([`CallEnd::items`]).
+struct CallItems {
+    run: Option<ItemStream<ToolFinish>>,
+    finish: Option<ToolFinish>,
+    end: Option<CallEnd>,
+    tail: std::vec::IntoIter<Item<CallDone>>,
+}
+
+impl Stream for CallItems {
+    type Item = Item<CallDone>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Item<CallDone>>> {
+        let this = &mut *self;
+        while let Some(run) = &mut this.run {
+            match std::task::ready!(run.as_mut().poll_next(cx)) {
+                Some(Item::Event(event)) => return Poll::Ready(Some(Item::Event(event))),
+                Some(Item::Done(finish)) => this.finish = Some(finish),
+                None => {
+                    this.run = None;
+                    if let Some(end) = this.end.take() {
+                        this.tail = end.items(this.finish.take()).into_iter();
+                    }
+                }
+            }
+        }
+        Poll::Ready(this.tail.next())
+    }
+}

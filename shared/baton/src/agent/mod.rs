@@ -1,0 +1,118 @@
+//! Agents: anything that turns a request into a stream of [`Event`](crate::event::Event)s.
+//!
+//! An in-process agent is an async stream; a remote one (a separately deployed Lambda) is a byte
+//! stream decoded into the same events. Whoever runs an agent does not know the difference.
+//!
+//! - [`Agent`]: the trait; [`AgentRequest`]: what an instance is asked.
+//! - [`LlmAgent`]: a tool loop (max steps, per-tool timeout, a step's calls run concurrently and
+//!   stream through the live-slot merge), continuing the vendor's server-side conversation
+//!   through [`ResponseChains`] where the model can continue one. A [`StepPolicy`] may shape its first
+//!   model step: the routing policy (module `routing`) does, for an entry agent that routes.
+//! - [`start_child`]: the one place a child instance starts (its name, depth, session,
+//!   conversation, timeout); [`run_instance`] runs an instance between `agent_started` and
+//!   `agent_finished`.
+
+mod batch;
+mod chains;
+mod instance;
+mod llm;
+mod step;
+
+use std::sync::Arc;
+
+pub use crate::item::{Item, ItemStream};
+pub use chains::{MemoryResponseChains, ResponseChains};
+pub use instance::{
+    ChildContext, ChildInput, DEFAULT_MAX_DEPTH, InstanceOptions, instrument, instrument_for, run_instance,
+    start_child,
+};
+pub use llm::{LlmAgent, first_step_input};
+pub use step::{
+    Answered, DEFAULT_MAX_CALLS_PER_STEP, ForkInput, ForkPolicy, ForkStream, LoopLimits, ModelReply,
+    StepCall, StepDecision, StepInput, StepPolicy, StepStream, model_call, model_events,
+};
+
+use crate::conversation::PreviousTurn;
+use crate::event::EventStream;
+use crate::model::Message;
+use crate::tool::Instances;
+
+/// What an agent says when its answer broke off.
+pub const APOLOGY: &str = "\n\nSorry, I couldn't finish that answer. Please try again.";
+
+/// A boxed error from a pluggable backend (a store), logged and survived.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// What an agent is asked to do (serializable: remote agents receive it as JSON).
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
+pub struct AgentRequest {
+    /// The authenticated user.
+    pub user_id: String,
+    /// The conversation (agents keep vendor state per episode).
+    pub episode_id: String,
+    /// The query: the user's words for the entry agent, its caller's for a child.
+    pub query: String,
+    /// Context from earlier turns, filled when the user switches intent.
+    pub prior_context: Option<String>,
+    /// The image the user attached, if any (the entry agent's only).
+    pub image: Option<crate::image::Image>,
+    /// Cross-turn conversation history (for LLM agents that see the conversation).
+    pub history: Vec<Message>,
+    /// The previous turn, for a routing policy's guards.
+    pub previous: Option<PreviousTurn>,
+    /// All arguments of the tool call that started the agent.
+    pub arguments: serde_json::Value,
+    /// The instance's session state: a copy of its caller's, without internal keys (see
+    /// [`crate::tool::SessionState`]).
+    pub state: serde_json::Map<String, serde_json::Value>,
+    /// How deep below the turn this instance runs: the entry agent is 0, its children 1.
+    pub depth: u32,
+    /// Instance numbering shared by the turn (not sent to remote agents, which number their
+    /// own children).
+    #[serde(skip)]
+    pub instances: Instances,
+}
+
+/// An agent. `run` returns at once; the work starts when the stream is polled and stops when it
+/// is dropped.
+pub trait Agent: Send + Sync {
+    /// The agent's name (`billing`, `search`); instances are `name[i]`.
+    fn name(&self) -> &str;
+
+    /// Runs one instance. Every event it emits names `instance` as its source.
+    fn run(&self, request: AgentRequest, instance: String) -> EventStream;
+}
+
+impl<A: Agent + ?Sized> Agent for Arc<A> {
+    fn name(&self) -> &str {
+        (**self).name()
+    }
+
+    fn run(&self, request: AgentRequest, instance: String) -> EventStream {
+        (**self).run(request, instance)
+    }
+}
+
+/// The query with the orchestrator's `prior_context` in front, when there is one.
+pub fn with_prior_context(query: String, prior_context: Option<String>) -> String {
+    match prior_context {
+        Some(ctx) if !ctx.trim().is_empty() => format!("Context from earlier: {}\n\n{query}", ctx.trim()),
+        _ => query,
+    }
+}
+
+/// The user message an LLM agent's model reads: the query, with the caller's `prior_context`
+/// before it and the attached image's note after it; the image itself, when sent, as an image
+/// content part.
+pub fn user_message(request: &AgentRequest) -> Message {
+    let mut content = with_prior_context(request.query.clone(), request.prior_context.clone());
+    let Some(image) = &request.image else { return Message::user(content) };
+    if let Some(note) = image.note() {
+        content.push_str(&format!("\n{note}"));
+    }
+    Message::User { content, images: image.url.iter().cloned().collect() }
+}
+
+#[cfg(test)]
+pub(crate) mod tests;

@@ -1,0 +1,174 @@
+//! [`Store`] on the embedded store: each call's checks and writes, on a [`View`].
+
+use std::time::Duration;
+
+use super::EmbeddedStore;
+use super::view::parse;
+use crate::store::item::{self};
+use crate::store::{
+    Clock, Episode, EpisodeKey, LeaseGrant, META_SK, MSG_PREFIX, Recorded, Store, StoreError, StoredMessage,
+    is_expired, lease_expiry, lease_sk, message_sk, request_sk,
+};
+
+#[async_trait::async_trait]
+impl Store for EmbeddedStore {
+    fn clock(&self) -> &dyn Clock {
+        &*self.clock
+    }
+
+    async fn episode(&self, key: &EpisodeKey) -> Result<Option<Episode>, StoreError> {
+        let now = self.clock.now_ms();
+        self.read(|view| {
+            view.get(&key.pk(), META_SK, now)?.map(|item| item::decode_episode(key, &item)).transpose()
+        })
+    }
+
+    async fn save_episode(&self, episode: &Episode) -> Result<Episode, StoreError> {
+        let now = self.clock.now_ms();
+        let ttl = self.ttl(now);
+        // Within a turn (an agent may keep its vendor conversation here) the reply's flush
+        // takes this to disk too; a crash before it loses the conversation id, and the next turn
+        // starts a new vendor conversation (docs/storage.md, "Durability").
+        let (saved, _) = self.change(|view| {
+            let mut next = episode.clone();
+            let pk = next.key.pk();
+            let stored =
+                view.get(&pk, META_SK, now)?.map(|i| item::decode_episode(&next.key, &i)).transpose()?;
+            let stored_version = stored.as_ref().map_or(0, |e| e.version);
+            if stored_version != next.version {
+                return Err(StoreError::Conflict {
+                    key: item::item_name(&pk, META_SK),
+                    reason: format!("expected version {}, found {stored_version}", next.version),
+                });
+            }
+            next.version += 1;
+            next.updated_at = now;
+            next.created_at = stored.map_or(now, |e| e.created_at);
+            view.put(&pk, META_SK, &item::encode_episode(&next, ttl));
+            Ok(next)
+        })?;
+        Ok(saved)
+    }
+
+    async fn record_user_message(
+        &self,
+        key: &EpisodeKey,
+        message: &StoredMessage,
+        request_id: Option<&str>,
+    ) -> Result<Recorded, StoreError> {
+        let now = self.clock.now_ms();
+        let ttl = self.ttl(now);
+        // Not flushed on its own: the turn's reply (`save_reply`) takes it to disk, one
+        // `fdatasync` per turn (docs/storage.md, "Durability").
+        let (recorded, _) = self.change(|view| {
+            let pk = key.pk();
+            if let Some(id) = request_id {
+                let sk = request_sk(id);
+                if let Some(seen) = view.get(&pk, &sk, now)? {
+                    return Ok(Recorded::Duplicate { turn_id: item::decode_request(&pk, &sk, &seen)? });
+                }
+                view.put(&pk, &sk, &item::encode_request(&message.turn_id, ttl));
+            }
+            view.put(&pk, &message.sk(), &item::encode_message(message, ttl));
+            let mut episode = match view.get(&pk, META_SK, now)? {
+                Some(item) => item::decode_episode(key, &item)?,
+                None => Episode { created_at: now, ..Episode::new(key.clone()) },
+            };
+            episode.version += 1;
+            episode.updated_at = now;
+            view.put(&pk, META_SK, &item::encode_episode(&episode, ttl));
+            Ok(Recorded::New)
+        })?;
+        Ok(recorded)
+    }
+
+    async fn save_reply(
+        &self,
+        key: &EpisodeKey,
+        turn_id: &str,
+        messages: &[StoredMessage],
+    ) -> Result<(), StoreError> {
+        let ttl = self.ttl(self.clock.now_ms());
+        let pk = key.pk();
+        let ((), upto) = self.change(|view| {
+            // Drop an earlier reply of this turn (seq 1 and up), then write this one.
+            let (from, to) = (message_sk(turn_id, 1), format!("{MSG_PREFIX}{turn_id}$"));
+            let mut old = Vec::new();
+            view.each_rev(&pk, &from, &to, |sk, _| {
+                old.push(sk.to_owned());
+                Ok(true)
+            })?;
+            for sk in old {
+                view.remove(&pk, &sk);
+            }
+            for m in messages {
+                view.put(&pk, &m.sk(), &item::encode_message(m, ttl));
+            }
+            Ok(())
+        })?;
+        self.flush(upto).await
+    }
+
+    async fn recent_messages(
+        &self,
+        key: &EpisodeKey,
+        limit: usize,
+    ) -> Result<Vec<StoredMessage>, StoreError> {
+        let (pk, now) = (key.pk(), self.clock.now_ms());
+        self.read(|view| {
+            let mut out = Vec::new();
+            if limit == 0 {
+                return Ok(out);
+            }
+            // '$' follows '#': every `MSG#...` sort key of the partition lies in this range.
+            view.each_rev(&pk, MSG_PREFIX, "MSG$", |sk, bytes| {
+                let item = parse(&pk, sk, bytes)?;
+                if !item::ttl_of(&pk, sk, &item)?.is_some_and(|ttl| is_expired(ttl, now)) {
+                    out.push(item::decode_message(&pk, sk, &item)?);
+                }
+                Ok(out.len() < limit)
+            })?;
+            out.reverse();
+            Ok(out)
+        })
+    }
+
+    async fn take_lease(
+        &self,
+        key: &EpisodeKey,
+        name: &str,
+        holder: &str,
+        ttl: Duration,
+    ) -> Result<LeaseGrant, StoreError> {
+        let now = self.clock.now_ms();
+        let expires_at = lease_expiry(now, ttl);
+        let (pk, sk) = (key.pk(), lease_sk(name));
+        // Not flushed: a lease lives as long as this process holds the file (one process at a
+        // time), and one the file keeps after a crash has expired when it is read again.
+        let (grant, _) = self.change(|view| {
+            if let Some(item) = view.get(&pk, &sk, now)? {
+                let (current, until) = item::decode_lease(&pk, &sk, &item)?;
+                if current != holder && until > now {
+                    return Ok(LeaseGrant::HeldUntil(until));
+                }
+            }
+            view.put(&pk, &sk, &item::encode_lease(holder, expires_at));
+            Ok(LeaseGrant::Granted)
+        })?;
+        Ok(grant)
+    }
+
+    async fn release_lease(&self, key: &EpisodeKey, name: &str, holder: &str) -> Result<(), StoreError> {
+        let now = self.clock.now_ms();
+        let (pk, sk) = (key.pk(), lease_sk(name));
+        self.change(|view| {
+            if let Some(item) = view.get(&pk, &sk, now)? {
+                if item::decode_lease(&pk, &sk, &item)?.0 == holder {
+                    view.remove(&pk, &sk);
+                }
+            }
+            Ok(())
+        })?;
+        Ok(())
+    }
+}
