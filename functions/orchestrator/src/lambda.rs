@@ -34,8 +34,9 @@ use crate::cli::EndpointSettings;
 const DEADLINE_MARGIN: Duration = Duration::from_millis(1500);
 
 /// The chat function: starts as every function does, from the environment alone (the
-/// settings, the reference deployment's, and the endpoint's own: [`EndpointSettings`]), reports each turn as one
-/// CloudWatch EMF line on stdout (docs/observability.md), and serves until the runtime stops it.
+/// settings, the reference deployment's, and the endpoint's own: [`EndpointSettings`]),
+/// reports each turn as one CloudWatch EMF line on stdout (docs/observability.md), and serves
+/// until the runtime stops it.
 pub(crate) async fn main() -> ExitCode {
     let started = async {
         let settings = Settings::from_env().map_err(|e| e.to_string())?;

@@ -265,7 +265,8 @@ impl Orchestrator {
                     },
                     () = &mut expired => {
                         drop(body);
-                        tracing::warn!(episode = %tally.episode_id, turn = %tally.turn_id, "turn cut at its deadline");
+                        let (episode, turn) = (&tally.episode_id, &tally.turn_id);
+                        tracing::warn!(%episode, %turn, "turn cut at its deadline");
                         tally.errors += 1;
                         tally.status = Status::Partial;
                         yield Event::error(ORCHESTRATOR, "deadline_exceeded",
@@ -277,7 +278,8 @@ impl Orchestrator {
             let mut status = tally.status;
             if let Some(reply) = reply.take() {
                 if let Err(e) = reply.finish(status).await {
-                    tracing::error!(episode = %tally.episode_id, turn = %tally.turn_id, error = %e, "reply not saved");
+                    let (episode, turn) = (&tally.episode_id, &tally.turn_id);
+                    tracing::error!(%episode, %turn, error = %e, "reply not saved");
                     tally.errors += 1;
                     status = Status::Error;
                     yield Event::error(
