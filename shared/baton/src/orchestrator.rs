@@ -638,4 +638,54 @@ mod tests {
         assert!(events.iter().any(|e| matches!(e, Event::Text { agent, .. } if agent == "shopping[1]")));
         assert!(matches!(events.last(), Some(Event::Completed { status: Status::Error, .. })));
     }
+
+    /// The turns' figures as the reporter got them: (turn id, status).
+    #[derive(Default)]
+    struct Reports(std::sync::Mutex<Vec<(String, Status)>>);
+
+    impl TurnReporter for Reports {
+        fn report(&self, turn: &TurnReport<'_>) {
+            self.0.lock().unwrap().push((turn.turn_id.to_owned(), turn.status));
+        }
+    }
+
+    #[tokio::test]
+    async fn a_recorded_turn_saves_its_reply_before_completed_and_a_retry_answers_its_first_turn() {
+        use crate::history::History;
+        use crate::store::{EpisodeKey, Role, Store, SystemClock, embedded::EmbeddedStore};
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(EmbeddedStore::open(dir.path().join("s.redb"), Arc::new(SystemClock)).unwrap());
+        let history = History::new(store.clone(), 10);
+        let reports = Arc::new(Reports::default());
+        let model = Arc::new(ScriptedModel::new("orch", Some(Reply::text("Hello!"))));
+        let o = Arc::new(Orchestrator::new(plain("lead", model), "orch").with_reporter(reports.clone()));
+        let key = EpisodeKey::new("u", "ep").unwrap();
+
+        let options = TurnOptions { history: Some((&history, Some("r1"))), deadline: None };
+        let started = o.start(TurnRequest::new("ep", "t1", "u", "hi"), options).await.unwrap();
+        assert_eq!((started.episode_id.as_str(), started.turn_id.as_str()), ("ep", "t1"));
+        let mut events = started.events;
+        let mut completed = None;
+        while let Some(event) = events.next().await {
+            if matches!(event, Event::Completed { .. }) {
+                // Released only once the reply is stored.
+                let stored = store.recent_messages(&key, 10).await.unwrap();
+                let roles: Vec<Role> = stored.iter().map(|m| m.role).collect();
+                assert_eq!(roles, [Role::User, Role::Assistant], "{stored:?}");
+                completed = Some(event);
+            }
+        }
+        let Some(Event::Completed { status, .. }) = completed else { panic!("no completed") };
+        assert_eq!(status, Status::Ok);
+        assert_eq!(*reports.0.lock().unwrap(), [("t1".to_owned(), Status::Ok)], "the reporter's status");
+
+        // The same request again: its first turn, answered again, nothing recorded twice.
+        let again = o.start(TurnRequest::new("ep", "t2", "u", "hi"), options).await.unwrap();
+        assert_eq!(again.turn_id, "t1");
+        let events: Vec<Event> = again.events.collect().await;
+        assert!(
+            matches!(events.last(), Some(Event::Completed { turn_id, status: Status::Ok, .. }) if turn_id == "t1")
+        );
+        assert_eq!(store.recent_messages(&key, 10).await.unwrap().len(), 2);
+    }
 }
