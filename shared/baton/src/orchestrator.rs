@@ -683,8 +683,9 @@ mod tests {
         let again = o.start(TurnRequest::new("ep", "t2", "u", "hi"), options).await.unwrap();
         assert_eq!(again.turn_id, "t1");
         let events: Vec<Event> = again.events.collect().await;
+        let last = events.last();
         assert!(
-            matches!(events.last(), Some(Event::Completed { turn_id, status: Status::Ok, .. }) if turn_id == "t1")
+            matches!(last, Some(Event::Completed { turn_id, status: Status::Ok, .. }) if turn_id == "t1")
         );
         assert_eq!(store.recent_messages(&key, 10).await.unwrap().len(), 2);
     }
