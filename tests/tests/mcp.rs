@@ -12,7 +12,6 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use baton::config::Config;
 use baton::event::{Event, Status};
 use baton::http::EndpointLimits;
 use baton::mcp::server::{McpAgent, serve_http};
@@ -20,7 +19,7 @@ use baton::mcp::{McpCallItem, McpError, McpServers, McpTools, TRANSPORT_ERROR_AF
 use baton::model::ToolCall;
 use baton::model::scripted::{Reply, ScriptedServer};
 use baton::tool::{ToolContext, ToolRegistry};
-use baton::wiring::{Backends, build_agent};
+use baton::wiring::build_agent;
 use baton_tests::stores::{Embedded, StoreHarness, test_clock};
 use baton_tests::{open_stream_as, scripted_config, start_endpoint_over, text_of};
 use futures::StreamExt;
@@ -377,11 +376,11 @@ fn venv_python() -> PathBuf {
 
 /// Baton's agents (the offline model's shopping and support agents) over streamable HTTP.
 async fn serve_agents() -> (String, tokio::task::JoinHandle<()>, tokio::sync::oneshot::Sender<()>) {
-    let config = Config::default();
-    let backends = Backends::in_memory();
+    let deployment = baton_reference::Deployment::default();
+    let (config, backends) = (&deployment.config, deployment.backends(None).unwrap());
     let agents = ["shopping", "support"]
         .map(|name| {
-            McpAgent::new(build_agent(&config, name, &backends).unwrap(), format!("The {name} agent."))
+            McpAgent::new(build_agent(config, name, &backends).unwrap(), format!("The {name} agent."))
         })
         .to_vec();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
