@@ -1,7 +1,7 @@
 //! The runtime settings shared by Baton's functions: the model server and models, timeouts,
 //! flushing, auth, the conversation store, and the secrets given by reference. A deployment's
-//! own settings (the reference deployment's shopping agent and Forethought) are its own argument
-//! group, flattened beside this one.
+//! own settings (its agents' defaults, its vendors) are its own argument group, flattened beside
+//! this one.
 //!
 //! [`Settings`] is one clap argument group. Every field is a flag and an environment variable, so
 //! the same names work on the command line (the orchestrator flattens it into its CLI) and in

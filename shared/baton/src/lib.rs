@@ -8,52 +8,59 @@
 //! In the order a chat turn's data flows, top to bottom: a module uses modules below it, never
 //! above (one adapter reaches up, a leaf: `store::backends` keeps the agents' response ids in
 //! the store). `python3 scripts/import_circles.py shared/baton/src` finds no circle and no module
-//! that uses one listed above it.
+//! that uses one listed above it. A room (a folder) holds one file per job, none over 700 lines
+//! of code; its files are named after each entry.
 //!
-//! The runtime names no agent of a deployment: a deployment's own tools and agent kinds come in
-//! through [`wiring::Extension`] (the reference deployment is the `baton-reference` crate).
-//! - [`http`]: the chat endpoint (validation, SSE body), shared by `serve` and the Lambda.
+//! The runtime names no agent of a deployment (`python3 scripts/check_wall.py shared/baton/src`
+//! finds none outside the tests): a deployment's own tools and agent kinds come in through
+//! [`wiring::Extension`] (the reference deployment is the `baton-reference` crate).
+//! - [`http`]: the chat endpoint, shared by `serve` and the Lambda (room: `request`, the checks
+//!   and JSON errors; `sse`, the SSE body).
 //! - [`web`]: the browser chat page (`web/`), embedded and served at `GET /`.
 //! - [`auth`]: who is calling: IAM principal, verified JWT, or the local header.
 //! - [`wiring`]: the composition root: builds models, agents, tools, the routing policy and
 //!   remote agents from a [`config::Config`], once, at start, with a deployment's
-//!   [`wiring::Extension`]s.
+//!   [`wiring::Extension`]s (room: `extension`).
 //! - [`orchestrator`]: one chat turn, started in one place for `serve`, the Lambda and `chat`:
 //!   its span, the user message recorded, `thinking`, the entry agent's run, the reply recorded,
 //!   `completed` (built here only, with the one status the client, metrics and trace see).
 //! - [`history`]: records a turn: the user message before the model call, the reply before
 //!   `completed`, `partial` when the client leaves.
-//! - [`config`]: one typed configuration (`config/baton.yaml` embedded as defaults), parsed and
-//!   validated with line-numbered errors; [`config::agents`] is the `agents:` list. It builds
-//!   nothing.
-//! - [`routing`]: the routing policy an entry agent's first model step can carry: preamble gate,
-//!   failsafe re-ask, guards, fastpath; the routing tools `ask_<agent>`.
-//! - [`guard`]: the routing guards, pure functions that return the repairs they made.
+//! - [`config`]: one typed configuration (the runtime's defaults, a deployment's file over them),
+//!   parsed and validated with line-numbered errors (room: `agents`, the `agents:` list). It
+//!   builds nothing.
+//! - [`routing`]: the routing policy an entry agent's first model step can carry, read top to
+//!   bottom (room: `policy`: model pass, plan, failsafe, guards, release; `plan`; `reask`;
+//!   `preamble`; `guard`, the routing guards as pure functions returning their repairs, also
+//!   re-exported as [`guard`]); the routing tools `ask_<agent>`.
 //! - [`agent_tool`]: any agent as a tool of another (`agent__<Name>`, or a routing tool), with
-//!   schemas, output modes and answers the user reads as is.
+//!   schemas, output modes and answers the user reads as is (room: its loop tests).
 //! - [`remote`]: agents in another process: NDJSON over a transport, and the serving side.
 //! - [`mcp`]: Model Context Protocol: MCP servers' tools for agents, and agents served over MCP.
 //! - [`mini`]: mini-agents: an agent's opt-in fan-out of a multi-part request into parallel
 //!   focused tool loops (decomposer, minis, aggregator), a [`agent::ForkPolicy`].
 //! - [`rating`]: a user's thumbs up or down on a stored answer, sent to where the answer came from.
-//! - [`agent`]: the [`agent::Agent`] trait, the tool loop ([`agent::LlmAgent`]) with its
-//!   [`agent::StepPolicy`] and [`agent::ForkPolicy`] hooks, and [`agent::start_child`], the one place a child instance
-//!   starts.
-//! - [`tool`]: the [`tool::Tool`] trait (`call`, and `start` for tools whose events stream), a
-//!   registry, and JSON Schema validation of arguments.
+//! - [`agent`]: the [`agent::Agent`] trait (room: `llm`, the tool loop [`agent::LlmAgent`] with
+//!   its [`agent::StepPolicy`] and [`agent::ForkPolicy`] hooks; `step`, a step's decision and
+//!   [`agent::model_events`], the one adapter from a model's deltas to events; `batch`, a step's
+//!   calls at once; `instance`, [`agent::start_child`], the one place a child instance starts;
+//!   `chains`, response ids per agent).
+//! - [`tool`]: the [`tool::Tool`] trait (`call`, and `start` for tools whose events stream)
+//!   (room: `registry`, the tools of one agent and a call's checks; `schema`, JSON Schema).
 //! - [`conversation`]: what an instance knows of the conversation: history, the previous turn.
-//! - [`store`]: the [`store::Store`] trait (episodes, messages, vendor state) and the embedded,
-//!   file-backed store.
-//! - [`model`]: the [`model::ChatModel`] trait; OpenAI Chat Completions and Responses, the
-//!   offline model, and the scripted model (its HTTP server only with the `test-servers`
-//!   feature).
+//! - [`store`]: the [`store::Store`] trait (episodes, messages, vendor state) (room: `embedded`,
+//!   the file-backed store; `item`, the item layout both stores share; `lease`; `backends`).
+//! - [`model`]: the [`model::ChatModel`] trait (room: `openai`, Chat Completions: config,
+//!   request, chunks, transport; `responses`; `offline`, the offline model; `scripted`, the
+//!   scripted model, its HTTP server only with the `test-servers` feature).
 //! - [`retrieval`]: BM25 full-text ranking over small corpora (articles, product lists).
 //! - [`telemetry`]: cost per agent from a price table, and the CloudWatch EMF line of a turn.
 //! - [`mux`]: the live-slot merge of concurrent agents' event streams.
 //! - [`text`]: words, content words and smalltalk: how the rules read a message.
 //! - [`image`]: an image attached to a message: its kind, description and URL, checked.
 //! - [`item`]: "events, then a result": the one item type of streams that end with a value.
-//! - [`event`]: the wire protocol: the event enum, SSE and NDJSON encoding and decoding.
+//! - [`event`]: the wire protocol: the event enum (room: `usage`, tokens, dollars and statuses;
+//!   `wire`, SSE and NDJSON encoding and decoding).
 //! - [`outbound`]: the outgoing HTTP client of streamed answers (model servers, vendor APIs):
 //!   reqwest for `https` and HTTP/2, and cleartext HTTP/1.1 driven inside the body's own poll.
 //! - [`redact`]: vendor text made safe for a log line: an excerpt with secrets and tokens masked.

@@ -462,5 +462,4 @@ mod tests {
 }
 
 #[cfg(test)]
-#[path = "agent_tool_tests.rs"]
 mod loop_tests;

@@ -1,0 +1,372 @@
+//! Tools an LLM agent can call: the [`Tool`] trait, a [`ToolRegistry`] that offers them to a model,
+//! and argument validation against each tool's JSON Schema.
+//!
+//! Nothing a model sends can crash a call: unreadable JSON, arguments that break the schema, an
+//! unknown tool name, a tool that fails or one that runs past its timeout all become a
+//! [`ToolOutcome`] with `is_error` set, whose message the model reads on its next step.
+//!
+//! # Layout
+//! - this file: what a call is made for ([`ToolContext`], [`SessionState`], [`Instances`]), the
+//!   [`Tool`] trait and what a call streams and ends with ([`ToolRun`], [`ToolOutcome`]);
+//! - `registry`: [`ToolRegistry`], the tools of one agent as offered to its model, and the checks a
+//!   call passes before it runs;
+//! - `schema`: [`JsonSchema`], a compiled schema and its violations in words.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use serde_json::{Value, json};
+
+use crate::conversation::Conversation;
+use crate::item::{Item, ItemStream};
+
+/// Who a tool call is made for, and the session it runs in: tools that read per-user data
+/// (purchase history) use the ids; agent tools use the rest
+/// to start their child instance.
+#[derive(Debug, Clone, Default)]
+pub struct ToolContext {
+    /// The authenticated user.
+    pub user_id: String,
+    /// The conversation.
+    pub episode_id: String,
+    /// The session state of the calling agent instance.
+    pub state: SessionState,
+    /// How deep the calling instance runs below the turn (the entry agent is 0).
+    pub depth: u32,
+    /// Instance numbering shared by the whole turn.
+    pub instances: Instances,
+    /// The conversation the calling instance sees (empty for an isolated one); children that
+    /// see the conversation get it.
+    pub conversation: Arc<Conversation>,
+    /// The call this context is for: set by the tool loop for each call, so that a tool
+    /// streaming its own events (progress) names the caller and call id they belong to.
+    pub call: CallRef,
+}
+
+/// The tool call a [`ToolContext`] is for.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CallRef {
+    /// The calling agent instance (`Name[i]`).
+    pub agent: String,
+    /// The model's call id.
+    pub call_id: String,
+}
+
+impl ToolContext {
+    /// A context for `user_id` in `episode_id`, with an empty session at depth 0.
+    pub fn new(user_id: impl Into<String>, episode_id: impl Into<String>) -> ToolContext {
+        ToolContext { user_id: user_id.into(), episode_id: episode_id.into(), ..Default::default() }
+    }
+}
+
+/// State keys that start with this prefix are internal to the instance that set them: they are
+/// never copied into a child agent's session.
+pub const INTERNAL_STATE_PREFIX: &str = "_";
+
+/// Whether a state key is internal (see [`INTERNAL_STATE_PREFIX`]).
+pub fn is_internal_key(key: &str) -> bool {
+    key.starts_with(INTERNAL_STATE_PREFIX)
+}
+
+/// The session state of one agent instance: a JSON object its tools read and write while the
+/// instance runs. A child agent started through an agent tool gets a copy of it, without the
+/// internal keys; what the child writes stays in the child's own session.
+#[derive(Debug, Clone, Default)]
+pub struct SessionState(Arc<Mutex<serde_json::Map<String, Value>>>);
+
+impl SessionState {
+    /// A session holding `values`.
+    pub fn new(values: serde_json::Map<String, Value>) -> SessionState {
+        SessionState(Arc::new(Mutex::new(values)))
+    }
+
+    /// The value of `key`.
+    pub fn get(&self, key: &str) -> Option<Value> {
+        self.0.lock().expect("state lock").get(key).cloned()
+    }
+
+    /// Sets `key` to `value`.
+    pub fn set(&self, key: impl Into<String>, value: Value) {
+        self.0.lock().expect("state lock").insert(key.into(), value);
+    }
+
+    /// Everything, as it is now.
+    pub fn snapshot(&self) -> serde_json::Map<String, Value> {
+        self.0.lock().expect("state lock").clone()
+    }
+
+    /// What a child session starts from: a copy of every key but the internal ones.
+    pub fn for_child(&self) -> serde_json::Map<String, Value> {
+        let values = self.0.lock().expect("state lock");
+        values.iter().filter(|(k, _)| !is_internal_key(k)).map(|(k, v)| (k.clone(), v.clone())).collect()
+    }
+}
+
+/// Numbers agent instances across one turn, so that every instance name (`Name[i]`) is unique in
+/// it however deep the agents nest, and bounds how many child instances of the turn run at once
+/// ([`MAX_CONCURRENT_INSTANCES`]). Clones share both.
+#[derive(Debug, Clone)]
+pub struct Instances {
+    counts: Arc<Mutex<HashMap<String, usize>>>,
+    running: Arc<tokio::sync::Semaphore>,
+}
+
+/// Child agent instances one turn runs at once; more wait for a place.
+pub const MAX_CONCURRENT_INSTANCES: usize = 8;
+
+impl Default for Instances {
+    fn default() -> Self {
+        Instances {
+            counts: Arc::default(),
+            running: Arc::new(tokio::sync::Semaphore::new(MAX_CONCURRENT_INSTANCES)),
+        }
+    }
+}
+
+impl Instances {
+    /// The turn's places for running child instances.
+    pub fn permits(&self) -> Arc<tokio::sync::Semaphore> {
+        self.running.clone()
+    }
+
+    /// The next instance name of agent `name`: `name[1]`, then `name[2]`, ...
+    pub fn next(&self, name: &str) -> String {
+        let mut counts = self.counts.lock().expect("instances lock");
+        let n = counts.entry(name.to_owned()).or_default();
+        *n += 1;
+        format!("{name}[{n}]")
+    }
+}
+
+/// A tool failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ToolError {
+    /// The arguments were not what the tool accepts (bad JSON, schema violation, bad value).
+    #[error("invalid arguments for `{tool}`: {reason}")]
+    InvalidArguments {
+        /// The tool.
+        tool: String,
+        /// What is wrong, for the model to fix.
+        reason: String,
+    },
+    /// The model named a tool that does not exist.
+    #[error("unknown tool `{name}`; available tools: {available}")]
+    UnknownTool {
+        /// The name the model used.
+        name: String,
+        /// The tools that exist, comma-separated.
+        available: String,
+    },
+    /// The tool ran past its timeout.
+    #[error("`{tool}` did not answer within {} ms", timeout.as_millis())]
+    Timeout {
+        /// The tool.
+        tool: String,
+        /// The limit.
+        timeout: Duration,
+    },
+    /// The tool itself failed.
+    #[error("`{tool}` failed: {reason}")]
+    Failed {
+        /// The tool.
+        tool: String,
+        /// Why.
+        reason: String,
+    },
+    /// A model step called more tools than one step may start.
+    #[error(
+        "`{tool}` was not started: one step may call at most {limit} tools; call the rest in the next step"
+    )]
+    TooManyCalls {
+        /// The tool.
+        tool: String,
+        /// The limit.
+        limit: usize,
+    },
+    /// An agent tool's call would nest agents deeper than the configured limit.
+    #[error("`{tool}` was not started: agents may nest at most {max_depth} levels deep")]
+    DepthExceeded {
+        /// The agent tool.
+        tool: String,
+        /// The limit.
+        max_depth: u32,
+    },
+    /// An agent tool's child agent answered with output that breaks its output schema.
+    #[error("`{tool}` answered with output that breaks its output schema: {reason}")]
+    InvalidOutput {
+        /// The agent tool.
+        tool: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A tool's own schema does not compile: a programming error, or a tool server's bad schema.
+    /// Found by the tool's first call (a registry compiles each schema on first use), which is
+    /// refused with this error; the registry's other tools still work.
+    #[error("the JSON schema of `{tool}` is invalid: {reason}")]
+    InvalidSchema {
+        /// The tool.
+        tool: String,
+        /// The compiler's message.
+        reason: String,
+    },
+    /// Two tools share a name.
+    #[error("two tools are named `{0}`")]
+    DuplicateName(String),
+}
+
+impl ToolError {
+    /// A stable code for `tool_result` error payloads.
+    pub fn code(&self) -> &'static str {
+        match self {
+            ToolError::InvalidArguments { .. } => "invalid_arguments",
+            ToolError::UnknownTool { .. } => "unknown_tool",
+            ToolError::Timeout { .. } => "tool_timeout",
+            ToolError::Failed { .. } => "tool_failed",
+            ToolError::DepthExceeded { .. } => "agent_depth_exceeded",
+            ToolError::TooManyCalls { .. } => "too_many_calls",
+            ToolError::InvalidOutput { .. } => "invalid_agent_output",
+            ToolError::InvalidSchema { .. } => "invalid_schema",
+            ToolError::DuplicateName(_) => "duplicate_tool",
+        }
+    }
+
+    /// The error as the JSON a model sees in place of a result.
+    pub fn to_result(&self) -> Value {
+        json!({"error": {"code": self.code(), "message": self.to_string()}})
+    }
+}
+
+/// A tool: a name, a description and a JSON Schema for the model, and an async call.
+///
+/// `call` gets arguments that already passed the schema; it may still refuse values the schema
+/// cannot express, with [`ToolError::InvalidArguments`].
+pub trait Tool: Send + Sync + 'static {
+    /// The name the model calls it by.
+    fn name(&self) -> &str;
+
+    /// What it does, for the model.
+    fn description(&self) -> &str;
+
+    /// JSON Schema of the arguments (an object schema).
+    fn parameters(&self) -> Value;
+
+    /// Runs the tool.
+    fn call<'a>(
+        &'a self,
+        arguments: Value,
+        context: &'a ToolContext,
+    ) -> BoxFuture<'a, Result<Value, ToolError>>;
+
+    /// Starts one call whose events stream while it runs (an agent tool streams its child
+    /// instance's events); the tool loop never asks what kind of tool it runs.
+    ///
+    /// The default runs [`Tool::call`] under `options.timeout` and streams nothing.
+    fn start(self: Arc<Self>, arguments: Value, context: ToolContext, options: CallOptions) -> ToolRun {
+        let run = async move {
+            let outcome = match tokio::time::timeout(options.timeout, self.call(arguments, &context)).await {
+                Ok(outcome) => outcome,
+                Err(_) => Err(ToolError::Timeout { tool: self.name().to_owned(), timeout: options.timeout }),
+            };
+            Item::Done(ToolFinish { outcome, answer: None })
+        };
+        ToolRun { items: Box::pin(futures::stream::once(run)) }
+    }
+}
+
+/// How the tool loop runs one call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CallOptions {
+    /// Longest an ordinary tool call may take (an agent tool runs its instance under the
+    /// agent's own timeout instead).
+    pub timeout: Duration,
+    /// The call's user-visible content must end with a `content_end` boundary (set by the
+    /// routing policy for the follow-up agent of a mixed turn; tools without text ignore it).
+    pub mark_content_end: bool,
+}
+
+impl CallOptions {
+    /// A call bounded by `timeout`.
+    pub fn new(timeout: Duration) -> CallOptions {
+        CallOptions { timeout, mark_content_end: false }
+    }
+}
+
+/// One started tool call: the events it streams for the client while it runs, then what it
+/// ended with as its last item. It runs while polled and is cancelled when dropped.
+pub struct ToolRun {
+    /// The call's events, then its [`ToolFinish`].
+    pub items: ItemStream<ToolFinish>,
+}
+
+impl ToolRun {
+    /// A call that ended before it started.
+    pub fn failed(error: ToolError) -> ToolRun {
+        let finish = ToolFinish { outcome: Err(error), answer: None };
+        ToolRun { items: Box::pin(futures::stream::iter([Item::Done(finish)])) }
+    }
+}
+
+/// What one tool call ended with.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolFinish {
+    /// The result the model reads, or why there is none.
+    pub outcome: Result<Value, ToolError>,
+    /// Set when the result is also the user's answer as is (an agent tool with
+    /// `skip_summarization` whose child answered).
+    pub answer: Option<DirectAnswer>,
+}
+
+/// A tool result that is the user's answer as is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirectAnswer {
+    /// The answer.
+    pub text: String,
+    /// Whether the client has already seen it (streamed while the call ran).
+    pub streamed: bool,
+}
+
+/// What one tool call produced: a result, or an error the model reads as its result.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolOutcome {
+    /// The arguments as parsed (the raw text as a JSON string when they were not JSON).
+    pub arguments: Value,
+    /// The result, or an error object `{"error": {"code", "message"}}`.
+    pub result: Value,
+    /// Whether `result` is an error.
+    pub is_error: bool,
+}
+
+impl ToolOutcome {
+    /// An error outcome for a call with `arguments`.
+    pub fn error(arguments: Value, error: ToolError) -> ToolOutcome {
+        ToolOutcome { arguments, result: error.to_result(), is_error: true }
+    }
+
+    /// The outcome of a call of `tool` with `arguments` that ended with `result`; a failure is
+    /// logged.
+    pub fn from_result(tool: &str, arguments: Value, result: Result<Value, ToolError>) -> ToolOutcome {
+        match result {
+            Ok(result) => ToolOutcome { arguments, result, is_error: false },
+            Err(error) => {
+                tracing::warn!(%tool, %error, "tool call failed");
+                ToolOutcome::error(arguments, error)
+            }
+        }
+    }
+
+    /// The text a model gets back for this call.
+    pub fn content(&self) -> String {
+        self.result.to_string()
+    }
+}
+
+mod registry;
+mod schema;
+
+pub use registry::{Refused, ToolRegistry, run_checked};
+pub use schema::JsonSchema;
+
+#[cfg(test)]
+mod tests;
