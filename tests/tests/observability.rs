@@ -308,6 +308,68 @@ impl Store for Failing {
     async fn release_lease(&self, key: &EpisodeKey, name: &str, holder: &str) -> Result<(), StoreError> {
         self.inner.release_lease(key, name, holder).await
     }
+
+    async fn start_turn_log(
+        &self,
+        key: &EpisodeKey,
+        turn_id: &str,
+        deadline_ms: u64,
+    ) -> Result<(), StoreError> {
+        self.inner.start_turn_log(key, turn_id, deadline_ms).await
+    }
+
+    async fn append_turn_events(
+        &self,
+        key: &EpisodeKey,
+        turn_id: &str,
+        events: &[baton::store::LoggedEvent],
+    ) -> Result<(), StoreError> {
+        self.inner.append_turn_events(key, turn_id, events).await
+    }
+
+    async fn record_turn_gap(
+        &self,
+        key: &EpisodeKey,
+        turn_id: &str,
+        from: u64,
+        to: u64,
+    ) -> Result<(), StoreError> {
+        self.inner.record_turn_gap(key, turn_id, from, to).await
+    }
+
+    async fn end_turn_log(&self, key: &EpisodeKey, turn_id: &str, status: &str) -> Result<(), StoreError> {
+        self.inner.end_turn_log(key, turn_id, status).await
+    }
+
+    async fn turn_events(
+        &self,
+        key: &EpisodeKey,
+        turn_id: &str,
+        after_seq: u64,
+        limit: usize,
+    ) -> Result<Vec<baton::store::LoggedEvent>, StoreError> {
+        self.inner.turn_events(key, turn_id, after_seq, limit).await
+    }
+
+    async fn turn_record(
+        &self,
+        key: &EpisodeKey,
+        turn_id: &str,
+    ) -> Result<Option<baton::store::TurnRecord>, StoreError> {
+        self.inner.turn_record(key, turn_id).await
+    }
+
+    async fn latest_turn(&self, key: &EpisodeKey) -> Result<Option<String>, StoreError> {
+        self.inner.latest_turn(key).await
+    }
+
+    async fn request_cancel(
+        &self,
+        key: &EpisodeKey,
+        turn_id: &str,
+    ) -> Result<baton::store::CancelOutcome, StoreError> {
+        self.inner.request_cancel(key, turn_id).await
+    }
 }
 
 /// The `baton.status` recorded on each `turn` span, by its episode: what the trace exporter is

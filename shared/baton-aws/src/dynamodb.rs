@@ -30,12 +30,15 @@ use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{AttributeValue, CancellationReason, Delete, Put, TransactWriteItem, Update};
 use baton::store::item::{self, Attr, Item};
 use baton::store::{
-    Clock, DEFAULT_RETENTION, Episode, EpisodeKey, LeaseGrant, META_SK, MSG_PREFIX, Recorded, Store,
-    StoreError, StoredMessage, is_expired, lease_expiry, lease_sk, request_sk, ttl_after,
+    CancelOutcome, Clock, DEFAULT_RETENTION, DEFAULT_TURN_LOG_TTL, Episode, EpisodeKey, LeaseGrant,
+    LoggedEvent, META_SK, MSG_PREFIX, Recorded, Store, StoreError, StoredMessage, TurnRecord, is_expired,
+    lease_expiry, lease_sk, request_sk, ttl_after,
 };
 
 use crate::error::sdk_error;
 use crate::table::{PARTITION_KEY, SORT_KEY};
+
+mod turn_log;
 
 /// DynamoDB allows at most this many actions in one transaction.
 const MAX_TRANSACTION_ITEMS: usize = 100;
@@ -107,6 +110,7 @@ pub struct DynamoDbStore {
     table: String,
     clock: Arc<dyn Clock>,
     retention: Duration,
+    turn_log_ttl: Duration,
     page_size: i32,
 }
 
@@ -114,7 +118,14 @@ impl DynamoDbStore {
     /// A store on `table` through `client`; items live for [`DEFAULT_RETENTION`] after their
     /// last write, and history is read 100 items a page.
     pub fn new(client: Client, table: impl Into<String>, clock: Arc<dyn Clock>) -> DynamoDbStore {
-        DynamoDbStore { client, table: table.into(), clock, retention: DEFAULT_RETENTION, page_size: 100 }
+        DynamoDbStore {
+            client,
+            table: table.into(),
+            clock,
+            retention: DEFAULT_RETENTION,
+            turn_log_ttl: DEFAULT_TURN_LOG_TTL,
+            page_size: 100,
+        }
     }
 
     /// A store on `table` with the standard AWS configuration from the environment (region,
@@ -140,7 +151,13 @@ impl DynamoDbStore {
         self
     }
 
-    /// Reads history `page_size` items per request (at least 1).
+    /// A turn log's items live for `ttl` after their write.
+    pub fn with_turn_log_ttl(mut self, ttl: Duration) -> DynamoDbStore {
+        self.turn_log_ttl = ttl;
+        self
+    }
+
+    /// Reads history and turn logs `page_size` items per request (at least 1).
     pub fn with_page_size(mut self, page_size: usize) -> DynamoDbStore {
         self.page_size = page_size.clamp(1, i32::MAX as usize) as i32;
         self
@@ -622,6 +639,60 @@ impl Store for DynamoDbStore {
             }
             Err(e) => Err(sdk_error("release lease", e)),
         }
+    }
+
+    async fn start_turn_log(
+        &self,
+        key: &EpisodeKey,
+        turn_id: &str,
+        deadline_ms: u64,
+    ) -> Result<(), StoreError> {
+        self.start_log(key, turn_id, deadline_ms).await
+    }
+
+    async fn append_turn_events(
+        &self,
+        key: &EpisodeKey,
+        turn_id: &str,
+        events: &[LoggedEvent],
+    ) -> Result<(), StoreError> {
+        self.append(key, turn_id, events).await
+    }
+
+    async fn record_turn_gap(
+        &self,
+        key: &EpisodeKey,
+        turn_id: &str,
+        from_seq: u64,
+        to_seq: u64,
+    ) -> Result<(), StoreError> {
+        self.gap(key, turn_id, from_seq, to_seq).await
+    }
+
+    async fn end_turn_log(&self, key: &EpisodeKey, turn_id: &str, status: &str) -> Result<(), StoreError> {
+        self.end(key, turn_id, status).await
+    }
+
+    async fn turn_events(
+        &self,
+        key: &EpisodeKey,
+        turn_id: &str,
+        after_seq: u64,
+        limit: usize,
+    ) -> Result<Vec<LoggedEvent>, StoreError> {
+        self.read_events(key, turn_id, after_seq, limit).await
+    }
+
+    async fn turn_record(&self, key: &EpisodeKey, turn_id: &str) -> Result<Option<TurnRecord>, StoreError> {
+        self.read_record(key, turn_id).await
+    }
+
+    async fn latest_turn(&self, key: &EpisodeKey) -> Result<Option<String>, StoreError> {
+        self.latest(key).await
+    }
+
+    async fn request_cancel(&self, key: &EpisodeKey, turn_id: &str) -> Result<CancelOutcome, StoreError> {
+        self.cancel(key, turn_id).await
     }
 }
 

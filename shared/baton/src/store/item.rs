@@ -63,13 +63,23 @@ pub fn item_name(pk: &str, sk: &str) -> String {
 }
 
 /// Strict reads of one item's attributes, with errors that name the item.
-struct Reader<'a> {
+pub(super) struct Reader<'a> {
     name: String,
     item: &'a Item,
 }
 
 impl<'a> Reader<'a> {
-    fn corrupt(&self, reason: impl Into<String>) -> StoreError {
+    /// Reads `item`, named `name` (`pk / sk`) in errors.
+    pub(super) fn new(name: String, item: &'a Item) -> Reader<'a> {
+        Reader { name, item }
+    }
+
+    /// The item's name in errors.
+    pub(super) fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub(super) fn corrupt(&self, reason: impl Into<String>) -> StoreError {
         StoreError::Corrupt { key: self.name.clone(), reason: reason.into() }
     }
 
@@ -81,7 +91,7 @@ impl<'a> Reader<'a> {
         }
     }
 
-    fn s(&self, attr: &str) -> Result<&'a str, StoreError> {
+    pub(super) fn s(&self, attr: &str) -> Result<&'a str, StoreError> {
         self.opt_s(attr)?.ok_or_else(|| self.corrupt(format!("`{attr}` is missing")))
     }
 
@@ -95,7 +105,7 @@ impl<'a> Reader<'a> {
         }
     }
 
-    fn n(&self, attr: &str) -> Result<u64, StoreError> {
+    pub(super) fn n(&self, attr: &str) -> Result<u64, StoreError> {
         self.opt_n(attr)?.ok_or_else(|| self.corrupt(format!("`{attr}` is missing")))
     }
 

@@ -21,11 +21,14 @@
 //! - [`embedded`]: a file-backed store (redb), the default for local runs.
 //! - [`lease`]: a short lease on a name within an episode, waited for with a bound, released
 //!   when the holder is done or dropped.
+//! - [`turn_log`]: a turn's event log and record (`TURN#<turn>`, `TURN#<turn>#LOG#<last seq>`):
+//!   their types, items and the checks both stores make.
 
 pub mod backends;
 pub mod embedded;
 pub mod item;
 pub mod lease;
+pub mod turn_log;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -36,6 +39,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::event::{AgentUsage, Status};
 use crate::model::Message;
+
+pub use turn_log::{CancelOutcome, DEFAULT_TURN_LOG_TTL, LoggedEvent, TurnRecord, TurnStatus};
 
 /// How long items live after their last write, unless configured otherwise.
 pub const DEFAULT_RETENTION: Duration = Duration::from_secs(90 * 24 * 3600);
@@ -399,6 +404,66 @@ pub trait Store: Send + Sync {
     /// Gives up the episode's lease `name` if `holder` still has it; does nothing if it expired
     /// or another holder has taken it since.
     async fn release_lease(&self, key: &EpisodeKey, name: &str, holder: &str) -> Result<(), StoreError>;
+
+    /// Starts the log of `turn_id`: its record, `running`, no event yet, ending by `deadline_ms`
+    /// (after it, a turn still running reads as abandoned). Starting the same log again before
+    /// any event is a retry and writes nothing; a turn whose log exists otherwise is a
+    /// [`StoreError::Conflict`].
+    async fn start_turn_log(
+        &self,
+        key: &EpisodeKey,
+        turn_id: &str,
+        deadline_ms: u64,
+    ) -> Result<(), StoreError>;
+
+    /// Appends `events` to the turn's log in one store write whatever their number (split into
+    /// several items where one would be too big). Their seqs must be consecutive and start right
+    /// after the record's `last_seq`. Writing a batch that is logged already is a retry and does
+    /// nothing; a batch that would leave a gap or overlap other logged events, or that follows
+    /// the end of the log, is a [`StoreError::Conflict`] saying which.
+    async fn append_turn_events(
+        &self,
+        key: &EpisodeKey,
+        turn_id: &str,
+        events: &[LoggedEvent],
+    ) -> Result<(), StoreError>;
+
+    /// Records that events `from_seq..=to_seq` could not be written: a later reader is told
+    /// they are missing (`TurnRecord::gaps`), and the next append starts after `to_seq`. Seqs
+    /// that were logged after all are no gap. A gap that would leave seqs between the log's
+    /// end and `from_seq` unaccounted for is a [`StoreError::Conflict`].
+    async fn record_turn_gap(
+        &self,
+        key: &EpisodeKey,
+        turn_id: &str,
+        from_seq: u64,
+        to_seq: u64,
+    ) -> Result<(), StoreError>;
+
+    /// Ends the turn's log with its `completed` status. Ending it again with the same status
+    /// does nothing; with another, or for an unknown turn, is a [`StoreError::Conflict`].
+    async fn end_turn_log(&self, key: &EpisodeKey, turn_id: &str, status: &str) -> Result<(), StoreError>;
+
+    /// At most `limit` logged events of the turn after seq `after_seq`, in seq order (none
+    /// for an unknown turn or another user's). A replay reads these a page at a time.
+    async fn turn_events(
+        &self,
+        key: &EpisodeKey,
+        turn_id: &str,
+        after_seq: u64,
+        limit: usize,
+    ) -> Result<Vec<LoggedEvent>, StoreError>;
+
+    /// The turn's record, or `None` for an unknown turn (another user's key finds none).
+    async fn turn_record(&self, key: &EpisodeKey, turn_id: &str) -> Result<Option<TurnRecord>, StoreError>;
+
+    /// The episode's most recent logged turn (turn ids sort by creation time).
+    async fn latest_turn(&self, key: &EpisodeKey) -> Result<Option<String>, StoreError>;
+
+    /// Asks a running turn to stop: its producer sees `cancel_requested` in the record.
+    /// Idempotent; says whether the turn had ended (a running turn past its deadline reads as
+    /// abandoned) or is unknown.
+    async fn request_cancel(&self, key: &EpisodeKey, turn_id: &str) -> Result<CancelOutcome, StoreError>;
 }
 
 /// Reads the episode (a new one if absent), applies `change`, and saves it, reading again and

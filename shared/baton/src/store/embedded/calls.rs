@@ -6,8 +6,8 @@ use super::EmbeddedStore;
 use super::view::parse;
 use crate::store::item::{self};
 use crate::store::{
-    Clock, Episode, EpisodeKey, LeaseGrant, META_SK, MSG_PREFIX, Recorded, Store, StoreError, StoredMessage,
-    is_expired, lease_expiry, lease_sk, message_sk, request_sk,
+    CancelOutcome, Clock, Episode, EpisodeKey, LeaseGrant, LoggedEvent, META_SK, MSG_PREFIX, Recorded, Store,
+    StoreError, StoredMessage, TurnRecord, is_expired, lease_expiry, lease_sk, message_sk, request_sk,
 };
 
 #[async_trait::async_trait]
@@ -170,5 +170,58 @@ impl Store for EmbeddedStore {
             Ok(())
         })?;
         Ok(())
+    }
+    async fn start_turn_log(
+        &self,
+        key: &EpisodeKey,
+        turn_id: &str,
+        deadline_ms: u64,
+    ) -> Result<(), StoreError> {
+        self.start_log(key, turn_id, deadline_ms)
+    }
+
+    async fn append_turn_events(
+        &self,
+        key: &EpisodeKey,
+        turn_id: &str,
+        events: &[LoggedEvent],
+    ) -> Result<(), StoreError> {
+        self.append(key, turn_id, events)
+    }
+
+    async fn record_turn_gap(
+        &self,
+        key: &EpisodeKey,
+        turn_id: &str,
+        from_seq: u64,
+        to_seq: u64,
+    ) -> Result<(), StoreError> {
+        self.gap(key, turn_id, from_seq, to_seq)
+    }
+
+    async fn end_turn_log(&self, key: &EpisodeKey, turn_id: &str, status: &str) -> Result<(), StoreError> {
+        self.end(key, turn_id, status)
+    }
+
+    async fn turn_events(
+        &self,
+        key: &EpisodeKey,
+        turn_id: &str,
+        after_seq: u64,
+        limit: usize,
+    ) -> Result<Vec<LoggedEvent>, StoreError> {
+        self.read_events(key, turn_id, after_seq, limit)
+    }
+
+    async fn turn_record(&self, key: &EpisodeKey, turn_id: &str) -> Result<Option<TurnRecord>, StoreError> {
+        self.read_record(key, turn_id)
+    }
+
+    async fn latest_turn(&self, key: &EpisodeKey) -> Result<Option<String>, StoreError> {
+        self.latest(key)
+    }
+
+    async fn request_cancel(&self, key: &EpisodeKey, turn_id: &str) -> Result<CancelOutcome, StoreError> {
+        self.cancel(key, turn_id)
     }
 }

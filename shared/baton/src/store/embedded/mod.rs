@@ -37,12 +37,18 @@
 //! would mean opening it per operation (an open costs more than the operation) or a store
 //! server; the local default keeps redb and this bounded wait, and DynamoDB serves many processes.
 //!
+//! A turn log's writes (`turn_log`) are not flushed by their own call: each asks for a flush
+//! within [`TURN_LOG_FLUSH_WITHIN`], which one task does for every write waiting by then (and a
+//! reply's flush takes them sooner). So a producer killed mid-turn leaves its log on disk up to
+//! the batches written a second before, and a turn's many small batches, and every turn's,
+//! share flushes instead of paying one each.
+//!
 //! Rooms: this file holds the file, its pending writes and the flush; `view` reads through them;
-//! `calls` implements [`Store`](super::Store) on top.
+//! `calls` implements [`Store`](super::Store) on top; `turn_log` the turn logs' calls.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -51,12 +57,13 @@ use redb::{Database, Durability, TableDefinition};
 mod calls;
 #[cfg(test)]
 mod tests;
+mod turn_log;
 mod view;
 
 use view::View;
 
 use super::item::Item;
-use super::{Clock, DEFAULT_RETENTION, StoreError, ttl_after};
+use super::{Clock, DEFAULT_RETENTION, DEFAULT_TURN_LOG_TTL, StoreError, ttl_after};
 
 /// Flushes that run on the blocking pool at once. They take one lock in turn (redb runs one
 /// write transaction at a time, and a flush takes every pending write), so more threads would
@@ -72,6 +79,9 @@ pub const MAX_WAITING_WRITES: usize = 10_000;
 /// in the cache, so a small one serves it. Writes fill it: at 16 MiB, a burst of 1,000 turns
 /// kept 16 MB more resident for good (docs/benchmarks.md, "Memory per stream").
 pub const CACHE_BYTES: usize = 4 * 1024 * 1024;
+
+/// How soon a turn log's write reaches the disk when no other flush takes it first.
+pub const TURN_LOG_FLUSH_WITHIN: Duration = Duration::from_secs(1);
 
 /// How long [`EmbeddedStore::open`] waits for a store file another process holds.
 pub const LOCK_WAIT: Duration = Duration::from_secs(5);
@@ -120,6 +130,9 @@ pub struct EmbeddedStore {
     path: PathBuf,
     clock: Arc<dyn Clock>,
     retention: Duration,
+    turn_log_ttl: Duration,
+    /// Whether a flush within [`TURN_LOG_FLUSH_WITHIN`] is on its way.
+    flush_scheduled: Arc<AtomicBool>,
 }
 
 impl std::fmt::Debug for EmbeddedStore {
@@ -209,12 +222,20 @@ impl EmbeddedStore {
             path,
             clock,
             retention: DEFAULT_RETENTION,
+            turn_log_ttl: DEFAULT_TURN_LOG_TTL,
+            flush_scheduled: Arc::default(),
         })
     }
 
     /// Items live for `retention` after their last write.
     pub fn with_retention(mut self, retention: Duration) -> EmbeddedStore {
         self.retention = retention;
+        self
+    }
+
+    /// A turn log's items live for `ttl` after their write.
+    pub fn with_turn_log_ttl(mut self, ttl: Duration) -> EmbeddedStore {
+        self.turn_log_ttl = ttl;
         self
     }
 
@@ -326,6 +347,36 @@ impl EmbeddedStore {
 
     fn ttl(&self, now_ms: u64) -> u64 {
         ttl_after(now_ms, self.retention)
+    }
+
+    /// Has every write made so far flushed within [`TURN_LOG_FLUSH_WITHIN`], by one task for
+    /// all the writes asking meanwhile. The task holds the store weakly: a store closed first
+    /// flushed on its close. A failed flush leaves the writes pending for the next one.
+    fn flush_soon(&self) {
+        if self.flush_scheduled.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let (pending, flushed) = (Arc::downgrade(&self.pending), Arc::downgrade(&self.flushed));
+        let (commits, reopen, calls, scheduled) =
+            (self.commits.clone(), self.reopen.clone(), self.calls.clone(), self.flush_scheduled.clone());
+        let path = self.path.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(TURN_LOG_FLUSH_WITHIN).await;
+            scheduled.store(false, Ordering::Release);
+            let Ok(permit) = calls.acquire_owned().await else { return };
+            let done = tokio::task::spawn_blocking(move || {
+                let _permit = permit;
+                let (Some(pending), Some(flushed)) = (pending.upgrade(), flushed.upgrade()) else {
+                    return Ok(());
+                };
+                let mut flushed = lock(&flushed);
+                flush_pending(&pending, &mut flushed, &commits, &*reopen)
+            })
+            .await;
+            if let Ok(Err(e)) = done {
+                tracing::warn!(path = %path.display(), error = %e, "turn-log writes could not be flushed; the next flush tries again");
+            }
+        });
     }
 }
 

@@ -59,9 +59,34 @@ impl<'a> View<'a> {
         pk: &str,
         from: &str,
         to: &str,
+        f: impl FnMut(&str, &[u8]) -> Result<bool, StoreError>,
+    ) -> Result<(), StoreError> {
+        self.walk(pk, from, to, true, f)
+    }
+
+    /// Calls `f` with each item of `pk` whose sort key is in `from..to`, oldest sort key first,
+    /// until it returns `false`.
+    pub(super) fn each(
+        &self,
+        pk: &str,
+        from: &str,
+        to: &str,
+        f: impl FnMut(&str, &[u8]) -> Result<bool, StoreError>,
+    ) -> Result<(), StoreError> {
+        self.walk(pk, from, to, false, f)
+    }
+
+    /// The items of `pk` in `from..to`, in sort-key order (`rev`: the reverse), the writes not
+    /// in the file merged over the file's.
+    fn walk(
+        &self,
+        pk: &str,
+        from: &str,
+        to: &str,
+        rev: bool,
         mut f: impl FnMut(&str, &[u8]) -> Result<bool, StoreError>,
     ) -> Result<(), StoreError> {
-        // The writes not in the file (this call's own over the pending ones), newest sort key first.
+        // The writes not in the file (this call's own over the pending ones).
         let mut written: BTreeMap<&str, &Value> = BTreeMap::new();
         for layer in [self.pending, &self.staged] {
             if let Some(partition) = layer.get(pk) {
@@ -72,8 +97,11 @@ impl<'a> View<'a> {
                 }
             }
         }
-        let mut written = written.into_iter().rev().peekable();
-        let mut file = self.table.range((pk, from)..(pk, to)).map_err(|e| failed("read", e))?.rev();
+        let written: Box<dyn Iterator<Item = (&str, &Value)>> =
+            if rev { Box::new(written.into_iter().rev()) } else { Box::new(written.into_iter()) };
+        let mut written = written.peekable();
+        let range = self.table.range((pk, from)..(pk, to)).map_err(|e| failed("read", e))?;
+        let mut file: Box<dyn Iterator<Item = _>> = if rev { Box::new(range.rev()) } else { Box::new(range) };
         let mut next_file = file.next().transpose().map_err(|e| failed("read", e))?;
         loop {
             let file_sk = next_file.as_ref().map(|(k, _)| k.value().1);
@@ -81,7 +109,13 @@ impl<'a> View<'a> {
                 (None, None) => return Ok(()),
                 (Some(_), None) => true,
                 (None, Some(_)) => false,
-                (Some((w, _)), Some(f)) => *w >= f,
+                (Some((w, _)), Some(f)) => {
+                    if rev {
+                        *w >= f
+                    } else {
+                        *w <= f
+                    }
+                }
             };
             let go_on = if take_written {
                 let (sk, value) = written.next().expect("peeked");
