@@ -19,6 +19,9 @@ use baton::store::{
 
 use crate::stores::{StoreHarness, test_clock};
 
+pub mod turn_log;
+pub use turn_log::*;
+
 /// Expands to one `#[tokio::test]` per contract check, run against harness `$h`.
 #[macro_export]
 macro_rules! store_contract_tests {
@@ -46,6 +49,18 @@ macro_rules! store_contract_tests {
             concurrent_callers_are_granted_a_free_lease_once,
             an_episode_item_of_the_single_response_id_era_still_reads,
             an_episode_item_of_the_single_conversation_era_still_reads,
+            turn_events_read_back_in_order_from_any_cursor,
+            a_batch_written_again_is_a_retry_and_a_gap_or_overlap_is_refused,
+            a_recorded_gap_is_reported_and_the_log_goes_on_after_it,
+            a_turn_log_ends_once_with_its_status,
+            a_running_turn_past_its_deadline_reads_as_abandoned,
+            cancel_is_requested_once_and_says_when_a_turn_ended_or_is_unknown,
+            another_users_key_sees_no_turn_log,
+            the_latest_turn_is_the_one_started_last,
+            turn_log_items_expire_after_the_turn_log_ttl,
+            a_batch_too_big_for_one_item_is_split_and_reads_back_whole,
+            a_turn_id_that_cannot_be_a_key_is_refused,
+            a_turn_log_survives_reopening_the_store,
         );
     };
     (@each $h:ty; $($name:ident),+ $(,)?) => {
