@@ -407,3 +407,64 @@ fn a_file_held_past_the_wait_is_a_clear_unavailable_error() {
     let message = err.to_string();
     assert!(message.contains("in use by another process") && message.contains("--store-path"), "{message}");
 }
+
+fn logged(from: u64, to: u64) -> Vec<crate::store::LoggedEvent> {
+    (from..=to)
+        .map(|seq| crate::store::LoggedEvent { seq, event: "text".into(), data: format!("{seq}") })
+        .collect()
+}
+
+/// The child process of [`a_killed_producer_leaves_its_log_up_to_a_second_before`]: starts a
+/// turn log and appends two batches, waits past [`TURN_LOG_FLUSH_WITHIN`], appends a third, and
+/// exits at once without closing the store, as a killed process would.
+#[tokio::test]
+#[ignore = "run as a child process by a_killed_producer_leaves_its_log_up_to_a_second_before"]
+async fn killed_producer_child() {
+    let Some(path) = std::env::var_os("BATON_KILLED_STORE") else { return };
+    let store = EmbeddedStore::open(path, Arc::new(SystemClock)).unwrap();
+    let key = EpisodeKey::new("u", "e").unwrap();
+    store.start_turn_log(&key, "t1", 1).await.unwrap();
+    store.append_turn_events(&key, "t1", &logged(1, 3)).await.unwrap();
+    store.append_turn_events(&key, "t1", &logged(4, 5)).await.unwrap();
+    tokio::time::sleep(TURN_LOG_FLUSH_WITHIN + Duration::from_millis(500)).await;
+    store.append_turn_events(&key, "t1", &logged(6, 6)).await.unwrap();
+    std::process::exit(0);
+}
+
+/// A producer that dies mid-turn leaves its log on disk up to the batches written
+/// [`TURN_LOG_FLUSH_WITHIN`] before, and its turn `running` (abandoned once past its deadline).
+#[tokio::test]
+async fn a_killed_producer_leaves_its_log_up_to_a_second_before() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.redb");
+    let status = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--ignored", "--exact", "store::embedded::tests::killed_producer_child", "--test-threads=1"])
+        .env("BATON_KILLED_STORE", &path)
+        .stdout(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success(), "the child failed: {status}");
+    let store = EmbeddedStore::open(&path, Arc::new(SystemClock)).unwrap();
+    let key = EpisodeKey::new("u", "e").unwrap();
+    let events = store.turn_events(&key, "t1", 0, 10).await.unwrap();
+    assert_eq!(events, logged(1, 5), "the batches of more than a second before, not the last");
+    let record = store.turn_record(&key, "t1").await.unwrap().expect("its record");
+    assert_eq!(record.last_seq, 5);
+    let now = store.clock().now_ms();
+    assert_eq!(record.effective_status(now), crate::store::TurnStatus::Ended("abandoned".into()));
+}
+
+/// A turn's many small batches share one flush, within [`TURN_LOG_FLUSH_WITHIN`], with no
+/// other write to take them.
+#[tokio::test]
+async fn a_turn_logs_batches_share_one_flush_within_the_bound() {
+    let (_dir, _path, store, key) = fresh();
+    store.start_turn_log(&key, "t1", u64::MAX).await.unwrap();
+    for seq in 1..=20 {
+        store.append_turn_events(&key, "t1", &logged(seq, seq)).await.unwrap();
+    }
+    store.end_turn_log(&key, "t1", "ok").await.unwrap();
+    assert_eq!(store.durable_commits(), 0, "not flushed call by call");
+    tokio::time::sleep(TURN_LOG_FLUSH_WITHIN + Duration::from_millis(500)).await;
+    assert_eq!(store.durable_commits(), 1, "one flush for the whole turn");
+}
