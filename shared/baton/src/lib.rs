@@ -48,8 +48,9 @@
 //! - [`tool`]: the [`tool::Tool`] trait (`call`, and `start` for tools whose events stream)
 //!   (room: `registry`, the tools of one agent and a call's checks; `schema`, JSON Schema).
 //! - [`conversation`]: what an instance knows of the conversation: history, the previous turn.
-//! - [`store`]: the [`store::Store`] trait (episodes, messages, vendor state) (room: `embedded`,
-//!   the file-backed store; `item`, the item layout both stores share; `lease`; `backends`).
+//! - [`store`]: the [`store::Store`] trait (episodes, messages, vendor state, turn logs) (room:
+//!   `embedded`, the file-backed store; `item`, the item layout both stores share; `lease`;
+//!   `turn_log`, a turn's event log and record; `backends`).
 //! - [`model`]: the [`model::ChatModel`] trait (room: `openai`, Chat Completions: config,
 //!   request, chunks, transport; `responses`; `offline`, the offline model; `scripted`, the
 //!   scripted model, its HTTP server only with the `test-servers` feature).

@@ -8,6 +8,8 @@
 //! | message | same | `MSG#<turn>#<seq>` | `role`, `agent`, `content`, `usage`, `status`, `created_at`, `meta` (JSON text, optional), `ttl` |
 //! | request | same | `REQ#<request id>` | `turn_id`, `ttl` (makes the user message idempotent) |
 //! | lease | same | `LEASE#<name>` | `holder`, `expires_at` (ms), `ttl` (serialises calls a vendor takes one at a time, [`lease`]) |
+//! | turn record | same | `TURN#<turn>` | `status`, `cancel_requested`, `last_seq`, `gaps`, `deadline_ms`, `updated_at`, `ttl` ([`turn_log`]) |
+//! | turn events | same | `TURN#<turn>#LOG#<last seq>` | `first`, `last`, `events`, `ttl` ([`turn_log`]) |
 //!
 //! Every key starts with the user, so a store call can only reach the episodes of the user it
 //! names; the HTTP layer names the authenticated user. Turn ids are UUIDv7 ([`new_turn_id`]):
