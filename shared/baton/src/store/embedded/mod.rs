@@ -353,6 +353,9 @@ impl EmbeddedStore {
     /// all the writes asking meanwhile. The task holds the store weakly: a store closed first
     /// flushed on its close. A failed flush leaves the writes pending for the next one.
     fn flush_soon(&self) {
+        // Outside a Tokio runtime (another executor) no task can wait: the next flush, or the
+        // close, takes the writes.
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
         if self.flush_scheduled.swap(true, Ordering::AcqRel) {
             return;
         }
@@ -360,7 +363,7 @@ impl EmbeddedStore {
         let (commits, reopen, calls, scheduled) =
             (self.commits.clone(), self.reopen.clone(), self.calls.clone(), self.flush_scheduled.clone());
         let path = self.path.clone();
-        tokio::spawn(async move {
+        runtime.spawn(async move {
             tokio::time::sleep(TURN_LOG_FLUSH_WITHIN).await;
             scheduled.store(false, Ordering::Release);
             let Ok(permit) = calls.acquire_owned().await else { return };
