@@ -6,10 +6,13 @@
 //!   the record, to tell a retry (the same events logged already: done) from a gap, an overlap,
 //!   an ended or an unknown turn.
 //! - The record's other writes are `UpdateItem`s of the attributes they change, so a cancel
-//!   flag set meanwhile is never written back as unset.
+//!   flag set meanwhile is never written back as unset. DynamoDB rejects such an update while an
+//!   append's transaction on the record is in progress (`TransactionConflictException`, which the
+//!   SDK does not retry): it is tried again shortly, up to three times.
 //! - Replays are `Query`s from the first item whose key (its last seq) is past the cursor, a page
 //!   at a time, until `limit` events are in hand; reads are strongly consistent.
 
+use aws_sdk_dynamodb::error::ProvideErrorMetadata;
 use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem, Update};
 use baton::store::item;
 use baton::store::turn_log::{
@@ -35,9 +38,34 @@ fn n(v: u64) -> AttributeValue {
 
 fn conditional_failed<E>(e: &aws_sdk_dynamodb::error::SdkError<E>) -> bool
 where
-    E: aws_sdk_dynamodb::error::ProvideErrorMetadata,
+    E: ProvideErrorMetadata,
 {
     e.as_service_error().and_then(|s| s.code()) == Some("ConditionalCheckFailedException")
+}
+
+type UpdateRecord = aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
+type UpdateResult = Result<
+    aws_sdk_dynamodb::operation::update_item::UpdateItemOutput,
+    aws_sdk_dynamodb::error::SdkError<aws_sdk_dynamodb::operation::update_item::UpdateItemError>,
+>;
+
+/// Sends `update`, trying again shortly while DynamoDB rejects it for a transaction in progress
+/// on the record (an append's): `TransactionConflictException`, which the SDK does not retry.
+async fn send_update(update: UpdateRecord) -> UpdateResult {
+    let mut tries = 0;
+    loop {
+        match update.clone().send().await {
+            Err(e)
+                if tries < RACES
+                    && e.as_service_error().and_then(|s| s.code())
+                        == Some("TransactionConflictException") =>
+            {
+                tries += 1;
+                tokio::time::sleep(std::time::Duration::from_millis(20 * tries as u64)).await;
+            }
+            done => return done,
+        }
+    }
 }
 
 fn raced(key: &EpisodeKey, turn_id: &str) -> StoreError {
@@ -54,14 +82,7 @@ impl DynamoDbStore {
 
     /// An update of the turn's record: `set` (with `updated_at` and `ttl` renewed), if
     /// `condition` holds of a live record.
-    fn record_update(
-        &self,
-        pk: &str,
-        turn_id: &str,
-        set: &str,
-        condition: &str,
-        now: u64,
-    ) -> aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder {
+    fn record_update(&self, pk: &str, turn_id: &str, set: &str, condition: &str, now: u64) -> UpdateRecord {
         self.client
             .update_item()
             .table_name(&self.table)
@@ -188,8 +209,8 @@ impl DynamoDbStore {
             }
             let gaps = turn_log::encode_record(&record, 0).remove("gaps").expect("a record has gaps");
             let now = self.clock.now_ms();
-            let updated = self
-                .record_update(
+            let updated = send_update(
+                self.record_update(
                     &pk,
                     turn_id,
                     "last_seq = :to, gaps = :gaps",
@@ -200,9 +221,9 @@ impl DynamoDbStore {
                 .expression_attribute_values(":to", n(record.last_seq))
                 .expression_attribute_values(":gaps", super::to_attribute(&gaps))
                 .expression_attribute_values(":running", AttributeValue::S(RUNNING.into()))
-                .expression_attribute_values(":seen", n(seen))
-                .send()
-                .await;
+                .expression_attribute_values(":seen", n(seen)),
+            )
+            .await;
             match updated {
                 Ok(_) => return Ok(()),
                 Err(e) if conditional_failed(&e) => continue,
@@ -216,13 +237,13 @@ impl DynamoDbStore {
         turn_log::check_turn_id(turn_id)?;
         turn_log::check_end(key, turn_id, status, Some(&turn_log::new_record(turn_id, 0, 0)))?;
         let (pk, now) = (key.pk(), self.clock.now_ms());
-        let updated = self
-            .record_update(&pk, turn_id, "#status = :status", "#status = :running", now)
-            .expression_attribute_names("#status", "status")
-            .expression_attribute_values(":status", AttributeValue::S(status.to_owned()))
-            .expression_attribute_values(":running", AttributeValue::S(RUNNING.into()))
-            .send()
-            .await;
+        let updated = send_update(
+            self.record_update(&pk, turn_id, "#status = :status", "#status = :running", now)
+                .expression_attribute_names("#status", "status")
+                .expression_attribute_values(":status", AttributeValue::S(status.to_owned()))
+                .expression_attribute_values(":running", AttributeValue::S(RUNNING.into())),
+        )
+        .await;
         match updated {
             Ok(_) => Ok(()),
             Err(e) if conditional_failed(&e) => {
@@ -336,8 +357,8 @@ impl DynamoDbStore {
     pub(super) async fn cancel(&self, key: &EpisodeKey, turn_id: &str) -> Result<CancelOutcome, StoreError> {
         turn_log::check_turn_id(turn_id)?;
         let (pk, now) = (key.pk(), self.clock.now_ms());
-        let updated = self
-            .record_update(
+        let updated = send_update(
+            self.record_update(
                 &pk,
                 turn_id,
                 "cancel_requested = :yes",
@@ -346,9 +367,9 @@ impl DynamoDbStore {
             )
             .expression_attribute_names("#status", "status")
             .expression_attribute_values(":yes", AttributeValue::Bool(true))
-            .expression_attribute_values(":running", AttributeValue::S(RUNNING.into()))
-            .send()
-            .await;
+            .expression_attribute_values(":running", AttributeValue::S(RUNNING.into())),
+        )
+        .await;
         match updated {
             Ok(_) => Ok(CancelOutcome::Requested),
             Err(e) if conditional_failed(&e) => {
