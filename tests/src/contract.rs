@@ -61,6 +61,7 @@ macro_rules! store_contract_tests {
             a_batch_too_big_for_one_item_is_split_and_reads_back_whole,
             a_turn_id_that_cannot_be_a_key_is_refused,
             a_turn_log_survives_reopening_the_store,
+            racing_appends_log_each_seq_once,
         );
     };
     (@each $h:ty; $($name:ident),+ $(,)?) => {

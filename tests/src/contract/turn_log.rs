@@ -291,3 +291,58 @@ pub async fn a_turn_log_survives_reopening_the_store<H: StoreHarness>() {
     assert_eq!(store.turn_record(&k, &turn).await.unwrap().unwrap().status, TurnStatus::Ended("ok".into()));
     assert_eq!(store.latest_turn(&k).await.unwrap(), Some(turn));
 }
+
+/// Appends `batch`, sending it again while the store says it was busy (as a producer does).
+async fn append_retrying(
+    store: &dyn Store,
+    k: &EpisodeKey,
+    turn: &str,
+    batch: &[LoggedEvent],
+) -> Result<(), StoreError> {
+    for _ in 0..20 {
+        match store.append_turn_events(k, turn, batch).await {
+            Err(StoreError::Unavailable(_)) => tokio::time::sleep(Duration::from_millis(10)).await,
+            done => return done,
+        }
+    }
+    panic!("the store stayed busy")
+}
+
+/// Eight writers racing: the same batch sent at once by all is logged once and every one is
+/// told it is written; different batches for the same seqs, one wins and the others are refused.
+pub async fn racing_appends_log_each_seq_once<H: StoreHarness>() {
+    let h = H::start(test_clock()).await;
+    let store = h.store();
+    let k = key("alice", "e1");
+    let turn = new_turn_id();
+    store.start_turn_log(&k, &turn, store.clock().now_ms() + 60_000).await.unwrap();
+    let same: Vec<_> = (0..8)
+        .map(|_| {
+            let (store, k, turn) = (store.clone(), k.clone(), turn.clone());
+            tokio::spawn(async move { append_retrying(&*store, &k, &turn, &events(1, 5, "same")).await })
+        })
+        .collect();
+    for task in same {
+        task.await.unwrap().expect("the same batch is fine every time");
+    }
+    let different: Vec<_> = (0..8)
+        .map(|i| {
+            let (store, k, turn) = (store.clone(), k.clone(), turn.clone());
+            tokio::spawn(
+                async move { append_retrying(&*store, &k, &turn, &events(6, 7, &format!("w{i}"))).await },
+            )
+        })
+        .collect();
+    let mut won = 0;
+    for task in different {
+        match task.await.unwrap() {
+            Ok(()) => won += 1,
+            Err(e) => assert!(matches!(e, StoreError::Conflict { .. }), "{e:?}"),
+        }
+    }
+    assert_eq!(won, 1, "exactly one writer's 6 and 7 are logged");
+    let logged = store.turn_events(&k, &turn, 0, 100).await.unwrap();
+    assert_eq!(seqs(&logged), [1, 2, 3, 4, 5, 6, 7]);
+    assert_eq!(logged[..5], events(1, 5, "same"));
+    assert_eq!(store.turn_record(&k, &turn).await.unwrap().unwrap().last_seq, 7);
+}
