@@ -115,10 +115,19 @@ async fn handle(service: &ChatService, auth_is_iam: bool, request: Request) -> a
         Ok(caller) => caller,
         Err(e) => return e.into_response(),
     };
-    // `POST …/chat/{episode_id}/csat` rates an answer; every other request is a chat turn.
-    if let Some(episode) = csat_episode(request.uri().path()) {
+    // `POST …/chat/{episode_id}/csat` rates an answer, `GET …/chat/{episode_id}/messages` reads the
+    // conversation back; every other request is a chat turn.
+    if let Some(episode) = episode_path(request.uri().path(), "/csat") {
         let (parts, body) = request.into_parts();
         return service.rate(&caller, episode, &parts.headers, body.as_ref()).await;
+    }
+    if let Some(episode) = episode_path(request.uri().path(), "/messages") {
+        if request.method() != axum::http::Method::GET {
+            let only_get = "this path serves GET only: it reads the conversation";
+            return ApiError::new(axum::http::StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", only_get)
+                .into_response();
+        }
+        return service.messages(&caller, episode, request.headers(), request.uri()).await;
     }
     let deadline = request.lambda_context_ref().map(|c| deadline_instant(c.deadline, now_ms()));
     // The invocation's X-Ray trace is the turn's parent unless the caller sent its own.
@@ -132,9 +141,10 @@ async fn handle(service: &ChatService, auth_is_iam: bool, request: Request) -> a
     service.respond(&caller, &parts.headers, body.as_ref(), deadline).await
 }
 
-/// The episode of a rating path, `…/chat/{episode_id}/csat` (any stage prefix before it).
-fn csat_episode(path: &str) -> Option<String> {
-    let rest = path.strip_suffix("/csat")?;
+/// The episode of a path `…/chat/{episode_id}<action>` (any stage prefix before it), such as a
+/// rating's `/csat`.
+fn episode_path(path: &str, action: &str) -> Option<String> {
+    let rest = path.strip_suffix(action)?;
     let (before, episode) = rest.rsplit_once('/')?;
     (before.ends_with("/chat") || before == "chat").then(|| episode.to_owned()).filter(|e| !e.is_empty())
 }
@@ -228,11 +238,13 @@ mod tests {
 
     #[test]
     fn rating_paths_name_their_episode_and_chat_paths_do_not() {
-        assert_eq!(csat_episode("/chat/ep-1/csat").as_deref(), Some("ep-1"));
-        assert_eq!(csat_episode("/prod/chat/ep-1/csat").as_deref(), Some("ep-1"));
-        assert_eq!(csat_episode("/chat"), None);
-        assert_eq!(csat_episode("/chat//csat"), None);
-        assert_eq!(csat_episode("/other/ep-1/csat"), None);
+        assert_eq!(episode_path("/chat/ep-1/csat", "/csat").as_deref(), Some("ep-1"));
+        assert_eq!(episode_path("/prod/chat/ep-1/csat", "/csat").as_deref(), Some("ep-1"));
+        assert_eq!(episode_path("/chat", "/csat"), None);
+        assert_eq!(episode_path("/chat//csat", "/csat"), None);
+        assert_eq!(episode_path("/other/ep-1/csat", "/csat"), None);
+        assert_eq!(episode_path("/v1/chat/ep-1/messages", "/messages").as_deref(), Some("ep-1"));
+        assert_eq!(episode_path("/chat/ep-1/csat", "/messages"), None);
     }
 
     #[tokio::test(start_paused = true)]
