@@ -209,3 +209,51 @@ async fn a_store_that_cannot_be_read_is_a_json_5xx<H: StoreHarness>() {
     assert_eq!((status, error_code(&body)), (500, "store_corrupt_item"), "{body}");
     assert!(body["error"]["message"].as_str().unwrap().contains("MSG#zzzz#0000"), "{body}");
 }
+
+/// With JWT auth the caller is the token's subject, exactly as for `POST /chat`: no token is a
+/// 401, and the local user header names no one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_jwt_auth_the_page_is_the_token_subjects() {
+    use baton::auth::{AuthMode, JwtVerifier};
+    use baton::history::History;
+    use baton::http::ChatService;
+
+    const SECRET: &str = "a-test-secret-of-at-least-32-bytes!!";
+    let token = |sub: &str| {
+        let exp = jsonwebtoken::get_current_timestamp() + 600;
+        let key = jsonwebtoken::EncodingKey::from_secret(SECRET.as_bytes());
+        jsonwebtoken::encode(&jsonwebtoken::Header::default(), &json!({"sub": sub, "exp": exp}), &key)
+            .unwrap()
+    };
+    let harness = baton_tests::stores::Embedded::start(test_clock()).await;
+    let store = harness.store();
+    let key = EpisodeKey::new("alice", "e1").unwrap();
+    let now = store.clock().now_ms();
+    store.record_user_message(&key, &StoredMessage::user(new_turn_id(), "alice's", now), None).await.unwrap();
+    let server = ScriptedServer::start().await.unwrap();
+    let config = scripted_config(&server);
+    let orchestrator =
+        baton::wiring::build(&config.config, config.backends(Some(store.clone())).unwrap()).unwrap();
+    let verifier = JwtVerifier::hs256(SECRET.as_bytes(), None, None).unwrap();
+    let service = ChatService::new(
+        orchestrator,
+        History::new(store, 10),
+        config.config.limits,
+        config.config.heartbeat,
+    )
+    .with_auth(AuthMode::Jwt(Box::new(verifier)));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/chat/e1/messages", listener.local_addr().unwrap());
+    let serving = tokio::spawn(baton::http::serve(listener, Arc::new(service), std::future::pending()));
+    let client = reqwest::Client::new();
+
+    let anonymous = client.get(&url).header(baton::http::USER_HEADER, "alice").send().await.unwrap();
+    assert_eq!(anonymous.status(), 401, "the local header is no identity under JWT");
+    let alice = client.get(&url).bearer_auth(token("alice")).send().await.unwrap();
+    assert_eq!(alice.status(), 200);
+    assert_eq!(alice.json::<Value>().await.unwrap()["messages"][0]["content"], "alice's");
+    let bob =
+        client.get(&url).bearer_auth(token("bob")).header(baton::http::USER_HEADER, "alice").send().await;
+    assert_eq!(bob.unwrap().status(), 404, "bob's token reads bob's episodes, whatever the header says");
+    serving.abort();
+}
