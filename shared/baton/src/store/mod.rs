@@ -569,6 +569,27 @@ mod tests {
         assert_eq!(history, vec![Message::user("hi"), Message::assistant("hello")]);
     }
 
+    #[test]
+    fn a_message_cursor_reads_back_what_it_writes_and_names_the_sort_key() {
+        let cursor = MessageCursor { turn_id: "0193a1b2-7c3f".into(), seq: 12 };
+        assert_eq!(cursor.to_string(), "0193a1b2-7c3f.12");
+        assert_eq!(MessageCursor::parse("0193a1b2-7c3f.12").unwrap(), cursor);
+        assert_eq!(cursor.sk(), "MSG#0193a1b2-7c3f#0012");
+        for bad in ["", "t", ".1", "t.", "t.00001", "t.1.2", "a#b.1", "t.+1", "t\n.1"] {
+            assert!(matches!(MessageCursor::parse(bad), Err(StoreError::InvalidKey(_))), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_page_is_the_newest_oldest_first_with_a_cursor_only_when_more_were_read() {
+        let m = |seq| StoredMessage::user("t", format!("m{seq}"), 0).with_seq(seq);
+        let (page, next) = MessageCursor::page(vec![m(3), m(2), m(1)], 2);
+        assert_eq!(page, vec![m(2), m(3)]);
+        assert_eq!(next.as_deref(), Some("t.2"));
+        assert_eq!(MessageCursor::page(vec![m(2), m(1)], 2), (vec![m(1), m(2)], None));
+        assert_eq!(MessageCursor::page(vec![], 2), (vec![], None));
+    }
+
     impl StoredMessage {
         fn with_seq(mut self, seq: u32) -> StoredMessage {
             self.seq = seq;
