@@ -182,6 +182,32 @@ export class BatonClient {
     return response.json();
   }
 
+  /**
+   * One page of the current episode's recorded conversation: `GET {endpoint}/{episode}/messages`.
+   * Resolves to `{episode_id, messages, next?}`: up to `limit` messages (default 50, at most 200),
+   * oldest first, each `{turn_id, seq, role, agent, content, status, created_at, usage?, meta?}`;
+   * the first page is the newest, and `next`, when present, is the `before` of the page before
+   * it. Throws BatonHttpError when refused (404 `episode_not_found` for an episode this user
+   * does not have, 400 for a bad `limit` or `before`).
+   *
+   * @param {{limit?: number, before?: string, signal?: AbortSignal}} [options]
+   */
+  async messages({ limit, before, signal } = {}) {
+    if (!this.episodeId) throw new BatonHttpError(400, "no_episode", "there is no conversation to read yet");
+    const headers = { accept: "application/json" };
+    if (this.user) headers["x-baton-user"] = this.user;
+    const token = typeof this.token === "function" ? await this.token() : this.token;
+    if (token) headers.authorization = `Bearer ${token}`;
+    const query = new URLSearchParams();
+    if (limit != null) query.set("limit", String(limit));
+    if (before != null) query.set("before", before);
+    const qs = query.toString();
+    const base = `${this.endpoint.replace(/\/+$/, "")}/${encodeURIComponent(this.episodeId)}/messages`;
+    const response = await this.fetch(qs ? `${base}?${qs}` : base, { headers, signal });
+    if (!response.ok) throw await httpError(response);
+    return response.json();
+  }
+
   /** Forgets the episode: the next message starts a new conversation. */
   newEpisode() {
     this.episodeId = null;

@@ -10,6 +10,10 @@
 // option under the agent's text; a click sends the option's label as the next message. An answer
 // whose `answer_meta` carries a `feedback_ref` gets thumbs up and down, which rate it
 // (`POST chat/{episode}/csat`) once the turn has completed; `handoff` adds a note.
+//
+// The episode id is kept in the tab's sessionStorage, so a reload shows the conversation again: the
+// page reads it back (`GET chat/{episode}/messages`, newest page first) and renders each stored
+// turn, with "Show earlier messages" for older pages; then the next message continues it.
 
 import { BatonClient, BatonHttpError, BatonStreamError, newRequestId } from "./baton-client.js";
 
@@ -65,20 +69,36 @@ function agentLabel(agent) {
   return index && index !== "1" ? `${label} (${index})` : label;
 }
 
+// The conversation of this tab, per endpoint and user, kept across reloads (not across tabs).
+const episodeKey = () => `baton.episode:${client.endpoint}:${client.user ?? ""}`;
+function keptEpisode() {
+  try {
+    return sessionStorage.getItem(episodeKey());
+  } catch {
+    return null; // storage disabled: every load starts a new conversation
+  }
+}
+
 function updateEpisode() {
   episodeLabel.textContent = client.episodeId ? `Conversation ${client.episodeId}` : "New conversation";
+  try {
+    if (client.episodeId) sessionStorage.setItem(episodeKey(), client.episodeId);
+    else sessionStorage.removeItem(episodeKey());
+  } catch {
+    // Storage disabled: the conversation is not restored after a reload.
+  }
 }
 
 /** The rendering of one turn; `reset()` empties it for a retry. */
 class TurnView {
-  constructor(message) {
+  /** A turn showing `message`, placed before `before` (a turn's <li>) or at the end. */
+  constructor(message, before = null) {
     this.root = el("li", { class: "turn" });
-    this.root.append(
-      el("div", { class: "msg user" }, el("span", { class: "who" }, "You"), el("p", { class: "text" }, message)),
-    );
+    this.userText = el("p", { class: "text" }, message);
+    this.root.append(el("div", { class: "msg user" }, el("span", { class: "who" }, "You"), this.userText));
     this.reply = el("div", { class: "reply" });
     this.root.append(this.reply);
-    transcript.append(this.root);
+    transcript.insertBefore(this.root, before);
     this.reset();
   }
 
@@ -313,6 +333,46 @@ class TurnView {
     announce(`Reply ${ev.status === "ok" ? "complete" : ev.status}.`);
   }
 
+  /**
+   * Shows a stored turn (`messages`: its stored messages, in seq order, as
+   * `GET chat/{episode}/messages` sends them): the user's message, each agent's answer with its
+   * choices, rating and handoff note, and a footer with the turn's status.
+   */
+  restore(messages) {
+    this.reset();
+    const user = messages.find((m) => m.role === "user");
+    this.userText.textContent = user ? user.content : "…";
+    this.turnId = messages[0].turn_id;
+    const replies = messages.filter((m) => m.role === "assistant");
+    const rank = { ok: 0, partial: 1, error: 2 };
+    let status = "ok";
+    for (const m of replies) {
+      const b = this.block(m.agent);
+      b.said += m.content;
+      b.text.textContent = b.said;
+      b.announced = true; // restored text is not read out block by block
+      const meta = m.meta ?? {};
+      if (meta.choices) this.choices({ agent: m.agent, ...meta.choices });
+      if (meta.feedback_ref) this.rating({ agent: m.agent, meta });
+      if (meta.handoff) this.handoff({ agent: m.agent, ...meta.handoff });
+      if ((rank[m.status] ?? 0) > rank[status]) status = m.status;
+    }
+    for (const b of this.blocks.values()) {
+      for (const button of b.rating?.querySelectorAll("button") ?? []) button.disabled = false;
+    }
+    if (!replies.length) {
+      this.setStatus("No reply was recorded for this message (it may still be running).");
+      return;
+    }
+    this.setStatus("");
+    this.footer = el(
+      "footer",
+      { class: `turn-footer restored status-${status}`, "data-status": status },
+      el("p", { class: "summary" }, `Status: ${status} · from the conversation's history`),
+    );
+    this.reply.append(this.footer);
+  }
+
   /** The turn ended without `completed`: say why and offer a retry where it makes sense. */
   interrupted(text, retry) {
     this.setStatus("");
@@ -391,9 +451,70 @@ document.addEventListener("keydown", (e) => {
 stopButton.addEventListener("click", () => running?.controller.abort());
 $("new-episode").addEventListener("click", () => {
   if (running) running.controller.abort();
+  restoring?.abort();
   client.newEpisode();
   transcript.replaceChildren();
+  earlier.hidden = true;
   updateEpisode();
   input.focus();
 });
+
+// Restoring a conversation after a reload: stored turns by id, each with its messages by seq, so
+// a turn split across two pages is shown once, whole, when the older page arrives.
+const restored = new Map(); // turn id → { view, messages: Map<seq, message> }
+let restoring = null; // AbortController of a page being read
+let olderPage = null; // the `before` of the next older page
+const earlier = el("button", { type: "button", id: "earlier", class: "earlier", hidden: true }, "Show earlier messages");
+transcript.before(earlier);
+
+/** Shows a page of stored messages (oldest first): the newest page at the end, older ones on top. */
+function showStored(messages) {
+  const byTurn = new Map();
+  for (const m of messages) {
+    if (!byTurn.has(m.turn_id)) byTurn.set(m.turn_id, []);
+    byTurn.get(m.turn_id).push(m);
+  }
+  // Anything shown already is newer: a later page, or a turn sent while this one loaded.
+  const top = transcript.firstElementChild;
+  for (const [turnId, stored] of byTurn) {
+    let entry = restored.get(turnId);
+    if (!entry) {
+      entry = { view: new TurnView("", top), messages: new Map() };
+      restored.set(turnId, entry);
+    }
+    for (const m of stored) entry.messages.set(m.seq, m);
+    entry.view.restore([...entry.messages.values()].sort((a, b) => a.seq - b.seq));
+  }
+}
+
+/** Reads one page of the conversation (the newest, or the one before the shown ones) and shows it. */
+async function readStored(older) {
+  restoring = new AbortController();
+  earlier.disabled = true;
+  try {
+    const page = await client.messages({ before: older ? olderPage : undefined, signal: restoring.signal });
+    showStored(page.messages);
+    olderPage = page.next ?? null;
+    earlier.hidden = !olderPage;
+    if (!older) transcript.lastElementChild?.scrollIntoView({ block: "end" });
+    announce(older ? "Earlier messages shown." : "Conversation restored.");
+  } catch (e) {
+    if (e?.name === "AbortError") return;
+    if (e instanceof BatonHttpError && e.status === 404) {
+      // Expired, or not this user's: start afresh rather than keep a dead id.
+      client.newEpisode();
+      updateEpisode();
+      return;
+    }
+    const note = el("p", { class: "interrupted", role: "alert" }, el("strong", {}, "⚠ "), `The conversation could not be loaded: ${e?.message ?? e}`);
+    transcript.before(note);
+  } finally {
+    restoring = null;
+    earlier.disabled = false;
+  }
+}
+earlier.addEventListener("click", () => readStored(true));
+
+client.episodeId = keptEpisode();
 updateEpisode();
+if (client.episodeId) readStored(false);

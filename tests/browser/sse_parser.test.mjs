@@ -188,3 +188,27 @@ test("a refused request is a BatonHttpError with the server's code", async () =>
     (e) => e instanceof BatonHttpError && e.status === 413 && e.code === "message_too_long",
   );
 });
+
+test("messages() reads a page of the episode with its user, limit and cursor", async () => {
+  const seen = [];
+  const page = { episode_id: "e 1", messages: [{ turn_id: "t", seq: 0, role: "user", content: "hi" }], next: "t.0" };
+  const ok = () => new Response(JSON.stringify(page), { headers: { "content-type": "application/json" } });
+  const client = new BatonClient({ endpoint: "http://x/chat/", user: "alice", token: "tok", episodeId: "e 1", fetch: fakeFetch(ok, seen) });
+  assert.deepEqual(await client.messages(), page);
+  assert.equal(seen[0].url, "http://x/chat/e%201/messages");
+  assert.equal(seen[0].init.method, undefined, "a GET");
+  assert.equal(seen[0].init.headers["x-baton-user"], "alice");
+  assert.equal(seen[0].init.headers.authorization, "Bearer tok");
+  await client.messages({ limit: 20, before: "t.0" });
+  assert.equal(seen[1].url, "http://x/chat/e%201/messages?limit=20&before=t.0");
+  await assert.rejects(() => new BatonClient({ fetch: fakeFetch(ok) }).messages(), (e) => e.code === "no_episode");
+});
+
+test("messages() of an episode the server does not know is a 404 BatonHttpError", async () => {
+  const gone = new Response(JSON.stringify({ error: { code: "episode_not_found", message: "no" } }), {
+    status: 404,
+    headers: { "content-type": "application/json" },
+  });
+  const client = new BatonClient({ episodeId: "e", fetch: fakeFetch(gone) });
+  await assert.rejects(() => client.messages(), (e) => e instanceof BatonHttpError && e.status === 404 && e.code === "episode_not_found");
+});

@@ -14,6 +14,10 @@ WAIT = 20  # seconds: every wait is bounded
 
 
 def open_page(driver, server):
+    """Opens the page on a new conversation: the tab's kept episode (a reload restores it) is
+    forgotten first, since one browser serves every test."""
+    driver.get(server.url + "/")
+    driver.execute_script("sessionStorage.clear()")
     driver.get(server.url + "/")
     WebDriverWait(driver, WAIT).until(lambda d: d.execute_script("return document.readyState") == "complete")
     # The module script has run once the episode label is set by it.
@@ -185,3 +189,99 @@ def test_a_lost_connection_says_so_and_a_retry_shows_the_answer_once(driver, own
         assert not turns[0].find_elements(By.CSS_SELECTOR, ".interrupted")
     finally:
         back.stop()
+
+
+def test_a_reload_restores_the_conversation_and_the_next_message_continues_it(driver, own_server, scripts):
+    open_page(driver, own_server)
+    queue_shopping_turn(scripts, "Three coffee deals.")
+    send_by_keyboard(driver, "find me coffee deals")
+    wait_footer(driver)
+    episode = driver.find_element(By.ID, "episode").text
+    assert episode.startswith("Conversation "), episode
+
+    driver.refresh()
+    WebDriverWait(driver, WAIT).until(
+        lambda d: d.find_elements(By.CSS_SELECTOR, "#transcript footer.turn-footer.restored"))
+    assert driver.find_element(By.ID, "episode").text == episode, "the same conversation"
+    turns = driver.find_elements(By.CSS_SELECTOR, "#transcript > li.turn")
+    assert len(turns) == 1, "the turn is shown once"
+    assert turns[0].find_element(By.CSS_SELECTOR, ".msg.user .text").text == "find me coffee deals"
+    assert block_text(turns[0], "orchestrator") == "Looking."
+    assert block_text(turns[0], "shopping[1]") == "Three coffee deals."
+    assert turns[0].find_element(By.CSS_SELECTOR, "footer").get_attribute("data-status") == "ok"
+    assert driver.find_element(By.ID, "earlier").is_displayed() is False, "no older page"
+
+    queue_shopping_turn(scripts, "Two tea deals.")
+    send_by_keyboard(driver, "and tea?")
+    WebDriverWait(driver, WAIT).until(
+        lambda d: len(d.find_elements(By.CSS_SELECTOR, "#transcript > li.turn")) == 2
+        and last_turn(d).find_elements(By.CSS_SELECTOR, "footer.turn-footer:not(.restored)"))
+    assert block_text(last_turn(driver), "shopping[1]") == "Two tea deals."
+    assert driver.find_element(By.ID, "episode").text == episode, "the next message continued it"
+    # The second turn was told the first: it is one conversation on the server too.
+    episode_id = episode.removeprefix("Conversation ")
+    driver.refresh()
+    WebDriverWait(driver, WAIT).until(
+        lambda d: len(d.find_elements(By.CSS_SELECTOR, "#transcript footer.turn-footer.restored")) == 2)
+    own_server.stop()
+    said = [m["content"] for m in stored(own_server.store_path, "local", episode_id)]
+    assert said == ["find me coffee deals", "Looking.", "Three coffee deals.",
+                    "and tea?", "Looking.", "Two tea deals."], said
+
+
+def test_a_kept_episode_the_server_does_not_know_starts_a_new_conversation(driver, own_server):
+    open_page(driver, own_server)
+    driver.execute_script("sessionStorage.setItem('baton.episode:chat:local', 'ep-from-elsewhere')")
+    driver.refresh()
+    WebDriverWait(driver, WAIT).until(lambda d: d.find_element(By.ID, "episode").text == "New conversation")
+    assert driver.find_elements(By.CSS_SELECTOR, "#transcript > li.turn") == []
+    assert driver.execute_script("return sessionStorage.getItem('baton.episode:chat:local')") is None
+
+
+def test_earlier_messages_load_on_demand_and_a_turn_split_between_pages_is_shown_once(driver, own_server,
+                                                                                     scripts):
+    open_page(driver, own_server)
+    queue_shopping_turn(scripts, "answer 1")
+    send_by_keyboard(driver, "question 1")
+    wait_footer(driver)
+    episode_id = driver.find_element(By.ID, "episode").text.removeprefix("Conversation ")
+    # 17 more turns in the same episode, straight to the endpoint: 54 messages, more than a page (50).
+    for i in range(2, 19):
+        queue_shopping_turn(scripts, f"answer {i}")
+    sent = driver.execute_async_script(
+        """
+        const [episode, done] = [arguments[0], arguments[arguments.length - 1]];
+        (async () => {
+          for (let i = 2; i <= 18; i++) {
+            const r = await fetch("chat", {method: "POST", headers: {"content-type": "application/json"},
+              body: JSON.stringify({message: `question ${i}`, episode_id: episode})});
+            await r.text();
+          }
+          done("ok");
+        })().catch((e) => done(String(e)));
+        """,
+        episode_id,
+    )
+    assert sent == "ok", sent
+
+    driver.refresh()
+    WebDriverWait(driver, WAIT).until(
+        lambda d: d.find_elements(By.CSS_SELECTOR, "#transcript footer.turn-footer.restored"))
+    turns = driver.find_elements(By.CSS_SELECTOR, "#transcript > li.turn")
+    # The newest 50 messages: turns 3 to 18 whole, and turn 2's two replies without its question.
+    assert len(turns) == 17, len(turns)
+    assert turns[0].find_element(By.CSS_SELECTOR, ".msg.user .text").text == "…"
+    assert block_text(turns[0], "shopping[1]") == "answer 2"
+    assert block_text(turns[-1], "shopping[1]") == "answer 18"
+    earlier = driver.find_element(By.ID, "earlier")
+    assert earlier.is_displayed()
+
+    earlier.click()
+    WebDriverWait(driver, WAIT).until(
+        lambda d: len(d.find_elements(By.CSS_SELECTOR, "#transcript > li.turn")) == 18)
+    WebDriverWait(driver, WAIT).until(lambda d: not d.find_element(By.ID, "earlier").is_displayed())
+    turns = driver.find_elements(By.CSS_SELECTOR, "#transcript > li.turn")
+    said = [t.find_element(By.CSS_SELECTOR, ".msg.user .text").text for t in turns]
+    assert said == [f"question {i}" for i in range(1, 19)], said
+    answers = [block_text(t, "shopping[1]") for t in turns]
+    assert answers == [f"answer {i}" for i in range(1, 19)], "each answer once, in order"

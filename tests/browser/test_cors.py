@@ -79,6 +79,12 @@ def test_a_page_on_an_allowed_origin_chats_with_the_endpoint_on_another(driver, 
     )
     assert header and not header.startswith("refused"), header
     assert driver.save_screenshot(str(output_dir / "cors-allowed.png"))
+    # A reload reads the conversation back across origins (a preflighted GET with the user header).
+    driver.refresh()
+    WebDriverWait(driver, WAIT).until(
+        lambda d: d.find_elements(By.CSS_SELECTOR, "#transcript footer.turn-footer.restored"))
+    assert driver.find_element(By.ID, "episode").text == episode
+    assert "Hello from across origins!" in driver.find_element(By.ID, "transcript").text
 
 
 def test_a_page_on_another_origin_is_refused_by_the_browser(driver, sites, cors_server, scripts, output_dir):

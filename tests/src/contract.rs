@@ -13,8 +13,8 @@ use std::time::Duration;
 use baton::event::{AgentUsage, Status, Usage};
 use baton::store::item::{Attr, Item};
 use baton::store::{
-    DEFAULT_RETENTION, Episode, EpisodeKey, LeaseGrant, Recorded, Role, Store, StoreError, StoredMessage,
-    VendorConversation, new_turn_id, update_episode,
+    DEFAULT_RETENTION, Episode, EpisodeKey, LeaseGrant, MessageCursor, Recorded, Role, Store, StoreError,
+    StoredMessage, VendorConversation, new_turn_id, update_episode,
 };
 
 use crate::stores::{StoreHarness, test_clock};
@@ -62,6 +62,14 @@ macro_rules! store_contract_tests {
             a_turn_id_that_cannot_be_a_key_is_refused,
             a_turn_log_survives_reopening_the_store,
             racing_appends_log_each_seq_once,
+        );
+        // Reading a conversation back a page at a time (`Store::messages_page`).
+        $crate::store_contract_tests!(@each $h;
+            message_pages_read_backwards_to_the_first_message,
+            a_message_page_names_no_older_page_when_it_holds_the_first_message,
+            message_pages_skip_expired_messages_and_other_users,
+            a_malformed_message_cursor_is_an_invalid_key,
+            a_message_cursor_stays_valid_when_its_turn_is_answered_again,
         );
     };
     (@each $h:ty; $($name:ident),+ $(,)?) => {
@@ -608,4 +616,115 @@ pub async fn an_episode_item_of_the_single_conversation_era_still_reads<H: Store
     assert_eq!(read.conversations[legacy], expected, "the old conversation moved, prompt and all");
     assert_eq!(read.conversations["billing"].conversation_id, "ft-new");
     assert_eq!(read.version, 3);
+}
+
+/// Every page of `key`, newest first, `limit` messages per request, following `next`.
+async fn pages(store: &dyn Store, key: &EpisodeKey, limit: usize) -> Vec<Vec<String>> {
+    let mut out = Vec::new();
+    let mut before: Option<String> = None;
+    loop {
+        let (page, next) = store.messages_page(key, before.as_deref(), limit).await.expect("a page");
+        assert!(page.len() <= limit, "a page holds at most the limit");
+        out.push(page.iter().map(|m| m.content.clone()).collect());
+        match next {
+            Some(next) => {
+                assert_eq!(Some(&next), page.first().map(|m| MessageCursor::of(m).to_string()).as_ref());
+                before = Some(next);
+            }
+            None => return out,
+        }
+        assert!(out.len() < 100, "pages end");
+    }
+}
+
+/// Pages go backwards from the newest message, each oldest first, and together are the whole
+/// conversation once, in order; the messages keep every field.
+pub async fn message_pages_read_backwards_to_the_first_message<H: StoreHarness>() {
+    let h = H::start(test_clock()).await;
+    let store = h.store();
+    let k = key("alice", "e1");
+    for i in 0..7 {
+        turn(&*store, &k, &format!("q{i}"), &format!("a{i}")).await;
+    }
+    assert_eq!(
+        pages(&*store, &k, 4).await,
+        [
+            vec!["q5", "a5", "q6", "a6"],
+            vec!["q3", "a3", "q4", "a4"],
+            vec!["q1", "a1", "q2", "a2"],
+            vec!["q0", "a0"],
+        ]
+    );
+    let (all, next) = store.messages_page(&k, None, 200).await.unwrap();
+    assert_eq!((all.len(), next), (14, None));
+    assert_eq!(all, store.recent_messages(&k, 200).await.unwrap(), "the same messages, fields and all");
+    assert_eq!(store.messages_page(&k, None, 0).await.unwrap(), (vec![], None));
+}
+
+/// A conversation that ends exactly at a page boundary has no empty page after it.
+pub async fn a_message_page_names_no_older_page_when_it_holds_the_first_message<H: StoreHarness>() {
+    let h = H::start(test_clock()).await;
+    let store = h.store();
+    let k = key("alice", "e1");
+    for i in 0..3 {
+        turn(&*store, &k, &format!("q{i}"), &format!("a{i}")).await;
+    }
+    assert_eq!(pages(&*store, &k, 3).await, [vec!["a1", "q2", "a2"], vec!["q0", "a0", "q1"]]);
+    assert_eq!(pages(&*store, &k, 6).await, [vec!["q0", "a0", "q1", "a1", "q2", "a2"]]);
+    assert_eq!(pages(&*store, &key("alice", "none"), 5).await, [Vec::<String>::new()]);
+}
+
+/// Expired messages are absent from pages (a page still fills from older live ones), and a
+/// page of one user's episode never holds another's.
+pub async fn message_pages_skip_expired_messages_and_other_users<H: StoreHarness>() {
+    let clock = test_clock();
+    let h = H::start(clock.clone()).await;
+    let store = h.store();
+    let k = key("alice", "shared");
+    for i in 0..4 {
+        turn(&*store, &k, &format!("q{i}"), &format!("a{i}")).await;
+    }
+    turn(&*store, &key("bob", "shared"), "bob's", "his").await;
+    // The newest two messages expire in 10 s, the others in 90 days.
+    let (last, now) = (new_turn_id(), store.clock().now_ms());
+    for (seq, content) in [(1, "gone"), (2, "gone too")] {
+        let item = baton::store::item::encode_message(&reply(&last, seq, "a", content, now), now / 1000 + 10);
+        h.put_raw(&k.pk(), &baton::store::message_sk(&last, seq), &item).await;
+    }
+    assert_eq!(pages(&*store, &k, 2).await[0], ["gone", "gone too"], "not expired yet");
+    clock.advance(Duration::from_secs(20));
+    assert_eq!(
+        pages(&*store, &k, 3).await,
+        [vec!["a2", "q3", "a3"], vec!["q1", "a1", "q2"], vec!["q0", "a0"]],
+        "expired messages are skipped and bob's are not there"
+    );
+    assert_eq!(pages(&*store, &key("bob", "shared"), 10).await, [vec!["bob's", "his"]]);
+}
+
+/// A cursor that is not `<turn>.<seq>` (or would reach outside the messages) is refused.
+pub async fn a_malformed_message_cursor_is_an_invalid_key<H: StoreHarness>() {
+    let h = H::start(test_clock()).await;
+    let store = h.store();
+    let k = key("alice", "e1");
+    turn(&*store, &k, "q", "a").await;
+    for bad in ["", "t", "t.", "t.x", "t.12345", "a#META.1", "t.1.2", ".1"] {
+        let got = store.messages_page(&k, Some(bad), 10).await;
+        assert!(matches!(got, Err(StoreError::InvalidKey(_))), "{bad:?}: {got:?}");
+    }
+}
+
+/// A cursor names a position, not an item: after its turn is answered again (the reply it named
+/// replaced), the next page is still the messages before that position.
+pub async fn a_message_cursor_stays_valid_when_its_turn_is_answered_again<H: StoreHarness>() {
+    let h = H::start(test_clock()).await;
+    let store = h.store();
+    let k = key("alice", "e1");
+    turn(&*store, &k, "q0", "a0").await;
+    let second = turn(&*store, &k, "q1", "a1").await;
+    let (page, next) = store.messages_page(&k, None, 1).await.unwrap();
+    assert_eq!(contents(&page), ["a1"]);
+    let now = store.clock().now_ms();
+    store.save_reply(&k, &second, &[reply(&second, 1, "b", "a1 again", now)]).await.unwrap();
+    let (page, _) = store.messages_page(&k, next.as_deref(), 10).await.unwrap();
+    assert_eq!(contents(&page), ["q0", "a0", "q1"]);
 }

@@ -159,7 +159,8 @@ def test_one_stage_and_the_function_invocable_only_from_it(mode):
     allowed = sorted(p["SourceArn"]["Fn::Sub"].split("${ChatApi}")[1] for p in api_permissions)
     invoking = sorted(f"/v1/{method.upper()}{re.sub(r'{[^}]+}', '*', path)}"
                       for path, method, spec, _ in api_methods(stack) if invokes_function(spec))
-    assert allowed == invoking == ["/v1/POST/chat", "/v1/POST/chat/*/csat"], (allowed, invoking)
+    assert allowed == invoking == ["/v1/GET/chat/*/messages", "/v1/POST/chat", "/v1/POST/chat/*/csat"], (
+        allowed, invoking)
 
 
 def test_changing_the_auth_mode_deploys_the_api_again(monkeypatch):
@@ -183,19 +184,21 @@ def test_cors_origins_reach_the_function_url_the_rest_preflight_and_the_function
     cors = stack.props("OrchestratorFunctionUrl").get("Cors")
     assert cors, "the Function URL has a CORS configuration"
     assert cors["AllowOrigins"] == ORIGINS.split(",")
-    assert cors["AllowMethods"] == ["POST"]
+    assert cors["AllowMethods"] == ["GET", "POST"], "the page posts turns and reads conversations back"
     # What the web client sends (web/baton-client.js): its token, JSON, and the local user header.
     assert {"authorization", "content-type", "x-baton-user"} <= {h.lower() for h in cors["AllowHeaders"]}
     assert "x-baton-episode-id" in cors["ExposeHeaders"]
     methods = {(p, m): spec for p, m, spec, _ in api_methods(stack)}
     posted = {p for p, m in methods if m == "post"}
     assert posted == {"/chat", "/chat/{episode_id}/csat"}
-    assert all((p, "options") in methods for p in posted), "a preflight on every path the page posts to"
+    read = {p for p, m in methods if m == "get"}
+    assert read == {"/chat/{episode_id}/messages"}
+    assert all((p, "options") in methods for p in posted | read), "a preflight on every path the page calls"
     preflight = methods[("/chat", "options")]
     integration = preflight["x-amazon-apigateway-integration"]
     assert integration["type"] == "mock"
     answer = integration["responses"]["default"]
-    assert answer["responseParameters"]["method.response.header.Access-Control-Allow-Methods"] == "'POST'"
+    assert answer["responseParameters"]["method.response.header.Access-Control-Allow-Methods"] == "'GET,POST'"
     allowed = answer["responseParameters"]["method.response.header.Access-Control-Allow-Headers"].strip("'")
     assert set(allowed.split(",")) == {h.lower() for h in cors["AllowHeaders"]}, "both endpoints allow the same"
     echo = answer["responseTemplates"]["application/json"]["Fn::Sub"]
@@ -208,7 +211,7 @@ def test_cors_origins_reach_the_function_url_the_rest_preflight_and_the_function
 def test_without_origins_there_is_no_cors_and_no_preflight():
     stack = deployed()
     assert "Cors" not in stack.props("OrchestratorFunctionUrl")
-    assert [m for _, m, _, _ in api_methods(stack)] == ["post", "post"], "no OPTIONS method on any path"
+    assert [m for _, m, _, _ in api_methods(stack)] == ["post", "post", "get"], "no OPTIONS method on any path"
     assert env(stack, "OrchestratorFunction").get("BATON_CORS_ORIGINS") == ""
 
 

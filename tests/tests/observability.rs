@@ -295,6 +295,15 @@ impl Store for Failing {
         self.inner.recent_messages(key, limit).await
     }
 
+    async fn messages_page(
+        &self,
+        key: &EpisodeKey,
+        before: Option<&str>,
+        limit: usize,
+    ) -> Result<(Vec<StoredMessage>, Option<String>), StoreError> {
+        self.inner.messages_page(key, before, limit).await
+    }
+
     async fn take_lease(
         &self,
         key: &EpisodeKey,

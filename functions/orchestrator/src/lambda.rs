@@ -115,10 +115,19 @@ async fn handle(service: &ChatService, auth_is_iam: bool, request: Request) -> a
         Ok(caller) => caller,
         Err(e) => return e.into_response(),
     };
-    // `POST …/chat/{episode_id}/csat` rates an answer; every other request is a chat turn.
-    if let Some(episode) = csat_episode(request.uri().path()) {
+    // `POST …/chat/{episode_id}/csat` rates an answer, `GET …/chat/{episode_id}/messages` reads the
+    // conversation back; every other request is a chat turn.
+    if let Some(episode) = episode_path(request.uri().path(), "/csat") {
         let (parts, body) = request.into_parts();
         return service.rate(&caller, episode, &parts.headers, body.as_ref()).await;
+    }
+    if let Some(episode) = episode_path(request.uri().path(), "/messages") {
+        if request.method() != axum::http::Method::GET {
+            let only_get = "this path serves GET only: it reads the conversation";
+            return ApiError::new(axum::http::StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", only_get)
+                .into_response();
+        }
+        return service.messages(&caller, episode, request.headers(), request.uri()).await;
     }
     let deadline = request.lambda_context_ref().map(|c| deadline_instant(c.deadline, now_ms()));
     // The invocation's X-Ray trace is the turn's parent unless the caller sent its own.
@@ -132,9 +141,10 @@ async fn handle(service: &ChatService, auth_is_iam: bool, request: Request) -> a
     service.respond(&caller, &parts.headers, body.as_ref(), deadline).await
 }
 
-/// The episode of a rating path, `…/chat/{episode_id}/csat` (any stage prefix before it).
-fn csat_episode(path: &str) -> Option<String> {
-    let rest = path.strip_suffix("/csat")?;
+/// The episode of a path `…/chat/{episode_id}<action>` (any stage prefix before it), such as a
+/// rating's `/csat`.
+fn episode_path(path: &str, action: &str) -> Option<String> {
+    let rest = path.strip_suffix(action)?;
     let (before, episode) = rest.rsplit_once('/')?;
     (before.ends_with("/chat") || before == "chat").then(|| episode.to_owned()).filter(|e| !e.is_empty())
 }
@@ -189,9 +199,15 @@ mod tests {
 
     /// The sample event `name` (events/), as the platform delivers it, from `ORIGIN`.
     fn event(name: &str) -> Request {
+        event_with(name, |_| {})
+    }
+
+    /// [`event`] changed by `change` first.
+    fn event_with(name: &str, change: impl FnOnce(&mut serde_json::Value)) -> Request {
         let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../events/").to_owned() + name;
         let mut event: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        change(&mut event);
         event["headers"]["origin"] = ORIGIN.into();
         if event.get("multiValueHeaders").is_some() {
             event["multiValueHeaders"]["origin"] = serde_json::json!([ORIGIN]);
@@ -226,13 +242,76 @@ mod tests {
         assert!(cors_headers.is_empty(), "the Function URL adds its own: {cors_headers:?}");
     }
 
+    /// `GET …/chat/{episode_id}/messages` through both front doors reads the signer's own
+    /// conversation, a page at a time; another principal's episode is a 404.
+    #[tokio::test]
+    async fn both_front_doors_read_the_signers_conversation_back() {
+        use baton::store::{EpisodeKey, Store, StoredMessage};
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(EmbeddedStore::open(dir.path().join("s.redb"), Arc::new(SystemClock)).unwrap());
+        let deployment = baton_reference::Deployment::default();
+        let config = &deployment.config;
+        let orchestrator = baton::wiring::build(config, deployment.backends(None).unwrap()).unwrap();
+        let history = History::new(store.clone(), 10);
+        let service =
+            ChatService::new(orchestrator, history, config.limits, config.heartbeat).with_auth(AuthMode::Iam);
+        // The principals of the sample events: the Function URL's IAM user, the REST API's role.
+        for (user, said) in
+            [("AIDACKCEVSQ6C2EXAMPLE", "by url"), ("AROAEXAMPLEROLEID:web-backend", "by rest")]
+        {
+            let key = EpisodeKey::new(user, "ep-1").unwrap();
+            for text in ["first", said] {
+                let message = StoredMessage::user(baton::store::new_turn_id(), text, 1);
+                store.record_user_message(&key, &message, None).await.unwrap();
+            }
+        }
+        let url = |episode: &'static str| {
+            event_with("function-url.json", move |e| {
+                e["rawPath"] = format!("/chat/{episode}/messages").into();
+                e["rawQueryString"] = "limit=1".into();
+                e["requestContext"]["http"]["method"] = "GET".into();
+                e["requestContext"]["http"]["path"] = e["rawPath"].clone();
+                e["body"] = serde_json::Value::Null;
+            })
+        };
+        let rest = |episode: &'static str| {
+            event_with("rest-api.json", move |e| {
+                e["path"] = format!("/chat/{episode}/messages").into();
+                e["resource"] = "/chat/{episode_id}/messages".into();
+                e["httpMethod"] = "GET".into();
+                e["requestContext"]["httpMethod"] = "GET".into();
+                e["queryStringParameters"] = serde_json::json!({"limit": "1"});
+                e["multiValueQueryStringParameters"] = serde_json::json!({"limit": ["1"]});
+                e["body"] = serde_json::Value::Null;
+            })
+        };
+        for (request, said) in [(url("ep-1"), "by url"), (rest("ep-1"), "by rest")] {
+            let response = answer(&service, None, true, request).await;
+            assert_eq!(response.status(), 200);
+            let body = axum::body::to_bytes(response.into_body(), 1 << 20).await.unwrap();
+            let page: serde_json::Value = serde_json::from_slice(&body).unwrap();
+            assert_eq!(
+                page["messages"].as_array().map(Vec::len),
+                Some(1),
+                "limit=1 reached the page: {page}"
+            );
+            assert_eq!(page["messages"][0]["content"], said, "the signer's own episode");
+            assert!(page["next"].is_string(), "an older page: {page}");
+        }
+        for request in [url("ep-2"), rest("ep-2")] {
+            assert_eq!(answer(&service, None, true, request).await.status(), 404);
+        }
+    }
+
     #[test]
     fn rating_paths_name_their_episode_and_chat_paths_do_not() {
-        assert_eq!(csat_episode("/chat/ep-1/csat").as_deref(), Some("ep-1"));
-        assert_eq!(csat_episode("/prod/chat/ep-1/csat").as_deref(), Some("ep-1"));
-        assert_eq!(csat_episode("/chat"), None);
-        assert_eq!(csat_episode("/chat//csat"), None);
-        assert_eq!(csat_episode("/other/ep-1/csat"), None);
+        assert_eq!(episode_path("/chat/ep-1/csat", "/csat").as_deref(), Some("ep-1"));
+        assert_eq!(episode_path("/prod/chat/ep-1/csat", "/csat").as_deref(), Some("ep-1"));
+        assert_eq!(episode_path("/chat", "/csat"), None);
+        assert_eq!(episode_path("/chat//csat", "/csat"), None);
+        assert_eq!(episode_path("/other/ep-1/csat", "/csat"), None);
+        assert_eq!(episode_path("/v1/chat/ep-1/messages", "/messages").as_deref(), Some("ep-1"));
+        assert_eq!(episode_path("/chat/ep-1/csat", "/messages"), None);
     }
 
     #[tokio::test(start_paused = true)]

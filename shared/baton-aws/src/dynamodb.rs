@@ -31,8 +31,8 @@ use aws_sdk_dynamodb::types::{AttributeValue, CancellationReason, Delete, Put, T
 use baton::store::item::{self, Attr, Item};
 use baton::store::{
     CancelOutcome, Clock, DEFAULT_RETENTION, DEFAULT_TURN_LOG_TTL, Episode, EpisodeKey, LeaseGrant,
-    LoggedEvent, META_SK, MSG_PREFIX, Recorded, Store, StoreError, StoredMessage, TurnRecord, is_expired,
-    lease_expiry, lease_sk, request_sk, ttl_after,
+    LoggedEvent, META_SK, MSG_PREFIX, MessageCursor, Recorded, Store, StoreError, StoredMessage, TurnRecord,
+    is_expired, lease_expiry, lease_sk, request_sk, ttl_after,
 };
 
 use crate::error::sdk_error;
@@ -584,6 +584,56 @@ impl Store for DynamoDbStore {
         }
         out.reverse();
         Ok(out)
+    }
+
+    async fn messages_page(
+        &self,
+        key: &EpisodeKey,
+        before: Option<&str>,
+        limit: usize,
+    ) -> Result<(Vec<StoredMessage>, Option<String>), StoreError> {
+        let (now, pk) = (self.clock.now_ms(), key.pk());
+        // BETWEEN is inclusive: the message the cursor names is read and skipped. "MSG$" sorts
+        // after every `MSG#…` key, so without a cursor the range is every message.
+        let cursor = before.map(MessageCursor::parse).transpose()?.map(|c| c.sk());
+        let high = cursor.clone().unwrap_or_else(|| "MSG$".to_owned());
+        // One more than the page: whether it exists says whether there is an older page.
+        let mut out = Vec::new();
+        let mut start = None;
+        while limit > 0 && out.len() <= limit {
+            let wanted = limit + 1 - out.len() + usize::from(cursor.is_some() && start.is_none());
+            let page = self
+                .client
+                .query()
+                .table_name(&self.table)
+                .key_condition_expression("pk = :pk AND sk BETWEEN :low AND :high")
+                .expression_attribute_values(":pk", AttributeValue::S(pk.clone()))
+                .expression_attribute_values(":low", AttributeValue::S(MSG_PREFIX.into()))
+                .expression_attribute_values(":high", AttributeValue::S(high.clone()))
+                .scan_index_forward(false)
+                .limit(self.page_size.min(i32::try_from(wanted).unwrap_or(i32::MAX)))
+                .consistent_read(true)
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .map_err(|e| sdk_error("read a page of history", e))?;
+            for raw in page.items() {
+                let sk = string_of(raw, SORT_KEY).ok_or_else(|| StoreError::Corrupt {
+                    key: item::item_name(&pk, "?"),
+                    reason: "a message item has no string sort key".into(),
+                })?;
+                let item = from_dynamo(&pk, &sk, raw)?;
+                let expired = item::ttl_of(&pk, &sk, &item)?.is_some_and(|ttl| is_expired(ttl, now));
+                if !expired && Some(&sk) != cursor.as_ref() && out.len() <= limit {
+                    out.push(item::decode_message(&pk, &sk, &item)?);
+                }
+            }
+            start = page.last_evaluated_key().cloned();
+            if start.is_none() {
+                break;
+            }
+        }
+        Ok(MessageCursor::page(out, limit))
     }
 
     async fn take_lease(

@@ -15,7 +15,7 @@
 //! finds none outside the tests): a deployment's own tools and agent kinds come in through
 //! [`wiring::Extension`] (the reference deployment is the `baton-reference` crate).
 //! - [`http`]: the chat endpoint, shared by `serve` and the Lambda (room: `request`, the checks
-//!   and JSON errors; `sse`, the SSE body).
+//!   and JSON errors; `sse`, the SSE body; `messages`, a conversation read back a page at a time).
 //! - [`web`]: the browser chat page (`web/`), embedded and served at `GET /`.
 //! - [`auth`]: who is calling: IAM principal, verified JWT, or the local header.
 //! - [`wiring`]: the composition root: builds models, agents, tools, the routing policy and

@@ -18,7 +18,8 @@
 //! preflight and adds the response headers, the episode and turn ids among those a page may read.
 //!
 //! This room: the service, its routes and `serve` here; `request` (the JSON error, the caller, the
-//! checks a body and its ids pass) and `sse` (the SSE body of a turn) beside it.
+//! checks a body and its ids pass), `sse` (the SSE body of a turn) and `messages` (a conversation
+//! read back a page at a time) beside it.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -31,9 +32,11 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use tower_http::cors::{AllowOrigin, CorsLayer};
 
+mod messages;
 mod request;
 mod sse;
 
+pub use messages::{DEFAULT_PAGE_MESSAGES, MAX_PAGE_MESSAGES};
 pub use request::{ApiError, Caller, ValidRequest};
 pub use sse::{SSE_CHUNK_BYTES, sse_body};
 
@@ -127,7 +130,7 @@ impl ChatService {
     }
 
     /// The CORS policy of the allowed origins, or `None` when there are none: preflights of
-    /// `POST` with the headers the web client sends (credentials, the JSON type, the trace
+    /// `POST` and `GET` (a conversation read back) with the headers the web client sends (credentials, the JSON type, the trace
     /// context, the local user header) are answered, and pages may read the episode and turn ids.
     /// A request from any other origin gets no CORS header, so the browser refuses it.
     pub fn cors(&self) -> Option<CorsLayer> {
@@ -139,7 +142,7 @@ impl ChatService {
         Some(
             CorsLayer::new()
                 .allow_origin(AllowOrigin::list(self.cors_origins.clone()))
-                .allow_methods([axum::http::Method::POST])
+                .allow_methods([axum::http::Method::GET, axum::http::Method::POST])
                 .allow_headers(headers.into_iter().chain(ours).collect::<Vec<_>>())
                 .expose_headers([EPISODE_HEADER, TURN_HEADER].map(header::HeaderName::from_static))
                 .max_age(Duration::from_secs(600)),
@@ -436,7 +439,8 @@ async fn method_not_allowed() -> ApiError {
     )
 }
 
-/// The router: `POST /` and `POST /chat` (the chat endpoint), `GET /health`, and the chat page
+/// The router: `POST /` and `POST /chat` (the chat endpoint), `POST /chat/{episode_id}/csat`,
+/// `GET /chat/{episode_id}/messages` (the conversation, [`ChatService::messages`]), `GET /health`, and the chat page
 /// ([`crate::web`]) at `GET /`; behind the service's CORS policy when it allows origins.
 pub fn app(service: Arc<ChatService>) -> Router {
     let cors = service.cors();
@@ -444,6 +448,7 @@ pub fn app(service: Arc<ChatService>) -> Router {
         .route("/", post(chat))
         .route("/chat", post(chat))
         .route("/chat/{episode_id}/csat", post(csat))
+        .route("/chat/{episode_id}/messages", get(messages::route))
         .route("/health", get(health))
         .merge(crate::web::routes())
         .fallback(not_found)

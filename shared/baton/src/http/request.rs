@@ -123,6 +123,18 @@ pub(super) fn require_json(headers: &HeaderMap) -> Result<(), ApiError> {
     }
 }
 
+/// The user a request acts for: the verified identity, else (local mode) the `x-baton-user`
+/// header, else `local`.
+pub(super) fn user_of(caller: &Caller, headers: &HeaderMap) -> Result<String, ApiError> {
+    match (caller, headers.get(super::USER_HEADER)) {
+        (Caller::Verified(id), _) => Ok(id.clone()),
+        (Caller::Local, None) => Ok("local".to_owned()),
+        (Caller::Local, Some(v)) => {
+            checked_id(super::USER_HEADER, v.to_str().map_err(|_| bad_id(super::USER_HEADER))?.to_owned())
+        }
+    }
+}
+
 pub(super) fn bad_id(field: &str) -> ApiError {
     ApiError::new(
         StatusCode::BAD_REQUEST,

@@ -351,6 +351,66 @@ pub enum Recorded {
     },
 }
 
+/// The position of one message in its episode, as a page cursor of [`Store::messages_page`]:
+/// `<turn_id>.<seq>`, the message's turn and seq. Clients treat it as opaque; it holds no user
+/// and no episode, so it can only name a position within the episode it is used with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MessageCursor {
+    /// The message's turn.
+    pub turn_id: String,
+    /// Its seq in the turn.
+    pub seq: u32,
+}
+
+impl MessageCursor {
+    /// The cursor of `message`.
+    pub fn of(message: &StoredMessage) -> MessageCursor {
+        MessageCursor { turn_id: message.turn_id.clone(), seq: message.seq }
+    }
+
+    /// Reads a cursor: a turn id (1 to 128 characters, no `#`, `.` or control character), a
+    /// `.`, and a seq of 1 to 4 digits, as [`message_sk`] writes it.
+    pub fn parse(text: &str) -> Result<MessageCursor, StoreError> {
+        let bad = || {
+            StoreError::InvalidKey(format!(
+                "the cursor {:?} is not one this endpoint returned (`<turn_id>.<seq>`)",
+                text.chars().take(64).collect::<String>()
+            ))
+        };
+        let (turn_id, seq) = text.split_once('.').ok_or_else(bad)?;
+        let turn_ok = !turn_id.is_empty()
+            && turn_id.len() <= 128
+            && !turn_id.chars().any(|c| c == '#' || c == '.' || c.is_control());
+        let seq_ok = (1..=4).contains(&seq.len()) && seq.bytes().all(|b| b.is_ascii_digit());
+        if !(turn_ok && seq_ok) {
+            return Err(bad());
+        }
+        Ok(MessageCursor { turn_id: turn_id.to_owned(), seq: seq.parse().map_err(|_| bad())? })
+    }
+
+    /// The sort key of the message it names.
+    pub fn sk(&self) -> String {
+        message_sk(&self.turn_id, self.seq)
+    }
+
+    /// A page from the messages a store read newest first, up to one more than `limit`: the
+    /// newest `limit` of them, oldest first, and the cursor of the older page when there was one
+    /// more (so a store needs no second read to know whether an older page exists).
+    pub fn page(mut newest_first: Vec<StoredMessage>, limit: usize) -> (Vec<StoredMessage>, Option<String>) {
+        let more = newest_first.len() > limit;
+        newest_first.truncate(limit);
+        newest_first.reverse();
+        let next = more.then(|| newest_first.first().map(|m| MessageCursor::of(m).to_string())).flatten();
+        (newest_first, next)
+    }
+}
+
+impl fmt::Display for MessageCursor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}", self.turn_id, self.seq)
+    }
+}
+
 /// Conversation storage. Implementations pass the contract suite in `tests/src/contract.rs`.
 ///
 /// Every method takes the [`EpisodeKey`] (user and episode) it acts on; expired items are absent.
@@ -390,6 +450,18 @@ pub trait Store: Send + Sync {
     /// The most recent `limit` messages of the episode, oldest first.
     async fn recent_messages(&self, key: &EpisodeKey, limit: usize)
     -> Result<Vec<StoredMessage>, StoreError>;
+
+    /// One page of the episode's messages, read backwards from the newest: the newest `limit`
+    /// messages older than the message `before` names (all of them when `None`), oldest first,
+    /// and the cursor of the next, older page (`None` when this page reaches the first message).
+    /// A cursor is what a previous page returned ([`MessageCursor`]); a malformed one is
+    /// [`StoreError::InvalidKey`]. A `limit` of 0 is an empty page with no cursor.
+    async fn messages_page(
+        &self,
+        key: &EpisodeKey,
+        before: Option<&str>,
+        limit: usize,
+    ) -> Result<(Vec<StoredMessage>, Option<String>), StoreError>;
 
     /// Takes the episode's lease `name` for `holder` until `ttl` from now, if it is free, expired,
     /// or `holder`'s already (then it is renewed). One conditional write: of callers racing for
@@ -562,6 +634,27 @@ mod tests {
             m(2, Role::Assistant, "hello"),
         ]);
         assert_eq!(history, vec![Message::user("hi"), Message::assistant("hello")]);
+    }
+
+    #[test]
+    fn a_message_cursor_reads_back_what_it_writes_and_names_the_sort_key() {
+        let cursor = MessageCursor { turn_id: "0193a1b2-7c3f".into(), seq: 12 };
+        assert_eq!(cursor.to_string(), "0193a1b2-7c3f.12");
+        assert_eq!(MessageCursor::parse("0193a1b2-7c3f.12").unwrap(), cursor);
+        assert_eq!(cursor.sk(), "MSG#0193a1b2-7c3f#0012");
+        for bad in ["", "t", ".1", "t.", "t.00001", "t.1.2", "a#b.1", "t.+1", "t\n.1"] {
+            assert!(matches!(MessageCursor::parse(bad), Err(StoreError::InvalidKey(_))), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_page_is_the_newest_oldest_first_with_a_cursor_only_when_more_were_read() {
+        let m = |seq| StoredMessage::user("t", format!("m{seq}"), 0).with_seq(seq);
+        let (page, next) = MessageCursor::page(vec![m(3), m(2), m(1)], 2);
+        assert_eq!(page, vec![m(2), m(3)]);
+        assert_eq!(next.as_deref(), Some("t.2"));
+        assert_eq!(MessageCursor::page(vec![m(2), m(1)], 2), (vec![m(1), m(2)], None));
+        assert_eq!(MessageCursor::page(vec![], 2), (vec![], None));
     }
 
     impl StoredMessage {

@@ -6,8 +6,9 @@ use super::EmbeddedStore;
 use super::view::parse;
 use crate::store::item::{self};
 use crate::store::{
-    CancelOutcome, Clock, Episode, EpisodeKey, LeaseGrant, LoggedEvent, META_SK, MSG_PREFIX, Recorded, Store,
-    StoreError, StoredMessage, TurnRecord, is_expired, lease_expiry, lease_sk, message_sk, request_sk,
+    CancelOutcome, Clock, Episode, EpisodeKey, LeaseGrant, LoggedEvent, META_SK, MSG_PREFIX, MessageCursor,
+    Recorded, Store, StoreError, StoredMessage, TurnRecord, is_expired, lease_expiry, lease_sk, message_sk,
+    request_sk,
 };
 
 #[async_trait::async_trait]
@@ -130,6 +131,34 @@ impl Store for EmbeddedStore {
             })?;
             out.reverse();
             Ok(out)
+        })
+    }
+
+    async fn messages_page(
+        &self,
+        key: &EpisodeKey,
+        before: Option<&str>,
+        limit: usize,
+    ) -> Result<(Vec<StoredMessage>, Option<String>), StoreError> {
+        let (pk, now) = (key.pk(), self.clock.now_ms());
+        let to = match before {
+            Some(cursor) => MessageCursor::parse(cursor)?.sk(),
+            None => "MSG$".to_owned(),
+        };
+        if limit == 0 {
+            return Ok((Vec::new(), None));
+        }
+        self.read(|view| {
+            // One more than the page: whether it exists says whether there is an older page.
+            let mut out = Vec::new();
+            view.each_rev(&pk, MSG_PREFIX, &to, |sk, bytes| {
+                let item = parse(&pk, sk, bytes)?;
+                if !item::ttl_of(&pk, sk, &item)?.is_some_and(|ttl| is_expired(ttl, now)) {
+                    out.push(item::decode_message(&pk, sk, &item)?);
+                }
+                Ok(out.len() <= limit)
+            })?;
+            Ok(MessageCursor::page(out, limit))
         })
     }
 
