@@ -40,7 +40,7 @@ pub use messages::{DEFAULT_PAGE_MESSAGES, MAX_PAGE_MESSAGES};
 pub use request::{ApiError, Caller, ValidRequest};
 pub use sse::{SSE_CHUNK_BYTES, sse_body};
 
-use request::{ChatBody, bad_id, body_too_large, checked_id, require_json};
+use request::{ChatBody, body_too_large, checked_id, require_json};
 
 use crate::auth::AuthMode;
 use crate::config::RequestLimits;
@@ -259,14 +259,7 @@ impl ChatService {
             .map(|value| crate::image::Image::from_request(value, self.limits.max_message_chars))
             .transpose()
             .map_err(|reason| ApiError::new(StatusCode::BAD_REQUEST, "invalid_image", reason))?;
-        let user_id = match (caller, headers.get(USER_HEADER)) {
-            (Caller::Verified(id), _) => id.clone(),
-            (Caller::Local, None) => "local".to_owned(),
-            (Caller::Local, Some(v)) => {
-                let v = v.to_str().map_err(|_| bad_id(USER_HEADER))?;
-                checked_id(USER_HEADER, v.to_owned())?
-            }
-        };
+        let user_id = request::user_of(caller, headers)?;
         let mut turn = TurnRequest::new(episode_id, new_turn_id(), user_id, message);
         turn.traceparent = headers.get("traceparent").and_then(|v| v.to_str().ok()).map(str::to_owned);
         turn.image = image;
@@ -385,13 +378,7 @@ impl ChatService {
         body: &[u8],
     ) -> Response {
         let rated = async {
-            let user = match (caller, headers.get(USER_HEADER)) {
-                (Caller::Verified(id), _) => id.clone(),
-                (Caller::Local, None) => "local".to_owned(),
-                (Caller::Local, Some(v)) => {
-                    checked_id(USER_HEADER, v.to_str().map_err(|_| bad_id(USER_HEADER))?.to_owned())?
-                }
-            };
+            let user = request::user_of(caller, headers)?;
             let episode = checked_id("episode_id", episode_id)?;
             require_json(headers)?;
             let key = crate::store::EpisodeKey::new(user, episode)?;
