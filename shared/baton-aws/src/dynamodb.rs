@@ -115,6 +115,57 @@ pub struct DynamoDbStore {
 }
 
 impl DynamoDbStore {
+    /// The newest `count` unexpired messages of the episode, newest first, below the message
+    /// whose sort key is `below` (every message when `None`): what `recent_messages` and
+    /// `messages_page` both read, a page of the table at a time, strongly consistent.
+    async fn newest_messages(
+        &self,
+        key: &EpisodeKey,
+        below: Option<String>,
+        count: usize,
+    ) -> Result<Vec<StoredMessage>, StoreError> {
+        let (now, pk) = (self.clock.now_ms(), key.pk());
+        // BETWEEN is inclusive: the message `below` names is read and skipped. "MSG$" sorts
+        // after every `MSG#…` key, so without it the range is every message.
+        let high = below.clone().unwrap_or_else(|| "MSG$".to_owned());
+        let mut out = Vec::new();
+        let mut start = None;
+        while out.len() < count {
+            let wanted = count - out.len() + usize::from(below.is_some() && start.is_none());
+            let page = self
+                .client
+                .query()
+                .table_name(&self.table)
+                .key_condition_expression("pk = :pk AND sk BETWEEN :low AND :high")
+                .expression_attribute_values(":pk", AttributeValue::S(pk.clone()))
+                .expression_attribute_values(":low", AttributeValue::S(MSG_PREFIX.into()))
+                .expression_attribute_values(":high", AttributeValue::S(high.clone()))
+                .scan_index_forward(false)
+                .limit(self.page_size.min(i32::try_from(wanted).unwrap_or(i32::MAX)))
+                .consistent_read(true)
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .map_err(|e| sdk_error("read history", e))?;
+            for raw in page.items() {
+                let sk = string_of(raw, SORT_KEY).ok_or_else(|| StoreError::Corrupt {
+                    key: item::item_name(&pk, "?"),
+                    reason: "a message item has no string sort key".into(),
+                })?;
+                let item = from_dynamo(&pk, &sk, raw)?;
+                let expired = item::ttl_of(&pk, &sk, &item)?.is_some_and(|ttl| is_expired(ttl, now));
+                if !expired && Some(&sk) != below.as_ref() && out.len() < count {
+                    out.push(item::decode_message(&pk, &sk, &item)?);
+                }
+            }
+            start = page.last_evaluated_key().cloned();
+            if start.is_none() {
+                break;
+            }
+        }
+        Ok(out)
+    }
+
     /// A store on `table` through `client`; items live for [`DEFAULT_RETENTION`] after their
     /// last write, and history is read 100 items a page.
     pub fn new(client: Client, table: impl Into<String>, clock: Arc<dyn Clock>) -> DynamoDbStore {
@@ -545,43 +596,7 @@ impl Store for DynamoDbStore {
         key: &EpisodeKey,
         limit: usize,
     ) -> Result<Vec<StoredMessage>, StoreError> {
-        let now = self.clock.now_ms();
-        let pk = key.pk();
-        let mut out = Vec::new();
-        let mut start = None;
-        while out.len() < limit {
-            let page = self
-                .client
-                .query()
-                .table_name(&self.table)
-                .key_condition_expression("pk = :pk AND begins_with(sk, :msg)")
-                .expression_attribute_values(":pk", AttributeValue::S(pk.clone()))
-                .expression_attribute_values(":msg", AttributeValue::S(MSG_PREFIX.into()))
-                .scan_index_forward(false)
-                .limit(self.page_size.min(i32::try_from(limit - out.len()).unwrap_or(i32::MAX)))
-                .consistent_read(true)
-                .set_exclusive_start_key(start)
-                .send()
-                .await
-                .map_err(|e| sdk_error("read history", e))?;
-            for raw in page.items() {
-                let sk = string_of(raw, SORT_KEY).ok_or_else(|| StoreError::Corrupt {
-                    key: item::item_name(&pk, "?"),
-                    reason: "a message item has no string sort key".into(),
-                })?;
-                let item = from_dynamo(&pk, &sk, raw)?;
-                if item::ttl_of(&pk, &sk, &item)?.is_some_and(|ttl| is_expired(ttl, now)) {
-                    continue;
-                }
-                if out.len() < limit {
-                    out.push(item::decode_message(&pk, &sk, &item)?);
-                }
-            }
-            start = page.last_evaluated_key().cloned();
-            if start.is_none() {
-                break;
-            }
-        }
+        let mut out = self.newest_messages(key, None, limit).await?;
         out.reverse();
         Ok(out)
     }
@@ -592,48 +607,12 @@ impl Store for DynamoDbStore {
         before: Option<&str>,
         limit: usize,
     ) -> Result<(Vec<StoredMessage>, Option<String>), StoreError> {
-        let (now, pk) = (self.clock.now_ms(), key.pk());
-        // BETWEEN is inclusive: the message the cursor names is read and skipped. "MSG$" sorts
-        // after every `MSG#…` key, so without a cursor the range is every message.
         let cursor = before.map(MessageCursor::parse).transpose()?.map(|c| c.sk());
-        let high = cursor.clone().unwrap_or_else(|| "MSG$".to_owned());
-        // One more than the page: whether it exists says whether there is an older page.
-        let mut out = Vec::new();
-        let mut start = None;
-        while limit > 0 && out.len() <= limit {
-            let wanted = limit + 1 - out.len() + usize::from(cursor.is_some() && start.is_none());
-            let page = self
-                .client
-                .query()
-                .table_name(&self.table)
-                .key_condition_expression("pk = :pk AND sk BETWEEN :low AND :high")
-                .expression_attribute_values(":pk", AttributeValue::S(pk.clone()))
-                .expression_attribute_values(":low", AttributeValue::S(MSG_PREFIX.into()))
-                .expression_attribute_values(":high", AttributeValue::S(high.clone()))
-                .scan_index_forward(false)
-                .limit(self.page_size.min(i32::try_from(wanted).unwrap_or(i32::MAX)))
-                .consistent_read(true)
-                .set_exclusive_start_key(start)
-                .send()
-                .await
-                .map_err(|e| sdk_error("read a page of history", e))?;
-            for raw in page.items() {
-                let sk = string_of(raw, SORT_KEY).ok_or_else(|| StoreError::Corrupt {
-                    key: item::item_name(&pk, "?"),
-                    reason: "a message item has no string sort key".into(),
-                })?;
-                let item = from_dynamo(&pk, &sk, raw)?;
-                let expired = item::ttl_of(&pk, &sk, &item)?.is_some_and(|ttl| is_expired(ttl, now));
-                if !expired && Some(&sk) != cursor.as_ref() && out.len() <= limit {
-                    out.push(item::decode_message(&pk, &sk, &item)?);
-                }
-            }
-            start = page.last_evaluated_key().cloned();
-            if start.is_none() {
-                break;
-            }
+        if limit == 0 {
+            return Ok((Vec::new(), None));
         }
-        Ok(MessageCursor::page(out, limit))
+        // One more than the page: whether it exists says whether there is an older page.
+        Ok(MessageCursor::page(self.newest_messages(key, cursor, limit + 1).await?, limit))
     }
 
     async fn take_lease(

@@ -115,23 +115,9 @@ impl Store for EmbeddedStore {
         key: &EpisodeKey,
         limit: usize,
     ) -> Result<Vec<StoredMessage>, StoreError> {
-        let (pk, now) = (key.pk(), self.clock.now_ms());
-        self.read(|view| {
-            let mut out = Vec::new();
-            if limit == 0 {
-                return Ok(out);
-            }
-            // '$' follows '#': every `MSG#...` sort key of the partition lies in this range.
-            view.each_rev(&pk, MSG_PREFIX, "MSG$", |sk, bytes| {
-                let item = parse(&pk, sk, bytes)?;
-                if !item::ttl_of(&pk, sk, &item)?.is_some_and(|ttl| is_expired(ttl, now)) {
-                    out.push(item::decode_message(&pk, sk, &item)?);
-                }
-                Ok(out.len() < limit)
-            })?;
-            out.reverse();
-            Ok(out)
-        })
+        let mut out = self.newest_messages(key, MESSAGES_END, limit)?;
+        out.reverse();
+        Ok(out)
     }
 
     async fn messages_page(
@@ -140,26 +126,15 @@ impl Store for EmbeddedStore {
         before: Option<&str>,
         limit: usize,
     ) -> Result<(Vec<StoredMessage>, Option<String>), StoreError> {
-        let (pk, now) = (key.pk(), self.clock.now_ms());
-        let to = match before {
+        let below = match before {
             Some(cursor) => MessageCursor::parse(cursor)?.sk(),
-            None => "MSG$".to_owned(),
+            None => MESSAGES_END.to_owned(),
         };
         if limit == 0 {
             return Ok((Vec::new(), None));
         }
-        self.read(|view| {
-            // One more than the page: whether it exists says whether there is an older page.
-            let mut out = Vec::new();
-            view.each_rev(&pk, MSG_PREFIX, &to, |sk, bytes| {
-                let item = parse(&pk, sk, bytes)?;
-                if !item::ttl_of(&pk, sk, &item)?.is_some_and(|ttl| is_expired(ttl, now)) {
-                    out.push(item::decode_message(&pk, sk, &item)?);
-                }
-                Ok(out.len() <= limit)
-            })?;
-            Ok(MessageCursor::page(out, limit))
-        })
+        // One more than the page: whether it exists says whether there is an older page.
+        Ok(MessageCursor::page(self.newest_messages(key, &below, limit + 1)?, limit))
     }
 
     async fn take_lease(
@@ -252,5 +227,35 @@ impl Store for EmbeddedStore {
 
     async fn request_cancel(&self, key: &EpisodeKey, turn_id: &str) -> Result<CancelOutcome, StoreError> {
         self.cancel(key, turn_id)
+    }
+}
+
+/// '$' follows '#': every `MSG#...` sort key of a partition lies below it.
+const MESSAGES_END: &str = "MSG$";
+
+impl EmbeddedStore {
+    /// The newest `count` unexpired messages of the episode whose sort keys lie below `below`,
+    /// newest first: what `recent_messages` and `messages_page` both read.
+    fn newest_messages(
+        &self,
+        key: &EpisodeKey,
+        below: &str,
+        count: usize,
+    ) -> Result<Vec<StoredMessage>, StoreError> {
+        let (pk, now) = (key.pk(), self.clock.now_ms());
+        let mut out = Vec::new();
+        if count == 0 {
+            return Ok(out);
+        }
+        self.read(|view| {
+            view.each_rev(&pk, MSG_PREFIX, below, |sk, bytes| {
+                let item = parse(&pk, sk, bytes)?;
+                if !item::ttl_of(&pk, sk, &item)?.is_some_and(|ttl| is_expired(ttl, now)) {
+                    out.push(item::decode_message(&pk, sk, &item)?);
+                }
+                Ok(out.len() < count)
+            })
+        })?;
+        Ok(out)
     }
 }
