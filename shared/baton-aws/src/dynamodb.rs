@@ -17,8 +17,12 @@
 //!   connections and never answers is a retryable [`StoreError::Unavailable`] within the
 //!   operation timeout, never a hung turn. Retried `TransactWriteItems` are idempotent: the SDK
 //!   fills their `ClientRequestToken`.
+//!
+//! # Layout
+//! - this file: [`DynamoDbStore`] and its [`Store`] calls;
+//! - `attrs`: items between Baton's attributes and DynamoDB's, keys included;
+//! - `turn_log`: a turn's event log and record (docs/storage.md, "Turn logs").
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -28,7 +32,7 @@ use aws_sdk_dynamodb::config::timeout::TimeoutConfig;
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{AttributeValue, CancellationReason, Delete, Put, TransactWriteItem, Update};
-use baton::store::item::{self, Attr, Item};
+use baton::store::item::{self, Item};
 use baton::store::{
     CancelOutcome, Clock, DEFAULT_RETENTION, DEFAULT_TURN_LOG_TTL, Episode, EpisodeKey, LeaseGrant,
     LoggedEvent, META_SK, MSG_PREFIX, MessageCursor, Recorded, Store, StoreError, StoredMessage, TurnRecord,
@@ -36,9 +40,12 @@ use baton::store::{
 };
 
 use crate::error::sdk_error;
-use crate::table::{PARTITION_KEY, SORT_KEY};
+use crate::table::SORT_KEY;
 
+mod attrs;
 mod turn_log;
+
+use attrs::{from_dynamo, key, string_of, to_attribute, to_dynamo};
 
 /// DynamoDB allows at most this many actions in one transaction.
 const MAX_TRANSACTION_ITEMS: usize = 100;
@@ -317,61 +324,6 @@ impl DynamoDbStore {
         self.client.transact_write_items().set_transact_items(Some(actions)).send().await?;
         Ok(())
     }
-}
-
-fn key(pk: &str, sk: &str) -> HashMap<String, AttributeValue> {
-    HashMap::from([
-        (PARTITION_KEY.to_owned(), AttributeValue::S(pk.to_owned())),
-        (SORT_KEY.to_owned(), AttributeValue::S(sk.to_owned())),
-    ])
-}
-
-fn to_attribute(attr: &Attr) -> AttributeValue {
-    match attr {
-        Attr::S(s) => AttributeValue::S(s.clone()),
-        Attr::N(n) => AttributeValue::N(n.clone()),
-        Attr::L(l) => AttributeValue::L(l.iter().map(to_attribute).collect()),
-        Attr::M(m) => AttributeValue::M(m.iter().map(|(k, v)| (k.clone(), to_attribute(v))).collect()),
-        Attr::Bool(b) => AttributeValue::Bool(*b),
-        Attr::Null(b) => AttributeValue::Null(*b),
-    }
-}
-
-fn from_attribute(value: &AttributeValue) -> Result<Attr, String> {
-    Ok(match value {
-        AttributeValue::S(s) => Attr::S(s.clone()),
-        AttributeValue::N(n) => Attr::N(n.clone()),
-        AttributeValue::L(l) => Attr::L(l.iter().map(from_attribute).collect::<Result<_, _>>()?),
-        AttributeValue::M(m) => Attr::M(
-            m.iter().map(|(k, v)| Ok((k.clone(), from_attribute(v)?))).collect::<Result<_, String>>()?,
-        ),
-        AttributeValue::Bool(b) => Attr::Bool(*b),
-        AttributeValue::Null(b) => Attr::Null(*b),
-        other => return Err(format!("an attribute of unsupported type {other:?}")),
-    })
-}
-
-fn to_dynamo(pk: &str, sk: &str, item: &Item) -> HashMap<String, AttributeValue> {
-    let mut out = key(pk, sk);
-    out.extend(item.iter().map(|(k, v)| (k.clone(), to_attribute(v))));
-    out
-}
-
-fn from_dynamo(pk: &str, sk: &str, raw: &HashMap<String, AttributeValue>) -> Result<Item, StoreError> {
-    raw.iter()
-        .filter(|(k, _)| *k != PARTITION_KEY && *k != SORT_KEY)
-        .map(|(k, v)| {
-            let attr = from_attribute(v).map_err(|reason| StoreError::Corrupt {
-                key: item::item_name(pk, sk),
-                reason: format!("`{k}` is {reason}"),
-            })?;
-            Ok((k.clone(), attr))
-        })
-        .collect()
-}
-
-fn string_of(raw: &HashMap<String, AttributeValue>, attr: &str) -> Option<String> {
-    raw.get(attr).and_then(|v| v.as_s().ok()).cloned()
 }
 
 fn build(e: aws_sdk_dynamodb::error::BuildError) -> StoreError {
@@ -727,6 +679,8 @@ impl Store for DynamoDbStore {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::HashMap;
+
     use super::*;
 
     #[test]
