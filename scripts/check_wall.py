@@ -7,10 +7,10 @@ Usage: check_wall.py CRATE_SRC_DIR  -> prints each offending line, then their co
 import re, sys, pathlib
 
 # `support` as a name (`support`, `Support`, `support_category`, `SupportSessions`, `SUPPORT_KIND`),
-# not the English word inside `supports` or `unsupported`.
-WORDS = re.compile(r'(?<![a-z])[sS]upport(?![a-z])|(?<![A-Za-z])SUPPORT(?![A-Z])|[A-Za-z]Support(?![a-z])'
-                   r'|shopping|forethought|help[\s_-]?center', re.I * 0)
-CASELESS = re.compile(r'shopping|forethought|help[\s_-]?center', re.I)
+# not the English word inside `supports` or `unsupported`: case matters here.
+SUPPORT = re.compile(r'(?<![a-z])[sS]upport(?![a-z])|(?<![A-Za-z])SUPPORT(?![A-Z])|[A-Za-z]Support(?![a-z])')
+# The other names, in any case.
+OTHERS = re.compile(r'shopping|forethought|help[\s_-]?center', re.I)
 
 def non_test_lines(text):
     """The lines before a `#[cfg(test)]` that opens a module (the crate's convention: tests last)."""
@@ -26,7 +26,7 @@ for path in sorted(src.rglob('*.rs')):
     if path.name in ('tests.rs', 'testing.rs') or path.name.endswith('_tests.rs'):
         continue
     for number, line in non_test_lines(path.read_text(errors='replace')):
-        if WORDS.search(line) or CASELESS.search(line):
+        if SUPPORT.search(line) or OTHERS.search(line):
             print(f'{path}:{number}: {line.strip()}')
             found += 1
 print(found)
