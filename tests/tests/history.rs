@@ -127,7 +127,7 @@ async fn the_user_message_is_stored_before_the_model_is_called<H: StoreHarness>(
     s.server.push(ORCH, Reply::text("Hello there!").usage(12, 3).gated(gate.clone()));
     let mut stream =
         open_stream_as(&s.endpoint.url, "alice", json!({"message": "hi", "episode_id": "e1"})).await;
-    assert_eq!(stream.next().await.unwrap().event, Event::Thinking {});
+    assert_eq!(stream.next().await.unwrap().event, Event::thinking());
     wait_until("the model is asked", || async { s.server.requests_for(ORCH).len() == 1 }).await;
     assert!(s.server.requests_for(ORCH)[0].first_byte_at.is_none(), "the model has not answered");
     let stored = s.stored("alice", "e1").await;

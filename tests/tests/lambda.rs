@@ -357,7 +357,7 @@ async fn the_functions_run_under_the_lambda_emulator() {
     let body = json!({"message": "find me coffee deals", "episode_id": "e-lambda"});
     let mut stream = open_stream_with(&watch.url("orchestrator"), Some(&jwt("alice")), body).await;
     let first = stream.next().await.expect("a first event");
-    assert_eq!(first.event, Event::Thinking {});
+    assert_eq!(first.event, Event::thinking());
     let orch = server.requests_for(ORCH);
     assert!(
         orch[requests_before..].iter().all(|r| r.first_byte_at.is_none()),

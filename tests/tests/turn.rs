@@ -43,7 +43,7 @@ async fn thinking_reaches_the_client_before_the_model_sends_its_first_byte() {
 
     let mut stream = open_stream(&endpoint.url, json!({"message": "hi"})).await;
     let first = stream.next().await.unwrap();
-    assert_eq!(first.event, Event::Thinking {});
+    assert_eq!(first.event, Event::thinking());
     assert_eq!(first.id, "0");
     assert!(
         server.requests_for(ORCH).iter().all(|r| r.first_byte_at.is_none()),

@@ -70,7 +70,16 @@ async fn run() -> ExitCode {
             let service = serve.endpoint_limits().and_then(|limits| {
                 let auth = function.settings.auth(false)?;
                 let cors = serve.endpoint.cors_origins()?;
-                Ok(service(&function, config, orchestrator, ratings, auth, limits, cors))
+                Ok(service(
+                    &function,
+                    config,
+                    orchestrator,
+                    ratings,
+                    auth,
+                    limits,
+                    cors,
+                    serve.endpoint.turns(),
+                ))
             });
             let service = match service {
                 Ok(service) => service,
@@ -142,7 +151,7 @@ async fn build(
 }
 
 /// The chat endpoint over `orchestrator` (configured by `config`), recording into `function`'s
-/// history, with these ratings, callers, limits and allowed origins.
+/// history, with these ratings, callers, limits, allowed origins, disconnect policy and turn log.
 fn service(
     function: &Function,
     config: &Config,
@@ -151,9 +160,16 @@ fn service(
     auth: AuthMode,
     limits: EndpointLimits,
     cors: Vec<axum::http::HeaderValue>,
+    (on_disconnect, turn_log): (baton::turn::DisconnectPolicy, baton::turn::TurnLogSettings),
 ) -> Arc<ChatService> {
     let service = ChatService::new(orchestrator, function.history.clone(), config.limits, config.heartbeat);
     Arc::new(
-        service.with_auth(auth).with_endpoint_limits(limits).with_cors_origins(cors).with_ratings(ratings),
+        service
+            .with_auth(auth)
+            .with_endpoint_limits(limits)
+            .with_cors_origins(cors)
+            .with_ratings(ratings)
+            .with_disconnect_policy(on_disconnect)
+            .with_turn_log(turn_log),
     )
 }

@@ -56,7 +56,7 @@ impl<W: Write> Renderer<W> {
                     self.release()?;
                 }
             }
-            Event::Thinking {} => self.note("… thinking")?,
+            Event::Thinking { .. } => self.note("… thinking")?,
             Event::AgentStarted { agent, query } => self.note(&format!("· {agent} started: {query}"))?,
             Event::AgentFinished { agent, status, duration_ms, usage } => self.note(&format!(
                 "· {agent} finished: {status:?} in {duration_ms} ms, {} tokens",
