@@ -28,6 +28,68 @@ baton_tests::for_both_stores!(
     an_event_too_big_for_the_log_is_replayed_as_missing,
 );
 
+/// The store black-holed mid-turn, behind the fault proxy (DynamoDB on moto; the store's client on
+/// production's timeouts, shortened): the client's stream is whole, and a replay afterwards has
+/// every event it streamed or says which are missing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_that_fails_while_logging_leaves_the_stream_whole() {
+    use baton_tests::fault_proxy::Fault;
+    use baton_tests::stores::Moto;
+    let timeouts = baton_aws::dynamodb::StoreTimeouts {
+        connect: Duration::from_millis(300),
+        attempt: Duration::from_millis(300),
+        operation: Duration::from_millis(700),
+        max_attempts: 2,
+        initial_backoff: Duration::from_millis(20),
+    };
+    let moto = Moto::start_behind_proxy_with(test_clock(), timeouts).await;
+    let server = ScriptedServer::start().await.unwrap();
+    let config = scripted_runtime_config(&server).with_yaml(SOLO, "solo.yaml").unwrap();
+    let a = start_endpoint_with(&config.clone().into(), moto.store()).await;
+    let b = start_endpoint_with(&config.into(), moto.store()).await;
+    server.push("solo", slow_answer());
+    let request = reqwest::Client::new()
+        .post(&a.url)
+        .header(baton::http::USER_HEADER, "alice")
+        .json(&json!({"message": "when do my points post?", "episode_id": "e1"}));
+    let mut stream: Events = Box::pin(sse(request.send().await.unwrap()));
+    let mut live = Vec::new();
+    while live.len() < 5 {
+        live.push(stream.next().await.unwrap());
+    }
+    moto.proxy().set(Fault::BlackHole);
+    let until = tokio::time::Instant::now() + Duration::from_millis(1200);
+    while tokio::time::Instant::now() < until {
+        match tokio::time::timeout_at(until, stream.next()).await {
+            Ok(Some(event)) => live.push(event),
+            Ok(None) => break,
+            Err(_) => {}
+        }
+    }
+    moto.proxy().set(Fault::Pass);
+    live.extend(tokio::time::timeout(BOUND, stream.collect::<Vec<_>>()).await.expect("the stream ends"));
+    assert_eq!(text(&live), ANSWER, "the client has every word");
+    let ids: Vec<u64> = live.iter().map(|r| seq(&r.id)).collect();
+    assert_eq!(ids, (1..=live.len() as u64).collect::<Vec<_>>());
+    assert!(matches!(live.last().unwrap().event, Event::Completed { .. }));
+
+    let Event::Thinking { turn_id, .. } = &live[0].event else { panic!() };
+    let (_, replay) = get(&b, "alice", &format!("/chat/e1/turns/{turn_id}/events"), None).await;
+    let replay = replay.unwrap();
+    let mut next = 1u64;
+    for r in &replay {
+        match &r.event {
+            Event::Error { code, .. } if code == "events_missing" => next = seq(&r.id) + 1,
+            event => {
+                assert_eq!(seq(&r.id), next, "in order, nothing skipped unsaid: {replay:?}");
+                assert_eq!(event, &live[next as usize - 1].event);
+                next += 1;
+            }
+        }
+    }
+    assert_eq!(next, live.len() as u64 + 1, "the replay reaches the end: {replay:?}");
+}
+
 /// Far above any turn here: reaching it means something hung.
 const BOUND: Duration = Duration::from_secs(30);
 
@@ -342,7 +404,7 @@ async fn bad_last_event_ids_are_400s_and_other_users_turns_404s<H: StoreHarness>
         format!("{turn}:x"),
         format!("{turn}:-1"),
         format!("{turn}:0"),
-        format!("other-turn:2"),
+        "other-turn:2".to_owned(),
         format!("{turn}:{}", n + 1),
     ] {
         for endpoint in [&s.a, &s.b] {

@@ -51,17 +51,8 @@ pub(crate) async fn main() -> ExitCode {
         // The platform owns the connections: `serve`'s connection limits do not apply.
         let defaults = EndpointLimits::default();
         let limits = endpoint.endpoint_limits(defaults.request_head_timeout, defaults.max_connections)?;
-        let cors = endpoint.cors_origins()?;
-        let service = crate::service(
-            &function,
-            &deployment.config,
-            orchestrator,
-            ratings,
-            auth,
-            limits,
-            cors,
-            endpoint.turns(),
-        );
+        let service =
+            crate::service(&function, &deployment.config, orchestrator, ratings, auth, limits, &endpoint)?;
         Ok::<_, String>((service, iam, function.traces))
     };
     let (service, iam, traces) = match started.await {
@@ -186,10 +177,10 @@ impl Route {
                 _ => None,
             };
         }
-        match tail(2)? {
-            &[episode, "csat"] => Some(Route::Csat(episode.to_owned())),
-            &[episode, "messages"] => Some(Route::Messages(episode.to_owned())),
-            &[episode, "events"] => Some(Route::Events(episode.to_owned(), None)),
+        match *tail(2)? {
+            [episode, "csat"] => Some(Route::Csat(episode.to_owned())),
+            [episode, "messages"] => Some(Route::Messages(episode.to_owned())),
+            [episode, "events"] => Some(Route::Events(episode.to_owned(), None)),
             _ => None,
         }
     }

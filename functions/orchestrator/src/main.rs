@@ -69,17 +69,7 @@ async fn run() -> ExitCode {
         cli::Command::Serve(serve) => {
             let service = serve.endpoint_limits().and_then(|limits| {
                 let auth = function.settings.auth(false)?;
-                let cors = serve.endpoint.cors_origins()?;
-                Ok(service(
-                    &function,
-                    config,
-                    orchestrator,
-                    ratings,
-                    auth,
-                    limits,
-                    cors,
-                    serve.endpoint.turns(),
-                ))
+                service(&function, config, orchestrator, ratings, auth, limits, &serve.endpoint)
             });
             let service = match service {
                 Ok(service) => service,
@@ -151,7 +141,8 @@ async fn build(
 }
 
 /// The chat endpoint over `orchestrator` (configured by `config`), recording into `function`'s
-/// history, with these ratings, callers, limits, allowed origins, disconnect policy and turn log.
+/// history, with these ratings, callers and limits, and the endpoint's settings (allowed origins,
+/// disconnect policy, turn log).
 fn service(
     function: &Function,
     config: &Config,
@@ -159,11 +150,12 @@ fn service(
     ratings: RatingSinks,
     auth: AuthMode,
     limits: EndpointLimits,
-    cors: Vec<axum::http::HeaderValue>,
-    (on_disconnect, turn_log): (baton::turn::DisconnectPolicy, baton::turn::TurnLogSettings),
-) -> Arc<ChatService> {
+    endpoint: &cli::EndpointSettings,
+) -> Result<Arc<ChatService>, String> {
+    let cors = endpoint.cors_origins()?;
+    let (on_disconnect, turn_log) = endpoint.turns();
     let service = ChatService::new(orchestrator, function.history.clone(), config.limits, config.heartbeat);
-    Arc::new(
+    Ok(Arc::new(
         service
             .with_auth(auth)
             .with_endpoint_limits(limits)
@@ -171,5 +163,5 @@ fn service(
             .with_ratings(ratings)
             .with_disconnect_policy(on_disconnect)
             .with_turn_log(turn_log),
-    )
+    ))
 }

@@ -182,8 +182,7 @@ fn missing(from: u64, to: u64) -> Arc<LoggedEvent> {
         format!("{what} of this turn could not be recorded and are missing from this replay"),
         false,
     );
-    let data = serde_json::to_string(&event).expect("event serializes");
-    Arc::new(LoggedEvent { seq: to, event: "error".into(), data })
+    Arc::new(LoggedEvent::of(to, &event))
 }
 
 /// The `completed` of a turn that ended without one in its log, numbered 0 (no id).
@@ -196,6 +195,5 @@ fn made_up_completed(key: &EpisodeKey, turn_id: &str, status: Status) -> Arc<Log
         duration_ms: 0,
         usage: Vec::new(),
     };
-    let data = serde_json::to_string(&event).expect("event serializes");
-    Arc::new(LoggedEvent { seq: 0, event: "completed".into(), data })
+    Arc::new(LoggedEvent::of(0, &event))
 }
