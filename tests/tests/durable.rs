@@ -26,7 +26,38 @@ baton_tests::for_both_stores!(
     on_disconnect_cancel_stops_the_turn_and_a_replay_ends_partial,
     bad_last_event_ids_are_400s_and_other_users_turns_404s,
     an_event_too_big_for_the_log_is_replayed_as_missing,
+    a_streaming_turn_is_logged_in_batches_not_per_event,
 );
+
+async fn a_streaming_turn_is_logged_in_batches_not_per_event<H: StoreHarness>() {
+    let harness = H::start(test_clock()).await;
+    let server = ScriptedServer::start().await.unwrap();
+    let config = scripted_runtime_config(&server).with_yaml(SOLO, "solo.yaml").unwrap();
+    let store = baton_tests::counting::CountingStore::new(harness.store());
+    let endpoint = start_endpoint_with(&config.into(), store.clone()).await;
+    server.push("solo", slow_answer());
+    let started = std::time::Instant::now();
+    let request = reqwest::Client::new()
+        .post(&endpoint.url)
+        .json(&json!({"message": "when do my points post?", "episode_id": "e1"}));
+    let events: Vec<Received> = sse(request.send().await.unwrap()).collect().await;
+    let took = started.elapsed();
+    let appends = store.calls_of("append_turn_events");
+    // At most one append per 250 ms of streaming, plus the final one (and one for a first event
+    // that arrives before the first 250 ms pass).
+    let most = (took.as_millis() / 250) as u64 + 2;
+    assert!(appends <= most, "{appends} appends in {took:?}: {:?}", store.calls());
+    assert!(
+        appends >= 2 && appends < events.len() as u64 / 2,
+        "batched: {appends} appends for {} events",
+        events.len()
+    );
+    assert_eq!(store.calls_of("start_turn_log"), 1);
+    assert_eq!(store.calls_of("end_turn_log"), 1);
+    assert_eq!(store.calls_of("record_turn_gap"), 0);
+    let logged: usize = store.appends().iter().map(|(n, _)| n).sum();
+    assert_eq!(logged, events.len(), "every event logged once");
+}
 
 /// The store black-holed mid-turn, behind the fault proxy (DynamoDB on moto; the store's client on
 /// production's timeouts, shortened): the client's stream is whole, and a replay afterwards has

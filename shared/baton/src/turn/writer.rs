@@ -73,12 +73,18 @@ impl Writer {
         loop {
             let ended = self.turn.ended();
             if ended.is_none() && self.turn.last_seq() == done {
-                // Nothing to write: wait for an event, the end, or the next cancel check.
+                // Nothing to write: wait for an event, the end, or the next cancel check; then
+                // look again (an event is written no sooner than its pace allows).
                 tokio::select! {
                     changed = changes.changed() => if changed.is_err() { break },
-                    () = tokio::time::sleep_until(last_check + self.settings.cancel_check_every) => {}
+                    () = tokio::time::sleep_until(last_check + self.settings.cancel_check_every) => {
+                        last_check = Instant::now();
+                        self.check_cancel().await;
+                    }
                 }
-            } else if ended.is_none() {
+                continue;
+            }
+            if ended.is_none() {
                 // Events to write: at most one write per `flush_every`, unless the turn ends first.
                 let pace = tokio::time::sleep_until(last_write + self.settings.flush_every);
                 tokio::pin!(pace);
