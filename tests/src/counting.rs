@@ -16,12 +16,31 @@ pub struct CountingStore {
     calls: Mutex<BTreeMap<&'static str, u64>>,
     /// Per append: the number of events and their bytes (names and JSON).
     appends: Mutex<Vec<(usize, usize)>>,
+    /// Turn-log writes are counted and dropped, not passed on (what the log costs in the
+    /// process, without the store's share).
+    discard_turn_log: bool,
 }
 
 impl CountingStore {
     /// Counts the calls made to `inner`.
     pub fn new(inner: Arc<dyn Store>) -> Arc<CountingStore> {
-        Arc::new(CountingStore { inner, calls: Mutex::default(), appends: Mutex::default() })
+        Arc::new(CountingStore {
+            inner,
+            calls: Mutex::default(),
+            appends: Mutex::default(),
+            discard_turn_log: false,
+        })
+    }
+
+    /// Counts the calls made to `inner`, and drops the turn log's writes (start, appends, gaps,
+    /// end) instead of passing them on.
+    pub fn discarding_turn_log(inner: Arc<dyn Store>) -> Arc<CountingStore> {
+        Arc::new(CountingStore {
+            inner,
+            calls: Mutex::default(),
+            appends: Mutex::default(),
+            discard_turn_log: true,
+        })
     }
 
     fn count(&self, call: &'static str) {
@@ -128,6 +147,9 @@ impl Store for CountingStore {
         deadline_ms: u64,
     ) -> Result<(), StoreError> {
         self.count("start_turn_log");
+        if self.discard_turn_log {
+            return Ok(());
+        }
         self.inner.start_turn_log(key, turn_id, deadline_ms).await
     }
 
@@ -140,6 +162,9 @@ impl Store for CountingStore {
         self.count("append_turn_events");
         let bytes = events.iter().map(|e| e.event.len() + e.data.len()).sum();
         self.appends.lock().unwrap().push((events.len(), bytes));
+        if self.discard_turn_log {
+            return Ok(());
+        }
         self.inner.append_turn_events(key, turn_id, events).await
     }
 
@@ -151,11 +176,17 @@ impl Store for CountingStore {
         to_seq: u64,
     ) -> Result<(), StoreError> {
         self.count("record_turn_gap");
+        if self.discard_turn_log {
+            return Ok(());
+        }
         self.inner.record_turn_gap(key, turn_id, from_seq, to_seq).await
     }
 
     async fn end_turn_log(&self, key: &EpisodeKey, turn_id: &str, status: &str) -> Result<(), StoreError> {
         self.count("end_turn_log");
+        if self.discard_turn_log {
+            return Ok(());
+        }
         self.inner.end_turn_log(key, turn_id, status).await
     }
 

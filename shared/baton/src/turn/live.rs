@@ -21,6 +21,9 @@ pub struct LiveTurn {
     state: Mutex<State>,
     /// Bumped on every change (an event, the end), so followers wake.
     changed: watch::Sender<u64>,
+    /// Set once the turn ends: what the log writer waits for between its writes, so that the
+    /// events themselves do not wake it.
+    ended_signal: watch::Sender<bool>,
     cancel: CancellationToken,
 }
 
@@ -92,6 +95,7 @@ impl LiveTurn {
             state.ended = Some(status);
             drop(state);
             self.changed.send_modify(|v| *v += 1 << 40);
+            self.ended_signal.send_replace(true);
         }
     }
 
@@ -128,6 +132,11 @@ impl LiveTurn {
     pub fn subscribe(&self) -> watch::Receiver<u64> {
         self.changed.subscribe()
     }
+
+    /// A receiver that changes once, when the turn ends.
+    pub fn subscribe_end(&self) -> watch::Receiver<bool> {
+        self.ended_signal.subscribe()
+    }
 }
 
 /// The turns this process runs, by episode and turn.
@@ -151,11 +160,13 @@ impl LiveTurns {
         cancel: CancellationToken,
     ) -> Registered {
         let (changed, _) = watch::channel(0);
+        let (ended_signal, _) = watch::channel(false);
         let turn = Arc::new(LiveTurn {
             key: key.clone(),
             turn_id: turn_id.clone(),
             state: Mutex::default(),
             changed,
+            ended_signal,
             cancel,
         });
         self.turns.lock().expect("live turns lock").insert((key, turn_id), turn.clone());

@@ -65,10 +65,13 @@ impl Writer {
             return self.report;
         }
         let mut changes = self.turn.subscribe();
+        let mut end = self.turn.subscribe_end();
         // Seqs logged or given up as a gap.
         let mut done = 0u64;
         let mut failures = 0u32;
-        let mut last_write = Instant::now() - self.settings.flush_every;
+        // The start was a write: the first batch waits its pace too, so a quick turn's events
+        // all go in its final write.
+        let mut last_write = Instant::now();
         let mut last_check = Instant::now();
         loop {
             let ended = self.turn.ended();
@@ -86,16 +89,12 @@ impl Writer {
             }
             if ended.is_none() {
                 // Events to write: at most one write per `flush_every`, unless the turn ends first.
-                let pace = tokio::time::sleep_until(last_write + self.settings.flush_every);
-                tokio::pin!(pace);
-                loop {
-                    tokio::select! {
-                        () = &mut pace => break,
-                        changed = changes.changed() => {
-                            if changed.is_err() || self.turn.ended().is_some() { break }
-                        }
-                    }
+                // Only the end cuts the wait short: events arriving meanwhile do not wake this task.
+                tokio::select! {
+                    () = tokio::time::sleep_until(last_write + self.settings.flush_every) => {}
+                    _ = end.wait_for(|ended| *ended) => {}
                 }
+                changes.borrow_and_update();
             }
             if self.turn.last_seq() > done {
                 last_write = Instant::now();
