@@ -14,7 +14,7 @@ use baton::store::{
 pub struct CountingStore {
     inner: Arc<dyn Store>,
     calls: Mutex<BTreeMap<&'static str, u64>>,
-    /// Per append: the number of events and their bytes (names and JSON).
+    /// Per append (and final write): the number of events and their bytes (names and JSON).
     appends: Mutex<Vec<(usize, usize)>>,
     /// Turn-log writes are counted and dropped, not passed on (what the log costs in the
     /// process, without the store's share).
@@ -188,6 +188,24 @@ impl Store for CountingStore {
             return Ok(());
         }
         self.inner.end_turn_log(key, turn_id, status).await
+    }
+
+    async fn finish_turn_log(
+        &self,
+        key: &EpisodeKey,
+        turn_id: &str,
+        events: &[LoggedEvent],
+        status: &str,
+    ) -> Result<(), StoreError> {
+        self.count("finish_turn_log");
+        if !events.is_empty() {
+            let bytes = events.iter().map(|e| e.event.len() + e.data.len()).sum();
+            self.appends.lock().unwrap().push((events.len(), bytes));
+        }
+        if self.discard_turn_log {
+            return Ok(());
+        }
+        self.inner.finish_turn_log(key, turn_id, events, status).await
     }
 
     async fn turn_events(

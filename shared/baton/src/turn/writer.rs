@@ -1,7 +1,8 @@
 //! The log writer of a running turn: a task of its own that copies the turn's events from
 //! memory ([`LiveTurn`]) to the store in batches, at most one write per
-//! [`TurnLogSettings::flush_every`] while the turn streams plus the final one, ends the log
-//! with the turn's status, and looks for a cancel asked on another instance.
+//! [`TurnLogSettings::flush_every`] while the turn streams plus the final one, which also ends
+//! the log with the turn's status ([`Store::finish_turn_log`]), and looks for a cancel asked on
+//! another instance.
 //!
 //! The stream the client reads never waits for the store: a write that fails is retried with
 //! the next batch, and when it fails again its events are recorded as a gap, so the client
@@ -14,6 +15,7 @@ use tokio::time::Instant;
 
 use super::TurnLogSettings;
 use super::live::LiveTurn;
+use crate::event::Status;
 use crate::store::turn_log::MAX_ITEM_EVENT_BYTES;
 use crate::store::{LoggedEvent, Store, StoreError};
 
@@ -45,6 +47,12 @@ pub fn spawn(
     settings: TurnLogSettings,
 ) -> tokio::task::JoinHandle<WriterReport> {
     tokio::spawn(Writer { store, turn, settings, report: WriterReport::default() }.run(deadline_ms))
+}
+
+/// What one write did: the last seq now logged or given up, and whether the log has ended.
+struct Written {
+    through: u64,
+    ended: bool,
 }
 
 struct Writer {
@@ -96,31 +104,39 @@ impl Writer {
                 }
                 changes.borrow_and_update();
             }
-            if self.turn.last_seq() > done {
+            let ending = self.turn.ended();
+            if self.turn.last_seq() > done || ending.is_some() {
                 last_write = Instant::now();
-                match self.write_batch(done).await {
-                    Ok(through) => {
+                match self.write_batch(done, ending).await {
+                    Ok(Written { through, ended }) => {
                         done = through;
                         failures = 0;
+                        if ended {
+                            self.report.ended = true;
+                            break;
+                        }
                     }
                     Err(e) => {
                         failures += 1;
                         tracing::warn!(episode = %key, turn = %turn_id, error = %e, failures,
                             "turn log write failed");
                         done = self.after_failure(done, failures).await;
-                        if self.turn.ended().is_some() {
-                            // No pacing once the turn has ended: back off, and give up in time.
+                        if let Some(status) = self.turn.ended() {
+                            // No pacing once the turn has ended: back off, and give up in time,
+                            // ending the log if the store takes that much.
                             if failures > 4 {
+                                // Ended only with every seq accounted for: otherwise a replay
+                                // would stop short without saying so (it reads as abandoned).
+                                let last = self.turn.last_seq();
+                                if last <= done || self.gap(done + 1, last).await.is_ok() {
+                                    self.end(status.as_str()).await;
+                                }
                                 break;
                             }
                             tokio::time::sleep(Duration::from_millis(100 * u64::from(failures))).await;
                         }
                     }
                 }
-            }
-            if let Some(status) = self.turn.ended().filter(|_| self.turn.last_seq() <= done) {
-                self.end(status.as_str()).await;
-                break;
             }
             if last_check.elapsed() >= self.settings.cancel_check_every && self.turn.ended().is_none() {
                 last_check = Instant::now();
@@ -130,15 +146,17 @@ impl Writer {
         self.report
     }
 
-    /// Appends the events after `done` that memory holds (one write); returns the last seq
-    /// now logged or given up.
-    async fn write_batch(&mut self, done: u64) -> Result<u64, StoreError> {
+    /// Appends the events after `done` that memory holds (one write); once the turn has
+    /// `ended` and the batch holds the rest, the same write ends the log. Says the last seq now
+    /// logged or given up, and whether the log has ended.
+    async fn write_batch(&mut self, done: u64, ended: Option<Status>) -> Result<Written, StoreError> {
         let since = self.turn.since(done, usize::MAX);
+        let not_ended = |through| Written { through, ended: false };
         if since.evicted {
             // Memory moved past events never written (a store down for megabytes of events).
             let to = self.turn.first_in_memory() - 1;
             self.gap(done + 1, to).await?;
-            return Ok(to);
+            return Ok(not_ended(to));
         }
         let mut batch: Vec<LoggedEvent> = Vec::new();
         let mut bytes = 0;
@@ -148,7 +166,7 @@ impl Writer {
                 if batch.is_empty() {
                     // One event too big for the log: the log says it is missing.
                     self.gap(event.seq, event.seq).await?;
-                    return Ok(event.seq);
+                    return Ok(not_ended(event.seq));
                 }
                 break;
             }
@@ -158,11 +176,20 @@ impl Writer {
             bytes += size;
             batch.push(LoggedEvent::clone(event));
         }
-        let Some(last) = batch.last().map(|e| e.seq) else { return Ok(done) };
-        self.report.writes += 1;
+        let through = batch.last().map_or(done, |e| e.seq);
         let (key, turn_id) = (self.turn.key(), self.turn.turn_id());
+        // The rest of an ended turn: its events and its end, in one write.
+        if let Some(status) = ended.filter(|_| through >= self.turn.last_seq()) {
+            self.report.writes += 1;
+            self.store.finish_turn_log(key, turn_id, &batch, status.as_str()).await?;
+            return Ok(Written { through, ended: true });
+        }
+        if batch.is_empty() {
+            return Ok(not_ended(done));
+        }
+        self.report.writes += 1;
         self.store.append_turn_events(key, turn_id, &batch).await?;
-        Ok(last)
+        Ok(not_ended(through))
     }
 
     /// After a failed append: learns from the record how far the log really goes (a write
@@ -197,7 +224,7 @@ impl Writer {
         Ok(())
     }
 
-    /// Ends the log with `status`, trying three times.
+    /// Ends the log with `status` (after its final write failed), trying three times.
     async fn end(&mut self, status: &str) {
         for attempt in 0..3u32 {
             self.report.writes += 1;
