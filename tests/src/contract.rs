@@ -53,6 +53,7 @@ macro_rules! store_contract_tests {
             a_batch_written_again_is_a_retry_and_a_gap_or_overlap_is_refused,
             a_recorded_gap_is_reported_and_the_log_goes_on_after_it,
             a_turn_log_ends_once_with_its_status,
+            a_final_write_appends_and_ends_at_once_and_a_retry_changes_nothing,
             a_running_turn_past_its_deadline_reads_as_abandoned,
             cancel_is_requested_once_and_says_when_a_turn_ended_or_is_unknown,
             another_users_key_sees_no_turn_log,

@@ -7,6 +7,7 @@
 //! - [`logs`]: this process's log lines captured in memory.
 //! - [`fault_proxy`]: a loopback TCP proxy that passes, black-holes, slows or resets traffic.
 //! - [`contract`]: the one contract suite every store passes.
+//! - [`counting`]: a store that counts the calls made to another, by method.
 //! - [`otlp`]: a real OTLP/HTTP trace receiver on loopback.
 //! - [`process`]: `orchestrator serve` as a child process, for the benchmarks.
 //!
@@ -14,6 +15,7 @@
 //! against.
 
 pub mod contract;
+pub mod counting;
 pub mod fault_proxy;
 pub mod logs;
 pub mod otlp;

@@ -159,8 +159,9 @@ def test_one_stage_and_the_function_invocable_only_from_it(mode):
     allowed = sorted(p["SourceArn"]["Fn::Sub"].split("${ChatApi}")[1] for p in api_permissions)
     invoking = sorted(f"/v1/{method.upper()}{re.sub(r'{[^}]+}', '*', path)}"
                       for path, method, spec, _ in api_methods(stack) if invokes_function(spec))
-    assert allowed == invoking == ["/v1/GET/chat/*/messages", "/v1/POST/chat", "/v1/POST/chat/*/csat"], (
-        allowed, invoking)
+    assert allowed == invoking == [
+        "/v1/GET/chat/*/events", "/v1/GET/chat/*/messages", "/v1/GET/chat/*/turns/*/events",
+        "/v1/POST/chat", "/v1/POST/chat/*/csat", "/v1/POST/chat/*/turns/*/cancel"], (allowed, invoking)
 
 
 def test_changing_the_auth_mode_deploys_the_api_again(monkeypatch):
@@ -190,9 +191,11 @@ def test_cors_origins_reach_the_function_url_the_rest_preflight_and_the_function
     assert "x-baton-episode-id" in cors["ExposeHeaders"]
     methods = {(p, m): spec for p, m, spec, _ in api_methods(stack)}
     posted = {p for p, m in methods if m == "post"}
-    assert posted == {"/chat", "/chat/{episode_id}/csat"}
+    assert posted == {"/chat", "/chat/{episode_id}/csat", "/chat/{episode_id}/turns/{turn_id}/cancel"}
     read = {p for p, m in methods if m == "get"}
-    assert read == {"/chat/{episode_id}/messages"}
+    assert read == {"/chat/{episode_id}/messages", "/chat/{episode_id}/events", "/chat/{episode_id}/turns/{turn_id}/events"}
+    # A reconnecting client sends its last event id (web/baton-client.js).
+    assert "last-event-id" in {h.lower() for h in cors["AllowHeaders"]}
     assert all((p, "options") in methods for p in posted | read), "a preflight on every path the page calls"
     preflight = methods[("/chat", "options")]
     integration = preflight["x-amazon-apigateway-integration"]
@@ -211,7 +214,8 @@ def test_cors_origins_reach_the_function_url_the_rest_preflight_and_the_function
 def test_without_origins_there_is_no_cors_and_no_preflight():
     stack = deployed()
     assert "Cors" not in stack.props("OrchestratorFunctionUrl")
-    assert [m for _, m, _, _ in api_methods(stack)] == ["post", "post", "get"], "no OPTIONS method on any path"
+    methods = [m for _, m, _, _ in api_methods(stack)]
+    assert len(methods) == 6 and "options" not in methods, f"no OPTIONS method on any path: {methods}"
     assert env(stack, "OrchestratorFunction").get("BATON_CORS_ORIGINS") == ""
 
 
@@ -304,12 +308,17 @@ def test_the_api_gateway_logging_role_is_created_on_request_and_the_stage_waits_
     assert "ApiGatewayAccount" in json.dumps(stage["Properties"]["AccessLogSetting"])
 
 
-def test_the_rest_integration_timeout_is_explicit_and_outlasts_the_function():
+@pytest.mark.parametrize("route", [("/chat", "post"), ("/chat/{episode_id}/events", "get"),
+                                   ("/chat/{episode_id}/turns/{turn_id}/events", "get")])
+def test_the_rest_integration_timeout_of_a_stream_is_explicit_and_outlasts_the_function(route):
+    """A turn's stream and a rejoined one both last up to the function's deadline."""
     stack = deployed()
-    (post,) = [spec for p, m, spec, _ in api_methods(stack) if (p, m) == ("/chat", "post")]
-    timeout = post["x-amazon-apigateway-integration"].get("timeoutInMillis")
+    (spec,) = [spec for p, m, spec, _ in api_methods(stack) if (p, m) == route]
+    integration = spec["x-amazon-apigateway-integration"]
+    timeout = integration.get("timeoutInMillis")
     assert timeout is not None, "left to the default"
     assert stack.props("OrchestratorFunction")["Timeout"] * 1000 < timeout <= 900_000
+    assert integration["responseTransferMode"] == "STREAM"
 
 
 # --- What must hold whatever the parameters -----------------------------------------------------

@@ -7,7 +7,8 @@
 //! - with traces on, both functions export to a real OTLP/HTTP receiver in this process: the turn
 //!   joins the invocation's X-Ray trace, the shopping function continues the caller's trace from
 //!   the request's `traceparent` field, and every span has arrived when the response ends;
-//! - the chat function reads its endpoint settings (here the message limit) from its environment.
+//! - the chat function reads its endpoint settings (here the message limit) from its environment;
+//! - a turn's stream is rejoined, and a turn stopped, through another instance of the function.
 //!
 //! Needs what `make test` provides: `BATON_TEST_VENV` (with `cargo-lambda`) and
 //! `AWS_ENDPOINT_URL_DYNAMODB` (moto_server); `make test` runs it outside `cargo test` (see the
@@ -24,6 +25,7 @@ use baton::store::{EpisodeKey, Store, SystemClock};
 use baton_aws::DynamoDbStore;
 use baton_tests::ASK_SHOPPING;
 use baton_tests::{ORCH, SHOP, open_stream_with, text_of};
+use eventsource_stream::Eventsource;
 use futures::StreamExt;
 use serde_json::json;
 use tokio::sync::Semaphore;
@@ -357,7 +359,8 @@ async fn the_functions_run_under_the_lambda_emulator() {
     let body = json!({"message": "find me coffee deals", "episode_id": "e-lambda"});
     let mut stream = open_stream_with(&watch.url("orchestrator"), Some(&jwt("alice")), body).await;
     let first = stream.next().await.expect("a first event");
-    assert_eq!(first.event, Event::Thinking {});
+    let Event::Thinking { turn_id, .. } = &first.event else { panic!("{first:?}") };
+    assert_eq!(first.id, format!("{turn_id}:1"), "the first event names the turn");
     let orch = server.requests_for(ORCH);
     assert!(
         orch[requests_before..].iter().all(|r| r.first_byte_at.is_none()),
@@ -375,6 +378,93 @@ async fn the_functions_run_under_the_lambda_emulator() {
     let stored = store.recent_messages(&EpisodeKey::new("alice", "e-lambda").unwrap(), 10).await.unwrap();
     let agents: Vec<&str> = stored.iter().map(|m| m.agent.as_str()).collect();
     assert_eq!(agents, ["user", "orchestrator", "shopping[1]"], "stored under the token's subject");
+}
+
+/// A turn's stream rejoined and a turn stopped through the Function URL, on another instance of
+/// the function than the one that runs the turn (`--concurrency 2`: two processes, which share
+/// the DynamoDB table alone).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "run by scripts/test.sh outside cargo's build lock"]
+async fn a_turn_is_rejoined_and_stopped_from_another_instance() {
+    let (table_name, store) = table("durable").await;
+    let server = ScriptedServer::start().await.unwrap();
+    server.set_default(SHOP, Reply::text("Two coffee offers."));
+    let keys = tempfile::tempdir().unwrap();
+    let (private_pem, public_pem) = rs256_key_pair(keys.path());
+    let key_arn = secret("jwt-public-key-durable", &public_pem).await;
+    let jwt = |sub: &str| rs256_jwt(sub, &private_pem);
+    let watch = Watch::start_with(&["--concurrency", "2"], Stdio::null(), |_| {
+        let mut env = models(&server);
+        env.push(("BATON_TABLE", table_name.clone()));
+        env.push(("AWS_ENDPOINT_URL_DYNAMODB", required_env("AWS_ENDPOINT_URL_DYNAMODB")));
+        env.push(("BATON_AUTH", "jwt".into()));
+        env.push(("BATON_JWT_PUBLIC_KEY_SECRET_ARN", key_arn.clone()));
+        env.push(("AWS_ENDPOINT_URL_SECRETS_MANAGER", required_env("AWS_ENDPOINT_URL_DYNAMODB")));
+        env
+    });
+    watch.ready().await;
+    let url = watch.url("orchestrator");
+    let get = |path: String, last: String| {
+        reqwest::Client::new()
+            .get(format!("{url}{path}"))
+            .bearer_auth(jwt("alice"))
+            .header("last-event-id", last)
+            .timeout(Duration::from_secs(600))
+            .send()
+    };
+
+    // Rejoin: the client leaves after `thinking`; the turn waits at its model's first byte.
+    let gate = Arc::new(Semaphore::new(0));
+    server.push(ORCH, Reply::text("Points post within a day.").gated(gate.clone()));
+    let body = json!({"message": "when do my points post?", "episode_id": "e-durable"});
+    let mut stream = open_stream_with(&url, Some(&jwt("alice")), body.clone()).await;
+    let first = stream.next().await.expect("a first event");
+    let Event::Thinking { turn_id, .. } = first.event.clone() else { panic!("{first:?}") };
+    drop(stream);
+    let path = format!("chat/e-durable/turns/{turn_id}/events");
+    let other = reqwest::Client::new().get(format!("{url}{path}")).bearer_auth(jwt("mallory")).send();
+    assert_eq!(other.await.unwrap().status(), 404, "another user's turn does not exist");
+    let resumed = get(path.clone(), first.id.clone()).await.unwrap();
+    assert_eq!(resumed.status(), 200);
+    gate.add_permits(1);
+    let events: Vec<_> = resumed.bytes_stream().eventsource().map(|e| e.unwrap()).collect::<Vec<_>>().await;
+    let ids: Vec<String> = events.iter().map(|e| e.id.clone()).collect();
+    let expected: Vec<String> = (2..2 + ids.len()).map(|n| format!("{turn_id}:{n}")).collect();
+    assert_eq!(ids, expected, "every event after the last id, once, in order");
+    let events: Vec<Event> =
+        events.iter().map(|e| baton::event::decode_sse(&e.event, &e.data).unwrap()).collect();
+    let said: String = events
+        .iter()
+        .filter_map(|e| if let Event::Text { text, .. } = e { Some(text.as_str()) } else { None })
+        .collect();
+    assert!(said.contains("Points post within a day."), "{events:?}");
+    assert!(matches!(events.last(), Some(Event::Completed { status: Status::Ok, .. })), "{events:?}");
+
+    // Stop: the turn waits at its model's first byte; the stop lands on the other instance and
+    // reaches the turn through the store.
+    let gate = Arc::new(Semaphore::new(0));
+    server.push(ORCH, Reply::text("Never said.").gated(gate.clone()));
+    let mut stream = open_stream_with(&url, Some(&jwt("alice")), body).await;
+    let first = stream.next().await.expect("a first event");
+    let Event::Thinking { turn_id, .. } = first.event.clone() else { panic!("{first:?}") };
+    let cancel = reqwest::Client::new()
+        .post(format!("{url}chat/e-durable/turns/{turn_id}/cancel"))
+        .bearer_auth(jwt("alice"))
+        .timeout(Duration::from_secs(600))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(cancel.status(), 202);
+    let rest: Vec<Event> =
+        tokio::time::timeout(Duration::from_secs(30), stream.map(|r| r.event).collect::<Vec<_>>())
+            .await
+            .expect("the stop reaches the turn within seconds");
+    gate.add_permits(1);
+    assert!(matches!(rest.last(), Some(Event::Completed { status: Status::Cancelled, .. })), "{rest:?}");
+    let key = EpisodeKey::new("alice", "e-durable").unwrap();
+    let record = store.turn_record(&key, &turn_id).await.unwrap().expect("the turn's record");
+    assert_eq!(record.status, baton::store::TurnStatus::Ended("cancelled".into()));
+    assert!(record.cancel_requested);
 }
 
 /// The X-Ray trace (`Root`, `Parent`) the emulator gave an invocation, as a trace id and span id:

@@ -532,7 +532,7 @@ async fn a_user_message_that_cannot_be_saved_is_a_503_and_an_error_turn_to_the_m
 async fn a_client_that_leaves_is_a_partial_turn_to_the_store_the_metrics_and_the_trace() {
     let w = Watched::start(false, false).await;
     w.server.push(ORCH, Reply::text("word ".repeat(300)).chunk_delay(Duration::from_millis(20)));
-    let body = json!({"message": "hi", "episode_id": "left"});
+    let body = json!({"message": "hi", "episode_id": "left", "on_disconnect": "cancel"});
     let mut stream = open_stream_as(&w.endpoint.url, "alice", body).await;
     while let Some(r) = stream.next().await {
         if matches!(r.event, Event::Text { .. }) {

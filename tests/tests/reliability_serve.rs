@@ -190,7 +190,10 @@ async fn a_kept_alive_connection_serves_a_second_turn_from_thinking() {
         let response = read_response(&mut conn).await;
         assert!(response.starts_with("HTTP/1.1 200"), "turn {turn}: {response}");
         let first_event = response.split("\r\n\r\n").nth(1).unwrap_or("");
-        assert!(first_event.contains("event: thinking\nid: 0\n"), "turn {turn}: {response}");
+        let turn_id =
+            response.split("x-baton-turn-id: ").nth(1).and_then(|r| r.split("\r\n").next()).unwrap();
+        let first = format!("event: thinking\nid: {turn_id}:1\n");
+        assert!(first_event.contains(&first), "turn {turn}: {response}");
         assert!(response.contains("event: completed"), "turn {turn}: {response}");
     }
 }

@@ -76,7 +76,8 @@ async fn a_good_request_returns_the_episode_id_header() {
     assert_eq!(r.status(), 200);
     assert_eq!(r.headers()["x-baton-episode-id"], "ep-42");
     assert_eq!(r.headers()["cache-control"], "no-cache");
+    let turn = r.headers()["x-baton-turn-id"].to_str().unwrap().to_owned();
     let body = r.text().await.unwrap();
-    assert!(body.starts_with("event: thinking\nid: 0\n"), "{body}");
+    assert!(body.starts_with(&format!("event: thinking\nid: {turn}:1\n")), "{body}");
     assert!(body.contains("\"episode_id\":\"ep-42\""), "completed carries the episode");
 }

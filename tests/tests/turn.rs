@@ -43,8 +43,8 @@ async fn thinking_reaches_the_client_before_the_model_sends_its_first_byte() {
 
     let mut stream = open_stream(&endpoint.url, json!({"message": "hi"})).await;
     let first = stream.next().await.unwrap();
-    assert_eq!(first.event, Event::Thinking {});
-    assert_eq!(first.id, "0");
+    let Event::Thinking { turn_id, .. } = &first.event else { panic!("{first:?}") };
+    assert_eq!(first.id, format!("{turn_id}:1"), "the first event names the turn and is seq 1");
     assert!(
         server.requests_for(ORCH).iter().all(|r| r.first_byte_at.is_none()),
         "the model had not answered yet when thinking arrived"
@@ -224,7 +224,8 @@ async fn a_client_that_hangs_up_cancels_the_sub_agents_upstream_calls() {
     ft.push(FtReply::chunks(vec!["word "; 300]).chunk_delay(Duration::from_millis(20)));
     server.push(SHOP, Reply::text("word ".repeat(300)).chunk_delay(Duration::from_millis(20)));
     let endpoint = start_endpoint(&scripted_config_with_forethought(&server, &ft)).await;
-    let mut stream = open_stream(&endpoint.url, json!({"message": "receipt and coffee"})).await;
+    let body = json!({"message": "receipt and coffee", "on_disconnect": "cancel"});
+    let mut stream = open_stream(&endpoint.url, body).await;
     while let Some(r) = stream.next().await {
         if matches!(&r.event, Event::Text { agent, .. } if agent != "orchestrator") {
             break;
@@ -241,14 +242,16 @@ async fn a_client_that_hangs_up_cancels_the_sub_agents_upstream_calls() {
 }
 
 #[tokio::test]
-async fn sse_ids_count_up_from_zero_without_gaps() {
+async fn sse_ids_name_the_turn_and_count_up_from_one_without_gaps() {
     let server = ScriptedServer::start().await.unwrap();
     server.push(ORCH, mixed_orchestrator_reply());
     server.push(SHOP, Reply::text(SHOP_TEXT));
     let endpoint = start_endpoint(&scripted_config(&server)).await;
     let received: Vec<_> = open_stream(&endpoint.url, json!({"message": "x"})).await.collect().await;
-    let ids: Vec<u64> = received.iter().map(|r| r.id.parse().unwrap()).collect();
-    assert_eq!(ids, (0..ids.len() as u64).collect::<Vec<_>>());
+    let Event::Thinking { turn_id, .. } = &received[0].event else { panic!("{received:?}") };
+    let ids: Vec<String> = received.iter().map(|r| r.id.clone()).collect();
+    let expected: Vec<String> = (1..=ids.len()).map(|n| format!("{turn_id}:{n}")).collect();
+    assert_eq!(ids, expected);
 }
 
 #[tokio::test]

@@ -13,7 +13,7 @@ pub(crate) async fn run(
     history: &History,
     chat: &cli::ChatArgs,
 ) -> std::process::ExitCode {
-    let options = TurnOptions { history: Some((history, None)), deadline: None };
+    let options = TurnOptions { history: Some((history, None)), deadline: None, cancel: None };
     let mut events = match orchestrator.start(chat.turn(), options).await {
         Ok(started) => started.events,
         Err(e) => {

@@ -8,6 +8,7 @@ use baton::config::{Config, RequestLimits};
 use baton::http::EndpointLimits;
 use baton::orchestrator::TurnRequest;
 use baton::store::new_turn_id;
+use baton::turn::{DisconnectPolicy, TurnLogSettings};
 use baton_aws::settings::Settings;
 use baton_reference::ReferenceSettings;
 use clap::{Parser, Subcommand};
@@ -119,9 +120,29 @@ pub(crate) struct EndpointSettings {
     /// Lambda they apply to REST API answers; the Function URL adds its own CORS headers.
     #[arg(long = "cors-origin", env = "BATON_CORS_ORIGINS", value_delimiter = ',', value_name = "ORIGIN")]
     cors_origins: Vec<String>,
+
+    /// What happens to a turn whose client leaves before `completed`, unless its request says
+    /// (`on_disconnect`): `continue` runs it to the end (its reply recorded, its events logged for
+    /// the client to rejoin), `cancel` stops it and keeps what it produced as `partial`.
+    #[arg(long, env = "BATON_ON_DISCONNECT", default_value = "continue", value_parser = parse_disconnect_policy)]
+    on_disconnect: DisconnectPolicy,
+
+    /// Whether each turn's events are logged in the store as they stream, so a client can rejoin
+    /// the turn on any instance and a stop works across instances (`false`: only in this process).
+    #[arg(long, env = "BATON_TURN_LOG", default_value_t = true, action = clap::ArgAction::Set)]
+    turn_log: bool,
+}
+
+fn parse_disconnect_policy(value: &str) -> Result<DisconnectPolicy, String> {
+    value.parse()
 }
 
 impl EndpointSettings {
+    /// The disconnect policy and how turns are logged.
+    pub(crate) fn turns(&self) -> (DisconnectPolicy, TurnLogSettings) {
+        (self.on_disconnect, TurnLogSettings { enabled: self.turn_log, ..TurnLogSettings::default() })
+    }
+
     /// The allowed CORS origins, checked: each must be an origin a browser sends (an empty list
     /// item is skipped, so an empty variable allows none).
     pub(crate) fn cors_origins(&self) -> Result<Vec<HeaderValue>, String> {

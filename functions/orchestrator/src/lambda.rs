@@ -51,9 +51,8 @@ pub(crate) async fn main() -> ExitCode {
         // The platform owns the connections: `serve`'s connection limits do not apply.
         let defaults = EndpointLimits::default();
         let limits = endpoint.endpoint_limits(defaults.request_head_timeout, defaults.max_connections)?;
-        let cors = endpoint.cors_origins()?;
         let service =
-            crate::service(&function, &deployment.config, orchestrator, ratings, auth, limits, cors);
+            crate::service(&function, &deployment.config, orchestrator, ratings, auth, limits, &endpoint)?;
         Ok::<_, String>((service, iam, function.traces))
     };
     let (service, iam, traces) = match started.await {
@@ -115,21 +114,27 @@ async fn handle(service: &ChatService, auth_is_iam: bool, request: Request) -> a
         Ok(caller) => caller,
         Err(e) => return e.into_response(),
     };
-    // `POST …/chat/{episode_id}/csat` rates an answer, `GET …/chat/{episode_id}/messages` reads the
-    // conversation back; every other request is a chat turn.
-    if let Some(episode) = episode_path(request.uri().path(), "/csat") {
-        let (parts, body) = request.into_parts();
-        return service.rate(&caller, episode, &parts.headers, body.as_ref()).await;
-    }
-    if let Some(episode) = episode_path(request.uri().path(), "/messages") {
-        if request.method() != axum::http::Method::GET {
-            let only_get = "this path serves GET only: it reads the conversation";
-            return ApiError::new(axum::http::StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", only_get)
+    let deadline = request.lambda_context_ref().map(|c| deadline_instant(c.deadline, now_ms()));
+    // The conversation's routes (a rating, the messages, a turn rejoined or stopped); every other
+    // request is a chat turn.
+    if let Some(route) = Route::of(request.uri().path()) {
+        let method = request.method().clone();
+        if method != route.method() {
+            let message = format!("this path serves {} only", route.method());
+            return ApiError::new(axum::http::StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", message)
                 .into_response();
         }
-        return service.messages(&caller, episode, request.headers(), request.uri()).await;
+        let (parts, body) = request.into_parts();
+        let (headers, uri) = (&parts.headers, &parts.uri);
+        return match route {
+            Route::Csat(episode) => service.rate(&caller, episode, headers, body.as_ref()).await,
+            Route::Messages(episode) => service.messages(&caller, episode, headers, uri).await,
+            Route::Events(episode, turn) => {
+                service.turn_events(&caller, episode, turn, headers, uri, deadline).await
+            }
+            Route::Cancel(episode, turn) => service.cancel_turn(&caller, episode, turn, headers).await,
+        };
     }
-    let deadline = request.lambda_context_ref().map(|c| deadline_instant(c.deadline, now_ms()));
     // The invocation's X-Ray trace is the turn's parent unless the caller sent its own.
     let xray = baton_aws::lambda_trace::invocation_traceparent(&request);
     let (mut parts, body) = request.into_parts();
@@ -141,12 +146,52 @@ async fn handle(service: &ChatService, auth_is_iam: bool, request: Request) -> a
     service.respond(&caller, &parts.headers, body.as_ref(), deadline).await
 }
 
-/// The episode of a path `…/chat/{episode_id}<action>` (any stage prefix before it), such as a
-/// rating's `/csat`.
-fn episode_path(path: &str, action: &str) -> Option<String> {
-    let rest = path.strip_suffix(action)?;
-    let (before, episode) = rest.rsplit_once('/')?;
-    (before.ends_with("/chat") || before == "chat").then(|| episode.to_owned()).filter(|e| !e.is_empty())
+/// A request to one of the conversation's routes (any stage prefix before `chat/`), rather than
+/// a chat turn.
+#[derive(Debug, PartialEq, Eq)]
+enum Route {
+    /// `POST …/chat/{episode_id}/csat`: a rating of an answer.
+    Csat(String),
+    /// `GET …/chat/{episode_id}/messages`: the conversation read back.
+    Messages(String),
+    /// `GET …/chat/{episode_id}/events` (the latest turn) and
+    /// `GET …/chat/{episode_id}/turns/{turn_id}/events`: a turn's stream rejoined.
+    Events(String, Option<String>),
+    /// `POST …/chat/{episode_id}/turns/{turn_id}/cancel`: a running turn stopped.
+    Cancel(String, String),
+}
+
+impl Route {
+    /// The route `path` names, if any.
+    fn of(path: &str) -> Option<Route> {
+        let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+        let tail = |n: usize| -> Option<&[&str]> {
+            let at = segments.len().checked_sub(n + 1)?;
+            (segments[at] == "chat").then(|| &segments[at + 1..])
+        };
+        if let Some(&[episode, "turns", turn, action]) = tail(4) {
+            let (episode, turn) = (episode.to_owned(), turn.to_owned());
+            return match action {
+                "events" => Some(Route::Events(episode, Some(turn))),
+                "cancel" => Some(Route::Cancel(episode, turn)),
+                _ => None,
+            };
+        }
+        match *tail(2)? {
+            [episode, "csat"] => Some(Route::Csat(episode.to_owned())),
+            [episode, "messages"] => Some(Route::Messages(episode.to_owned())),
+            [episode, "events"] => Some(Route::Events(episode.to_owned(), None)),
+            _ => None,
+        }
+    }
+
+    /// The one method it serves.
+    fn method(&self) -> axum::http::Method {
+        match self {
+            Route::Csat(_) | Route::Cancel(..) => axum::http::Method::POST,
+            Route::Messages(_) | Route::Events(..) => axum::http::Method::GET,
+        }
+    }
 }
 
 /// The IAM principal that signed the request, as the platform verified it.
@@ -305,13 +350,21 @@ mod tests {
 
     #[test]
     fn rating_paths_name_their_episode_and_chat_paths_do_not() {
-        assert_eq!(episode_path("/chat/ep-1/csat", "/csat").as_deref(), Some("ep-1"));
-        assert_eq!(episode_path("/prod/chat/ep-1/csat", "/csat").as_deref(), Some("ep-1"));
-        assert_eq!(episode_path("/chat", "/csat"), None);
-        assert_eq!(episode_path("/chat//csat", "/csat"), None);
-        assert_eq!(episode_path("/other/ep-1/csat", "/csat"), None);
-        assert_eq!(episode_path("/v1/chat/ep-1/messages", "/messages").as_deref(), Some("ep-1"));
-        assert_eq!(episode_path("/chat/ep-1/csat", "/messages"), None);
+        assert_eq!(Route::of("/prod/chat/ep-1/csat"), Some(Route::Csat("ep-1".into())));
+        assert_eq!(Route::of("/chat//csat"), None);
+        assert_eq!(Route::of("/other/ep-1/csat"), None);
+        assert_eq!(Route::of("/v1/chat/ep-1/messages"), Some(Route::Messages("ep-1".into())));
+        assert_eq!(Route::of("/chat/ep-1/csat"), Some(Route::Csat("ep-1".into())));
+        assert_eq!(Route::of("chat/ep-1/events"), Some(Route::Events("ep-1".into(), None)));
+        assert_eq!(
+            Route::of("/prod/chat/e/turns/t/events"),
+            Some(Route::Events("e".into(), Some("t".into())))
+        );
+        assert_eq!(Route::of("/chat/e/turns/t/cancel"), Some(Route::Cancel("e".into(), "t".into())));
+        assert_eq!(Route::of("/chat/e/turns/t/other"), None);
+        assert_eq!(Route::of("/chat"), None);
+        assert_eq!(Route::of("/"), None);
+        assert_eq!(Route::of("/chat/csat"), None, "no episode");
     }
 
     #[tokio::test(start_paused = true)]

@@ -69,8 +69,7 @@ async fn run() -> ExitCode {
         cli::Command::Serve(serve) => {
             let service = serve.endpoint_limits().and_then(|limits| {
                 let auth = function.settings.auth(false)?;
-                let cors = serve.endpoint.cors_origins()?;
-                Ok(service(&function, config, orchestrator, ratings, auth, limits, cors))
+                service(&function, config, orchestrator, ratings, auth, limits, &serve.endpoint)
             });
             let service = match service {
                 Ok(service) => service,
@@ -142,7 +141,8 @@ async fn build(
 }
 
 /// The chat endpoint over `orchestrator` (configured by `config`), recording into `function`'s
-/// history, with these ratings, callers, limits and allowed origins.
+/// history, with these ratings, callers and limits, and the endpoint's settings (allowed origins,
+/// disconnect policy, turn log).
 fn service(
     function: &Function,
     config: &Config,
@@ -150,10 +150,18 @@ fn service(
     ratings: RatingSinks,
     auth: AuthMode,
     limits: EndpointLimits,
-    cors: Vec<axum::http::HeaderValue>,
-) -> Arc<ChatService> {
+    endpoint: &cli::EndpointSettings,
+) -> Result<Arc<ChatService>, String> {
+    let cors = endpoint.cors_origins()?;
+    let (on_disconnect, turn_log) = endpoint.turns();
     let service = ChatService::new(orchestrator, function.history.clone(), config.limits, config.heartbeat);
-    Arc::new(
-        service.with_auth(auth).with_endpoint_limits(limits).with_cors_origins(cors).with_ratings(ratings),
-    )
+    Ok(Arc::new(
+        service
+            .with_auth(auth)
+            .with_endpoint_limits(limits)
+            .with_cors_origins(cors)
+            .with_ratings(ratings)
+            .with_disconnect_policy(on_disconnect)
+            .with_turn_log(turn_log),
+    ))
 }

@@ -5,7 +5,8 @@
 
 use std::io::Write;
 
-use baton::event::{Event, MiniStatus, Status, encode_sse};
+use baton::event::{Event, MiniStatus, Status};
+use baton::store::LoggedEvent;
 
 /// How a mini's end reads.
 fn mini_status(status: MiniStatus) -> &'static str {
@@ -19,6 +20,8 @@ fn mini_status(status: MiniStatus) -> &'static str {
 pub(crate) struct Renderer<W: Write> {
     out: W,
     raw: bool,
+    /// The turn, for raw output's ids (`<turn_id>:<seq>`, as the endpoint sends them).
+    turn: String,
     seq: u64,
     speaker: Option<String>,
     at_line_start: bool,
@@ -29,7 +32,16 @@ pub(crate) struct Renderer<W: Write> {
 
 impl<W: Write> Renderer<W> {
     pub(crate) fn new(out: W, raw: bool) -> Renderer<W> {
-        Renderer { out, raw, seq: 0, speaker: None, at_line_start: true, status: None, held: Vec::new() }
+        Renderer {
+            out,
+            raw,
+            turn: String::new(),
+            seq: 0,
+            speaker: None,
+            at_line_start: true,
+            status: None,
+            held: Vec::new(),
+        }
     }
 
     pub(crate) fn event(&mut self, event: &Event) -> std::io::Result<()> {
@@ -37,9 +49,15 @@ impl<W: Write> Renderer<W> {
             self.status = Some(*status);
         }
         if self.raw {
+            if let Event::Thinking { turn_id, .. } = event {
+                self.turn.clone_from(turn_id);
+            }
             if event.is_client_visible() {
-                self.out.write_all(&encode_sse(self.seq, event))?;
                 self.seq += 1;
+                let logged = LoggedEvent::of(self.seq, event);
+                let mut frame = bytes::BytesMut::new();
+                baton::http::encode_frame_into(&mut frame, &self.turn, &logged);
+                self.out.write_all(&frame)?;
             }
             return self.out.flush();
         }
@@ -56,7 +74,7 @@ impl<W: Write> Renderer<W> {
                     self.release()?;
                 }
             }
-            Event::Thinking {} => self.note("… thinking")?,
+            Event::Thinking { .. } => self.note("… thinking")?,
             Event::AgentStarted { agent, query } => self.note(&format!("· {agent} started: {query}"))?,
             Event::AgentFinished { agent, status, duration_ms, usage } => self.note(&format!(
                 "· {agent} finished: {status:?} in {duration_ms} ms, {} tokens",

@@ -135,7 +135,11 @@ fn raw_chat_prints_sse() {
     let dir = tempfile::tempdir().unwrap();
     let out = orchestrator(dir.path()).args(["chat", "--raw", "hello"]).output().unwrap();
     let stdout = String::from_utf8(out.stdout).unwrap();
-    assert!(stdout.starts_with("event: thinking\nid: 0\ndata: {\"type\":\"thinking\"}\n\n"), "{stdout}");
+    let first = stdout.split("\n\n").next().unwrap();
+    let lines: Vec<&str> = first.lines().collect();
+    assert_eq!(lines[0], "event: thinking", "{stdout}");
+    let turn = lines[1].strip_prefix("id: ").and_then(|id| id.strip_suffix(":1")).expect("id <turn_id>:1");
+    assert!(lines[2].contains(&format!("\"turn_id\":\"{turn}\"")), "{stdout}");
     assert!(stdout.contains("event: completed\n"), "{stdout}");
     assert!(stdout.contains("\"model\":\"offline\""), "{stdout}");
 }

@@ -654,6 +654,16 @@ impl Store for DynamoDbStore {
         self.end(key, turn_id, status).await
     }
 
+    async fn finish_turn_log(
+        &self,
+        key: &EpisodeKey,
+        turn_id: &str,
+        events: &[LoggedEvent],
+        status: &str,
+    ) -> Result<(), StoreError> {
+        self.finish(key, turn_id, events, status).await
+    }
+
     async fn turn_events(
         &self,
         key: &EpisodeKey,

@@ -19,7 +19,7 @@ use baton::config::agents::RemoteSpec;
 use baton::history::{DEFAULT_HISTORY_MESSAGES, History};
 use baton::remote::AgentTransport;
 use baton::store::embedded::EmbeddedStore;
-use baton::store::{DEFAULT_RETENTION, Store, SystemClock};
+use baton::store::{DEFAULT_RETENTION, DEFAULT_TURN_LOG_TTL, Store, SystemClock};
 use clap::{Args, FromArgMatches};
 
 /// The settings every Baton function reads. Each one is a flag (global, so it may follow a
@@ -126,6 +126,11 @@ pub struct Settings {
     /// the embedded store's own expiry).
     #[arg(long, env = "BATON_HISTORY_TTL_DAYS", default_value_t = DEFAULT_RETENTION.as_secs() / 86_400, global = true)]
     history_ttl_days: u64,
+
+    /// Hours a turn's event log is kept after its last write (for a client to rejoin the turn;
+    /// then it expires like the conversation).
+    #[arg(long, env = "BATON_TURN_LOG_TTL_HOURS", default_value_t = DEFAULT_TURN_LOG_TTL.as_secs() / 3600, global = true)]
+    turn_log_ttl_hours: u64,
 }
 
 /// The embedded store's file when no path is given: the user's data directory.
@@ -145,16 +150,21 @@ impl Settings {
             return Err("BATON_HISTORY_TTL_DAYS must be at least 1".into());
         }
         let retention = Duration::from_secs(self.history_ttl_days.saturating_mul(86_400));
+        if self.turn_log_ttl_hours == 0 {
+            return Err("BATON_TURN_LOG_TTL_HOURS must be at least 1".into());
+        }
+        let turn_log_ttl = Duration::from_secs(self.turn_log_ttl_hours.saturating_mul(3600));
         let store: Arc<dyn Store> = match &self.table {
             Some(table) => Arc::new(
                 crate::DynamoDbStore::from_env(table.clone(), Arc::new(SystemClock))
                     .await
-                    .with_retention(retention),
+                    .with_retention(retention)
+                    .with_turn_log_ttl(turn_log_ttl),
             ),
             None => {
                 let path = self.store_path.clone().unwrap_or_else(default_store_path);
                 let store = EmbeddedStore::open(&path, Arc::new(SystemClock)).map_err(|e| e.to_string())?;
-                Arc::new(store.with_retention(retention))
+                Arc::new(store.with_retention(retention).with_turn_log_ttl(turn_log_ttl))
             }
         };
         let described = match (&self.table, &self.store_path) {

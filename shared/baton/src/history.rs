@@ -248,10 +248,11 @@ impl ReplyRecorder {
     /// tool whose text the client does not see) goes with the last message. A turn with no
     /// text at all is still one (empty) message, so its status and usage are kept.
     pub fn messages(&self, turn_id: &str, hung_up: bool, now_ms: u64) -> Vec<StoredMessage> {
-        let unfinished = if hung_up || self.completed.is_some_and(|s| s != Status::Ok) {
-            Status::Partial
-        } else {
-            Status::Ok
+        let unfinished = match self.completed {
+            _ if hung_up => Status::Partial,
+            Some(Status::Cancelled) => Status::Cancelled,
+            Some(status) if status != Status::Ok => Status::Partial,
+            _ => Status::Ok,
         };
         let status_of =
             |agent: &str| self.finished.iter().find(|(a, _)| a == agent).map_or(unfinished, |(_, s)| *s);
@@ -361,7 +362,7 @@ mod tests {
     fn a_mixed_turn_is_one_message_per_speaker_split_at_content_end() {
         let messages = record(
             &[
-                Event::Thinking {},
+                Event::thinking(),
                 Event::text(ORCHESTRATOR, "On it."),
                 usage(ORCHESTRATOR, 10),
                 Event::text("support[1]", "Receipts "),

@@ -16,6 +16,10 @@
 //! [`wiring::Extension`] (the reference deployment is the `baton-reference` crate).
 //! - [`http`]: the chat endpoint, shared by `serve` and the Lambda (room: `request`, the checks
 //!   and JSON errors; `sse`, the SSE body; `messages`, a conversation read back a page at a time).
+//! - [`turn`]: durable turns: a turn's events numbered, kept in memory and logged in the store
+//!   as they stream, a turn that runs on when its client leaves, resume and stop from any
+//!   instance (room: `live`, the turns this process runs; `writer`, the log writer; `record`,
+//!   the producer; `resume`, replay and follow).
 //! - [`web`]: the browser chat page (`web/`), embedded and served at `GET /`.
 //! - [`auth`]: who is calling: IAM principal, verified JWT, or the local header.
 //! - [`wiring`]: the composition root: builds models, agents, tools, the routing policy and
@@ -104,5 +108,6 @@ pub mod store;
 pub mod telemetry;
 pub mod text;
 pub mod tool;
+pub mod turn;
 pub mod web;
 pub mod wiring;

@@ -29,6 +29,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::agent::{Agent, AgentRequest, run_instance};
@@ -196,7 +197,7 @@ impl Orchestrator {
         tracing::info!(parent: &span, episode = %turn.episode_id, turn = %turn.turn_id,
             user = %turn.user_id, "chat turn");
         let (episode_id, turn_id) = (turn.episode_id.clone(), turn.turn_id.clone());
-        let events = self.run(turn, options.deadline, reply, span);
+        let events = self.run(turn, options.deadline, options.cancel.cloned(), reply, span);
         Ok(StartedTurn { episode_id, turn_id, events })
     }
 
@@ -204,7 +205,7 @@ impl Orchestrator {
     /// tests and benchmarks of the turn alone.
     pub fn run_turn(self: &Arc<Self>, turn: TurnRequest) -> EventStream {
         let span = self.turn_span(&turn);
-        self.run(turn, None, None, span)
+        self.run(turn, None, None, None, span)
     }
 
     /// The span of `turn` (`turn <entry>`), a child of its `traceparent` when it has one.
@@ -226,12 +227,13 @@ impl Orchestrator {
         span
     }
 
-    /// The turn's events in `span`: `thinking`, the entry agent's run (cut at `deadline`), the
-    /// reply saved, `completed`.
+    /// The turn's events in `span`: `thinking`, the entry agent's run (cut at `deadline`, or
+    /// stopped by `cancel`), the reply saved, `completed`.
     fn run(
         self: &Arc<Self>,
         turn: TurnRequest,
         deadline: Option<Instant>,
+        cancel: Option<CancellationToken>,
         reply: Option<PendingReply>,
         span: tracing::Span,
     ) -> EventStream {
@@ -240,7 +242,7 @@ impl Orchestrator {
         let events = Box::pin(async_stream::stream! {
             let mut reply = reply;
             tally.started = Instant::now();
-            yield Event::Thinking {};
+            yield Event::Thinking { episode_id: tally.episode_id.clone(), turn_id: tally.turn_id.clone() };
             tally.first_byte = tally.received.elapsed();
             let mut body = run_instance(&*this.entry, tally.entry.clone(), turn.entry_request(), None);
             let expired = async move {
@@ -250,9 +252,24 @@ impl Orchestrator {
                 }
             };
             tokio::pin!(expired);
+            let cancelled = async move {
+                match cancel {
+                    Some(cancel) => cancel.cancelled_owned().await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::pin!(cancelled);
             loop {
                 tokio::select! {
                     biased;
+                    // First: a turn streaming without a pause still sees its stop at once.
+                    () = &mut cancelled => {
+                        drop(body);
+                        let (episode, turn) = (&tally.episode_id, &tally.turn_id);
+                        tracing::info!(%episode, %turn, "turn cancelled");
+                        tally.status = Status::Cancelled;
+                        break;
+                    }
                     event = body.next() => match event {
                         Some(mut event) => {
                             tally.observe(&mut event);
@@ -273,6 +290,7 @@ impl Orchestrator {
                             "the turn reached its time limit; what was produced so far is kept", true);
                         break;
                     }
+
                 }
             }
             let mut status = tally.status;
@@ -304,6 +322,9 @@ pub struct TurnOptions<'a> {
     pub history: Option<(&'a History, Option<&'a str>)>,
     /// When the turn must end (a Lambda invocation's, or the endpoint's turn limit).
     pub deadline: Option<Instant>,
+    /// Stops the turn when cancelled (the cancel endpoint): whatever still runs is dropped, what
+    /// was produced is saved, and the turn ends with `completed` status `cancelled`.
+    pub cancel: Option<&'a CancellationToken>,
 }
 
 /// A turn that has started: its ids (the turn's may be an earlier turn's, for a repeated request
@@ -425,12 +446,7 @@ fn record_turn(span: &tracing::Span, status: Status, usage: &[AgentUsage]) {
     }
     let mut total = crate::event::Usage::default();
     usage.iter().for_each(|u| total.add(u.usage));
-    let status = match status {
-        Status::Ok => "ok",
-        Status::Partial => "partial",
-        Status::Error => "error",
-    };
-    span.record("baton.status", status);
+    span.record("baton.status", status.as_str());
     span.record("gen_ai.usage.input_tokens", total.input_tokens);
     span.record("gen_ai.usage.output_tokens", total.output_tokens);
     if let Some(cost) = total.cost_usd {
@@ -455,7 +471,7 @@ mod tests {
     }
 
     async fn until(o: &Arc<Orchestrator>, turn: TurnRequest, deadline: Instant) -> Vec<Event> {
-        let options = TurnOptions { history: None, deadline: Some(deadline) };
+        let options = TurnOptions { history: None, deadline: Some(deadline), cancel: None };
         o.start(turn, options).await.unwrap().events.collect().await
     }
 
@@ -516,8 +532,10 @@ mod tests {
             Reply::text("help").usage(3, 1).into(),
             Reply::text("deals").usage(5, 2).into(),
         );
-        let events: Vec<Event> = o.run_turn(turn("my receipt and coffee")).collect().await;
-        assert_eq!(events.first(), Some(&Event::Thinking {}));
+        let request = turn("my receipt and coffee");
+        let (episode_id, turn_id) = (request.episode_id.clone(), request.turn_id.clone());
+        let events: Vec<Event> = o.run_turn(request).collect().await;
+        assert_eq!(events.first(), Some(&Event::Thinking { episode_id, turn_id }), "it names the turn");
         let Some(Event::Completed { status, usage, model, .. }) = events.last() else { panic!("{events:?}") };
         assert_eq!(*status, Status::Ok);
         assert_eq!(model, "orch");
@@ -661,7 +679,7 @@ mod tests {
         let o = Arc::new(Orchestrator::new(plain("lead", model), "orch").with_reporter(reports.clone()));
         let key = EpisodeKey::new("u", "ep").unwrap();
 
-        let options = TurnOptions { history: Some((&history, Some("r1"))), deadline: None };
+        let options = TurnOptions { history: Some((&history, Some("r1"))), deadline: None, cancel: None };
         let started = o.start(TurnRequest::new("ep", "t1", "u", "hi"), options).await.unwrap();
         assert_eq!((started.episode_id.as_str(), started.turn_id.as_str()), ("ep", "t1"));
         let mut events = started.events;

@@ -346,3 +346,35 @@ pub async fn racing_appends_log_each_seq_once<H: StoreHarness>() {
     assert_eq!(logged[..5], events(1, 5, "same"));
     assert_eq!(store.turn_record(&k, &turn).await.unwrap().unwrap().last_seq, 7);
 }
+
+/// A turn's final write (`finish_turn_log`) appends its last events and ends the log at once;
+/// sent again it changes nothing; other events, more events or another end are refused.
+pub async fn a_final_write_appends_and_ends_at_once_and_a_retry_changes_nothing<H: StoreHarness>() {
+    let h = H::start(test_clock()).await;
+    let store = h.store();
+    let k = key("u1", "e1");
+    let turn = twelve(&*store, &k).await;
+    store.finish_turn_log(&k, &turn, &events(13, 15, "a"), "ok").await.expect("finished");
+    let record = store.turn_record(&k, &turn).await.unwrap().expect("a record");
+    assert_eq!((record.last_seq, record.status.clone()), (15, TurnStatus::Ended("ok".into())));
+    assert_eq!(seqs(&store.turn_events(&k, &turn, 0, 100).await.unwrap()), (1..=15).collect::<Vec<_>>());
+    // Sent again (its answer was lost): nothing changes.
+    store.finish_turn_log(&k, &turn, &events(13, 15, "a"), "ok").await.expect("a retry");
+    assert_eq!(store.turn_record(&k, &turn).await.unwrap().unwrap(), record);
+    // Other events in those seqs, more events, or another end: refused, and nothing changes.
+    let other = store.finish_turn_log(&k, &turn, &events(13, 15, "b"), "ok").await;
+    assert!(matches!(other, Err(StoreError::Conflict { .. })), "{other:?}");
+    let more = store.finish_turn_log(&k, &turn, &events(16, 16, "a"), "ok").await;
+    assert!(is_conflict_saying(&more, "ended"), "{more:?}");
+    let again = store.finish_turn_log(&k, &turn, &[], "partial").await;
+    assert!(matches!(again, Err(StoreError::Conflict { .. })), "{again:?}");
+    assert_eq!(store.turn_record(&k, &turn).await.unwrap().unwrap().status, TurnStatus::Ended("ok".into()));
+    assert_eq!(store.turn_events(&k, &turn, 0, 100).await.unwrap().len(), 15);
+    // A gap before the final events is refused like an append's; with no events it is an end.
+    let other_turn = twelve(&*store, &k).await;
+    let gap = store.finish_turn_log(&k, &other_turn, &events(14, 15, "a"), "ok").await;
+    assert!(is_conflict_saying(&gap, "gap"), "{gap:?}");
+    store.finish_turn_log(&k, &other_turn, &[], "cancelled").await.expect("an end alone");
+    let record = store.turn_record(&k, &other_turn).await.unwrap().unwrap();
+    assert_eq!((record.last_seq, record.status), (12, TurnStatus::Ended("cancelled".into())));
+}

@@ -134,15 +134,48 @@ impl DynamoDbStore {
         turn_id: &str,
         batch: &[LoggedEvent],
     ) -> Result<(), StoreError> {
+        self.append_and_end(key, turn_id, batch, None).await
+    }
+
+    /// Appends the last `batch` and ends the log with `status`: one transaction (with no event,
+    /// an end alone).
+    pub(super) async fn finish(
+        &self,
+        key: &EpisodeKey,
+        turn_id: &str,
+        batch: &[LoggedEvent],
+        status: &str,
+    ) -> Result<(), StoreError> {
+        if batch.is_empty() {
+            return self.end(key, turn_id, status).await;
+        }
+        turn_log::check_end(key, turn_id, status, Some(&turn_log::new_record(turn_id, 0, 0)))?;
+        self.append_and_end(key, turn_id, batch, Some(status)).await
+    }
+
+    /// Appends `batch` and, with `end`, ends the log with that status, in one transaction: the
+    /// record's update (conditional on the turn running and the log ending right before the
+    /// batch) and the batch's items.
+    async fn append_and_end(
+        &self,
+        key: &EpisodeKey,
+        turn_id: &str,
+        batch: &[LoggedEvent],
+        end: Option<&str>,
+    ) -> Result<(), StoreError> {
         turn_log::check_turn_id(turn_id)?;
         let (Some(first), Some(last)) = (batch.first(), batch.last()) else { return Ok(()) };
         let runs = turn_log::check_batch(batch)?;
         let (pk, now) = (key.pk(), self.clock.now_ms());
         let ttl = self.log_ttl(now);
+        let set = match end {
+            Some(_) => "SET last_seq = :last, updated_at = :now, #ttl = :ttl, #status = :end",
+            None => "SET last_seq = :last, updated_at = :now, #ttl = :ttl",
+        };
         let update = Update::builder()
             .table_name(&self.table)
             .set_key(Some(key_of(&pk, turn_id)))
-            .update_expression("SET last_seq = :last, updated_at = :now, #ttl = :ttl")
+            .update_expression(set)
             .condition_expression("#ttl > :now_s AND #status = :running AND last_seq = :prev")
             .expression_attribute_names("#ttl", "ttl")
             .expression_attribute_names("#status", "status")
@@ -151,9 +184,12 @@ impl DynamoDbStore {
             .expression_attribute_values(":running", AttributeValue::S(RUNNING.into()))
             .expression_attribute_values(":now", n(now))
             .expression_attribute_values(":now_s", n(now / 1000))
-            .expression_attribute_values(":ttl", n(ttl))
-            .build()
-            .map_err(build)?;
+            .expression_attribute_values(":ttl", n(ttl));
+        let update = match end {
+            Some(status) => update.expression_attribute_values(":end", AttributeValue::S(status.to_owned())),
+            None => update,
+        };
+        let update = update.build().map_err(build)?;
         let mut actions = vec![TransactWriteItem::builder().update(update).build()];
         for run in runs {
             let run = &batch[run];
@@ -178,7 +214,12 @@ impl DynamoDbStore {
                 AppendPlan::Nothing => return Ok(()),
                 AppendPlan::MaybeRetry => {
                     let logged = self.read_events(key, turn_id, first.seq - 1, batch.len()).await?;
-                    return turn_log::check_retry(key, turn_id, batch, &logged);
+                    turn_log::check_retry(key, turn_id, batch, &logged)?;
+                    // The events were logged (an earlier try landed): the end may still be due.
+                    return match end {
+                        Some(status) => self.end(key, turn_id, status).await,
+                        None => Ok(()),
+                    };
                 }
                 // The record is where the batch follows after all: it changed in between.
                 AppendPlan::Write(_) => continue,

@@ -19,10 +19,10 @@ use serde::{Deserialize, Serialize};
 
 pub use usage::{AgentUsage, BadDecimal, Status, Usage, Usd, agent_name};
 pub(crate) use usage::{UsageRollup, parse_scaled_decimal};
+pub(crate) use wire::SSE_HEARTBEAT;
 pub use wire::{
     DecodeError, LineSplitter, LineTooLong, decode_ndjson, decode_sse, encode_ndjson, encode_sse,
 };
-pub(crate) use wire::{SSE_HEARTBEAT, encode_sse_into};
 
 /// The events of one agent run, tool call or turn. Errors are in-band `error` events; the stream
 /// always ends.
@@ -36,8 +36,17 @@ pub type EventStream = std::pin::Pin<Box<dyn futures::Stream<Item = Event> + Sen
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Event {
-    /// Emitted before any model call, so the client sees a first byte at once.
-    Thinking {},
+    /// Emitted before any model call, so the client sees a first byte at once. It names the
+    /// turn, so a client that loses the stream can rejoin it (`GET
+    /// /chat/{episode_id}/turns/{turn_id}/events`); empty ids are left out.
+    Thinking {
+        /// The conversation.
+        #[serde(default, skip_serializing_if = "String::is_empty")]
+        episode_id: String,
+        /// The turn.
+        #[serde(default, skip_serializing_if = "String::is_empty")]
+        turn_id: String,
+    },
     /// A vendor response id (`resp_*`), or a synthetic id (`ft_*`) for a vendor API
     /// that has none.
     ResponseId {
@@ -327,7 +336,7 @@ impl Event {
     /// The SSE `event:` name, equal to the JSON `type`.
     pub fn kind(&self) -> &'static str {
         match self {
-            Event::Thinking {} => "thinking",
+            Event::Thinking { .. } => "thinking",
             Event::ResponseId { .. } => "response_id",
             Event::Text { .. } => "text",
             Event::Reasoning { .. } => "reasoning",
@@ -355,7 +364,7 @@ impl Event {
     /// The source instance, where the event has one.
     pub fn agent(&self) -> Option<&str> {
         match self {
-            Event::Thinking {} | Event::Completed { .. } => None,
+            Event::Thinking { .. } | Event::Completed { .. } => None,
             Event::ResponseId { agent, .. }
             | Event::Text { agent, .. }
             | Event::Reasoning { agent, .. }
@@ -393,6 +402,11 @@ impl Event {
     /// A `usage` event (not yet rolled up).
     pub fn usage(agent: impl Into<String>, model: impl Into<String>, usage: Usage) -> Event {
         Event::Usage { agent: agent.into(), model: model.into(), usage, agent_total: None }
+    }
+
+    /// A `thinking` event naming no turn.
+    pub fn thinking() -> Event {
+        Event::Thinking { episode_id: String::new(), turn_id: String::new() }
     }
 
     /// A `text` event.

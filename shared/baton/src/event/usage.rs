@@ -174,19 +174,45 @@ pub enum Status {
     Partial,
     /// Failed; an `error` event says why.
     Error,
+    /// A turn stopped by the cancel endpoint (`POST /chat/{episode_id}/turns/{turn_id}/cancel`);
+    /// what was produced is kept.
+    Cancelled,
+    /// A turn whose producer died (a killed process): it was still running when its deadline
+    /// passed. Only a resumed stream says so, in the `completed` it ends with.
+    Abandoned,
 }
 
 impl Status {
-    /// The worse of two statuses (`error` > `partial` > `ok`).
+    /// The worse of two statuses (`error` > `abandoned` > `cancelled` > `partial` > `ok`).
     pub fn worst(self, other: Status) -> Status {
         fn rank(s: Status) -> u8 {
             match s {
                 Status::Ok => 0,
                 Status::Partial => 1,
-                Status::Error => 2,
+                Status::Cancelled => 2,
+                Status::Abandoned => 3,
+                Status::Error => 4,
             }
         }
         if rank(other) > rank(self) { other } else { self }
+    }
+
+    /// Its name on the wire and in the store (`ok`, `partial`, …).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Ok => "ok",
+            Status::Partial => "partial",
+            Status::Error => "error",
+            Status::Cancelled => "cancelled",
+            Status::Abandoned => "abandoned",
+        }
+    }
+
+    /// The status named `name` ([`Status::as_str`]), if any.
+    pub fn from_name(name: &str) -> Option<Status> {
+        [Status::Ok, Status::Partial, Status::Error, Status::Cancelled, Status::Abandoned]
+            .into_iter()
+            .find(|s| s.as_str() == name)
     }
 }
 

@@ -25,7 +25,7 @@ pub enum DecodeError {
 }
 
 /// Encodes `event` as one SSE message with sequence number `id`, appending to `out`.
-pub(crate) fn encode_sse_into(out: &mut BytesMut, id: u64, event: &Event) {
+fn encode_sse_into(out: &mut BytesMut, id: u64, event: &Event) {
     out.put_slice(b"event: ");
     out.put_slice(event.kind().as_bytes());
     out.put_slice(b"\nid: ");
@@ -134,7 +134,7 @@ mod tests {
             b"event: text\nid: 7\ndata: {\"type\":\"text\",\"agent\":\"shopping[1]\",\"text\":\"hi\"}\n\n"
         );
         assert_eq!(
-            &encode_sse(0, &Event::Thinking {})[..],
+            &encode_sse(0, &Event::thinking())[..],
             b"event: thinking\nid: 0\ndata: {\"type\":\"thinking\"}\n\n"
         );
     }
@@ -305,7 +305,7 @@ mod tests {
     fn sample_events() -> Vec<Event> {
         let a = || "support[1]".to_owned();
         vec![
-            Event::Thinking {},
+            Event::thinking(),
             Event::ResponseId { agent: a(), id: "ft_1".into() },
             Event::text(a(), "x"),
             Event::Reasoning { agent: a(), text: "r".into() },

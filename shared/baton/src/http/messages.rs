@@ -33,6 +33,10 @@ struct Page<'a> {
     /// The cursor of the older page; absent on the page that holds the first message.
     #[serde(skip_serializing_if = "Option::is_none")]
     next: Option<String>,
+    /// On the newest page, the episode's latest turn while it still runs: its reply is not in
+    /// the messages yet, and a client rejoins its stream (`GET …/turns/{turn_id}/events`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    running_turn: Option<String>,
 }
 
 /// One stored message, as sent.
@@ -179,8 +183,12 @@ impl ChatService {
             StoreError::InvalidKey(_) => bad_cursor(e),
             other => other.into(),
         })?;
-        let body =
-            Page { episode_id: key.episode_id(), messages: messages.iter().map(Into::into).collect(), next };
+        let running_turn = match request.before {
+            None => self.running_turn(&key).await,
+            Some(_) => None,
+        };
+        let messages = messages.iter().map(Into::into).collect();
+        let body = Page { episode_id: key.episode_id(), messages, next, running_turn };
         Ok(axum::Json(body).into_response())
     }
 }

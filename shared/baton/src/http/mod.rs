@@ -35,10 +35,12 @@ use tower_http::cors::{AllowOrigin, CorsLayer};
 mod messages;
 mod request;
 mod sse;
+mod turns;
 
 pub use messages::{DEFAULT_PAGE_MESSAGES, MAX_PAGE_MESSAGES};
 pub use request::{ApiError, Caller, ValidRequest};
-pub use sse::{SSE_CHUNK_BYTES, sse_body};
+pub use sse::{SSE_CHUNK_BYTES, encode_frame_into, sse_body};
+pub use turns::{LAST_EVENT_ID, LAST_EVENT_ID_QUERY, parse_last_event_id};
 
 use request::{ChatBody, body_too_large, checked_id, require_json};
 
@@ -47,6 +49,11 @@ use crate::config::RequestLimits;
 use crate::history::History;
 use crate::orchestrator::{Orchestrator, StartedTurn, TurnOptions, TurnRequest};
 use crate::store::new_turn_id;
+use crate::turn::{DisconnectPolicy, LiveTurns, TurnLogSettings};
+
+/// Time a turn's log record allows past the turn's deadline for its last write: a turn still
+/// `running` after both reads as abandoned.
+const LOG_END_GRACE: Duration = Duration::from_secs(10);
 
 /// Header with the caller's user id in the unauthenticated local mode.
 pub const USER_HEADER: &str = "x-baton-user";
@@ -95,6 +102,9 @@ pub struct ChatService {
     endpoint: EndpointLimits,
     ratings: crate::rating::RatingSinks,
     cors_origins: Vec<HeaderValue>,
+    live: Arc<LiveTurns>,
+    turn_log: TurnLogSettings,
+    on_disconnect: DisconnectPolicy,
 }
 
 impl ChatService {
@@ -114,7 +124,27 @@ impl ChatService {
             endpoint: EndpointLimits::default(),
             ratings: Default::default(),
             cors_origins: Vec::new(),
+            live: LiveTurns::new(),
+            turn_log: TurnLogSettings::default(),
+            on_disconnect: DisconnectPolicy::default(),
         }
+    }
+
+    /// The same service logging turns (or not) with these settings.
+    pub fn with_turn_log(mut self, settings: TurnLogSettings) -> ChatService {
+        self.turn_log = settings;
+        self
+    }
+
+    /// The same service doing `policy` with a turn whose client leaves, unless the request says.
+    pub fn with_disconnect_policy(mut self, policy: DisconnectPolicy) -> ChatService {
+        self.on_disconnect = policy;
+        self
+    }
+
+    /// The turns this process runs now.
+    pub fn live_turns(&self) -> &Arc<LiveTurns> {
+        &self.live
     }
 
     /// The same service sending ratings of answers (`POST /chat/{episode_id}/csat`) to `ratings`.
@@ -138,7 +168,7 @@ impl ChatService {
             return None;
         }
         let headers = [header::AUTHORIZATION, header::CONTENT_TYPE];
-        let ours = ["traceparent", USER_HEADER].map(header::HeaderName::from_static);
+        let ours = ["traceparent", USER_HEADER, LAST_EVENT_ID].map(header::HeaderName::from_static);
         Some(
             CorsLayer::new()
                 .allow_origin(AllowOrigin::list(self.cors_origins.clone()))
@@ -259,11 +289,28 @@ impl ChatService {
             .map(|value| crate::image::Image::from_request(value, self.limits.max_message_chars))
             .transpose()
             .map_err(|reason| ApiError::new(StatusCode::BAD_REQUEST, "invalid_image", reason))?;
+        let on_disconnect = match parsed.on_disconnect {
+            None | Some(serde_json::Value::Null) => None,
+            Some(serde_json::Value::String(s)) => Some(s.parse().map_err(|e: String| {
+                ApiError::new(
+                    StatusCode::BAD_REQUEST,
+                    "invalid_on_disconnect",
+                    format!("`on_disconnect`: {e}"),
+                )
+            })?),
+            Some(_) => {
+                return Err(ApiError::new(
+                    StatusCode::BAD_REQUEST,
+                    "invalid_on_disconnect",
+                    "`on_disconnect` must be \"continue\" or \"cancel\"",
+                ));
+            }
+        };
         let user_id = request::user_of(caller, headers)?;
         let mut turn = TurnRequest::new(episode_id, new_turn_id(), user_id, message);
         turn.traceparent = headers.get("traceparent").and_then(|v| v.to_str().ok()).map(str::to_owned);
         turn.image = image;
-        Ok(ValidRequest { turn, request_id })
+        Ok(ValidRequest { turn, request_id, on_disconnect })
     }
 
     /// Answers one request: a 4xx JSON error, a 5xx JSON error if the store fails before the
@@ -279,27 +326,61 @@ impl ChatService {
     ) -> Response {
         let turn_deadline = tokio::time::Instant::now() + self.endpoint.turn_deadline;
         let deadline = deadline.map_or(turn_deadline, |d| d.min(turn_deadline));
-        let ValidRequest { turn, request_id } = match self.validate(caller, headers, body) {
+        let ValidRequest { turn, request_id, on_disconnect } = match self.validate(caller, headers, body) {
             Ok(valid) => valid,
             Err(e) => return e.into_response(),
         };
-        let options =
-            TurnOptions { history: Some((&self.history, request_id.as_deref())), deadline: Some(deadline) };
+        let user_id = turn.user_id.clone();
+        let cancel = tokio_util::sync::CancellationToken::new();
+        let options = TurnOptions {
+            history: Some((&self.history, request_id.as_deref())),
+            deadline: Some(deadline),
+            cancel: Some(&cancel),
+        };
         let StartedTurn { episode_id, turn_id, events } = match self.orchestrator.start(turn, options).await {
             Ok(started) => started,
             Err(e) => return ApiError::from(e).into_response(),
         };
-        let episode = HeaderValue::from_str(&episode_id).expect("checked id is a valid header");
-        let turn_id = HeaderValue::from_str(&turn_id).expect("uuid is a valid header");
-        let mut response = Response::new(Body::from_stream(sse_body(events, self.heartbeat)));
-        let h = response.headers_mut();
-        h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
-        h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-        h.insert("x-accel-buffering", HeaderValue::from_static("no"));
-        h.insert(EPISODE_HEADER, episode);
-        h.insert(TURN_HEADER, turn_id);
-        response
+        let key = match crate::store::EpisodeKey::new(user_id, episode_id.clone()) {
+            Ok(key) => key,
+            Err(e) => return ApiError::from(e).into_response(),
+        };
+        let registered = self.live.register(key, turn_id.clone(), cancel);
+        let writer = self.turn_log.enabled.then(|| {
+            // The record's deadline: the turn's, plus time for its last write. A turn still
+            // `running` after it reads as abandoned.
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now()) + LOG_END_GRACE;
+            let deadline_ms = self.history.store().clock().now_ms() + left.as_millis() as u64;
+            crate::turn::spawn_writer(
+                self.history.store().clone(),
+                registered.turn().clone(),
+                deadline_ms,
+                self.turn_log,
+            )
+        });
+        let policy = on_disconnect.unwrap_or(self.on_disconnect);
+        let recorded = crate::turn::record(events, registered, writer, policy, self.turn_log.end_timeout);
+        sse_response(&episode_id, turn_id, recorded, self.heartbeat)
     }
+}
+
+/// The 200 SSE response of turn `turn_id`'s numbered `events`, with the ids in headers.
+fn sse_response(
+    episode_id: &str,
+    turn_id: String,
+    events: impl futures::Stream<Item = Arc<crate::store::LoggedEvent>> + Send + 'static,
+    heartbeat: Duration,
+) -> Response {
+    let episode = HeaderValue::from_str(episode_id).expect("checked id is a valid header");
+    let turn = HeaderValue::from_str(&turn_id).expect("checked id is a valid header");
+    let mut response = Response::new(Body::from_stream(sse_body(events, turn_id, heartbeat)));
+    let h = response.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    h.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    h.insert(EPISODE_HEADER, episode);
+    h.insert(TURN_HEADER, turn);
+    response
 }
 
 async fn chat(State(service): State<Arc<ChatService>>, headers: HeaderMap, body: Body) -> Response {
@@ -427,7 +508,10 @@ async fn method_not_allowed() -> ApiError {
 }
 
 /// The router: `POST /` and `POST /chat` (the chat endpoint), `POST /chat/{episode_id}/csat`,
-/// `GET /chat/{episode_id}/messages` (the conversation, [`ChatService::messages`]), `GET /health`, and the chat page
+/// `GET /chat/{episode_id}/messages` (the conversation, [`ChatService::messages`]), a turn's
+/// events resumed (`GET /chat/{episode_id}/events`, `GET /chat/{episode_id}/turns/{turn_id}/events`:
+/// [`ChatService::turn_events`]) and its stop (`POST …/turns/{turn_id}/cancel`:
+/// [`ChatService::cancel_turn`]), `GET /health`, and the chat page
 /// ([`crate::web`]) at `GET /`; behind the service's CORS policy when it allows origins.
 pub fn app(service: Arc<ChatService>) -> Router {
     let cors = service.cors();
@@ -436,6 +520,9 @@ pub fn app(service: Arc<ChatService>) -> Router {
         .route("/chat", post(chat))
         .route("/chat/{episode_id}/csat", post(csat))
         .route("/chat/{episode_id}/messages", get(messages::route))
+        .route("/chat/{episode_id}/events", get(turns::events_route))
+        .route("/chat/{episode_id}/turns/{turn_id}/events", get(turns::turn_events_route))
+        .route("/chat/{episode_id}/turns/{turn_id}/cancel", post(turns::cancel_route))
         .route("/health", get(health))
         .merge(crate::web::routes())
         .fallback(not_found)
@@ -461,6 +548,7 @@ pub async fn serve(
     use hyper_util::service::TowerToHyperService;
 
     let limits = service.endpoint_limits();
+    let service_live = service.live_turns().clone();
     let router = app(service);
     let slots = Arc::new(tokio::sync::Semaphore::new(limits.max_connections.max(1)));
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
@@ -497,6 +585,17 @@ pub async fn serve(
     }
     drop(listener);
     graceful.shutdown().await;
+    // Turns whose clients left run on (`on_disconnect: continue`): let them end, each within
+    // its deadline, so their replies and logs are written.
+    let live = service_live.clone();
+    let waited = tokio::time::timeout(limits.turn_deadline + LOG_END_GRACE, async move {
+        while !live.is_empty() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    });
+    if waited.await.is_err() {
+        tracing::warn!(turns = service_live.len(), "shutting down with turns still running");
+    }
     Ok(())
 }
 

@@ -53,6 +53,7 @@ pub(super) struct ChatBody {
     pub(super) episode_id: Option<String>,
     pub(super) request_id: Option<String>,
     pub(super) image: Option<serde_json::Value>,
+    pub(super) on_disconnect: Option<serde_json::Value>,
 }
 
 /// Who a request is from, established before its body is read.
@@ -96,6 +97,8 @@ pub struct ValidRequest {
     pub turn: TurnRequest,
     /// The client's id for this request, for idempotent retries.
     pub request_id: Option<String>,
+    /// What happens when the client leaves, if the request says (else the service's default).
+    pub on_disconnect: Option<crate::turn::DisconnectPolicy>,
 }
 
 pub(super) fn body_too_large(limit: usize) -> ApiError {

@@ -1,14 +1,16 @@
-//! The SSE body of a turn: client-visible events numbered from 0, heartbeats in silences, and
-//! events already waiting gathered into one chunk.
+//! The SSE body of a turn: its numbered events with ids `<turn_id>:<seq>`, heartbeats in
+//! silences, and events already waiting gathered into one chunk.
 
 use std::convert::Infallible;
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Bytes;
-use bytes::BytesMut;
+use bytes::{BufMut, BytesMut};
 use futures::{FutureExt, Stream, StreamExt};
 
-use crate::event::{EventStream, SSE_HEARTBEAT, encode_sse_into};
+use crate::event::SSE_HEARTBEAT;
+use crate::store::LoggedEvent;
 
 /// How many bytes of SSE events [`sse_body`] gathers into one chunk at most.
 pub const SSE_CHUNK_BYTES: usize = 16 * 1024;
@@ -16,20 +18,34 @@ pub const SSE_CHUNK_BYTES: usize = 16 * 1024;
 /// The capacity a chunk's buffer starts with: an event or two (a text delta is ~100 bytes).
 const SSE_CHUNK_START_BYTES: usize = 512;
 
-/// The SSE body of a turn: client-visible events numbered from 0, and a heartbeat comment after
-/// each `heartbeat` of silence. Events already waiting when one arrives go out with it as one
-/// chunk (up to [`SSE_CHUNK_BYTES`]), encoded into one buffer: fewer allocations and writes.
+/// Writes one numbered event of turn `turn_id` as an SSE message: `id: <turn_id>:<seq>`, or no
+/// id for seq 0 (an event made up on replay, which moves no cursor).
+pub fn encode_frame_into(out: &mut BytesMut, turn_id: &str, event: &LoggedEvent) {
+    out.put_slice(b"event: ");
+    out.put_slice(event.event.as_bytes());
+    if event.seq > 0 {
+        out.put_slice(b"\nid: ");
+        out.put_slice(turn_id.as_bytes());
+        // Writing a number into a `BytesMut` cannot fail.
+        let _ = std::fmt::Write::write_fmt(out, format_args!(":{}", event.seq));
+    }
+    out.put_slice(b"\ndata: ");
+    out.put_slice(event.data.as_bytes());
+    out.put_slice(b"\n\n");
+}
+
+/// The SSE body of turn `turn_id`'s numbered `events` (a turn as it is recorded, or a resume),
+/// and a heartbeat comment after each `heartbeat` of silence. Events already waiting when one
+/// arrives go out with it as one chunk (up to [`SSE_CHUNK_BYTES`]), encoded into one buffer:
+/// fewer allocations and writes.
 pub fn sse_body(
-    events: EventStream,
+    events: impl Stream<Item = Arc<LoggedEvent>> + Send + 'static,
+    turn_id: String,
     heartbeat: Duration,
 ) -> impl Stream<Item = Result<Bytes, Infallible>> + Send {
     async_stream::stream! {
-        // Gated: when the turn had nothing to send, the poll hyper makes next does not go down the
-        // whole turn again to learn so (`gate`).
-        let mut events =
-            crate::gate::Gated::new(events.filter(|e| std::future::ready(e.is_client_visible())));
+        let mut events = std::pin::pin!(events);
         let mut silence = crate::bounded::IdleTimer::new(heartbeat);
-        let mut seq = 0u64;
         let mut ended = false;
         while !ended {
             match silence.next(&mut events).await {
@@ -41,14 +57,10 @@ pub fn sse_body(
                     // the first large event, and kept it: docs/benchmarks-log.md, "Cleartext
                     // HTTP/1.1 without hyper's client connection".)
                     let mut out = BytesMut::with_capacity(SSE_CHUNK_START_BYTES);
-                    encode_sse_into(&mut out, seq, &event);
-                    seq += 1;
+                    encode_frame_into(&mut out, &turn_id, &event);
                     while out.len() < SSE_CHUNK_BYTES {
                         match events.next().now_or_never() {
-                            Some(Some(event)) => {
-                                encode_sse_into(&mut out, seq, &event);
-                                seq += 1;
-                            }
+                            Some(Some(event)) => encode_frame_into(&mut out, &turn_id, &event),
                             Some(None) => {
                                 ended = true;
                                 break;
@@ -66,61 +78,72 @@ pub fn sse_body(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::event::Event;
+
+    fn logged(seq: u64, event: &Event) -> Arc<LoggedEvent> {
+        let data = serde_json::to_string(event).unwrap();
+        Arc::new(LoggedEvent { seq, event: event.kind().into(), data })
+    }
+
+    async fn body(events: impl Stream<Item = Arc<LoggedEvent>> + Send + 'static) -> Vec<String> {
+        let chunks: Vec<Bytes> =
+            sse_body(events, "T1".into(), Duration::from_secs(1)).map(|c| c.unwrap()).collect().await;
+        chunks.iter().map(|c| String::from_utf8_lossy(c).into_owned()).collect()
+    }
+
+    #[test]
+    fn a_frame_is_exact_and_seq_zero_has_no_id() {
+        let mut out = BytesMut::new();
+        encode_frame_into(&mut out, "T1", &logged(12, &Event::text("a[1]", "hi")));
+        assert_eq!(
+            &out[..],
+            b"event: text\nid: T1:12\ndata: {\"type\":\"text\",\"agent\":\"a[1]\",\"text\":\"hi\"}\n\n"
+        );
+        let mut out = BytesMut::new();
+        encode_frame_into(&mut out, "T1", &logged(0, &Event::thinking()));
+        assert_eq!(&out[..], b"event: thinking\ndata: {\"type\":\"thinking\"}\n\n");
+    }
 
     #[tokio::test(start_paused = true)]
-    async fn silence_gets_heartbeats_and_content_end_is_never_sent() {
-        use crate::event::Event;
-        let events: EventStream = Box::pin(async_stream::stream! {
-            yield Event::Thinking {};
+    async fn silence_gets_heartbeats() {
+        let events = async_stream::stream! {
+            yield logged(1, &Event::thinking());
             tokio::time::sleep(Duration::from_millis(2500)).await;
-            yield Event::ContentEnd { agent: "support[1]".into() };
-            yield Event::text("support[1]", "x");
-        });
-        let chunks: Vec<Bytes> = sse_body(events, Duration::from_secs(1)).map(|c| c.unwrap()).collect().await;
-        let text: Vec<String> = chunks.iter().map(|c| String::from_utf8_lossy(c).into_owned()).collect();
-        assert!(text[0].starts_with("event: thinking\nid: 0\n"));
+            yield logged(2, &Event::text("a[1]", "x"));
+        };
+        let text = body(events).await;
+        assert!(text[0].starts_with("event: thinking\nid: T1:1\n"));
         assert_eq!(&text[1..3], [": heartbeat\n\n", ": heartbeat\n\n"]);
-        assert!(text[3].starts_with("event: text\nid: 1\n"), "{text:?}");
+        assert!(text[3].starts_with("event: text\nid: T1:2\n"), "{text:?}");
         assert_eq!(text.len(), 4);
     }
 
     #[tokio::test(start_paused = true)]
-    async fn events_already_waiting_go_out_as_one_chunk_numbered_in_order() {
-        use crate::event::{Event, encode_sse};
-        let events: EventStream = Box::pin(async_stream::stream! {
-            yield Event::Thinking {};
-            yield Event::text("shopping[1]", "a");
-            yield Event::text("shopping[1]", "b");
+    async fn events_already_waiting_go_out_as_one_chunk_in_order() {
+        let events = async_stream::stream! {
+            yield logged(1, &Event::thinking());
+            yield logged(2, &Event::text("a[1]", "a"));
+            yield logged(3, &Event::text("a[1]", "b"));
             tokio::time::sleep(Duration::from_millis(10)).await;
-            yield Event::text("shopping[1]", "c");
-        });
-        let chunks: Vec<Bytes> = sse_body(events, Duration::from_secs(1)).map(|c| c.unwrap()).collect().await;
-        let first = [
-            encode_sse(0, &Event::Thinking {}),
-            encode_sse(1, &Event::text("shopping[1]", "a")),
-            encode_sse(2, &Event::text("shopping[1]", "b")),
-        ]
-        .concat();
-        assert_eq!(chunks.len(), 2, "{chunks:?}");
-        assert_eq!(&chunks[0][..], &first[..]);
-        assert_eq!(chunks[1], encode_sse(3, &Event::text("shopping[1]", "c")));
+            yield logged(4, &Event::text("a[1]", "c"));
+        };
+        let text = body(events).await;
+        assert_eq!(text.len(), 2, "{text:?}");
+        assert_eq!(text[0].matches("\nid: T1:").count(), 3);
+        assert!(text[0].find("T1:1").unwrap() < text[0].find("T1:2").unwrap());
+        assert!(text[1].starts_with("event: text\nid: T1:4\n"));
     }
 
     #[tokio::test]
     async fn a_burst_is_cut_into_chunks_of_bounded_size() {
-        use crate::event::Event;
         let big = "x".repeat(1000);
-        let events: EventStream =
-            Box::pin(futures::stream::iter((0..100).map(move |_| Event::text("shopping[1]", big.clone()))));
-        let chunks: Vec<Bytes> = sse_body(events, Duration::from_secs(1)).map(|c| c.unwrap()).collect().await;
-        assert!(chunks.len() > 1, "one chunk of {} bytes", chunks[0].len());
-        assert!(
-            chunks.iter().all(|c| c.len() < SSE_CHUNK_BYTES + 2048),
-            "{:?}",
-            chunks.iter().map(Bytes::len).collect::<Vec<_>>()
-        );
-        let all = chunks.concat();
-        assert_eq!(String::from_utf8_lossy(&all).matches("event: text\n").count(), 100);
-        assert!(String::from_utf8_lossy(&all).contains("\nid: 99\n"));
+        let events =
+            futures::stream::iter((1..=100).map(move |seq| logged(seq, &Event::text("a[1]", big.clone()))));
+        let text = body(events).await;
+        assert!(text.len() > 1, "one chunk of {} bytes", text[0].len());
+        assert!(text.iter().all(|c| c.len() < SSE_CHUNK_BYTES + 2048));
+        let all = text.concat();
+        assert_eq!(all.matches("event: text\n").count(), 100);
+        assert!(all.contains("\nid: T1:100\n"));
     }
 }

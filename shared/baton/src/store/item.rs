@@ -346,21 +346,13 @@ pub fn encode_message(message: &StoredMessage, ttl: u64) -> Item {
     item.insert("agent".into(), Attr::s(&message.agent));
     item.insert("content".into(), Attr::s(&message.content));
     item.insert("usage".into(), Attr::L(usage));
-    item.insert("status".into(), Attr::s(status_str(message.status)));
+    item.insert("status".into(), Attr::s(message.status.as_str()));
     item.insert("created_at".into(), Attr::n(message.created_at));
     if let Some(meta) = &message.meta {
         item.insert("meta".into(), Attr::s(serde_json::Value::Object(meta.clone()).to_string()));
     }
     item.insert("ttl".into(), Attr::n(ttl));
     item
-}
-
-fn status_str(status: Status) -> &'static str {
-    match status {
-        Status::Ok => "ok",
-        Status::Partial => "partial",
-        Status::Error => "error",
-    }
 }
 
 /// The turn id and seq a message sort key names.
@@ -383,16 +375,10 @@ pub fn decode_message(pk: &str, sk: &str, item: &Item) -> Result<StoredMessage, 
         "assistant" => Role::Assistant,
         other => return Err(r.corrupt(format!("`role` is {other:?}, expected \"user\" or \"assistant\""))),
     };
-    let status = match r.s("status")? {
-        "ok" => Status::Ok,
-        "partial" => Status::Partial,
-        "error" => Status::Error,
-        other => {
-            return Err(
-                r.corrupt(format!("`status` is {other:?}, expected \"ok\", \"partial\" or \"error\""))
-            );
-        }
-    };
+    let status = r.s("status")?;
+    let status = Status::from_name(status).ok_or_else(|| {
+        r.corrupt(format!("`status` is {status:?}, expected \"ok\", \"partial\", \"error\" or \"cancelled\""))
+    })?;
     let usage = match item.get("usage") {
         None => Vec::new(),
         Some(Attr::L(list)) => list

@@ -518,6 +518,21 @@ pub trait Store: Send + Sync {
     /// does nothing; with another, or for an unknown turn, is a [`StoreError::Conflict`].
     async fn end_turn_log(&self, key: &EpisodeKey, turn_id: &str, status: &str) -> Result<(), StoreError>;
 
+    /// Appends the turn's last `events` (possibly none) and ends its log with `status`, in one
+    /// store write where the store can: a turn's final write. The checks are
+    /// [`Store::append_turn_events`]'s and then [`Store::end_turn_log`]'s: finishing again the
+    /// same way (a retry) does nothing. By default it is those two calls.
+    async fn finish_turn_log(
+        &self,
+        key: &EpisodeKey,
+        turn_id: &str,
+        events: &[LoggedEvent],
+        status: &str,
+    ) -> Result<(), StoreError> {
+        self.append_turn_events(key, turn_id, events).await?;
+        self.end_turn_log(key, turn_id, status).await
+    }
+
     /// At most `limit` logged events of the turn after seq `after_seq`, in seq order (none
     /// for an unknown turn or another user's). A replay reads these a page at a time.
     async fn turn_events(

@@ -60,6 +60,13 @@ pub struct LoggedEvent {
 }
 
 impl LoggedEvent {
+    /// `event` as the log keeps it, numbered `seq`: its SSE name and its JSON.
+    pub fn of(seq: u64, event: &crate::event::Event) -> LoggedEvent {
+        // Serializing a plain enum of strings, numbers and JSON values cannot fail.
+        let data = serde_json::to_string(event).expect("event serializes");
+        LoggedEvent { seq, event: event.kind().to_owned(), data }
+    }
+
     fn size(&self) -> usize {
         self.event.len() + self.data.len() + EVENT_OVERHEAD
     }

@@ -207,6 +207,16 @@ impl Store for EmbeddedStore {
         self.end(key, turn_id, status)
     }
 
+    async fn finish_turn_log(
+        &self,
+        key: &EpisodeKey,
+        turn_id: &str,
+        events: &[LoggedEvent],
+        status: &str,
+    ) -> Result<(), StoreError> {
+        self.finish(key, turn_id, events, status)
+    }
+
     async fn turn_events(
         &self,
         key: &EpisodeKey,

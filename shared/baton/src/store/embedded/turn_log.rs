@@ -83,16 +83,38 @@ impl EmbeddedStore {
         turn_id: &str,
         batch: &[LoggedEvent],
     ) -> Result<(), StoreError> {
+        self.append_and_end(key, turn_id, batch, None)
+    }
+
+    pub(super) fn finish(
+        &self,
+        key: &EpisodeKey,
+        turn_id: &str,
+        batch: &[LoggedEvent],
+        status: &str,
+    ) -> Result<(), StoreError> {
+        self.append_and_end(key, turn_id, batch, Some(status))
+    }
+
+    /// Appends `batch` and, with `end`, ends the log with that status: one atomic change.
+    fn append_and_end(
+        &self,
+        key: &EpisodeKey,
+        turn_id: &str,
+        batch: &[LoggedEvent],
+        end: Option<&str>,
+    ) -> Result<(), StoreError> {
         turn_log::check_turn_id(turn_id)?;
         let (pk, now) = (key.pk(), self.clock.now_ms());
         self.change(|view| {
             let stored = record(view, &pk, turn_id, now)?;
-            match turn_log::plan_append(key, turn_id, stored.as_ref(), batch)? {
-                AppendPlan::Nothing => Ok(()),
+            let (mut record, wrote) = match turn_log::plan_append(key, turn_id, stored.as_ref(), batch)? {
+                AppendPlan::Nothing => (stored, false),
                 AppendPlan::MaybeRetry => {
                     let first = batch[0].seq;
                     let logged = events(view, &pk, turn_id, first - 1, batch.len(), now)?;
-                    turn_log::check_retry(key, turn_id, batch, &logged)
+                    turn_log::check_retry(key, turn_id, batch, &logged)?;
+                    (stored, false)
                 }
                 AppendPlan::Write(runs) => {
                     let ttl = self.log_ttl(now);
@@ -106,10 +128,20 @@ impl EmbeddedStore {
                     }
                     let mut record = stored.expect("planned against a record");
                     record.last_seq = batch[batch.len() - 1].seq;
-                    self.put_record(view, &pk, record, now);
-                    Ok(())
+                    (Some(record), true)
                 }
+            };
+            let ends = match end {
+                Some(status) => turn_log::check_end(key, turn_id, status, record.as_ref())?,
+                None => false,
+            };
+            if let (true, Some(record), Some(status)) = (ends, record.as_mut(), end) {
+                record.status = TurnStatus::Ended(status.to_owned());
             }
+            if wrote || ends {
+                self.put_record(view, &pk, record.expect("checked against a record"), now);
+            }
+            Ok(())
         })?;
         self.flush_soon();
         Ok(())

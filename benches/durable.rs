@@ -1,0 +1,338 @@
+//! Durable turns' costs (docs/benchmarks.md, "Durable turns"). Run with `make bench ONLY=durable`
+//! (or `cargo bench -p baton-tests --bench durable -- log resume dynamodb`).
+//!
+//! 1. `log`: CPU per turn with the turn log on against the same turn with it off, in one run,
+//!    through the chat endpoint's own code (`ChatService::respond`, the SSE body read to its end)
+//!    over the embedded store, zero-latency in-process models: what logging adds to a turn. Turns
+//!    alternate between the two services in batches, so drift on the host hits both alike. Also
+//!    the store calls per turn (counted).
+//! 2. `resume`: time from a resume request to its first replayed event over loopback HTTP, on the
+//!    code `serve` runs with the embedded store: a finished turn (read from the store) and a
+//!    running one (from memory). p50 and p99.
+//! 3. `dynamodb`: the same turn on DynamoDB (moto_server, when `AWS_ENDPOINT_URL_DYNAMODB` is set):
+//!    the store calls per turn, and the write and read units they cost by DynamoDB's rules
+//!    (moto's own `ConsumedCapacity` is not DynamoDB's: it reports no units for a transaction).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::http::{HeaderMap, HeaderValue, header};
+use baton::agent::{LlmAgent, LoopLimits};
+use baton::history::History;
+use baton::http::{Caller, ChatService};
+use baton::model::scripted::{Reply, ScriptedModel};
+use baton::mux::MuxConfig;
+use baton::orchestrator::Orchestrator;
+use baton::store::embedded::EmbeddedStore;
+use baton::store::{Store, SystemClock};
+use baton::tool::ToolRegistry;
+use baton::turn::TurnLogSettings;
+use baton_tests::counting::CountingStore;
+use futures::StreamExt;
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with("--")).collect();
+    let wanted = |name: &str| args.is_empty() || args.iter().any(|a| a == name);
+    let quick = std::env::var_os("BATON_BENCH_QUICK").is_some();
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    if wanted("log") {
+        rt.block_on(log_overhead(if quick { 200 } else { 2_000 }));
+    }
+    if wanted("log") {
+        rt.block_on(paced_log_overhead(if quick { 40 } else { 200 }));
+    }
+    if wanted("resume") {
+        rt.block_on(resume_latency(if quick { 50 } else { 500 }));
+    }
+    if wanted("dynamodb") {
+        rt.block_on(dynamodb_units(if quick { 5 } else { 20 }));
+    }
+}
+
+/// Words the answer streams: one `text` event each.
+const WORDS: usize = 60;
+
+/// One agent streaming `WORDS` words, a word every `pace` (zero: at once, the turn is all CPU).
+fn orchestrator(pace: Duration) -> Arc<Orchestrator> {
+    let answer = (0..WORDS).map(|i| format!("word{i}")).collect::<Vec<_>>().join(" ");
+    let model = Arc::new(ScriptedModel::new("solo", Some(Reply::text(answer).chunk_delay(pace))));
+    let agent = LlmAgent::new(
+        "solo",
+        "answer",
+        model,
+        Arc::new(ToolRegistry::new(Vec::new()).unwrap()),
+        LoopLimits::default(),
+    )
+    .with_mux(MuxConfig { flush_interval: Duration::ZERO, flush_budget: Duration::ZERO });
+    Arc::new(Orchestrator::new(Arc::new(agent), "solo"))
+}
+
+fn service(store: Arc<dyn Store>, log: bool) -> ChatService {
+    paced_service(store, log, Duration::ZERO)
+}
+
+fn paced_service(store: Arc<dyn Store>, log: bool, pace: Duration) -> ChatService {
+    let limits = baton::config::RequestLimits::default();
+    ChatService::new(orchestrator(pace), History::new(store, 20), limits, Duration::from_secs(10))
+        .with_turn_log(TurnLogSettings { enabled: log, ..TurnLogSettings::default() })
+}
+
+fn json_headers() -> HeaderMap {
+    let mut headers = HeaderMap::new();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    headers
+}
+
+/// One turn through `service`, its SSE body read to the end: its bytes.
+async fn one_turn(service: &ChatService, episode: usize) -> usize {
+    let body = format!(r#"{{"message":"tell me","episode_id":"bench-{episode}"}}"#);
+    let response = service.respond(&Caller::Local, &json_headers(), body.as_bytes(), None).await;
+    assert_eq!(response.status(), 200);
+    let mut body = response.into_body().into_data_stream();
+    let mut bytes = 0;
+    while let Some(chunk) = body.next().await {
+        bytes += chunk.unwrap().len();
+    }
+    bytes
+}
+
+/// User plus system CPU time of this process.
+fn process_cpu() -> Duration {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let fields: Vec<&str> = stat.rsplit(") ").next().unwrap_or("").split_whitespace().collect();
+    let ticks: u64 = fields.get(11..13).map_or(0, |f| f.iter().filter_map(|v| v.parse::<u64>().ok()).sum());
+    Duration::from_millis(ticks * 10) // USER_HZ is 100 on Linux
+}
+
+fn us(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+async fn log_overhead(turns: usize) {
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn Store> =
+        Arc::new(EmbeddedStore::open(dir.path().join("store.redb"), Arc::new(SystemClock)).unwrap());
+    let counting = CountingStore::new(store.clone());
+    let on = service(counting.clone(), true);
+    let off = service(store.clone(), false);
+    let discarded = service(CountingStore::discarding_turn_log(store), true);
+    for i in 0..turns / 10 {
+        one_turn(&on, i).await;
+        one_turn(&off, i).await;
+        one_turn(&discarded, i).await;
+    }
+    counting.reset();
+    let (mut cpu_on, mut cpu_off, mut cpu_discarded) = (Duration::ZERO, Duration::ZERO, Duration::ZERO);
+    let batch = 50;
+    let mut episode = turns;
+    for _ in 0..turns / batch {
+        for (service, cpu) in [(&on, &mut cpu_on), (&off, &mut cpu_off), (&discarded, &mut cpu_discarded)] {
+            let before = process_cpu();
+            for _ in 0..batch {
+                episode += 1;
+                one_turn(service, episode).await;
+            }
+            *cpu += process_cpu() - before;
+        }
+    }
+    let n = (turns / batch * batch) as u32;
+    let (on_us, off_us, discarded_us) = (us(cpu_on / n), us(cpu_off / n), us(cpu_discarded / n));
+    println!(
+        "== the turn log: CPU per turn, log on vs off (one agent streaming {WORDS} words, zero latency, embedded store, {n} turns each, same run)"
+    );
+    println!("   log on  {on_us:>8.1} µs CPU per turn");
+    println!("   log off {off_us:>8.1} µs CPU per turn");
+    println!(
+        "   log on, its writes dropped before the store {discarded_us:>8.1} µs CPU per turn (the process's share)"
+    );
+    println!("   on / off: {:.2}×  (target ≤ 1.15×)", on_us / off_us);
+    let calls = counting.calls();
+    let per_turn = |name: &str| *calls.get(name).unwrap_or(&0) as f64 / f64::from(n);
+    println!(
+        "   store calls per turn with the log: start {:.2}, appends {:.2}, final (last events and the end) {:.2}, gaps {:.2} (history: record {:.2}, reply {:.2}, recent {:.2})",
+        per_turn("start_turn_log"),
+        per_turn("append_turn_events"),
+        per_turn("finish_turn_log"),
+        per_turn("record_turn_gap"),
+        per_turn("record_user_message"),
+        per_turn("save_reply"),
+        per_turn("recent_messages"),
+    );
+}
+
+/// The same comparison on turns that stream as a model does, a word every 20 ms (1.2 s a turn),
+/// 20 at once: the log's writes are paced (one per 250 ms), and a turn's own CPU includes its
+/// waits and wake-ups, as in production.
+async fn paced_log_overhead(turns: usize) {
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn Store> =
+        Arc::new(EmbeddedStore::open(dir.path().join("store.redb"), Arc::new(SystemClock)).unwrap());
+    let counting = CountingStore::new(store.clone());
+    let pace = Duration::from_millis(20);
+    let on = paced_service(counting.clone(), true, pace);
+    let off = paced_service(store, false, pace);
+    let at_once = 20;
+    let (mut cpu_on, mut cpu_off) = (Duration::ZERO, Duration::ZERO);
+    let mut episode = 1_000_000;
+    for _ in 0..turns / at_once {
+        for (service, cpu) in [(&on, &mut cpu_on), (&off, &mut cpu_off)] {
+            let before = process_cpu();
+            let group: Vec<_> = (0..at_once)
+                .map(|_| {
+                    episode += 1;
+                    one_turn(service, episode)
+                })
+                .collect();
+            futures::future::join_all(group).await;
+            *cpu += process_cpu() - before;
+        }
+    }
+    let n = (turns / at_once * at_once) as u32;
+    let (on_us, off_us) = (us(cpu_on / n), us(cpu_off / n));
+    println!(
+        "== the turn log on paced turns (a word every 20 ms, {WORDS} words, 20 turns at once, {n} turns each, same run)"
+    );
+    println!("   log on  {on_us:>8.1} µs CPU per turn");
+    println!("   log off {off_us:>8.1} µs CPU per turn");
+    println!("   on / off: {:.2}×  (target ≤ 1.15×)", on_us / off_us);
+    let per_turn = |name: &str| counting.calls_of(name) as f64 / f64::from(n);
+    println!(
+        "   store calls per turn with the log: start {:.2}, appends {:.2}, final {:.2}",
+        per_turn("start_turn_log"),
+        per_turn("append_turn_events"),
+        per_turn("finish_turn_log")
+    );
+}
+
+/// The time from sending a resume request to the first event's bytes.
+async fn time_to_first_event(client: &reqwest::Client, url: &str, last: &str) -> Duration {
+    let started = Instant::now();
+    let response = client
+        .get(url)
+        .header(baton::http::USER_HEADER, "local")
+        .header("last-event-id", last)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let mut body = response.bytes_stream();
+    loop {
+        let chunk = body.next().await.expect("an event").unwrap();
+        if chunk.windows(6).any(|w| w == b"event:") {
+            return started.elapsed();
+        }
+    }
+}
+
+fn percentile(samples: &mut [Duration], p: f64) -> Duration {
+    samples.sort();
+    samples[((samples.len() as f64 * p) as usize).min(samples.len() - 1)]
+}
+
+async fn resume_latency(requests: usize) {
+    use baton::model::scripted::ScriptedServer;
+    let server = ScriptedServer::start().await.unwrap();
+    let yaml = "entry: solo\nagents:\n  - name: solo\n    model: solo\n    instruction: Answer.\n";
+    let config = baton_tests::scripted_runtime_config(&server).with_yaml(yaml, "solo.yaml").unwrap();
+    let endpoint = baton_tests::start_endpoint(&config.into()).await;
+    let client = reqwest::Client::new();
+    let start = |reply: baton::model::scripted::StreamReply| {
+        server.push("solo", reply);
+        let client = client.clone();
+        let url = endpoint.url.clone();
+        async move {
+            let response = client
+                .post(&url)
+                .json(&serde_json::json!({"message": "tell me", "episode_id": "resume-bench"}))
+                .send()
+                .await
+                .unwrap();
+            let turn = response.headers()["x-baton-turn-id"].to_str().unwrap().to_owned();
+            (turn, response)
+        }
+    };
+    let words = |n: usize| (0..n).map(|i| format!("word{i}")).collect::<Vec<_>>().join(" ");
+    // A finished turn: the log is read from the store.
+    let (finished, response) = start(Reply::text(words(WORDS))).await;
+    response.bytes().await.unwrap();
+    // A running one: events come from memory (a word every 50 ms for the whole measurement).
+    let (running, response) = start(Reply::text(words(2_000)).chunk_delay(Duration::from_millis(50))).await;
+    let mut live = response.bytes_stream();
+    live.next().await;
+    println!(
+        "== resume: a request with Last-Event-ID to its first replayed event (loopback HTTP, serve's code, embedded store, {requests} requests each)"
+    );
+    for (what, turn) in [("finished turn (store)", &finished), ("running turn (memory)", &running)] {
+        let url = format!("{}/chat/resume-bench/turns/{turn}/events", endpoint.url);
+        let last = format!("{turn}:2");
+        let mut samples = Vec::with_capacity(requests);
+        for _ in 0..requests {
+            samples.push(time_to_first_event(&client, &url, &last).await);
+        }
+        let (p50, p99) = (percentile(&mut samples, 0.5), percentile(&mut samples, 0.99));
+        println!(
+            "   {what:<22} p50 {:>6.2} ms, p99 {:>6.2} ms  (target ≤ 20 ms: {})",
+            p50.as_secs_f64() * 1e3,
+            p99.as_secs_f64() * 1e3,
+            if p50 <= Duration::from_millis(20) { "met" } else { "MISSED" }
+        );
+    }
+    drop(live);
+}
+
+/// DynamoDB's units for an item of `bytes` written (1 per KB, rounded up; twice in a transaction).
+fn write_units(bytes: usize, transactional: bool) -> f64 {
+    let units = bytes.div_ceil(1024).max(1) as f64;
+    if transactional { 2.0 * units } else { units }
+}
+
+async fn dynamodb_units(turns: usize) {
+    if std::env::var("AWS_ENDPOINT_URL_DYNAMODB").map_or(true, |v| v.is_empty()) {
+        println!("== the turn log on DynamoDB: skipped (set AWS_ENDPOINT_URL_DYNAMODB to a moto_server)");
+        return;
+    }
+    use baton_tests::stores::{StoreHarness, test_clock};
+    let moto = baton_tests::stores::Moto::start(test_clock()).await;
+    let counting = CountingStore::new(moto.store());
+    let on = service(counting.clone(), true);
+    for i in 0..turns {
+        one_turn(&on, 100_000 + i).await;
+    }
+    let calls = counting.calls();
+    let n = turns as f64;
+    let per_turn = |name: &str| *calls.get(name).unwrap_or(&0) as f64 / n;
+    // Item sizes: the record is ~200 bytes (one unit); an events item is its events plus ~64
+    // bytes each of names and numbers, plus its keys.
+    let appends = counting.appends();
+    let append_units: f64 = appends
+        .iter()
+        .map(|&(events, bytes)| write_units(200, true) + write_units(bytes + 64 * events + 120, true))
+        .sum::<f64>()
+        / n;
+    let start = per_turn("start_turn_log") * write_units(200, false);
+    // A final write without events is an end alone (an `UpdateItem`); with events it is counted
+    // with the appends.
+    let end = (per_turn("finish_turn_log") - appends.len() as f64 / n + per_turn("append_turn_events"))
+        .max(0.0)
+        * write_units(200, false);
+    let reads = per_turn("turn_record");
+    let events: f64 = appends.iter().map(|&(e, _)| e as f64).sum::<f64>() / n;
+    let bytes: f64 = appends.iter().map(|&(_, b)| b as f64).sum::<f64>() / n;
+    println!(
+        "== the turn log on DynamoDB (moto_server): {turns} turns of {events:.0} events, {bytes:.0} bytes of events each"
+    );
+    println!(
+        "   store calls per turn: start {:.2}, appends {:.2}, final {:.2}, record reads {:.2}",
+        per_turn("start_turn_log"),
+        per_turn("append_turn_events"),
+        per_turn("finish_turn_log"),
+        per_turn("turn_record")
+    );
+    println!(
+        "   write units per turn {:.1} (start {start:.1}, appends {append_units:.1}, end {end:.1}); read units per turn {reads:.1}",
+        start + append_units + end
+    );
+    println!(
+        "   (units by DynamoDB's rules on the bytes written: 1 per KB per item, twice in a transaction; 1 per strongly consistent read of up to 4 KB)"
+    );
+}

@@ -1,0 +1,236 @@
+//! A store that counts the calls made to the store it wraps, by method, and the bytes of events
+//! appended: how many writes and reads a turn costs, for the tests and the benchmarks.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use baton::store::{
+    CancelOutcome, Clock, Episode, EpisodeKey, LeaseGrant, LoggedEvent, Recorded, Store, StoreError,
+    StoredMessage, TurnRecord,
+};
+
+/// `inner`, with every call counted.
+pub struct CountingStore {
+    inner: Arc<dyn Store>,
+    calls: Mutex<BTreeMap<&'static str, u64>>,
+    /// Per append (and final write): the number of events and their bytes (names and JSON).
+    appends: Mutex<Vec<(usize, usize)>>,
+    /// Turn-log writes are counted and dropped, not passed on (what the log costs in the
+    /// process, without the store's share).
+    discard_turn_log: bool,
+}
+
+impl CountingStore {
+    /// Counts the calls made to `inner`.
+    pub fn new(inner: Arc<dyn Store>) -> Arc<CountingStore> {
+        Arc::new(CountingStore {
+            inner,
+            calls: Mutex::default(),
+            appends: Mutex::default(),
+            discard_turn_log: false,
+        })
+    }
+
+    /// Counts the calls made to `inner`, and drops the turn log's writes (start, appends, gaps,
+    /// end) instead of passing them on.
+    pub fn discarding_turn_log(inner: Arc<dyn Store>) -> Arc<CountingStore> {
+        Arc::new(CountingStore {
+            inner,
+            calls: Mutex::default(),
+            appends: Mutex::default(),
+            discard_turn_log: true,
+        })
+    }
+
+    fn count(&self, call: &'static str) {
+        *self.calls.lock().unwrap().entry(call).or_default() += 1;
+    }
+
+    /// The calls so far, by method.
+    pub fn calls(&self) -> BTreeMap<&'static str, u64> {
+        self.calls.lock().unwrap().clone()
+    }
+
+    /// Calls of `method` so far.
+    pub fn calls_of(&self, method: &str) -> u64 {
+        self.calls.lock().unwrap().get(method).copied().unwrap_or(0)
+    }
+
+    /// Each append so far: its events and their bytes.
+    pub fn appends(&self) -> Vec<(usize, usize)> {
+        self.appends.lock().unwrap().clone()
+    }
+
+    /// Forgets what was counted.
+    pub fn reset(&self) {
+        self.calls.lock().unwrap().clear();
+        self.appends.lock().unwrap().clear();
+    }
+}
+
+#[async_trait::async_trait]
+impl Store for CountingStore {
+    fn clock(&self) -> &dyn Clock {
+        self.inner.clock()
+    }
+
+    async fn episode(&self, key: &EpisodeKey) -> Result<Option<Episode>, StoreError> {
+        self.count("episode");
+        self.inner.episode(key).await
+    }
+
+    async fn save_episode(&self, episode: &Episode) -> Result<Episode, StoreError> {
+        self.count("save_episode");
+        self.inner.save_episode(episode).await
+    }
+
+    async fn record_user_message(
+        &self,
+        key: &EpisodeKey,
+        message: &StoredMessage,
+        request_id: Option<&str>,
+    ) -> Result<Recorded, StoreError> {
+        self.count("record_user_message");
+        self.inner.record_user_message(key, message, request_id).await
+    }
+
+    async fn save_reply(
+        &self,
+        key: &EpisodeKey,
+        turn_id: &str,
+        messages: &[StoredMessage],
+    ) -> Result<(), StoreError> {
+        self.count("save_reply");
+        self.inner.save_reply(key, turn_id, messages).await
+    }
+
+    async fn recent_messages(
+        &self,
+        key: &EpisodeKey,
+        limit: usize,
+    ) -> Result<Vec<StoredMessage>, StoreError> {
+        self.count("recent_messages");
+        self.inner.recent_messages(key, limit).await
+    }
+
+    async fn messages_page(
+        &self,
+        key: &EpisodeKey,
+        before: Option<&str>,
+        limit: usize,
+    ) -> Result<(Vec<StoredMessage>, Option<String>), StoreError> {
+        self.count("messages_page");
+        self.inner.messages_page(key, before, limit).await
+    }
+
+    async fn take_lease(
+        &self,
+        key: &EpisodeKey,
+        name: &str,
+        holder: &str,
+        ttl: Duration,
+    ) -> Result<LeaseGrant, StoreError> {
+        self.count("take_lease");
+        self.inner.take_lease(key, name, holder, ttl).await
+    }
+
+    async fn release_lease(&self, key: &EpisodeKey, name: &str, holder: &str) -> Result<(), StoreError> {
+        self.count("release_lease");
+        self.inner.release_lease(key, name, holder).await
+    }
+
+    async fn start_turn_log(
+        &self,
+        key: &EpisodeKey,
+        turn_id: &str,
+        deadline_ms: u64,
+    ) -> Result<(), StoreError> {
+        self.count("start_turn_log");
+        if self.discard_turn_log {
+            return Ok(());
+        }
+        self.inner.start_turn_log(key, turn_id, deadline_ms).await
+    }
+
+    async fn append_turn_events(
+        &self,
+        key: &EpisodeKey,
+        turn_id: &str,
+        events: &[LoggedEvent],
+    ) -> Result<(), StoreError> {
+        self.count("append_turn_events");
+        let bytes = events.iter().map(|e| e.event.len() + e.data.len()).sum();
+        self.appends.lock().unwrap().push((events.len(), bytes));
+        if self.discard_turn_log {
+            return Ok(());
+        }
+        self.inner.append_turn_events(key, turn_id, events).await
+    }
+
+    async fn record_turn_gap(
+        &self,
+        key: &EpisodeKey,
+        turn_id: &str,
+        from_seq: u64,
+        to_seq: u64,
+    ) -> Result<(), StoreError> {
+        self.count("record_turn_gap");
+        if self.discard_turn_log {
+            return Ok(());
+        }
+        self.inner.record_turn_gap(key, turn_id, from_seq, to_seq).await
+    }
+
+    async fn end_turn_log(&self, key: &EpisodeKey, turn_id: &str, status: &str) -> Result<(), StoreError> {
+        self.count("end_turn_log");
+        if self.discard_turn_log {
+            return Ok(());
+        }
+        self.inner.end_turn_log(key, turn_id, status).await
+    }
+
+    async fn finish_turn_log(
+        &self,
+        key: &EpisodeKey,
+        turn_id: &str,
+        events: &[LoggedEvent],
+        status: &str,
+    ) -> Result<(), StoreError> {
+        self.count("finish_turn_log");
+        if !events.is_empty() {
+            let bytes = events.iter().map(|e| e.event.len() + e.data.len()).sum();
+            self.appends.lock().unwrap().push((events.len(), bytes));
+        }
+        if self.discard_turn_log {
+            return Ok(());
+        }
+        self.inner.finish_turn_log(key, turn_id, events, status).await
+    }
+
+    async fn turn_events(
+        &self,
+        key: &EpisodeKey,
+        turn_id: &str,
+        after_seq: u64,
+        limit: usize,
+    ) -> Result<Vec<LoggedEvent>, StoreError> {
+        self.count("turn_events");
+        self.inner.turn_events(key, turn_id, after_seq, limit).await
+    }
+
+    async fn turn_record(&self, key: &EpisodeKey, turn_id: &str) -> Result<Option<TurnRecord>, StoreError> {
+        self.count("turn_record");
+        self.inner.turn_record(key, turn_id).await
+    }
+
+    async fn latest_turn(&self, key: &EpisodeKey) -> Result<Option<String>, StoreError> {
+        self.count("latest_turn");
+        self.inner.latest_turn(key).await
+    }
+
+    async fn request_cancel(&self, key: &EpisodeKey, turn_id: &str) -> Result<CancelOutcome, StoreError> {
+        self.count("request_cancel");
+        self.inner.request_cancel(key, turn_id).await
+    }
+}
