@@ -278,7 +278,8 @@ export class BatonClient {
 
   /**
    * Asks the server to stop a turn: `POST {endpoint}/{episode}/turns/{turn}/cancel`. Resolves to
-   * the server's JSON (`{episode_id, turn_id, cancel: "requested"}`, 202; asking twice is fine);
+   * the server's JSON (202 `{episode_id, turn_id, cancel: "requested"}`, or `cancel: "done"` once
+   * it has ended `cancelled`: asking twice is fine);
    * the turn's stream then ends with `completed` status `cancelled`. Throws BatonHttpError when
    * refused: 409 `turn_ended` when the turn had ended, 404 when it is not this caller's.
    *
