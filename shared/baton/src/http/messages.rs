@@ -9,13 +9,13 @@
 //! and an episode the caller has not got (never recorded, expired, or another user's: every key
 //! starts with the user) is a 404 that says no more, so an id cannot be probed for existence.
 
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use std::sync::Arc;
 
-use super::request::{checked_id, user_of};
+use super::request::{checked_id, query_params, user_of};
 use super::{ApiError, Caller, ChatService};
 use crate::event::{AgentUsage, Status};
 use crate::store::{EpisodeKey, StoreError, StoredMessage};
@@ -98,30 +98,7 @@ fn bad_cursor(e: StoreError) -> ApiError {
 /// Reads `limit` and `before` from a query string; any other parameter, or one given twice, is
 /// refused, so a misspelt `limit` is not silently the default.
 fn page_request(uri: &Uri) -> Result<PageRequest, ApiError> {
-    let Query(pairs) = Query::<Vec<(String, String)>>::try_from_uri(uri).map_err(|e| {
-        ApiError::new(StatusCode::BAD_REQUEST, "invalid_query", format!("the query string is malformed: {e}"))
-    })?;
-    let (mut limit, mut before) = (None, None);
-    for (name, value) in pairs {
-        let slot = match name.as_str() {
-            "limit" => &mut limit,
-            "before" => &mut before,
-            _ => {
-                return Err(ApiError::new(
-                    StatusCode::BAD_REQUEST,
-                    "invalid_query",
-                    format!("unknown query parameter {name:?}: this endpoint takes `limit` and `before`"),
-                ));
-            }
-        };
-        if slot.replace(value).is_some() {
-            return Err(ApiError::new(
-                StatusCode::BAD_REQUEST,
-                "invalid_query",
-                format!("the query parameter `{name}` is given twice"),
-            ));
-        }
-    }
+    let [limit, before] = query_params(uri, ["limit", "before"])?;
     let limit = match limit {
         None => DEFAULT_PAGE_MESSAGES,
         Some(text) => match text.parse::<usize>() {

@@ -147,6 +147,29 @@ pub(super) fn bad_id(field: &str) -> ApiError {
 }
 
 /// Ids end up in storage keys: keep them to a safe alphabet.
+/// The query parameters of `uri`, each at most once and each one of `known` (in that order;
+/// `None` for one not given): a misspelt parameter or one given twice is a 400
+/// `invalid_query`, never silently ignored.
+pub(super) fn query_params<const N: usize>(
+    uri: &axum::http::Uri,
+    known: [&str; N],
+) -> Result<[Option<String>; N], ApiError> {
+    let bad = |message: String| ApiError::new(StatusCode::BAD_REQUEST, "invalid_query", message);
+    let axum::extract::Query(pairs) = axum::extract::Query::<Vec<(String, String)>>::try_from_uri(uri)
+        .map_err(|e| bad(format!("the query string is malformed: {e}")))?;
+    let mut found: [Option<String>; N] = std::array::from_fn(|_| None);
+    for (name, value) in pairs {
+        let Some(at) = known.iter().position(|k| *k == name) else {
+            let takes = known.map(|k| format!("`{k}`")).join(" and ");
+            return Err(bad(format!("unknown query parameter {name:?}: this endpoint takes {takes}")));
+        };
+        if found[at].replace(value).is_some() {
+            return Err(bad(format!("the query parameter `{name}` is given twice")));
+        }
+    }
+    Ok(found)
+}
+
 pub(super) fn checked_id(field: &str, id: String) -> Result<String, ApiError> {
     let ok = !id.is_empty()
         && id.len() <= 128

@@ -16,11 +16,11 @@
 
 use std::sync::Arc;
 
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 
-use super::request::{checked_id, user_of};
+use super::request::{checked_id, query_params, user_of};
 use super::{ApiError, Caller, ChatService, sse_response};
 use crate::event::Status;
 use crate::store::{CancelOutcome, EpisodeKey, TurnStatus};
@@ -66,26 +66,7 @@ fn last_event_id(headers: &HeaderMap, uri: &Uri) -> Result<Option<(String, u64)>
         // An empty header is what `EventSource` sends before it has an id.
         return if value.is_empty() { Ok(None) } else { parse_last_event_id(value).map(Some) };
     }
-    let Query(pairs) = Query::<Vec<(String, String)>>::try_from_uri(uri).map_err(|e| {
-        ApiError::new(StatusCode::BAD_REQUEST, "invalid_query", format!("the query string is malformed: {e}"))
-    })?;
-    let mut found = None;
-    for (name, value) in pairs {
-        if name != LAST_EVENT_ID_QUERY {
-            return Err(ApiError::new(
-                StatusCode::BAD_REQUEST,
-                "invalid_query",
-                format!("unknown query parameter {name:?}: this endpoint takes `{LAST_EVENT_ID_QUERY}`"),
-            ));
-        }
-        if found.replace(value).is_some() {
-            return Err(ApiError::new(
-                StatusCode::BAD_REQUEST,
-                "invalid_query",
-                format!("the query parameter `{LAST_EVENT_ID_QUERY}` is given twice"),
-            ));
-        }
-    }
+    let [found] = query_params(uri, [LAST_EVENT_ID_QUERY])?;
     found.filter(|v| !v.is_empty()).map(|v| parse_last_event_id(&v)).transpose()
 }
 
