@@ -3,8 +3,10 @@
 // One turn is one <li> of the transcript: the user's message, the orchestrator's preamble, one
 // block per answering agent (created at its first text, so blocks appear in the order agents
 // speak), an activity list (agents and tools starting and finishing), in-band errors, and a
-// footer from `completed`. A retry after a lost connection re-renders the same turn from scratch,
-// so nothing is shown twice.
+// footer from `completed`. A dropped connection is rejoined by the client where it stopped (the
+// turn says "Replaying…" meanwhile; no event is shown twice); only when that fails does the turn
+// offer a retry, which re-renders it from scratch. Stop asks the server to cancel the turn
+// (`POST chat/{episode}/turns/{turn}/cancel`) and the turn ends with its `completed` `cancelled`.
 //
 // Agents' text is always set as text (`textContent`), never as markup. `choices` adds a button per
 // option under the agent's text; a click sends the option's label as the next message. An answer
@@ -13,7 +15,8 @@
 //
 // The episode id is kept in the tab's sessionStorage, so a reload shows the conversation again: the
 // page reads it back (`GET chat/{episode}/messages`, newest page first) and renders each stored
-// turn, with "Show earlier messages" for older pages; then the next message continues it.
+// turn, with "Show earlier messages" for older pages; then the next message continues it. A turn
+// still running (`running_turn`) is rejoined from its first event and streams to its end.
 
 import { BatonClient, BatonHttpError, BatonStreamError, newRequestId } from "./baton-client.js";
 
@@ -38,7 +41,11 @@ $("user").addEventListener("change", (e) => (client.user = e.target.value.trim()
 // The token stays in memory only: it is never written to storage.
 $("token").addEventListener("change", (e) => (client.token = e.target.value.trim() || undefined));
 
-let running = null; // { controller } while a turn streams
+// The page can rejoin a turn, so it asks the server to run turns to their end when the connection drops.
+client.onDisconnect = "continue";
+const STOP_GRACE_MS = 15000; // after a stop was accepted, how long `completed` may take to arrive
+
+let running = null; // { controller, view, stopping } while a turn streams
 
 function el(tag, attrs = {}, ...children) {
   const node = document.createElement(tag);
@@ -117,8 +124,20 @@ class TurnView {
     this.answers = el("div", { class: "answers" });
     this.errors = el("div", { class: "errors" });
     this.footer = null;
+    this.replay = null; // the "Replaying…" note after a dropped connection
+    this.reconnects = 0; // dropped connections rejoined
     this.reply.append(this.status, this.answers, this.errors, this.activity);
     this.activity.hidden = true;
+  }
+
+  /** Shows what a dropped connection's recovery does (`state`: reconnecting, replaying, replayed). */
+  replaying(state, text) {
+    if (!this.replay) {
+      this.replay = el("p", { class: "replaying", role: "status" });
+      this.status.after(this.replay);
+    }
+    this.replay.dataset.state = state;
+    this.replay.textContent = text;
   }
 
   setStatus(text) {
@@ -310,6 +329,15 @@ class TurnView {
 
   complete(ev) {
     this.setStatus("");
+    if (this.replay) {
+      const n = this.reconnects;
+      this.replaying(
+        "replayed",
+        n
+          ? `↻ Rejoined after ${n === 1 ? "a lost connection" : `${n} lost connections`}; nothing was shown twice.`
+          : "↻ Rejoined the running turn; shown from its first event.",
+      );
+    }
     this.turnId = ev.turn_id;
     for (const b of this.blocks.values()) {
       for (const button of b.rating?.querySelectorAll("button") ?? []) button.disabled = false;
@@ -344,7 +372,7 @@ class TurnView {
     this.userText.textContent = user ? user.content : "…";
     this.turnId = messages[0].turn_id;
     const replies = messages.filter((m) => m.role === "assistant");
-    const rank = { ok: 0, partial: 1, error: 2 };
+    const rank = { ok: 0, partial: 1, cancelled: 2, error: 3 };
     let status = "ok";
     for (const m of replies) {
       const b = this.block(m.agent);
@@ -389,38 +417,97 @@ class TurnView {
   }
 }
 
-async function runTurn(view, message, requestId) {
+/**
+ * Streams a turn into `view`: `open({signal, onState})` is the client's `send` or `resume`;
+ * `retry` re-runs it when the stream broke for good.
+ */
+async function follow(view, open, retry, rejoining = false) {
   view.reset();
   const controller = new AbortController();
-  running = { controller };
+  const turn = { controller, view, stopping: false, timer: null, timedOut: false };
+  running = turn;
   sendButton.disabled = true;
   stopButton.disabled = false;
+  if (rejoining) view.setStatus("Rejoining the running turn…");
+  const onState = (state, info) => {
+    if (state === "reconnecting") {
+      view.replaying("reconnecting", `Connection lost; reconnecting (try ${info.attempt})…`);
+      announce("Connection lost; reconnecting.");
+    } else if (state === "replaying" && !rejoining) {
+      view.reconnects += 1;
+      view.replaying("replaying", "Replaying: rejoined the turn where it stopped…");
+      announce("Reconnected; replaying.");
+    } else if (state === "replaying") {
+      view.replaying("replaying", "Replaying the running turn from its start…");
+      rejoining = false; // a later break of this stream is a lost connection like any other
+    }
+  };
   try {
-    for await (const ev of client.send(message, { signal: controller.signal, requestId })) {
+    for await (const ev of open({ signal: controller.signal, onState })) {
       view.render(ev);
       updateEpisode();
     }
   } catch (e) {
     if (e?.name === "AbortError") {
-      view.interrupted("Stopped. The reply so far is kept.", null);
+      view.interrupted(turn.timedOut ? "Stopped here; the server did not confirm the stop." : "Stopped.", null);
       announce("Stopped.");
     } else if (e instanceof BatonHttpError) {
       view.error(null, e.code, e.message, e.status >= 500);
       view.setStatus("");
     } else if (e instanceof BatonStreamError) {
-      // Retrying with the same request id answers the turn again without a second user message;
-      // the view is cleared first, so no text appears twice.
-      view.interrupted(`Connection lost: ${e.message}.`, () => runTurn(view, message, requestId));
+      view.replay?.remove();
+      view.replay = null;
+      view.interrupted(`Connection lost: ${e.message}.`, retry);
       announce("Connection lost.");
     } else {
       view.interrupted(`Unexpected error: ${e?.message ?? e}`, null);
     }
   } finally {
-    running = null;
+    clearTimeout(turn.timer);
+    if (running === turn) running = null;
     sendButton.disabled = false;
     stopButton.disabled = true;
     updateEpisode();
   }
+}
+
+/** A new turn; a retry sends the same request id, so the server records no second user message. */
+function runTurn(view, message, requestId) {
+  return follow(view, (options) => client.send(message, { ...options, requestId }), () => runTurn(view, message, requestId));
+}
+
+/** Rejoins a turn still running (after a reload) from its first event. */
+function rejoin(view, turnId) {
+  return follow(view, (options) => client.resume(turnId, options), () => rejoin(view, turnId), true);
+}
+
+/**
+ * Stop: asks the server to cancel the turn (from any instance; not just a dropped connection) and
+ * keeps reading until its `completed` (`cancelled`) arrives, which is bounded by STOP_GRACE_MS.
+ */
+function stop() {
+  const turn = running;
+  if (!turn || turn.stopping) return;
+  turn.stopping = true;
+  stopButton.disabled = true;
+  turn.view.setStatus("Stopping…");
+  announce("Stopping.");
+  client.stop().then(
+    () => {
+      turn.timer = setTimeout(() => {
+        if (running !== turn) return;
+        turn.timedOut = true;
+        turn.controller.abort();
+      }, STOP_GRACE_MS);
+    },
+    (e) => {
+      if (running !== turn) return;
+      turn.stopping = false;
+      stopButton.disabled = false;
+      turn.view.setStatus("");
+      turn.view.error(null, e?.code ?? "stop_failed", `The turn could not be stopped: ${e?.message ?? e}`, true);
+    },
+  );
 }
 
 /** Sends `message` as a new turn. */
@@ -446,11 +533,15 @@ input.addEventListener("keydown", (e) => {
   }
 });
 document.addEventListener("keydown", (e) => {
-  if (e.key === "Escape" && running) running.controller.abort();
+  if (e.key === "Escape" && running) stop();
 });
-stopButton.addEventListener("click", () => running?.controller.abort());
+stopButton.addEventListener("click", stop);
 $("new-episode").addEventListener("click", () => {
-  if (running) running.controller.abort();
+  if (running) {
+    // Leaving a running turn: stop it on the server too (the server lets it outlive the connection).
+    client.stop().catch(() => {});
+    running.controller.abort();
+  }
   restoring?.abort();
   client.newEpisode();
   transcript.replaceChildren();
@@ -461,7 +552,7 @@ $("new-episode").addEventListener("click", () => {
 
 // Restoring a conversation after a reload: stored turns by id, each with its messages by seq, so
 // a turn split across two pages is shown once, whole, when the older page arrives.
-const restored = new Map(); // turn id → { view, messages: Map<seq, message> }
+const restored = new Map(); // turn id → { view, messages: Map<seq, message>, live? }
 let restoring = null; // AbortController of a page being read
 let olderPage = null; // the `before` of the next older page
 const earlier = el("button", { type: "button", id: "earlier", class: "earlier", hidden: true }, "Show earlier messages");
@@ -483,6 +574,7 @@ function showStored(messages) {
       restored.set(turnId, entry);
     }
     for (const m of stored) entry.messages.set(m.seq, m);
+    if (entry.live) continue; // being rejoined: its events, not its stored messages, are shown
     entry.view.restore([...entry.messages.values()].sort((a, b) => a.seq - b.seq));
   }
 }
@@ -494,6 +586,15 @@ async function readStored(older) {
   try {
     const page = await client.messages({ before: older ? olderPage : undefined, signal: restoring.signal });
     showStored(page.messages);
+    if (!older && page.running_turn && !running) {
+      let entry = restored.get(page.running_turn);
+      if (!entry) {
+        entry = { view: new TurnView("…"), messages: new Map() };
+        restored.set(page.running_turn, entry);
+      }
+      entry.live = true;
+      rejoin(entry.view, page.running_turn);
+    }
     olderPage = page.next ?? null;
     earlier.hidden = !olderPage;
     if (!older) transcript.lastElementChild?.scrollIntoView({ block: "end" });

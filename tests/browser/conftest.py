@@ -59,3 +59,13 @@ def driver():
     d.set_script_timeout(20)
     yield d
     d.quit()
+
+
+@pytest.fixture
+def proxy(own_server):
+    """A proxy the test can cut, between the browser and the test's own serve."""
+    from proxy import CuttingProxy
+
+    p = CuttingProxy(own_server.url.removeprefix("http://"))
+    yield p
+    p.close()

@@ -98,3 +98,45 @@ def test_a_page_on_another_origin_is_refused_by_the_browser(driver, sites, cors_
     assert not last_turn(driver).find_elements(By.CSS_SELECTOR, "footer.turn-footer")
     assert len(scripts.requests(ORCH)) == asked, "the browser sent no POST: no model call was made"
     assert driver.save_screenshot(str(output_dir / "cors-refused.png"))
+
+
+def test_across_origins_a_cut_turn_is_rejoined_and_stop_cancels(driver, sites, cors_server, scripts):
+    """The rejoin (a GET with Last-Event-ID) and the stop (a POST without body) are preflighted
+    requests of their own: both must pass CORS. The browser reaches `serve` through a proxy the test
+    cuts."""
+    from proxy import CuttingProxy
+    from test_chat import SLOW_TEXT, block_text, queue_shopping_turn
+
+    proxy = CuttingProxy(cors_server.url.removeprefix("http://"))
+    try:
+        driver.get(f"{sites[0].origin}/index.html?endpoint={proxy.url}/chat")
+        driver.execute_script("sessionStorage.clear()")
+        driver.refresh()
+        WebDriverWait(driver, WAIT).until(lambda d: d.find_element(By.ID, "episode").text == "New conversation")
+
+        def slow_turn():
+            queue_shopping_turn(scripts, SLOW_TEXT, chunk_delay_ms=50)
+            send_by_keyboard(driver, "find me coffee deals")
+            WebDriverWait(driver, WAIT).until(
+                lambda d: len(d.find_elements(By.CSS_SELECTOR, '#transcript > li.turn:last-child [data-agent="shopping[1]"] .text')) == 1
+                and len(block_text(last_turn(d), "shopping[1]").split()) >= 5)
+
+        slow_turn()
+        proxy.cut()
+        WebDriverWait(driver, WAIT).until(
+            lambda d: last_turn(d).find_elements(By.CSS_SELECTOR, '.replaying[data-state="replaying"]'))
+        footer = wait_footer(driver)
+        assert footer.get_attribute("data-status") == "ok"
+        assert block_text(last_turn(driver), "shopping[1]").strip() == SLOW_TEXT.strip()
+        preflights = [t for m, t, _ in proxy.requests() if m == "OPTIONS"]
+        assert any(t.endswith("/events") for t in preflights), preflights
+
+        slow_turn()
+        driver.find_element(By.ID, "stop").click()
+        WebDriverWait(driver, WAIT).until(
+            lambda d: len(d.find_elements(By.CSS_SELECTOR, "footer.turn-footer")) == 2)
+        assert last_turn(driver).find_element(By.CSS_SELECTOR, "footer").get_attribute("data-status") == "cancelled"
+        assert not last_turn(driver).find_elements(By.CSS_SELECTOR, ".error, .interrupted")
+        assert any(m == "POST" and t.endswith("/cancel") for m, t, _ in proxy.requests())
+    finally:
+        proxy.close()
