@@ -140,7 +140,7 @@ test("the client yields a turn's events, keeps the episode and sends it next tim
   const events = [];
   for await (const ev of client.send("hi", { requestId: "r1" })) events.push(ev);
   assert.equal(events.length, expected(bytes).length);
-  assert.deepEqual(events.map((e) => e.seq), events.map((_, i) => i));
+  assert.deepEqual(events.map((e) => e.seq), events.map((_, i) => i + 1), "seqs from 1, as the server numbers them");
   assert.equal(events.at(-1).type, "completed");
   assert.equal(client.episodeId, "ep-fixture");
   assert.equal(seen[0].init.headers["x-baton-user"], "alice");

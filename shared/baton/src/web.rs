@@ -85,38 +85,6 @@ mod tests {
         assert!(ASSETS[2].body.contains("from \"./baton-client.js\""), "chat.js imports the client");
     }
 
-    /// The browser client's parser is tested on these files (tests/browser/sse_parser.test.mjs).
-    const SSE_FIXTURES: [&str; 3] = [
-        include_str!("../../../tests/browser/fixtures/mixed-turn.sse"),
-        include_str!("../../../tests/browser/fixtures/heartbeat-turn.sse"),
-        include_str!("../../../tests/browser/fixtures/error-turn.sse"),
-    ];
-
-    #[test]
-    fn sse_fixtures_are_what_the_encoder_writes() {
-        use crate::event::{SSE_HEARTBEAT, decode_sse, encode_sse};
-        for fixture in SSE_FIXTURES {
-            let mut events = 0;
-            for block in fixture.split_inclusive("\n\n") {
-                if block.as_bytes() == SSE_HEARTBEAT {
-                    continue;
-                }
-                let field = |name: &str| {
-                    block
-                        .lines()
-                        .find_map(|l| l.strip_prefix(name))
-                        .unwrap_or_else(|| panic!("{name} in {block:?}"))
-                };
-                let id: u64 = field("id: ").parse().unwrap();
-                let event = decode_sse(field("event: "), field("data: ")).unwrap();
-                assert_eq!(&encode_sse(id, &event)[..], block.as_bytes());
-                assert_eq!(id, events, "ids count up from 0");
-                events += 1;
-            }
-            assert!(fixture.ends_with("\n\n") && events > 2);
-        }
-    }
-
     #[tokio::test]
     async fn the_page_and_its_files_are_served_with_their_types() {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

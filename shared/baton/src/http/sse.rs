@@ -104,6 +104,43 @@ mod tests {
         assert_eq!(&out[..], b"event: thinking\ndata: {\"type\":\"thinking\"}\n\n");
     }
 
+    /// The browser client's parser is tested on these files (tests/browser/sse_parser.test.mjs).
+    const SSE_FIXTURES: [&str; 3] = [
+        include_str!("../../../../tests/browser/fixtures/mixed-turn.sse"),
+        include_str!("../../../../tests/browser/fixtures/heartbeat-turn.sse"),
+        include_str!("../../../../tests/browser/fixtures/error-turn.sse"),
+    ];
+
+    #[test]
+    fn sse_fixtures_are_what_the_encoder_writes() {
+        use crate::event::decode_sse;
+        for fixture in SSE_FIXTURES {
+            let mut seq = 0;
+            let mut turn = None;
+            for block in fixture.split_inclusive("\n\n") {
+                if block.as_bytes() == SSE_HEARTBEAT {
+                    continue;
+                }
+                let field = |name: &str| {
+                    block
+                        .lines()
+                        .find_map(|l| l.strip_prefix(name))
+                        .unwrap_or_else(|| panic!("{name} in {block:?}"))
+                };
+                let event = decode_sse(field("event: "), field("data: ")).unwrap();
+                if let Event::Thinking { turn_id, .. } = &event {
+                    turn = Some(turn_id.clone());
+                }
+                let turn = turn.as_deref().expect("the first event names the turn");
+                seq += 1;
+                let mut out = BytesMut::new();
+                encode_frame_into(&mut out, turn, &LoggedEvent::of(seq, &event));
+                assert_eq!(&out[..], block.as_bytes(), "ids are <turn_id>:<seq>, seq from 1");
+            }
+            assert!(fixture.ends_with("\n\n") && seq > 2);
+        }
+    }
+
     #[tokio::test(start_paused = true)]
     async fn silence_gets_heartbeats() {
         let events = async_stream::stream! {
