@@ -457,7 +457,7 @@ async function follow(view, open, retry, rejoining = false) {
     } else if (e instanceof BatonStreamError) {
       view.replay?.remove();
       view.replay = null;
-      view.interrupted(`Connection lost (${e.message}).`, retry);
+      view.interrupted(`Connection lost: ${e.message}.`, retry);
       announce("Connection lost.");
     } else {
       view.interrupted(`Unexpected error: ${e?.message ?? e}`, null);

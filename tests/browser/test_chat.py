@@ -149,7 +149,7 @@ def test_a_lost_connection_says_so_and_a_retry_shows_the_answer_once(driver, own
     note = WebDriverWait(driver, WAIT).until(
         lambda d: last_turn(d).find_elements(By.CSS_SELECTOR, ".interrupted")
     )[0]
-    assert note.text.startswith("⚠ Connection lost (")
+    assert note.text.startswith("⚠ Connection lost: ")
     # The server is gone, not just the connection: the page tried to rejoin, a bounded number of times.
     assert note.text.endswith("(4 reconnects failed). Try again"), note.text
     assert not last_turn(driver).find_elements(By.CSS_SELECTOR, ".replaying"), "no replay state left"
