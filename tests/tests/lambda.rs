@@ -197,7 +197,8 @@ async fn secret(name: &str, value: &str) -> String {
 }
 
 /// The `ttl` of every item of partition `pk`, read raw from the table.
-async fn item_ttls(table: &str, pk: &str) -> Vec<u64> {
+/// The `ttl` of every item in partition `pk`, with each item's sort key.
+async fn item_ttls(table: &str, pk: &str) -> Vec<(String, u64)> {
     use aws_sdk_dynamodb::types::AttributeValue;
     let config = aws_config::defaults(aws_config::BehaviorVersion::latest())
         .region(aws_config::Region::new("us-east-1"))
@@ -213,7 +214,11 @@ async fn item_ttls(table: &str, pk: &str) -> Vec<u64> {
         .send()
         .await
         .unwrap();
-    items.items().iter().map(|i| i["ttl"].as_n().unwrap().parse().unwrap()).collect()
+    items
+        .items()
+        .iter()
+        .map(|i| (i["sk"].as_s().unwrap().clone(), i["ttl"].as_n().unwrap().parse().unwrap()))
+        .collect()
 }
 
 /// A fresh table, `baton-lambda-<pid>-<name>`.
@@ -261,7 +266,11 @@ async fn the_functions_run_under_the_lambda_emulator() {
     // Phase A: production auth (IAM); every sample event succeeds.
     {
         let watch = Watch::start(|_| {
-            common(vec![("BATON_AUTH", "iam".into()), ("BATON_HISTORY_TTL_DAYS", "2".into())])
+            common(vec![
+                ("BATON_AUTH", "iam".into()),
+                ("BATON_HISTORY_TTL_DAYS", "2".into()),
+                ("BATON_TURN_LOG_TTL_HOURS", "3".into()),
+            ])
         });
         watch.ready().await;
         let events = workspace().join("events");
@@ -289,11 +298,16 @@ async fn the_functions_run_under_the_lambda_emulator() {
         assert!(!store.recent_messages(&key, 10).await.unwrap().is_empty(), "the REST signer's turn");
         let key = EpisodeKey::new("mallory-the-header-is-ignored-under-iam", "ep-rest-api").unwrap();
         assert!(store.recent_messages(&key, 10).await.unwrap().is_empty(), "never the header's user");
-        // Its items expire BATON_HISTORY_TTL_DAYS (the template's HistoryTtlDays) after the write.
+        // Its items expire BATON_HISTORY_TTL_DAYS (the template's HistoryTtlDays) after the write,
+        // and the turn's event log BATON_TURN_LOG_TTL_HOURS (TurnLogTtlHours) after it.
         let ttls = item_ttls(&table_name, "USER#AROAEXAMPLEROLEID:web-backend#EP#ep-rest-api").await;
-        let in_two_days = jsonwebtoken::get_current_timestamp() + 2 * 86_400;
-        assert!(!ttls.is_empty());
-        assert!(ttls.iter().all(|t| t.abs_diff(in_two_days) < 600), "{ttls:?} vs {in_two_days}");
+        let now = jsonwebtoken::get_current_timestamp();
+        let (log, conversation): (Vec<_>, Vec<_>) = ttls.iter().partition(|(sk, _)| sk.starts_with("TURN#"));
+        assert!(!conversation.is_empty() && !log.is_empty(), "{ttls:?}");
+        let in_two_days = now + 2 * 86_400;
+        assert!(conversation.iter().all(|(_, t)| t.abs_diff(in_two_days) < 600), "{ttls:?} vs {in_two_days}");
+        let in_three_hours = now + 3 * 3_600;
+        assert!(log.iter().all(|(_, t)| t.abs_diff(in_three_hours) < 600), "{ttls:?} vs {in_three_hours}");
         let eval = store.recent_messages(&EpisodeKey::new("eval", "routing").unwrap(), 10).await.unwrap();
         assert!(eval.iter().any(|m| m.content.contains("\"by_category\"")), "the eval summary was stored");
     }
