@@ -27,6 +27,7 @@ baton_tests::for_both_stores!(
     bad_last_event_ids_are_400s_and_other_users_turns_404s,
     an_event_too_big_for_the_log_is_replayed_as_missing,
     a_streaming_turn_is_logged_in_batches_not_per_event,
+    a_retried_request_joins_its_running_turn_instead_of_running_it_twice,
 );
 
 async fn a_streaming_turn_is_logged_in_batches_not_per_event<H: StoreHarness>() {
@@ -59,6 +60,38 @@ async fn a_streaming_turn_is_logged_in_batches_not_per_event<H: StoreHarness>() 
     assert_eq!(store.calls_of("record_turn_gap"), 0);
     let logged: usize = store.appends().iter().map(|(n, _)| n).sum();
     assert_eq!(logged, events.len(), "every event logged once");
+}
+
+async fn a_retried_request_joins_its_running_turn_instead_of_running_it_twice<H: StoreHarness>() {
+    let s = Setup::<H>::start().await;
+    s.server.push("solo", slow_answer());
+    let (turn, first, mut rest) = s.start_turn(&s.a, "alice", json!({"request_id": "r1"})).await;
+    let mut seen = vec![first];
+    while text(&seen).is_empty() {
+        seen.push(rest.next().await.unwrap());
+    }
+    drop(rest); // the client lost the stream, and sends its request again
+    let (again, first, rest) = s.start_turn(&s.a, "alice", json!({"request_id": "r1"})).await;
+    assert_eq!(again, turn, "the same turn");
+    let mut replay = vec![first];
+    replay.extend(tokio::time::timeout(BOUND, rest.collect::<Vec<_>>()).await.unwrap());
+    assert_eq!(text(&replay), ANSWER, "the whole answer once, from the first event");
+    assert_eq!(completed(&replay), Status::Ok);
+    assert_eq!(s.server.requests_for("solo").len(), 1, "one run: the model was asked once");
+    wait_until("the reply is recorded", || async {
+        s.reply_status("alice", &turn).await == Some(Status::Ok)
+    })
+    .await;
+    let key = EpisodeKey::new("alice", "e1").unwrap();
+    let stored = s.store().recent_messages(&key, 100).await.unwrap();
+    let users = stored.iter().filter(|m| m.role == baton::store::Role::User).count();
+    assert_eq!(users, 1, "the user message once");
+    // Once the turn has ended, the same request id answers it again (as before).
+    s.server.push("solo", Reply::text("Again."));
+    let (rerun, _, rest) = s.start_turn(&s.a, "alice", json!({"request_id": "r1"})).await;
+    let events: Vec<Received> = rest.collect().await;
+    assert_eq!(rerun, turn);
+    assert_eq!(text(&events), "Again.");
 }
 
 /// The store black-holed mid-turn, behind the fault proxy (DynamoDB on moto; the store's client on

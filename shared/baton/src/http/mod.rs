@@ -330,6 +330,27 @@ impl ChatService {
             Ok(valid) => valid,
             Err(e) => return e.into_response(),
         };
+        // A retry of a request whose turn still runs here (its client left, and the turn ran on)
+        // joins that turn from its first event: one run, not two.
+        let running = request_id.as_deref().and_then(|request_id| {
+            let key = crate::store::EpisodeKey::new(turn.user_id.as_str(), turn.episode_id.as_str()).ok()?;
+            self.live.running_request(&key, request_id).map(|live| (key, live))
+        });
+        if let Some((key, live)) = running {
+            tracing::info!(episode = %key, turn = %live.turn_id(), "a repeated request id joins its running turn");
+            let turn_id = live.turn_id().to_owned();
+            let until = deadline;
+            let events = crate::turn::follow(
+                self.history.store().clone(),
+                Some(live),
+                key,
+                turn_id.clone(),
+                crate::turn::Cursor { after: 0 },
+                self.turn_log.resume,
+                until,
+            );
+            return sse_response(&turn.episode_id, turn_id, events, self.heartbeat);
+        }
         let user_id = turn.user_id.clone();
         let cancel = tokio_util::sync::CancellationToken::new();
         let options = TurnOptions {
@@ -345,7 +366,7 @@ impl ChatService {
             Ok(key) => key,
             Err(e) => return ApiError::from(e).into_response(),
         };
-        let registered = self.live.register(key, turn_id.clone(), cancel);
+        let registered = self.live.register(key, turn_id.clone(), request_id, cancel);
         let writer = self.turn_log.enabled.then(|| {
             // The record's deadline: the turn's, plus time for its last write. A turn still
             // `running` after it reads as abandoned.

@@ -18,6 +18,8 @@ pub const LIVE_BYTES: usize = 8 * 1024 * 1024;
 pub struct LiveTurn {
     key: EpisodeKey,
     turn_id: String,
+    /// The client's id of the request that started it, if it gave one.
+    request_id: Option<String>,
     state: Mutex<State>,
     /// Bumped on every change (an event, the end), so followers wake.
     changed: watch::Sender<u64>,
@@ -151,12 +153,14 @@ impl LiveTurns {
         Arc::new(LiveTurns::default())
     }
 
-    /// Registers a turn starting now; it stays until the returned guard is dropped. A turn
-    /// registered already (a repeated request id joined to its first turn) gets a new entry.
+    /// Registers a turn starting now, started by the client's request `request_id`; it stays
+    /// until the returned guard is dropped. A turn registered already (a repeated request id
+    /// answered again once its first run had ended) gets a new entry.
     pub fn register(
         self: &Arc<Self>,
         key: EpisodeKey,
         turn_id: String,
+        request_id: Option<String>,
         cancel: CancellationToken,
     ) -> Registered {
         let (changed, _) = watch::channel(0);
@@ -164,6 +168,7 @@ impl LiveTurns {
         let turn = Arc::new(LiveTurn {
             key: key.clone(),
             turn_id: turn_id.clone(),
+            request_id,
             state: Mutex::default(),
             changed,
             ended_signal,
@@ -176,6 +181,18 @@ impl LiveTurns {
     /// The running turn `turn_id` of `key`, if this process runs it.
     pub fn get(&self, key: &EpisodeKey, turn_id: &str) -> Option<Arc<LiveTurn>> {
         self.turns.lock().expect("live turns lock").get(&(key.clone(), turn_id.to_owned())).cloned()
+    }
+
+    /// The turn of `key` that the client's request `request_id` started, while it still runs in
+    /// this process: a retry of that request joins it rather than running it twice.
+    pub fn running_request(&self, key: &EpisodeKey, request_id: &str) -> Option<Arc<LiveTurn>> {
+        let turns = self.turns.lock().expect("live turns lock");
+        turns
+            .iter()
+            .filter(|((k, _), turn)| k == key && turn.request_id.as_deref() == Some(request_id))
+            .map(|(_, turn)| turn)
+            .find(|turn| turn.ended().is_none())
+            .cloned()
     }
 
     /// The newest turn of `key` this process runs (turn ids sort by creation time).
@@ -231,7 +248,7 @@ mod tests {
     #[test]
     fn events_are_numbered_from_one_and_read_after_a_cursor() {
         let turns = LiveTurns::new();
-        let registered = turns.register(key(), "t".into(), CancellationToken::new());
+        let registered = turns.register(key(), "t".into(), None, CancellationToken::new());
         let turn = registered.turn();
         for i in 0..12 {
             assert_eq!(turn.push("text", format!("{i}")).seq, i + 1);
@@ -250,7 +267,7 @@ mod tests {
     #[test]
     fn memory_is_bounded_and_says_when_it_no_longer_reaches_back() {
         let turns = LiveTurns::new();
-        let registered = turns.register(key(), "t".into(), CancellationToken::new());
+        let registered = turns.register(key(), "t".into(), None, CancellationToken::new());
         let turn = registered.turn();
         let big = "x".repeat(LIVE_BYTES / 4);
         for _ in 0..6 {
@@ -264,12 +281,26 @@ mod tests {
     }
 
     #[test]
+    fn a_running_turn_is_found_by_its_request_id_until_it_ends() {
+        let turns = LiveTurns::new();
+        let registered = turns.register(key(), "t".into(), Some("r1".into()), CancellationToken::new());
+        assert!(turns.running_request(&key(), "r1").is_some());
+        assert!(turns.running_request(&key(), "r2").is_none());
+        assert!(
+            turns.running_request(&EpisodeKey::new("other", "e").unwrap(), "r1").is_none(),
+            "keyed by user"
+        );
+        registered.turn().end(Status::Ok);
+        assert!(turns.running_request(&key(), "r1").is_none(), "an ended turn is answered again");
+    }
+
+    #[test]
     fn a_turn_is_found_while_registered_and_only_its_own_entry_is_removed() {
         let turns = LiveTurns::new();
-        let first = turns.register(key(), "t".into(), CancellationToken::new());
+        let first = turns.register(key(), "t".into(), None, CancellationToken::new());
         assert!(turns.get(&key(), "t").is_some());
         assert!(turns.get(&EpisodeKey::new("other", "e").unwrap(), "t").is_none(), "keyed by user too");
-        let second = turns.register(key(), "t".into(), CancellationToken::new());
+        let second = turns.register(key(), "t".into(), None, CancellationToken::new());
         drop(first);
         assert!(Arc::ptr_eq(&turns.get(&key(), "t").unwrap(), second.turn()));
         drop(second);
