@@ -339,17 +339,13 @@ impl ChatService {
         if let Some((key, live)) = running {
             tracing::info!(episode = %key, turn = %live.turn_id(), "a repeated request id joins its running turn");
             let turn_id = live.turn_id().to_owned();
-            let until = deadline;
-            let events = crate::turn::follow(
-                self.history.store().clone(),
-                Some(live),
+            return self.follow_response(
                 key,
-                turn_id.clone(),
+                Some(live),
+                turn_id,
                 crate::turn::Cursor { after: 0 },
-                self.turn_log.resume,
-                until,
+                Some(deadline),
             );
-            return sse_response(&turn.episode_id, turn_id, events, self.heartbeat);
         }
         let user_id = turn.user_id.clone();
         let cancel = tokio_util::sync::CancellationToken::new();

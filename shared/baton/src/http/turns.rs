@@ -24,7 +24,7 @@ use super::request::{checked_id, query_params, user_of};
 use super::{ApiError, Caller, ChatService, sse_response};
 use crate::event::Status;
 use crate::store::{CancelOutcome, EpisodeKey, TurnStatus};
-use crate::turn::{Cursor, follow};
+use crate::turn::{Cursor, LiveTurn, follow};
 
 /// The header a reconnecting SSE client sends its last event id in.
 pub const LAST_EVENT_ID: &str = "last-event-id";
@@ -102,7 +102,7 @@ impl ChatService {
     ) -> Result<Response, ApiError> {
         let user = user_of(caller, headers)?;
         let episode = checked_id("episode_id", episode_id)?;
-        let key = EpisodeKey::new(user, episode.clone())?;
+        let key = EpisodeKey::new(user, episode)?;
         let last = last_event_id(headers, uri)?;
         let turn_id = match (turn_id, &last) {
             (Some(turn), Some((named, _))) if *named != turn => {
@@ -133,11 +133,26 @@ impl ChatService {
                 "the last event id names event {after}, but the turn has {last_seq} events so far"
             )));
         }
+        Ok(self.follow_response(key, live, turn_id, Cursor { after }, deadline))
+    }
+
+    /// The SSE response of `key`'s turn `turn_id` after `cursor` (`live`: the turn, when this
+    /// process runs it), until its `completed`, or until `deadline` (a Lambda invocation's) or
+    /// the endpoint's turn limit, whichever is first: what a resume and a retried request get.
+    pub(super) fn follow_response(
+        &self,
+        key: EpisodeKey,
+        live: Option<Arc<LiveTurn>>,
+        turn_id: String,
+        cursor: Cursor,
+        deadline: Option<tokio::time::Instant>,
+    ) -> Response {
         let turn_deadline = tokio::time::Instant::now() + self.endpoint.turn_deadline;
         let until = deadline.map_or(turn_deadline, |d| d.min(turn_deadline));
-        let events =
-            follow(store.clone(), live, key, turn_id.clone(), Cursor { after }, self.turn_log.resume, until);
-        Ok(sse_response(&episode, turn_id, events, self.heartbeat))
+        let episode = key.episode_id().to_owned();
+        let store = self.history.store().clone();
+        let events = follow(store, live, key, turn_id.clone(), cursor, self.turn_log.resume, until);
+        sse_response(&episode, turn_id, events, self.heartbeat)
     }
 
     /// The episode's latest turn: the newest this process runs or the store has logged (turn

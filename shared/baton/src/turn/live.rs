@@ -96,7 +96,8 @@ impl LiveTurn {
         if state.ended.is_none() {
             state.ended = Some(status);
             drop(state);
-            self.changed.send_modify(|v| *v += 1 << 40);
+            // No new seq: marking the value changed wakes the followers.
+            self.changed.send_modify(|_| ());
             self.ended_signal.send_replace(true);
         }
     }
