@@ -229,6 +229,22 @@ impl Store for CountingStore {
         self.inner.latest_turn(key).await
     }
 
+    async fn approvals(&self, key: &EpisodeKey) -> Result<Option<(u64, String)>, StoreError> {
+        self.count("approvals");
+        self.inner.approvals(key).await
+    }
+
+    async fn save_approvals(
+        &self,
+        key: &EpisodeKey,
+        body: &str,
+        expected: u64,
+        keep_until_s: u64,
+    ) -> Result<u64, StoreError> {
+        self.count("save_approvals");
+        self.inner.save_approvals(key, body, expected, keep_until_s).await
+    }
+
     async fn request_cancel(&self, key: &EpisodeKey, turn_id: &str) -> Result<CancelOutcome, StoreError> {
         self.count("request_cancel");
         self.inner.request_cancel(key, turn_id).await

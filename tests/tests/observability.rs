@@ -372,6 +372,20 @@ impl Store for Failing {
         self.inner.latest_turn(key).await
     }
 
+    async fn approvals(&self, key: &EpisodeKey) -> Result<Option<(u64, String)>, StoreError> {
+        self.inner.approvals(key).await
+    }
+
+    async fn save_approvals(
+        &self,
+        key: &EpisodeKey,
+        body: &str,
+        expected: u64,
+        keep_until_s: u64,
+    ) -> Result<u64, StoreError> {
+        self.inner.save_approvals(key, body, expected, keep_until_s).await
+    }
+
     async fn request_cancel(
         &self,
         key: &EpisodeKey,

@@ -131,6 +131,18 @@ pub(crate) struct EndpointSettings {
     /// the turn on any instance and a stop works across instances (`false`: only in this process).
     #[arg(long, env = "BATON_TURN_LOG", default_value_t = true, action = clap::ArgAction::Set)]
     turn_log: bool,
+
+    /// How long a tool call held for a person's approval waits for its answer, in hours; answered
+    /// later, it is refused as expired (docs/approvals.md).
+    #[arg(long, env = "BATON_APPROVAL_TTL_HOURS", default_value_t = 24.0, value_parser = parse_ttl_hours)]
+    approval_ttl_hours: f64,
+}
+
+fn parse_ttl_hours(value: &str) -> Result<f64, String> {
+    match value.parse::<f64>() {
+        Ok(h) if h.is_finite() && h > 0.0 && h <= 24.0 * 365.0 => Ok(h),
+        _ => Err(format!("`{value}` must be a number of hours above 0 and at most 8760")),
+    }
 }
 
 fn parse_disconnect_policy(value: &str) -> Result<DisconnectPolicy, String> {
@@ -138,6 +150,11 @@ fn parse_disconnect_policy(value: &str) -> Result<DisconnectPolicy, String> {
 }
 
 impl EndpointSettings {
+    /// How long an interrupt waits for its answer.
+    pub(crate) fn approval_ttl(&self) -> std::time::Duration {
+        std::time::Duration::from_secs_f64(self.approval_ttl_hours * 3600.0)
+    }
+
     /// The disconnect policy and how turns are logged.
     pub(crate) fn turns(&self) -> (DisconnectPolicy, TurnLogSettings) {
         (self.on_disconnect, TurnLogSettings { enabled: self.turn_log, ..TurnLogSettings::default() })

@@ -12,6 +12,7 @@ mod render;
 use std::process::ExitCode;
 use std::sync::Arc;
 
+use baton::approval::{ApprovalStore, DEFAULT_APPROVAL_TTL};
 use baton::auth::AuthMode;
 use baton::config::Config;
 use baton::http::{ChatService, EndpointLimits};
@@ -64,7 +65,10 @@ async fn run() -> ExitCode {
     };
     let config = &deployment.config;
     match command {
-        cli::Command::Chat(chat) => chat::run(&orchestrator, &function.history, &chat).await,
+        cli::Command::Chat(chat) => {
+            let approvals = ApprovalStore::new(function.history.store().clone(), DEFAULT_APPROVAL_TTL);
+            chat::run(&orchestrator, &function.history, &approvals, &chat).await
+        }
         cli::Command::Mcp(mcp) => mcp::run(config, &backends, &mcp).await,
         cli::Command::Serve(serve) => {
             let service = serve.endpoint_limits().and_then(|limits| {
@@ -162,6 +166,7 @@ fn service(
             .with_cors_origins(cors)
             .with_ratings(ratings)
             .with_disconnect_policy(on_disconnect)
-            .with_turn_log(turn_log),
+            .with_turn_log(turn_log)
+            .with_approval_ttl(endpoint.approval_ttl()),
     ))
 }

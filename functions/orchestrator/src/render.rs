@@ -87,6 +87,10 @@ impl<W: Write> Renderer<W> {
             Event::Error { agent, code, message, .. } => {
                 self.note(&format!("! {agent} error {code}: {message}"))?
             }
+            Event::ApprovalRequired(i) => self.note(&format!(
+                "? {} wants to call {} with {}: {} (interrupt {})",
+                i.agent, i.tool, i.arguments, i.reason, i.interrupt_id
+            ))?,
             Event::Completed { status, model, duration_ms, usage, episode_id, .. } => {
                 let tokens: u64 = usage.iter().map(|u| u.usage.total()).sum();
                 self.note(&format!(

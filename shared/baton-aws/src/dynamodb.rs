@@ -34,9 +34,9 @@ use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{AttributeValue, CancellationReason, Delete, Put, TransactWriteItem, Update};
 use baton::store::item::{self, Item};
 use baton::store::{
-    CancelOutcome, Clock, DEFAULT_RETENTION, DEFAULT_TURN_LOG_TTL, Episode, EpisodeKey, LeaseGrant,
-    LoggedEvent, META_SK, MSG_PREFIX, MessageCursor, Recorded, Store, StoreError, StoredMessage, TurnRecord,
-    is_expired, lease_expiry, lease_sk, request_sk, ttl_after,
+    APPROVALS_SK, CancelOutcome, Clock, DEFAULT_RETENTION, DEFAULT_TURN_LOG_TTL, Episode, EpisodeKey,
+    LeaseGrant, LoggedEvent, META_SK, MSG_PREFIX, MessageCursor, Recorded, Store, StoreError, StoredMessage,
+    TurnRecord, is_expired, lease_expiry, lease_sk, request_sk, ttl_after,
 };
 
 use crate::error::sdk_error;
@@ -565,6 +565,50 @@ impl Store for DynamoDbStore {
         }
         // One more than the page: whether it exists says whether there is an older page.
         Ok(MessageCursor::page(self.newest_messages(key, cursor, limit + 1).await?, limit))
+    }
+
+    async fn approvals(&self, key: &EpisodeKey) -> Result<Option<(u64, String)>, StoreError> {
+        let pk = key.pk();
+        let item = self.get(&pk, APPROVALS_SK, self.clock.now_ms()).await?;
+        item.map(|i| item::decode_approvals(&pk, APPROVALS_SK, &i)).transpose()
+    }
+
+    async fn save_approvals(
+        &self,
+        key: &EpisodeKey,
+        body: &str,
+        expected: u64,
+        keep_until_s: u64,
+    ) -> Result<u64, StoreError> {
+        let now = self.clock.now_ms();
+        let pk = key.pk();
+        let item = item::encode_approvals(body, expected + 1, keep_until_s);
+        let request = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(to_dynamo(&pk, APPROVALS_SK, &item)))
+            .expression_attribute_names("#ttl", "ttl")
+            .expression_attribute_values(":now", AttributeValue::N((now / 1000).to_string()));
+        let request = if expected == 0 {
+            // Absent, or kept past its time and not yet deleted.
+            request.condition_expression("attribute_not_exists(pk) OR #ttl <= :now")
+        } else {
+            request
+                .condition_expression("#version = :expected AND #ttl > :now")
+                .expression_attribute_names("#version", "version")
+                .expression_attribute_values(":expected", AttributeValue::N(expected.to_string()))
+        };
+        match request.send().await {
+            Ok(_) => Ok(expected + 1),
+            Err(e) if e.as_service_error().is_some_and(|s| s.is_conditional_check_failed_exception()) => {
+                Err(StoreError::Conflict {
+                    key: item::item_name(&pk, APPROVALS_SK),
+                    reason: format!("version {expected} is no longer the stored version"),
+                })
+            }
+            Err(e) => Err(sdk_error("save approvals", e)),
+        }
     }
 
     async fn take_lease(

@@ -18,7 +18,8 @@ use baton::wiring::Extension;
 use crate::offline::ReferenceSkill;
 use crate::shopping::catalog::{Catalog, PurchaseHistory, SamplePurchases};
 use crate::shopping::tools::{
-    GET_OFFER, GetOffer, PURCHASE_HISTORY, PurchaseHistoryTool, SEARCH_OFFERS, SearchOffers,
+    CLIP_OFFER, ClipOffer, GET_OFFER, GetOffer, PURCHASE_HISTORY, PurchaseHistoryTool, SEARCH_OFFERS,
+    SearchOffers,
 };
 use crate::support::agent::ForethoughtAgent;
 use crate::support::forethought::{ForethoughtClient, ForethoughtConfig, VendorError};
@@ -29,7 +30,7 @@ use crate::support::sessions::{Clock, MemorySupportSessions, StoreSessions, Supp
 pub const SUPPORT_KIND: &str = "support";
 
 /// The tools this deployment adds.
-const TOOLS: [&str; 4] = [SEARCH_OFFERS, GET_OFFER, PURCHASE_HISTORY, SEARCH_HELP_CENTER];
+const TOOLS: [&str; 5] = [SEARCH_OFFERS, GET_OFFER, PURCHASE_HISTORY, SEARCH_HELP_CENTER, CLIP_OFFER];
 
 /// The reference deployment's extension (see the module docs).
 pub struct Reference {
@@ -39,6 +40,8 @@ pub struct Reference {
     purchases: Arc<dyn PurchaseHistory>,
     offers: OnceLock<Arc<Catalog>>,
     help: OnceLock<Arc<HelpCenter>>,
+    /// The offers each user clipped (`clip_offer`), in this process's memory.
+    cards: Arc<std::sync::Mutex<std::collections::HashMap<String, Vec<String>>>>,
 }
 
 impl Reference {
@@ -58,6 +61,7 @@ impl Reference {
             purchases,
             offers: OnceLock::new(),
             help: OnceLock::new(),
+            cards: Arc::default(),
         })
     }
 
@@ -99,6 +103,7 @@ impl Extension for Reference {
             GET_OFFER => Arc::new(GetOffer::new(self.offers())),
             PURCHASE_HISTORY => Arc::new(PurchaseHistoryTool::new(self.purchases.clone())),
             SEARCH_HELP_CENTER => Arc::new(SearchHelpCenter::new(self.help_center())),
+            CLIP_OFFER => Arc::new(ClipOffer::new(self.offers(), self.cards.clone())),
             _ => return None,
         })
     }

@@ -72,7 +72,8 @@ impl History {
         let skip = stored.len().saturating_sub(self.max_messages);
         let history = model_history(&stored[skip..]);
         let previous = previous_turn(&stored);
-        Ok(Begun { key, turn_id, history, previous })
+        let interrupted = stored.last().is_some_and(|m| m.status == Status::Interrupted);
+        Ok(Begun { key, turn_id, history, previous, interrupted })
     }
 
     /// The reply of turn `turn_id` of `key`, whose entry agent is `entry`, to be saved once: by
@@ -95,6 +96,8 @@ pub struct Begun {
     pub history: Vec<Message>,
     /// The previous turn's message and replies by agent, for the routing guards.
     pub previous: Option<PreviousTurn>,
+    /// Whether the episode's last turn paused for approvals.
+    pub interrupted: bool,
 }
 
 /// The reply of a turn in progress, saved once: at the turn's end ([`PendingReply::finish`]), or
@@ -251,6 +254,7 @@ impl ReplyRecorder {
         let unfinished = match self.completed {
             _ if hung_up => Status::Partial,
             Some(Status::Cancelled) => Status::Cancelled,
+            Some(Status::Interrupted) => Status::Interrupted,
             Some(status) if status != Status::Ok => Status::Partial,
             _ => Status::Ok,
         };
@@ -349,6 +353,7 @@ mod tests {
             model: "m".into(),
             duration_ms: 1,
             usage: vec![],
+            interrupts: Box::default(),
         }
     }
 
@@ -432,6 +437,7 @@ mod tests {
             model: "m".into(),
             duration_ms: 1,
             usage: Vec::new(),
+            interrupts: Box::default(),
         };
         let messages = record(
             &[

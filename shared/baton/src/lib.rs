@@ -82,6 +82,7 @@
 
 pub mod agent;
 pub mod agent_tool;
+pub mod approval;
 pub mod auth;
 pub mod bounded;
 pub mod config;

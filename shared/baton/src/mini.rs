@@ -286,6 +286,12 @@ impl ForkPolicy for MiniAgents {
                     return;
                 }
             };
+            // A part whose tools may need a person's approval is not fanned out: the agent's
+            // own loop runs the request, and pauses there (docs/approvals.md).
+            if let Some(tool) = tools.iter().flatten().find(|t| parent.approvals().covers(t)) {
+                tracing::info!(%instance, %tool, "mini-agents: a part may need approval; no fan-out");
+                return;
+            }
             // 3. Minis, all at once.
             yield Item::Event(Event::MiniAgentDecomposed {
                 parent: instance.clone(),

@@ -33,11 +33,12 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::agent::{Agent, AgentRequest, run_instance};
+use crate::approval::{ApprovalStore, TurnApprovals};
 use crate::conversation::PreviousTurn;
 use crate::event::{AgentUsage, Event, EventStream, Status, UsageRollup};
 use crate::history::{History, PendingReply};
 use crate::model::Message;
-use crate::store::StoreError;
+use crate::store::{EpisodeKey, StoreError};
 use crate::telemetry::cost::{Pricer, Prices};
 use crate::telemetry::{TurnReport, TurnReporter};
 use crate::tool::Instances;
@@ -67,6 +68,9 @@ pub struct TurnRequest {
     pub received: Instant,
     /// The W3C `traceparent` of the request, if any: the parent of the turn's span.
     pub traceparent: Option<String>,
+    /// What a call that needs approval does in this turn, and on a resumed turn the paused
+    /// state and the person's decisions (docs/approvals.md).
+    pub approvals: TurnApprovals,
 }
 
 impl TurnRequest {
@@ -87,11 +91,17 @@ impl TurnRequest {
             image: None,
             received: Instant::now(),
             traceparent: None,
+            approvals: TurnApprovals::default(),
         }
     }
 
     /// What the entry agent is asked: the user's words, at depth 0, with the conversation.
     fn entry_request(self) -> AgentRequest {
+        let instances = Instances::default();
+        if let Some(claimed) = self.approvals.claimed() {
+            // Paused instances keep their names; new ones are numbered after them.
+            claimed.root().instances().iter().for_each(|i| instances.reserve(i));
+        }
         AgentRequest {
             user_id: self.user_id,
             episode_id: self.episode_id,
@@ -103,7 +113,8 @@ impl TurnRequest {
             previous: self.previous,
             state: serde_json::Map::new(),
             depth: 0,
-            instances: Instances::default(),
+            instances,
+            approvals: self.approvals,
         }
     }
 }
@@ -182,7 +193,7 @@ impl Orchestrator {
                         let mut tally = Tally::new(self.clone(), &turn, span);
                         tally.first_byte = turn.received.elapsed();
                         tally.errors = 1;
-                        tally.close(Status::Error);
+                        tally.close(Status::Error, Vec::new());
                         return Err(e);
                     }
                 };
@@ -191,13 +202,28 @@ impl Orchestrator {
                 turn.turn_id = begun.turn_id;
                 turn.history = begun.history;
                 turn.previous = begun.previous;
+                if begun.interrupted && turn.approvals.claimed().is_none() {
+                    // A new message while approvals wait: they are answered as rejected.
+                    if let Some(approvals) = options.approvals {
+                        match approvals.dismiss(&begun.key).instrument(span.clone()).await {
+                            Ok(0) => {}
+                            Ok(n) => {
+                                tracing::info!(parent: &span, dismissed = n, "pending approvals dismissed by a new message")
+                            }
+                            Err(e) => {
+                                tracing::warn!(parent: &span, error = %e, "pending approvals not dismissed")
+                            }
+                        }
+                    }
+                }
                 Some(history.reply(begun.key, turn.turn_id.clone(), self.entry.name(), span.clone()))
             }
         };
         tracing::info!(parent: &span, episode = %turn.episode_id, turn = %turn.turn_id,
             user = %turn.user_id, "chat turn");
         let (episode_id, turn_id) = (turn.episode_id.clone(), turn.turn_id.clone());
-        let events = self.run(turn, options.deadline, options.cancel.cloned(), reply, span);
+        let approvals = options.approvals.cloned();
+        let events = self.run(turn, options.deadline, options.cancel.cloned(), reply, approvals, span);
         Ok(StartedTurn { episode_id, turn_id, events })
     }
 
@@ -205,7 +231,7 @@ impl Orchestrator {
     /// tests and benchmarks of the turn alone.
     pub fn run_turn(self: &Arc<Self>, turn: TurnRequest) -> EventStream {
         let span = self.turn_span(&turn);
-        self.run(turn, None, None, None, span)
+        self.run(turn, None, None, None, None, span)
     }
 
     /// The span of `turn` (`turn <entry>`), a child of its `traceparent` when it has one.
@@ -235,9 +261,12 @@ impl Orchestrator {
         deadline: Option<Instant>,
         cancel: Option<CancellationToken>,
         reply: Option<PendingReply>,
+        store: Option<ApprovalStore>,
         span: tracing::Span,
     ) -> EventStream {
         let this = self.clone();
+        let approvals = turn.approvals.clone();
+        let key = EpisodeKey::new(&turn.user_id, &turn.episode_id);
         let mut tally = Tally::new(self.clone(), &turn, span.clone());
         let events = Box::pin(async_stream::stream! {
             let mut reply = reply;
@@ -294,6 +323,41 @@ impl Orchestrator {
                 }
             }
             let mut status = tally.status;
+            let mut interrupts = Vec::new();
+            match (approvals.take_paused(&tally.entry), approvals.claimed(), &store, &key) {
+                (paused, claimed, Some(store), Ok(key)) if paused.is_some() || claimed.is_some() => {
+                    if let Some(paused) = &paused {
+                        interrupts = paused.interrupts();
+                    }
+                    let saved = match (claimed, paused) {
+                        (Some(claimed), paused) if status != Status::Cancelled && status != Status::Partial => {
+                            claimed.finish(&tally.turn_id, paused).await
+                        }
+                        (Some(claimed), _) => claimed.release().await,
+                        (None, Some(paused)) => store.pause(key, &tally.turn_id, paused, None).await,
+                        (None, None) => Ok(()),
+                    };
+                    if let Err(e) = saved {
+                        let (episode, turn) = (&tally.episode_id, &tally.turn_id);
+                        tracing::error!(%episode, %turn, error = %e, "approvals not saved");
+                        tally.errors += 1;
+                        status = Status::Error;
+                        interrupts.clear();
+                        yield Event::error(ORCHESTRATOR, "approvals_not_saved",
+                            format!("the approvals this turn waits for could not be saved ({}); nothing was run", e.code()),
+                            e.is_retryable());
+                    }
+                }
+                (Some(_), _, _, _) => {
+                    // Nowhere to keep the paused state (a turn run without a store): nothing
+                    // waiting can be answered, so the turn says so.
+                    tally.errors += 1;
+                    status = Status::Error;
+                    yield Event::error(ORCHESTRATOR, "approvals_not_saved",
+                        "a tool call needs a person's approval, and this turn cannot keep it; nothing was run", false);
+                }
+                _ => {}
+            }
             if let Some(reply) = reply.take() {
                 if let Err(e) = reply.finish(status).await {
                     let (episode, turn) = (&tally.episode_id, &tally.turn_id);
@@ -308,7 +372,7 @@ impl Orchestrator {
                     );
                 }
             }
-            yield tally.close(status);
+            yield tally.close(status, interrupts);
         });
         crate::telemetry::trace::traced(span, events)
     }
@@ -322,6 +386,8 @@ pub struct TurnOptions<'a> {
     pub history: Option<(&'a History, Option<&'a str>)>,
     /// When the turn must end (a Lambda invocation's, or the endpoint's turn limit).
     pub deadline: Option<Instant>,
+    /// Where a turn that pauses for approvals keeps its state (with `turn.approvals` pausing).
+    pub approvals: Option<&'a ApprovalStore>,
     /// Stops the turn when cancelled (the cancel endpoint): whatever still runs is dropped, what
     /// was produced is saved, and the turn ends with `completed` status `cancelled`.
     pub cancel: Option<&'a CancellationToken>,
@@ -395,8 +461,9 @@ impl Tally {
         }
     }
 
-    /// Ends the turn with `status`: on the span, to the reporter, and as `completed`.
-    fn close(&mut self, status: Status) -> Event {
+    /// Ends the turn with `status`: on the span, to the reporter, and as `completed` (with the
+    /// `interrupts` it waits for).
+    fn close(&mut self, status: Status, interrupts: Vec<crate::event::Interrupt>) -> Event {
         self.closed = true;
         let usage = std::mem::take(&mut self.rollup.totals);
         self.publish(status, &usage);
@@ -407,6 +474,7 @@ impl Tally {
             model: self.orchestrator.model.clone(),
             duration_ms: self.started.elapsed().as_millis() as u64,
             usage,
+            interrupts: interrupts.into_boxed_slice(),
         }
     }
 
@@ -471,7 +539,7 @@ mod tests {
     }
 
     async fn until(o: &Arc<Orchestrator>, turn: TurnRequest, deadline: Instant) -> Vec<Event> {
-        let options = TurnOptions { history: None, deadline: Some(deadline), cancel: None };
+        let options = TurnOptions { history: None, deadline: Some(deadline), cancel: None, approvals: None };
         o.start(turn, options).await.unwrap().events.collect().await
     }
 
@@ -679,7 +747,12 @@ mod tests {
         let o = Arc::new(Orchestrator::new(plain("lead", model), "orch").with_reporter(reports.clone()));
         let key = EpisodeKey::new("u", "ep").unwrap();
 
-        let options = TurnOptions { history: Some((&history, Some("r1"))), deadline: None, cancel: None };
+        let options = TurnOptions {
+            history: Some((&history, Some("r1"))),
+            deadline: None,
+            cancel: None,
+            approvals: None,
+        };
         let started = o.start(TurnRequest::new("ep", "t1", "u", "hi"), options).await.unwrap();
         assert_eq!((started.episode_id.as_str(), started.turn_id.as_str()), ("ep", "t1"));
         let mut events = started.events;

@@ -1,4 +1,5 @@
-//! The shopping agent's tools: `search_offers`, `get_offer`, `purchase_history`.
+//! The shopping agent's tools: `search_offers`, `get_offer`, `purchase_history`, and
+//! `clip_offer`, the one with a side effect (examples/approvals.yaml holds it for approval).
 
 use std::sync::Arc;
 
@@ -99,6 +100,67 @@ impl Tool for GetOffer {
                     reason: format!("no offer has the id `{id}`; use an id from search_offers"),
                 }),
             }
+        })
+    }
+}
+
+/// Tool name: clip an offer to the user's card.
+pub const CLIP_OFFER: &str = "clip_offer";
+
+/// `clip_offer {offer}`: clips an offer (an id, or the words of one: the best match) to the
+/// user's card, in this process's memory, and lists the card.
+pub struct ClipOffer {
+    catalog: Arc<Catalog>,
+    cards: Arc<std::sync::Mutex<std::collections::HashMap<String, Vec<String>>>>,
+}
+
+impl ClipOffer {
+    /// The tool over `catalog`, clipping to `cards` (by user).
+    pub fn new(
+        catalog: Arc<Catalog>,
+        cards: Arc<std::sync::Mutex<std::collections::HashMap<String, Vec<String>>>>,
+    ) -> ClipOffer {
+        ClipOffer { catalog, cards }
+    }
+}
+
+impl Tool for ClipOffer {
+    fn name(&self) -> &str {
+        CLIP_OFFER
+    }
+
+    fn description(&self) -> &str {
+        "Clip an offer to the user's card so it applies at checkout (changes the user's card)."
+    }
+
+    fn parameters(&self) -> Value {
+        json!({"type": "object", "properties": {
+            "offer": {"type": "string", "minLength": 1, "maxLength": 200,
+                      "description": "The offer's id (off-0042) or what it is for, e.g. \"coffee pods\"."},
+        }, "required": ["offer"], "additionalProperties": false})
+    }
+
+    fn call<'a>(
+        &'a self,
+        arguments: Value,
+        context: &'a ToolContext,
+    ) -> BoxFuture<'a, Result<Value, ToolError>> {
+        Box::pin(async move {
+            let wanted = arguments["offer"].as_str().unwrap_or_default();
+            let offer =
+                self.catalog.get(wanted).or_else(|| self.catalog.search(wanted, None, 1).into_iter().next());
+            let Some(offer) = offer else {
+                return Err(ToolError::InvalidArguments {
+                    tool: CLIP_OFFER.into(),
+                    reason: format!("no offer matches `{wanted}`; use an id from search_offers"),
+                });
+            };
+            let mut cards = self.cards.lock().expect("cards lock");
+            let card = cards.entry(context.user_id.clone()).or_default();
+            if !card.contains(&offer.id) {
+                card.push(offer.id.clone());
+            }
+            Ok(json!({"clipped": summary(offer), "card": card.clone()}))
         })
     }
 }

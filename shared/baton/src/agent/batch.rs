@@ -9,6 +9,7 @@ use tokio::time::Instant;
 
 use super::LlmAgent;
 use super::step::StepCall;
+use crate::approval::{CallState, Mode};
 use crate::event::Event;
 use crate::item::{Item, ItemStream};
 use crate::model::ToolCall;
@@ -55,6 +56,19 @@ pub(super) struct CallDone {
     pub(super) outcome: ToolOutcome,
     /// Set for a call whose result is the user's answer as is.
     pub(super) answer: Option<DirectAnswer>,
+    /// Set for a call that did not end: it waits for a person, or its child instance does.
+    pub(super) pending: Option<CallState>,
+}
+
+impl CallDone {
+    /// A call that waits (`outcome` is a placeholder the model never reads).
+    pub(super) fn pending(state: CallState) -> CallDone {
+        CallDone {
+            outcome: ToolOutcome { arguments: Value::Null, result: Value::Null, is_error: false },
+            answer: None,
+            pending: Some(state),
+        }
+    }
 }
 
 /// The calls of one step, started: their merged events, then what each ended with
@@ -77,7 +91,7 @@ impl LlmAgent {
             .map(|(i, call)| {
                 let over = (i >= cap)
                     .then_some(ToolError::TooManyCalls { tool: call.call.name.clone(), limit: cap });
-                self.start_call(call, context, instance, over)
+                self.start_call(call, context, instance, over, false)
             })
             .collect();
         LiveSlotMux::new(sources, self.mux)
@@ -85,13 +99,16 @@ impl LlmAgent {
 
     /// Starts one call (or, when `refused` says why it may not run, its error result): the
     /// registry checks it, the tool starts it. The stream carries the call's own events, then
-    /// its `tool_result` and `tool_call_end`, then what it ended with.
-    fn start_call(
+    /// its `tool_result` and `tool_call_end`, then what it ended with. A call an approval rule
+    /// holds back (unless `approved`) is not started: it waits for a person
+    /// ([`Mode::Pause`]), or is refused with an `approval_required` error result.
+    pub(super) fn start_call(
         &self,
         call: &StepCall,
         context: &ToolContext,
         instance: &str,
         refused: Option<ToolError>,
+        approved: bool,
     ) -> ItemStream<CallDone> {
         let started = Instant::now();
         let (agent, call_id, name) = (instance.to_owned(), call.call.id.clone(), call.call.name.clone());
@@ -106,18 +123,37 @@ impl LlmAgent {
             error.type = tracing::field::Empty,
         );
         // Inside the span, so an agent tool's child instance is the call's child.
-        let (arguments, run) = span.in_scope(|| match (refused, self.tools.check(&call.call)) {
+        let started_run = span.in_scope(|| match (refused, self.tools.check(&call.call)) {
             (Some(error), _) => {
                 let arguments =
                     call.call.parse_arguments().unwrap_or_else(|_| call.call.arguments.clone().into());
-                (arguments, ToolRun::failed(error))
+                Ok((arguments, ToolRun::failed(error)))
             }
-            (None, Err(refused)) => (refused.arguments, ToolRun::failed(refused.error)),
+            (None, Err(refused)) => Ok((refused.arguments, ToolRun::failed(refused.error))),
             (None, Ok((tool, arguments))) => {
-                let call = CallRef { agent: agent.clone(), call_id: call_id.clone() };
-                (arguments.clone(), tool.start(arguments, ToolContext { call, ..context.clone() }, options))
+                match self.approvals().rule(&name, &arguments).filter(|_| !approved) {
+                    Some(rule) if context.approvals.mode() == Mode::Pause => {
+                        Err(Box::new(self.interrupt(context, instance, &call.call, &arguments, rule)))
+                    }
+                    Some(rule) => {
+                        let error =
+                            ToolError::ApprovalRequired { tool: name.clone(), reason: rule.reason.clone() };
+                        Ok((arguments, ToolRun::failed(error)))
+                    }
+                    None => {
+                        let call = CallRef { agent: agent.clone(), call_id: call_id.clone() };
+                        Ok((
+                            arguments.clone(),
+                            tool.start(arguments, ToolContext { call, ..context.clone() }, options),
+                        ))
+                    }
+                }
             }
         });
+        let (arguments, run) = match started_run {
+            Ok(started) => started,
+            Err(interrupt) => return super::approval::pending_call(*interrupt),
+        };
         let end = CallEnd { agent, call_id, name, arguments, started };
         let items =
             CallItems { run: Some(run.items), finish: None, end: Some(end), tail: Vec::new().into_iter() };
@@ -139,6 +175,10 @@ impl CallEnd {
     /// ended without a result failed).
     fn items(self, finish: Option<ToolFinish>) -> Vec<Item<CallDone>> {
         let CallEnd { agent, call_id, name, arguments, started } = self;
+        if let Some(paused) = finish.as_ref().and_then(|f| f.paused.clone()) {
+            // Its child waits for approvals: the call has not ended.
+            return vec![Item::Done(CallDone::pending(CallState::Child { suspension: paused }))];
+        }
         let (outcome, answer) = match finish {
             Some(finish) => (finish.outcome, finish.answer),
             None => (
@@ -164,7 +204,7 @@ impl CallEnd {
                 is_error,
             }),
             Item::Event(Event::ToolCallEnd { agent, call_id, name, duration_ms }),
-            Item::Done(CallDone { answer: answer.filter(|_| !is_error), outcome }),
+            Item::Done(CallDone { answer: answer.filter(|_| !is_error), outcome, pending: None }),
         ]
     }
 }

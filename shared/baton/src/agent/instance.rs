@@ -75,7 +75,14 @@ pub fn start_child(
     if depth > options.max_depth {
         return Err(ToolError::DepthExceeded { tool: tool.to_owned(), max_depth: options.max_depth });
     }
-    let instance = parent.instances.next(agent.name());
+    // A resumed turn starts a paused child again under its own name.
+    let instance = match &parent.resumes {
+        Some(paused) if parent.approvals.resume_of(paused).is_some_and(|s| s.agent == agent.name()) => {
+            paused.clone()
+        }
+        _ => parent.instances.next(agent.name()),
+    };
+    parent.approvals.started(&parent.call.agent, &instance);
     let (history, previous) = match options.context {
         ChildContext::Isolated => (Vec::new(), None),
         ChildContext::Conversation => {
@@ -94,6 +101,7 @@ pub fn start_child(
         state: parent.state.for_child(),
         depth,
         instances: parent.instances.clone(),
+        approvals: parent.approvals.clone(),
     };
     let events = run_instance(agent, instance.clone(), request, options.timeout);
     // At most `MAX_CONCURRENT_INSTANCES` child instances of one turn run at once; the others
@@ -195,6 +203,7 @@ pub fn instrument_for(
             match &event {
                 Event::Usage { agent, usage: u, .. } if *agent == instance => usage.add(*u),
                 Event::Error { agent, .. } if *agent == instance => status = Status::Error,
+                Event::Suspended { agent } if *agent == instance => status = status.worst(Status::Interrupted),
                 _ => {}
             }
             yield event;

@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use futures::StreamExt;
 
+use super::approval::{ApprovalPolicy, suspended_calls};
 use super::batch::{CallDone, final_answer};
 use super::chains::ResponseChains;
 use super::step::{
@@ -11,6 +12,7 @@ use super::step::{
     model_events,
 };
 use super::{APOLOGY, Agent, AgentRequest, Item, user_message};
+use crate::approval::Suspension;
 use crate::conversation::{Conversation, PreviousTurn};
 use crate::event::{Event, EventStream};
 use crate::model::{ChatModel, ChatRequest, Message, ModelError, ToolCall, ToolChoice, ToolSpec};
@@ -47,6 +49,7 @@ pub struct LlmAgent {
     pub(super) mux: MuxConfig,
     policy: Option<Arc<dyn StepPolicy>>,
     fork: Option<Arc<dyn ForkPolicy>>,
+    approvals: Arc<ApprovalPolicy>,
 }
 
 impl LlmAgent {
@@ -68,7 +71,19 @@ impl LlmAgent {
             mux: MuxConfig::default(),
             policy: None,
             fork: None,
+            approvals: Arc::default(),
         }
+    }
+
+    /// Holds back the calls `approvals` says need a person's approval (docs/approvals.md).
+    pub fn with_approvals(mut self, approvals: Arc<ApprovalPolicy>) -> LlmAgent {
+        self.approvals = approvals;
+        self
+    }
+
+    /// Which of its calls need a person's approval.
+    pub fn approvals(&self) -> &Arc<ApprovalPolicy> {
+        &self.approvals
     }
 
     /// Paces the text of concurrent agent tools as configured.
@@ -111,12 +126,13 @@ impl LlmAgent {
         &self.tools
     }
 
-    /// This agent narrowed to one part of a request: the same name, model, limits and pacing,
-    /// with `instruction` and `tools`, and nothing that shapes or forks its runs or continues a
-    /// stored response (no step policy, no fork policy, no response chains).
+    /// This agent narrowed to one part of a request: the same name, model, limits, pacing and
+    /// approval rules, with `instruction` and `tools`, and nothing that shapes or forks its runs
+    /// or continues a stored response (no step policy, no fork policy, no response chains).
     pub fn focused(&self, instruction: String, tools: Arc<ToolRegistry>) -> LlmAgent {
         LlmAgent::new(self.name.clone(), instruction, self.model.clone(), tools, self.limits)
             .with_mux(self.mux)
+            .with_approvals(self.approvals.clone())
     }
 }
 
@@ -140,6 +156,18 @@ impl Transcript {
             if previous.is_some() { (Vec::new(), Some(history)) } else { (history, None) };
         messages.push(user_message.clone());
         Transcript { messages, sent: 0, previous, fallback, user_message }
+    }
+
+    /// A paused run's transcript, resent whole (a stored response is not continued).
+    fn restored(messages: Vec<Message>) -> Transcript {
+        let user_message = messages
+            .iter()
+            .rev()
+            .find(|m| matches!(m, Message::User { .. }))
+            .cloned()
+            .unwrap_or_else(|| Message::user(String::new()));
+        let sent = messages.len();
+        Transcript { messages, sent, previous: None, fallback: None, user_message }
     }
 
     /// Drops the stored response and resends the history.
@@ -211,6 +239,8 @@ impl LlmAgent {
                 previous: request.previous,
             }),
             call: CallRef::default(),
+            approvals: request.approvals,
+            resumes: None,
         };
         let transcript = Transcript::new(request.history, user_message, previous_id);
         Run { context, transcript, message, previous_turn, image }
@@ -269,14 +299,33 @@ impl Agent for LlmAgent {
         &self.name
     }
 
+    fn check_resume(
+        &self,
+        paused: &Suspension,
+        decisions: &crate::approval::Decisions,
+    ) -> Result<(), crate::approval::ResumeError> {
+        self.check_paused(paused, decisions)
+    }
+
     fn run(&self, request: AgentRequest, instance: String) -> EventStream {
         let this = self.clone();
         Box::pin(async_stream::stream! {
+            // A resumed turn starts a paused instance from where it paused.
+            let mut resumed = request.approvals.resume_of(&instance).cloned();
             let server_side = this.model.keeps_conversations();
             let chains = this.chains.clone().filter(|_| server_side);
-            let history = this.fork.as_ref().map(|_| request.history.clone());
-            let run = Box::pin(this.begin(request, chains.as_deref())).await;
-            let Run { context, mut transcript, message, previous_turn, image } = run;
+            let history = this.fork.as_ref().filter(|_| resumed.is_none()).map(|_| request.history.clone());
+            let begin_chains = chains.as_deref().filter(|_| resumed.is_none());
+            let run = Box::pin(this.begin(request, begin_chains)).await;
+            let Run { mut context, mut transcript, message, previous_turn, image } = run;
+            let first_step = match &resumed {
+                Some(paused) => {
+                    context.state = SessionState::new(paused.state.clone());
+                    transcript = Transcript::restored(paused.messages.clone());
+                    paused.step
+                }
+                None => 0,
+            };
             if let (Some(fork), Some(history)) = (&this.fork, history) {
                 let input = ForkInput {
                     instance: instance.clone(),
@@ -293,8 +342,12 @@ impl Agent for LlmAgent {
                 }
             }
             let max_steps = this.limits.max_steps.max(1);
-            for step in 0..max_steps {
+            for step in first_step..max_steps.max(first_step + 1) {
                 let last_step = step + 1 >= max_steps;
+                let (calls, mut batch, last) = if let Some(paused) = resumed.take() {
+                    let calls: Vec<ToolCall> = paused.calls.iter().map(|c| c.call.clone()).collect();
+                    (calls, this.resume_batch(&paused, &context, &instance), paused.last)
+                } else {
                 let chat = this.chat_request(&transcript, last_step);
                 let decision = match (&this.policy, step) {
                     (Some(policy), 0) => {
@@ -382,7 +435,8 @@ impl Agent for LlmAgent {
                         arguments,
                     };
                 }
-                let mut batch = this.start_batch(&decision.calls, &context, &instance);
+                (calls, this.start_batch(&decision.calls, &context, &instance), decision.last)
+                };
                 while let Some(event) = batch.next().await {
                     yield event;
                 }
@@ -392,13 +446,34 @@ impl Agent for LlmAgent {
                     .into_iter()
                     .map(|d| d.expect("every call's stream ends with its result"))
                     .collect();
+                if done.iter().any(|d| d.pending.is_some()) {
+                    // Some calls wait for a person: the finished ones' results are kept, and the
+                    // run pauses here until a resumed turn starts it again.
+                    let specs = this.tools.specs();
+                    let schema_of = |name: &str| {
+                        specs.iter().find(|s| s.name == name).map_or(serde_json::Value::Null, |s| s.parameters.clone())
+                    };
+                    context.approvals.pause(Suspension {
+                        agent: this.name.clone(),
+                        instance: instance.clone(),
+                        depth: context.depth,
+                        query: message.clone(),
+                        state: context.state.snapshot(),
+                        messages: transcript.messages.clone(),
+                        step,
+                        last,
+                        calls: suspended_calls(&calls, &done, &schema_of),
+                    });
+                    yield Event::Suspended { agent: instance.clone() };
+                    return;
+                }
                 // Results go back in call order, whatever order they finished in.
                 for (call, done) in calls.iter().zip(&done) {
                     let content = done.outcome.content();
                     transcript.messages.push(Message::Tool { call_id: call.id.clone(), content });
                 }
-                if decision.last || done.iter().all(|d| d.answer.is_some()) {
-                    for event in final_answer(&instance, &calls, done, decision.last) {
+                if last || done.iter().all(|d| d.answer.is_some()) {
+                    for event in final_answer(&instance, &calls, done, last) {
                         yield event;
                     }
                     return;

@@ -12,6 +12,7 @@
 //!   conversation, timeout); [`run_instance`] runs an instance between `agent_started` and
 //!   `agent_finished`.
 
+mod approval;
 mod batch;
 mod chains;
 mod instance;
@@ -21,6 +22,7 @@ mod step;
 use std::sync::Arc;
 
 pub use crate::item::{Item, ItemStream};
+pub use approval::{ApprovalPolicy, ApprovalRule};
 pub use chains::{MemoryResponseChains, ResponseChains};
 pub use instance::{
     ChildContext, ChildInput, DEFAULT_MAX_DEPTH, InstanceOptions, instrument, instrument_for, run_instance,
@@ -72,6 +74,10 @@ pub struct AgentRequest {
     /// own children).
     #[serde(skip)]
     pub instances: Instances,
+    /// The turn's approvals (not sent to remote agents: a call that needs approval in another
+    /// process is refused there).
+    #[serde(skip)]
+    pub approvals: crate::approval::TurnApprovals,
 }
 
 /// An agent. `run` returns at once; the work starts when the stream is polled and stops when it
@@ -82,6 +88,22 @@ pub trait Agent: Send + Sync {
 
     /// Runs one instance. Every event it emits names `instance` as its source.
     fn run(&self, request: AgentRequest, instance: String) -> EventStream;
+
+    /// Whether its instance paused as `paused` can start again as the configuration now stands,
+    /// with `decisions` (edited arguments are checked against the tools' schemas). Only tool
+    /// loops pause; any other agent cannot.
+    fn check_resume(
+        &self,
+        paused: &crate::approval::Suspension,
+        decisions: &crate::approval::Decisions,
+    ) -> Result<(), crate::approval::ResumeError> {
+        let _ = decisions;
+        Err(crate::approval::ResumeError::ConfigChanged(format!(
+            "the agent `{}` ({}) cannot resume a paused run",
+            self.name(),
+            paused.instance
+        )))
+    }
 }
 
 impl<A: Agent + ?Sized> Agent for Arc<A> {
@@ -91,6 +113,14 @@ impl<A: Agent + ?Sized> Agent for Arc<A> {
 
     fn run(&self, request: AgentRequest, instance: String) -> EventStream {
         (**self).run(request, instance)
+    }
+
+    fn check_resume(
+        &self,
+        paused: &crate::approval::Suspension,
+        decisions: &crate::approval::Decisions,
+    ) -> Result<(), crate::approval::ResumeError> {
+        (**self).check_resume(paused, decisions)
     }
 }
 

@@ -74,7 +74,8 @@ impl OutputMode {
         match self {
             OutputMode::TextAndEvents => true,
             OutputMode::Events => !event.is_slot_content(),
-            OutputMode::None => matches!(event, Event::Usage { .. }),
+            // A call waiting for a person is shown whatever the mode: someone must answer it.
+            OutputMode::None => matches!(event, Event::Usage { .. } | Event::ApprovalRequired(_)),
         }
     }
 }
@@ -275,6 +276,7 @@ fn child_events(
     instance: String,
     inner: crate::event::EventStream,
     mark_content_end: bool,
+    approvals: crate::approval::TurnApprovals,
 ) -> ToolRun {
     let (name, output, schema, timeout, skip) = (
         tool.name.clone(),
@@ -307,6 +309,11 @@ fn child_events(
                 yield Item::Event(event);
             }
         }
+        if let Some(paused) = approvals.take_paused(&instance) {
+            // The child waits for approvals: so does this call.
+            yield Item::Done(ToolFinish { outcome: Ok(Value::Null), answer: None, paused: Some(Box::new(paused)) });
+            return;
+        }
         let answer = if own.trim().is_empty() { below } else { own };
         let outcome = match failure {
             Some(e) => Err(e),
@@ -321,7 +328,7 @@ fn child_events(
             value
         });
         let answer = (skip && outcome.is_ok()).then_some(DirectAnswer { text: answer, streamed });
-        yield Item::Done(ToolFinish { outcome, answer });
+        yield Item::Done(ToolFinish { outcome, answer, paused: None });
     });
     ToolRun { items }
 }
@@ -376,6 +383,22 @@ impl Tool for AgentTool {
         })
     }
 
+    fn check_resume(
+        &self,
+        paused: &crate::approval::Suspension,
+        decisions: &crate::approval::Decisions,
+    ) -> Result<(), crate::approval::ResumeError> {
+        if paused.agent != self.agent.name() {
+            return Err(crate::approval::ResumeError::ConfigChanged(format!(
+                "`{}` now starts the agent `{}`, not `{}`",
+                self.name,
+                self.agent.name(),
+                paused.agent
+            )));
+        }
+        self.agent.check_resume(paused, decisions)
+    }
+
     /// Starts one instance of the child (through [`start_child`]) whose events stream while it
     /// runs. The instance runs under the agent's own timeout, not the tool loop's.
     fn start(self: Arc<Self>, arguments: Value, context: ToolContext, options: CallOptions) -> ToolRun {
@@ -389,7 +412,9 @@ impl AgentTool {
             start_child(&*self.agent, &self.name, context, input, &self.instance_options())
         });
         match started {
-            Ok((instance, events)) => child_events(self, instance, events, mark_content_end),
+            Ok((instance, events)) => {
+                child_events(self, instance, events, mark_content_end, context.approvals.clone())
+            }
             Err(e) => ToolRun::failed(e),
         }
     }

@@ -198,6 +198,19 @@ pub enum Event {
         duration_ms: u64,
         /// Usage per agent name and model, rolled up over the instances.
         usage: Vec<AgentUsage>,
+        /// The approvals the turn waits for (status `interrupted`); absent otherwise. A boxed
+        /// slice, not a `Vec`, to keep every event within 128 bytes.
+        #[serde(default, skip_serializing_if = "no_interrupts")]
+        interrupts: Box<[Interrupt]>,
+    },
+    /// A tool call that needs a person's approval was not made: the turn ends `interrupted`, and
+    /// the next request on the episode answers it (`resume`, docs/approvals.md).
+    ApprovalRequired(Box<Interrupt>),
+    /// Internal: this instance paused for approvals (its state is with the turn's
+    /// [`crate::approval::TurnApprovals`]); it is never sent to clients.
+    Suspended {
+        /// The instance that paused.
+        agent: String,
     },
     /// Options an agent offers the user to answer (a vendor's buttons or form). The user answers
     /// with an ordinary message: an option's number or label, or one line per field.
@@ -269,6 +282,35 @@ pub enum Event {
         /// Every mini's outcome, in sub-task order.
         outcomes: Vec<MiniOutcomeStatus>,
     },
+}
+
+fn no_interrupts(interrupts: &[Interrupt]) -> bool {
+    interrupts.is_empty()
+}
+
+/// A tool call waiting for a person's approval: the body of `approval_required`, and one entry
+/// of an interrupted turn's `completed.interrupts`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Interrupt {
+    /// The instance that called the tool (the last of `path`).
+    pub agent: String,
+    /// Names this pause; the resume request answers it by this id.
+    pub interrupt_id: String,
+    /// The instances from the turn's entry agent down to `agent`.
+    pub path: Vec<String>,
+    /// The model's call id.
+    pub call_id: String,
+    /// The tool.
+    pub tool: String,
+    /// The arguments the model gave.
+    pub arguments: serde_json::Value,
+    /// Why it needs approval, for the person.
+    pub reason: String,
+    /// The argument fields the person may change before approving (none: as they are).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub editable: Vec<String>,
+    /// When the interrupt expires (Unix seconds); answered later, it is refused.
+    pub expires_at: u64,
 }
 
 /// What a `choices` event offers: pick one of `options`, or fill `fields`.
@@ -358,6 +400,8 @@ impl Event {
             Event::MiniAgentStarted { .. } => "mini_agent.started",
             Event::MiniAgentFinished { .. } => "mini_agent.finished",
             Event::MiniAgentAggregated { .. } => "mini_agent.aggregated",
+            Event::ApprovalRequired(_) => "approval_required",
+            Event::Suspended { .. } => "suspended",
         }
     }
 
@@ -380,7 +424,9 @@ impl Event {
             | Event::Error { agent, .. }
             | Event::Choices { agent, .. }
             | Event::Handoff { agent, .. }
-            | Event::AnswerMeta { agent, .. } => Some(agent),
+            | Event::AnswerMeta { agent, .. }
+            | Event::Suspended { agent } => Some(agent),
+            Event::ApprovalRequired(interrupt) => Some(&interrupt.agent),
             Event::MiniAgentDecomposed { parent, .. }
             | Event::MiniAgentStarted { parent, .. }
             | Event::MiniAgentFinished { parent, .. }
@@ -394,9 +440,10 @@ impl Event {
         matches!(self, Event::Text { .. } | Event::ContentEnd { .. })
     }
 
-    /// Whether clients may see this event (`content_end` and `repaired` are internal).
+    /// Whether clients may see this event (`content_end`, `repaired` and `suspended` are
+    /// internal).
     pub fn is_client_visible(&self) -> bool {
-        !matches!(self, Event::ContentEnd { .. } | Event::Repaired { .. })
+        !matches!(self, Event::ContentEnd { .. } | Event::Repaired { .. } | Event::Suspended { .. })
     }
 
     /// A `usage` event (not yet rolled up).

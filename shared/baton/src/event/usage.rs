@@ -180,18 +180,23 @@ pub enum Status {
     /// A turn whose producer died (a killed process): it was still running when its deadline
     /// passed. Only a resumed stream says so, in the `completed` it ends with.
     Abandoned,
+    /// Paused for a person's approval of a tool call (`approval_required`): nothing failed; the
+    /// next request on the episode answers the approvals and the turn goes on (docs/approvals.md).
+    Interrupted,
 }
 
 impl Status {
-    /// The worse of two statuses (`error` > `abandoned` > `cancelled` > `partial` > `ok`).
+    /// The worse of two statuses (`error` > `abandoned` > `cancelled` > `partial` > `interrupted`
+    /// > `ok`).
     pub fn worst(self, other: Status) -> Status {
         fn rank(s: Status) -> u8 {
             match s {
                 Status::Ok => 0,
-                Status::Partial => 1,
-                Status::Cancelled => 2,
-                Status::Abandoned => 3,
-                Status::Error => 4,
+                Status::Interrupted => 1,
+                Status::Partial => 2,
+                Status::Cancelled => 3,
+                Status::Abandoned => 4,
+                Status::Error => 5,
             }
         }
         if rank(other) > rank(self) { other } else { self }
@@ -205,14 +210,22 @@ impl Status {
             Status::Error => "error",
             Status::Cancelled => "cancelled",
             Status::Abandoned => "abandoned",
+            Status::Interrupted => "interrupted",
         }
     }
 
     /// The status named `name` ([`Status::as_str`]), if any.
     pub fn from_name(name: &str) -> Option<Status> {
-        [Status::Ok, Status::Partial, Status::Error, Status::Cancelled, Status::Abandoned]
-            .into_iter()
-            .find(|s| s.as_str() == name)
+        [
+            Status::Ok,
+            Status::Partial,
+            Status::Error,
+            Status::Cancelled,
+            Status::Abandoned,
+            Status::Interrupted,
+        ]
+        .into_iter()
+        .find(|s| s.as_str() == name)
     }
 }
 

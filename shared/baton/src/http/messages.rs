@@ -37,6 +37,9 @@ struct Page<'a> {
     /// the messages yet, and a client rejoins its stream (`GET …/turns/{turn_id}/events`).
     #[serde(skip_serializing_if = "Option::is_none")]
     running_turn: Option<String>,
+    /// On the newest page, the tool calls that wait for the user's approval (docs/approvals.md).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    interrupts: Vec<crate::event::Interrupt>,
 }
 
 /// One stored message, as sent.
@@ -164,8 +167,18 @@ impl ChatService {
             None => self.running_turn(&key).await,
             Some(_) => None,
         };
+        // Only an episode whose last turn paused has approvals waiting: no read otherwise.
+        let paused = request.before.is_none()
+            && messages.last().is_some_and(|m| m.status == crate::event::Status::Interrupted);
+        let interrupts = match paused {
+            true => self.approvals.pending(&key).await.unwrap_or_else(|e| {
+                tracing::warn!(episode = %key, error = %e, "pending approvals not read");
+                Vec::new()
+            }),
+            false => Vec::new(),
+        };
         let messages = messages.iter().map(Into::into).collect();
-        let body = Page { episode_id: key.episode_id(), messages, next, running_turn };
+        let body = Page { episode_id: key.episode_id(), messages, next, running_turn, interrupts };
         Ok(axum::Json(body).into_response())
     }
 }

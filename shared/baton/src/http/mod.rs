@@ -44,6 +44,7 @@ pub use turns::{LAST_EVENT_ID, LAST_EVENT_ID_QUERY, parse_last_event_id};
 
 use request::{ChatBody, body_too_large, checked_id, require_json};
 
+use crate::approval::{ApprovalStore, DEFAULT_APPROVAL_TTL, ResumeError, TurnApprovals};
 use crate::auth::AuthMode;
 use crate::config::RequestLimits;
 use crate::history::History;
@@ -105,6 +106,7 @@ pub struct ChatService {
     live: Arc<LiveTurns>,
     turn_log: TurnLogSettings,
     on_disconnect: DisconnectPolicy,
+    approvals: ApprovalStore,
 }
 
 impl ChatService {
@@ -115,7 +117,9 @@ impl ChatService {
         limits: RequestLimits,
         heartbeat: Duration,
     ) -> ChatService {
+        let approvals = ApprovalStore::new(history.store().clone(), DEFAULT_APPROVAL_TTL);
         ChatService {
+            approvals,
             orchestrator,
             history,
             limits,
@@ -128,6 +132,17 @@ impl ChatService {
             turn_log: TurnLogSettings::default(),
             on_disconnect: DisconnectPolicy::default(),
         }
+    }
+
+    /// The same service with interrupts that wait `ttl` for their answer (docs/approvals.md).
+    pub fn with_approval_ttl(mut self, ttl: Duration) -> ChatService {
+        self.approvals = ApprovalStore::new(self.history.store().clone(), ttl);
+        self
+    }
+
+    /// Where approvals are kept.
+    pub fn approvals(&self) -> &ApprovalStore {
+        &self.approvals
     }
 
     /// The same service logging turns (or not) with these settings.
@@ -247,7 +262,32 @@ impl ChatService {
                 format!("the body is not a valid chat request: {e}"),
             )
         })?;
-        let message = match parsed.message {
+        let resume = match (parsed.resume, &parsed.message) {
+            (None | Some(serde_json::Value::Null), _) => None,
+            (Some(_), Some(m)) if !m.is_null() => {
+                return Err(ApiError::new(
+                    StatusCode::BAD_REQUEST,
+                    "invalid_resume",
+                    "send either a `message` or a `resume`, not both",
+                ));
+            }
+            (Some(_), _) if parsed.episode_id.is_none() => {
+                return Err(ApiError::new(
+                    StatusCode::BAD_REQUEST,
+                    "invalid_resume",
+                    "a `resume` names the conversation it answers: `episode_id` is required",
+                ));
+            }
+            (Some(value), _) => Some(request::parse_resume(value, self.limits.max_message_chars)?),
+        };
+        let message = match (parsed.message, &resume) {
+            (_, Some(answers)) => serde_json::Value::String(crate::approval::summary(answers)),
+            (message, None) => match message {
+                None | Some(serde_json::Value::Null) => serde_json::Value::Null,
+                Some(message) => message,
+            },
+        };
+        let message = match Some(message) {
             None | Some(serde_json::Value::Null) => {
                 return Err(ApiError::new(
                     StatusCode::BAD_REQUEST,
@@ -310,7 +350,7 @@ impl ChatService {
         let mut turn = TurnRequest::new(episode_id, new_turn_id(), user_id, message);
         turn.traceparent = headers.get("traceparent").and_then(|v| v.to_str().ok()).map(str::to_owned);
         turn.image = image;
-        Ok(ValidRequest { turn, request_id, on_disconnect })
+        Ok(ValidRequest { turn, request_id, on_disconnect, resume })
     }
 
     /// Answers one request: a 4xx JSON error, a 5xx JSON error if the store fails before the
@@ -326,10 +366,11 @@ impl ChatService {
     ) -> Response {
         let turn_deadline = tokio::time::Instant::now() + self.endpoint.turn_deadline;
         let deadline = deadline.map_or(turn_deadline, |d| d.min(turn_deadline));
-        let ValidRequest { turn, request_id, on_disconnect } = match self.validate(caller, headers, body) {
-            Ok(valid) => valid,
-            Err(e) => return e.into_response(),
-        };
+        let ValidRequest { mut turn, request_id, on_disconnect, resume } =
+            match self.validate(caller, headers, body) {
+                Ok(valid) => valid,
+                Err(e) => return e.into_response(),
+            };
         // A retry of a request whose turn still runs here (its client left, and the turn ran on)
         // joins that turn from its first event: one run, not two.
         let running = request_id.as_deref().and_then(|request_id| {
@@ -347,12 +388,20 @@ impl ChatService {
                 Some(deadline),
             );
         }
+        turn.approvals = match resume {
+            None => TurnApprovals::pausing(self.approvals.ttl()),
+            Some(answers) => match self.claim_resume(&turn, answers, deadline).await {
+                Ok(approvals) => approvals,
+                Err(e) => return e.into_response(),
+            },
+        };
         let user_id = turn.user_id.clone();
         let cancel = tokio_util::sync::CancellationToken::new();
         let options = TurnOptions {
             history: Some((&self.history, request_id.as_deref())),
             deadline: Some(deadline),
             cancel: Some(&cancel),
+            approvals: Some(&self.approvals),
         };
         let StartedTurn { episode_id, turn_id, events } = match self.orchestrator.start(turn, options).await {
             Ok(started) => started,
@@ -378,6 +427,33 @@ impl ChatService {
         let policy = on_disconnect.unwrap_or(self.on_disconnect);
         let recorded = crate::turn::record(events, registered, writer, policy, self.turn_log.end_timeout);
         sse_response(&episode_id, turn_id, recorded, self.heartbeat)
+    }
+}
+
+impl ChatService {
+    /// Checks a resume request's answers against the episode's paused turn and the
+    /// configuration, and claims the record for this request until `deadline` (docs/approvals.md):
+    /// any refusal is a 4xx before anything runs.
+    async fn claim_resume(
+        &self,
+        turn: &TurnRequest,
+        answers: Vec<(String, crate::approval::Decision)>,
+        deadline: tokio::time::Instant,
+    ) -> Result<TurnApprovals, ApiError> {
+        let key = crate::store::EpisodeKey::new(turn.user_id.as_str(), turn.episode_id.as_str())?;
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now()) + LOG_END_GRACE;
+        let until_ms = self.history.store().clock().now_ms() + left.as_millis() as u64;
+        let entry = self.orchestrator.entry().clone();
+        let check = |paused: &_, decisions: &_| entry.check_resume(paused, decisions);
+        self.approvals.resume(&key, answers, &turn.turn_id, until_ms, check).await.map_err(
+            |e: ResumeError| {
+                let (status, code) = e.status_code();
+                if status.is_server_error() {
+                    tracing::error!(error = %e, "resume not claimed");
+                }
+                ApiError::new(status, code, e.to_string())
+            },
+        )
     }
 }
 

@@ -54,6 +54,7 @@ pub(super) struct ChatBody {
     pub(super) request_id: Option<String>,
     pub(super) image: Option<serde_json::Value>,
     pub(super) on_disconnect: Option<serde_json::Value>,
+    pub(super) resume: Option<serde_json::Value>,
 }
 
 /// Who a request is from, established before its body is read.
@@ -99,6 +100,69 @@ pub struct ValidRequest {
     pub request_id: Option<String>,
     /// What happens when the client leaves, if the request says (else the service's default).
     pub on_disconnect: Option<crate::turn::DisconnectPolicy>,
+    /// A resume request's answers to the episode's pending approvals, in the request's order.
+    pub resume: Option<Vec<(String, crate::approval::Decision)>>,
+}
+
+/// Most answers one resume request may carry.
+pub(super) const MAX_RESUME_ANSWERS: usize = 64;
+
+/// The `resume` list of a chat request (docs/approvals.md): `[{interrupt_id, decision:
+/// "approve" | "reject", message?, arguments?}]`, each id once; a 400 `invalid_resume` naming
+/// the entry and field otherwise (edited arguments are checked later, against the interrupt).
+pub(super) fn parse_resume(
+    value: serde_json::Value,
+    max_chars: usize,
+) -> Result<Vec<(String, crate::approval::Decision)>, ApiError> {
+    use crate::approval::Decision;
+    let bad = |message: String| ApiError::new(StatusCode::BAD_REQUEST, "invalid_resume", message);
+    let serde_json::Value::Array(entries) = value else {
+        return Err(bad("`resume` must be a list of `{interrupt_id, decision}` answers".into()));
+    };
+    if entries.is_empty() || entries.len() > MAX_RESUME_ANSWERS {
+        return Err(bad(format!("`resume` must hold 1 to {MAX_RESUME_ANSWERS} answers")));
+    }
+    let mut answers: Vec<(String, Decision)> = Vec::with_capacity(entries.len());
+    for (i, entry) in entries.into_iter().enumerate() {
+        let serde_json::Value::Object(mut entry) = entry else {
+            return Err(bad(format!("`resume[{i}]` must be an object")));
+        };
+        if let Some(unknown) =
+            entry.keys().find(|k| !["interrupt_id", "decision", "message", "arguments"].contains(&k.as_str()))
+        {
+            return Err(bad(format!("`resume[{i}].{unknown}` is not a field of an answer")));
+        }
+        let id = match entry.remove("interrupt_id") {
+            Some(serde_json::Value::String(id)) => checked_id("interrupt_id", id)
+                .map_err(|_| bad(format!("`resume[{i}].interrupt_id` is not a valid id")))?,
+            _ => return Err(bad(format!("`resume[{i}].interrupt_id` must be a string"))),
+        };
+        if answers.iter().any(|(seen, _)| *seen == id) {
+            return Err(bad(format!("interrupt `{id}` is answered twice")));
+        }
+        let message = match entry.remove("message") {
+            None | Some(serde_json::Value::Null) => None,
+            Some(serde_json::Value::String(m)) if m.chars().count() <= max_chars => Some(m),
+            Some(serde_json::Value::String(_)) => {
+                return Err(bad(format!("`resume[{i}].message` is longer than {max_chars} characters")));
+            }
+            Some(_) => return Err(bad(format!("`resume[{i}].message` must be a string"))),
+        };
+        let arguments = match entry.remove("arguments") {
+            None | Some(serde_json::Value::Null) => None,
+            Some(serde_json::Value::Object(map)) => Some(map),
+            Some(_) => return Err(bad(format!("`resume[{i}].arguments` must be an object"))),
+        };
+        let decision = match entry.remove("decision").as_ref().and_then(|d| d.as_str()) {
+            Some("approve") if message.is_none() => Decision::Approve { arguments },
+            Some("reject") if arguments.is_none() => Decision::Reject { message },
+            Some("approve") => return Err(bad(format!("`resume[{i}].message` goes with a rejection"))),
+            Some("reject") => return Err(bad(format!("`resume[{i}].arguments` go with an approval"))),
+            _ => return Err(bad(format!("`resume[{i}].decision` must be \"approve\" or \"reject\""))),
+        };
+        answers.push((id, decision));
+    }
+    Ok(answers)
 }
 
 pub(super) fn body_too_large(limit: usize) -> ApiError {

@@ -504,7 +504,7 @@ impl Tool for McpTool {
                     Err(_) => break Err(ToolError::Timeout { tool: self.name.clone(), timeout: options.timeout }),
                 }
             };
-            yield Item::Done(ToolFinish { outcome, answer: None });
+            yield Item::Done(ToolFinish::of(outcome));
         };
         ToolRun { items: Box::pin(items) }
     }

@@ -426,6 +426,21 @@ pub fn decode_request(pk: &str, sk: &str, item: &Item) -> Result<String, StoreEr
     Ok(Reader { name: item_name(pk, sk), item }.s("turn_id")?.to_owned())
 }
 
+/// The approvals record item: its JSON body, version and `ttl` (Unix seconds).
+pub fn encode_approvals(body: &str, version: u64, ttl: u64) -> Item {
+    Item::from([
+        ("body".to_owned(), Attr::s(body)),
+        ("version".to_owned(), Attr::n(version)),
+        ("ttl".to_owned(), Attr::n(ttl)),
+    ])
+}
+
+/// Decodes an approvals record item into its version and body.
+pub fn decode_approvals(pk: &str, sk: &str, item: &Item) -> Result<(u64, String), StoreError> {
+    let r = Reader { name: item_name(pk, sk), item };
+    Ok((r.n("version")?, r.s("body")?.to_owned()))
+}
+
 /// The lease item: who holds it and until when (ms). Its `ttl` is an hour past the expiry, so
 /// DynamoDB deletes forgotten leases without ever deleting one a reader could still find held.
 pub fn encode_lease(holder: &str, expires_at: u64) -> Item {

@@ -318,6 +318,8 @@ pub fn request_sk(request_id: &str) -> String {
 
 /// The sort key of the episode item.
 pub const META_SK: &str = "META";
+/// The sort key of the episode's approvals record (`crate::approval`).
+pub const APPROVALS_SK: &str = "APPROVALS";
 /// Every message sort key starts with this.
 pub const MSG_PREFIX: &str = "MSG#";
 /// Every request-id marker sort key starts with this.
@@ -548,6 +550,22 @@ pub trait Store: Send + Sync {
 
     /// The episode's most recent logged turn (turn ids sort by creation time).
     async fn latest_turn(&self, key: &EpisodeKey) -> Result<Option<String>, StoreError>;
+
+    /// The episode's approvals record (`crate::approval::PendingApprovals`, as JSON) and its
+    /// version, or `None` (never written, or kept past its `keep_until`).
+    async fn approvals(&self, key: &EpisodeKey) -> Result<Option<(u64, String)>, StoreError>;
+
+    /// Writes the episode's approvals record if the stored version is still `expected` (0:
+    /// absent), keeping it until `keep_until_s` (Unix seconds), and returns the new version.
+    /// Otherwise [`StoreError::Conflict`]: another request wrote it in between (of two requests
+    /// claiming one record, exactly one succeeds).
+    async fn save_approvals(
+        &self,
+        key: &EpisodeKey,
+        body: &str,
+        expected: u64,
+        keep_until_s: u64,
+    ) -> Result<u64, StoreError>;
 
     /// Asks a running turn to stop: its producer sees `cancel_requested` in the record.
     /// Idempotent; says whether the turn had ended (a running turn past its deadline reads as

@@ -43,6 +43,11 @@ pub struct ToolContext {
     /// The call this context is for: set by the tool loop for each call, so that a tool
     /// streaming its own events (progress) names the caller and call id they belong to.
     pub call: CallRef,
+    /// The turn's approvals: where paused instances leave their state (docs/approvals.md).
+    pub approvals: crate::approval::TurnApprovals,
+    /// Set by a resumed turn for the call of an agent tool whose child paused: the child
+    /// instance to start again, under its own name, from its paused state.
+    pub resumes: Option<String>,
 }
 
 /// The tool call a [`ToolContext`] is for.
@@ -131,6 +136,16 @@ impl Instances {
         self.running.clone()
     }
 
+    /// Counts `instance` (`name[i]`) as taken, so the turn numbers its own instances of `name`
+    /// after it (a resumed turn keeps its paused instances' names).
+    pub fn reserve(&self, instance: &str) {
+        let Some((name, rest)) = instance.rsplit_once('[') else { return };
+        let Some(n) = rest.strip_suffix(']').and_then(|n| n.parse::<usize>().ok()) else { return };
+        let mut counts = self.counts.lock().expect("instances lock");
+        let count = counts.entry(name.to_owned()).or_default();
+        *count = (*count).max(n);
+    }
+
     /// The next instance name of agent `name`: `name[1]`, then `name[2]`, ...
     pub fn next(&self, name: &str) -> String {
         let mut counts = self.counts.lock().expect("instances lock");
@@ -214,6 +229,14 @@ pub enum ToolError {
     /// Two tools share a name.
     #[error("two tools are named `{0}`")]
     DuplicateName(String),
+    /// The call needs a person's approval, and no one can give it here (docs/approvals.md).
+    #[error("`{tool}` was not run: it needs a person's approval ({reason}), which cannot be asked for here")]
+    ApprovalRequired {
+        /// The tool.
+        tool: String,
+        /// Why it needs approval.
+        reason: String,
+    },
 }
 
 impl ToolError {
@@ -229,6 +252,7 @@ impl ToolError {
             ToolError::InvalidOutput { .. } => "invalid_agent_output",
             ToolError::InvalidSchema { .. } => "invalid_schema",
             ToolError::DuplicateName(_) => "duplicate_tool",
+            ToolError::ApprovalRequired { .. } => "approval_required",
         }
     }
 
@@ -259,6 +283,22 @@ pub trait Tool: Send + Sync + 'static {
         context: &'a ToolContext,
     ) -> BoxFuture<'a, Result<Value, ToolError>>;
 
+    /// Whether a child instance this tool started, paused as `paused`, can start again as the
+    /// configuration now stands with `decisions` (an agent tool asks its agent). Other tools
+    /// start no child: they cannot.
+    fn check_resume(
+        &self,
+        paused: &crate::approval::Suspension,
+        decisions: &crate::approval::Decisions,
+    ) -> Result<(), crate::approval::ResumeError> {
+        let _ = decisions;
+        Err(crate::approval::ResumeError::ConfigChanged(format!(
+            "`{}` no longer starts the agent `{}`",
+            self.name(),
+            paused.agent
+        )))
+    }
+
     /// Starts one call whose events stream while it runs (an agent tool streams its child
     /// instance's events); the tool loop never asks what kind of tool it runs.
     ///
@@ -269,7 +309,7 @@ pub trait Tool: Send + Sync + 'static {
                 Ok(outcome) => outcome,
                 Err(_) => Err(ToolError::Timeout { tool: self.name().to_owned(), timeout: options.timeout }),
             };
-            Item::Done(ToolFinish { outcome, answer: None })
+            Item::Done(ToolFinish::of(outcome))
         };
         ToolRun { items: Box::pin(futures::stream::once(run)) }
     }
@@ -303,7 +343,7 @@ pub struct ToolRun {
 impl ToolRun {
     /// A call that ended before it started.
     pub fn failed(error: ToolError) -> ToolRun {
-        let finish = ToolFinish { outcome: Err(error), answer: None };
+        let finish = ToolFinish::of(Err(error));
         ToolRun { items: Box::pin(futures::stream::iter([Item::Done(finish)])) }
     }
 }
@@ -316,6 +356,16 @@ pub struct ToolFinish {
     /// Set when the result is also the user's answer as is (an agent tool with
     /// `skip_summarization` whose child answered).
     pub answer: Option<DirectAnswer>,
+    /// Set when the call paused instead (an agent tool whose child waits for approvals): its
+    /// child's state; `outcome` is then not read.
+    pub paused: Option<Box<crate::approval::Suspension>>,
+}
+
+impl ToolFinish {
+    /// A call that ended with `outcome`.
+    pub fn of(outcome: Result<Value, ToolError>) -> ToolFinish {
+        ToolFinish { outcome, answer: None, paused: None }
+    }
 }
 
 /// A tool result that is the user's answer as is.

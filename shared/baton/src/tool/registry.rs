@@ -106,6 +106,11 @@ impl ToolRegistry {
         ToolRegistry { tools, by_name, specs: OnceLock::new() }
     }
 
+    /// The tool named `name`.
+    pub fn get(&self, name: &str) -> Option<&Arc<dyn Tool>> {
+        self.by_name.get(name).map(|&i| &self.tools[i].tool)
+    }
+
     /// Whether no tool is registered.
     pub fn is_empty(&self) -> bool {
         self.tools.is_empty()

@@ -194,6 +194,7 @@ fn made_up_completed(key: &EpisodeKey, turn_id: &str, status: Status) -> Arc<Log
         model: String::new(),
         duration_ms: 0,
         usage: Vec::new(),
+        interrupts: Box::default(),
     };
     Arc::new(LoggedEvent::of(0, &event))
 }

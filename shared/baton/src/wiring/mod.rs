@@ -19,7 +19,9 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::agent::{Agent, AgentRequest, LlmAgent, LoopLimits, MemoryResponseChains, ResponseChains};
+use crate::agent::{
+    Agent, AgentRequest, ApprovalPolicy, LlmAgent, LoopLimits, MemoryResponseChains, ResponseChains,
+};
 use crate::agent_tool::{AGENT_TOOL_PREFIX, AgentTool};
 use crate::config::agents::{AgentKind, AgentSpec, AgentsConfig, ModelApi, RoutingSpec};
 use crate::config::{Config, ConfigError, OPENAI_DEFAULT_BASE_URL};
@@ -324,10 +326,12 @@ impl<'a> Graph<'a> {
             tool_timeout: spec.tool_timeout_seconds.map_or(defaults.tool_timeout, Duration::from_secs_f64),
             ..defaults
         };
+        let approvals = approval_policy(agents, index, spec, &registry)?;
         let model = self.models.for_agent(spec);
         let mut agent =
             LlmAgent::new(spec.name.clone(), spec.instruction.clone(), model, Arc::new(registry), limits)
-                .with_mux(self.config.mux);
+                .with_mux(self.config.mux)
+                .with_approvals(Arc::new(approvals));
         if let Some(routing) = routing {
             agent = agent.with_policy(Arc::new(RoutingPolicy::new(routing)));
         }
@@ -343,6 +347,31 @@ impl<'a> Graph<'a> {
         }
         Ok(Arc::new(agent))
     }
+}
+
+/// The approval rules of agent `index` (`spec`), whose tools are `registry`: each names one of
+/// its tools, or the configuration's line is the error.
+fn approval_policy(
+    agents: &AgentsConfig,
+    index: usize,
+    spec: &AgentSpec,
+    registry: &ToolRegistry,
+) -> Result<ApprovalPolicy, ConfigError> {
+    let mut rules = std::collections::HashMap::new();
+    for (tool, rule) in &spec.needs_approval {
+        if registry.get(tool).is_none() {
+            return Err(agents.error(
+                Some(index),
+                "needs_approval",
+                format!("`{tool}` is not one of its tools; its tools: {}", registry.names().join(", ")),
+            ));
+        }
+        let rule = rule.rule(tool).map_err(|e| agents.error(Some(index), "needs_approval", e))?;
+        if let Some(rule) = rule {
+            rules.insert(tool.clone(), rule);
+        }
+    }
+    Ok(ApprovalPolicy::new(rules))
 }
 
 /// An agent under another name (an extension's agent answers to its entry's name).

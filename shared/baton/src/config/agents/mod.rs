@@ -263,6 +263,86 @@ pub struct AgentSpec {
     /// Its mini-agents, when it may fan a multi-part request out.
     #[serde(default)]
     pub mini_agent: Option<MiniAgentSpec>,
+    /// Its calls that need a person's approval, by tool name as its model calls them (a tool,
+    /// `agent__<name>`, `ask_<name>`, an MCP tool): `true`, or a rule (docs/approvals.md).
+    #[serde(default)]
+    pub needs_approval: std::collections::BTreeMap<String, ApprovalSpec>,
+}
+
+/// When calls of one tool need a person's approval.
+///
+/// ```yaml
+///     needs_approval:
+///       clip_offer: true                    # every call
+///       send_payment:
+///         when: {properties: {amount: {minimum: 100}}, required: [amount]}   # calls whose
+///                                           # arguments match this JSON Schema
+///         reason: Payments of 100 or more need a person.
+///         editable: [amount]                # fields the person may change before approving
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub enum ApprovalSpec {
+    /// `true`: every call; `false`: none (as if not listed).
+    Always(bool),
+    /// A rule.
+    Rule(ApprovalRuleSpec),
+}
+
+/// A rule of [`ApprovalSpec`].
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApprovalRuleSpec {
+    /// Only calls whose arguments match this JSON Schema need approval; all when absent.
+    #[serde(default)]
+    pub when: Option<serde_json::Value>,
+    /// Why, shown to the person.
+    #[serde(default)]
+    pub reason: Option<String>,
+    /// The argument fields the person may change before approving.
+    #[serde(default)]
+    pub editable: Vec<String>,
+}
+
+impl<'de> Deserialize<'de> for ApprovalSpec {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let value = serde_json::Value::deserialize(deserializer)?;
+        match value {
+            serde_json::Value::Bool(b) => Ok(ApprovalSpec::Always(b)),
+            serde_json::Value::Object(_) => serde_json::from_value(value)
+                .map(ApprovalSpec::Rule)
+                .map_err(|e| serde::de::Error::custom(format!("an approval rule: {e}"))),
+            _ => {
+                Err(serde::de::Error::custom("must be `true`, `false` or a rule `{when, reason, editable}`"))
+            }
+        }
+    }
+}
+
+impl ApprovalSpec {
+    /// The rule it means for tool `tool`, or `None` when calls need no approval; a `when`
+    /// schema that does not compile is the error.
+    pub fn rule(&self, tool: &str) -> Result<Option<crate::agent::ApprovalRule>, String> {
+        let default_reason = || format!("`{tool}` acts on the user's behalf");
+        match self {
+            ApprovalSpec::Always(false) => Ok(None),
+            ApprovalSpec::Always(true) => Ok(Some(crate::agent::ApprovalRule {
+                when: None,
+                reason: default_reason(),
+                editable: Vec::new(),
+            })),
+            ApprovalSpec::Rule(rule) => {
+                let when = match &rule.when {
+                    Some(schema) => {
+                        Some(Arc::new(JsonSchema::compile(schema).map_err(|e| format!("when: {e}"))?))
+                    }
+                    None => None,
+                };
+                let reason =
+                    rule.reason.clone().filter(|r| !r.trim().is_empty()).unwrap_or_else(default_reason);
+                Ok(Some(crate::agent::ApprovalRule { when, reason, editable: rule.editable.clone() }))
+            }
+        }
+    }
 }
 
 impl AgentSpec {

@@ -78,6 +78,23 @@ impl AgentsConfig {
         if let Some(schema) = &a.output_schema {
             JsonSchema::compile(schema).map_err(|e| self.error(Some(i), "output_schema", e))?;
         }
+        for (tool, spec) in &a.needs_approval {
+            if a.kind != AgentKind::Llm || a.remote.is_some() {
+                return err(
+                    "needs_approval",
+                    "only an `llm` agent that runs here holds calls for approval".into(),
+                );
+            }
+            spec.rule(tool).map_err(|e| self.error(Some(i), "needs_approval", format!("{tool}: {e}")))?;
+            if let ApprovalSpec::Rule(rule) = spec {
+                if let Some(bad) = rule.editable.iter().find(|f| f.is_empty() || f.contains(['.', '/'])) {
+                    return err(
+                        "needs_approval",
+                        format!("{tool}: editable `{bad}` must name a top-level argument"),
+                    );
+                }
+            }
+        }
         match &a.kind {
             AgentKind::Llm => {
                 if a.instruction.trim().is_empty() {

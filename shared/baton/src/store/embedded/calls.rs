@@ -6,9 +6,9 @@ use super::EmbeddedStore;
 use super::view::parse;
 use crate::store::item::{self};
 use crate::store::{
-    CancelOutcome, Clock, Episode, EpisodeKey, LeaseGrant, LoggedEvent, META_SK, MSG_PREFIX, MessageCursor,
-    Recorded, Store, StoreError, StoredMessage, TurnRecord, is_expired, lease_expiry, lease_sk, message_sk,
-    request_sk,
+    APPROVALS_SK, CancelOutcome, Clock, Episode, EpisodeKey, LeaseGrant, LoggedEvent, META_SK, MSG_PREFIX,
+    MessageCursor, Recorded, Store, StoreError, StoredMessage, TurnRecord, is_expired, lease_expiry,
+    lease_sk, message_sk, request_sk,
 };
 
 #[async_trait::async_trait]
@@ -135,6 +135,45 @@ impl Store for EmbeddedStore {
         }
         // One more than the page: whether it exists says whether there is an older page.
         Ok(MessageCursor::page(self.newest_messages(key, &below, limit + 1)?, limit))
+    }
+
+    async fn approvals(&self, key: &EpisodeKey) -> Result<Option<(u64, String)>, StoreError> {
+        let now = self.clock.now_ms();
+        let pk = key.pk();
+        self.read(|view| {
+            view.get(&pk, APPROVALS_SK, now)?
+                .map(|i| item::decode_approvals(&pk, APPROVALS_SK, &i))
+                .transpose()
+        })
+    }
+
+    async fn save_approvals(
+        &self,
+        key: &EpisodeKey,
+        body: &str,
+        expected: u64,
+        keep_until_s: u64,
+    ) -> Result<u64, StoreError> {
+        let now = self.clock.now_ms();
+        let pk = key.pk();
+        // Flushed: an approved call's recorded outcome must survive a crash (exactly once).
+        let (version, upto) = self.change(|view| {
+            let stored = view
+                .get(&pk, APPROVALS_SK, now)?
+                .map(|i| item::decode_approvals(&pk, APPROVALS_SK, &i))
+                .transpose()?
+                .map_or(0, |(v, _)| v);
+            if stored != expected {
+                return Err(StoreError::Conflict {
+                    key: item::item_name(&pk, APPROVALS_SK),
+                    reason: format!("expected version {expected}, found {stored}"),
+                });
+            }
+            view.put(&pk, APPROVALS_SK, &item::encode_approvals(body, expected + 1, keep_until_s));
+            Ok(expected + 1)
+        })?;
+        self.flush(upto).await?;
+        Ok(version)
     }
 
     async fn take_lease(
