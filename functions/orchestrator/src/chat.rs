@@ -5,7 +5,7 @@
 
 use std::io::BufRead;
 
-use baton::approval::{ApprovalStore, Decision, TurnApprovals};
+use baton::approval::{ApprovalStore, Decision};
 use baton::event::{Event, Interrupt, Status};
 use baton::history::History;
 use baton::orchestrator::{Orchestrator, TurnOptions, TurnRequest};
@@ -22,7 +22,7 @@ pub(crate) async fn run(
     chat: &cli::ChatArgs,
 ) -> std::process::ExitCode {
     let mut turn = chat.turn();
-    turn.approvals = TurnApprovals::pausing(approvals.ttl());
+    turn.approvals = approvals.pausing();
     let mut out = render::Renderer::new(std::io::stdout().lock(), chat.raw);
     loop {
         let (episode, user) = (turn.episode_id.clone(), turn.user_id.clone());

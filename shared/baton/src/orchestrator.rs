@@ -270,6 +270,9 @@ impl Orchestrator {
         let mut tally = Tally::new(self.clone(), &turn, span.clone());
         let events = Box::pin(async_stream::stream! {
             let mut reply = reply;
+            // A resumed turn dropped before its end (the client left, `on_disconnect: cancel`)
+            // releases its claim, so the answers can be sent again at once.
+            let mut claim = ClaimGuard(approvals.claimed().cloned());
             tally.started = Instant::now();
             yield Event::Thinking { episode_id: tally.episode_id.clone(), turn_id: tally.turn_id.clone() };
             tally.first_byte = tally.received.elapsed();
@@ -324,6 +327,7 @@ impl Orchestrator {
             }
             let mut status = tally.status;
             let mut interrupts = Vec::new();
+            claim.0 = None;
             match (approvals.take_paused(&tally.entry), approvals.claimed(), &store, &key) {
                 (paused, claimed, Some(store), Ok(key)) if paused.is_some() || claimed.is_some() => {
                     if let Some(paused) = &paused {
@@ -375,6 +379,22 @@ impl Orchestrator {
             yield tally.close(status, interrupts);
         });
         crate::telemetry::trace::traced(span, events)
+    }
+}
+
+/// A resumed turn's claim, released in the background if the turn is dropped before its end.
+struct ClaimGuard(Option<crate::approval::ClaimedResume>);
+
+impl Drop for ClaimGuard {
+    fn drop(&mut self) {
+        let (Some(claimed), Ok(runtime)) = (self.0.take(), tokio::runtime::Handle::try_current()) else {
+            return;
+        };
+        runtime.spawn(async move {
+            if let Err(e) = claimed.release().await {
+                tracing::warn!(error = %e, "a dropped resume's claim was not released; it lapses");
+            }
+        });
     }
 }
 

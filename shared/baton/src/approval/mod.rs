@@ -29,6 +29,7 @@ pub use record::{ApprovalStore, ClaimedResume, PendingApprovals, ResumeError, su
 
 use crate::event::Interrupt;
 use crate::model::{Message, ToolCall};
+use crate::store::Store;
 
 /// How long an interrupt waits for its answer unless configured otherwise.
 pub const DEFAULT_APPROVAL_TTL: Duration = Duration::from_secs(24 * 3600);
@@ -189,6 +190,8 @@ pub struct TurnApprovals {
 struct Inner {
     mode: Mode,
     ttl: Duration,
+    /// Whose clock interrupts expire by.
+    store: Option<Arc<dyn Store>>,
     paused: Mutex<HashMap<String, Suspension>>,
     /// Each child instance's caller, for the path an interrupt names.
     parents: Mutex<HashMap<String, String>>,
@@ -205,23 +208,26 @@ impl std::fmt::Debug for TurnApprovals {
 }
 
 impl TurnApprovals {
-    /// A turn that pauses for approvals, whose interrupts expire after `ttl`.
-    pub fn pausing(ttl: Duration) -> TurnApprovals {
-        TurnApprovals::with(Mode::Pause, ttl, None, HashMap::new())
+    /// A turn that pauses for approvals kept in `store`, whose interrupts expire after `ttl`
+    /// by the store's clock ([`ApprovalStore::pausing`]).
+    pub(crate) fn pausing(ttl: Duration, store: Arc<dyn Store>) -> TurnApprovals {
+        TurnApprovals::with(Mode::Pause, ttl, Some(store), None, HashMap::new())
     }
 
-    /// A turn that resumes `claimed` (see [`ApprovalStore::claim`]).
-    pub fn resuming(
+    /// A turn that resumes `claimed` with `decisions` ([`ApprovalStore::resume`]).
+    pub(crate) fn resuming(
         ttl: Duration,
+        store: Arc<dyn Store>,
         claimed: ClaimedResume,
-        decisions: HashMap<String, Decision>,
+        decisions: Decisions,
     ) -> TurnApprovals {
-        TurnApprovals::with(Mode::Pause, ttl, Some(claimed), decisions)
+        TurnApprovals::with(Mode::Pause, ttl, Some(store), Some(claimed), decisions)
     }
 
     fn with(
         mode: Mode,
         ttl: Duration,
+        store: Option<Arc<dyn Store>>,
         outcomes: Option<ClaimedResume>,
         decisions: HashMap<String, Decision>,
     ) -> TurnApprovals {
@@ -249,6 +255,7 @@ impl TurnApprovals {
             inner: Some(Arc::new(Inner {
                 mode,
                 ttl,
+                store,
                 paused: Mutex::default(),
                 parents: Mutex::new(parents),
                 resume,
@@ -263,12 +270,14 @@ impl TurnApprovals {
         self.inner.as_ref().map_or(Mode::Refuse, |i| i.mode)
     }
 
-    /// When an interrupt raised now expires (Unix seconds).
+    /// When an interrupt raised now expires (Unix seconds, by the store's clock).
     pub fn expires_at(&self) -> u64 {
         let ttl = self.inner.as_ref().map_or(DEFAULT_APPROVAL_TTL, |i| i.ttl);
-        let now =
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
-        now.saturating_add(ttl.as_secs())
+        let now_ms = match self.inner.as_ref().and_then(|i| i.store.as_ref()) {
+            Some(store) => store.clock().now_ms(),
+            None => crate::store::epoch_ms(std::time::SystemTime::now()),
+        };
+        (now_ms / 1000).saturating_add(ttl.as_secs())
     }
 
     /// Instance `child` was started by `parent`.

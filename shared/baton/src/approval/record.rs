@@ -120,6 +120,11 @@ impl ApprovalStore {
         self.ttl
     }
 
+    /// A new turn's approvals: it pauses for them, kept here.
+    pub fn pausing(&self) -> super::TurnApprovals {
+        super::TurnApprovals::pausing(self.ttl, self.store.clone())
+    }
+
     fn now_ms(&self) -> u64 {
         self.store.clock().now_ms()
     }
@@ -279,7 +284,7 @@ impl ApprovalStore {
             }
             return Err(e);
         }
-        Ok(super::TurnApprovals::resuming(self.ttl, claimed, decisions))
+        Ok(super::TurnApprovals::resuming(self.ttl, self.store.clone(), claimed, decisions))
     }
 }
 

@@ -389,7 +389,7 @@ impl ChatService {
             );
         }
         turn.approvals = match resume {
-            None => TurnApprovals::pausing(self.approvals.ttl()),
+            None => self.approvals.pausing(),
             Some(answers) => match self.claim_resume(&turn, answers, deadline).await {
                 Ok(approvals) => approvals,
                 Err(e) => return e.into_response(),
