@@ -32,10 +32,13 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use tower_http::cors::{AllowOrigin, CorsLayer};
 
+mod agui;
+mod ai_sdk;
 mod messages;
 mod request;
 mod sse;
 mod turns;
+mod wire;
 
 pub use messages::{DEFAULT_PAGE_MESSAGES, MAX_PAGE_MESSAGES};
 pub use request::{ApiError, Caller, ValidRequest};
@@ -364,6 +367,18 @@ impl ChatService {
         body: &[u8],
         deadline: Option<tokio::time::Instant>,
     ) -> Response {
+        self.respond_with(caller, headers, body, deadline, Box::new(wire::BatonSse)).await
+    }
+
+    /// [`ChatService::respond`], the turn's events going out through `wire`.
+    async fn respond_with(
+        &self,
+        caller: &Caller,
+        headers: &HeaderMap,
+        body: &[u8],
+        deadline: Option<tokio::time::Instant>,
+        wire: Box<dyn wire::Wire>,
+    ) -> Response {
         let turn_deadline = tokio::time::Instant::now() + self.endpoint.turn_deadline;
         let deadline = deadline.map_or(turn_deadline, |d| d.min(turn_deadline));
         let ValidRequest { mut turn, request_id, on_disconnect, resume } =
@@ -386,6 +401,7 @@ impl ChatService {
                 turn_id,
                 crate::turn::Cursor { after: 0 },
                 Some(deadline),
+                wire,
             );
         }
         turn.approvals = match resume {
@@ -426,7 +442,7 @@ impl ChatService {
         });
         let policy = on_disconnect.unwrap_or(self.on_disconnect);
         let recorded = crate::turn::record(events, registered, writer, policy, self.turn_log.end_timeout);
-        sse_response(&episode_id, turn_id, recorded, self.heartbeat)
+        wire.response(&episode_id, turn_id, Box::pin(recorded), self.heartbeat)
     }
 }
 
@@ -477,21 +493,29 @@ fn sse_response(
 }
 
 async fn chat(State(service): State<Arc<ChatService>>, headers: HeaderMap, body: Body) -> Response {
-    let caller = match service.caller_from_headers(&headers) {
-        Ok(caller) => caller,
-        Err(e) => return e.into_response(),
-    };
+    match read_request(&service, &headers, body).await {
+        Ok((caller, bytes)) => service.respond(&caller, &headers, &bytes, None).await,
+        Err(response) => response,
+    }
+}
+
+/// The caller and the body of a request that starts a turn (`/chat` and the protocol
+/// endpoints), read within the body's size and time limits; or the error response.
+async fn read_request(
+    service: &ChatService,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<(Caller, Bytes), Response> {
+    let caller = service.caller_from_headers(headers).map_err(IntoResponse::into_response)?;
     let limit = service.limits.max_body_bytes;
     let declared = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<usize>().ok());
     if declared.is_some_and(|n| n > limit) {
-        return body_too_large(limit).into_response();
+        return Err(body_too_large(limit).into_response());
     }
-    if let Err(e) = require_json(&headers) {
-        return e.into_response();
-    }
+    require_json(headers).map_err(IntoResponse::into_response)?;
     // A total bound on the body, not an idle one: a client trickling a byte now and then would
     // reset any per-read timer forever. hyper closes the connection after this answer, since
     // the rest of the body was not read.
@@ -500,20 +524,20 @@ async fn chat(State(service): State<Arc<ChatService>>, headers: HeaderMap, body:
         Ok(read) => read,
         Err(_) => {
             tracing::info!(timeout_ms = timeout.as_millis() as u64, "request body too slow");
-            return ApiError::new(
+            return Err(ApiError::new(
                 StatusCode::REQUEST_TIMEOUT,
                 "body_timeout",
                 format!("the request body did not arrive within {} ms", timeout.as_millis()),
             )
-            .into_response();
+            .into_response());
         }
     };
     match read {
-        Ok(bytes) => service.respond(&caller, &headers, &bytes, None).await,
+        Ok(bytes) => Ok((caller, bytes)),
         Err(e) => {
             let too_large = std::iter::successors(Some(&e as &dyn std::error::Error), |e| e.source())
                 .any(|e| e.is::<http_body_util::LengthLimitError>());
-            if too_large {
+            Err(if too_large {
                 body_too_large(limit).into_response()
             } else {
                 ApiError::new(
@@ -522,7 +546,7 @@ async fn chat(State(service): State<Arc<ChatService>>, headers: HeaderMap, body:
                     format!("could not read the body: {e}"),
                 )
                 .into_response()
-            }
+            })
         }
     }
 }
@@ -604,7 +628,9 @@ async fn method_not_allowed() -> ApiError {
 /// `GET /chat/{episode_id}/messages` (the conversation, [`ChatService::messages`]), a turn's
 /// events resumed (`GET /chat/{episode_id}/events`, `GET /chat/{episode_id}/turns/{turn_id}/events`:
 /// [`ChatService::turn_events`]) and its stop (`POST …/turns/{turn_id}/cancel`:
-/// [`ChatService::cancel_turn`]), `GET /health`, and the chat page
+/// [`ChatService::cancel_turn`]), the front-end protocols (`POST /agui`:
+/// [`ChatService::respond_agui`]; `POST /ai-sdk` and `GET /ai-sdk/{chat_id}/stream`:
+/// [`ChatService::respond_ai_sdk`], [`ChatService::ai_sdk_stream`]), `GET /health`, and the chat page
 /// ([`crate::web`]) at `GET /`; behind the service's CORS policy when it allows origins.
 pub fn app(service: Arc<ChatService>) -> Router {
     let cors = service.cors();
@@ -616,6 +642,9 @@ pub fn app(service: Arc<ChatService>) -> Router {
         .route("/chat/{episode_id}/events", get(turns::events_route))
         .route("/chat/{episode_id}/turns/{turn_id}/events", get(turns::turn_events_route))
         .route("/chat/{episode_id}/turns/{turn_id}/cancel", post(turns::cancel_route))
+        .route("/agui", post(agui::route))
+        .route("/ai-sdk", post(ai_sdk::route))
+        .route("/ai-sdk/{chat_id}/stream", get(ai_sdk::stream_route))
         .route("/health", get(health))
         .merge(crate::web::routes())
         .fallback(not_found)

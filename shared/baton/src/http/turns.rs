@@ -21,7 +21,8 @@ use axum::http::{HeaderMap, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 
 use super::request::{checked_id, query_params, user_of};
-use super::{ApiError, Caller, ChatService, sse_response};
+use super::wire::{BatonSse, Wire};
+use super::{ApiError, Caller, ChatService};
 use crate::event::Status;
 use crate::store::{CancelOutcome, EpisodeKey, TurnStatus};
 use crate::turn::{Cursor, LiveTurn, follow};
@@ -133,10 +134,10 @@ impl ChatService {
                 "the last event id names event {after}, but the turn has {last_seq} events so far"
             )));
         }
-        Ok(self.follow_response(key, live, turn_id, Cursor { after }, deadline))
+        Ok(self.follow_response(key, live, turn_id, Cursor { after }, deadline, Box::new(BatonSse)))
     }
 
-    /// The SSE response of `key`'s turn `turn_id` after `cursor` (`live`: the turn, when this
+    /// The response (through `wire`) of `key`'s turn `turn_id` after `cursor` (`live`: the turn, when this
     /// process runs it), until its `completed`, or until `deadline` (a Lambda invocation's) or
     /// the endpoint's turn limit, whichever is first: what a resume and a retried request get.
     pub(super) fn follow_response(
@@ -146,13 +147,14 @@ impl ChatService {
         turn_id: String,
         cursor: Cursor,
         deadline: Option<tokio::time::Instant>,
+        wire: Box<dyn Wire>,
     ) -> Response {
         let turn_deadline = tokio::time::Instant::now() + self.endpoint.turn_deadline;
         let until = deadline.map_or(turn_deadline, |d| d.min(turn_deadline));
         let episode = key.episode_id().to_owned();
         let store = self.history.store().clone();
         let events = follow(store, live, key, turn_id.clone(), cursor, self.turn_log.resume, until);
-        sse_response(&episode, turn_id, events, self.heartbeat)
+        wire.response(&episode, turn_id, Box::pin(events), self.heartbeat)
     }
 
     /// The episode's latest turn: the newest this process runs or the store has logged (turn
