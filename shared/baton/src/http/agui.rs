@@ -384,13 +384,11 @@ impl Translate for AguiRun {
                 self.step_finished(&format!("{parent}/{mini_id}"), json!(event), out);
             }
             Event::ApprovalRequired(interrupt) => {
-                self.tool_call(
-                    &interrupt.agent,
-                    &interrupt.call_id,
-                    &interrupt.tool,
-                    &interrupt.arguments,
-                    out,
-                );
+                // The held call has started (`tool_call_start`) unless a producer skipped it.
+                let (agent, call_id) = (&interrupt.agent, &interrupt.call_id);
+                if self.parts.started_call(agent, call_id).is_none() {
+                    self.tool_call(agent, call_id, &interrupt.tool, &interrupt.arguments, out);
+                }
                 out.push(custom(event));
             }
             Event::Error { code, message, .. } => {

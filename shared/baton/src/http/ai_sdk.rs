@@ -215,23 +215,16 @@ impl AiSdkTurn {
         }
     }
 
-    fn tool_input(
-        &mut self,
-        agent: &str,
-        call_id: &str,
-        name: &str,
-        input: &Value,
-        executed: bool,
-    ) -> Vec<Value> {
+    fn tool_input(&mut self, agent: &str, call_id: &str, name: &str, input: &Value) -> Vec<Value> {
         let mut out = Vec::new();
         Self::close(self.parts.close(agent), &mut out);
         let id = self.parts.start_call(agent, call_id);
         let meta = json!({"baton": {"agent": agent}});
         out.push(json!({"type": "tool-input-start", "toolCallId": id, "toolName": name, "dynamic": true,
-                         "providerExecuted": executed, "providerMetadata": meta}));
+                         "providerExecuted": true, "providerMetadata": meta}));
         out.push(json!({"type": "tool-input-delta", "toolCallId": id, "inputTextDelta": input.to_string()}));
         out.push(json!({"type": "tool-input-available", "toolCallId": id, "toolName": name, "input": input,
-                         "dynamic": true, "providerExecuted": executed, "providerMetadata": meta}));
+                         "dynamic": true, "providerExecuted": true, "providerMetadata": meta}));
         out
     }
 }
@@ -284,7 +277,7 @@ impl Translate for AiSdkTurn {
                 out.push(json!({"type": format!("{kind}-delta"), "id": id, "delta": text}));
             }
             Event::ToolCallStart { agent, call_id, name, arguments } => {
-                out.extend(self.tool_input(agent, call_id, name, arguments, true));
+                out.extend(self.tool_input(agent, call_id, name, arguments));
             }
             Event::ToolResult { agent, call_id, result, is_error, .. } => {
                 let id = self.parts.call(agent, call_id);
@@ -302,7 +295,10 @@ impl Translate for AiSdkTurn {
             }
             Event::ApprovalRequired(interrupt) => {
                 let (agent, call_id) = (&interrupt.agent, &interrupt.call_id);
-                out.extend(self.tool_input(agent, call_id, &interrupt.tool, &interrupt.arguments, false));
+                // The held call has started (`tool_call_start`) unless a producer skipped it.
+                if self.parts.started_call(agent, call_id).is_none() {
+                    out.extend(self.tool_input(agent, call_id, &interrupt.tool, &interrupt.arguments));
+                }
                 let id = self.parts.call(agent, call_id);
                 out.push(json!({"type": "tool-approval-request", "approvalId": interrupt.interrupt_id,
                                 "toolCallId": id, "reason": interrupt.reason}));

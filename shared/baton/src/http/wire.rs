@@ -245,6 +245,11 @@ impl OpenParts {
         id
     }
 
+    /// The protocol id of `agent`'s tool call `call_id`, if it started in this turn.
+    pub(crate) fn started_call(&self, agent: &str, call_id: &str) -> Option<String> {
+        self.calls.get(&(agent.to_owned(), call_id.to_owned())).cloned()
+    }
+
     /// The protocol id of `agent`'s tool call `call_id` (minted now if it never started).
     pub(crate) fn call(&mut self, agent: &str, call_id: &str) -> String {
         match self.calls.get(&(agent.to_owned(), call_id.to_owned())) {
