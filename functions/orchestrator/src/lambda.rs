@@ -115,8 +115,8 @@ async fn handle(service: &ChatService, auth_is_iam: bool, request: Request) -> a
         Err(e) => return e.into_response(),
     };
     let deadline = request.lambda_context_ref().map(|c| deadline_instant(c.deadline, now_ms()));
-    // The conversation's routes (a rating, the messages, a turn rejoined or stopped); every other
-    // request is a chat turn.
+    // The conversation's routes (a rating, the messages, a turn rejoined or stopped) and the
+    // front-end protocols' (AG-UI, the AI SDK); every other request is a chat turn.
     if let Some(route) = Route::of(request.uri().path()) {
         let method = request.method().clone();
         if method != route.method() {
@@ -133,6 +133,9 @@ async fn handle(service: &ChatService, auth_is_iam: bool, request: Request) -> a
                 service.turn_events(&caller, episode, turn, headers, uri, deadline).await
             }
             Route::Cancel(episode, turn) => service.cancel_turn(&caller, episode, turn, headers).await,
+            Route::Agui => service.respond_agui(&caller, headers, body.as_ref(), deadline).await,
+            Route::AiSdk => service.respond_ai_sdk(&caller, headers, body.as_ref(), deadline).await,
+            Route::AiSdkStream(chat) => service.ai_sdk_stream(&caller, chat, headers, deadline).await,
         };
     }
     // The invocation's X-Ray trace is the turn's parent unless the caller sent its own.
@@ -146,8 +149,8 @@ async fn handle(service: &ChatService, auth_is_iam: bool, request: Request) -> a
     service.respond(&caller, &parts.headers, body.as_ref(), deadline).await
 }
 
-/// A request to one of the conversation's routes (any stage prefix before `chat/`), rather than
-/// a chat turn.
+/// A request to one of the conversation's routes (any stage prefix before `chat/`) or of the
+/// front-end protocols (`agui`, `ai-sdk`), rather than a chat turn.
 #[derive(Debug, PartialEq, Eq)]
 enum Route {
     /// `POST …/chat/{episode_id}/csat`: a rating of an answer.
@@ -159,12 +162,24 @@ enum Route {
     Events(String, Option<String>),
     /// `POST …/chat/{episode_id}/turns/{turn_id}/cancel`: a running turn stopped.
     Cancel(String, String),
+    /// `POST …/agui`: an AG-UI run.
+    Agui,
+    /// `POST …/ai-sdk`: a `useChat` request.
+    AiSdk,
+    /// `GET …/ai-sdk/{chat_id}/stream`: the chat's running turn rejoined.
+    AiSdkStream(String),
 }
 
 impl Route {
     /// The route `path` names, if any.
     fn of(path: &str) -> Option<Route> {
         let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+        match segments.as_slice() {
+            [.., "agui"] => return Some(Route::Agui),
+            [.., "ai-sdk"] => return Some(Route::AiSdk),
+            [.., "ai-sdk", chat, "stream"] => return Some(Route::AiSdkStream((*chat).to_owned())),
+            _ => {}
+        }
         let tail = |n: usize| -> Option<&[&str]> {
             let at = segments.len().checked_sub(n + 1)?;
             (segments[at] == "chat").then(|| &segments[at + 1..])
@@ -188,8 +203,8 @@ impl Route {
     /// The one method it serves.
     fn method(&self) -> axum::http::Method {
         match self {
-            Route::Csat(_) | Route::Cancel(..) => axum::http::Method::POST,
-            Route::Messages(_) | Route::Events(..) => axum::http::Method::GET,
+            Route::Csat(_) | Route::Cancel(..) | Route::Agui | Route::AiSdk => axum::http::Method::POST,
+            Route::Messages(_) | Route::Events(..) | Route::AiSdkStream(_) => axum::http::Method::GET,
         }
     }
 }
@@ -365,6 +380,10 @@ mod tests {
         assert_eq!(Route::of("/chat"), None);
         assert_eq!(Route::of("/"), None);
         assert_eq!(Route::of("/chat/csat"), None, "no episode");
+        assert_eq!(Route::of("/prod/agui"), Some(Route::Agui));
+        assert_eq!(Route::of("/ai-sdk"), Some(Route::AiSdk));
+        assert_eq!(Route::of("/prod/ai-sdk/chat-1/stream"), Some(Route::AiSdkStream("chat-1".into())));
+        assert_eq!(Route::of("/ai-sdk/chat-1"), None);
     }
 
     #[tokio::test(start_paused = true)]
