@@ -4,12 +4,12 @@
 //
 // usage: node agui_client.mjs <base-url> '<plan JSON>'
 // plan: {"threadId", "runs": [{"message"?, "runId"?, "resume"?, "abortAfter"?: "<EVENT_TYPE>",
-//        "tools"?, "extraMessages"?: [..]}], "user"?: "<x-baton-user>"}
+//        "tools"?, "extraMessages"?: [..]}], "user"?: "<x-baton-user>", "headers"?: {..}}
 import { HttpAgent } from "@ag-ui/client";
 
 const [base, planJson] = process.argv.slice(2);
 const plan = JSON.parse(planJson);
-const headers = plan.user ? { "x-baton-user": plan.user } : {};
+const headers = { ...(plan.headers ?? {}), ...(plan.user ? { "x-baton-user": plan.user } : {}) };
 const agent = new HttpAgent({ url: `${base}/agui`, headers, threadId: plan.threadId });
 
 const runs = [];

@@ -5,12 +5,12 @@
 //
 // usage: node ai_sdk_client.mjs <base-url> '<plan JSON>'
 // plan: {"chatId", "requests": [{"message"?, "reconnect"?: true, "abortAfter"?: "<part type>",
-//        "trigger"?, "messages"?: [..] (sent as they are)}], "user"?}
+//        "trigger"?, "messages"?: [..] (sent as they are)}], "user"?, "headers"?}
 import { DefaultChatTransport, readUIMessageStream } from "ai";
 
 const [base, planJson] = process.argv.slice(2);
 const plan = JSON.parse(planJson);
-const headers = plan.user ? { "x-baton-user": plan.user } : {};
+const headers = { ...(plan.headers ?? {}), ...(plan.user ? { "x-baton-user": plan.user } : {}) };
 const transport = new DefaultChatTransport({ api: `${base}/ai-sdk`, headers });
 
 let messages = [];

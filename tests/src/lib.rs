@@ -10,6 +10,7 @@
 //! - [`counting`]: a store that counts the calls made to another, by method.
 //! - [`otlp`]: a real OTLP/HTTP trace receiver on loopback.
 //! - [`process`]: `orchestrator serve` as a child process, for the benchmarks.
+//! - [`protocols`]: the AG-UI and AI SDK official clients, run by node against a Baton URL.
 //!
 //! One binary: `relay` (`src/bin/relay.rs`), the floor the latency benchmark holds `serve`'s CPU
 //! against.
@@ -20,6 +21,7 @@ pub mod fault_proxy;
 pub mod logs;
 pub mod otlp;
 pub mod process;
+pub mod protocols;
 pub mod stores;
 
 use std::sync::Arc;

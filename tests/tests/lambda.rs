@@ -481,6 +481,54 @@ async fn a_turn_is_rejoined_and_stopped_from_another_instance() {
     assert!(record.cancel_requested);
 }
 
+/// The front-end protocols through the Function URL: AG-UI's `HttpAgent` and the AI SDK's
+/// transport and reader (tests/protocols) read a turn from `POST /agui` and `POST /ai-sdk`, and
+/// the AI SDK's resume URL answers 204 once no turn runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "run by scripts/test.sh outside cargo's build lock"]
+async fn the_protocol_endpoints_serve_their_official_clients() {
+    use baton_tests::protocols::{agui, agui_answers, ai_sdk, ai_sdk_answers};
+    let (table_name, _store) = table("protocols").await;
+    let server = ScriptedServer::start().await.unwrap();
+    server.set_default(ORCH, Reply::text("Hello from Lambda."));
+    let watch = Watch::start(|_| {
+        let mut env = models(&server);
+        env.push(("BATON_TABLE", table_name.clone()));
+        env.push(("AWS_ENDPOINT_URL_DYNAMODB", required_env("AWS_ENDPOINT_URL_DYNAMODB")));
+        env.push(("BATON_AUTH", "jwt".into()));
+        env.push(("BATON_JWT_HS256_SECRET", SECRET.into()));
+        env
+    });
+    watch.ready().await;
+    let url = watch.url("orchestrator");
+    let base = url.trim_end_matches('/');
+    let headers = json!({"authorization": format!("Bearer {}", jwt("alice"))});
+    let answer = vec![("orchestrator".to_owned(), "Hello from Lambda.".to_owned())];
+
+    let runs =
+        agui(base, json!({"threadId": "th-lambda", "headers": headers, "runs": [{"message": "hi"}]})).await;
+    assert!(runs[0]["error"].is_null(), "{}", runs[0]["error"]);
+    assert_eq!(runs[0]["outcome"], "success");
+    assert_eq!(agui_answers(&runs[0]), answer);
+
+    let plan = json!({"chatId": "chat-lambda", "headers": headers, "requests": [{"message": "hi"}, {"reconnect": true}]});
+    let requests = ai_sdk(base, plan).await;
+    assert!(requests[0]["error"].is_null() && requests[0]["streamError"].is_null(), "{}", requests[0]);
+    assert_eq!(ai_sdk_answers(&requests[0]), answer);
+    assert_eq!(requests[0]["message"]["metadata"]["status"], "ok");
+    assert!(requests[1]["empty"].as_bool().unwrap(), "no turn runs: 204 {}", requests[1]);
+
+    let refused = reqwest::Client::new()
+        .post(format!("{url}agui"))
+        .bearer_auth(jwt("alice"))
+        .json(&json!({"threadId": "th-lambda", "runId": "r", "messages": []}))
+        .timeout(Duration::from_secs(600))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 400);
+}
+
 /// The X-Ray trace (`Root`, `Parent`) the emulator gave an invocation, as a trace id and span id:
 /// its `invoke request` span, which `--print-traces` writes to stdout.
 fn emulator_invocations(stdout: &str) -> Vec<(String, String)> {

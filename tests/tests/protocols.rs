@@ -7,11 +7,11 @@
 //!
 //! scripts/test.sh installs the pinned npm packages into tests/protocols/node_modules.
 
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use baton::model::scripted::{Reply, ScriptedServer};
 use baton_reference::support::scripted::{ForethoughtServer, FtReply};
+use baton_tests::protocols::{agui, agui_answers, ai_sdk, ai_sdk_answers};
 use baton_tests::{
     ASK_SHOPPING, ASK_SUPPORT, Deployment, Endpoint, ORCH, SHOP, scripted_config,
     scripted_config_with_forethought, start_endpoint,
@@ -21,76 +21,12 @@ use serde_json::{Value, json};
 const SUPPORT_TEXT: &str = "Receipts scan best in good light. I have re-queued yours for review.";
 const SHOP_TEXT: &str = "Here are three coffee deals: 2x points on Brand A, $1 off Brand B.";
 
-fn clients_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("protocols")
-}
-
-/// Runs `script` with `plan` against `url` and returns what it printed.
-async fn run_client(script: &str, url: &str, plan: Value) -> Value {
-    let dir = clients_dir();
-    let installed = dir.join("node_modules/@ag-ui/client");
-    assert!(
-        installed.exists(),
-        "{} is missing: run scripts/test.sh (npm ci in tests/protocols)",
-        installed.display()
-    );
-    let run = tokio::process::Command::new("node")
-        .arg(dir.join(script))
-        .arg(url)
-        .arg(plan.to_string())
-        .current_dir(&dir)
-        .kill_on_drop(true)
-        .output();
-    let out = tokio::time::timeout(Duration::from_secs(60), run)
-        .await
-        .expect("the client ends")
-        .expect("node runs");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{script} failed: {stderr}");
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{script} printed no JSON ({e}): {stderr}"))
-}
-
-async fn agui(url: &str, plan: Value) -> Vec<Value> {
-    let out = run_client("agui_client.mjs", url, plan).await;
-    out["runs"].as_array().unwrap().clone()
-}
-
-async fn ai_sdk(url: &str, plan: Value) -> Vec<Value> {
-    let out = run_client("ai_sdk_client.mjs", url, plan).await;
-    out["requests"].as_array().unwrap().clone()
-}
-
 fn types(run: &Value) -> Vec<String> {
     run["events"].as_array().unwrap().iter().map(|e| e["type"].as_str().unwrap().to_owned()).collect()
 }
 
 fn events_of<'a>(run: &'a Value, kind: &str) -> Vec<&'a Value> {
     run["events"].as_array().unwrap().iter().filter(|e| e["type"] == kind).collect()
-}
-
-/// The assistant messages the AG-UI client assembled, as (name, content).
-fn agui_answers(run: &Value) -> Vec<(String, String)> {
-    run["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|m| m["role"] == "assistant" && m["content"].as_str().is_some_and(|c| !c.is_empty()))
-        .map(|m| (m["name"].as_str().unwrap_or("").to_owned(), m["content"].as_str().unwrap().to_owned()))
-        .collect()
-}
-
-/// The text parts of the UI message the AI SDK reader assembled, as (agent, text).
-fn ai_sdk_answers(request: &Value) -> Vec<(String, String)> {
-    request["message"]["parts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|p| p["type"] == "text")
-        .map(|p| {
-            let agent = p["providerMetadata"]["baton"]["agent"].as_str().unwrap_or("").to_owned();
-            (agent, p["text"].as_str().unwrap().to_owned())
-        })
-        .collect()
 }
 
 fn assert_clean_agui(run: &Value) {
