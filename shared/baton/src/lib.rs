@@ -15,7 +15,9 @@
 //! finds none outside the tests): a deployment's own tools and agent kinds come in through
 //! [`wiring::Extension`] (the reference deployment is the `baton-reference` crate).
 //! - [`http`]: the chat endpoint, shared by `serve` and the Lambda (room: `request`, the checks
-//!   and JSON errors; `sse`, the SSE body; `messages`, a conversation read back a page at a time).
+//!   and JSON errors; `sse`, the SSE body; `messages`, a conversation read back a page at a time;
+//!   `wire`, how a turn's events go out; `agui` and `ai_sdk`, the AG-UI and AI SDK endpoints, each
+//!   a translation of the same events).
 //! - [`turn`]: durable turns: a turn's events numbered, kept in memory and logged in the store
 //!   as they stream, a turn that runs on when its client leaves, resume and stop from any
 //!   instance (room: `live`, the turns this process runs; `writer`, the log writer; `record`,
