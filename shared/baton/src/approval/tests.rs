@@ -442,3 +442,35 @@ fn edits_merge_over_the_model_arguments_and_rejections_read_plainly() {
     assert!(said["error"]["message"].as_str().unwrap().ends_with("they said: not now"));
     assert!(!rejected_result("clip", Some("   ")).to_string().contains("said"));
 }
+
+#[tokio::test]
+async fn a_resume_that_died_before_the_call_started_is_run_once_by_the_next() {
+    let (team, place) = (team(None), place());
+    let interrupt = paused(&team, &place).await;
+    let answers = vec![(interrupt.interrupt_id.clone(), Decision::Approve { arguments: None })];
+    // An attempt that claimed the record and died before the call (its claim lapsed at once).
+    place.approvals.claim(&place.key, &answers, "dead", 1).await.unwrap();
+    team.deals.push(Reply::text("Clipped."));
+    team.lead.push(Reply::text("Done."));
+    let events = resume(&team, &place, answers).await.unwrap();
+    assert_eq!(completed(&events).0, Status::Ok);
+    assert_eq!(team.clips.load(Ordering::SeqCst), 1, "run by the next attempt, once");
+}
+
+#[tokio::test]
+async fn a_resume_that_died_after_the_call_ended_reuses_its_recorded_result() {
+    let (team, place) = (team(None), place());
+    let interrupt = paused(&team, &place).await;
+    let answers = vec![(interrupt.interrupt_id.clone(), Decision::Approve { arguments: None })];
+    let first = place.approvals.claim(&place.key, &answers, "dead", 1).await.unwrap();
+    let recorded =
+        Outcome::Done { content: json!({"clipped": "o-1", "runs": 1}).to_string(), is_error: false };
+    first.record(&interrupt.interrupt_id, recorded).await.unwrap();
+    team.deals.push(Reply::text("Clipped."));
+    team.lead.push(Reply::text("Done."));
+    let events = resume(&team, &place, answers).await.unwrap();
+    assert_eq!(completed(&events).0, Status::Ok);
+    assert_eq!(team.clips.load(Ordering::SeqCst), 0, "not run again");
+    let seen = format!("{:?}", team.deals.requests().last().unwrap().messages);
+    assert!(seen.contains(r#"\"clipped\":\"o-1\""#), "the model read the recorded result: {seen}");
+}
