@@ -35,7 +35,33 @@ baton_tests::for_both_stores!(
     an_interrupt_answered_after_it_expired_is_gone,
     a_resume_after_the_tool_changed_is_refused_naming_it,
     a_new_message_answers_waiting_approvals_as_rejected,
+    a_routing_tool_that_needs_approval_pauses_the_routed_turn_and_its_answer_is_the_answer,
 );
+
+/// A routing entry agent whose routing tool `ask_billing` needs approval.
+const ROUTING: &str = "\
+entry: desk
+agents:
+  - name: desk
+    model: desk
+    instruction: Route the customer's requests.
+    agents: [billing, catalog]
+    routing:
+      fallback: catalog
+    needs_approval:
+      ask_billing:
+        reason: Billing questions open a case.
+  - name: billing
+    model: billing
+    description: Invoices and refunds.
+    instruction: Answer billing questions.
+    output: text_and_events
+  - name: catalog
+    model: catalog
+    description: Products and prices.
+    instruction: Answer product questions.
+    output: text_and_events
+";
 
 const TEAM: &str = "\
 entry: lead
@@ -470,4 +496,33 @@ async fn a_new_message_answers_waiting_approvals_as_rejected<H: StoreHarness>() 
     assert_eq!((got, code(&error)), (409, "interrupt_answered"));
     assert!(error["error"]["message"].as_str().unwrap().contains("dismissed"), "{error}");
     assert_eq!(s.clips(), 0);
+}
+
+async fn a_routing_tool_that_needs_approval_pauses_the_routed_turn_and_its_answer_is_the_answer<
+    H: StoreHarness,
+>() {
+    let s = Setup::<H>::start().await;
+    let desk = endpoint(&s.server, ROUTING, s.store.clone(), &s.tools).await;
+    let routed =
+        Reply::text("").tool_call("ask_billing", json!({"query": "where is my refund", "intent_count": 1}));
+    s.server.push("desk", routed);
+    let (_, events) =
+        post(&desk, "alice", json!({"message": "where is my refund", "episode_id": "e1"})).await;
+    let events = events.unwrap();
+    let Some(Event::Completed { status: Status::Interrupted, interrupts, .. }) = events.last() else {
+        panic!("{events:#?}")
+    };
+    assert_eq!((interrupts[0].tool.as_str(), interrupts[0].agent.as_str()), ("ask_billing", "desk"));
+    assert!(s.server.requests_for("billing").is_empty(), "the routed agent did not run");
+    s.server.push("billing", Reply::text("Your refund was sent on Monday."));
+    let (code, events) = post(&desk, "alice", approve(&interrupts[0].interrupt_id)).await;
+    assert_eq!(code, 200);
+    let events = events.unwrap();
+    assert_eq!(status(&events), Status::Ok, "{events:#?}");
+    assert_eq!(text(&events), "Your refund was sent on Monday.");
+    assert_eq!(
+        s.server.requests_for("desk").len(),
+        1,
+        "the routed answer is the answer: no second desk call"
+    );
 }
