@@ -36,6 +36,7 @@ baton_tests::for_both_stores!(
     a_resume_after_the_tool_changed_is_refused_naming_it,
     a_new_message_answers_waiting_approvals_as_rejected,
     a_routing_tool_that_needs_approval_pauses_the_routed_turn_and_its_answer_is_the_answer,
+    a_turn_that_does_not_pause_costs_no_approvals_store_call,
 );
 
 /// A routing entry agent whose routing tool `ask_billing` needs approval.
@@ -81,20 +82,11 @@ agents:
         editable: [offer_id]
 ";
 
-/// The same team after a change: `deals` lost `clip`.
-const TEAM_WITHOUT_CLIP: &str = "\
-entry: lead
-agents:
-  - name: lead
-    model: lead
-    instruction: Hand offers to deals.
-    agents: [deals]
-  - name: deals
-    model: deals
-    description: Finds offers.
-    instruction: Look.
-    tools: [look]
-";
+/// The same team after a change: `deals` lost `clip` (and its rule).
+fn team_without_clip() -> String {
+    let (head, _) = TEAM.split_once("    tools: [look, clip]").unwrap();
+    format!("{head}    tools: [look]\n")
+}
 
 const BOUND: Duration = Duration::from_secs(20);
 
@@ -472,7 +464,7 @@ async fn an_interrupt_answered_after_it_expired_is_gone<H: StoreHarness>() {
 async fn a_resume_after_the_tool_changed_is_refused_naming_it<H: StoreHarness>() {
     let s = Setup::<H>::start().await;
     let interrupt = s.pause().await;
-    let changed = endpoint(&s.server, TEAM_WITHOUT_CLIP, s.store.clone(), &s.tools).await;
+    let changed = endpoint(&s.server, &team_without_clip(), s.store.clone(), &s.tools).await;
     let (got, error) = post(&changed, "alice", approve(&interrupt.interrupt_id)).await;
     let error = error.unwrap_err();
     assert_eq!((got, code(&error)), (409, "config_changed"), "{error}");
@@ -525,4 +517,17 @@ async fn a_routing_tool_that_needs_approval_pauses_the_routed_turn_and_its_answe
         1,
         "the routed answer is the answer: no second desk call"
     );
+}
+
+async fn a_turn_that_does_not_pause_costs_no_approvals_store_call<H: StoreHarness>() {
+    let s = Setup::<H>::start().await;
+    let store = baton_tests::counting::CountingStore::new(s.store.clone());
+    let counted = endpoint(&s.server, TEAM, store.clone(), &s.tools).await;
+    s.server.push("lead", Reply::text("Hello!"));
+    let (ok, events) = post(&counted, "alice", json!({"message": "hi", "episode_id": "e1"})).await;
+    assert_eq!((ok, status(&events.unwrap())), (200, Status::Ok));
+    messages(&counted, "alice").await;
+    s.server.push("lead", Reply::text("Hello again!"));
+    assert_eq!(post(&counted, "alice", json!({"message": "hi again", "episode_id": "e1"})).await.0, 200);
+    assert_eq!(store.calls_of("approvals") + store.calls_of("save_approvals"), 0, "{:?}", store.calls());
 }
