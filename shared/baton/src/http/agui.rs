@@ -10,12 +10,12 @@
 //! of Baton's alphabet. `state`, `context` and `forwardedProps` are not read.
 
 use axum::http::{HeaderMap, StatusCode};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::request::checked_id;
-use super::wire::{Closed, OpenParts, Translate, Translated, rfc3339};
+use super::wire::{Closed, OpenParts, Protocol, Translate, rfc3339};
 use super::{ApiError, Caller, ChatService};
 use crate::event::{Event, Interrupt, Status};
 
@@ -133,6 +133,18 @@ fn resume_answer(entry: ResumeEntry) -> Result<Value, ApiError> {
     Ok(answer)
 }
 
+/// AG-UI as a [`Protocol`].
+pub(crate) struct Agui;
+
+impl Protocol for Agui {
+    type Translation = AguiRun;
+
+    fn request(body: &[u8]) -> Result<(Value, AguiRun), ApiError> {
+        let (request, thread_id, run_id) = chat_request(body)?;
+        Ok((request, AguiRun::new(thread_id, run_id)))
+    }
+}
+
 impl ChatService {
     /// Answers `POST /agui` of `caller`: an AG-UI run, as `POST /chat` answers a chat request
     /// (the same checks, limits, turn and log), its events translated into AG-UI events; or a
@@ -144,37 +156,7 @@ impl ChatService {
         body: &[u8],
         deadline: Option<tokio::time::Instant>,
     ) -> Response {
-        if let Err(e) = super::request::require_json(headers) {
-            return e.into_response();
-        }
-        if body.len() > self.limits.max_body_bytes {
-            return super::request::body_too_large(self.limits.max_body_bytes).into_response();
-        }
-        let (request, thread_id, run_id) = match chat_request(body) {
-            Ok(parsed) => parsed,
-            Err(e) => return e.into_response(),
-        };
-        let run = AguiRun::new(thread_id, run_id);
-        self.respond_with(
-            caller,
-            headers,
-            request.to_string().as_bytes(),
-            deadline,
-            Box::new(Translated(run)),
-        )
-        .await
-    }
-}
-
-/// `POST /agui` ([`ChatService::respond_agui`]).
-pub(super) async fn route(
-    axum::extract::State(service): axum::extract::State<std::sync::Arc<ChatService>>,
-    headers: HeaderMap,
-    body: axum::body::Body,
-) -> Response {
-    match super::read_request(&service, &headers, body).await {
-        Ok((caller, bytes)) => service.respond_agui(&caller, &headers, &bytes, None).await,
-        Err(response) => response,
+        self.respond_protocol::<Agui>(caller, headers, body, deadline).await
     }
 }
 

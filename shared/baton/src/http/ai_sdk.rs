@@ -22,7 +22,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::request::{checked_id, user_of};
-use super::wire::{Closed, OpenParts, Translate, Translated, result_text};
+use super::wire::{Closed, OpenParts, Protocol, Translate, Translated, result_text};
 use super::{ApiError, Caller, ChatService};
 use crate::event::{Event, Status};
 
@@ -119,6 +119,17 @@ fn approval_answer(part: &Value) -> Option<Value> {
     Some(answer)
 }
 
+/// The AI SDK's UI message stream as a [`Protocol`].
+pub(crate) struct AiSdk;
+
+impl Protocol for AiSdk {
+    type Translation = AiSdkTurn;
+
+    fn request(body: &[u8]) -> Result<(Value, AiSdkTurn), ApiError> {
+        Ok((chat_request(body)?, AiSdkTurn::new()))
+    }
+}
+
 impl ChatService {
     /// Answers `POST /ai-sdk` of `caller`: a `useChat` request, as `POST /chat` answers a chat
     /// request (the same checks, limits, turn and log), its events as a UI message stream; or a
@@ -130,18 +141,7 @@ impl ChatService {
         body: &[u8],
         deadline: Option<tokio::time::Instant>,
     ) -> Response {
-        if let Err(e) = super::request::require_json(headers) {
-            return e.into_response();
-        }
-        if body.len() > self.limits.max_body_bytes {
-            return super::request::body_too_large(self.limits.max_body_bytes).into_response();
-        }
-        let request = match chat_request(body) {
-            Ok(request) => request,
-            Err(e) => return e.into_response(),
-        };
-        let wire = Box::new(Translated(AiSdkTurn::new()));
-        self.respond_with(caller, headers, request.to_string().as_bytes(), deadline, wire).await
+        self.respond_protocol::<AiSdk>(caller, headers, body, deadline).await
     }
 
     /// Answers `GET /ai-sdk/{chat_id}/stream` of `caller`: the chat's running turn as a UI
@@ -166,18 +166,6 @@ impl ChatService {
         let live = self.live.get(&key, &turn_id);
         let wire = Box::new(Translated(AiSdkTurn::new()));
         self.follow_response(key, live, turn_id, crate::turn::Cursor { after: 0 }, deadline, wire)
-    }
-}
-
-/// `POST /ai-sdk` ([`ChatService::respond_ai_sdk`]).
-pub(super) async fn route(
-    axum::extract::State(service): axum::extract::State<std::sync::Arc<ChatService>>,
-    headers: HeaderMap,
-    body: axum::body::Body,
-) -> Response {
-    match super::read_request(&service, &headers, body).await {
-        Ok((caller, bytes)) => service.respond_ai_sdk(&caller, &headers, &bytes, None).await,
-        Err(response) => response,
     }
 }
 

@@ -14,12 +14,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
-use axum::http::{HeaderValue, header};
-use axum::response::Response;
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, header};
+use axum::response::{IntoResponse, Response};
 use bytes::{BufMut, BytesMut};
 use futures::stream::BoxStream;
 use serde_json::Value;
 
+use super::{ApiError, Caller, ChatService};
 use crate::event::{Event, SSE_HEARTBEAT};
 use crate::store::LoggedEvent;
 
@@ -64,6 +66,54 @@ pub(crate) trait Translate: Send + 'static {
     fn cut(&mut self, out: &mut Vec<Value>);
     /// A line sent after the last object, if the protocol has one.
     fn done(&self) -> Option<&'static [u8]>;
+}
+
+/// A front-end protocol's request: the chat request (the JSON `POST /chat` takes) its body
+/// stands for, which then passes the chat endpoint's checks and starts the same turn, and the
+/// translation the turn's events go out through.
+pub(crate) trait Protocol {
+    /// The translation of the turn's events.
+    type Translation: Translate;
+    /// The chat request `body` stands for and the translation of its turn, or why it is refused
+    /// (before anything runs or is written).
+    fn request(body: &[u8]) -> Result<(Value, Self::Translation), ApiError>;
+}
+
+impl ChatService {
+    /// Answers a request of protocol `P` as `POST /chat` answers a chat request (the same checks,
+    /// limits, turn and log), its events translated; or a 4xx/5xx JSON error before anything runs.
+    pub(super) async fn respond_protocol<P: Protocol>(
+        &self,
+        caller: &Caller,
+        headers: &HeaderMap,
+        body: &[u8],
+        deadline: Option<tokio::time::Instant>,
+    ) -> Response {
+        if let Err(e) = super::request::require_json(headers) {
+            return e.into_response();
+        }
+        if body.len() > self.limits.max_body_bytes {
+            return super::request::body_too_large(self.limits.max_body_bytes).into_response();
+        }
+        let (request, translation) = match P::request(body) {
+            Ok(parsed) => parsed,
+            Err(e) => return e.into_response(),
+        };
+        let wire = Box::new(Translated(translation));
+        self.respond_with(caller, headers, request.to_string().as_bytes(), deadline, wire).await
+    }
+}
+
+/// The `POST` route of protocol `P` in `serve` ([`ChatService::respond_protocol`]).
+pub(super) async fn protocol_route<P: Protocol>(
+    State(service): State<Arc<ChatService>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    match super::read_request(&service, &headers, body).await {
+        Ok((caller, bytes)) => service.respond_protocol::<P>(&caller, &headers, &bytes, None).await,
+        Err(response) => response,
+    }
 }
 
 /// A [`Translate`] as a [`Wire`].
