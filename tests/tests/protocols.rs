@@ -275,6 +275,42 @@ async fn an_approval_is_the_interrupt_outcome_and_a_resume_run_continues_the_tur
     assert_eq!(again[0]["error"]["status"], 409, "an answered interrupt: {}", again[0]);
 }
 
+#[tokio::test]
+async fn an_approval_is_a_tool_approval_request_and_the_answered_message_resumes_the_turn() {
+    let endpoint = start_endpoint(&offline(include_str!("../../examples/approvals.yaml"))).await;
+    let url = &endpoint.url;
+    let requests =
+        ai_sdk(url, json!({"chatId": "chat-approve", "requests": [{"message": "clip the coffee offer"}]}))
+            .await;
+    assert_clean_ai_sdk(&requests[0]);
+    let mut message = requests[0]["message"].clone();
+    assert_eq!(message["metadata"]["status"], "interrupted");
+    let finish =
+        requests[0]["parts"].as_array().unwrap().iter().find(|p| p["type"] == "finish").unwrap().clone();
+    assert_eq!(finish["finishReason"], "tool-calls");
+    let parts = message["parts"].as_array_mut().unwrap();
+    let held =
+        parts.iter_mut().find(|p| p["state"] == "approval-requested").expect("a tool part awaiting approval");
+    assert_eq!(held["toolName"], "clip_offer");
+    // What useChat's addToolApprovalResponse does to the part.
+    held["state"] = json!("approval-responded");
+    held["approval"]["approved"] = json!(true);
+    let answered = json!([{"id": "m-user", "role": "user", "parts": [{"type": "text", "text": "clip the coffee offer"}]}, message]);
+    let plan =
+        json!({"chatId": "chat-approve", "requests": [{"messages": answered}, {"messages": answered}]});
+    let requests = ai_sdk(url, plan).await;
+    assert_clean_ai_sdk(&requests[0]);
+    assert_eq!(requests[0]["message"]["metadata"]["status"], "ok", "{}", requests[0]);
+    let outputs = requests[0]["parts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["type"] == "tool-output-available")
+        .count();
+    assert!(outputs >= 1, "the approved call ran: {}", requests[0]);
+    assert_eq!(requests[1]["error"]["status"], 409, "an answered approval: {}", requests[1]);
+}
+
 /// POSTs `body` to `path` and returns the status and the JSON error code.
 async fn refused(url: &str, path: &str, body: Value) -> (u16, String) {
     let response = reqwest::Client::new().post(format!("{url}{path}")).json(&body).send().await.unwrap();
