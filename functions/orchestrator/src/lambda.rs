@@ -115,16 +115,23 @@ async fn handle(service: &ChatService, auth_is_iam: bool, request: Request) -> a
         Err(e) => return e.into_response(),
     };
     let deadline = request.lambda_context_ref().map(|c| deadline_instant(c.deadline, now_ms()));
+    // The invocation's X-Ray trace is a turn's parent unless the caller sent its own.
+    let xray = baton_aws::lambda_trace::invocation_traceparent(&request);
+    let path = request.uri().path().to_owned();
+    let (mut parts, body) = request.into_parts();
+    if let Some(traceparent) = xray.filter(|_| !parts.headers.contains_key("traceparent")) {
+        if let Ok(value) = traceparent.parse() {
+            parts.headers.insert("traceparent", value);
+        }
+    }
     // The conversation's routes (a rating, the messages, a turn rejoined or stopped) and the
     // front-end protocols' (AG-UI, the AI SDK); every other request is a chat turn.
-    if let Some(route) = Route::of(request.uri().path()) {
-        let method = request.method().clone();
-        if method != route.method() {
+    if let Some(route) = Route::of(&path) {
+        if parts.method != route.method() {
             let message = format!("this path serves {} only", route.method());
             return ApiError::new(axum::http::StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", message)
                 .into_response();
         }
-        let (parts, body) = request.into_parts();
         let (headers, uri) = (&parts.headers, &parts.uri);
         return match route {
             Route::Csat(episode) => service.rate(&caller, episode, headers, body.as_ref()).await,
@@ -137,14 +144,6 @@ async fn handle(service: &ChatService, auth_is_iam: bool, request: Request) -> a
             Route::AiSdk => service.respond_ai_sdk(&caller, headers, body.as_ref(), deadline).await,
             Route::AiSdkStream(chat) => service.ai_sdk_stream(&caller, chat, headers, deadline).await,
         };
-    }
-    // The invocation's X-Ray trace is the turn's parent unless the caller sent its own.
-    let xray = baton_aws::lambda_trace::invocation_traceparent(&request);
-    let (mut parts, body) = request.into_parts();
-    if let Some(traceparent) = xray.filter(|_| !parts.headers.contains_key("traceparent")) {
-        if let Ok(value) = traceparent.parse() {
-            parts.headers.insert("traceparent", value);
-        }
     }
     service.respond(&caller, &parts.headers, body.as_ref(), deadline).await
 }
