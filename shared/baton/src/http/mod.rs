@@ -19,7 +19,10 @@
 //!
 //! This room: the service, its routes and `serve` here; `request` (the JSON error, the caller, the
 //! checks a body and its ids pass), `sse` (the SSE body of a turn) and `messages` (a conversation
-//! read back a page at a time) beside it.
+//! read back a page at a time) beside it; `wire` (how a turn's events go out: Baton's SSE, or a
+//! front-end protocol's translation of them), `agui` (AG-UI 1.0, `POST /agui`) and `ai_sdk` (the
+//! AI SDK's UI message stream, `POST /ai-sdk`), each protocol a request mapped onto the chat
+//! request and a translation of the same turn.
 
 use std::sync::Arc;
 use std::time::Duration;
