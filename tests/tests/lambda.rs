@@ -600,6 +600,8 @@ async fn the_protocol_endpoints_serve_their_official_clients() {
         .await
         .unwrap();
     assert_eq!(refused.status(), 400);
+    let body: serde_json::Value = refused.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "missing_user_message", "the AG-UI checks answered: {body}");
 }
 
 /// The X-Ray trace (`Root`, `Parent`) the emulator gave an invocation, as a trace id and span id:
