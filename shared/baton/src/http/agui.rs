@@ -9,13 +9,13 @@
 //! read), non-text content, client tools (`tools` not empty: Baton runs only its own), ids out
 //! of Baton's alphabet. `state`, `context` and `forwardedProps` are not read.
 
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::HeaderMap;
 use axum::response::Response;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::request::checked_id;
-use super::wire::{Closed, OpenParts, Protocol, Translate, rfc3339};
+use super::wire::{Closed, OpenParts, Protocol, Translate, bad_request, rfc3339, text_of_parts};
 use super::{ApiError, Caller, ChatService};
 use crate::event::{Event, Interrupt, Status};
 
@@ -48,24 +48,21 @@ struct ResumeEntry {
     payload: Option<Value>,
 }
 
-fn bad(code: &'static str, message: impl Into<String>) -> ApiError {
-    ApiError::new(StatusCode::BAD_REQUEST, code, message)
-}
-
 /// The chat request a `RunAgentInput` stands for, and the run's ids, or why it is refused.
 fn chat_request(body: &[u8]) -> Result<(Value, String, String), ApiError> {
-    let input: RunAgentInput = serde_json::from_slice(body)
-        .map_err(|e| bad("invalid_json", format!("the body is not a valid AG-UI RunAgentInput: {e}")))?;
+    let input: RunAgentInput = serde_json::from_slice(body).map_err(|e| {
+        bad_request("invalid_json", format!("the body is not a valid AG-UI RunAgentInput: {e}"))
+    })?;
     let thread_id = checked_id("threadId", input.thread_id)?;
     let run_id = checked_id("runId", input.run_id)?;
     if input.tools.as_ref().is_some_and(|tools| !tools.is_empty()) {
-        return Err(bad(
+        return Err(bad_request(
             "client_tools_unsupported",
             "`tools` must be empty: Baton's agents run only their own tools, not tools defined by the client",
         ));
     }
     if let Some(message) = input.messages.iter().find(|m| m.role == "system" || m.role == "developer") {
-        return Err(bad(
+        return Err(bad_request(
             "unsupported_history",
             format!(
                 "a `{}` message cannot be sent: the agents have their own instructions, and the conversation stored for this thread is its history",
@@ -87,19 +84,12 @@ fn chat_request(body: &[u8]) -> Result<(Value, String, String), ApiError> {
 /// The text of the last message, which must be the user's.
 fn last_user_text(messages: &[InputMessage]) -> Result<String, ApiError> {
     let Some(last) = messages.last().filter(|m| m.role == "user") else {
-        return Err(bad("missing_user_message", "the last of `messages` must be a `user` message"));
+        return Err(bad_request("missing_user_message", "the last of `messages` must be a `user` message"));
     };
     match &last.content {
         Some(Value::String(text)) => Ok(text.clone()),
-        Some(Value::Array(parts)) => parts
-            .iter()
-            .map(|part| match (part.get("type").and_then(Value::as_str), part.get("text")) {
-                (Some("text"), Some(Value::String(text))) => Ok(text.as_str()),
-                _ => Err(bad("unsupported_content", "the user message may hold only text parts")),
-            })
-            .collect::<Result<Vec<_>, _>>()
-            .map(|texts| texts.join("\n")),
-        _ => Err(bad("missing_user_message", "the user message has no `content`")),
+        Some(Value::Array(parts)) => text_of_parts(parts),
+        _ => Err(bad_request("missing_user_message", "the user message has no `content`")),
     }
 }
 
@@ -111,7 +101,7 @@ fn resume_answer(entry: ResumeEntry) -> Result<Value, ApiError> {
         None => json!({}),
         Some(Value::Object(payload)) => Value::Object(payload),
         Some(_) => {
-            return Err(bad(
+            return Err(bad_request(
                 "invalid_resume",
                 "a resume entry's `payload` must be an object: {\"decision\", \"message\"?, \"arguments\"?}",
             ));
@@ -121,7 +111,7 @@ fn resume_answer(entry: ResumeEntry) -> Result<Value, ApiError> {
         "cancelled" => "reject",
         "resolved" => answer.get("decision").and_then(Value::as_str).unwrap_or("approve"),
         other => {
-            return Err(bad(
+            return Err(bad_request(
                 "invalid_resume",
                 format!("resume status {other:?}: \"resolved\" or \"cancelled\""),
             ));
@@ -542,22 +532,8 @@ mod tests {
 
     #[test]
     fn a_tool_call_closes_the_callers_text_and_its_result_names_the_call() {
-        let out = translate(&[
-            Event::text("a[1]", "looking"),
-            Event::ToolCallStart {
-                agent: "a[1]".into(),
-                call_id: "c0".into(),
-                name: "search".into(),
-                arguments: Box::new(json!({"q": "x"})),
-            },
-            Event::ToolResult {
-                agent: "a[1]".into(),
-                call_id: "c0".into(),
-                name: "search".into(),
-                result: Box::new(json!("found")),
-                is_error: false,
-            },
-        ]);
+        let [call, result] = super::super::wire::search_call(json!("found"));
+        let out = translate(&[Event::text("a[1]", "looking"), call, result]);
         assert_eq!(
             types(&out)[1..],
             [

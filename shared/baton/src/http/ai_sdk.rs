@@ -22,7 +22,9 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::request::{checked_id, user_of};
-use super::wire::{Closed, OpenParts, Protocol, Translate, Translated, result_text};
+use super::wire::{
+    Closed, OpenParts, Protocol, Translate, Translated, bad_request, result_text, text_of_parts,
+};
 use super::{ApiError, Caller, ChatService};
 use crate::event::{Event, Status};
 
@@ -44,19 +46,15 @@ struct UiMessage {
     parts: Vec<Value>,
 }
 
-fn bad(code: &'static str, message: impl Into<String>) -> ApiError {
-    ApiError::new(StatusCode::BAD_REQUEST, code, message)
-}
-
 /// The chat request a `useChat` body stands for, or why it is refused.
 fn chat_request(body: &[u8]) -> Result<Value, ApiError> {
     let body: UseChatBody = serde_json::from_slice(body)
-        .map_err(|e| bad("invalid_json", format!("the body is not a valid useChat request: {e}")))?;
+        .map_err(|e| bad_request("invalid_json", format!("the body is not a valid useChat request: {e}")))?;
     let chat_id = checked_id("id", body.id)?;
     match body.trigger.as_deref() {
         None | Some("submit-message") => {}
         Some(other) => {
-            return Err(bad(
+            return Err(bad_request(
                 "unsupported_trigger",
                 format!(
                     "trigger {other:?} is not supported: only \"submit-message\" (Baton does not regenerate answers)"
@@ -65,38 +63,31 @@ fn chat_request(body: &[u8]) -> Result<Value, ApiError> {
         }
     }
     if body.messages.iter().any(|m| m.role == "system") {
-        return Err(bad(
+        return Err(bad_request(
             "unsupported_history",
             "a `system` message cannot be sent: the agents have their own instructions, and the conversation stored for this chat is its history",
         ));
     }
     let Some(last) = body.messages.last() else {
-        return Err(bad("missing_user_message", "`messages` is empty: the last must be the user's"));
+        return Err(bad_request("missing_user_message", "`messages` is empty: the last must be the user's"));
     };
     match last.role.as_str() {
         "user" => {
-            let texts = last
-                .parts
-                .iter()
-                .map(|part| match (part.get("type").and_then(Value::as_str), part.get("text")) {
-                    (Some("text"), Some(Value::String(text))) => Ok(text.as_str()),
-                    _ => Err(bad("unsupported_content", "the user message may hold only text parts")),
-                })
-                .collect::<Result<Vec<_>, _>>()?;
+            let text = text_of_parts(&last.parts)?;
             let request_id = checked_id("messages[].id", last.id.clone())?;
-            Ok(json!({"episode_id": chat_id, "request_id": request_id, "message": texts.join("\n")}))
+            Ok(json!({"episode_id": chat_id, "request_id": request_id, "message": text}))
         }
         "assistant" => {
             let answers: Vec<Value> = last.parts.iter().filter_map(approval_answer).collect();
             if answers.is_empty() {
-                return Err(bad(
+                return Err(bad_request(
                     "missing_user_message",
                     "the last message must be the user's, or an assistant message with answered approvals",
                 ));
             }
             Ok(json!({"episode_id": chat_id, "resume": answers}))
         }
-        other => Err(bad(
+        other => Err(bad_request(
             "missing_user_message",
             format!("the last message is a {other:?} message, not the user's"),
         )),
@@ -455,20 +446,10 @@ mod tests {
 
     #[test]
     fn a_tool_call_is_input_then_output_and_a_failed_turn_ends_with_error() {
+        let [call, result] = super::super::wire::search_call(json!({"hits": 1}));
         let out = translate(&[
-            Event::ToolCallStart {
-                agent: "a[1]".into(),
-                call_id: "c0".into(),
-                name: "search".into(),
-                arguments: Box::new(json!({"q": "x"})),
-            },
-            Event::ToolResult {
-                agent: "a[1]".into(),
-                call_id: "c0".into(),
-                name: "search".into(),
-                result: Box::new(json!({"hits": 1})),
-                is_error: false,
-            },
+            call,
+            result,
             Event::error("a[1]", "model_unavailable", "down", true),
             completed(Status::Error),
         ]);

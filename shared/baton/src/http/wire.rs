@@ -323,6 +323,24 @@ fn take(parts: &mut Vec<(String, String)>, agent: &str) -> Option<String> {
     Some(parts.remove(at).1)
 }
 
+/// A protocol request refused with 400 and `code`.
+pub(crate) fn bad_request(code: &'static str, message: impl Into<String>) -> ApiError {
+    ApiError::new(axum::http::StatusCode::BAD_REQUEST, code, message)
+}
+
+/// A user message's text parts (`{"type": "text", "text"}`, both protocols' shape) joined by
+/// newlines; any other part is refused (`unsupported_content`).
+pub(crate) fn text_of_parts(parts: &[Value]) -> Result<String, ApiError> {
+    let texts = parts
+        .iter()
+        .map(|part| match (part.get("type").and_then(Value::as_str), part.get("text")) {
+            (Some("text"), Some(Value::String(text))) => Ok(text.as_str()),
+            _ => Err(bad_request("unsupported_content", "the user message may hold only text parts")),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(texts.join("\n"))
+}
+
 /// A tool result as text: a string as it is, anything else as its JSON.
 pub(crate) fn result_text(result: &Value) -> String {
     match result {
@@ -346,6 +364,22 @@ pub(crate) fn rfc3339(unix_seconds: u64) -> String {
     let month = if mp < 10 { mp + 3 } else { mp - 9 };
     let year = yoe + era * 400 + i64::from(month <= 2);
     format!("{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z", secs / 3600, secs % 3600 / 60, secs % 60)
+}
+
+/// A tool call of `a[1]` (`search`, call `c0`, arguments `{"q": "x"}`) and its `result`: test
+/// input for the translations.
+#[cfg(test)]
+pub(crate) fn search_call(result: Value) -> [Event; 2] {
+    let (agent, call_id, name) = ("a[1]".to_owned(), "c0".to_owned(), "search".to_owned());
+    [
+        Event::ToolCallStart {
+            agent: agent.clone(),
+            call_id: call_id.clone(),
+            name: name.clone(),
+            arguments: Box::new(serde_json::json!({"q": "x"})),
+        },
+        Event::ToolResult { agent, call_id, name, result: Box::new(result), is_error: false },
+    ]
 }
 
 #[cfg(test)]
