@@ -40,6 +40,8 @@
 //! - [`agent_tool`]: any agent as a tool of another (`agent__<Name>`, or a routing tool), with
 //!   schemas, output modes and answers the user reads as is (room: its loop tests).
 //! - [`remote`]: agents in another process: NDJSON over a transport, and the serving side.
+//! - [`a2a`]: A2A v1.0 both ways: the protocol's objects, the card, a turn as a task, and a
+//!   remote A2A agent as an agent (room: `types`, `card`, `task`, `client`).
 //! - [`mcp`]: Model Context Protocol: MCP servers' tools for agents, and agents served over MCP.
 //! - [`mini`]: mini-agents: an agent's opt-in fan-out of a multi-part request into parallel
 //!   focused tool loops (decomposer, minis, aggregator), a [`agent::ForkPolicy`].
@@ -80,6 +82,7 @@
 //! [`http::ApiError`], [`config::ConfigError`], [`store::StoreError`]). Inside a turn, nothing is an `Err`: failures are
 //! in-band `error` events and the turn still ends with `completed`.
 
+pub mod a2a;
 pub mod agent;
 pub mod agent_tool;
 pub mod approval;

@@ -32,6 +32,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use tower_http::cors::{AllowOrigin, CorsLayer};
 
+mod a2a;
 mod messages;
 mod request;
 mod sse;
@@ -107,6 +108,7 @@ pub struct ChatService {
     turn_log: TurnLogSettings,
     on_disconnect: DisconnectPolicy,
     approvals: ApprovalStore,
+    a2a_card: crate::a2a::CardSource,
 }
 
 impl ChatService {
@@ -131,6 +133,7 @@ impl ChatService {
             live: LiveTurns::new(),
             turn_log: TurnLogSettings::default(),
             on_disconnect: DisconnectPolicy::default(),
+            a2a_card: Default::default(),
         }
     }
 
@@ -366,7 +369,7 @@ impl ChatService {
     ) -> Response {
         let turn_deadline = tokio::time::Instant::now() + self.endpoint.turn_deadline;
         let deadline = deadline.map_or(turn_deadline, |d| d.min(turn_deadline));
-        let ValidRequest { mut turn, request_id, on_disconnect, resume } =
+        let ValidRequest { turn, request_id, on_disconnect, resume } =
             match self.validate(caller, headers, body) {
                 Ok(valid) => valid,
                 Err(e) => return e.into_response(),
@@ -388,12 +391,27 @@ impl ChatService {
                 Some(deadline),
             );
         }
+        match self.start_turn(turn, request_id, on_disconnect, resume, deadline).await {
+            Ok((episode_id, turn_id, recorded)) => sse_response(&episode_id, turn_id, recorded, self.heartbeat),
+            Err(e) => e.into_response(),
+        }
+    }
+
+    /// Starts a checked request's turn (a resume claims its approvals first) and returns its
+    /// episode, its id and its numbered events, registered live and logged as they stream: what
+    /// `POST /chat` answers with, and what the A2A endpoint translates.
+    pub(crate) async fn start_turn(
+        &self,
+        mut turn: TurnRequest,
+        request_id: Option<String>,
+        on_disconnect: Option<DisconnectPolicy>,
+        resume: Option<Vec<(String, crate::approval::Decision)>>,
+        deadline: tokio::time::Instant,
+    ) -> Result<(String, String, impl futures::Stream<Item = Arc<crate::store::LoggedEvent>> + Send + 'static), ApiError>
+    {
         turn.approvals = match resume {
             None => self.approvals.pausing(),
-            Some(answers) => match self.claim_resume(&turn, answers, deadline).await {
-                Ok(approvals) => approvals,
-                Err(e) => return e.into_response(),
-            },
+            Some(answers) => self.claim_resume(&turn, answers, deadline).await?,
         };
         let user_id = turn.user_id.clone();
         let cancel = tokio_util::sync::CancellationToken::new();
@@ -403,14 +421,8 @@ impl ChatService {
             cancel: Some(&cancel),
             approvals: Some(&self.approvals),
         };
-        let StartedTurn { episode_id, turn_id, events } = match self.orchestrator.start(turn, options).await {
-            Ok(started) => started,
-            Err(e) => return ApiError::from(e).into_response(),
-        };
-        let key = match crate::store::EpisodeKey::new(user_id, episode_id.clone()) {
-            Ok(key) => key,
-            Err(e) => return ApiError::from(e).into_response(),
-        };
+        let StartedTurn { episode_id, turn_id, events } = self.orchestrator.start(turn, options).await?;
+        let key = crate::store::EpisodeKey::new(user_id, episode_id.clone())?;
         let registered = self.live.register(key, turn_id.clone(), request_id, cancel);
         let writer = self.turn_log.enabled.then(|| {
             // The record's deadline: the turn's, plus time for its last write. A turn still
@@ -426,7 +438,7 @@ impl ChatService {
         });
         let policy = on_disconnect.unwrap_or(self.on_disconnect);
         let recorded = crate::turn::record(events, registered, writer, policy, self.turn_log.end_timeout);
-        sse_response(&episode_id, turn_id, recorded, self.heartbeat)
+        Ok((episode_id, turn_id, recorded))
     }
 }
 
@@ -481,17 +493,23 @@ async fn chat(State(service): State<Arc<ChatService>>, headers: HeaderMap, body:
         Ok(caller) => caller,
         Err(e) => return e.into_response(),
     };
+    match read_body(&service, &headers, body).await {
+        Ok(bytes) => service.respond(&caller, &headers, &bytes, None).await,
+        Err(e) => e.into_response(),
+    }
+}
+
+/// A JSON request body, read within the body limit and the body-read timeout.
+async fn read_body(service: &ChatService, headers: &HeaderMap, body: Body) -> Result<Bytes, ApiError> {
     let limit = service.limits.max_body_bytes;
     let declared = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<usize>().ok());
     if declared.is_some_and(|n| n > limit) {
-        return body_too_large(limit).into_response();
+        return Err(body_too_large(limit));
     }
-    if let Err(e) = require_json(&headers) {
-        return e.into_response();
-    }
+    require_json(headers)?;
     // A total bound on the body, not an idle one: a client trickling a byte now and then would
     // reset any per-read timer forever. hyper closes the connection after this answer, since
     // the rest of the body was not read.
@@ -500,31 +518,22 @@ async fn chat(State(service): State<Arc<ChatService>>, headers: HeaderMap, body:
         Ok(read) => read,
         Err(_) => {
             tracing::info!(timeout_ms = timeout.as_millis() as u64, "request body too slow");
-            return ApiError::new(
+            return Err(ApiError::new(
                 StatusCode::REQUEST_TIMEOUT,
                 "body_timeout",
                 format!("the request body did not arrive within {} ms", timeout.as_millis()),
-            )
-            .into_response();
+            ));
         }
     };
-    match read {
-        Ok(bytes) => service.respond(&caller, &headers, &bytes, None).await,
-        Err(e) => {
-            let too_large = std::iter::successors(Some(&e as &dyn std::error::Error), |e| e.source())
-                .any(|e| e.is::<http_body_util::LengthLimitError>());
-            if too_large {
-                body_too_large(limit).into_response()
-            } else {
-                ApiError::new(
-                    StatusCode::BAD_REQUEST,
-                    "unreadable_body",
-                    format!("could not read the body: {e}"),
-                )
-                .into_response()
-            }
+    read.map_err(|e| {
+        let too_large = std::iter::successors(Some(&e as &dyn std::error::Error), |e| e.source())
+            .any(|e| e.is::<http_body_util::LengthLimitError>());
+        if too_large {
+            body_too_large(limit)
+        } else {
+            ApiError::new(StatusCode::BAD_REQUEST, "unreadable_body", format!("could not read the body: {e}"))
         }
-    }
+    })
 }
 
 /// `POST /chat/{episode_id}/csat`: the caller's rating of an answer in their episode
@@ -617,6 +626,8 @@ pub fn app(service: Arc<ChatService>) -> Router {
         .route("/chat/{episode_id}/turns/{turn_id}/events", get(turns::turn_events_route))
         .route("/chat/{episode_id}/turns/{turn_id}/cancel", post(turns::cancel_route))
         .route("/health", get(health))
+        .route(crate::a2a::types::CARD_PATH, get(a2a::card_route))
+        .route(crate::a2a::RPC_PATH, post(a2a::rpc_route))
         .merge(crate::web::routes())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
