@@ -133,6 +133,8 @@ async fn handle(service: &ChatService, auth_is_iam: bool, request: Request) -> a
                 service.turn_events(&caller, episode, turn, headers, uri, deadline).await
             }
             Route::Cancel(episode, turn) => service.cancel_turn(&caller, episode, turn, headers).await,
+            Route::A2aCard(base) => service.a2a_card(headers, &base),
+            Route::A2a => service.a2a(&caller, headers, body.as_ref(), deadline).await,
         };
     }
     // The invocation's X-Ray trace is the turn's parent unless the caller sent its own.
@@ -159,11 +161,21 @@ enum Route {
     Events(String, Option<String>),
     /// `POST …/chat/{episode_id}/turns/{turn_id}/cancel`: a running turn stopped.
     Cancel(String, String),
+    /// `GET …/.well-known/agent-card.json`: the A2A card; the path before it (a stage) is its base.
+    A2aCard(String),
+    /// `POST …/a2a`: the A2A JSON-RPC endpoint (docs/a2a.md).
+    A2a,
 }
 
 impl Route {
     /// The route `path` names, if any.
     fn of(path: &str) -> Option<Route> {
+        if let Some(base) = path.strip_suffix(baton::a2a::types::CARD_PATH) {
+            return Some(Route::A2aCard(base.trim_end_matches('/').to_owned()));
+        }
+        if path.trim_end_matches('/').ends_with(baton::a2a::RPC_PATH) {
+            return Some(Route::A2a);
+        }
         let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
         let tail = |n: usize| -> Option<&[&str]> {
             let at = segments.len().checked_sub(n + 1)?;
@@ -188,8 +200,8 @@ impl Route {
     /// The one method it serves.
     fn method(&self) -> axum::http::Method {
         match self {
-            Route::Csat(_) | Route::Cancel(..) => axum::http::Method::POST,
-            Route::Messages(_) | Route::Events(..) => axum::http::Method::GET,
+            Route::Csat(_) | Route::Cancel(..) | Route::A2a => axum::http::Method::POST,
+            Route::Messages(_) | Route::Events(..) | Route::A2aCard(_) => axum::http::Method::GET,
         }
     }
 }
@@ -365,6 +377,10 @@ mod tests {
         assert_eq!(Route::of("/chat"), None);
         assert_eq!(Route::of("/"), None);
         assert_eq!(Route::of("/chat/csat"), None, "no episode");
+        assert_eq!(Route::of("/v1/.well-known/agent-card.json"), Some(Route::A2aCard("/v1".into())));
+        assert_eq!(Route::of("/.well-known/agent-card.json"), Some(Route::A2aCard(String::new())));
+        assert_eq!(Route::of("/v1/a2a"), Some(Route::A2a));
+        assert_eq!(Route::of("/chat/a2a/messages"), Some(Route::Messages("a2a".into())));
     }
 
     #[tokio::test(start_paused = true)]

@@ -181,7 +181,8 @@ fn texts(parts: &[Part], instance: &str) -> Vec<Event> {
 
 fn usage_of(metadata: Option<&serde_json::Map<String, Value>>, instance: &str, model: &str) -> Option<Event> {
     let usage = metadata?.get("usage")?;
-    let tokens = |k: &str| usage.get(k).and_then(Value::as_u64);
+    // ProtoJSON carries a `Struct`'s numbers as doubles (`12.0`).
+    let tokens = |k: &str| usage.get(k).and_then(Value::as_f64).filter(|n| *n >= 0.0).map(|n| n as u64);
     let (input, output) = (tokens("inputTokens")?, tokens("outputTokens")?);
     Some(Event::Usage {
         agent: instance.to_owned(),
@@ -397,7 +398,7 @@ mod tests {
         assert_eq!(chunk, Step::More(vec![Event::text("far[1]", "Hi")]));
         let end = read(json!({"jsonrpc": "2.0", "id": 1, "result": {"statusUpdate": {
             "taskId": "t", "contextId": "c", "status": {"state": "TASK_STATE_COMPLETED"},
-            "metadata": {"usage": {"inputTokens": 3, "outputTokens": 5}}}}}));
+            "metadata": {"usage": {"inputTokens": 3.0, "outputTokens": 5}}}}}));
         let Step::Done(events) = end else { panic!("{end:?}") };
         assert!(matches!(&events[0], Event::Usage { usage, .. } if usage.input_tokens == 3 && usage.output_tokens == 5));
     }

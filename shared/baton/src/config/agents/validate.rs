@@ -126,8 +126,17 @@ impl AgentsConfig {
             self.validate_minis(i, a, minis)?;
         }
         if let Some(remote) = &a.remote {
-            if remote.url.is_some() == remote.function.is_some() {
-                return err("remote", "give exactly one of `url` and `function`".into());
+            let ways = [remote.url.is_some(), remote.function.is_some(), remote.a2a.is_some()];
+            if ways.iter().filter(|w| **w).count() != 1 {
+                return err("remote", "give exactly one of `url`, `function` and `a2a`".into());
+            }
+            if let Some(url) = &remote.a2a {
+                if !(url.starts_with("http://") || url.starts_with("https://")) {
+                    return err("remote", format!("`a2a` must be an http(s) URL, not {url:?}"));
+                }
+            }
+            if remote.token_env.is_some() && remote.a2a.is_none() {
+                return err("remote", "`token_env` goes with `a2a`".into());
             }
         }
         let mut listed = HashSet::new();
