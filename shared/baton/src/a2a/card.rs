@@ -4,7 +4,9 @@
 
 use serde_json::{Map, Value, json};
 
-use super::types::{AgentCapabilities, AgentCard, AgentInterface, AgentSkill, JSONRPC_BINDING, PROTOCOL_VERSION};
+use super::types::{
+    AgentCapabilities, AgentCard, AgentInterface, AgentSkill, JSONRPC_BINDING, PROTOCOL_VERSION,
+};
 
 /// The path of the JSON-RPC endpoint, relative to the service's root.
 pub const RPC_PATH: &str = "/a2a";
@@ -47,7 +49,9 @@ pub enum Security {
 pub fn card(source: &CardSource, base_url: &str, security: Security) -> AgentCard {
     let (schemes, requirements) = match security {
         Security::None => (Map::new(), Vec::new()),
-        Security::BearerJwt => scheme("bearer", json!({"httpAuthSecurityScheme": {"scheme": "Bearer", "bearerFormat": "JWT"}})),
+        Security::BearerJwt => {
+            scheme("bearer", json!({"httpAuthSecurityScheme": {"scheme": "Bearer", "bearerFormat": "JWT"}}))
+        }
         Security::SigV4 => scheme(
             "sigv4",
             json!({"apiKeySecurityScheme": {"location": "header", "name": "Authorization",

@@ -32,7 +32,7 @@ use serde_json::{Value, json};
 use tokio::time::Instant;
 
 use super::types::{
-    AgentCard, Message, Part, Role, StreamResponse, TaskState, TaskStatus, VERSION_HEADER, PROTOCOL_VERSION,
+    AgentCard, Message, PROTOCOL_VERSION, Part, Role, StreamResponse, TaskState, TaskStatus, VERSION_HEADER,
 };
 use crate::agent::{Agent, AgentRequest};
 use crate::event::{Event, EventStream, LineSplitter, Usage};
@@ -50,6 +50,8 @@ pub struct A2aLimits {
     pub idle_timeout: Duration,
     /// The longest SSE line read.
     pub max_event_bytes: usize,
+    /// Longest a whole call may take (the caller's agent timeout usually cuts it first).
+    pub call_timeout: Duration,
 }
 
 impl Default for A2aLimits {
@@ -60,6 +62,7 @@ impl Default for A2aLimits {
             card_ttl: Duration::from_secs(300),
             idle_timeout: Duration::from_secs(60),
             max_event_bytes: 1024 * 1024,
+            call_timeout: Duration::from_secs(300),
         }
     }
 }
@@ -127,16 +130,26 @@ fn redacted(text: &str) -> String {
 async fn fetch_card(client: &reqwest::Client, url: &str, limits: A2aLimits) -> Result<AgentCard, Failure> {
     let fetch = async {
         let response = client.get(url).header("accept", "application/json").send().await.map_err(|e| {
-            ("a2a_card_unavailable", format!("the agent card at {url} could not be fetched: {}", redacted(&e.to_string())))
+            (
+                "a2a_card_unavailable",
+                format!("the agent card at {url} could not be fetched: {}", redacted(&e.to_string())),
+            )
         })?;
         let status = response.status();
         if !status.is_success() {
-            return Err(("a2a_card_unavailable", format!("the agent card at {url} answered HTTP {}", status.as_u16())));
+            return Err((
+                "a2a_card_unavailable",
+                format!("the agent card at {url} answered HTTP {}", status.as_u16()),
+            ));
         }
         let cap = limits.max_card_bytes;
-        let body = crate::model::openai::read_capped(response.bytes_stream(), limits.card_timeout, cap + 1).await;
+        let body =
+            crate::model::openai::read_capped(response.bytes_stream(), limits.card_timeout, cap + 1).await;
         if body.len() > cap {
-            return Err(("a2a_card_unavailable", format!("the agent card at {url} is larger than {cap} bytes")));
+            return Err((
+                "a2a_card_unavailable",
+                format!("the agent card at {url} is larger than {cap} bytes"),
+            ));
         }
         serde_json::from_slice::<AgentCard>(&body).map_err(|e| {
             ("a2a_card_unavailable", format!("the agent card at {url} is not a valid card: {e}"))
@@ -176,7 +189,12 @@ enum Step {
 }
 
 fn texts(parts: &[Part], instance: &str) -> Vec<Event> {
-    parts.iter().filter_map(|p| p.text.as_ref()).filter(|t| !t.is_empty()).map(|t| Event::text(instance, t.as_str())).collect()
+    parts
+        .iter()
+        .filter_map(|p| p.text.as_ref())
+        .filter(|t| !t.is_empty())
+        .map(|t| Event::text(instance, t.as_str()))
+        .collect()
 }
 
 fn usage_of(metadata: Option<&serde_json::Map<String, Value>>, instance: &str, model: &str) -> Option<Event> {
@@ -216,22 +234,37 @@ fn status_step(status: &TaskStatus, instance: &str, mut events: Vec<Event>) -> S
 fn read_answer(data: &[u8], instance: &str, model: &str) -> Step {
     let value: Value = match serde_json::from_slice(data) {
         Ok(value) => value,
-        Err(_) => return Step::Failed(("a2a_remote_invalid", "the remote agent sent an answer that is not JSON".into())),
+        Err(_) => {
+            return Step::Failed((
+                "a2a_remote_invalid",
+                "the remote agent sent an answer that is not JSON".into(),
+            ));
+        }
     };
-    if let Some(error) = value.get("error") {
+    if let Some(error) = value.get("error").filter(|e| e.is_object()) {
         let code = error.get("code").and_then(Value::as_i64).unwrap_or_default();
         let message = error.get("message").and_then(Value::as_str).unwrap_or("no message");
-        return Step::Failed(("a2a_remote_error", format!("the remote agent answered error {code}: {}", redacted(message))));
+        return Step::Failed((
+            "a2a_remote_error",
+            format!("the remote agent answered error {code}: {}", redacted(message)),
+        ));
     }
     let Some(result) = value.get("result") else {
-        return Step::Failed(("a2a_remote_invalid", "the remote agent sent a JSON-RPC answer without a result".into()));
+        return Step::Failed((
+            "a2a_remote_invalid",
+            "the remote agent sent a JSON-RPC answer without a result".into(),
+        ));
     };
     let item: StreamResponse = match serde_json::from_value(result.clone()) {
         Ok(item) => item,
         Err(_) => {
-            let kinds: Vec<&str> = result.as_object().map(|o| o.keys().map(String::as_str).collect()).unwrap_or_default();
+            let kinds: Vec<&str> =
+                result.as_object().map(|o| o.keys().map(String::as_str).collect()).unwrap_or_default();
             let kinds = redacted(&kinds.join(", "));
-            return Step::Failed(("a2a_remote_invalid", format!("the remote agent sent an item of an unknown kind ({kinds})")));
+            return Step::Failed((
+                "a2a_remote_invalid",
+                format!("the remote agent sent an item of an unknown kind ({kinds})"),
+            ));
         }
     };
     match item {
@@ -241,7 +274,8 @@ fn read_answer(data: &[u8], instance: &str, model: &str) -> Step {
             Step::Done(events)
         }
         StreamResponse::Task(task) => {
-            let mut events: Vec<Event> = usage_of(task.metadata.as_ref(), instance, model).into_iter().collect();
+            let mut events: Vec<Event> =
+                usage_of(task.metadata.as_ref(), instance, model).into_iter().collect();
             if task.status.state.is_terminal() || task.status.state.is_interrupted() {
                 // A whole task (SendMessage's answer, or a stream that starts at the end).
                 events.splice(0..0, task.artifacts.iter().flat_map(|a| texts(&a.parts, instance)));
@@ -342,8 +376,20 @@ impl Agent for A2aAgent {
             let mut bytes = response.bytes_stream();
             let mut lines = LineSplitter::new(this.limits.max_event_bytes);
             let mut silence = crate::bounded::IdleTimer::new(idle);
+            // A stream that keeps sending and never ends its task is cut here.
+            let call_end = tokio::time::sleep(this.limits.call_timeout);
+            tokio::pin!(call_end);
             loop {
-                let chunk = match silence.next(&mut bytes).await {
+                let next = tokio::select! {
+                    biased;
+                    () = &mut call_end => None,
+                    next = silence.next(&mut bytes) => Some(next),
+                };
+                let Some(next) = next else {
+                    for ev in fail(("a2a_remote_timeout", "the remote agent's task did not end in time".into())) { yield ev; }
+                    return;
+                };
+                let chunk = match next {
                     Err(_) => {
                         for ev in fail(("a2a_remote_timeout", "the remote agent's stream went silent".into())) { yield ev; }
                         return;
@@ -400,18 +446,39 @@ mod tests {
             "taskId": "t", "contextId": "c", "status": {"state": "TASK_STATE_COMPLETED"},
             "metadata": {"usage": {"inputTokens": 3.0, "outputTokens": 5}}}}}));
         let Step::Done(events) = end else { panic!("{end:?}") };
-        assert!(matches!(&events[0], Event::Usage { usage, .. } if usage.input_tokens == 3 && usage.output_tokens == 5));
+        assert!(
+            matches!(&events[0], Event::Usage { usage, .. } if usage.input_tokens == 3 && usage.output_tokens == 5)
+        );
     }
 
     #[test]
     fn failures_errors_and_unknown_kinds_are_failures_that_say_why() {
         let failed = read(json!({"jsonrpc": "2.0", "id": 1, "result": {"statusUpdate": {
             "taskId": "t", "status": {"state": "TASK_STATE_FAILED", "message": {"messageId": "m", "role": "ROLE_AGENT", "parts": [{"text": "no stock"}]}}}}}));
-        assert_eq!(failed, Step::Failed(("a2a_remote_failed", "the remote agent's task ended TASK_STATE_FAILED: no stock".into())));
-        let error = read(json!({"jsonrpc": "2.0", "id": 1, "error": {"code": -32001, "message": "Task not found"}}));
-        assert_eq!(error, Step::Failed(("a2a_remote_error", "the remote agent answered error -32001: Task not found".into())));
+        assert_eq!(
+            failed,
+            Step::Failed((
+                "a2a_remote_failed",
+                "the remote agent's task ended TASK_STATE_FAILED: no stock".into()
+            ))
+        );
+        let error =
+            read(json!({"jsonrpc": "2.0", "id": 1, "error": {"code": -32001, "message": "Task not found"}}));
+        assert_eq!(
+            error,
+            Step::Failed((
+                "a2a_remote_error",
+                "the remote agent answered error -32001: Task not found".into()
+            ))
+        );
         let unknown = read(json!({"jsonrpc": "2.0", "id": 1, "result": {"progressUpdate": {}}}));
-        assert_eq!(unknown, Step::Failed(("a2a_remote_invalid", "the remote agent sent an item of an unknown kind (progressUpdate)".into())));
+        assert_eq!(
+            unknown,
+            Step::Failed((
+                "a2a_remote_invalid",
+                "the remote agent sent an item of an unknown kind (progressUpdate)".into()
+            ))
+        );
         assert!(matches!(read_answer(b"{oops", "far[1]", "far"), Step::Failed(("a2a_remote_invalid", _))));
     }
 

@@ -171,11 +171,14 @@ impl TaskView {
             | Event::ToolCallStart { .. }
             | Event::ToolCallEnd { .. }
             | Event::Choices { .. }
-            | Event::Handoff { .. } => Some(self.status_update(baton_meta(serde_json::to_value(event).ok()?))),
+            | Event::Handoff { .. } => {
+                Some(self.status_update(baton_meta(serde_json::to_value(event).ok()?)))
+            }
             Event::Completed { status, model, usage, interrupts, .. } => {
                 self.state = state_of(*status);
                 if !interrupts.is_empty() {
-                    self.interrupts = interrupts.iter().filter_map(|i| serde_json::to_value(i).ok()).collect();
+                    self.interrupts =
+                        interrupts.iter().filter_map(|i| serde_json::to_value(i).ok()).collect();
                 }
                 if self.state == TaskState::Failed && self.last_error.is_none() {
                     self.last_error = Some(format!("the turn ended with status {}", status.as_str()));

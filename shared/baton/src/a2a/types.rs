@@ -437,7 +437,12 @@ mod tests {
         let chunk = StreamResponse::ArtifactUpdate(TaskArtifactUpdateEvent {
             task_id: "t".into(),
             context_id: "c".into(),
-            artifact: Artifact { artifact_id: "a".into(), name: None, parts: vec![Part::text("hi")], metadata: None },
+            artifact: Artifact {
+                artifact_id: "a".into(),
+                name: None,
+                parts: vec![Part::text("hi")],
+                metadata: None,
+            },
             append: true,
             last_chunk: false,
         });
@@ -450,9 +455,10 @@ mod tests {
 
     #[test]
     fn unknown_enum_values_and_fields_are_read_and_unknown_kinds_are_not() {
-        let message: Message =
-            serde_json::from_value(json!({"messageId": "m", "role": "ROLE_ROBOT", "parts": [{"text": "a", "x": 1}]}))
-                .unwrap();
+        let message: Message = serde_json::from_value(
+            json!({"messageId": "m", "role": "ROLE_ROBOT", "parts": [{"text": "a", "x": 1}]}),
+        )
+        .unwrap();
         assert_eq!(message.role, Role::Unspecified);
         assert_eq!(message.text(), "a");
         let status: TaskStatus = serde_json::from_value(json!({"state": "TASK_STATE_PAUSED"})).unwrap();

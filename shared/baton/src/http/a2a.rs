@@ -24,8 +24,8 @@ use super::request::{checked_id, user_of};
 use super::{ApiError, Caller, ChatService, EPISODE_HEADER, TURN_HEADER};
 use crate::a2a::task::{parse_task_id, task_id};
 use crate::a2a::types::{
-    PROTOCOL_VERSION, RpcRequest, SendMessageRequest, StreamResponse, TaskIdParams, VERSION_HEADER,
-    codes, rpc_error, rpc_result,
+    PROTOCOL_VERSION, RpcRequest, SendMessageRequest, StreamResponse, TaskIdParams, VERSION_HEADER, codes,
+    rpc_error, rpc_result,
 };
 use crate::a2a::{CardSource, Security, TaskView};
 use crate::auth::AuthMode;
@@ -61,7 +61,11 @@ pub(super) async fn card_route(State(service): State<Arc<ChatService>>, headers:
     service.a2a_card(&headers, "")
 }
 
-pub(super) async fn rpc_route(State(service): State<Arc<ChatService>>, headers: HeaderMap, body: Body) -> Response {
+pub(super) async fn rpc_route(
+    State(service): State<Arc<ChatService>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
     let caller = match service.caller_from_headers(&headers) {
         Ok(caller) => caller,
         Err(e) => return answer(e.status, rpc_error(&Value::Null, codes::INVALID_REQUEST, e.message)),
@@ -110,7 +114,12 @@ impl ChatService {
         deadline: Option<tokio::time::Instant>,
     ) -> Response {
         let request: RpcRequest = match serde_json::from_slice::<Value>(body) {
-            Err(e) => return answer(StatusCode::OK, rpc_error(&Value::Null, codes::PARSE_ERROR, format!("invalid JSON: {e}"))),
+            Err(e) => {
+                return answer(
+                    StatusCode::OK,
+                    rpc_error(&Value::Null, codes::PARSE_ERROR, format!("invalid JSON: {e}")),
+                );
+            }
             Ok(value) => match serde_json::from_value(value) {
                 Ok(request) => request,
                 Err(e) => {
@@ -159,9 +168,10 @@ impl ChatService {
             }
             "CancelTask" => self.a2a_cancel(caller, headers, &id, params).await,
             "SubscribeToTask" => self.a2a_subscribe(caller, headers, &id, params, until).await,
-            "ListTasks" | "GetExtendedAgentCard" => {
-                Err(refusal(codes::UNSUPPORTED_OPERATION, format!("{} is not supported by this agent", request.method)))
-            }
+            "ListTasks" | "GetExtendedAgentCard" => Err(refusal(
+                codes::UNSUPPORTED_OPERATION,
+                format!("{} is not supported by this agent", request.method),
+            )),
             "CreateTaskPushNotificationConfig"
             | "GetTaskPushNotificationConfig"
             | "ListTaskPushNotificationConfigs"
@@ -170,16 +180,24 @@ impl ChatService {
             }
             other if other.contains('/') => Err(refusal(
                 codes::METHOD_NOT_FOUND,
-                format!("method {other:?} is of A2A 0.3; this agent speaks A2A {PROTOCOL_VERSION} (SendMessage, SendStreamingMessage, GetTask, CancelTask, SubscribeToTask)"),
+                format!(
+                    "method {other:?} is of A2A 0.3; this agent speaks A2A {PROTOCOL_VERSION} (SendMessage, SendStreamingMessage, GetTask, CancelTask, SubscribeToTask)"
+                ),
             )),
             other => Err(refusal(codes::METHOD_NOT_FOUND, format!("no method {other:?}"))),
         }
     }
 
     /// The caller's task named in `params`: its episode key and turn, or `TaskNotFoundError`.
-    fn task_of(&self, caller: &Caller, headers: &HeaderMap, params: Value) -> Result<(EpisodeKey, String), Refusal> {
-        let params: TaskIdParams = serde_json::from_value(params)
-            .map_err(|e| refusal(codes::INVALID_PARAMS, format!("the params must be {{\"id\": string}}: {e}")))?;
+    fn task_of(
+        &self,
+        caller: &Caller,
+        headers: &HeaderMap,
+        params: Value,
+    ) -> Result<(EpisodeKey, String), Refusal> {
+        let params: TaskIdParams = serde_json::from_value(params).map_err(|e| {
+            refusal(codes::INVALID_PARAMS, format!("the params must be {{\"id\": string}}: {e}"))
+        })?;
         let not_found = || refusal(codes::TASK_NOT_FOUND, format!("no task {:?}", params.id));
         let (episode, turn) = parse_task_id(&params.id).ok_or_else(not_found)?;
         let user = user_of(caller, headers).map_err(from_api)?;
@@ -192,7 +210,8 @@ impl ChatService {
     async fn read_task(&self, key: &EpisodeKey, turn_id: &str) -> Result<TaskView, Refusal> {
         const PAGE: usize = 500;
         let store = self.history.store();
-        let not_found = || refusal(codes::TASK_NOT_FOUND, format!("no task {:?}", task_id(key.episode_id(), turn_id)));
+        let not_found =
+            || refusal(codes::TASK_NOT_FOUND, format!("no task {:?}", task_id(key.episode_id(), turn_id)));
         let internal = |e: crate::store::StoreError| from_api(e.into());
         let record = store.turn_record(key, turn_id).await.map_err(internal)?.ok_or_else(not_found)?;
         let mut view = TaskView::new(key.episode_id(), turn_id);
@@ -224,11 +243,15 @@ impl ChatService {
         until: tokio::time::Instant,
         streaming: bool,
     ) -> Result<Response, Refusal> {
-        let request: SendMessageRequest = serde_json::from_value(params)
-            .map_err(|e| refusal(codes::INVALID_PARAMS, format!("the params are not a SendMessageRequest: {e}")))?;
+        let request: SendMessageRequest = serde_json::from_value(params).map_err(|e| {
+            refusal(codes::INVALID_PARAMS, format!("the params are not a SendMessageRequest: {e}"))
+        })?;
         let message = request.message;
         if message.parts.iter().any(|p| p.url.is_some() || p.raw.is_some()) {
-            return Err(refusal(codes::CONTENT_TYPE_NOT_SUPPORTED, "this agent reads text and data parts, not files"));
+            return Err(refusal(
+                codes::CONTENT_TYPE_NOT_SUPPORTED,
+                "this agent reads text and data parts, not files",
+            ));
         }
         let text: Vec<String> = message
             .parts
@@ -255,7 +278,9 @@ impl ChatService {
             let unknown = || {
                 refusal(
                     codes::INVALID_PARAMS,
-                    format!("unknown contextId {context:?}: send without one to start a conversation, then use the contextId of its answer"),
+                    format!(
+                        "unknown contextId {context:?}: send without one to start a conversation, then use the contextId of its answer"
+                    ),
                 )
             };
             let context = checked_id("contextId", context.clone()).map_err(|_| unknown())?;
@@ -284,15 +309,20 @@ impl ChatService {
         Ok(answer(StatusCode::OK, rpc_result(id, json!({"task": view.task()}))))
     }
 
-    async fn a2a_cancel(&self, caller: &Caller, headers: &HeaderMap, id: &Value, params: Value) -> Result<Response, Refusal> {
+    async fn a2a_cancel(
+        &self,
+        caller: &Caller,
+        headers: &HeaderMap,
+        id: &Value,
+        params: Value,
+    ) -> Result<Response, Refusal> {
         let (key, turn) = self.task_of(caller, headers, params)?;
         let name = task_id(key.episode_id(), &turn);
         match self.request_cancel(&key, &turn).await.map_err(from_api)? {
             CancelOutcome::Unknown => Err(refusal(codes::TASK_NOT_FOUND, format!("no task {name:?}"))),
-            CancelOutcome::AlreadyEnded(status) if status != crate::event::Status::Cancelled.as_str() => Err(refusal(
-                codes::TASK_NOT_CANCELABLE,
-                format!("the task has ended already (status {status})"),
-            )),
+            CancelOutcome::AlreadyEnded(status) if status != crate::event::Status::Cancelled.as_str() => Err(
+                refusal(codes::TASK_NOT_CANCELABLE, format!("the task has ended already (status {status})")),
+            ),
             _ => {
                 // The stop takes effect at the producer's next event (or its next look at the
                 // store): answer with the task once it has ended, or as it stands after the wait.
@@ -329,7 +359,8 @@ impl ChatService {
             return Err(refusal(codes::UNSUPPORTED_OPERATION, "the task has ended: GetTask reads it"));
         }
         let store = self.history.store().clone();
-        let events = follow(store, live, key.clone(), turn.clone(), Cursor { after: 0 }, self.turn_log.resume, until);
+        let events =
+            follow(store, live, key.clone(), turn.clone(), Cursor { after: 0 }, self.turn_log.resume, until);
         let view = TaskView::new(key.episode_id(), &turn);
         Ok(self.task_stream(id, view, events, key.episode_id(), &turn))
     }
@@ -381,4 +412,3 @@ impl ChatService {
         response
     }
 }
-

@@ -392,7 +392,9 @@ impl ChatService {
             );
         }
         match self.start_turn(turn, request_id, on_disconnect, resume, deadline).await {
-            Ok((episode_id, turn_id, recorded)) => sse_response(&episode_id, turn_id, recorded, self.heartbeat),
+            Ok((episode_id, turn_id, recorded)) => {
+                sse_response(&episode_id, turn_id, recorded, self.heartbeat)
+            }
             Err(e) => e.into_response(),
         }
     }
@@ -407,8 +409,10 @@ impl ChatService {
         on_disconnect: Option<DisconnectPolicy>,
         resume: Option<Vec<(String, crate::approval::Decision)>>,
         deadline: tokio::time::Instant,
-    ) -> Result<(String, String, impl futures::Stream<Item = Arc<crate::store::LoggedEvent>> + Send + 'static), ApiError>
-    {
+    ) -> Result<
+        (String, String, impl futures::Stream<Item = Arc<crate::store::LoggedEvent>> + Send + 'static),
+        ApiError,
+    > {
         turn.approvals = match resume {
             None => self.approvals.pausing(),
             Some(answers) => self.claim_resume(&turn, answers, deadline).await?,

@@ -177,7 +177,11 @@ impl ChatService {
 
     /// Asks `key`'s turn `turn_id` to stop: at once when this process runs it, else through the
     /// store's cancel flag (the A2A `CancelTask` too).
-    pub(super) async fn request_cancel(&self, key: &EpisodeKey, turn_id: &str) -> Result<CancelOutcome, ApiError> {
+    pub(super) async fn request_cancel(
+        &self,
+        key: &EpisodeKey,
+        turn_id: &str,
+    ) -> Result<CancelOutcome, ApiError> {
         Ok(match self.live.get(key, turn_id) {
             Some(turn) => match turn.ended() {
                 Some(status) => CancelOutcome::AlreadyEnded(status.as_str().to_owned()),

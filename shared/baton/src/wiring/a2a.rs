@@ -14,7 +14,11 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The A2A agent of `spec` (at `index` in the agents' list), or `None` when it is not one. A
 /// configured token variable that is unset or empty is a configuration error.
-pub(super) fn a2a_agent(config: &Config, index: usize, spec: &AgentSpec) -> Result<Option<Arc<dyn Agent>>, ConfigError> {
+pub(super) fn a2a_agent(
+    config: &Config,
+    index: usize,
+    spec: &AgentSpec,
+) -> Result<Option<Arc<dyn Agent>>, ConfigError> {
     let Some(remote) = &spec.remote else { return Ok(None) };
     let Some(url) = &remote.a2a else { return Ok(None) };
     let token = match &remote.token_env {
@@ -44,7 +48,11 @@ pub fn a2a_card(config: &Config) -> CardSource {
         CardSource::skill(name, description, "agent")
     });
     let tools = entry.tools.iter().map(|name| CardSource::skill(name, "", "tool"));
-    CardSource { name: entry.name.clone(), description: entry.description.clone(), skills: agents.chain(tools).collect() }
+    CardSource {
+        name: entry.name.clone(),
+        description: entry.description.clone(),
+        skills: agents.chain(tools).collect(),
+    }
 }
 
 #[cfg(test)]
@@ -79,12 +87,20 @@ mod tests {
     #[test]
     fn remote_takes_exactly_one_way_and_an_http_url() {
         let bad = |remote: &str| {
-            let yaml = TEAM.replace("{a2a: \"http://127.0.0.1:9/\", token_env: BATON_TEST_A2A_TOKEN_UNSET}", remote);
-            Config::default().with_yaml(&yaml, "team.yaml").and_then(|c| c.validate().map(|_| c)).err().map(|e| e.to_string())
+            let yaml =
+                TEAM.replace("{a2a: \"http://127.0.0.1:9/\", token_env: BATON_TEST_A2A_TOKEN_UNSET}", remote);
+            Config::default()
+                .with_yaml(&yaml, "team.yaml")
+                .and_then(|c| c.validate().map(|_| c))
+                .err()
+                .map(|e| e.to_string())
         };
         assert!(bad("{a2a: \"ftp://x\"}").unwrap().contains("http(s) URL"));
         assert!(bad("{a2a: \"http://x\", url: \"http://y\"}").unwrap().contains("exactly one"));
         assert!(bad("{url: \"http://y\", token_env: T}").unwrap().contains("goes with `a2a`"));
-        assert_eq!(bad("{a2a: \"https://x\"}"), None);
+        assert_eq!(bad("{a2a: \"https://x\"}"), None, "no instruction needed");
+        let listed = TEAM.replace("    remote:", "    tools: [lookup]\n    remote:");
+        let err = Config::default().with_yaml(&listed, "team.yaml").and_then(|c| c.validate()).unwrap_err();
+        assert!(err.to_string().contains("lists no tools"), "{err}");
     }
 }

@@ -96,6 +96,15 @@ impl AgentsConfig {
             }
         }
         match &a.kind {
+            // A remote A2A agent is defined where it runs: its entry here only names it.
+            AgentKind::Llm if a.remote.as_ref().is_some_and(|r| r.a2a.is_some()) => {
+                if !a.tools.is_empty() || !a.agents.is_empty() {
+                    return err(
+                        "remote",
+                        "an `a2a` agent runs elsewhere: it lists no tools or agents".into(),
+                    );
+                }
+            }
             AgentKind::Llm => {
                 if a.instruction.trim().is_empty() {
                     return err("instruction", "an `llm` agent needs an instruction".into());
