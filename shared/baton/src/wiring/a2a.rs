@@ -97,7 +97,11 @@ mod tests {
         };
         assert!(bad("{a2a: \"ftp://x\"}").unwrap().contains("http(s) URL"));
         assert!(bad("{a2a: \"http://x\", url: \"http://y\"}").unwrap().contains("exactly one"));
-        assert!(bad("{url: \"http://y\", token_env: T}\n    instruction: Far.").unwrap().contains("goes with `a2a`"));
+        assert!(
+            bad("{url: \"http://y\", token_env: T}\n    instruction: Far.")
+                .unwrap()
+                .contains("goes with `a2a`")
+        );
         assert_eq!(bad("{a2a: \"https://x\"}"), None, "no instruction needed");
         let listed = TEAM.replace("    remote:", "    tools: [lookup]\n    remote:");
         let err = Config::default().with_yaml(&listed, "team.yaml").and_then(|c| c.validate()).unwrap_err();
