@@ -7,6 +7,7 @@ SDK's error (`{"error": {"type", "message"}}`).
     baton_client.py URL USER cancel TEXT      # streams, cancels after the first text chunk
     baton_client.py URL USER get TASK_ID
     baton_client.py URL USER list
+    baton_client.py URL USER resume CONTEXT_ID DECISIONS_JSON   # a data part {"resume": [...]}
 """
 
 import asyncio
@@ -14,7 +15,8 @@ import json
 import sys
 
 import httpx
-from google.protobuf.json_format import MessageToDict
+from google.protobuf import struct_pb2
+from google.protobuf.json_format import MessageToDict, ParseDict
 
 from a2a.client import ClientConfig, create_client
 from a2a.types import CancelTaskRequest, GetTaskRequest, ListTasksRequest, Message, Part, Role, SendMessageRequest
@@ -48,6 +50,10 @@ async def main(url: str, user: str, command: str, args: list[str]) -> dict:
                     got = as_dict(await client.get_task(GetTaskRequest(id=task_id)))
                     out["get"] = got
             out["items"], out["cancel"] = items, cancelled
+        elif command == "resume":
+            data = ParseDict({"resume": json.loads(args[1])}, struct_pb2.Value())
+            message = Message(role=Role.ROLE_USER, message_id="m-resume", context_id=args[0], parts=[Part(data=data)])
+            out["items"] = [as_dict(i) async for i in client.send_message(SendMessageRequest(message=message))]
         elif command == "get":
             out["task"] = as_dict(await client.get_task(GetTaskRequest(id=args[0])))
         elif command == "list":

@@ -217,6 +217,35 @@ async fn unsupported_methods_and_bad_requests_are_json_rpc_errors() {
     assert!(server.requests_for("solo").is_empty(), "no bad request reached the model");
 }
 
+/// examples/approvals.yaml offline: the concierge's card keeper asks before it clips an offer.
+#[tokio::test]
+async fn a_pending_approval_is_input_required_and_a_data_part_resumes_it() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/approvals.yaml");
+    let yaml = std::fs::read_to_string(&path).unwrap();
+    let config = baton_reference::reference_config().with_yaml(&yaml, "approvals.yaml").unwrap();
+    let endpoint = start_endpoint(&baton_reference::Deployment::from(config)).await;
+    let got = sdk(&endpoint.url, "alice", &["stream", "clip the coffee offer"]).await;
+    let end = got["items"].as_array().unwrap().last().unwrap().clone();
+    let status = &end["statusUpdate"]["status"];
+    assert_eq!(status["state"], "TASK_STATE_INPUT_REQUIRED", "{got}");
+    let interrupt = &status["message"]["parts"][1]["data"]["interrupts"][0];
+    assert_eq!(interrupt["tool"], "clip_offer", "{end}");
+    let asked = got["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|i| i["statusUpdate"]["metadata"]["baton"]["type"] == "approval_required");
+    assert!(asked, "the approval_required event is shown as it happens");
+
+    let context = end["statusUpdate"]["contextId"].as_str().unwrap();
+    let decisions = json!([{"interrupt_id": interrupt["interrupt_id"], "decision": "approve"}]).to_string();
+    let resumed = sdk(&endpoint.url, "alice", &["resume", context, &decisions]).await;
+    assert_eq!(last_state(&resumed["items"]), "TASK_STATE_COMPLETED", "{resumed}");
+    assert!(!artifact_text(&resumed["items"]).is_empty(), "the approved call's answer: {resumed}");
+    let again = sdk(&endpoint.url, "alice", &["resume", context, &decisions]).await;
+    assert!(again["error"]["message"].as_str().unwrap_or_default().contains("answered"), "{again}");
+}
+
 // ---- A remote A2A agent (the SDK's server) behind Baton's client ----
 
 /// `tests/a2a/sample_agent.py` on a free loopback port, killed on drop.

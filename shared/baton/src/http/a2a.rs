@@ -253,14 +253,24 @@ impl ChatService {
                 "this agent reads text and data parts, not files",
             ));
         }
+        // A data part `{"resume": [...]}` answers the context's pending approvals, as `POST
+        // /chat`'s `resume` does (docs/approvals.md); other data parts are text as JSON.
+        let resume = message.parts.iter().find_map(|p| p.data.as_ref()?.get("resume").cloned());
         let text: Vec<String> = message
             .parts
             .iter()
+            .filter(|p| p.data.as_ref().is_none_or(|d| d.get("resume").is_none()))
             .filter_map(|p| p.text.clone().or_else(|| p.data.as_ref().map(Value::to_string)))
             .collect();
         let text = text.join("\n");
-        if text.trim().is_empty() {
+        if text.trim().is_empty() && resume.is_none() {
             return Err(refusal(codes::INVALID_PARAMS, "the message has no text"));
+        }
+        if resume.is_some() && message.context_id.is_none() {
+            return Err(refusal(
+                codes::INVALID_PARAMS,
+                "a resume answers the approvals of a context: `contextId` is required",
+            ));
         }
         let user = user_of(caller, headers).map_err(from_api)?;
         if let Some(task) = &message.task_id {
@@ -287,11 +297,14 @@ impl ChatService {
             let key = EpisodeKey::new(user.as_str(), context).map_err(|_| unknown())?;
             self.latest_turn(&key).await.map_err(from_api)?.ok_or_else(unknown)?;
         }
-        let body = json!({"message": text, "episode_id": message.context_id});
+        let body = match resume {
+            Some(resume) => json!({"resume": resume, "episode_id": message.context_id}),
+            None => json!({"message": text, "episode_id": message.context_id}),
+        };
         let valid = self.validate(caller, headers, body.to_string().as_bytes()).map_err(from_api)?;
         let policy = Some(DisconnectPolicy::Continue);
         let (episode_id, turn_id, events) =
-            self.start_turn(valid.turn, None, policy, None, until).await.map_err(from_api)?;
+            self.start_turn(valid.turn, None, policy, valid.resume, until).await.map_err(from_api)?;
         let mut view = TaskView::new(&episode_id, &turn_id);
         if streaming {
             return Ok(self.task_stream(id, view, events, &episode_id, &turn_id));
