@@ -7,6 +7,7 @@ SDK's error (`{"error": {"type", "message"}}`).
     baton_client.py URL USER cancel TEXT      # streams, cancels after the first text chunk
     baton_client.py URL USER get TASK_ID
     baton_client.py URL USER list
+    baton_client.py URL USER subscribe TEXT   # sends without waiting, then subscribes to the task
     baton_client.py URL USER resume CONTEXT_ID DECISIONS_JSON   # a data part {"resume": [...]}
 """
 
@@ -19,7 +20,16 @@ from google.protobuf import struct_pb2
 from google.protobuf.json_format import MessageToDict, ParseDict
 
 from a2a.client import ClientConfig, create_client
-from a2a.types import CancelTaskRequest, GetTaskRequest, ListTasksRequest, Message, Part, Role, SendMessageRequest
+from a2a.types import (
+    CancelTaskRequest,
+    GetTaskRequest,
+    ListTasksRequest,
+    Message,
+    Part,
+    Role,
+    SendMessageRequest,
+    SubscribeToTaskRequest,
+)
 
 
 def as_dict(message) -> dict:
@@ -54,6 +64,13 @@ async def main(url: str, user: str, command: str, args: list[str]) -> dict:
             data = ParseDict({"resume": json.loads(args[1])}, struct_pb2.Value())
             message = Message(role=Role.ROLE_USER, message_id="m-resume", context_id=args[0], parts=[Part(data=data)])
             out["items"] = [as_dict(i) async for i in client.send_message(SendMessageRequest(message=message))]
+        elif command == "subscribe":
+            polling = ClientConfig(streaming=False, polling=True, httpx_client=http)
+            sender = await create_client(url, client_config=polling)
+            (started,) = [i async for i in sender.send_message(request(args[0]))]
+            out["started"] = as_dict(started)
+            subscribe = SubscribeToTaskRequest(id=started.task.id)
+            out["items"] = [as_dict(i) async for i in client.subscribe(subscribe)]
         elif command == "get":
             out["task"] = as_dict(await client.get_task(GetTaskRequest(id=args[0])))
         elif command == "list":

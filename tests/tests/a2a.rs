@@ -156,6 +156,18 @@ async fn a_cancel_stops_the_running_turn_and_the_task_ends_canceled() {
 }
 
 #[tokio::test]
+async fn a_subscriber_gets_the_whole_task_from_its_first_event_then_live() {
+    let server = ScriptedServer::start().await.unwrap();
+    let endpoint = baton(&server).await;
+    server.push("solo", Reply::text(ANSWER).chunk_delay(Duration::from_millis(100)));
+    let got = sdk(&endpoint.url, "alice", &["subscribe", "when do my points post?"]).await;
+    assert_eq!(got["started"]["task"]["status"]["state"], "TASK_STATE_WORKING", "{got}");
+    assert_eq!(got["items"][0]["task"]["id"], got["started"]["task"]["id"]);
+    assert_eq!(artifact_text(&got["items"]), ANSWER, "nothing missed: {got}");
+    assert_eq!(last_state(&got["items"]), "TASK_STATE_COMPLETED");
+}
+
+#[tokio::test]
 async fn a_failing_turn_ends_the_task_failed_with_its_error() {
     let server = ScriptedServer::start().await.unwrap();
     let endpoint = baton(&server).await;

@@ -15,7 +15,8 @@
 //! finds none outside the tests): a deployment's own tools and agent kinds come in through
 //! [`wiring::Extension`] (the reference deployment is the `baton-reference` crate).
 //! - [`http`]: the chat endpoint, shared by `serve` and the Lambda (room: `request`, the checks
-//!   and JSON errors; `sse`, the SSE body; `messages`, a conversation read back a page at a time).
+//!   and JSON errors; `sse`, the SSE body; `messages`, a conversation read back a page at a time;
+//!   `a2a`, the entry agent as an A2A agent: its card and the JSON-RPC endpoint).
 //! - [`turn`]: durable turns: a turn's events numbered, kept in memory and logged in the store
 //!   as they stream, a turn that runs on when its client leaves, resume and stop from any
 //!   instance (room: `live`, the turns this process runs; `writer`, the log writer; `record`,

@@ -18,8 +18,8 @@
 //! preflight and adds the response headers, the episode and turn ids among those a page may read.
 //!
 //! This room: the service, its routes and `serve` here; `request` (the JSON error, the caller, the
-//! checks a body and its ids pass), `sse` (the SSE body of a turn) and `messages` (a conversation
-//! read back a page at a time) beside it.
+//! checks a body and its ids pass), `sse` (the SSE body of a turn), `messages` (a conversation
+//! read back a page at a time) and `a2a` (the A2A card and JSON-RPC endpoint) beside it.
 
 use std::sync::Arc;
 use std::time::Duration;
