@@ -84,6 +84,9 @@ impl std::fmt::Debug for BearerToken {
     }
 }
 
+/// The card last fetched, and when: shared by the agent's runs.
+type CachedCard = Arc<Mutex<Option<(Instant, Arc<AgentCard>)>>>;
+
 /// An agent reached over A2A.
 pub struct A2aAgent {
     name: String,
@@ -91,7 +94,7 @@ pub struct A2aAgent {
     client: reqwest::Client,
     token: Option<BearerToken>,
     limits: A2aLimits,
-    card: Arc<Mutex<Option<(Instant, Arc<AgentCard>)>>>,
+    card: CachedCard,
 }
 
 impl A2aAgent {
