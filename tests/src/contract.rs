@@ -64,6 +64,12 @@ macro_rules! store_contract_tests {
             a_turn_log_survives_reopening_the_store,
             racing_appends_log_each_seq_once,
         );
+        // The approvals record (`Store::approvals`, `Store::save_approvals`).
+        $crate::store_contract_tests!(@each $h;
+            an_approvals_record_is_written_once_per_version,
+            an_approvals_record_kept_past_its_time_is_absent_and_written_anew,
+            racing_approvals_writes_succeed_once,
+        );
         // Reading a conversation back a page at a time (`Store::messages_page`).
         $crate::store_contract_tests!(@each $h;
             message_pages_read_backwards_to_the_first_message,
@@ -728,4 +734,63 @@ pub async fn a_message_cursor_stays_valid_when_its_turn_is_answered_again<H: Sto
     store.save_reply(&k, &second, &[reply(&second, 1, "b", "a1 again", now)]).await.unwrap();
     let (page, _) = store.messages_page(&k, next.as_deref(), 10).await.unwrap();
     assert_eq!(contents(&page), ["q0", "a0", "q1"]);
+}
+
+/// The approvals record: created at version 0, then each write names the version it read; a
+/// stale version is a conflict; another user's key sees none.
+pub async fn an_approvals_record_is_written_once_per_version<H: StoreHarness>() {
+    let h = H::start(test_clock()).await;
+    let store = h.store();
+    let k = key("alice", "e1");
+    let keep = store.clock().now_ms() / 1000 + 3600;
+    assert_eq!(store.approvals(&k).await.unwrap(), None);
+    assert_eq!(store.save_approvals(&k, r#"{"v":1}"#, 0, keep).await.unwrap(), 1);
+    assert_eq!(store.approvals(&k).await.unwrap(), Some((1, r#"{"v":1}"#.to_owned())));
+    let again = store.save_approvals(&k, r#"{"v":"x"}"#, 0, keep).await;
+    assert!(matches!(again, Err(StoreError::Conflict { .. })), "{again:?}");
+    assert_eq!(store.save_approvals(&k, r#"{"v":2}"#, 1, keep).await.unwrap(), 2);
+    let stale = store.save_approvals(&k, r#"{"v":"y"}"#, 1, keep).await;
+    assert!(matches!(stale, Err(StoreError::Conflict { .. })), "{stale:?}");
+    assert_eq!(store.approvals(&k).await.unwrap(), Some((2, r#"{"v":2}"#.to_owned())));
+    assert_eq!(store.approvals(&key("bob", "e1")).await.unwrap(), None, "another user's key");
+    let big = "x".repeat(100_000);
+    let body = serde_json::json!({"big": big}).to_string();
+    assert_eq!(store.save_approvals(&k, &body, 2, keep).await.unwrap(), 3, "a 100 kB record fits");
+    assert_eq!(store.approvals(&k).await.unwrap().unwrap().1, body);
+}
+
+/// A record kept past its time reads as absent, and is written anew from version 0.
+pub async fn an_approvals_record_kept_past_its_time_is_absent_and_written_anew<H: StoreHarness>() {
+    let clock = test_clock();
+    let h = H::start(clock.clone()).await;
+    let store = h.store();
+    let k = key("alice", "e1");
+    let keep = store.clock().now_ms() / 1000 + 10;
+    store.save_approvals(&k, "{}", 0, keep).await.unwrap();
+    clock.advance(Duration::from_secs(11));
+    assert_eq!(store.approvals(&k).await.unwrap(), None);
+    let later = store.clock().now_ms() / 1000 + 10;
+    assert_eq!(store.save_approvals(&k, r#"{"new":true}"#, 0, later).await.unwrap(), 1);
+}
+
+/// Of many writers racing from one version, exactly one succeeds.
+pub async fn racing_approvals_writes_succeed_once<H: StoreHarness>() {
+    let h = H::start(test_clock()).await;
+    let store = h.store();
+    let k = key("alice", "e1");
+    let keep = store.clock().now_ms() / 1000 + 3600;
+    store.save_approvals(&k, "{}", 0, keep).await.unwrap();
+    let writes = (0..8).map(|i| {
+        let (store, k) = (store.clone(), k.clone());
+        tokio::spawn(async move { store.save_approvals(&k, &format!(r#"{{"by":{i}}}"#), 1, keep).await })
+    });
+    let mut won = 0;
+    for write in writes.collect::<Vec<_>>() {
+        match write.await.unwrap() {
+            Ok(2) => won += 1,
+            Err(StoreError::Conflict { .. }) => {}
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(won, 1);
 }

@@ -481,6 +481,79 @@ async fn a_turn_is_rejoined_and_stopped_from_another_instance() {
     assert!(record.cancel_requested);
 }
 
+/// Approvals on Lambda: the turn pauses on one instance (the call is not made), and the next
+/// request, on any instance, answers it; the answered interrupt cannot be answered again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "run by scripts/test.sh outside cargo's build lock"]
+async fn a_paused_turn_is_resumed_by_the_next_request() {
+    let (table_name, store) = table("approvals").await;
+    let server = ScriptedServer::start().await.unwrap();
+    let keys = tempfile::tempdir().unwrap();
+    let (private_pem, public_pem) = rs256_key_pair(keys.path());
+    let key_arn = secret("jwt-public-key-approvals", &public_pem).await;
+    let jwt = |sub: &str| rs256_jwt(sub, &private_pem);
+    let config = workspace().join("examples/approvals.yaml");
+    let watch = Watch::start_with(&["--concurrency", "2"], Stdio::null(), |_| {
+        let mut env = models(&server);
+        env.push(("BATON_CONFIG", config.display().to_string()));
+        env.push(("BATON_TABLE", table_name.clone()));
+        env.push(("AWS_ENDPOINT_URL_DYNAMODB", required_env("AWS_ENDPOINT_URL_DYNAMODB")));
+        env.push(("BATON_AUTH", "jwt".into()));
+        env.push(("BATON_JWT_PUBLIC_KEY_SECRET_ARN", key_arn.clone()));
+        env.push(("AWS_ENDPOINT_URL_SECRETS_MANAGER", required_env("AWS_ENDPOINT_URL_DYNAMODB")));
+        env
+    });
+    watch.ready().await;
+    let url = watch.url("orchestrator");
+    // concierge → card_keeper → clip_offer (needs approval); both agents on the default model.
+    server.push(
+        ORCH,
+        Reply::text("").tool_call("agent__card_keeper", json!({"text": "clip the coffee offer"})),
+    );
+    server.push(ORCH, Reply::text("").tool_call("clip_offer", json!({"offer": "coffee"})));
+    let body = json!({"message": "clip the coffee offer", "episode_id": "e-approvals"});
+    let events: Vec<Event> =
+        open_stream_with(&url, Some(&jwt("alice")), body).await.map(|r| r.event).collect().await;
+    let Some(Event::Completed { status: Status::Interrupted, interrupts, .. }) = events.last() else {
+        panic!("{events:#?}")
+    };
+    let interrupt = interrupts[0].clone();
+    assert_eq!(
+        (interrupt.tool.as_str(), interrupt.path.clone()),
+        ("clip_offer", vec!["concierge".into(), "card_keeper[1]".into()])
+    );
+    assert!(
+        !events.iter().any(|e| matches!(e, Event::ToolResult { name, .. } if name == "clip_offer")),
+        "not run"
+    );
+    let key = EpisodeKey::new("alice", "e-approvals").unwrap();
+    assert!(store.approvals(&key).await.unwrap().is_some(), "the paused state is in the table");
+
+    server.push(ORCH, Reply::text("Clipped the coffee offer to your card."));
+    let answer = json!({"episode_id": "e-approvals", "resume": [{"interrupt_id": interrupt.interrupt_id, "decision": "approve"}]});
+    let events: Vec<Event> =
+        open_stream_with(&url, Some(&jwt("alice")), answer.clone()).await.map(|r| r.event).collect().await;
+    assert!(matches!(events.last(), Some(Event::Completed { status: Status::Ok, .. })), "{events:#?}");
+    let clipped = events.iter().find_map(|e| match e {
+        Event::ToolResult { name, result, is_error: false, .. } if name == "clip_offer" => {
+            Some(result.clone())
+        }
+        _ => None,
+    });
+    assert!(clipped.expect("the approved call ran")["card"].as_array().is_some_and(|c| c.len() == 1));
+    let again = reqwest::Client::new()
+        .post(&url)
+        .bearer_auth(jwt("alice"))
+        .json(&answer)
+        .timeout(Duration::from_secs(600))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(again.status(), 409);
+    let error: serde_json::Value = again.json().await.unwrap();
+    assert_eq!(error["error"]["code"], "interrupt_answered");
+}
+
 /// The X-Ray trace (`Root`, `Parent`) the emulator gave an invocation, as a trace id and span id:
 /// its `invoke request` span, which `--print-traces` writes to stdout.
 fn emulator_invocations(stdout: &str) -> Vec<(String, String)> {

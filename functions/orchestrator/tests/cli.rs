@@ -440,3 +440,58 @@ async fn serve_reaches_a_model_server_over_tls_it_trusts_and_refuses_one_it_does
     assert!(matches!(events.last(), Some(Event::Completed { status: Status::Error | Status::Partial, .. })));
     assert_eq!(server.requests_for("orch").len(), 1, "nothing reached the untrusted server's handler");
 }
+
+/// `chat` with `examples/approvals.yaml`, offline: the call that needs approval waits, the command
+/// asks on the terminal and reads the answer from standard input, and the turn goes on.
+fn chat_with_answers(answers: &str) -> (std::process::ExitStatus, String, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/approvals.yaml");
+    let mut child = orchestrator(dir.path())
+        .arg("--config")
+        .arg(example)
+        .args(["chat", "clip the coffee offer"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(answers.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status,
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn chat_asks_for_approval_on_the_terminal_and_goes_on_with_a_yes() {
+    let (status, stdout, stderr) = chat_with_answers("y\n");
+    assert!(stderr.contains("Approve clip_offer by card_keeper[1]"), "{stderr}");
+    assert!(stdout.contains("? card_keeper[1] wants to call clip_offer"), "{stdout}");
+    assert!(stdout.contains("completed: Interrupted") && stdout.contains("completed: Ok"), "{stdout}");
+    assert!(
+        stdout.contains(
+            "Clipped 400 points on Roastworks Ground Coffee [off-0117] to your card; it now holds 1 offer."
+        ),
+        "{stdout}"
+    );
+    assert!(status.success(), "{stdout}\n{stderr}");
+}
+
+#[test]
+fn chat_tells_the_model_a_no_and_leaves_the_call_unmade() {
+    let (status, stdout, _) = chat_with_answers("n not today\n");
+    assert!(stdout.contains("completed: Ok"), "{stdout}");
+    assert!(!stdout.contains("Clipped"), "nothing clipped: {stdout}");
+    assert!(stdout.contains("not today"), "the model read the reason: {stdout}");
+    assert!(status.success());
+}
+
+#[test]
+fn chat_without_an_answer_leaves_the_approval_waiting() {
+    let (status, stdout, stderr) = chat_with_answers("");
+    assert!(stdout.contains("completed: Interrupted"), "{stdout}");
+    assert!(stderr.contains("the approvals still wait"), "{stderr}");
+    assert!(!status.success(), "an unanswered turn is not a success");
+}

@@ -16,6 +16,15 @@ impl OfflineSkill for ReferenceSkill {
         if let Some(offers) = result["offers"].as_array() {
             return Some(compose_offers(result["query"].as_str().unwrap_or_default(), offers));
         }
+        if let (Some(clipped), Some(card)) = (result.get("clipped"), result["card"].as_array()) {
+            return Some(format!(
+                "Clipped {} [{}] to your card; it now holds {} offer{}.",
+                clipped["title"].as_str().unwrap_or("?"),
+                clipped["id"].as_str().unwrap_or("?"),
+                card.len(),
+                if card.len() == 1 { "" } else { "s" }
+            ));
+        }
         let article = result["articles"].as_array().and_then(|a| a.first())?;
         Some(format!(
             "{} (Source: \"{}\", {})",

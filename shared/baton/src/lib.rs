@@ -54,6 +54,9 @@
 //!   `chains`, response ids per agent).
 //! - [`tool`]: the [`tool::Tool`] trait (`call`, and `start` for tools whose events stream)
 //!   (room: `registry`, the tools of one agent and a call's checks; `schema`, JSON Schema).
+//! - [`approval`]: a person's approval of a tool call (docs/approvals.md): a turn pauses at any
+//!   depth, its paused tree is stored, and the next request resumes it on any instance (room:
+//!   `record`, the stored record, its checks and claim, each write conditional).
 //! - [`conversation`]: what an instance knows of the conversation: history, the previous turn.
 //! - [`store`]: the [`store::Store`] trait (episodes, messages, vendor state, turn logs) (room:
 //!   `embedded`, the file-backed store; `item`, the item layout both stores share; `lease`;

@@ -206,8 +206,8 @@ pub enum Event {
     /// A tool call that needs a person's approval was not made: the turn ends `interrupted`, and
     /// the next request on the episode answers it (`resume`, docs/approvals.md).
     ApprovalRequired(Box<Interrupt>),
-    /// Internal: this instance paused for approvals (its state is with the turn's
-    /// [`crate::approval::TurnApprovals`]); it is never sent to clients.
+    /// Internal: this instance paused for approvals (its state is with the turn's approvals,
+    /// docs/approvals.md); it is never sent to clients.
     Suspended {
         /// The instance that paused.
         agent: String,

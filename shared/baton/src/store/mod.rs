@@ -318,7 +318,7 @@ pub fn request_sk(request_id: &str) -> String {
 
 /// The sort key of the episode item.
 pub const META_SK: &str = "META";
-/// The sort key of the episode's approvals record (`crate::approval`).
+/// The sort key of the episode's approvals record (docs/approvals.md).
 pub const APPROVALS_SK: &str = "APPROVALS";
 /// Every message sort key starts with this.
 pub const MSG_PREFIX: &str = "MSG#";
@@ -551,7 +551,7 @@ pub trait Store: Send + Sync {
     /// The episode's most recent logged turn (turn ids sort by creation time).
     async fn latest_turn(&self, key: &EpisodeKey) -> Result<Option<String>, StoreError>;
 
-    /// The episode's approvals record (`crate::approval::PendingApprovals`, as JSON) and its
+    /// The episode's approvals record (as JSON; docs/approvals.md) and its
     /// version, or `None` (never written, or kept past its `keep_until`).
     async fn approvals(&self, key: &EpisodeKey) -> Result<Option<(u64, String)>, StoreError>;
 

@@ -79,3 +79,51 @@ fn strict_or_inferred_minis_need_an_agent_with_tools() {
     let err = load(&yaml.replace("{}", "{tool_allowlist_mode: everything}")).unwrap_err();
     assert!(err.contains("unknown variant `everything`"), "{err}");
 }
+
+fn approvals_team(rules: &str) -> String {
+    format!(
+        "entry: lead\nagents:\n  - name: lead\n    instruction: Lead.\n    agents: [worker]\n    needs_approval:\n{rules}  - name: worker\n    instruction: Work.\n"
+    )
+}
+
+#[test]
+fn approval_rules_are_read_true_or_a_rule_and_bad_ones_are_refused_at_their_line() {
+    let config = load(&approvals_team(
+        "      agent__worker:\n        when: {properties: {text: {maxLength: 3}}}\n        reason: Short asks need a person.\n        editable: [text]\n",
+    ))
+    .unwrap();
+    let rule = config.agents.get("lead").unwrap().needs_approval["agent__worker"]
+        .rule("agent__worker")
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (rule.reason.as_str(), rule.editable.as_slice()),
+        ("Short asks need a person.", &["text".to_owned()][..])
+    );
+    assert!(rule.when.as_ref().unwrap().validate(&serde_json::json!({"text": "abc"})).is_ok());
+    assert!(rule.when.as_ref().unwrap().validate(&serde_json::json!({"text": "abcd"})).is_err());
+    let always = load(&approvals_team("      agent__worker: true\n")).unwrap();
+    let rule =
+        always.agents.get("lead").unwrap().needs_approval["agent__worker"].rule("agent__worker").unwrap();
+    assert!(rule.unwrap().reason.contains("agent__worker"), "a default reason names the tool");
+
+    let err = load(&approvals_team("      agent__worker:\n        when: {type: 7}\n")).unwrap_err();
+    assert!(err.contains("line 6: agents[0] (`lead`).needs_approval: agent__worker: when:"), "{err}");
+    let err = load(&approvals_team("      agent__worker:\n        editable: [a.b]\n")).unwrap_err();
+    assert!(err.contains("editable `a.b` must name a top-level argument"), "{err}");
+    let err = load(&approvals_team("      agent__worker: maybe\n")).unwrap_err();
+    assert!(err.contains("must be `true`, `false` or a rule"), "{err}");
+}
+
+#[test]
+fn an_approval_rule_for_a_tool_the_agent_does_not_have_is_refused_at_its_line() {
+    let config = load(&approvals_team("      agent__nobody: true\n")).unwrap();
+    let err = crate::wiring::build(&config, crate::wiring::Backends::in_memory())
+        .map(|_| ())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("line 6: agents[0] (`lead`).needs_approval: `agent__nobody` is not one of its tools; its tools: agent__worker"),
+        "{err}"
+    );
+}
