@@ -282,6 +282,46 @@ mod tests {
             .with_cors_origins(vec![ORIGIN.parse().unwrap()])
     }
 
+    /// The A2A card and JSON-RPC endpoint through both front doors: the card names the URL a
+    /// caller reaches `/a2a` at, and a message is the signer's task.
+    #[tokio::test]
+    async fn both_front_doors_serve_the_a2a_card_and_endpoint() {
+        let dir = tempfile::tempdir().unwrap();
+        let service = service(dir.path());
+        let json = |response: axum::response::Response| async move {
+            let bytes = axum::body::to_bytes(response.into_body(), 1 << 20).await.unwrap();
+            serde_json::from_slice::<serde_json::Value>(&bytes).unwrap()
+        };
+        let card = event_with("rest-api.json", |e| {
+            e["path"] = "/.well-known/agent-card.json".into();
+            e["httpMethod"] = "GET".into();
+            e["headers"]["X-Forwarded-Proto"] = "https".into();
+            e["body"] = serde_json::Value::Null;
+        });
+        let card = json(answer(&service, None, true, card).await).await;
+        let url = card["supportedInterfaces"][0]["url"].as_str().unwrap().to_owned();
+        assert_eq!(url, "https://abcdefghij.execute-api.us-east-1.amazonaws.com/v1/a2a", "the stage kept");
+        assert_eq!(card["securitySchemes"]["sigv4"]["apiKeySecurityScheme"]["name"], "Authorization");
+        let rpc = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {
+            "message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "hello"}]}}});
+        for name in ["rest-api.json", "function-url.json"] {
+            let request = event_with(name, |e| {
+                if e.get("rawPath").is_some() {
+                    e["rawPath"] = "/a2a".into();
+                    e["requestContext"]["http"]["path"] = "/a2a".into();
+                } else {
+                    e["path"] = "/a2a".into();
+                }
+                e["body"] = rpc.to_string().into();
+            });
+            let answered = json(answer(&service, None, true, request).await).await;
+            assert_eq!(
+                answered["result"]["task"]["status"]["state"], "TASK_STATE_COMPLETED",
+                "{name}: {answered}"
+            );
+        }
+    }
+
     #[tokio::test]
     async fn rest_api_answers_carry_cors_headers_and_function_url_answers_none() {
         let dir = tempfile::tempdir().unwrap();
