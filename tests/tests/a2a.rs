@@ -93,6 +93,9 @@ async fn the_sdk_streams_a_turn_as_a_task_and_reads_it_back() {
     assert_eq!(got["card"]["name"], "solo", "{got}");
     assert_eq!(got["card"]["capabilities"]["streaming"], true);
     assert_eq!(got["card"]["supportedInterfaces"][0]["url"], format!("{}/a2a", endpoint.url));
+    let card = reqwest::get(format!("{}/.well-known/agent-card.json", endpoint.url)).await.unwrap();
+    assert_eq!(card.headers()["cache-control"], "max-age=300");
+    assert_eq!(card.headers()["vary"], "host, x-forwarded-proto", "its URL comes from them");
     let items = &got["items"];
     let kinds = kinds(items);
     assert_eq!(kinds[0], "task", "{got}");

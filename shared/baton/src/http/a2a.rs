@@ -100,7 +100,10 @@ impl ChatService {
         };
         let card = crate::a2a::card::card(&source, &format!("{scheme}://{host}{base_path}"), security);
         let mut response = axum::Json(card).into_response();
-        response.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("public, max-age=300"));
+        let h = response.headers_mut();
+        h.insert(header::CACHE_CONTROL, HeaderValue::from_static("max-age=300"));
+        // The card's URL comes from these headers: a shared cache keys on them too.
+        h.insert(header::VARY, HeaderValue::from_static("host, x-forwarded-proto"));
         response
     }
 
