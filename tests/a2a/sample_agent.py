@@ -8,6 +8,7 @@ What it does depends on the message:
 - contains "slow": 40 chunks, 0.25 s apart (a task to cancel, or to outlast a timeout);
 - contains "fail": the task fails with a message;
 - contains "which": it asks a question (TASK_STATE_INPUT_REQUIRED);
+- contains "count": how many messages its context has had ("Message 2 in this conversation.");
 - otherwise: a short forecast in three artifact chunks, then TASK_STATE_COMPLETED, with token
   usage in the final status update's metadata.
 With --token T, a request without `Authorization: Bearer T` gets HTTP 401.
@@ -43,6 +44,7 @@ from a2a.types import (
 class WeatherExecutor(AgentExecutor):
     def __init__(self) -> None:
         self.cancelled: set[str] = set()
+        self.messages: dict[str, int] = {}
 
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
         self.cancelled.add(context.task_id or "")
@@ -57,6 +59,7 @@ class WeatherExecutor(AgentExecutor):
         await updater.start_work()
         query = context.get_user_input()
         words = query.lower()
+        self.messages[context_id] = self.messages.get(context_id, 0) + 1
         if "fail" in words:
             await updater.failed(updater.new_agent_message(parts=[Part(text="the forecast service is down")]))
             return
@@ -66,6 +69,9 @@ class WeatherExecutor(AgentExecutor):
         if "slow" in words:
             chunks = [f"chunk {i}. " for i in range(40)]
             pause = 0.25
+        elif "count" in words:
+            chunks = [f"Message {self.messages[context_id]} in this conversation."]
+            pause = 0.01
         else:
             chunks = ["Sunny ", "in ", "Lisbon."]
             pause = 0.01

@@ -339,6 +339,26 @@ async fn a_remote_sdk_agent_streams_text_and_usage_and_reports_its_failures() {
 }
 
 #[tokio::test]
+async fn a_conversations_follow_ups_go_to_the_same_remote_context() {
+    let sample = SampleAgent::start(None).await;
+    let agent = agent_at(&sample.url, None, limits());
+    let ask_in = |user: &str, episode: &str| AgentRequest {
+        query: "count please".into(),
+        user_id: user.into(),
+        episode_id: episode.into(),
+        ..AgentRequest::default()
+    };
+    let run = |request: AgentRequest| async {
+        let events: Vec<Event> = agent.run(request, "weather[1]".into()).collect().await;
+        text_of(&events, "weather[1]")
+    };
+    assert_eq!(run(ask_in("alice", "ep-1")).await, "Message 1 in this conversation.");
+    assert_eq!(run(ask_in("alice", "ep-1")).await, "Message 2 in this conversation.");
+    assert_eq!(run(ask_in("alice", "ep-2")).await, "Message 1 in this conversation.", "another episode");
+    assert_eq!(run(ask_in("bob", "ep-1")).await, "Message 1 in this conversation.", "another user");
+}
+
+#[tokio::test]
 async fn the_bearer_token_is_sent_and_without_it_the_call_fails_clearly() {
     let sample = SampleAgent::start(Some("s3cret-token")).await;
     let with = ask(&agent_at(&sample.url, Some("s3cret-token"), limits()), "weather?").await;
@@ -439,6 +459,9 @@ mod bad_remote {
                 {"url": "127.0.0.1:1", "protocolBinding": "GRPC", "protocolVersion": "1.0"}]}))
             .into_response(),
             "missing" => (axum::http::StatusCode::NOT_FOUND, "no card").into_response(),
+            "no-streaming" => axum::Json(json!({"name": kind, "capabilities": {}, "supportedInterfaces": [
+                {"url": format!("{base}/{kind}/a2a"), "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}]}))
+            .into_response(),
             _ => axum::Json(json!({"name": kind, "capabilities": {"streaming": true}, "supportedInterfaces": [
                 {"url": format!("{base}/{kind}/a2a"), "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}]}))
             .into_response(),
@@ -456,6 +479,15 @@ mod bad_remote {
             "endless" => sse(vec![task, chunk], Some(Duration::from_millis(50))),
             "silent" => sse(vec![task], Some(Duration::from_secs(60))),
             "long-line" => sse(vec![format!("data: {}", "x".repeat(2 * 1024 * 1024))], None),
+            "direct" => sse(
+                vec![frame(json!({"message": {"messageId": "m", "contextId": "c", "role": "ROLE_AGENT",
+                "parts": [{"text": "A direct answer."}]}}))],
+                None,
+            ),
+            "no-streaming" => axum::Json(json!({"jsonrpc": "2.0", "id": 1, "result": {"task": {"id": "t",
+                "contextId": "c", "status": {"state": "TASK_STATE_COMPLETED"},
+                "artifacts": [{"artifactId": "a", "parts": [{"text": "The whole answer."}]}]}}}))
+            .into_response(),
             _ => axum::Json(json!({"jsonrpc": "2.0", "id": 1, "error": {"code": -32603,
                 "message": "Internal error: key sk-proj-abcdefghijklmnopqrstuvwxyz0123456789 failed"}}))
             .into_response(),
@@ -473,6 +505,17 @@ mod bad_remote {
         tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
         base
     }
+}
+
+#[tokio::test]
+async fn a_direct_message_and_a_card_without_streaming_are_answers_too() {
+    let base = bad_remote::start().await;
+    let direct = ask(&agent_at(&format!("{base}/direct"), None, limits()), "hello").await;
+    assert_eq!(text_of(&direct, "weather[1]"), "A direct answer.");
+    assert_eq!(error_code(&direct), None);
+    let whole = ask(&agent_at(&format!("{base}/no-streaming"), None, limits()), "hello").await;
+    assert_eq!(text_of(&whole, "weather[1]"), "The whole answer.", "SendMessage's task, whole");
+    assert_eq!(error_code(&whole), None);
 }
 
 #[tokio::test]

@@ -87,6 +87,13 @@ impl std::fmt::Debug for BearerToken {
 /// The card last fetched, and when: shared by the agent's runs.
 type CachedCard = Arc<Mutex<Option<(Instant, Arc<AgentCard>)>>>;
 
+/// The remote's `contextId` per Baton conversation (`user`, `episode`), so a follow-up goes to the
+/// same remote conversation: in this process only, at most [`MAX_CONTEXTS`].
+type Contexts = Arc<Mutex<std::collections::HashMap<(String, String), String>>>;
+
+/// The most conversations whose remote `contextId` is kept; past it the map starts again.
+pub const MAX_CONTEXTS: usize = 10_000;
+
 /// An agent reached over A2A.
 pub struct A2aAgent {
     name: String,
@@ -95,6 +102,7 @@ pub struct A2aAgent {
     token: Option<BearerToken>,
     limits: A2aLimits,
     card: CachedCard,
+    contexts: Contexts,
 }
 
 impl A2aAgent {
@@ -108,7 +116,8 @@ impl A2aAgent {
         limits: A2aLimits,
     ) -> A2aAgent {
         let base_url = base_url.into().trim_end_matches('/').to_owned();
-        A2aAgent { name: name.into(), base_url, client, token, limits, card: Default::default() }
+        let (card, contexts) = Default::default();
+        A2aAgent { name: name.into(), base_url, client, token, limits, card, contexts }
     }
 
     fn card_url(&self) -> String {
@@ -233,8 +242,9 @@ fn status_step(status: &TaskStatus, instance: &str, mut events: Vec<Event>) -> S
     }
 }
 
-/// Reads one JSON-RPC answer (an SSE `data:` line, or a whole JSON body).
-fn read_answer(data: &[u8], instance: &str, model: &str) -> Step {
+/// Reads one JSON-RPC answer (an SSE `data:` line, or a whole JSON body); notes the remote's
+/// `contextId` in `context`.
+fn read_answer(data: &[u8], instance: &str, model: &str, context: &mut Option<String>) -> Step {
     let value: Value = match serde_json::from_slice(data) {
         Ok(value) => value,
         Err(_) => {
@@ -270,6 +280,15 @@ fn read_answer(data: &[u8], instance: &str, model: &str) -> Step {
             ));
         }
     };
+    let said = match &item {
+        StreamResponse::Message(m) => m.context_id.as_deref().unwrap_or_default(),
+        StreamResponse::Task(t) => t.context_id.as_str(),
+        StreamResponse::StatusUpdate(u) => u.context_id.as_str(),
+        StreamResponse::ArtifactUpdate(u) => u.context_id.as_str(),
+    };
+    if !said.is_empty() {
+        *context = Some(said.to_owned());
+    }
     match item {
         StreamResponse::Message(message) => {
             let mut events = texts(&message.parts, instance);
@@ -306,6 +325,7 @@ impl Agent for A2aAgent {
             token: self.token.clone(),
             limits: self.limits,
             card: self.card.clone(),
+            contexts: self.contexts.clone(),
         };
         Box::pin(async_stream::stream! {
             let fail = |(code, message): Failure| {
@@ -322,9 +342,30 @@ impl Agent for A2aAgent {
                 return;
             };
             let streaming = card.capabilities.streaming;
+            let conversation = (!request.episode_id.is_empty()).then(|| (request.user_id.clone(), request.episode_id.clone()));
+            let sent_context = conversation.as_ref().and_then(|c| this.contexts.lock().expect("not poisoned").get(c).cloned());
+            // After the call: keep the context the remote named for the conversation's next call,
+            // or forget it when the call failed (an expired context fails every call after it).
+            let contexts = this.contexts.clone();
+            let remember = move |context: Option<String>| {
+                let Some(conversation) = conversation.clone() else { return };
+                let mut contexts = contexts.lock().expect("not poisoned");
+                match context {
+                    Some(context) => {
+                        if contexts.len() >= MAX_CONTEXTS && !contexts.contains_key(&conversation) {
+                            contexts.clear();
+                        }
+                        contexts.insert(conversation, context);
+                    }
+                    None => {
+                        contexts.remove(&conversation);
+                    }
+                }
+            };
+            let mut context = None;
             let message = Message {
                 message_id: uuid::Uuid::new_v4().to_string(),
-                context_id: None,
+                context_id: sent_context,
                 task_id: None,
                 role: Role::User,
                 parts: vec![Part::text(request.query.clone())],
@@ -358,21 +399,29 @@ impl Agent for A2aAgent {
                 // An error status, or a whole JSON answer (`SendMessage`, or an error before the stream).
                 let body = crate::model::openai::read_capped(response.bytes_stream(), idle, this.limits.max_event_bytes).await;
                 let step = if status.is_success() {
-                    read_answer(&body, &instance, &this.name)
+                    read_answer(&body, &instance, &this.name, &mut context)
                 } else {
                     let said = redacted(&String::from_utf8_lossy(&body));
-                    match read_answer(&body, &instance, &this.name) {
+                    match read_answer(&body, &instance, &this.name, &mut context) {
                         Step::Failed(f) if f.0 == "a2a_remote_error" => Step::Failed(f),
                         _ => Step::Failed(("a2a_remote_failed", format!("the remote agent answered HTTP {}: {said}", status.as_u16()))),
                     }
                 };
                 match step {
-                    Step::Done(events) => for ev in events { yield ev; },
+                    Step::Done(events) => {
+                        remember(context);
+                        for ev in events { yield ev; }
+                    }
                     Step::More(events) => {
+                        remember(None);
                         for ev in events { yield ev; }
                         for ev in fail(("a2a_remote_truncated", "the remote agent's task had not ended when its answer did".into())) { yield ev; }
                     }
-                    Step::Failed(failure) => for ev in fail(failure) { yield ev; },
+                    Step::Failed(failure) => {
+                        // A JSON-RPC error may be the context itself (expired, unknown): forget it.
+                        if failure.0 == "a2a_remote_error" { remember(None) } else if context.is_some() { remember(context) }
+                        for ev in fail(failure) { yield ev; }
+                    }
                 }
                 return;
             }
@@ -414,13 +463,15 @@ impl Agent for A2aAgent {
                 for line in complete {
                     let line = line.trim_ascii_end();
                     let Some(data) = line.strip_prefix(b"data:") else { continue };
-                    match read_answer(data.trim_ascii_start(), &instance, &this.name) {
+                    match read_answer(data.trim_ascii_start(), &instance, &this.name, &mut context) {
                         Step::More(events) => for ev in events { yield ev; },
                         Step::Done(events) => {
+                            remember(context);
                             for ev in events { yield ev; }
                             return;
                         }
                         Step::Failed(failure) => {
+                            if failure.0 == "a2a_remote_error" { remember(None) } else if context.is_some() { remember(context) }
                             for ev in fail(failure) { yield ev; }
                             return;
                         }
@@ -437,7 +488,7 @@ mod tests {
     use super::*;
 
     fn read(value: Value) -> Step {
-        read_answer(value.to_string().as_bytes(), "far[1]", "far")
+        read_answer(value.to_string().as_bytes(), "far[1]", "far", &mut None)
     }
 
     #[test]
@@ -482,7 +533,10 @@ mod tests {
                 "the remote agent sent an item of an unknown kind (progressUpdate)".into()
             ))
         );
-        assert!(matches!(read_answer(b"{oops", "far[1]", "far"), Step::Failed(("a2a_remote_invalid", _))));
+        assert!(matches!(
+            read_answer(b"{oops", "far[1]", "far", &mut None),
+            Step::Failed(("a2a_remote_invalid", _))
+        ));
     }
 
     #[test]
