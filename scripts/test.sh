@@ -90,6 +90,9 @@ if ! cmp -s tests/protocols/package-lock.json tests/protocols/node_modules/.inst
     (cd tests/protocols && npm ci --no-audit --no-fund --loglevel=error && cp package-lock.json node_modules/.installed-lock.json)
 fi
 
+step "A2A: the official Python SDK (a2a-sdk, from requirements-test.txt) for tests/tests/a2a.rs"
+.venv/bin/python -c 'import importlib.metadata as m, a2a.client, a2a.server; print("a2a-sdk", m.version("a2a-sdk"))'
+
 step "SAM template: sam validate --lint, and what it deploys per auth mode (SAM's translator, offline)"
 SAM_CLI_TELEMETRY=0 .venv/bin/sam validate --lint
 .venv/bin/python -m pytest -q -p no:cacheprovider tests/template

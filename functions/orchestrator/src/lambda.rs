@@ -143,6 +143,8 @@ async fn handle(service: &ChatService, auth_is_iam: bool, request: Request) -> a
             Route::Agui => service.respond_agui(&caller, headers, body.as_ref(), deadline).await,
             Route::AiSdk => service.respond_ai_sdk(&caller, headers, body.as_ref(), deadline).await,
             Route::AiSdkStream(chat) => service.ai_sdk_stream(&caller, chat, headers, deadline).await,
+            Route::A2aCard(base) => service.a2a_card(headers, &base),
+            Route::A2a => service.a2a(&caller, headers, body.as_ref(), deadline).await,
         };
     }
     service.respond(&caller, &parts.headers, body.as_ref(), deadline).await
@@ -167,11 +169,21 @@ enum Route {
     AiSdk,
     /// `GET …/ai-sdk/{chat_id}/stream`: the chat's running turn rejoined.
     AiSdkStream(String),
+    /// `GET …/.well-known/agent-card.json`: the A2A card; the path before it (a stage) is its base.
+    A2aCard(String),
+    /// `POST …/a2a`: the A2A JSON-RPC endpoint (docs/a2a.md).
+    A2a,
 }
 
 impl Route {
     /// The route `path` names, if any.
     fn of(path: &str) -> Option<Route> {
+        if let Some(base) = path.strip_suffix(baton::a2a::types::CARD_PATH) {
+            return Some(Route::A2aCard(base.trim_end_matches('/').to_owned()));
+        }
+        if path.trim_end_matches('/').ends_with(baton::a2a::RPC_PATH) {
+            return Some(Route::A2a);
+        }
         let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
         match segments.as_slice() {
             [.., "agui"] => return Some(Route::Agui),
@@ -202,8 +214,12 @@ impl Route {
     /// The one method it serves.
     fn method(&self) -> axum::http::Method {
         match self {
-            Route::Csat(_) | Route::Cancel(..) | Route::Agui | Route::AiSdk => axum::http::Method::POST,
-            Route::Messages(_) | Route::Events(..) | Route::AiSdkStream(_) => axum::http::Method::GET,
+            Route::Csat(_) | Route::Cancel(..) | Route::Agui | Route::AiSdk | Route::A2a => {
+                axum::http::Method::POST
+            }
+            Route::Messages(_) | Route::Events(..) | Route::AiSdkStream(_) | Route::A2aCard(_) => {
+                axum::http::Method::GET
+            }
         }
     }
 }
@@ -282,6 +298,46 @@ mod tests {
         ChatService::new(orchestrator, History::new(Arc::new(store), 10), config.limits, config.heartbeat)
             .with_auth(AuthMode::Iam)
             .with_cors_origins(vec![ORIGIN.parse().unwrap()])
+    }
+
+    /// The A2A card and JSON-RPC endpoint through both front doors: the card names the URL a
+    /// caller reaches `/a2a` at, and a message is the signer's task.
+    #[tokio::test]
+    async fn both_front_doors_serve_the_a2a_card_and_endpoint() {
+        let dir = tempfile::tempdir().unwrap();
+        let service = service(dir.path());
+        let json = |response: axum::response::Response| async move {
+            let bytes = axum::body::to_bytes(response.into_body(), 1 << 20).await.unwrap();
+            serde_json::from_slice::<serde_json::Value>(&bytes).unwrap()
+        };
+        let card = event_with("rest-api.json", |e| {
+            e["path"] = "/.well-known/agent-card.json".into();
+            e["httpMethod"] = "GET".into();
+            e["headers"]["X-Forwarded-Proto"] = "https".into();
+            e["body"] = serde_json::Value::Null;
+        });
+        let card = json(answer(&service, None, true, card).await).await;
+        let url = card["supportedInterfaces"][0]["url"].as_str().unwrap().to_owned();
+        assert_eq!(url, "https://abcdefghij.execute-api.us-east-1.amazonaws.com/v1/a2a", "the stage kept");
+        assert_eq!(card["securitySchemes"]["sigv4"]["apiKeySecurityScheme"]["name"], "Authorization");
+        let rpc = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {
+            "message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "hello"}]}}});
+        for name in ["rest-api.json", "function-url.json"] {
+            let request = event_with(name, |e| {
+                if e.get("rawPath").is_some() {
+                    e["rawPath"] = "/a2a".into();
+                    e["requestContext"]["http"]["path"] = "/a2a".into();
+                } else {
+                    e["path"] = "/a2a".into();
+                }
+                e["body"] = rpc.to_string().into();
+            });
+            let answered = json(answer(&service, None, true, request).await).await;
+            assert_eq!(
+                answered["result"]["task"]["status"]["state"], "TASK_STATE_COMPLETED",
+                "{name}: {answered}"
+            );
+        }
     }
 
     #[tokio::test]
@@ -383,6 +439,10 @@ mod tests {
         assert_eq!(Route::of("/ai-sdk"), Some(Route::AiSdk));
         assert_eq!(Route::of("/prod/ai-sdk/chat-1/stream"), Some(Route::AiSdkStream("chat-1".into())));
         assert_eq!(Route::of("/ai-sdk/chat-1"), None);
+        assert_eq!(Route::of("/v1/.well-known/agent-card.json"), Some(Route::A2aCard("/v1".into())));
+        assert_eq!(Route::of("/.well-known/agent-card.json"), Some(Route::A2aCard(String::new())));
+        assert_eq!(Route::of("/v1/a2a"), Some(Route::A2a));
+        assert_eq!(Route::of("/chat/a2a/messages"), Some(Route::Messages("a2a".into())));
     }
 
     #[tokio::test(start_paused = true)]

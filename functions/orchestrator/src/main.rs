@@ -167,6 +167,7 @@ fn service(
             .with_ratings(ratings)
             .with_disconnect_policy(on_disconnect)
             .with_turn_log(turn_log)
-            .with_approval_ttl(endpoint.approval_ttl()),
+            .with_approval_ttl(endpoint.approval_ttl())
+            .with_a2a_card(baton::wiring::a2a_card(config)),
     ))
 }

@@ -214,7 +214,7 @@ mod tests {
         remote.config.agents.agents.iter_mut().find(|a| a.name == "support").unwrap().remote =
             Some(baton::config::agents::RemoteSpec {
                 url: Some("http://127.0.0.1:1/support".into()),
-                function: None,
+                ..Default::default()
             });
         let backends = remote.backends(None).unwrap();
         assert!(rating_sinks(&remote.config, &backends).is_empty(), "a remote agent is rated where it runs");

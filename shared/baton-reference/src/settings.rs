@@ -93,8 +93,8 @@ impl ReferenceSettings {
     /// specially); a Forethought token turns support to Forethought.
     pub fn deployment(&self, mut config: Config) -> Deployment {
         let remote = match (nonempty(&self.shopping_url), nonempty(&self.shopping_function)) {
-            (Some(url), _) => Some(RemoteSpec { url: Some(url), function: None }),
-            (None, Some(function)) => Some(RemoteSpec { url: None, function: Some(function) }),
+            (Some(url), _) => Some(RemoteSpec { url: Some(url), ..RemoteSpec::default() }),
+            (None, Some(function)) => Some(RemoteSpec { function: Some(function), ..RemoteSpec::default() }),
             (None, None) => None,
         };
         config.apply_agent_defaults(

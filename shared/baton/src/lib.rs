@@ -17,7 +17,8 @@
 //! - [`http`]: the chat endpoint, shared by `serve` and the Lambda (room: `request`, the checks
 //!   and JSON errors; `sse`, the SSE body; `messages`, a conversation read back a page at a time;
 //!   `wire`, how a turn's events go out; `agui` and `ai_sdk`, the AG-UI and AI SDK endpoints, each
-//!   a translation of the same events).
+//!   a translation of the same events; `a2a`, the entry agent as an A2A agent: its card and the
+//!   JSON-RPC endpoint).
 //! - [`turn`]: durable turns: a turn's events numbered, kept in memory and logged in the store
 //!   as they stream, a turn that runs on when its client leaves, resume and stop from any
 //!   instance (room: `live`, the turns this process runs; `writer`, the log writer; `record`,
@@ -42,6 +43,8 @@
 //! - [`agent_tool`]: any agent as a tool of another (`agent__<Name>`, or a routing tool), with
 //!   schemas, output modes and answers the user reads as is (room: its loop tests).
 //! - [`remote`]: agents in another process: NDJSON over a transport, and the serving side.
+//! - [`a2a`]: A2A v1.0 both ways: the protocol's objects, the card, a turn as a task, and a
+//!   remote A2A agent as an agent (room: `types`, `card`, `task`, `client`).
 //! - [`mcp`]: Model Context Protocol: MCP servers' tools for agents, and agents served over MCP.
 //! - [`mini`]: mini-agents: an agent's opt-in fan-out of a multi-part request into parallel
 //!   focused tool loops (decomposer, minis, aggregator), a [`agent::ForkPolicy`].
@@ -85,6 +88,7 @@
 //! [`http::ApiError`], [`config::ConfigError`], [`store::StoreError`]). Inside a turn, nothing is an `Err`: failures are
 //! in-band `error` events and the turn still ends with `completed`.
 
+pub mod a2a;
 pub mod agent;
 pub mod agent_tool;
 pub mod approval;

@@ -22,7 +22,7 @@
 //! read back a page at a time) beside it; `wire` (how a turn's events go out: Baton's SSE, or a
 //! front-end protocol's translation of them), `agui` (AG-UI 1.0, `POST /agui`) and `ai_sdk` (the
 //! AI SDK's UI message stream, `POST /ai-sdk`), each protocol a request mapped onto the chat
-//! request and a translation of the same turn.
+//! request and a translation of the same turn; `a2a` (the A2A card and JSON-RPC endpoint).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -35,6 +35,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use tower_http::cors::{AllowOrigin, CorsLayer};
 
+mod a2a;
 mod agui;
 mod ai_sdk;
 mod messages;
@@ -113,6 +114,7 @@ pub struct ChatService {
     turn_log: TurnLogSettings,
     on_disconnect: DisconnectPolicy,
     approvals: ApprovalStore,
+    a2a_card: crate::a2a::CardSource,
 }
 
 impl ChatService {
@@ -137,6 +139,7 @@ impl ChatService {
             live: LiveTurns::new(),
             turn_log: TurnLogSettings::default(),
             on_disconnect: DisconnectPolicy::default(),
+            a2a_card: Default::default(),
         }
     }
 
@@ -384,7 +387,7 @@ impl ChatService {
     ) -> Response {
         let turn_deadline = tokio::time::Instant::now() + self.endpoint.turn_deadline;
         let deadline = deadline.map_or(turn_deadline, |d| d.min(turn_deadline));
-        let ValidRequest { mut turn, request_id, on_disconnect, resume } =
+        let ValidRequest { turn, request_id, on_disconnect, resume } =
             match self.validate(caller, headers, body) {
                 Ok(valid) => valid,
                 Err(e) => return e.into_response(),
@@ -407,12 +410,31 @@ impl ChatService {
                 wire,
             );
         }
+        match self.start_turn(turn, request_id, on_disconnect, resume, deadline).await {
+            Ok((episode_id, turn_id, recorded)) => {
+                wire.response(&episode_id, turn_id, Box::pin(recorded), self.heartbeat)
+            }
+            Err(e) => e.into_response(),
+        }
+    }
+
+    /// Starts a checked request's turn (a resume claims its approvals first) and returns its
+    /// episode, its id and its numbered events, registered live and logged as they stream: what
+    /// `POST /chat` answers with, and what the A2A endpoint translates.
+    pub(crate) async fn start_turn(
+        &self,
+        mut turn: TurnRequest,
+        request_id: Option<String>,
+        on_disconnect: Option<DisconnectPolicy>,
+        resume: Option<Vec<(String, crate::approval::Decision)>>,
+        deadline: tokio::time::Instant,
+    ) -> Result<
+        (String, String, impl futures::Stream<Item = Arc<crate::store::LoggedEvent>> + Send + 'static),
+        ApiError,
+    > {
         turn.approvals = match resume {
             None => self.approvals.pausing(),
-            Some(answers) => match self.claim_resume(&turn, answers, deadline).await {
-                Ok(approvals) => approvals,
-                Err(e) => return e.into_response(),
-            },
+            Some(answers) => self.claim_resume(&turn, answers, deadline).await?,
         };
         let user_id = turn.user_id.clone();
         let cancel = tokio_util::sync::CancellationToken::new();
@@ -422,14 +444,8 @@ impl ChatService {
             cancel: Some(&cancel),
             approvals: Some(&self.approvals),
         };
-        let StartedTurn { episode_id, turn_id, events } = match self.orchestrator.start(turn, options).await {
-            Ok(started) => started,
-            Err(e) => return ApiError::from(e).into_response(),
-        };
-        let key = match crate::store::EpisodeKey::new(user_id, episode_id.clone()) {
-            Ok(key) => key,
-            Err(e) => return ApiError::from(e).into_response(),
-        };
+        let StartedTurn { episode_id, turn_id, events } = self.orchestrator.start(turn, options).await?;
+        let key = crate::store::EpisodeKey::new(user_id, episode_id.clone())?;
         let registered = self.live.register(key, turn_id.clone(), request_id, cancel);
         let writer = self.turn_log.enabled.then(|| {
             // The record's deadline: the turn's, plus time for its last write. A turn still
@@ -445,7 +461,7 @@ impl ChatService {
         });
         let policy = on_disconnect.unwrap_or(self.on_disconnect);
         let recorded = crate::turn::record(events, registered, writer, policy, self.turn_log.end_timeout);
-        wire.response(&episode_id, turn_id, Box::pin(recorded), self.heartbeat)
+        Ok((episode_id, turn_id, recorded))
     }
 }
 
@@ -510,15 +526,21 @@ async fn read_request(
     body: Body,
 ) -> Result<(Caller, Bytes), Response> {
     let caller = service.caller_from_headers(headers).map_err(IntoResponse::into_response)?;
+    let bytes = read_body(service, headers, body).await.map_err(IntoResponse::into_response)?;
+    Ok((caller, bytes))
+}
+
+/// A JSON request body, read within the body limit and the body-read timeout.
+async fn read_body(service: &ChatService, headers: &HeaderMap, body: Body) -> Result<Bytes, ApiError> {
     let limit = service.limits.max_body_bytes;
     let declared = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<usize>().ok());
     if declared.is_some_and(|n| n > limit) {
-        return Err(body_too_large(limit).into_response());
+        return Err(body_too_large(limit));
     }
-    require_json(headers).map_err(IntoResponse::into_response)?;
+    require_json(headers)?;
     // A total bound on the body, not an idle one: a client trickling a byte now and then would
     // reset any per-read timer forever. hyper closes the connection after this answer, since
     // the rest of the body was not read.
@@ -531,27 +553,18 @@ async fn read_request(
                 StatusCode::REQUEST_TIMEOUT,
                 "body_timeout",
                 format!("the request body did not arrive within {} ms", timeout.as_millis()),
-            )
-            .into_response());
+            ));
         }
     };
-    match read {
-        Ok(bytes) => Ok((caller, bytes)),
-        Err(e) => {
-            let too_large = std::iter::successors(Some(&e as &dyn std::error::Error), |e| e.source())
-                .any(|e| e.is::<http_body_util::LengthLimitError>());
-            Err(if too_large {
-                body_too_large(limit).into_response()
-            } else {
-                ApiError::new(
-                    StatusCode::BAD_REQUEST,
-                    "unreadable_body",
-                    format!("could not read the body: {e}"),
-                )
-                .into_response()
-            })
+    read.map_err(|e| {
+        let too_large = std::iter::successors(Some(&e as &dyn std::error::Error), |e| e.source())
+            .any(|e| e.is::<http_body_util::LengthLimitError>());
+        if too_large {
+            body_too_large(limit)
+        } else {
+            ApiError::new(StatusCode::BAD_REQUEST, "unreadable_body", format!("could not read the body: {e}"))
         }
-    }
+    })
 }
 
 /// `POST /chat/{episode_id}/csat`: the caller's rating of an answer in their episode
@@ -649,6 +662,8 @@ pub fn app(service: Arc<ChatService>) -> Router {
         .route("/ai-sdk", post(wire::protocol_route::<ai_sdk::AiSdk>))
         .route("/ai-sdk/{chat_id}/stream", get(ai_sdk::stream_route))
         .route("/health", get(health))
+        .route(crate::a2a::types::CARD_PATH, get(a2a::card_route))
+        .route(crate::a2a::RPC_PATH, post(a2a::rpc_route))
         .merge(crate::web::routes())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)

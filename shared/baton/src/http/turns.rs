@@ -159,7 +159,7 @@ impl ChatService {
 
     /// The episode's latest turn: the newest this process runs or the store has logged (turn
     /// ids sort by creation time).
-    async fn latest_turn(&self, key: &EpisodeKey) -> Result<Option<String>, ApiError> {
+    pub(super) async fn latest_turn(&self, key: &EpisodeKey) -> Result<Option<String>, ApiError> {
         let live = self.live.latest(key);
         let logged = if self.turn_log.enabled { self.history.store().latest_turn(key).await? } else { None };
         Ok(live.into_iter().chain(logged).max())
@@ -175,6 +175,26 @@ impl ChatService {
         let store = self.history.store();
         let record = store.turn_record(key, &latest).await.ok().flatten()?;
         (record.effective_status(store.clock().now_ms()) == TurnStatus::Running).then_some(latest)
+    }
+
+    /// Asks `key`'s turn `turn_id` to stop: at once when this process runs it, else through the
+    /// store's cancel flag (the A2A `CancelTask` too).
+    pub(super) async fn request_cancel(
+        &self,
+        key: &EpisodeKey,
+        turn_id: &str,
+    ) -> Result<CancelOutcome, ApiError> {
+        Ok(match self.live.get(key, turn_id) {
+            Some(turn) => match turn.ended() {
+                Some(status) => CancelOutcome::AlreadyEnded(status.as_str().to_owned()),
+                None => {
+                    turn.cancel();
+                    CancelOutcome::Requested
+                }
+            },
+            None if self.turn_log.enabled => self.history.store().request_cancel(key, turn_id).await?,
+            None => CancelOutcome::Unknown,
+        })
     }
 
     /// Answers `POST /chat/{episode_id}/turns/{turn_id}/cancel` of `caller`: 202 with
@@ -194,17 +214,7 @@ impl ChatService {
             let episode = checked_id("episode_id", episode_id)?;
             let turn_id = checked_id("turn_id", turn_id)?;
             let key = EpisodeKey::new(user, episode.clone())?;
-            let outcome = match self.live.get(&key, &turn_id) {
-                Some(turn) => match turn.ended() {
-                    Some(status) => CancelOutcome::AlreadyEnded(status.as_str().to_owned()),
-                    None => {
-                        turn.cancel();
-                        CancelOutcome::Requested
-                    }
-                },
-                None if self.turn_log.enabled => self.history.store().request_cancel(&key, &turn_id).await?,
-                None => CancelOutcome::Unknown,
-            };
+            let outcome = self.request_cancel(&key, &turn_id).await?;
             match outcome {
                 CancelOutcome::Requested => {
                     tracing::info!(episode = %key, turn = %turn_id, "cancel requested");

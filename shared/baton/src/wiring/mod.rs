@@ -9,10 +9,14 @@
 //!
 //! # Layout
 //! - this file: [`build`], [`build_agent`], [`build_router`], [`Backends`], [`rating_sinks`];
-//! - [`extension`]: the [`Extension`] trait a deployment implements.
+//! - [`extension`]: the [`Extension`] trait a deployment implements;
+//! - `a2a`: an agent with `remote: {a2a: …}` as an A2A agent, and [`a2a_card`], the entry
+//!   agent's A2A card.
 
+mod a2a;
 pub mod extension;
 
+pub use a2a::a2a_card;
 pub use extension::Extension;
 
 use std::collections::{HashMap, HashSet};
@@ -265,6 +269,10 @@ impl<'a> Graph<'a> {
         }
         let index = self.config.agents.index_of(name).expect("validated");
         let spec = &self.config.agents.agents[index];
+        if let Some(agent) = a2a::a2a_agent(self.config, index, spec)? {
+            self.built.insert(name.to_owned(), agent.clone());
+            return Ok(agent);
+        }
         let agent: Arc<dyn Agent> = match (self.backends.remote.get(&spec.name), &spec.kind) {
             (Some(transport), _) => {
                 Arc::new(RemoteAgent::new(&spec.name, transport.clone(), REMOTE_IDLE_TIMEOUT))

@@ -42,7 +42,7 @@
 //! Models: `model` names a model on the configured server; an agent that names none uses the
 //! default model (`--orchestrator-model`). `api: responses` uses the Responses API. `remote:
 //! {url: ...}` or `{function: ...}` runs the agent in another process (a separately deployed
-//! function). The settings of the command line and the environment may fill these for an agent
+//! function); `remote: {a2a: "https://…", token_env?: NAME}` calls a remote A2A agent. The settings of the command line and the environment may fill these for an agent
 //! ([`crate::config::Config::apply_agent_defaults`]).
 //!
 //! # Layout
@@ -128,7 +128,7 @@ pub struct RoutingSpec {
 }
 
 /// Where a remote agent runs.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RemoteSpec {
     /// Its endpoint (NDJSON over HTTP; locally a function URL path).
@@ -137,6 +137,13 @@ pub struct RemoteSpec {
     /// The Lambda function it is deployed as (InvokeWithResponseStream).
     #[serde(default)]
     pub function: Option<String>,
+    /// An A2A v1.0 agent: its base URL (its card at `/.well-known/agent-card.json` under it), or
+    /// its card's URL (ending in `.json`) (docs/a2a.md).
+    #[serde(default)]
+    pub a2a: Option<String>,
+    /// With `a2a`: the environment variable holding the bearer token sent to it (never logged).
+    #[serde(default)]
+    pub token_env: Option<String>,
 }
 
 /// Which OpenAI API an agent's model is called through.

@@ -96,6 +96,15 @@ impl AgentsConfig {
             }
         }
         match &a.kind {
+            // A remote A2A agent is defined where it runs: its entry here only names it.
+            AgentKind::Llm if a.remote.as_ref().is_some_and(|r| r.a2a.is_some()) => {
+                if !a.tools.is_empty() || !a.agents.is_empty() {
+                    return err(
+                        "remote",
+                        "an `a2a` agent runs elsewhere: it lists no tools or agents".into(),
+                    );
+                }
+            }
             AgentKind::Llm => {
                 if a.instruction.trim().is_empty() {
                     return err("instruction", "an `llm` agent needs an instruction".into());
@@ -126,8 +135,17 @@ impl AgentsConfig {
             self.validate_minis(i, a, minis)?;
         }
         if let Some(remote) = &a.remote {
-            if remote.url.is_some() == remote.function.is_some() {
-                return err("remote", "give exactly one of `url` and `function`".into());
+            let ways = [remote.url.is_some(), remote.function.is_some(), remote.a2a.is_some()];
+            if ways.iter().filter(|w| **w).count() != 1 {
+                return err("remote", "give exactly one of `url`, `function` and `a2a`".into());
+            }
+            if let Some(url) = &remote.a2a {
+                if !(url.starts_with("http://") || url.starts_with("https://")) {
+                    return err("remote", format!("`a2a` must be an http(s) URL, not {url:?}"));
+                }
+            }
+            if remote.token_env.is_some() && remote.a2a.is_none() {
+                return err("remote", "`token_env` goes with `a2a`".into());
             }
         }
         let mut listed = HashSet::new();

@@ -1,0 +1,553 @@
+//! A remote A2A agent as a Baton agent (`remote: {a2a: "https://…"}` on an agent).
+//!
+//! Each run: the card (fetched within [`A2aLimits::card_timeout`], at most
+//! [`A2aLimits::max_card_bytes`], kept for [`A2aLimits::card_ttl`]) names the JSON-RPC 1.0
+//! endpoint; the query goes there as `SendStreamingMessage` (or `SendMessage` when the card does
+//! not declare streaming), with `A2A-Version: 1.0` and the bearer token when one is configured;
+//! each SSE `data:` line is one JSON-RPC answer, read into Baton events:
+//!
+//! | A2A | Baton |
+//! |---|---|
+//! | `artifactUpdate` text parts | `text`, live |
+//! | `message` (a direct answer), a status message of `INPUT_REQUIRED` / `AUTH_REQUIRED` | `text`, then the end |
+//! | `statusUpdate` `COMPLETED` | the end |
+//! | `statusUpdate` `FAILED`, `REJECTED`, `CANCELED` | `error` `a2a_remote_failed` with the remote's message |
+//! | `metadata.usage` `{inputTokens, outputTokens}` of a task or update | `usage` |
+//! | a JSON-RPC error | `error` `a2a_remote_error` with its code and message |
+//!
+//! Every failure is an in-band `error` event and a short apology, so the caller's tool result is
+//! an error like any failing child's: a card missing, malformed, too large or slow
+//! (`a2a_card_unavailable`); no JSON-RPC 1.0 interface (`a2a_card_unusable`); an HTTP error, a
+//! broken or silent stream (`a2a_remote_failed`, `a2a_remote_timeout`: each chunk within
+//! [`A2aLimits::idle_timeout`]); an unknown stream item or a line past
+//! [`A2aLimits::max_event_bytes`] (`a2a_remote_invalid`); a stream that ends before the task
+//! does (`a2a_remote_truncated`). A stream that never ends is cut by the agent's own timeout,
+//! like any child. What a remote said reaches a log or an event only redacted and bounded.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use serde_json::{Value, json};
+use tokio::time::Instant;
+
+use super::types::{
+    AgentCard, Message, PROTOCOL_VERSION, Part, Role, StreamResponse, TaskState, TaskStatus, VERSION_HEADER,
+};
+use crate::agent::{Agent, AgentRequest};
+use crate::event::{Event, EventStream, LineSplitter, Usage};
+
+/// The bounds of a remote A2A agent's calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct A2aLimits {
+    /// Longest the card may take, in all.
+    pub card_timeout: Duration,
+    /// The largest card read.
+    pub max_card_bytes: usize,
+    /// How long a fetched card is used before it is fetched again.
+    pub card_ttl: Duration,
+    /// Longest wait for the answer's head and for each chunk of its stream.
+    pub idle_timeout: Duration,
+    /// The longest SSE line read.
+    pub max_event_bytes: usize,
+    /// Longest a whole call may take (the caller's agent timeout usually cuts it first).
+    pub call_timeout: Duration,
+}
+
+impl Default for A2aLimits {
+    fn default() -> A2aLimits {
+        A2aLimits {
+            card_timeout: Duration::from_secs(10),
+            max_card_bytes: 256 * 1024,
+            card_ttl: Duration::from_secs(300),
+            idle_timeout: Duration::from_secs(60),
+            max_event_bytes: 1024 * 1024,
+            call_timeout: Duration::from_secs(300),
+        }
+    }
+}
+
+/// A secret that never shows in a `Debug` or a log line.
+#[derive(Clone)]
+pub struct BearerToken(String);
+
+impl BearerToken {
+    /// The token.
+    pub fn new(token: impl Into<String>) -> BearerToken {
+        BearerToken(token.into())
+    }
+}
+
+impl std::fmt::Debug for BearerToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("BearerToken(***)")
+    }
+}
+
+/// The card last fetched, and when: shared by the agent's runs.
+type CachedCard = Arc<Mutex<Option<(Instant, Arc<AgentCard>)>>>;
+
+/// The remote's `contextId` per Baton conversation (`user`, `episode`), so a follow-up goes to the
+/// same remote conversation: in this process only, at most [`MAX_CONTEXTS`].
+type Contexts = Arc<Mutex<std::collections::HashMap<(String, String), String>>>;
+
+/// The most conversations whose remote `contextId` is kept; past it the map starts again.
+pub const MAX_CONTEXTS: usize = 10_000;
+
+/// An agent reached over A2A.
+pub struct A2aAgent {
+    name: String,
+    base_url: String,
+    client: reqwest::Client,
+    token: Option<BearerToken>,
+    limits: A2aLimits,
+    card: CachedCard,
+    contexts: Contexts,
+}
+
+impl A2aAgent {
+    /// The agent `name` whose card is at `base_url` + `/.well-known/agent-card.json` (or at
+    /// `base_url` itself when it ends in `.json`).
+    pub fn new(
+        name: impl Into<String>,
+        base_url: impl Into<String>,
+        client: reqwest::Client,
+        token: Option<BearerToken>,
+        limits: A2aLimits,
+    ) -> A2aAgent {
+        let base_url = base_url.into().trim_end_matches('/').to_owned();
+        let (card, contexts) = Default::default();
+        A2aAgent { name: name.into(), base_url, client, token, limits, card, contexts }
+    }
+
+    fn card_url(&self) -> String {
+        if self.base_url.ends_with(".json") {
+            self.base_url.clone()
+        } else {
+            format!("{}{}", self.base_url, super::types::CARD_PATH)
+        }
+    }
+}
+
+/// A failure of one call, as its `error` event's code and message.
+type Failure = (&'static str, String);
+
+const APOLOGY: &str = "\n\nSorry, I couldn't finish that answer. Please try again.";
+
+fn redacted(text: &str) -> String {
+    crate::redact::excerpt(text, &[])
+}
+
+/// Fetches and checks a card within the limits.
+async fn fetch_card(client: &reqwest::Client, url: &str, limits: A2aLimits) -> Result<AgentCard, Failure> {
+    let fetch = async {
+        let response = client.get(url).header("accept", "application/json").send().await.map_err(|e| {
+            (
+                "a2a_card_unavailable",
+                format!("the agent card at {url} could not be fetched: {}", redacted(&e.to_string())),
+            )
+        })?;
+        let status = response.status();
+        if !status.is_success() {
+            return Err((
+                "a2a_card_unavailable",
+                format!("the agent card at {url} answered HTTP {}", status.as_u16()),
+            ));
+        }
+        let cap = limits.max_card_bytes;
+        let body =
+            crate::model::openai::read_capped(response.bytes_stream(), limits.card_timeout, cap + 1).await;
+        if body.len() > cap {
+            return Err((
+                "a2a_card_unavailable",
+                format!("the agent card at {url} is larger than {cap} bytes"),
+            ));
+        }
+        serde_json::from_slice::<AgentCard>(&body).map_err(|e| {
+            ("a2a_card_unavailable", format!("the agent card at {url} is not a valid card: {e}"))
+        })
+    };
+    match tokio::time::timeout(limits.card_timeout, fetch).await {
+        Ok(card) => card,
+        Err(_) => Err((
+            "a2a_card_unavailable",
+            format!("the agent card at {url} did not arrive within {} ms", limits.card_timeout.as_millis()),
+        )),
+    }
+}
+
+impl A2aAgent {
+    async fn card(&self) -> Result<Arc<AgentCard>, Failure> {
+        if let Some((at, card)) = self.card.lock().expect("not poisoned").as_ref() {
+            if at.elapsed() < self.limits.card_ttl {
+                return Ok(card.clone());
+            }
+        }
+        let card = Arc::new(fetch_card(&self.client, &self.card_url(), self.limits).await?);
+        *self.card.lock().expect("not poisoned") = Some((Instant::now(), card.clone()));
+        Ok(card)
+    }
+}
+
+/// What one item of the remote's answer means for the call.
+#[derive(Debug, PartialEq)]
+enum Step {
+    /// Events; the call goes on.
+    More(Vec<Event>),
+    /// Events, then the call is over.
+    Done(Vec<Event>),
+    /// The call failed.
+    Failed(Failure),
+}
+
+fn texts(parts: &[Part], instance: &str) -> Vec<Event> {
+    parts
+        .iter()
+        .filter_map(|p| p.text.as_ref())
+        .filter(|t| !t.is_empty())
+        .map(|t| Event::text(instance, t.as_str()))
+        .collect()
+}
+
+fn usage_of(metadata: Option<&serde_json::Map<String, Value>>, instance: &str, model: &str) -> Option<Event> {
+    let usage = metadata?.get("usage")?;
+    // ProtoJSON carries a `Struct`'s numbers as doubles (`12.0`).
+    let tokens = |k: &str| usage.get(k).and_then(Value::as_f64).filter(|n| *n >= 0.0).map(|n| n as u64);
+    let (input, output) = (tokens("inputTokens")?, tokens("outputTokens")?);
+    Some(Event::Usage {
+        agent: instance.to_owned(),
+        model: model.to_owned(),
+        usage: Usage { input_tokens: input, output_tokens: output, ..Usage::default() },
+        agent_total: None,
+    })
+}
+
+fn status_step(status: &TaskStatus, instance: &str, mut events: Vec<Event>) -> Step {
+    let said = status.message.as_ref().map(Message::text).unwrap_or_default();
+    match status.state {
+        TaskState::Completed => Step::Done(events),
+        TaskState::InputRequired | TaskState::AuthRequired => {
+            if let Some(message) = &status.message {
+                events.extend(texts(&message.parts, instance));
+            }
+            Step::Done(events)
+        }
+        TaskState::Failed | TaskState::Rejected | TaskState::Canceled => {
+            let state = serde_json::to_value(status.state).ok().and_then(|v| v.as_str().map(str::to_owned));
+            let state = state.unwrap_or_default();
+            let why = if said.is_empty() { String::new() } else { format!(": {}", redacted(&said)) };
+            Step::Failed(("a2a_remote_failed", format!("the remote agent's task ended {state}{why}")))
+        }
+        TaskState::Submitted | TaskState::Working | TaskState::Unspecified => Step::More(events),
+    }
+}
+
+/// Reads one JSON-RPC answer (an SSE `data:` line, or a whole JSON body); notes the remote's
+/// `contextId` in `context`.
+fn read_answer(data: &[u8], instance: &str, model: &str, context: &mut Option<String>) -> Step {
+    let value: Value = match serde_json::from_slice(data) {
+        Ok(value) => value,
+        Err(_) => {
+            return Step::Failed((
+                "a2a_remote_invalid",
+                "the remote agent sent an answer that is not JSON".into(),
+            ));
+        }
+    };
+    if let Some(error) = value.get("error").filter(|e| e.is_object()) {
+        let code = error.get("code").and_then(Value::as_i64).unwrap_or_default();
+        let message = error.get("message").and_then(Value::as_str).unwrap_or("no message");
+        return Step::Failed((
+            "a2a_remote_error",
+            format!("the remote agent answered error {code}: {}", redacted(message)),
+        ));
+    }
+    let Some(result) = value.get("result") else {
+        return Step::Failed((
+            "a2a_remote_invalid",
+            "the remote agent sent a JSON-RPC answer without a result".into(),
+        ));
+    };
+    let item: StreamResponse = match serde_json::from_value(result.clone()) {
+        Ok(item) => item,
+        Err(_) => {
+            let kinds: Vec<&str> =
+                result.as_object().map(|o| o.keys().map(String::as_str).collect()).unwrap_or_default();
+            let kinds = redacted(&kinds.join(", "));
+            return Step::Failed((
+                "a2a_remote_invalid",
+                format!("the remote agent sent an item of an unknown kind ({kinds})"),
+            ));
+        }
+    };
+    let said = match &item {
+        StreamResponse::Message(m) => m.context_id.as_deref().unwrap_or_default(),
+        StreamResponse::Task(t) => t.context_id.as_str(),
+        StreamResponse::StatusUpdate(u) => u.context_id.as_str(),
+        StreamResponse::ArtifactUpdate(u) => u.context_id.as_str(),
+    };
+    if !said.is_empty() {
+        *context = Some(said.to_owned());
+    }
+    match item {
+        StreamResponse::Message(message) => {
+            let mut events = texts(&message.parts, instance);
+            events.extend(usage_of(message.metadata.as_ref(), instance, model));
+            Step::Done(events)
+        }
+        StreamResponse::Task(task) => {
+            let mut events: Vec<Event> =
+                usage_of(task.metadata.as_ref(), instance, model).into_iter().collect();
+            if task.status.state.is_terminal() || task.status.state.is_interrupted() {
+                // A whole task (SendMessage's answer, or a stream that starts at the end).
+                events.splice(0..0, task.artifacts.iter().flat_map(|a| texts(&a.parts, instance)));
+            }
+            status_step(&task.status, instance, events)
+        }
+        StreamResponse::ArtifactUpdate(update) => Step::More(texts(&update.artifact.parts, instance)),
+        StreamResponse::StatusUpdate(update) => {
+            let events = usage_of(update.metadata.as_ref(), instance, model).into_iter().collect();
+            status_step(&update.status, instance, events)
+        }
+    }
+}
+
+impl Agent for A2aAgent {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn run(&self, request: AgentRequest, instance: String) -> EventStream {
+        let this = A2aAgent {
+            name: self.name.clone(),
+            base_url: self.base_url.clone(),
+            client: self.client.clone(),
+            token: self.token.clone(),
+            limits: self.limits,
+            card: self.card.clone(),
+            contexts: self.contexts.clone(),
+        };
+        Box::pin(async_stream::stream! {
+            let fail = |(code, message): Failure| {
+                tracing::warn!(agent = %instance, code, %message, "a remote A2A agent failed");
+                [Event::error(instance.clone(), code, message, true), Event::text(instance.clone(), APOLOGY)]
+            };
+            let card = match this.card().await {
+                Ok(card) => card,
+                Err(failure) => { for ev in fail(failure) { yield ev; } return; }
+            };
+            let Some(interface) = card.jsonrpc_v1() else {
+                let e = ("a2a_card_unusable", format!("the agent card of {} offers no JSON-RPC interface of A2A 1.0", this.name));
+                for ev in fail(e) { yield ev; }
+                return;
+            };
+            let streaming = card.capabilities.streaming;
+            let conversation = (!request.episode_id.is_empty()).then(|| (request.user_id.clone(), request.episode_id.clone()));
+            let sent_context = conversation.as_ref().and_then(|c| this.contexts.lock().expect("not poisoned").get(c).cloned());
+            // After the call: keep the context the remote named for the conversation's next call,
+            // or forget it when the call failed (an expired context fails every call after it).
+            let contexts = this.contexts.clone();
+            let remember = move |context: Option<String>| {
+                let Some(conversation) = conversation.clone() else { return };
+                let mut contexts = contexts.lock().expect("not poisoned");
+                match context {
+                    Some(context) => {
+                        if contexts.len() >= MAX_CONTEXTS && !contexts.contains_key(&conversation) {
+                            contexts.clear();
+                        }
+                        contexts.insert(conversation, context);
+                    }
+                    None => {
+                        contexts.remove(&conversation);
+                    }
+                }
+            };
+            let mut context = None;
+            let message = Message {
+                message_id: uuid::Uuid::new_v4().to_string(),
+                context_id: sent_context,
+                task_id: None,
+                role: Role::User,
+                parts: vec![Part::text(request.query.clone())],
+                metadata: None,
+            };
+            let method = if streaming { "SendStreamingMessage" } else { "SendMessage" };
+            let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": {"message": message}});
+            let mut post = this.client.post(&interface.url)
+                .header(VERSION_HEADER, PROTOCOL_VERSION)
+                .header("accept", if streaming { "text/event-stream" } else { "application/json" })
+                .json(&body);
+            if let Some(BearerToken(token)) = &this.token {
+                post = post.bearer_auth(token);
+            }
+            let idle = this.limits.idle_timeout;
+            let response = match tokio::time::timeout(idle, post.send()).await {
+                Ok(Ok(response)) => response,
+                Ok(Err(e)) => {
+                    for ev in fail(("a2a_remote_failed", format!("cannot reach the remote agent: {}", redacted(&e.to_string())))) { yield ev; }
+                    return;
+                }
+                Err(_) => {
+                    for ev in fail(("a2a_remote_timeout", "the remote agent did not answer in time".into())) { yield ev; }
+                    return;
+                }
+            };
+            let status = response.status();
+            let is_sse = response.headers().get("content-type").and_then(|v| v.to_str().ok())
+                .is_some_and(|v| v.starts_with("text/event-stream"));
+            if !status.is_success() || !is_sse {
+                // An error status, or a whole JSON answer (`SendMessage`, or an error before the stream).
+                let body = crate::model::openai::read_capped(response.bytes_stream(), idle, this.limits.max_event_bytes).await;
+                let step = if status.is_success() {
+                    read_answer(&body, &instance, &this.name, &mut context)
+                } else {
+                    let said = redacted(&String::from_utf8_lossy(&body));
+                    match read_answer(&body, &instance, &this.name, &mut context) {
+                        Step::Failed(f) if f.0 == "a2a_remote_error" => Step::Failed(f),
+                        _ => Step::Failed(("a2a_remote_failed", format!("the remote agent answered HTTP {}: {said}", status.as_u16()))),
+                    }
+                };
+                match step {
+                    Step::Done(events) => {
+                        remember(context);
+                        for ev in events { yield ev; }
+                    }
+                    Step::More(events) => {
+                        remember(None);
+                        for ev in events { yield ev; }
+                        for ev in fail(("a2a_remote_truncated", "the remote agent's task had not ended when its answer did".into())) { yield ev; }
+                    }
+                    Step::Failed(failure) => {
+                        // A JSON-RPC error may be the context itself (expired, unknown): forget it.
+                        if failure.0 == "a2a_remote_error" { remember(None) } else if context.is_some() { remember(context) }
+                        for ev in fail(failure) { yield ev; }
+                    }
+                }
+                return;
+            }
+            let mut bytes = response.bytes_stream();
+            let mut lines = LineSplitter::new(this.limits.max_event_bytes);
+            let mut silence = crate::bounded::IdleTimer::new(idle);
+            // A stream that keeps sending and never ends its task is cut here.
+            let call_end = tokio::time::sleep(this.limits.call_timeout);
+            tokio::pin!(call_end);
+            loop {
+                let next = tokio::select! {
+                    biased;
+                    () = &mut call_end => None,
+                    next = silence.next(&mut bytes) => Some(next),
+                };
+                let Some(next) = next else {
+                    for ev in fail(("a2a_remote_timeout", "the remote agent's task did not end in time".into())) { yield ev; }
+                    return;
+                };
+                let chunk = match next {
+                    Err(_) => {
+                        for ev in fail(("a2a_remote_timeout", "the remote agent's stream went silent".into())) { yield ev; }
+                        return;
+                    }
+                    Ok(None) => break,
+                    Ok(Some(Err(e))) => {
+                        for ev in fail(("a2a_remote_failed", format!("the remote agent's stream broke: {}", redacted(&e.to_string())))) { yield ev; }
+                        return;
+                    }
+                    Ok(Some(Ok(chunk))) => chunk,
+                };
+                let complete = match lines.push(&chunk) {
+                    Ok(complete) => complete,
+                    Err(e) => {
+                        for ev in fail(("a2a_remote_invalid", format!("the remote agent's stream: {e}"))) { yield ev; }
+                        return;
+                    }
+                };
+                for line in complete {
+                    let line = line.trim_ascii_end();
+                    let Some(data) = line.strip_prefix(b"data:") else { continue };
+                    match read_answer(data.trim_ascii_start(), &instance, &this.name, &mut context) {
+                        Step::More(events) => for ev in events { yield ev; },
+                        Step::Done(events) => {
+                            remember(context);
+                            for ev in events { yield ev; }
+                            return;
+                        }
+                        Step::Failed(failure) => {
+                            if failure.0 == "a2a_remote_error" { remember(None) } else if context.is_some() { remember(context) }
+                            for ev in fail(failure) { yield ev; }
+                            return;
+                        }
+                    }
+                }
+            }
+            for ev in fail(("a2a_remote_truncated", "the remote agent's stream ended before its task did".into())) { yield ev; }
+        }.boxed())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read(value: Value) -> Step {
+        read_answer(value.to_string().as_bytes(), "far[1]", "far", &mut None)
+    }
+
+    #[test]
+    fn artifact_text_streams_and_the_completed_status_ends_the_call() {
+        let chunk = read(json!({"jsonrpc": "2.0", "id": 1, "result": {"artifactUpdate": {
+            "taskId": "t", "contextId": "c", "artifact": {"artifactId": "a", "parts": [{"text": "Hi"}, {"data": {}}]}}}}));
+        assert_eq!(chunk, Step::More(vec![Event::text("far[1]", "Hi")]));
+        let end = read(json!({"jsonrpc": "2.0", "id": 1, "result": {"statusUpdate": {
+            "taskId": "t", "contextId": "c", "status": {"state": "TASK_STATE_COMPLETED"},
+            "metadata": {"usage": {"inputTokens": 3.0, "outputTokens": 5}}}}}));
+        let Step::Done(events) = end else { panic!("{end:?}") };
+        assert!(
+            matches!(&events[0], Event::Usage { usage, .. } if usage.input_tokens == 3 && usage.output_tokens == 5)
+        );
+    }
+
+    #[test]
+    fn failures_errors_and_unknown_kinds_are_failures_that_say_why() {
+        let failed = read(json!({"jsonrpc": "2.0", "id": 1, "result": {"statusUpdate": {
+            "taskId": "t", "status": {"state": "TASK_STATE_FAILED", "message": {"messageId": "m", "role": "ROLE_AGENT", "parts": [{"text": "no stock"}]}}}}}));
+        assert_eq!(
+            failed,
+            Step::Failed((
+                "a2a_remote_failed",
+                "the remote agent's task ended TASK_STATE_FAILED: no stock".into()
+            ))
+        );
+        let error =
+            read(json!({"jsonrpc": "2.0", "id": 1, "error": {"code": -32001, "message": "Task not found"}}));
+        assert_eq!(
+            error,
+            Step::Failed((
+                "a2a_remote_error",
+                "the remote agent answered error -32001: Task not found".into()
+            ))
+        );
+        let unknown = read(json!({"jsonrpc": "2.0", "id": 1, "result": {"progressUpdate": {}}}));
+        assert_eq!(
+            unknown,
+            Step::Failed((
+                "a2a_remote_invalid",
+                "the remote agent sent an item of an unknown kind (progressUpdate)".into()
+            ))
+        );
+        assert!(matches!(
+            read_answer(b"{oops", "far[1]", "far", &mut None),
+            Step::Failed(("a2a_remote_invalid", _))
+        ));
+    }
+
+    #[test]
+    fn a_question_of_the_remote_is_its_answer() {
+        let asked = read(json!({"jsonrpc": "2.0", "id": 1, "result": {"statusUpdate": {
+            "taskId": "t", "status": {"state": "TASK_STATE_INPUT_REQUIRED", "message": {"messageId": "m", "role": "ROLE_AGENT", "parts": [{"text": "Which city?"}]}}}}}));
+        assert_eq!(asked, Step::Done(vec![Event::text("far[1]", "Which city?")]));
+    }
+
+    #[test]
+    fn the_token_never_shows_in_debug() {
+        assert_eq!(format!("{:?}", BearerToken::new("s3cret")), "BearerToken(***)");
+    }
+}

@@ -1,0 +1,430 @@
+//! The entry agent served as an A2A v1.0 agent (docs/a2a.md), shared by `serve` and the Lambda:
+//! its card at `GET /.well-known/agent-card.json` and the JSON-RPC binding at `POST /a2a`.
+//!
+//! A message starts a turn exactly as `POST /chat` does ([`ChatService::validate`], then
+//! [`ChatService::start_turn`]: same identity, limits, history and turn log), with
+//! `on_disconnect: continue`, so a task runs on after its caller leaves and `GetTask` and
+//! `SubscribeToTask` find it. The task id is `<episode_id>/<turn_id>` and the `contextId` is
+//! the episode: a `contextId` must be one the caller has turns in (another user's is unknown to
+//! them, as for every read of a conversation). `GetTask` reads the turn log; `CancelTask` is the
+//! durable-turn cancel; `SubscribeToTask` replays the task from its first event, then follows it
+//! live. Every refusal is a JSON-RPC error (HTTP 200, except 401 for a caller not identified).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use futures::{Stream, StreamExt};
+use serde_json::{Value, json};
+
+use super::request::{checked_id, user_of};
+use super::{ApiError, Caller, ChatService, EPISODE_HEADER, TURN_HEADER};
+use crate::a2a::task::{parse_task_id, task_id};
+use crate::a2a::types::{
+    PROTOCOL_VERSION, RpcRequest, SendMessageRequest, StreamResponse, TaskIdParams, VERSION_HEADER, codes,
+    rpc_error, rpc_result,
+};
+use crate::a2a::{CardSource, Security, TaskView};
+use crate::auth::AuthMode;
+use crate::event::Event;
+use crate::store::{CancelOutcome, EpisodeKey, LoggedEvent, TurnStatus};
+use crate::turn::{Cursor, DisconnectPolicy, follow};
+
+/// Longest `CancelTask` waits for a cancelled task to reach its end before answering.
+const CANCEL_WAIT: Duration = Duration::from_secs(10);
+
+/// A JSON-RPC refusal: its code and message.
+type Refusal = (i64, String);
+
+fn refusal(code: i64, message: impl Into<String>) -> Refusal {
+    (code, message.into())
+}
+
+/// A request refused before the turn: its JSON-RPC code, keeping its message.
+fn from_api(e: ApiError) -> Refusal {
+    let code = match e.status.as_u16() {
+        404 => codes::TASK_NOT_FOUND,
+        400..=499 => codes::INVALID_PARAMS,
+        _ => codes::INTERNAL,
+    };
+    (code, e.message)
+}
+
+fn answer(status: StatusCode, body: Value) -> Response {
+    (status, axum::Json(body)).into_response()
+}
+
+pub(super) async fn card_route(State(service): State<Arc<ChatService>>, headers: HeaderMap) -> Response {
+    service.a2a_card(&headers, "")
+}
+
+pub(super) async fn rpc_route(
+    State(service): State<Arc<ChatService>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let caller = match service.caller_from_headers(&headers) {
+        Ok(caller) => caller,
+        Err(e) => return answer(e.status, rpc_error(&Value::Null, codes::INVALID_REQUEST, e.message)),
+    };
+    match super::read_body(&service, &headers, body).await {
+        Ok(bytes) => service.a2a(&caller, &headers, &bytes, None).await,
+        Err(e) => answer(e.status, rpc_error(&Value::Null, codes::INVALID_REQUEST, e.message)),
+    }
+}
+
+impl ChatService {
+    /// The same service describing its entry agent with `source` on its A2A card.
+    pub fn with_a2a_card(mut self, source: CardSource) -> ChatService {
+        self.a2a_card = source;
+        self
+    }
+
+    /// Answers `GET /.well-known/agent-card.json`: the card, its JSON-RPC URL on the host the
+    /// request names (`X-Forwarded-Proto` or `http`) under `base_path` (a stage, or empty).
+    pub fn a2a_card(&self, headers: &HeaderMap, base_path: &str) -> Response {
+        let mut source = self.a2a_card.clone();
+        if source.name.is_empty() {
+            source.name = self.orchestrator.entry().name().to_owned();
+        }
+        let header = |name| headers.get(name).and_then(|v: &HeaderValue| v.to_str().ok());
+        let host = header(header::HOST.as_str()).unwrap_or("localhost");
+        let scheme = header("x-forwarded-proto").unwrap_or("http");
+        let security = match &self.auth {
+            AuthMode::LocalHeader => Security::None,
+            AuthMode::Jwt(_) => Security::BearerJwt,
+            AuthMode::Iam => Security::SigV4,
+        };
+        let card = crate::a2a::card::card(&source, &format!("{scheme}://{host}{base_path}"), security);
+        let mut response = axum::Json(card).into_response();
+        let h = response.headers_mut();
+        h.insert(header::CACHE_CONTROL, HeaderValue::from_static("max-age=300"));
+        // The card's URL comes from these headers: a shared cache keys on them too.
+        h.insert(header::VARY, HeaderValue::from_static("host, x-forwarded-proto"));
+        response
+    }
+
+    /// Answers one JSON-RPC request of `caller` on the A2A endpoint (`deadline`: a Lambda
+    /// invocation's, if any).
+    pub async fn a2a(
+        &self,
+        caller: &Caller,
+        headers: &HeaderMap,
+        body: &[u8],
+        deadline: Option<tokio::time::Instant>,
+    ) -> Response {
+        let request: RpcRequest = match serde_json::from_slice::<Value>(body) {
+            Err(e) => {
+                return answer(
+                    StatusCode::OK,
+                    rpc_error(&Value::Null, codes::PARSE_ERROR, format!("invalid JSON: {e}")),
+                );
+            }
+            Ok(value) => match serde_json::from_value(value) {
+                Ok(request) => request,
+                Err(e) => {
+                    let e = format!("not a JSON-RPC 2.0 request: {e}");
+                    return answer(StatusCode::OK, rpc_error(&Value::Null, codes::INVALID_REQUEST, e));
+                }
+            },
+        };
+        let id = request.id.clone();
+        match self.a2a_call(caller, headers, request, deadline).await {
+            Ok(response) => response,
+            Err((code, message)) => answer(StatusCode::OK, rpc_error(&id, code, message)),
+        }
+    }
+
+    async fn a2a_call(
+        &self,
+        caller: &Caller,
+        headers: &HeaderMap,
+        request: RpcRequest,
+        deadline: Option<tokio::time::Instant>,
+    ) -> Result<Response, Refusal> {
+        if request.jsonrpc != "2.0" {
+            return Err(refusal(codes::INVALID_REQUEST, "`jsonrpc` must be \"2.0\""));
+        }
+        if let Some(version) = headers.get(VERSION_HEADER) {
+            let version = version.to_str().unwrap_or_default();
+            if version != PROTOCOL_VERSION && !version.is_empty() {
+                return Err(refusal(
+                    codes::VERSION_NOT_SUPPORTED,
+                    format!("A2A version {version:?} is not supported; this agent speaks {PROTOCOL_VERSION}"),
+                ));
+            }
+        }
+        let turn_deadline = tokio::time::Instant::now() + self.endpoint.turn_deadline;
+        let until = deadline.map_or(turn_deadline, |d| d.min(turn_deadline));
+        let params = request.params;
+        let id = request.id;
+        match request.method.as_str() {
+            "SendMessage" => self.a2a_send(caller, headers, &id, params, until, false).await,
+            "SendStreamingMessage" => self.a2a_send(caller, headers, &id, params, until, true).await,
+            "GetTask" => {
+                let (key, turn) = self.task_of(caller, headers, params)?;
+                let view = self.read_task(&key, &turn).await?;
+                Ok(answer(StatusCode::OK, rpc_result(&id, view.task())))
+            }
+            "CancelTask" => self.a2a_cancel(caller, headers, &id, params).await,
+            "SubscribeToTask" => self.a2a_subscribe(caller, headers, &id, params, until).await,
+            "ListTasks" | "GetExtendedAgentCard" => Err(refusal(
+                codes::UNSUPPORTED_OPERATION,
+                format!("{} is not supported by this agent", request.method),
+            )),
+            "CreateTaskPushNotificationConfig"
+            | "GetTaskPushNotificationConfig"
+            | "ListTaskPushNotificationConfigs"
+            | "DeleteTaskPushNotificationConfig" => {
+                Err(refusal(codes::PUSH_NOT_SUPPORTED, "push notifications are not supported by this agent"))
+            }
+            other if other.contains('/') => Err(refusal(
+                codes::METHOD_NOT_FOUND,
+                format!(
+                    "method {other:?} is of A2A 0.3; this agent speaks A2A {PROTOCOL_VERSION} (SendMessage, SendStreamingMessage, GetTask, CancelTask, SubscribeToTask)"
+                ),
+            )),
+            other => Err(refusal(codes::METHOD_NOT_FOUND, format!("no method {other:?}"))),
+        }
+    }
+
+    /// The caller's task named in `params`: its episode key and turn, or `TaskNotFoundError`.
+    fn task_of(
+        &self,
+        caller: &Caller,
+        headers: &HeaderMap,
+        params: Value,
+    ) -> Result<(EpisodeKey, String), Refusal> {
+        let params: TaskIdParams = serde_json::from_value(params).map_err(|e| {
+            refusal(codes::INVALID_PARAMS, format!("the params must be {{\"id\": string}}: {e}"))
+        })?;
+        let not_found = || refusal(codes::TASK_NOT_FOUND, format!("no task {:?}", params.id));
+        let (episode, turn) = parse_task_id(&params.id).ok_or_else(not_found)?;
+        let user = user_of(caller, headers).map_err(from_api)?;
+        let key = EpisodeKey::new(user, episode).map_err(|_| not_found())?;
+        Ok((key, turn.to_owned()))
+    }
+
+    /// The task of `key`'s turn as its log has it so far (a running turn's log may lag its
+    /// stream by a batch).
+    async fn read_task(&self, key: &EpisodeKey, turn_id: &str) -> Result<TaskView, Refusal> {
+        const PAGE: usize = 500;
+        let store = self.history.store();
+        let not_found =
+            || refusal(codes::TASK_NOT_FOUND, format!("no task {:?}", task_id(key.episode_id(), turn_id)));
+        let internal = |e: crate::store::StoreError| from_api(e.into());
+        let record = store.turn_record(key, turn_id).await.map_err(internal)?.ok_or_else(not_found)?;
+        let mut view = TaskView::new(key.episode_id(), turn_id);
+        let mut after = 0;
+        loop {
+            let page = store.turn_events(key, turn_id, after, PAGE).await.map_err(internal)?;
+            for logged in &page {
+                if let Ok(event) = serde_json::from_str::<Event>(&logged.data) {
+                    view.apply(&event);
+                }
+                after = logged.seq;
+            }
+            if page.len() < PAGE {
+                break;
+            }
+        }
+        if matches!(record.effective_status(store.clock().now_ms()), TurnStatus::Ended(_)) && !view.ended() {
+            view.abandon();
+        }
+        Ok(view)
+    }
+
+    async fn a2a_send(
+        &self,
+        caller: &Caller,
+        headers: &HeaderMap,
+        id: &Value,
+        params: Value,
+        until: tokio::time::Instant,
+        streaming: bool,
+    ) -> Result<Response, Refusal> {
+        let request: SendMessageRequest = serde_json::from_value(params).map_err(|e| {
+            refusal(codes::INVALID_PARAMS, format!("the params are not a SendMessageRequest: {e}"))
+        })?;
+        let message = request.message;
+        if message.parts.iter().any(|p| p.url.is_some() || p.raw.is_some()) {
+            return Err(refusal(
+                codes::CONTENT_TYPE_NOT_SUPPORTED,
+                "this agent reads text and data parts, not files",
+            ));
+        }
+        // A data part `{"resume": [...]}` answers the context's pending approvals, as `POST
+        // /chat`'s `resume` does (docs/approvals.md); other data parts are text as JSON.
+        let resume = message.parts.iter().find_map(|p| p.data.as_ref()?.get("resume").cloned());
+        let text: Vec<String> = message
+            .parts
+            .iter()
+            .filter(|p| p.data.as_ref().is_none_or(|d| d.get("resume").is_none()))
+            .filter_map(|p| p.text.clone().or_else(|| p.data.as_ref().map(Value::to_string)))
+            .collect();
+        let text = text.join("\n");
+        if text.trim().is_empty() && resume.is_none() {
+            return Err(refusal(codes::INVALID_PARAMS, "the message has no text"));
+        }
+        if resume.is_some() && message.context_id.is_none() {
+            return Err(refusal(
+                codes::INVALID_PARAMS,
+                "a resume answers the approvals of a context: `contextId` is required",
+            ));
+        }
+        let user = user_of(caller, headers).map_err(from_api)?;
+        if let Some(task) = &message.task_id {
+            // Tasks are turns: one message each; a follow-up is a new message in the context.
+            let not_found = || refusal(codes::TASK_NOT_FOUND, format!("no task {task:?}"));
+            let (episode, turn) = parse_task_id(task).ok_or_else(not_found)?;
+            let key = EpisodeKey::new(user.as_str(), episode).map_err(|_| not_found())?;
+            self.read_task(&key, turn).await?;
+            return Err(refusal(
+                codes::UNSUPPORTED_OPERATION,
+                "a task takes one message; send the next one without `taskId`, in the task's `contextId`",
+            ));
+        }
+        if let Some(context) = &message.context_id {
+            let unknown = || {
+                refusal(
+                    codes::INVALID_PARAMS,
+                    format!(
+                        "unknown contextId {context:?}: send without one to start a conversation, then use the contextId of its answer"
+                    ),
+                )
+            };
+            let context = checked_id("contextId", context.clone()).map_err(|_| unknown())?;
+            let key = EpisodeKey::new(user.as_str(), context).map_err(|_| unknown())?;
+            self.latest_turn(&key).await.map_err(from_api)?.ok_or_else(unknown)?;
+        }
+        let body = match resume {
+            Some(resume) => json!({"resume": resume, "episode_id": message.context_id}),
+            None => json!({"message": text, "episode_id": message.context_id}),
+        };
+        let valid = self.validate(caller, headers, body.to_string().as_bytes()).map_err(from_api)?;
+        let policy = Some(DisconnectPolicy::Continue);
+        let (episode_id, turn_id, events) =
+            self.start_turn(valid.turn, None, policy, valid.resume, until).await.map_err(from_api)?;
+        let mut view = TaskView::new(&episode_id, &turn_id);
+        if streaming {
+            return Ok(self.task_stream(id, view, events, &episode_id, &turn_id));
+        }
+        let return_immediately = request.configuration.is_some_and(|c| c.return_immediately);
+        if !return_immediately {
+            let mut events = std::pin::pin!(events);
+            while let Some(logged) = events.next().await {
+                if let Ok(event) = serde_json::from_str::<Event>(&logged.data) {
+                    view.apply(&event);
+                }
+            }
+        }
+        // Dropped early, the turn runs on (`on_disconnect: continue`): `GetTask` follows it.
+        Ok(answer(StatusCode::OK, rpc_result(id, json!({"task": view.task()}))))
+    }
+
+    async fn a2a_cancel(
+        &self,
+        caller: &Caller,
+        headers: &HeaderMap,
+        id: &Value,
+        params: Value,
+    ) -> Result<Response, Refusal> {
+        let (key, turn) = self.task_of(caller, headers, params)?;
+        let name = task_id(key.episode_id(), &turn);
+        match self.request_cancel(&key, &turn).await.map_err(from_api)? {
+            CancelOutcome::Unknown => Err(refusal(codes::TASK_NOT_FOUND, format!("no task {name:?}"))),
+            CancelOutcome::AlreadyEnded(status) if status != crate::event::Status::Cancelled.as_str() => Err(
+                refusal(codes::TASK_NOT_CANCELABLE, format!("the task has ended already (status {status})")),
+            ),
+            _ => {
+                // The stop takes effect at the producer's next event (or its next look at the
+                // store): answer with the task once it has ended, or as it stands after the wait.
+                let waited = tokio::time::Instant::now() + CANCEL_WAIT;
+                loop {
+                    let view = self.read_task(&key, &turn).await?;
+                    if view.ended() || tokio::time::Instant::now() >= waited {
+                        return Ok(answer(StatusCode::OK, rpc_result(id, view.task())));
+                    }
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        }
+    }
+
+    async fn a2a_subscribe(
+        &self,
+        caller: &Caller,
+        headers: &HeaderMap,
+        id: &Value,
+        params: Value,
+        until: tokio::time::Instant,
+    ) -> Result<Response, Refusal> {
+        let (key, turn) = self.task_of(caller, headers, params)?;
+        let live = self.live.get(&key, &turn);
+        let running = match &live {
+            Some(live) => live.ended().is_none(),
+            None => {
+                let view = self.read_task(&key, &turn).await?;
+                !view.ended() && !view.state().is_terminal()
+            }
+        };
+        if !running {
+            return Err(refusal(codes::UNSUPPORTED_OPERATION, "the task has ended: GetTask reads it"));
+        }
+        let store = self.history.store().clone();
+        let events =
+            follow(store, live, key.clone(), turn.clone(), Cursor { after: 0 }, self.turn_log.resume, until);
+        let view = TaskView::new(key.episode_id(), &turn);
+        Ok(self.task_stream(id, view, events, key.episode_id(), &turn))
+    }
+
+    /// The SSE answer of a streaming call: the task, then an item per event that shows, each a
+    /// JSON-RPC answer on one `data:` line, with heartbeat comments while the turn is quiet.
+    fn task_stream(
+        &self,
+        id: &Value,
+        mut view: TaskView,
+        events: impl Stream<Item = Arc<LoggedEvent>> + Send + 'static,
+        episode_id: &str,
+        turn_id: &str,
+    ) -> Response {
+        let id = id.clone();
+        let heartbeat = self.heartbeat;
+        let frame = move |id: &Value, item: StreamResponse| {
+            Bytes::from(format!("data: {}\n\n", rpc_result(id, item)))
+        };
+        let body = async_stream::stream! {
+            yield Ok::<_, std::convert::Infallible>(frame(&id, view.first()));
+            let mut events = std::pin::pin!(events);
+            let mut quiet = crate::bounded::IdleTimer::new(heartbeat);
+            loop {
+                match quiet.next(&mut events).await {
+                    Err(_) => yield Ok(Bytes::from_static(b": keep-alive\n\n")),
+                    Ok(None) => break,
+                    Ok(Some(logged)) => {
+                        let Ok(event) = serde_json::from_str::<Event>(&logged.data) else { continue };
+                        if let Some(item) = view.apply(&event) {
+                            yield Ok(frame(&id, item));
+                        }
+                        if view.ended() {
+                            break;
+                        }
+                    }
+                }
+            }
+        };
+        let mut response = Response::new(Body::from_stream(body));
+        let h = response.headers_mut();
+        h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+        h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+        h.insert("x-accel-buffering", HeaderValue::from_static("no"));
+        if let (Ok(e), Ok(t)) = (HeaderValue::from_str(episode_id), HeaderValue::from_str(turn_id)) {
+            h.insert(EPISODE_HEADER, e);
+            h.insert(TURN_HEADER, t);
+        }
+        response
+    }
+}
