@@ -105,6 +105,9 @@ impl std::fmt::Debug for ApprovalStore {
     }
 }
 
+/// How many answered interrupt ids a record remembers (the newest).
+const MAX_ANSWERED_KEPT: usize = 256;
+
 /// The record's item outlives its interrupts by this much, so an interrupt answered late is
 /// told it expired rather than that it never existed.
 const KEPT_AFTER_EXPIRY: Duration = Duration::from_secs(7 * 24 * 3600);
@@ -147,6 +150,11 @@ impl ApprovalStore {
     }
 
     async fn save(&self, key: &EpisodeKey, record: &mut PendingApprovals) -> Result<(), StoreError> {
+        // The newest answered ids are kept (ids sort by time): the record stays within an item
+        // however long the conversation.
+        while record.answered.len() > MAX_ANSWERED_KEPT {
+            record.answered.pop_first();
+        }
         let body = serde_json::to_string(record).map_err(|e| StoreError::Corrupt {
             key: format!("{}/APPROVALS", key.pk()),
             reason: format!("the approvals record cannot be written: {e}"),
@@ -167,9 +175,12 @@ impl ApprovalStore {
     ) -> Result<(), StoreError> {
         let mut record = match before {
             Some(before) => before,
-            // Over an old record (answered or expired): its version is the one to replace.
+            // Over an old record (answered, dismissed or expired): its version is the one to
+            // replace, and what it says was answered stays answered (a late resume of a dismissed
+            // interrupt is told so, not that it never existed).
             None => self.load(key).await?.map_or_else(PendingApprovals::default, |old| PendingApprovals {
                 version: old.version,
+                answered: old.answered,
                 ..PendingApprovals::default()
             }),
         };

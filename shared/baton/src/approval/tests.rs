@@ -509,3 +509,19 @@ async fn two_interrupts_of_one_turn_can_be_answered_one_by_one() {
     let seen = format!("{:?}", team.deals.requests().last().unwrap().messages);
     assert!(seen.contains(r#"\"clipped\":\"o-1\""#) && seen.contains(r#"\"clipped\":\"o-2\""#), "{seen}");
 }
+
+#[tokio::test]
+async fn an_interrupt_dismissed_by_a_message_whose_turn_pauses_again_stays_answered() {
+    let (team, place) = (team(None), place());
+    let first = paused(&team, &place).await;
+    // The new message's own turn pauses on a new interrupt.
+    team.lead.push(Reply::text("").tool_call("agent__deals", json!({"text": "clip o-3"})));
+    team.deals.push(Reply::text("").tool_call("clip", json!({"offer_id": "o-3"})));
+    let events = turn(&team, &place, "clip o-3 instead", place.approvals.pausing()).await;
+    let (status, waiting) = completed(&events);
+    assert_eq!((status, waiting.len()), (Status::Interrupted, 1));
+    assert_ne!(waiting[0].interrupt_id, first.interrupt_id);
+    let late = resume(&team, &place, vec![(first.interrupt_id, Decision::Approve { arguments: None })]).await;
+    assert!(matches!(&late, Err(ResumeError::Answered(_, how)) if how == "dismissed"), "{late:?}");
+    assert_eq!(team.clips.load(Ordering::SeqCst), 0);
+}
