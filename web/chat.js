@@ -8,7 +8,9 @@
 // offer a retry, which re-renders it from scratch. Stop asks the server to cancel the turn
 // (`POST chat/{episode}/turns/{turn}/cancel`) and the turn ends with its `completed` `cancelled`.
 //
-// Agents' text is always set as text (`textContent`), never as markup. `choices` adds a button per
+// Agents' text is Markdown, rendered by `markdown.js` (parsed, then sanitised into DOM nodes; raw
+// HTML shows as text; re-rendered as it streams, its unfinished tail repaired). The user's own
+// words are set as text (`textContent`), never as markup. `choices` adds a button per
 // option under the agent's text; a click sends the option's label as the next message. An answer
 // whose `answer_meta` carries a `feedback_ref` gets thumbs up and down, which rate it
 // (`POST chat/{episode}/csat`) once the turn has completed; `handoff` adds a note.
@@ -19,6 +21,7 @@
 // still running (`running_turn`) is rejoined from its first event and streams to its end.
 
 import { BatonClient, BatonHttpError, BatonStreamError, newRequestId } from "./baton-client.js";
+import { MarkdownView } from "./markdown.js";
 
 const $ = (id) => document.getElementById(id);
 const form = $("composer");
@@ -157,7 +160,7 @@ class TurnView {
       text,
     );
     this.answers.append(section);
-    b = { section, text, said: "", announced: false };
+    b = { section, text, said: "", announced: false, markdown: new MarkdownView(text) };
     this.blocks.set(agent, b);
     return b;
   }
@@ -221,13 +224,18 @@ class TurnView {
     this.activityList.append(el("li", { class: `progress ${kind}` }, line));
   }
 
-  /** Reads the block's finished text out to screen readers, once. */
+  /** Reads the block's finished text (as rendered) out to screen readers, once. */
   announceBlock(agent) {
     const b = this.blocks.get(agent);
     if (b && !b.announced && b.said.trim()) {
       b.announced = true;
-      announce(`${agentLabel(agent)}: ${b.said}`);
+      announce(`${agentLabel(agent)}: ${b.text.textContent}`);
     }
+  }
+
+  /** Renders every block's text as final (the turn ended, however it ended). */
+  settle() {
+    for (const b of this.blocks.values()) b.markdown.finish();
   }
 
   error(agent, code, message, retryable) {
@@ -251,7 +259,7 @@ class TurnView {
         this.setStatus("");
         const b = this.block(ev.agent);
         b.said += ev.text;
-        b.text.textContent = b.said;
+        b.markdown.set(b.said);
         break;
       }
       case "reasoning": {
@@ -273,6 +281,7 @@ class TurnView {
           `${mark} ${agentLabel(ev.agent)} finished (${ev.status}) in ${seconds(ev.duration_ms)}, ${tokens} tokens`,
           `finished ${ev.status}`,
         );
+        this.blocks.get(ev.agent)?.markdown.finish();
         this.announceBlock(ev.agent);
         break;
       }
@@ -328,6 +337,7 @@ class TurnView {
   }
 
   complete(ev) {
+    this.settle();
     this.setStatus("");
     if (this.replay) {
       const n = this.reconnects;
@@ -377,7 +387,8 @@ class TurnView {
     for (const m of replies) {
       const b = this.block(m.agent);
       b.said += m.content;
-      b.text.textContent = b.said;
+      b.markdown.set(b.said);
+      b.markdown.finish();
       b.announced = true; // restored text is not read out block by block
       const meta = m.meta ?? {};
       if (meta.choices) this.choices({ agent: m.agent, ...meta.choices });
@@ -463,6 +474,7 @@ async function follow(view, open, retry, rejoining = false) {
       view.interrupted(`Unexpected error: ${e?.message ?? e}`, null);
     }
   } finally {
+    view.settle();
     clearTimeout(turn.timer);
     if (running === turn) running = null;
     sendButton.disabled = false;

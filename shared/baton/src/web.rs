@@ -1,7 +1,7 @@
 //! The browser chat page, embedded in the binary and served by `serve` at `GET /`.
 //!
-//! The page is static (HTML, CSS and two ES modules from the repository's `web/` folder, no build
-//! step), so it can equally be shipped from any static host in front of the Function URL. This
+//! The page is static (HTML, CSS and ES modules from the repository's `web/` folder, with a
+//! Markdown parser and sanitiser vendored in `web/vendor/`; no build step), so it can equally be shipped from any static host in front of the Function URL. This
 //! module owns only the serving: the embedded files, their content types, and headers that keep
 //! the page from being framed or sniffed. The page itself (and `web/baton-client.js`, the
 //! reference client of the SSE protocol) is documented in `docs/web-client.md`.
@@ -44,6 +44,22 @@ pub const ASSETS: &[Asset] = &[
         content_type: "text/javascript; charset=utf-8",
         body: include_str!("../../../web/baton-client.js"),
     },
+    Asset {
+        path: "/markdown.js",
+        content_type: "text/javascript; charset=utf-8",
+        body: include_str!("../../../web/markdown.js"),
+    },
+    // Vendored as published on npm, pinned (web/vendor/README.md).
+    Asset {
+        path: "/vendor/marked.esm.js",
+        content_type: "text/javascript; charset=utf-8",
+        body: include_str!("../../../web/vendor/marked.esm.js"),
+    },
+    Asset {
+        path: "/vendor/purify.es.mjs",
+        content_type: "text/javascript; charset=utf-8",
+        body: include_str!("../../../web/vendor/purify.es.mjs"),
+    },
 ];
 
 /// Scripts, styles and requests from the page's own origin only; no framing.
@@ -83,6 +99,10 @@ mod tests {
             assert!(index.contains(&asset.path[1..]), "index.html does not load {}", asset.path);
         }
         assert!(ASSETS[2].body.contains("from \"./baton-client.js\""), "chat.js imports the client");
+        assert!(ASSETS[2].body.contains("from \"./markdown.js\""), "chat.js imports the renderer");
+        let markdown = ASSETS[4].body;
+        assert!(markdown.contains("from \"./vendor/marked.esm.js\""), "markdown.js imports marked");
+        assert!(markdown.contains("from \"./vendor/purify.es.mjs\""), "markdown.js imports DOMPurify");
     }
 
     #[tokio::test]
@@ -102,6 +122,9 @@ mod tests {
         let client = get("/baton-client.js").await.unwrap();
         assert_eq!(client.headers()["content-type"], "text/javascript; charset=utf-8");
         assert!(client.text().await.unwrap().contains("export class BatonClient"));
+        let purify = get("/vendor/purify.es.mjs").await.unwrap();
+        assert_eq!(purify.headers()["content-type"], "text/javascript; charset=utf-8");
+        assert!(purify.text().await.unwrap().starts_with("/*! @license DOMPurify 3.4.18"));
         assert_eq!(get("/nope.js").await.unwrap().status(), 404);
         server.abort();
     }
