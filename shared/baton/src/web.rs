@@ -45,6 +45,16 @@ pub const ASSETS: &[Asset] = &[
         body: include_str!("../../../web/baton-client.js"),
     },
     Asset {
+        path: "/dom.js",
+        content_type: "text/javascript; charset=utf-8",
+        body: include_str!("../../../web/dom.js"),
+    },
+    Asset {
+        path: "/approvals.js",
+        content_type: "text/javascript; charset=utf-8",
+        body: include_str!("../../../web/approvals.js"),
+    },
+    Asset {
         path: "/markdown.js",
         content_type: "text/javascript; charset=utf-8",
         body: include_str!("../../../web/markdown.js"),
@@ -100,7 +110,7 @@ mod tests {
         }
         assert!(ASSETS[2].body.contains("from \"./baton-client.js\""), "chat.js imports the client");
         assert!(ASSETS[2].body.contains("from \"./markdown.js\""), "chat.js imports the renderer");
-        let markdown = ASSETS[4].body;
+        let markdown = ASSETS.iter().find(|a| a.path == "/markdown.js").unwrap().body;
         assert!(markdown.contains("from \"./vendor/marked.esm.js\""), "markdown.js imports marked");
         assert!(markdown.contains("from \"./vendor/purify.es.mjs\""), "markdown.js imports DOMPurify");
     }
