@@ -8,7 +8,7 @@
 // with "\n", an event is dispatched at a blank line, and an unfinished event at the end of the
 // stream is discarded. It is ~60 lines with no dependency, tested byte boundary by byte boundary
 // against Baton's own SSE fixtures (tests/browser/sse_parser.test.mjs), so the page needs no
-// build step and no vendored copy of a library.
+// build step and no SSE library.
 //
 // See docs/web-client.md for the protocol and how to use this module in your own front end.
 
