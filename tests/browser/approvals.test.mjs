@@ -3,10 +3,10 @@
 // itself is tested in Chromium (tests/browser/test_approvals.py). Run: node --test tests/browser/
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import http from "node:http";
 
 import { BatonClient, BatonHttpError } from "../../web/baton-client.js";
 import { editedArguments } from "../../web/approvals.js";
+import { withServer } from "./loopback.mjs";
 
 const EP = "ep-1";
 const TURN = "turn-2";
@@ -17,27 +17,7 @@ const events = [
 ];
 const sse = events.map((e, i) => `event: ${e.type}\nid: ${TURN}:${i + 1}\ndata: ${JSON.stringify(e)}\n\n`).join("");
 
-/** Runs `fn(endpoint, requests)` against a loopback server answering each request with `answer(res)`. */
-async function withServer(answer, fn) {
-  const requests = [];
-  const server = http.createServer((req, res) => {
-    let body = "";
-    req.on("data", (c) => (body += c));
-    req.on("end", () => {
-      requests.push({ method: req.method, url: req.url, headers: req.headers, body: JSON.parse(body || "null") });
-      answer(res);
-    });
-  });
-  await new Promise((resolve) => server.listen(0, "127.0.0.1", resolve));
-  try {
-    await fn(`http://127.0.0.1:${server.address().port}/chat`, requests);
-  } finally {
-    server.closeAllConnections();
-    await new Promise((resolve) => server.close(resolve));
-  }
-}
-
-const streamTurn = (res) => {
+const streamTurn = (_req, res) => {
   res.writeHead(200, { "content-type": "text/event-stream", "x-baton-episode-id": EP, "x-baton-turn-id": TURN });
   res.end(sse);
 };
@@ -58,13 +38,13 @@ test("decide posts the resume request and yields the resumed turn", async () => 
     assert.equal(req.url, "/chat");
     assert.equal(req.headers["x-baton-user"], "alice");
     assert.equal(req.headers["content-type"], "application/json");
-    assert.deepEqual(req.body, { episode_id: EP, resume: decisions, request_id: "r-1", on_disconnect: "continue" });
+    assert.deepEqual(JSON.parse(req.body), { episode_id: EP, resume: decisions, request_id: "r-1", on_disconnect: "continue" });
     assert.equal(client.turnId, TURN);
   });
 });
 
 test("a refused resume is a BatonHttpError with the server's code", async () => {
-  const refuse = (res) => {
+  const refuse = (_req, res) => {
     res.writeHead(409, { "content-type": "application/json" });
     res.end(JSON.stringify({ error: { code: "interrupt_answered", message: "interrupt `int_1` was answered already (approve)" } }));
   };

@@ -40,6 +40,20 @@ def pending_card(driver):
     return cards[0]
 
 
+def resumed_turn(driver, said, n=2):
+    """The turn a card's decision started (the n-th), once it completed `ok`, showing `said` as the
+    person's words."""
+    wait_turns(driver, n)
+    assert wait_footer(driver).get_attribute("data-status") == "ok"
+    turn = last_turn(driver)
+    assert turn.find_element(By.CSS_SELECTOR, ".msg.user .text").text == said
+    return turn
+
+
+def activity(turn):
+    return [li.get_attribute("textContent") for li in turn.find_elements(By.CSS_SELECTOR, ".activity-list li")]
+
+
 def answer_text(turn, agent):
     return turn.find_element(By.CSS_SELECTOR, f'section.agent[data-agent="{agent}"] .text').get_attribute("textContent")
 
@@ -54,22 +68,18 @@ def test_a_call_waiting_for_approval_shows_a_card_and_approve_resumes_it(driver,
     assert card.find_element(By.CSS_SELECTOR, ".approval-args").text == '{\n  "offer": "clip the coffee offer"\n}'
     edit = card.find_element(By.CSS_SELECTOR, "textarea.approval-edit")
     assert edit.get_attribute("value") == '{\n  "offer": "clip the coffee offer"\n}'
-    progress = [li.get_attribute("textContent") for li in last_turn(driver).find_elements(By.CSS_SELECTOR, ".activity-list li")]
+    progress = activity(last_turn(driver))
     assert any(p.startswith("⏸ Card_keeper finished (interrupted)") for p in progress), progress
     assert driver.find_element(By.ID, "announcer").get_attribute("textContent") == "Waiting for your approval of 1 call."
     assert driver.save_screenshot(str(output_dir / "chat-approval.png"))
 
     card.find_element(By.CSS_SELECTOR, "button.approve").click()
-    wait_turns(driver, 2)
-    footer = wait_footer(driver)
-    assert footer.get_attribute("data-status") == "ok"
-    resumed = last_turn(driver)
-    assert resumed.find_element(By.CSS_SELECTOR, ".msg.user .text").text == "Approve clip_offer"
-    progress = [li.get_attribute("textContent") for li in resumed.find_elements(By.CSS_SELECTOR, ".activity-list li")]
+    resumed = resumed_turn(driver, "Approve clip_offer")
+    progress = activity(resumed)
     assert any(p.startswith("✓ Card_keeper tool clip_offer finished in ") for p in progress), progress
+    # The offline model answers with the tool's result: the best match for the model's words.
     answer = answer_text(resumed, KEEPER)
-    assert answer.strip(), "the agent answered with the tool's result"
-    assert "rejected_by_user" not in answer
+    assert answer.startswith("Clipped ") and "Coffee [off-0117] to your card" in answer, answer
     card = driver.find_element(By.CSS_SELECTOR, "section.approval")
     assert card.get_attribute("data-state") == "approved"
     assert card.find_element(By.CSS_SELECTOR, ".approval-state").text == "Approved."
@@ -81,22 +91,18 @@ def test_reject_with_a_note_tells_the_agent(driver, approvals_server):
     card = pending_card(driver)
     card.find_element(By.CSS_SELECTOR, "input.approval-note").send_keys("Not that one, please.")
     card.find_element(By.CSS_SELECTOR, "button.reject").click()
-    wait_turns(driver, 2)
-    footer = wait_footer(driver)
-    assert footer.get_attribute("data-status") == "ok"
-    resumed = last_turn(driver)
-    assert resumed.find_element(By.CSS_SELECTOR, ".msg.user .text").text == "Reject clip_offer: Not that one, please."
+    resumed = resumed_turn(driver, "Reject clip_offer: Not that one, please.")
     # The offline model answers with the tool's result: the refusal with the person's words.
     answer = answer_text(resumed, KEEPER)
     assert "rejected_by_user" in answer and "Not that one, please." in answer, answer
-    progress = [li.get_attribute("textContent") for li in resumed.find_elements(By.CSS_SELECTOR, ".activity-list li")]
+    progress = activity(resumed)
     # The refusal is the call's result (the server's tests count that the tool itself never ran).
     assert "✗ Card_keeper tool clip_offer failed" in progress, progress
     card = driver.find_element(By.CSS_SELECTOR, "section.approval")
     assert card.get_attribute("data-state") == "rejected"
 
 
-def test_an_edit_outside_the_editable_fields_is_refused_in_the_page(driver, approvals_server):
+def test_an_edit_of_the_editable_fields_runs_and_any_other_is_refused_in_the_page(driver, approvals_server):
     open_page(driver, approvals_server)
     card = pending_card(driver)
     edit = card.find_element(By.CSS_SELECTOR, "textarea.approval-edit")
@@ -111,6 +117,27 @@ def test_an_edit_outside_the_editable_fields_is_refused_in_the_page(driver, appr
     card.find_element(By.CSS_SELECTOR, "button.approve").click()
     assert error.text.startswith("⚠ The changes are not valid JSON")
     assert card.find_element(By.CSS_SELECTOR, "button.approve").is_enabled()
+    assert len(turns(driver)) == 1, "nothing was sent"
+
+    # An edit the tool's schema refuses is refused by the server (400, naming the field), and the
+    # card opens again to fix it.
+    edit.clear()
+    edit.send_keys('{"offer": 5}')
+    card.find_element(By.CSS_SELECTOR, "button.approve").click()
+    wait_turns(driver, 2)
+    WebDriverWait(driver, WAIT).until(lambda d: card.find_element(By.CSS_SELECTOR, ".approval-error").is_displayed())
+    assert "offer" in error.text, error.text
+    assert card.get_attribute("data-state") == "pending"
+    assert last_turn(driver).find_element(By.CSS_SELECTOR, ".errors .error").text.startswith("⚠ Error (invalid_arguments): ")
+
+    # An allowed edit is what runs: another offer than the model asked for.
+    edit.clear()
+    edit.send_keys('{"offer": "off-0002"}')
+    card.find_element(By.CSS_SELECTOR, "button.approve").click()
+    resumed = resumed_turn(driver, 'Approve clip_offer with {"offer":"off-0002"}', n=3)
+    answer = answer_text(resumed, KEEPER)
+    assert answer.startswith("Clipped ") and "Bagels [off-0002] to your card" in answer, answer
+    assert card.get_attribute("data-state") == "approved"
 
 
 def test_a_reload_while_a_call_waits_shows_its_card_again(driver, approvals_server):

@@ -22,54 +22,31 @@ pub struct Asset {
     pub body: &'static str,
 }
 
+/// The file `web/<name>`, served at `/<name>` with `content_type`.
+macro_rules! asset {
+    ($name:literal, $content_type:expr) => {
+        Asset {
+            path: concat!("/", $name),
+            content_type: $content_type,
+            body: include_str!(concat!("../../../web/", $name)),
+        }
+    };
+}
+
+const JS: &str = "text/javascript; charset=utf-8";
+
 /// The page's files. `index.html` is also served at `/`.
 pub const ASSETS: &[Asset] = &[
-    Asset {
-        path: "/index.html",
-        content_type: "text/html; charset=utf-8",
-        body: include_str!("../../../web/index.html"),
-    },
-    Asset {
-        path: "/style.css",
-        content_type: "text/css; charset=utf-8",
-        body: include_str!("../../../web/style.css"),
-    },
-    Asset {
-        path: "/chat.js",
-        content_type: "text/javascript; charset=utf-8",
-        body: include_str!("../../../web/chat.js"),
-    },
-    Asset {
-        path: "/baton-client.js",
-        content_type: "text/javascript; charset=utf-8",
-        body: include_str!("../../../web/baton-client.js"),
-    },
-    Asset {
-        path: "/dom.js",
-        content_type: "text/javascript; charset=utf-8",
-        body: include_str!("../../../web/dom.js"),
-    },
-    Asset {
-        path: "/approvals.js",
-        content_type: "text/javascript; charset=utf-8",
-        body: include_str!("../../../web/approvals.js"),
-    },
-    Asset {
-        path: "/markdown.js",
-        content_type: "text/javascript; charset=utf-8",
-        body: include_str!("../../../web/markdown.js"),
-    },
+    asset!("index.html", "text/html; charset=utf-8"),
+    asset!("style.css", "text/css; charset=utf-8"),
+    asset!("chat.js", JS),
+    asset!("baton-client.js", JS),
+    asset!("dom.js", JS),
+    asset!("approvals.js", JS),
+    asset!("markdown.js", JS),
     // Vendored as published on npm, pinned (web/vendor/README.md).
-    Asset {
-        path: "/vendor/marked.esm.js",
-        content_type: "text/javascript; charset=utf-8",
-        body: include_str!("../../../web/vendor/marked.esm.js"),
-    },
-    Asset {
-        path: "/vendor/purify.es.mjs",
-        content_type: "text/javascript; charset=utf-8",
-        body: include_str!("../../../web/vendor/purify.es.mjs"),
-    },
+    asset!("vendor/marked.esm.js", JS),
+    asset!("vendor/purify.es.mjs", JS),
 ];
 
 /// Scripts, styles and requests from the page's own origin only; no framing.
