@@ -268,10 +268,10 @@ class TurnView {
         break;
       case "agent_finished": {
         const tokens = (ev.usage?.input_tokens ?? 0) + (ev.usage?.output_tokens ?? 0);
-        const mark = { ok: "✓", interrupted: "⏸" }[ev.status] ?? "✗";
+        const mark = { ok: "✓", interrupted: "‖" }[ev.status] ?? "✗";
         this.progress(
           `${mark} ${agentLabel(ev.agent)} finished (${ev.status}) in ${seconds(ev.duration_ms)}, ${tokens} tokens`,
-          `finished ${ev.status}`,
+          `finished status-${ev.status}`, // not the bare status: `.interrupted` is the lost-turn note
         );
         this.blocks.get(ev.agent)?.markdown.finish();
         this.announceBlock(ev.agent);

@@ -69,7 +69,8 @@ def test_a_call_waiting_for_approval_shows_a_card_and_approve_resumes_it(driver,
     edit = card.find_element(By.CSS_SELECTOR, "textarea.approval-edit")
     assert edit.get_attribute("value") == '{\n  "offer": "clip the coffee offer"\n}'
     progress = activity(last_turn(driver))
-    assert any(p.startswith("⏸ Card_keeper finished (interrupted)") for p in progress), progress
+    assert any(p.startswith("‖ Card_keeper finished (interrupted)") for p in progress), progress
+    assert not last_turn(driver).find_elements(By.CSS_SELECTOR, ".interrupted"), "a pause is no lost connection"
     assert driver.find_element(By.ID, "announcer").get_attribute("textContent") == "Waiting for your approval of 1 call."
     assert driver.save_screenshot(str(output_dir / "chat-approval.png"))
 
