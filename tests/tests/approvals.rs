@@ -35,7 +35,34 @@ baton_tests::for_both_stores!(
     an_interrupt_answered_after_it_expired_is_gone,
     a_resume_after_the_tool_changed_is_refused_naming_it,
     a_new_message_answers_waiting_approvals_as_rejected,
+    a_routing_tool_that_needs_approval_pauses_the_routed_turn_and_its_answer_is_the_answer,
+    a_turn_that_does_not_pause_costs_no_approvals_store_call,
 );
+
+/// A routing entry agent whose routing tool `ask_billing` needs approval.
+const ROUTING: &str = "\
+entry: desk
+agents:
+  - name: desk
+    model: desk
+    instruction: Route the customer's requests.
+    agents: [billing, catalog]
+    routing:
+      fallback: catalog
+    needs_approval:
+      ask_billing:
+        reason: Billing questions open a case.
+  - name: billing
+    model: billing
+    description: Invoices and refunds.
+    instruction: Answer billing questions.
+    output: text_and_events
+  - name: catalog
+    model: catalog
+    description: Products and prices.
+    instruction: Answer product questions.
+    output: text_and_events
+";
 
 const TEAM: &str = "\
 entry: lead
@@ -55,20 +82,11 @@ agents:
         editable: [offer_id]
 ";
 
-/// The same team after a change: `deals` lost `clip`.
-const TEAM_WITHOUT_CLIP: &str = "\
-entry: lead
-agents:
-  - name: lead
-    model: lead
-    instruction: Hand offers to deals.
-    agents: [deals]
-  - name: deals
-    model: deals
-    description: Finds offers.
-    instruction: Look.
-    tools: [look]
-";
+/// The same team after a change: `deals` lost `clip` (and its rule).
+fn team_without_clip() -> String {
+    let (head, _) = TEAM.split_once("    tools: [look, clip]").unwrap();
+    format!("{head}    tools: [look]\n")
+}
 
 const BOUND: Duration = Duration::from_secs(20);
 
@@ -446,7 +464,7 @@ async fn an_interrupt_answered_after_it_expired_is_gone<H: StoreHarness>() {
 async fn a_resume_after_the_tool_changed_is_refused_naming_it<H: StoreHarness>() {
     let s = Setup::<H>::start().await;
     let interrupt = s.pause().await;
-    let changed = endpoint(&s.server, TEAM_WITHOUT_CLIP, s.store.clone(), &s.tools).await;
+    let changed = endpoint(&s.server, &team_without_clip(), s.store.clone(), &s.tools).await;
     let (got, error) = post(&changed, "alice", approve(&interrupt.interrupt_id)).await;
     let error = error.unwrap_err();
     assert_eq!((got, code(&error)), (409, "config_changed"), "{error}");
@@ -470,4 +488,46 @@ async fn a_new_message_answers_waiting_approvals_as_rejected<H: StoreHarness>() 
     assert_eq!((got, code(&error)), (409, "interrupt_answered"));
     assert!(error["error"]["message"].as_str().unwrap().contains("dismissed"), "{error}");
     assert_eq!(s.clips(), 0);
+}
+
+async fn a_routing_tool_that_needs_approval_pauses_the_routed_turn_and_its_answer_is_the_answer<
+    H: StoreHarness,
+>() {
+    let s = Setup::<H>::start().await;
+    let desk = endpoint(&s.server, ROUTING, s.store.clone(), &s.tools).await;
+    let routed =
+        Reply::text("").tool_call("ask_billing", json!({"query": "where is my refund", "intent_count": 1}));
+    s.server.push("desk", routed);
+    let (_, events) =
+        post(&desk, "alice", json!({"message": "where is my refund", "episode_id": "e1"})).await;
+    let events = events.unwrap();
+    let Some(Event::Completed { status: Status::Interrupted, interrupts, .. }) = events.last() else {
+        panic!("{events:#?}")
+    };
+    assert_eq!((interrupts[0].tool.as_str(), interrupts[0].agent.as_str()), ("ask_billing", "desk"));
+    assert!(s.server.requests_for("billing").is_empty(), "the routed agent did not run");
+    s.server.push("billing", Reply::text("Your refund was sent on Monday."));
+    let (code, events) = post(&desk, "alice", approve(&interrupts[0].interrupt_id)).await;
+    assert_eq!(code, 200);
+    let events = events.unwrap();
+    assert_eq!(status(&events), Status::Ok, "{events:#?}");
+    assert_eq!(text(&events), "Your refund was sent on Monday.");
+    assert_eq!(
+        s.server.requests_for("desk").len(),
+        1,
+        "the routed answer is the answer: no second desk call"
+    );
+}
+
+async fn a_turn_that_does_not_pause_costs_no_approvals_store_call<H: StoreHarness>() {
+    let s = Setup::<H>::start().await;
+    let store = baton_tests::counting::CountingStore::new(s.store.clone());
+    let counted = endpoint(&s.server, TEAM, store.clone(), &s.tools).await;
+    s.server.push("lead", Reply::text("Hello!"));
+    let (ok, events) = post(&counted, "alice", json!({"message": "hi", "episode_id": "e1"})).await;
+    assert_eq!((ok, status(&events.unwrap())), (200, Status::Ok));
+    messages(&counted, "alice").await;
+    s.server.push("lead", Reply::text("Hello again!"));
+    assert_eq!(post(&counted, "alice", json!({"message": "hi again", "episode_id": "e1"})).await.0, 200);
+    assert_eq!(store.calls_of("approvals") + store.calls_of("save_approvals"), 0, "{:?}", store.calls());
 }

@@ -376,13 +376,21 @@ fn venv_python() -> PathBuf {
 
 /// Baton's agents (the offline model's shopping and support agents) over streamable HTTP.
 async fn serve_agents() -> (String, tokio::task::JoinHandle<()>, tokio::sync::oneshot::Sender<()>) {
-    let deployment = baton_reference::Deployment::default();
+    serve_agents_of(baton_reference::Deployment::default(), &["shopping", "support"]).await
+}
+
+/// `names` of `deployment`'s agents (offline) over streamable HTTP.
+async fn serve_agents_of(
+    deployment: baton_reference::Deployment,
+    names: &[&str],
+) -> (String, tokio::task::JoinHandle<()>, tokio::sync::oneshot::Sender<()>) {
     let (config, backends) = (&deployment.config, deployment.backends(None).unwrap());
-    let agents = ["shopping", "support"]
+    let agents = names
+        .iter()
         .map(|name| {
             McpAgent::new(build_agent(config, name, &backends).unwrap(), format!("The {name} agent."))
         })
-        .to_vec();
+        .collect();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}/mcp", listener.local_addr().unwrap());
     let (stop, stopped) = tokio::sync::oneshot::channel();
@@ -421,6 +429,58 @@ async fn the_python_mcp_client_lists_and_calls_a_baton_agent_and_sees_progress()
     );
     let _ = stop.send(());
     server.await.unwrap();
+}
+
+/// The agent of `examples/approvals.yaml` whose `clip_offer` needs approval, called by the Python
+/// client answering elicitation requests with `elicit` (or declaring none): the answer it gets.
+async fn call_with_approvals(elicit: Option<&str>) -> Value {
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/approvals.yaml");
+    let yaml = std::fs::read_to_string(example).unwrap();
+    let config = baton_reference::reference_config().with_yaml(&yaml, "approvals.yaml").unwrap();
+    let (url, server, stop) = serve_agents_of(config.into(), &["card_keeper"]).await;
+    let mut command = tokio::process::Command::new(venv_python());
+    command.arg(mcp_dir().join("baton_client.py")).args([
+        "http",
+        &url,
+        "card_keeper",
+        "clip the coffee offer",
+    ]);
+    match elicit {
+        Some(answer) => command.env("BATON_ELICIT", answer),
+        None => command.env_remove("BATON_ELICIT"),
+    };
+    let out = command.output().await.unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let _ = stop.send(());
+    server.await.unwrap();
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[tokio::test]
+async fn a_call_that_needs_approval_is_asked_through_elicitation_and_runs_when_approved() {
+    let got = call_with_approvals(Some("approve")).await;
+    let asked = got["elicited"].as_array().unwrap();
+    assert_eq!(asked.len(), 1, "{got}");
+    let message = asked[0]["message"].as_str().unwrap();
+    assert!(message.contains("clip_offer") && message.contains("changes the user's card"), "{message}");
+    assert_eq!(asked[0]["schema"]["properties"]["approve"]["type"], "boolean");
+    assert!(got["answer"].as_str().unwrap().contains("Clipped"), "{got}");
+}
+
+#[tokio::test]
+async fn a_call_rejected_through_elicitation_is_not_made() {
+    let got = call_with_approvals(Some("reject:not today")).await;
+    assert_eq!(got["elicited"].as_array().unwrap().len(), 1, "{got}");
+    let answer = got["answer"].as_str().unwrap();
+    assert!(!answer.contains("Clipped") && answer.contains("not today"), "{got}");
+}
+
+#[tokio::test]
+async fn a_client_without_elicitation_gets_a_clear_refusal_and_nothing_runs() {
+    let got = call_with_approvals(None).await;
+    assert!(got["elicited"].as_array().unwrap().is_empty());
+    let answer = got["answer"].as_str().unwrap();
+    assert!(!answer.contains("Clipped") && answer.contains("approval_required"), "{got}");
 }
 
 // ---- The official conformance suite ----

@@ -706,6 +706,29 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn a_request_whose_parts_may_need_approval_is_not_fanned_out() {
+        let model = Arc::new(ScriptedModel::new("lead", Some(Reply::text("One answer."))));
+        let split = Arc::new(ScriptedModel::new("split", Some(Reply::text(decomposition(3)))));
+        let join = Arc::new(ScriptedModel::new("join", Some(Reply::text("unused"))));
+        let rule = crate::agent::ApprovalRule { when: None, reason: "r".into(), editable: vec![] };
+        let approvals = crate::agent::ApprovalPolicy::new([("wait".to_owned(), rule)].into());
+        let lead = lead(model.clone(), split.clone(), join.clone()).with_approvals(Arc::new(approvals));
+        let events = run(&lead).await;
+        assert_eq!(split.requests().len(), 1, "the decomposer was asked");
+        assert!(!events.iter().any(|e| matches!(e, Event::MiniAgentDecomposed { .. })), "{events:?}");
+        assert!(join.requests().is_empty());
+        assert_eq!(model.requests().len(), 1, "the lead's own loop answered");
+        let text: String = events
+            .iter()
+            .filter_map(|e| match e {
+                Event::Text { agent, text } if agent == "lead" => Some(text.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(text, "One answer.");
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn a_tool_servers_transport_error_fails_the_mini_at_once() {
         let model =
             Arc::new(ScriptedModel::new("lead", Some(Reply::text("").tool_call("unreachable", json!({})))));

@@ -20,7 +20,7 @@ use crate::event::{Event, Interrupt};
 use crate::item::{Item, ItemStream};
 use crate::model::ToolCall;
 use crate::mux::LiveSlotMux;
-use crate::tool::{JsonSchema, ToolContext, ToolOutcome};
+use crate::tool::{CallOptions, JsonSchema, ToolContext, ToolError, ToolOutcome, ToolRun};
 
 /// When one tool's calls need approval.
 #[derive(Debug, Clone)]
@@ -250,6 +250,56 @@ fn start_event(agent: &str, call: &ToolCall) -> Event {
         call_id: call.id.clone(),
         name: call.name.clone(),
         arguments: Box::new(call.parse_arguments().unwrap_or_else(|_| call.arguments.clone().into())),
+    }
+}
+
+impl LlmAgent {
+    /// A call that waits while the turn's approver asks the person (in the same request): its
+    /// `approval_required`, then the tool run with the (possibly edited) arguments, a rejection,
+    /// or, when no one could be asked, an `approval_required` error result.
+    pub(super) fn asked_call(
+        &self,
+        interrupt: Interrupt,
+        context: ToolContext,
+        options: CallOptions,
+    ) -> ToolRun {
+        let tools = self.tools.clone();
+        let items = Box::pin(async_stream::stream! {
+            yield Item::Event(Event::ApprovalRequired(Box::new(interrupt.clone())));
+            let decision = match context.approvals.approver() {
+                Some(approver) => approver.decide(&interrupt).await,
+                None => None,
+            };
+            let call = ToolCall {
+                id: interrupt.call_id.clone(),
+                name: interrupt.tool.clone(),
+                arguments: interrupt.arguments.to_string(),
+            };
+            let run = match decision {
+                None => ToolRun::failed(ToolError::ApprovalRequired {
+                    tool: interrupt.tool.clone(),
+                    reason: interrupt.reason.clone(),
+                }),
+                Some(Decision::Reject { message }) => {
+                    let result = rejected_result(&interrupt.tool, message.as_deref());
+                    let message = result["error"]["message"].as_str().unwrap_or_default().to_owned();
+                    ToolRun::failed(ToolError::Failed { tool: interrupt.tool.clone(), reason: message })
+                }
+                Some(decision @ Decision::Approve { .. }) => {
+                    let arguments = approved_arguments(&interrupt.arguments, &decision);
+                    let edited = ToolCall { arguments: arguments.to_string(), ..call };
+                    match tools.check(&edited) {
+                        Ok((tool, arguments)) => tool.start(arguments, context, options),
+                        Err(refused) => ToolRun::failed(refused.error),
+                    }
+                }
+            };
+            let mut items = run.items;
+            while let Some(item) = items.next().await {
+                yield item;
+            }
+        });
+        ToolRun { items }
     }
 }
 

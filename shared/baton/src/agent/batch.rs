@@ -101,7 +101,8 @@ impl LlmAgent {
     /// registry checks it, the tool starts it. The stream carries the call's own events, then
     /// its `tool_result` and `tool_call_end`, then what it ended with. A call an approval rule
     /// holds back (unless `approved`) is not started: it waits for a person
-    /// ([`Mode::Pause`]), or is refused with an `approval_required` error result.
+    /// ([`Mode::Pause`]), is asked about while it waits ([`Mode::Ask`]), or is refused with an
+    /// `approval_required` error result.
     pub(super) fn start_call(
         &self,
         call: &StepCall,
@@ -134,6 +135,13 @@ impl LlmAgent {
                 match self.approvals().rule(&name, &arguments).filter(|_| !approved) {
                     Some(rule) if context.approvals.mode() == Mode::Pause => {
                         Err(Box::new(self.interrupt(context, instance, &call.call, &arguments, rule)))
+                    }
+                    Some(rule) if context.approvals.mode() == Mode::Ask => {
+                        let interrupt = self.interrupt(context, instance, &call.call, &arguments, rule);
+                        let call = CallRef { agent: agent.clone(), call_id: call_id.clone() };
+                        let run =
+                            self.asked_call(interrupt, ToolContext { call, ..context.clone() }, options);
+                        Ok((arguments, run))
                     }
                     Some(rule) => {
                         let error =

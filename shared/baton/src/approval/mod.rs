@@ -167,6 +167,14 @@ pub enum Outcome {
     },
 }
 
+/// Someone who can answer an approval while the call waits, in the same request (an MCP client,
+/// through elicitation).
+pub trait Approver: Send + Sync {
+    /// The person's answer to `interrupt`, or `None` when they could not be asked (the call is
+    /// then refused). Bounded by the approver's own timeout.
+    fn decide<'a>(&'a self, interrupt: &'a Interrupt) -> futures::future::BoxFuture<'a, Option<Decision>>;
+}
+
 /// What a turn does with a call that needs approval.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum Mode {
@@ -177,6 +185,9 @@ pub enum Mode {
     Refuse,
     /// The turn pauses and stores what a resume needs (the chat endpoint, `chat`).
     Pause,
+    /// The call waits while an [`Approver`] asks the person, then runs or is rejected (agents
+    /// served over MCP to a client that supports elicitation).
+    Ask,
 }
 
 /// A turn's approvals: where paused instances leave their state, and, on a resumed turn, the
@@ -192,6 +203,8 @@ struct Inner {
     ttl: Duration,
     /// Whose clock interrupts expire by.
     store: Option<Arc<dyn Store>>,
+    /// Who answers in [`Mode::Ask`].
+    approver: Option<Arc<dyn Approver>>,
     paused: Mutex<HashMap<String, Suspension>>,
     /// Each child instance's caller, for the path an interrupt names.
     parents: Mutex<HashMap<String, String>>,
@@ -256,6 +269,7 @@ impl TurnApprovals {
                 mode,
                 ttl,
                 store,
+                approver: None,
                 paused: Mutex::default(),
                 parents: Mutex::new(parents),
                 resume,
@@ -263,6 +277,20 @@ impl TurnApprovals {
                 outcomes,
             })),
         }
+    }
+
+    /// A turn whose calls that need approval wait for `approver`'s answer.
+    pub fn asking(approver: Arc<dyn Approver>) -> TurnApprovals {
+        let mut approvals = TurnApprovals::with(Mode::Ask, DEFAULT_APPROVAL_TTL, None, None, HashMap::new());
+        if let Some(inner) = approvals.inner.as_mut().and_then(Arc::get_mut) {
+            inner.approver = Some(approver);
+        }
+        approvals
+    }
+
+    /// Who answers in [`Mode::Ask`].
+    pub fn approver(&self) -> Option<&Arc<dyn Approver>> {
+        self.inner.as_ref()?.approver.as_ref()
     }
 
     /// What a call that needs approval does in this turn.

@@ -474,3 +474,38 @@ async fn a_resume_that_died_after_the_call_ended_reuses_its_recorded_result() {
     let seen = format!("{:?}", team.deals.requests().last().unwrap().messages);
     assert!(seen.contains(r#"\"clipped\":\"o-1\""#), "the model read the recorded result: {seen}");
 }
+
+#[tokio::test]
+async fn two_interrupts_of_one_turn_can_be_answered_one_by_one() {
+    let (team, place) = (team(None), place());
+    team.lead.push(Reply::text("").tool_call("agent__deals", json!({"text": "clip both"})));
+    team.deals.push(
+        Reply::text("")
+            .tool_call("clip", json!({"offer_id": "o-1"}))
+            .tool_call("clip", json!({"offer_id": "o-2"})),
+    );
+    let events = turn(&team, &place, "clip both", place.approvals.pausing()).await;
+    let (status, waiting) = completed(&events);
+    assert_eq!((status, waiting.len()), (Status::Interrupted, 2));
+    let (first, second) = (waiting[0].interrupt_id.clone(), waiting[1].interrupt_id.clone());
+
+    // The first answered alone: it runs; the turn pauses again on the second, which is re-announced.
+    let events =
+        resume(&team, &place, vec![(first.clone(), Decision::Approve { arguments: None })]).await.unwrap();
+    let (status, waiting) = completed(&events);
+    assert_eq!(status, Status::Interrupted, "{events:#?}");
+    assert_eq!(waiting.iter().map(|i| i.interrupt_id.clone()).collect::<Vec<_>>(), vec![second.clone()]);
+    assert!(events.iter().any(|e| matches!(e, Event::ApprovalRequired(i) if i.interrupt_id == second)));
+    assert_eq!(team.clips.load(Ordering::SeqCst), 1);
+    let again = resume(&team, &place, vec![(first.clone(), Decision::Approve { arguments: None })]).await;
+    assert!(matches!(again, Err(ResumeError::Answered(..))), "the first is answered: {again:?}");
+
+    // The second: the loop goes on with both results; the first call is not run again.
+    team.deals.push(Reply::text("Clipped both."));
+    team.lead.push(Reply::text("Both clipped."));
+    let events = resume(&team, &place, vec![(second, Decision::Approve { arguments: None })]).await.unwrap();
+    assert_eq!(completed(&events).0, Status::Ok, "{events:#?}");
+    assert_eq!(team.clips.load(Ordering::SeqCst), 2);
+    let seen = format!("{:?}", team.deals.requests().last().unwrap().messages);
+    assert!(seen.contains(r#"\"clipped\":\"o-1\""#) && seen.contains(r#"\"clipped\":\"o-2\""#), "{seen}");
+}

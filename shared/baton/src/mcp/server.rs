@@ -117,6 +117,7 @@ impl AgentsServer {
             episode_id: format!("mcp-{}", uuid::Uuid::now_v7()),
             query: text.to_owned(),
             arguments: arguments.clone(),
+            approvals: approvals_for(&context),
             ..Default::default()
         };
         let name = served.agent.name().to_owned();
@@ -149,6 +150,74 @@ impl AgentsServer {
             return Ok(CallToolResult::error(vec![ContentBlock::text(errors.join("\n"))]));
         }
         Ok(CallToolResult::success(vec![ContentBlock::text(answer)]))
+    }
+}
+
+/// How long the person behind an MCP client has to answer an approval.
+pub const ELICITATION_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// A call's approvals: asked through elicitation when the client declared it can answer one
+/// (in form mode), else refused with an `approval_required` error result (docs/approvals.md).
+fn approvals_for(context: &RequestContext<RoleServer>) -> crate::approval::TurnApprovals {
+    let can_ask = context.peer.peer_info().is_some_and(|info| {
+        // An empty `elicitation: {}` means form mode (the specification's default).
+        info.capabilities.elicitation.as_ref().is_some_and(|e| e.form.is_some() || e.url.is_none())
+    });
+    match can_ask {
+        true => crate::approval::TurnApprovals::asking(std::sync::Arc::new(Elicitation {
+            peer: context.peer.clone(),
+            timeout: ELICITATION_TIMEOUT,
+        })),
+        false => crate::approval::TurnApprovals::default(),
+    }
+}
+
+/// Asks an MCP client's user to approve a call, with an elicitation form: `approve` (yes or no)
+/// and an optional `reason`.
+struct Elicitation {
+    peer: rmcp::Peer<RoleServer>,
+    timeout: std::time::Duration,
+}
+
+impl crate::approval::Approver for Elicitation {
+    fn decide<'a>(
+        &'a self,
+        interrupt: &'a crate::event::Interrupt,
+    ) -> futures::future::BoxFuture<'a, Option<crate::approval::Decision>> {
+        use crate::approval::Decision;
+        use rmcp::model::{ElicitRequestParams, ElicitationAction, ElicitationSchema};
+        Box::pin(async move {
+            let schema = ElicitationSchema::builder()
+                .required_bool("approve")
+                .optional_string("reason")
+                .build()
+                .ok()?;
+            let message = format!(
+                "{} wants to call {} with {}. {} Approve?",
+                interrupt.agent, interrupt.tool, interrupt.arguments, interrupt.reason
+            );
+            let params =
+                ElicitRequestParams::FormElicitationParams { meta: None, message, requested_schema: schema };
+            let answer = match self.peer.create_elicitation_with_timeout(params, Some(self.timeout)).await {
+                Ok(answer) => answer,
+                Err(e) => {
+                    tracing::info!(tool = %interrupt.tool, error = %e, "the approval could not be asked; refused");
+                    return None;
+                }
+            };
+            let content = answer.content.unwrap_or_default();
+            let reason = content.get("reason").and_then(Value::as_str).map(str::to_owned);
+            Some(match answer.action {
+                ElicitationAction::Accept if content.get("approve") == Some(&Value::Bool(true)) => {
+                    Decision::Approve { arguments: None }
+                }
+                ElicitationAction::Accept | ElicitationAction::Decline => {
+                    Decision::Reject { message: reason }
+                }
+                // Cancelled, or an action this version does not know: not approved.
+                _ => Decision::Reject { message: Some("the person cancelled the request".into()) },
+            })
+        })
     }
 }
 
