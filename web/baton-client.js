@@ -8,7 +8,7 @@
 // with "\n", an event is dispatched at a blank line, and an unfinished event at the end of the
 // stream is discarded. It is ~60 lines with no dependency, tested byte boundary by byte boundary
 // against Baton's own SSE fixtures (tests/browser/sse_parser.test.mjs), so the page needs no
-// build step and no vendored copy of a library.
+// build step and no SSE library.
 //
 // See docs/web-client.md for the protocol and how to use this module in your own front end.
 
@@ -339,11 +339,40 @@ export class BatonClient {
    *   onState?: (state: string, info: object) => void}} [options]
    */
   async *send(message, { signal, requestId, image, onDisconnect = this.onDisconnect, onState } = {}) {
-    const headers = await this.headers({ "content-type": "application/json", accept: "text/event-stream" });
     const body = { message };
     if (this.episodeId) body.episode_id = this.episodeId;
-    if (requestId) body.request_id = requestId;
     if (image) body.image = image;
+    yield* this.postTurn(body, { signal, requestId, onDisconnect, onState });
+  }
+
+  /**
+   * Answers tool calls waiting for a person's approval (`approval_required`; a turn that ended
+   * `interrupted` lists them in `completed.interrupts`, and `messages()` in `interrupts`) and
+   * yields the resumed turn's events, as `send` does (a new turn: `thinking` … `completed`).
+   * Each decision is `{interrupt_id, decision: "approve"|"reject", message?, arguments?}`:
+   * `message` (a rejection only) is what the person said, which the agent's model reads;
+   * `arguments` (an approval only) replaces the fields the interrupt lists as `editable`.
+   * Interrupts left out stay pending (the turn may end `interrupted` again, listing them).
+   * Throws BatonHttpError when refused before the stream starts: 400 `invalid_resume` or
+   * `invalid_arguments` (the message names the field), 404 `interrupt_not_found`, 410
+   * `interrupt_expired`, 409 `interrupt_answered`, `resume_in_progress` or `config_changed`.
+   *
+   * @param {{interrupt_id: string, decision: "approve"|"reject", message?: string, arguments?: object}[]} decisions
+   * @param {{signal?: AbortSignal, requestId?: string, onDisconnect?: "continue"|"cancel",
+   *   onState?: (state: string, info: object) => void}} [options]
+   */
+  async *decide(decisions, { signal, requestId, onDisconnect = this.onDisconnect, onState } = {}) {
+    if (!this.episodeId) throw new BatonHttpError(400, "no_episode", "there is no conversation with approvals to answer");
+    if (!Array.isArray(decisions) || decisions.length === 0) {
+      throw new BatonHttpError(400, "invalid_resume", "decide() needs at least one decision");
+    }
+    yield* this.postTurn({ episode_id: this.episodeId, resume: decisions }, { signal, requestId, onDisconnect, onState });
+  }
+
+  /** POSTs a turn request (`send`, `decide`) and follows its stream. */
+  async *postTurn(body, { signal, requestId, onDisconnect, onState }) {
+    const headers = await this.headers({ "content-type": "application/json", accept: "text/event-stream" });
+    if (requestId) body.request_id = requestId;
     if (onDisconnect) body.on_disconnect = onDisconnect;
     this.turnId = null;
     this.lastEventId = null;

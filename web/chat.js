@@ -8,7 +8,9 @@
 // offer a retry, which re-renders it from scratch. Stop asks the server to cancel the turn
 // (`POST chat/{episode}/turns/{turn}/cancel`) and the turn ends with its `completed` `cancelled`.
 //
-// Agents' text is always set as text (`textContent`), never as markup. `choices` adds a button per
+// Agents' text is Markdown, rendered by `markdown.js` (parsed, then sanitised into DOM nodes; raw
+// HTML shows as text; re-rendered as it streams, its unfinished tail repaired). The user's own
+// words are set as text (`textContent`), never as markup. `choices` adds a button per
 // option under the agent's text; a click sends the option's label as the next message. An answer
 // whose `answer_meta` carries a `feedback_ref` gets thumbs up and down, which rate it
 // (`POST chat/{episode}/csat`) once the turn has completed; `handoff` adds a note.
@@ -17,8 +19,18 @@
 // page reads it back (`GET chat/{episode}/messages`, newest page first) and renders each stored
 // turn, with "Show earlier messages" for older pages; then the next message continues it. A turn
 // still running (`running_turn`) is rejoined from its first event and streams to its end.
+//
+// A tool call that waits for a person's approval (`approval_required`) is a card in its turn
+// (`approvals.js`); Approve or Reject sends the decision (`BatonClient.decide`, the resume request)
+// and the resumed turn streams below as a turn of its own. A turn that ended `interrupted` lists
+// what waits in `completed.interrupts`, and after a reload the messages page does (`interrupts`),
+// so the cards come back. A new message answers waiting calls as rejected on the server, so
+// sending one closes the cards.
 
 import { BatonClient, BatonHttpError, BatonStreamError, newRequestId } from "./baton-client.js";
+import { ApprovalCard } from "./approvals.js";
+import { agentLabel, el } from "./dom.js";
+import { MarkdownView } from "./markdown.js";
 
 const $ = (id) => document.getElementById(id);
 const form = $("composer");
@@ -47,17 +59,6 @@ const STOP_GRACE_MS = 15000; // after a stop was accepted, how long `completed` 
 
 let running = null; // { controller, view, stopping } while a turn streams
 
-function el(tag, attrs = {}, ...children) {
-  const node = document.createElement(tag);
-  for (const [k, v] of Object.entries(attrs)) {
-    if (k === "class") node.className = v;
-    else if (k.startsWith("data-") || k.startsWith("aria-") || k === "role") node.setAttribute(k, v);
-    else node[k] = v;
-  }
-  node.append(...children);
-  return node;
-}
-
 function announce(text) {
   // A fresh text node each time so screen readers speak repeated messages too.
   announcer.textContent = "";
@@ -66,14 +67,6 @@ function announce(text) {
 
 function seconds(ms) {
   return ms < 1000 ? `${ms} ms` : `${(ms / 1000).toFixed(2)} s`;
-}
-
-function agentLabel(agent) {
-  if (agent === "orchestrator") return "Orchestrator";
-  const name = agent.split("[")[0];
-  const label = name.charAt(0).toUpperCase() + name.slice(1);
-  const index = agent.match(/\[(\d+)\]/)?.[1];
-  return index && index !== "1" ? `${label} (${index})` : label;
 }
 
 // The conversation of this tab, per endpoint and user, kept across reloads (not across tabs).
@@ -123,10 +116,12 @@ class TurnView {
     );
     this.answers = el("div", { class: "answers" });
     this.errors = el("div", { class: "errors" });
+    // Cards outlive a reset (a re-rendered turn shows its cards again by id, replacing these).
+    this.approvals ??= el("div", { class: "approvals" });
     this.footer = null;
     this.replay = null; // the "Replaying…" note after a dropped connection
     this.reconnects = 0; // dropped connections rejoined
-    this.reply.append(this.status, this.answers, this.errors, this.activity);
+    this.reply.append(this.status, this.answers, this.approvals, this.errors, this.activity);
     this.activity.hidden = true;
   }
 
@@ -157,7 +152,7 @@ class TurnView {
       text,
     );
     this.answers.append(section);
-    b = { section, text, said: "", announced: false };
+    b = { section, text, said: "", announced: false, markdown: new MarkdownView(text) };
     this.blocks.set(agent, b);
     return b;
   }
@@ -221,13 +216,18 @@ class TurnView {
     this.activityList.append(el("li", { class: `progress ${kind}` }, line));
   }
 
-  /** Reads the block's finished text out to screen readers, once. */
+  /** Reads the block's finished text (as rendered) out to screen readers, once. */
   announceBlock(agent) {
     const b = this.blocks.get(agent);
     if (b && !b.announced && b.said.trim()) {
       b.announced = true;
-      announce(`${agentLabel(agent)}: ${b.said}`);
+      announce(`${agentLabel(agent)}: ${b.text.textContent}`);
     }
+  }
+
+  /** Renders every block's text as final (the turn ended, however it ended). */
+  settle() {
+    for (const b of this.blocks.values()) b.markdown.finish();
   }
 
   error(agent, code, message, retryable) {
@@ -251,7 +251,7 @@ class TurnView {
         this.setStatus("");
         const b = this.block(ev.agent);
         b.said += ev.text;
-        b.text.textContent = b.said;
+        b.markdown.set(b.said);
         break;
       }
       case "reasoning": {
@@ -268,11 +268,12 @@ class TurnView {
         break;
       case "agent_finished": {
         const tokens = (ev.usage?.input_tokens ?? 0) + (ev.usage?.output_tokens ?? 0);
-        const mark = ev.status === "ok" ? "✓" : "✗";
+        const mark = { ok: "✓", interrupted: "‖" }[ev.status] ?? "✗";
         this.progress(
           `${mark} ${agentLabel(ev.agent)} finished (${ev.status}) in ${seconds(ev.duration_ms)}, ${tokens} tokens`,
-          `finished ${ev.status}`,
+          `finished status-${ev.status}`, // not the bare status: `.interrupted` is the lost-turn note
         );
+        this.blocks.get(ev.agent)?.markdown.finish();
         this.announceBlock(ev.agent);
         break;
       }
@@ -308,6 +309,10 @@ class TurnView {
       case "choices":
         this.choices(ev);
         break;
+      case "approval_required":
+        this.approval(ev);
+        announce(`Approval needed: ${agentLabel(ev.agent)} wants to call ${ev.tool}.`);
+        break;
       case "answer_meta":
         this.rating(ev);
         break;
@@ -327,7 +332,19 @@ class TurnView {
     }
   }
 
+  /** A card for a call waiting for approval (replacing one shown for it before). */
+  approval(interrupt) {
+    pendingCards.get(interrupt.interrupt_id)?.root.remove();
+    const card = new ApprovalCard(interrupt, { label: agentLabel, onDecide: decide });
+    pendingCards.set(card.id, card);
+    this.approvals.append(card.root);
+  }
+
   complete(ev) {
+    this.settle();
+    for (const interrupt of ev.interrupts ?? []) {
+      if (!this.approvals.querySelector(`[data-interrupt="${CSS.escape(interrupt.interrupt_id)}"]`)) this.approval(interrupt);
+    }
     this.setStatus("");
     if (this.replay) {
       const n = this.reconnects;
@@ -358,7 +375,9 @@ class TurnView {
       el("p", { class: "per-agent" }, perAgent.join("; ")),
     );
     this.reply.append(this.footer);
-    announce(`Reply ${ev.status === "ok" ? "complete" : ev.status}.`);
+    const waiting = ev.interrupts?.length ?? 0;
+    if (ev.status === "interrupted") announce(`Waiting for your approval of ${waiting} ${waiting === 1 ? "call" : "calls"}.`);
+    else announce(`Reply ${ev.status === "ok" ? "complete" : ev.status}.`);
   }
 
   /**
@@ -372,18 +391,20 @@ class TurnView {
     this.userText.textContent = user ? user.content : "…";
     this.turnId = messages[0].turn_id;
     const replies = messages.filter((m) => m.role === "assistant");
-    const rank = { ok: 0, partial: 1, cancelled: 2, error: 3 };
+    const rank = { ok: 0, interrupted: 1, partial: 2, cancelled: 3, error: 4 };
     let status = "ok";
     for (const m of replies) {
+      if ((rank[m.status] ?? 0) > rank[status]) status = m.status;
+      if (!m.content && !m.meta) continue; // an agent stopped by an approval before it said anything
       const b = this.block(m.agent);
       b.said += m.content;
-      b.text.textContent = b.said;
+      b.markdown.set(b.said);
+      b.markdown.finish();
       b.announced = true; // restored text is not read out block by block
       const meta = m.meta ?? {};
       if (meta.choices) this.choices({ agent: m.agent, ...meta.choices });
       if (meta.feedback_ref) this.rating({ agent: m.agent, meta });
       if (meta.handoff) this.handoff({ agent: m.agent, ...meta.handoff });
-      if ((rank[m.status] ?? 0) > rank[status]) status = m.status;
     }
     for (const b of this.blocks.values()) {
       for (const button of b.rating?.querySelectorAll("button") ?? []) button.disabled = false;
@@ -418,8 +439,9 @@ class TurnView {
 }
 
 /**
- * Streams a turn into `view`: `open({signal, onState})` is the client's `send` or `resume`;
- * `retry` re-runs it when the stream broke for good.
+ * Streams a turn into `view`: `open({signal, onState})` is the client's `send`, `decide` or
+ * `resume`; `retry` re-runs it when the stream broke for good. Resolves to what ended it early
+ * (an error, shown in the view), or null when it streamed to its `completed`.
  */
 async function follow(view, open, retry, rejoining = false) {
   view.reset();
@@ -442,12 +464,14 @@ async function follow(view, open, retry, rejoining = false) {
       rejoining = false; // a later break of this stream is a lost connection like any other
     }
   };
+  let failure = null;
   try {
     for await (const ev of open({ signal: controller.signal, onState })) {
       view.render(ev);
       updateEpisode();
     }
   } catch (e) {
+    failure = e;
     if (e?.name === "AbortError") {
       view.interrupted(turn.timedOut ? "Stopped here; the server did not confirm the stop." : "Stopped.", null);
       announce("Stopped.");
@@ -463,12 +487,14 @@ async function follow(view, open, retry, rejoining = false) {
       view.interrupted(`Unexpected error: ${e?.message ?? e}`, null);
     }
   } finally {
+    view.settle();
     clearTimeout(turn.timer);
     if (running === turn) running = null;
     sendButton.disabled = false;
     stopButton.disabled = true;
     updateEpisode();
   }
+  return failure;
 }
 
 /** A new turn; a retry sends the same request id, so the server records no second user message. */
@@ -510,8 +536,51 @@ function stop() {
   );
 }
 
-/** Sends `message` as a new turn. */
+// Cards of calls waiting for approval, by interrupt id.
+const pendingCards = new Map();
+
+/** Closes every waiting card with `text` (a new message answered them, or the conversation changed). */
+function closeCards(text) {
+  for (const card of pendingCards.values()) card.done("dismissed", text);
+  pendingCards.clear();
+}
+
+/**
+ * Sends a card's decision (the resume request) and streams the resumed turn as a new turn. The
+ * card then says what happened: a refusal the person can fix (an edit the server rejects, a
+ * server error) reopens it; one that is final (answered already, expired, unknown) closes it.
+ */
+async function decide(card, decision) {
+  if (running) {
+    card.reopen("A reply is still streaming: decide once it has finished.");
+    return;
+  }
+  const approve = decision.decision === "approve";
+  const said = approve
+    ? `Approve ${card.interrupt.tool}${decision.arguments ? ` with ${JSON.stringify(decision.arguments)}` : ""}`
+    : `Reject ${card.interrupt.tool}${decision.message ? `: ${decision.message}` : ""}`;
+  card.busy(approve ? "Approving…" : "Rejecting…");
+  pendingCards.delete(card.id);
+  const view = new TurnView(said);
+  view.root.scrollIntoView({ block: "end" });
+  const requestId = newRequestId();
+  const open = (options) => client.decide([decision], { ...options, requestId });
+  const retry = () => follow(view, open, retry);
+  const failure = await follow(view, open, retry);
+  const refused = failure instanceof BatonHttpError;
+  if (refused && (failure.status >= 500 || failure.code === "invalid_arguments" || failure.code === "invalid_resume")) {
+    pendingCards.set(card.id, card);
+    card.reopen(failure.message);
+  } else if (refused) {
+    card.done("refused", `Not sent: ${failure.message}`);
+  } else {
+    card.done(approve ? "approved" : "rejected", approve ? "Approved." : "Rejected.");
+  }
+}
+
+/** Sends `message` as a new turn (the server answers any waiting approval as rejected). */
 function send(message) {
+  closeCards("Not answered: a new message was sent, so this call will not run.");
   const view = new TurnView(message);
   view.root.scrollIntoView({ block: "end" });
   runTurn(view, message, newRequestId());
@@ -543,6 +612,7 @@ $("new-episode").addEventListener("click", () => {
     running.controller.abort();
   }
   restoring?.abort();
+  pendingCards.clear();
   client.newEpisode();
   transcript.replaceChildren();
   earlier.hidden = true;
@@ -586,6 +656,9 @@ async function readStored(older) {
   try {
     const page = await client.messages({ before: older ? olderPage : undefined, signal: restoring.signal });
     showStored(page.messages);
+    // What waits for approval belongs to the newest turn (one interrupted turn at a time).
+    const newest = restored.get(page.messages.at(-1)?.turn_id);
+    if (!older && newest) for (const interrupt of page.interrupts ?? []) newest.view.approval(interrupt);
     if (!older && page.running_turn && !running) {
       let entry = restored.get(page.running_turn);
       if (!entry) {

@@ -93,9 +93,10 @@ class Scripts:
 
 
 class Serve:
-    """`orchestrator serve` on a free loopback port (or `addr`) over the scripted servers."""
+    """`orchestrator serve` on a free loopback port (or `addr`) over the scripted servers, or with
+    `config` (a YAML file) on the offline model."""
 
-    def __init__(self, scripts, store_path, log_path, addr="127.0.0.1:0", heartbeat_secs=10):
+    def __init__(self, scripts, store_path, log_path, addr="127.0.0.1:0", heartbeat_secs=10, config=None):
         env = dict(os.environ)
         env.update(
             OPENAI_BASE_URL=scripts.model_base_url,
@@ -112,11 +113,13 @@ class Serve:
         )
         env.pop("BATON_CONFIG", None)
         env.pop("OPENAI_API_KEY", None)
+        if config:
+            env.pop("OPENAI_BASE_URL")
         self.store_path = Path(store_path)
         self.log_path = Path(log_path)
         self.log = open(self.log_path, "w")
         self.proc = subprocess.Popen(
-            [str(BIN / "orchestrator"), "serve", "--addr", addr],
+            [str(BIN / "orchestrator"), *(["--config", str(config)] if config else []), "serve", "--addr", addr],
             stdout=subprocess.PIPE,
             stderr=self.log,
             text=True,

@@ -4,9 +4,9 @@
 // endpoint. Run: node --test tests/browser/
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import http from "node:http";
 
 import { BatonClient, BatonHttpError, BatonStreamError, parseEventId } from "../../web/baton-client.js";
+import { withServer } from "./loopback.mjs";
 
 const TURN = "0193f1c2-turn";
 const EP = "ep-1";
@@ -33,29 +33,6 @@ function sseHead(res, extra = {}) {
 /** Sends `body`, then breaks the connection (a network error for the reader). */
 function sendAndCut(res, body) {
   res.write(body, () => setTimeout(() => res.socket?.destroy(), 20));
-}
-
-/**
- * Runs `fn(endpoint, requests)` against a loopback server whose `handler(req, res, body, n)` answers
- * the n-th request (from 1); `requests` records each one's method, path, headers and body.
- */
-async function withServer(handler, fn) {
-  const requests = [];
-  const server = http.createServer((req, res) => {
-    let body = "";
-    req.on("data", (c) => (body += c));
-    req.on("end", () => {
-      requests.push({ method: req.method, url: req.url, headers: req.headers, body });
-      handler(req, res, body, requests.length);
-    });
-  });
-  await new Promise((resolve) => server.listen(0, "127.0.0.1", resolve));
-  try {
-    await fn(`http://127.0.0.1:${server.address().port}/chat`, requests);
-  } finally {
-    server.closeAllConnections();
-    await new Promise((resolve) => server.close(resolve));
-  }
 }
 
 async function collect(stream) {

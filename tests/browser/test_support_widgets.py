@@ -12,6 +12,15 @@ from test_chat import WAIT, block_text, last_turn, open_page, send_by_keyboard, 
 SUPPORT = "support[1]"
 
 
+def rendered(driver, turn, agent):
+    """The agent's answer as the page renders it (Markdown): each top-level block's tag and text,
+    a list's text being its items."""
+    return driver.execute_script("""
+        return [...arguments[0].querySelector(`section[data-agent="${arguments[1]}"] .text`).children].map((e) =>
+          [e.localName, e.matches('ol, ul') ? [...e.children].map((li) => li.textContent) : e.textContent]);
+    """, turn, agent)
+
+
 def route_to_support(scripts, query):
     scripts.push(ORCH, text="", tool_calls=[{"name": "ask_support", "arguments": {"query": query, "intent_count": 1}}])
 
@@ -32,7 +41,8 @@ def test_options_render_as_buttons_a_click_continues_and_thumbs_up_rates(driver,
     send_by_keyboard(driver, "my cashback is missing")
     wait_footer(driver)
     turn = last_turn(driver)
-    assert block_text(turn, SUPPORT) == "Which card is it on?\n1. Visa\n2. Store card"
+    assert block_text(turn, SUPPORT).startswith("Which card is it on?")
+    assert rendered(driver, turn, SUPPORT) == [["p", "Which card is it on?"], ["ol", ["Visa", "Store card"]]]
     buttons = turn.find_elements(By.CSS_SELECTOR, f'section[data-agent="{SUPPORT}"] .choices button.choice')
     assert [b.text for b in buttons] == ["Visa", "Store card"]
 
@@ -79,9 +89,11 @@ def test_hostile_vendor_html_renders_as_inert_text(driver, server, scripts):
     wait_footer(driver)
     turn = last_turn(driver)
     block = turn.find_element(By.CSS_SELECTOR, f'section[data-agent="{SUPPORT}"]')
-    text = block_text(turn, SUPPORT)
-    assert text == ("Hi there\n\nclick me\n\n<script>window.__pwned=5</script> <img src=x onerror=window.__pwned=6>"
-                    "\n\nPick\n1. ok"), repr(text)
+    assert rendered(driver, turn, SUPPORT) == [
+        ["p", "Hi there"], ["p", "click me"],
+        ["p", "<script>window.__pwned=5</script> <img src=x onerror=window.__pwned=6>"],
+        ["p", "Pick"], ["ol", ["ok"]],
+    ]
     # The markup-looking text is text: no element came of it, and nothing ran.
     assert block.find_elements(By.CSS_SELECTOR, "script, img, a, iframe") == []
     option = block.find_element(By.CSS_SELECTOR, "button.choice")

@@ -1,7 +1,7 @@
 //! The browser chat page, embedded in the binary and served by `serve` at `GET /`.
 //!
-//! The page is static (HTML, CSS and two ES modules from the repository's `web/` folder, no build
-//! step), so it can equally be shipped from any static host in front of the Function URL. This
+//! The page is static (HTML, CSS and ES modules from the repository's `web/` folder, with a
+//! Markdown parser and sanitiser vendored in `web/vendor/`; no build step), so it can equally be shipped from any static host in front of the Function URL. This
 //! module owns only the serving: the embedded files, their content types, and headers that keep
 //! the page from being framed or sniffed. The page itself (and `web/baton-client.js`, the
 //! reference client of the SSE protocol) is documented in `docs/web-client.md`.
@@ -22,28 +22,31 @@ pub struct Asset {
     pub body: &'static str,
 }
 
+/// The file `web/<name>`, served at `/<name>` with `content_type`.
+macro_rules! asset {
+    ($name:literal, $content_type:expr) => {
+        Asset {
+            path: concat!("/", $name),
+            content_type: $content_type,
+            body: include_str!(concat!("../../../web/", $name)),
+        }
+    };
+}
+
+const JS: &str = "text/javascript; charset=utf-8";
+
 /// The page's files. `index.html` is also served at `/`.
 pub const ASSETS: &[Asset] = &[
-    Asset {
-        path: "/index.html",
-        content_type: "text/html; charset=utf-8",
-        body: include_str!("../../../web/index.html"),
-    },
-    Asset {
-        path: "/style.css",
-        content_type: "text/css; charset=utf-8",
-        body: include_str!("../../../web/style.css"),
-    },
-    Asset {
-        path: "/chat.js",
-        content_type: "text/javascript; charset=utf-8",
-        body: include_str!("../../../web/chat.js"),
-    },
-    Asset {
-        path: "/baton-client.js",
-        content_type: "text/javascript; charset=utf-8",
-        body: include_str!("../../../web/baton-client.js"),
-    },
+    asset!("index.html", "text/html; charset=utf-8"),
+    asset!("style.css", "text/css; charset=utf-8"),
+    asset!("chat.js", JS),
+    asset!("baton-client.js", JS),
+    asset!("dom.js", JS),
+    asset!("approvals.js", JS),
+    asset!("markdown.js", JS),
+    // Vendored as published on npm, pinned (web/vendor/README.md).
+    asset!("vendor/marked.esm.js", JS),
+    asset!("vendor/purify.es.mjs", JS),
 ];
 
 /// Scripts, styles and requests from the page's own origin only; no framing.
@@ -83,6 +86,10 @@ mod tests {
             assert!(index.contains(&asset.path[1..]), "index.html does not load {}", asset.path);
         }
         assert!(ASSETS[2].body.contains("from \"./baton-client.js\""), "chat.js imports the client");
+        assert!(ASSETS[2].body.contains("from \"./markdown.js\""), "chat.js imports the renderer");
+        let markdown = ASSETS.iter().find(|a| a.path == "/markdown.js").unwrap().body;
+        assert!(markdown.contains("from \"./vendor/marked.esm.js\""), "markdown.js imports marked");
+        assert!(markdown.contains("from \"./vendor/purify.es.mjs\""), "markdown.js imports DOMPurify");
     }
 
     #[tokio::test]
@@ -102,6 +109,9 @@ mod tests {
         let client = get("/baton-client.js").await.unwrap();
         assert_eq!(client.headers()["content-type"], "text/javascript; charset=utf-8");
         assert!(client.text().await.unwrap().contains("export class BatonClient"));
+        let purify = get("/vendor/purify.es.mjs").await.unwrap();
+        assert_eq!(purify.headers()["content-type"], "text/javascript; charset=utf-8");
+        assert!(purify.text().await.unwrap().starts_with("/*! @license DOMPurify 3.4.18"));
         assert_eq!(get("/nope.js").await.unwrap().status(), 404);
         server.abort();
     }
