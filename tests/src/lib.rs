@@ -139,11 +139,13 @@ pub async fn start_endpoint_over(
     limits: EndpointLimits,
 ) -> Endpoint {
     let ratings = baton::wiring::rating_sinks(config, &backends);
+    let served = baton::wiring::a2a_served(config, &backends).expect("its A2A agents build");
     let orchestrator = baton::wiring::build(config, backends).expect("config builds");
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind loopback");
     let url = format!("http://{}", listener.local_addr().expect("local addr"));
     let history = History::new(store, baton::history::DEFAULT_HISTORY_MESSAGES);
     let service = ChatService::new(orchestrator, history, config.limits, config.heartbeat);
+    let service = service.with_a2a_card(baton::wiring::a2a_card(config)).with_a2a_agents(served);
     let service = Arc::new(service.with_endpoint_limits(limits).with_ratings(ratings));
     let task = tokio::spawn(async move {
         let _ = baton::http::serve(listener, service, std::future::pending()).await;

@@ -160,9 +160,9 @@ def test_one_stage_and_the_function_invocable_only_from_it(mode):
     invoking = sorted(f"/v1/{method.upper()}{re.sub(r'{[^}]+}', '*', path)}"
                       for path, method, spec, _ in api_methods(stack) if invokes_function(spec))
     assert allowed == invoking == [
-        "/v1/GET/.well-known/agent-card.json",
+        "/v1/GET/.well-known/agent-card.json", "/v1/GET/a2a/*/.well-known/agent-card.json",
         "/v1/GET/ai-sdk/*/stream", "/v1/GET/chat/*/events", "/v1/GET/chat/*/messages",
-        "/v1/GET/chat/*/turns/*/events", "/v1/POST/a2a", "/v1/POST/agui", "/v1/POST/ai-sdk",
+        "/v1/GET/chat/*/turns/*/events", "/v1/POST/a2a", "/v1/POST/a2a/*", "/v1/POST/agui", "/v1/POST/ai-sdk",
         "/v1/POST/chat", "/v1/POST/chat/*/csat", "/v1/POST/chat/*/turns/*/cancel"], (allowed, invoking)
 
 
@@ -193,7 +193,7 @@ def test_cors_origins_reach_the_function_url_the_rest_preflight_and_the_function
     assert "x-baton-episode-id" in cors["ExposeHeaders"]
     methods = {(p, m): spec for p, m, spec, _ in api_methods(stack)}
     # The page's paths (the A2A endpoint and its card serve agents, not browsers: no preflight).
-    a2a = {"/a2a", "/.well-known/agent-card.json"}
+    a2a = {"/a2a", "/.well-known/agent-card.json", "/a2a/{agent}", "/a2a/{agent}/.well-known/agent-card.json"}
     posted = {p for p, m in methods if m == "post"} - a2a
     assert posted == {"/chat", "/chat/{episode_id}/csat", "/chat/{episode_id}/turns/{turn_id}/cancel", "/agui", "/ai-sdk"}
     read = {p for p, m in methods if m == "get"} - a2a
@@ -220,7 +220,7 @@ def test_without_origins_there_is_no_cors_and_no_preflight():
     stack = deployed()
     assert "Cors" not in stack.props("OrchestratorFunctionUrl")
     methods = [m for _, m, _, _ in api_methods(stack)]
-    assert len(methods) == 11 and "options" not in methods, f"no OPTIONS method on any path: {methods}"
+    assert len(methods) == 13 and "options" not in methods, f"no OPTIONS method on any path: {methods}"
     assert env(stack, "OrchestratorFunction").get("BATON_CORS_ORIGINS") == ""
 
 
@@ -315,7 +315,8 @@ def test_the_api_gateway_logging_role_is_created_on_request_and_the_stage_waits_
 
 @pytest.mark.parametrize("route", [("/chat", "post"), ("/chat/{episode_id}/events", "get"),
                                    ("/chat/{episode_id}/turns/{turn_id}/events", "get"), ("/agui", "post"),
-                                   ("/ai-sdk", "post"), ("/ai-sdk/{chat_id}/stream", "get"), ("/a2a", "post")])
+                                   ("/ai-sdk", "post"), ("/ai-sdk/{chat_id}/stream", "get"), ("/a2a", "post"),
+                                   ("/a2a/{agent}", "post")])
 def test_the_rest_integration_timeout_of_a_stream_is_explicit_and_outlasts_the_function(route):
     """A turn's stream and a rejoined one both last up to the function's deadline."""
     stack = deployed()

@@ -133,6 +133,66 @@ async fn the_sdk_streams_a_turn_as_a_task_and_reads_it_back() {
     assert!(other["error"]["message"].as_str().unwrap().contains("unknown contextId"));
 }
 
+const DUO: &str = "\
+entry: solo
+a2a: {agents: [deals]}
+agents:
+  - name: solo
+    model: solo
+    description: Answers questions about points.
+    instruction: Answer.
+  - name: deals
+    model: deals
+    description: Finds this week's deals.
+    instruction: Find deals.
+";
+
+#[tokio::test]
+async fn an_agent_listed_in_the_a2a_key_is_served_with_its_own_card_and_endpoint() {
+    let server = ScriptedServer::start().await.unwrap();
+    let config = scripted_runtime_config(&server).with_yaml(DUO, "duo.yaml").unwrap();
+    let endpoint = start_endpoint(&config.into()).await;
+    server.push("deals", Reply::text("Apples are half price."));
+    let base = format!("{}/a2a/deals", endpoint.url);
+    let got = sdk(&base, "alice", &["stream", "any deals?"]).await;
+    assert_eq!(got["card"]["name"], "deals", "{got}");
+    assert_eq!(got["card"]["description"], "Finds this week's deals.");
+    assert_eq!(got["card"]["supportedInterfaces"][0]["url"], base, "its own endpoint");
+    let items = &got["items"];
+    assert_eq!(artifact_text(items), "Apples are half price.", "{got}");
+    let chunk = items.as_array().unwrap().iter().find(|i| i.get("artifactUpdate").is_some()).unwrap();
+    assert_eq!(chunk["artifactUpdate"]["artifact"]["artifactId"], "deals", "the served agent answered");
+    assert_eq!(last_state(items), "TASK_STATE_COMPLETED");
+    assert!(server.requests_for("solo").is_empty(), "the entry agent was not asked");
+    let task_id = items[0]["task"]["id"].as_str().unwrap();
+    let read = sdk(&base, "alice", &["get", task_id]).await;
+    assert_eq!(read["task"]["status"]["state"], "TASK_STATE_COMPLETED", "{read}");
+
+    // The entry agent keeps its paths, and answers at its name too.
+    server.push("solo", Reply::text(ANSWER));
+    let entry = sdk(&endpoint.url, "alice", &["send", "when do my points post?"]).await;
+    assert_eq!(entry["card"]["name"], "solo", "{entry}");
+    let by_name =
+        reqwest::get(format!("{}/a2a/solo/.well-known/agent-card.json", endpoint.url)).await.unwrap();
+    assert_eq!(by_name.json::<Value>().await.unwrap()["name"], "solo");
+    // An agent not served: a 404 naming those that are, for the card and for JSON-RPC.
+    let missing =
+        reqwest::get(format!("{}/a2a/nobody/.well-known/agent-card.json", endpoint.url)).await.unwrap();
+    assert_eq!(missing.status(), 404);
+    let rpc = json!({"jsonrpc": "2.0", "id": 7, "method": "GetTask", "params": {"id": "e/t"}});
+    let refused = reqwest::Client::new()
+        .post(format!("{}/a2a/nobody", endpoint.url))
+        .header("x-baton-user", "alice")
+        .json(&rpc)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 404);
+    let refused: Value = refused.json().await.unwrap();
+    assert_eq!(refused["error"]["code"], -32600);
+    assert!(refused["error"]["message"].as_str().unwrap().contains("served: solo, deals"), "{refused}");
+}
+
 #[tokio::test]
 async fn send_without_streaming_answers_with_the_finished_task() {
     let server = ScriptedServer::start().await.unwrap();

@@ -45,14 +45,14 @@ pub(crate) async fn main() -> ExitCode {
         let (function, deployment) = crate::start(settings, reference, Some(&endpoint)).await?;
         let name = std::env::var("AWS_LAMBDA_FUNCTION_NAME").unwrap_or_else(|_| "orchestrator".into());
         let reporter = Arc::new(EmfReporter::stdout(name));
-        let (orchestrator, _, ratings) = crate::build(&function, &deployment, Some(reporter)).await?;
+        let (orchestrator, backends) = crate::build(&function, &deployment, Some(reporter)).await?;
         let auth = function.settings.auth(true)?;
         let iam = is_iam(&auth);
         // The platform owns the connections: `serve`'s connection limits do not apply.
         let defaults = EndpointLimits::default();
         let limits = endpoint.endpoint_limits(defaults.request_head_timeout, defaults.max_connections)?;
         let service =
-            crate::service(&function, &deployment.config, orchestrator, ratings, auth, limits, &endpoint)?;
+            crate::service(&function, &deployment.config, orchestrator, &backends, auth, limits, &endpoint)?;
         Ok::<_, String>((service, iam, function.traces))
     };
     let (service, iam, traces) = match started.await {
@@ -143,11 +143,22 @@ async fn handle(service: &ChatService, auth_is_iam: bool, request: Request) -> a
             Route::Agui => service.respond_agui(&caller, headers, body.as_ref(), deadline).await,
             Route::AiSdk => service.respond_ai_sdk(&caller, headers, body.as_ref(), deadline).await,
             Route::AiSdkStream(chat) => service.ai_sdk_stream(&caller, chat, headers, deadline).await,
-            Route::A2aCard(base) => service.a2a_card(headers, &base),
-            Route::A2a => service.a2a(&caller, headers, body.as_ref(), deadline).await,
+            Route::A2aCard(base, agent) => service.a2a_card(headers, &base, agent.as_deref()),
+            Route::A2a(agent) => {
+                service.a2a(&caller, agent.as_deref(), headers, body.as_ref(), deadline).await
+            }
         };
     }
     service.respond(&caller, &parts.headers, body.as_ref(), deadline).await
+}
+
+/// `path` split as `{stage}/a2a/{agent}` (a served agent's A2A path), unless it is a
+/// conversation's route (`…/chat/a2a/{action}`: an episode named `a2a`).
+fn a2a_agent(path: &str) -> Option<(&str, &str)> {
+    let (before, agent) = path.rsplit_once('/')?;
+    let stage = before.strip_suffix(baton::a2a::RPC_PATH)?;
+    let is_chat = stage.rsplit('/').next() == Some("chat");
+    (!agent.is_empty() && !is_chat).then_some((stage, agent))
 }
 
 /// A request to one of the conversation's routes (any stage prefix before `chat/`) or of the
@@ -169,20 +180,29 @@ enum Route {
     AiSdk,
     /// `GET …/ai-sdk/{chat_id}/stream`: the chat's running turn rejoined.
     AiSdkStream(String),
-    /// `GET …/.well-known/agent-card.json`: the A2A card; the path before it (a stage) is its base.
-    A2aCard(String),
-    /// `POST …/a2a`: the A2A JSON-RPC endpoint (docs/a2a.md).
-    A2a,
+    /// `GET …[/a2a/{agent}]/.well-known/agent-card.json`: the A2A card of the entry agent (or of
+    /// `agent`); the path before it (a stage) is its base.
+    A2aCard(String, Option<String>),
+    /// `POST …/a2a[/{agent}]`: the A2A JSON-RPC endpoint of the entry agent or of `agent`
+    /// (docs/a2a.md).
+    A2a(Option<String>),
 }
 
 impl Route {
     /// The route `path` names, if any.
     fn of(path: &str) -> Option<Route> {
         if let Some(base) = path.strip_suffix(baton::a2a::types::CARD_PATH) {
-            return Some(Route::A2aCard(base.trim_end_matches('/').to_owned()));
+            let base = base.trim_end_matches('/');
+            return Some(match a2a_agent(base) {
+                Some((stage, agent)) => Route::A2aCard(stage.to_owned(), Some(agent.to_owned())),
+                None => Route::A2aCard(base.to_owned(), None),
+            });
         }
         if path.trim_end_matches('/').ends_with(baton::a2a::RPC_PATH) {
-            return Some(Route::A2a);
+            return Some(Route::A2a(None));
+        }
+        if let Some((_, agent)) = a2a_agent(path.trim_end_matches('/')) {
+            return Some(Route::A2a(Some(agent.to_owned())));
         }
         let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
         match segments.as_slice() {
@@ -214,10 +234,10 @@ impl Route {
     /// The one method it serves.
     fn method(&self) -> axum::http::Method {
         match self {
-            Route::Csat(_) | Route::Cancel(..) | Route::Agui | Route::AiSdk | Route::A2a => {
+            Route::Csat(_) | Route::Cancel(..) | Route::Agui | Route::AiSdk | Route::A2a(_) => {
                 axum::http::Method::POST
             }
-            Route::Messages(_) | Route::Events(..) | Route::AiSdkStream(_) | Route::A2aCard(_) => {
+            Route::Messages(_) | Route::Events(..) | Route::AiSdkStream(_) | Route::A2aCard(..) => {
                 axum::http::Method::GET
             }
         }
@@ -293,15 +313,20 @@ mod tests {
     fn service(dir: &std::path::Path) -> ChatService {
         let deployment = baton_reference::Deployment::default();
         let store = EmbeddedStore::open(dir.join("s.redb"), Arc::new(SystemClock)).unwrap();
-        let config = &deployment.config;
-        let orchestrator = baton::wiring::build(config, deployment.backends(None).unwrap()).unwrap();
+        let mut config = deployment.config.clone();
+        config.agents.a2a_served = vec!["shopping".into()];
+        let backends = deployment.backends(None).unwrap();
+        let served = baton::wiring::a2a_served(&config, &backends).unwrap();
+        let orchestrator = baton::wiring::build(&config, backends).unwrap();
         ChatService::new(orchestrator, History::new(Arc::new(store), 10), config.limits, config.heartbeat)
             .with_auth(AuthMode::Iam)
             .with_cors_origins(vec![ORIGIN.parse().unwrap()])
+            .with_a2a_agents(served)
     }
 
     /// The A2A card and JSON-RPC endpoint through both front doors: the card names the URL a
-    /// caller reaches `/a2a` at, and a message is the signer's task.
+    /// caller reaches `/a2a` at, and a message is the signer's task; a served agent other than
+    /// the entry agent has its own card and endpoint under `/a2a/{name}`.
     #[tokio::test]
     async fn both_front_doors_serve_the_a2a_card_and_endpoint() {
         let dir = tempfile::tempdir().unwrap();
@@ -338,6 +363,37 @@ mod tests {
                 "{name}: {answered}"
             );
         }
+        let card = event_with("rest-api.json", |e| {
+            e["path"] = "/a2a/shopping/.well-known/agent-card.json".into();
+            e["httpMethod"] = "GET".into();
+            e["headers"]["X-Forwarded-Proto"] = "https".into();
+            e["body"] = serde_json::Value::Null;
+        });
+        let card = json(answer(&service, None, true, card).await).await;
+        assert_eq!(card["name"], "shopping");
+        let url = card["supportedInterfaces"][0]["url"].as_str().unwrap().to_owned();
+        assert_eq!(url, "https://abcdefghij.execute-api.us-east-1.amazonaws.com/v1/a2a/shopping");
+        let request = event_with("function-url.json", |e| {
+            e["rawPath"] = "/a2a/shopping".into();
+            e["requestContext"]["http"]["path"] = "/a2a/shopping".into();
+            e["body"] = rpc.to_string().into();
+        });
+        let answered = json(answer(&service, None, true, request).await).await;
+        let task = &answered["result"]["task"];
+        assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED", "{answered}");
+        assert_eq!(task["artifacts"][0]["name"], "shopping", "the served agent answered: {answered}");
+        let request = event_with("function-url.json", |e| {
+            e["rawPath"] = "/a2a/nobody".into();
+            e["requestContext"]["http"]["path"] = "/a2a/nobody".into();
+            e["body"] = rpc.to_string().into();
+        });
+        let response = answer(&service, None, true, request).await;
+        assert_eq!(response.status(), 404);
+        let refused = json(response).await;
+        assert!(
+            refused["error"]["message"].as_str().unwrap().contains("served: orchestrator, shopping"),
+            "{refused}"
+        );
     }
 
     #[tokio::test]
@@ -439,10 +495,20 @@ mod tests {
         assert_eq!(Route::of("/ai-sdk"), Some(Route::AiSdk));
         assert_eq!(Route::of("/prod/ai-sdk/chat-1/stream"), Some(Route::AiSdkStream("chat-1".into())));
         assert_eq!(Route::of("/ai-sdk/chat-1"), None);
-        assert_eq!(Route::of("/v1/.well-known/agent-card.json"), Some(Route::A2aCard("/v1".into())));
-        assert_eq!(Route::of("/.well-known/agent-card.json"), Some(Route::A2aCard(String::new())));
-        assert_eq!(Route::of("/v1/a2a"), Some(Route::A2a));
+        assert_eq!(Route::of("/v1/.well-known/agent-card.json"), Some(Route::A2aCard("/v1".into(), None)));
+        assert_eq!(Route::of("/.well-known/agent-card.json"), Some(Route::A2aCard(String::new(), None)));
+        assert_eq!(Route::of("/v1/a2a"), Some(Route::A2a(None)));
         assert_eq!(Route::of("/chat/a2a/messages"), Some(Route::Messages("a2a".into())));
+        assert_eq!(Route::of("/chat/a2a/csat"), Some(Route::Csat("a2a".into())));
+        assert_eq!(Route::of("/v1/a2a/deal_finder"), Some(Route::A2a(Some("deal_finder".into()))));
+        assert_eq!(
+            Route::of("/v1/a2a/deal_finder/.well-known/agent-card.json"),
+            Some(Route::A2aCard("/v1".into(), Some("deal_finder".into())))
+        );
+        assert_eq!(
+            Route::of("/a2a/deal_finder/.well-known/agent-card.json"),
+            Some(Route::A2aCard(String::new(), Some("deal_finder".into())))
+        );
     }
 
     #[tokio::test(start_paused = true)]

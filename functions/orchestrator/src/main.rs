@@ -17,7 +17,6 @@ use baton::auth::AuthMode;
 use baton::config::Config;
 use baton::http::{ChatService, EndpointLimits};
 use baton::orchestrator::Orchestrator;
-use baton::rating::RatingSinks;
 use baton::telemetry::TurnReporter;
 use baton::wiring::Backends;
 use baton_aws::settings::Settings;
@@ -59,7 +58,7 @@ async fn run() -> ExitCode {
         Ok(started) => started,
         Err(e) => return exit(Err(e), 2),
     };
-    let (orchestrator, backends, ratings) = match build(&function, &deployment, None).await {
+    let (orchestrator, backends) = match build(&function, &deployment, None).await {
         Ok(built) => built,
         Err(e) => return exit(Err(e), 2),
     };
@@ -73,7 +72,7 @@ async fn run() -> ExitCode {
         cli::Command::Serve(serve) => {
             let service = serve.endpoint_limits().and_then(|limits| {
                 let auth = function.settings.auth(false)?;
-                service(&function, config, orchestrator, ratings, auth, limits, &serve.endpoint)
+                service(&function, config, orchestrator, &backends, auth, limits, &serve.endpoint)
             });
             let service = match service {
                 Ok(service) => service,
@@ -117,13 +116,13 @@ async fn start(
 }
 
 /// The entry agent of `deployment`, over `function`'s store, with its MCP servers connected and
-/// its remote agents reached; `reporter` gets each turn's figures. The backends (`mcp` serves
-/// agents that use them) and where ratings go come back too.
+/// its remote agents reached; `reporter` gets each turn's figures. The backends come back too
+/// (`mcp` serves agents over them; `serve` builds its other A2A agents and ratings from them).
 async fn build(
     function: &Function,
     deployment: &Deployment,
     reporter: Option<Arc<dyn TurnReporter>>,
-) -> Result<(Arc<Orchestrator>, Backends, RatingSinks), String> {
+) -> Result<(Arc<Orchestrator>, Backends), String> {
     let config = &deployment.config;
     // The store first: agents keep their per-episode state in it.
     let mut backends =
@@ -138,26 +137,27 @@ async fn build(
         }
         e => e.to_string(),
     })?;
-    let ratings = baton::wiring::rating_sinks(config, &backends);
     let orchestrator = baton::wiring::build(config, backends.clone()).map_err(|e| e.to_string())?;
     eprintln!("{}\n{}\n{}", config.describe_models(), deployment.describe_support(), function.store);
-    Ok((orchestrator, backends, ratings))
+    Ok((orchestrator, backends))
 }
 
 /// The chat endpoint over `orchestrator` (configured by `config`), recording into `function`'s
-/// history, with these ratings, callers and limits, and the endpoint's settings (allowed origins,
-/// disconnect policy, turn log).
+/// history, with the ratings and other A2A agents (`a2a: {agents}`) of `backends`, these callers
+/// and limits, and the endpoint's settings (allowed origins, disconnect policy, turn log).
 fn service(
     function: &Function,
     config: &Config,
     orchestrator: Arc<Orchestrator>,
-    ratings: RatingSinks,
+    backends: &Backends,
     auth: AuthMode,
     limits: EndpointLimits,
     endpoint: &cli::EndpointSettings,
 ) -> Result<Arc<ChatService>, String> {
     let cors = endpoint.cors_origins()?;
     let (on_disconnect, turn_log) = endpoint.turns();
+    let ratings = baton::wiring::rating_sinks(config, backends);
+    let served = baton::wiring::a2a_served(config, backends).map_err(|e| e.to_string())?;
     let service = ChatService::new(orchestrator, function.history.clone(), config.limits, config.heartbeat);
     Ok(Arc::new(
         service
@@ -168,6 +168,7 @@ fn service(
             .with_disconnect_policy(on_disconnect)
             .with_turn_log(turn_log)
             .with_approval_ttl(endpoint.approval_ttl())
-            .with_a2a_card(baton::wiring::a2a_card(config)),
+            .with_a2a_card(baton::wiring::a2a_card(config))
+            .with_a2a_agents(served),
     ))
 }

@@ -8,8 +8,27 @@ use super::types::{
     AgentCapabilities, AgentCard, AgentInterface, AgentSkill, JSONRPC_BINDING, PROTOCOL_VERSION,
 };
 
-/// The path of the JSON-RPC endpoint, relative to the service's root.
+/// The path of the entry agent's JSON-RPC endpoint, relative to the service's root; another
+/// served agent's is `/a2a/{name}`, its card under it ([`agent_path`]).
 pub const RPC_PATH: &str = "/a2a";
+
+/// The JSON-RPC path of the served agent `name`, or of the entry agent (`None`).
+pub fn agent_path(name: Option<&str>) -> String {
+    match name {
+        None => RPC_PATH.to_owned(),
+        Some(name) => format!("{RPC_PATH}/{name}"),
+    }
+}
+
+/// An agent served as an A2A agent besides the entry agent (`a2a: {agents: [...]}`): the
+/// orchestrator that runs its turns and what its card says.
+#[derive(Clone)]
+pub struct Served {
+    /// Its turns, with it as their entry agent.
+    pub orchestrator: std::sync::Arc<crate::orchestrator::Orchestrator>,
+    /// Its card.
+    pub card: CardSource,
+}
 
 /// What the card says of the served agent (from the configuration, once at start).
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -45,8 +64,8 @@ pub enum Security {
     SigV4,
 }
 
-/// The card of `source` reached at `base_url` (`https://host[/stage]`, no trailing `/`).
-pub fn card(source: &CardSource, base_url: &str, security: Security) -> AgentCard {
+/// The card of `source` whose JSON-RPC endpoint is `rpc_url`.
+pub fn card(source: &CardSource, rpc_url: &str, security: Security) -> AgentCard {
     let (schemes, requirements) = match security {
         Security::None => (Map::new(), Vec::new()),
         Security::BearerJwt => {
@@ -67,7 +86,7 @@ pub fn card(source: &CardSource, base_url: &str, security: Security) -> AgentCar
         name: source.name.clone(),
         description,
         supported_interfaces: vec![AgentInterface {
-            url: format!("{base_url}{RPC_PATH}"),
+            url: rpc_url.to_owned(),
             protocol_binding: JSONRPC_BINDING.into(),
             protocol_version: PROTOCOL_VERSION.into(),
         }],
@@ -98,7 +117,7 @@ mod tests {
             description: String::new(),
             skills: vec![CardSource::skill("deals", "Finds deals.", "agent")],
         };
-        let open = serde_json::to_value(card(&source, "http://127.0.0.1:8080", Security::None)).unwrap();
+        let open = serde_json::to_value(card(&source, "http://127.0.0.1:8080/a2a", Security::None)).unwrap();
         assert_eq!(open["supportedInterfaces"][0]["url"], "http://127.0.0.1:8080/a2a");
         assert_eq!(open["supportedInterfaces"][0]["protocolBinding"], "JSONRPC");
         assert_eq!(open["capabilities"]["streaming"], true);
@@ -107,5 +126,7 @@ mod tests {
         let jwt = serde_json::to_value(card(&source, "https://x", Security::BearerJwt)).unwrap();
         assert_eq!(jwt["securitySchemes"]["bearer"]["httpAuthSecurityScheme"]["scheme"], "Bearer");
         assert_eq!(jwt["securityRequirements"][0]["schemes"]["bearer"]["list"], json!([]));
+        assert_eq!(agent_path(None), "/a2a");
+        assert_eq!(agent_path(Some("deal_finder")), "/a2a/deal_finder");
     }
 }

@@ -1,6 +1,7 @@
 //! A2A v1.0 (the Agent2Agent protocol), both ways, over its JSON-RPC binding (docs/a2a.md):
 //! Baton's entry agent served as an A2A agent (the routes are `http`'s: its card at
-//! `/.well-known/agent-card.json`, JSON-RPC at `/a2a`), and a remote A2A agent as a Baton agent
+//! `/.well-known/agent-card.json`, JSON-RPC at `/a2a`; each agent of `a2a: {agents: [...]}` at
+//! `/a2a/{name}`, its card at `/a2a/{name}/.well-known/agent-card.json`), and a remote A2A agent as a Baton agent
 //! ([`A2aAgent`], `remote: {a2a: "https://…"}` in the configuration).
 //!
 //! Why a small typed module on `serde` and not the official Rust SDK (`a2aproject/a2a-rs`, the
@@ -23,6 +24,6 @@ pub mod client;
 pub mod task;
 pub mod types;
 
-pub use card::{CardSource, RPC_PATH, Security};
+pub use card::{CardSource, RPC_PATH, Security, Served, agent_path};
 pub use client::{A2aAgent, A2aLimits, BearerToken};
 pub use task::TaskView;

@@ -132,6 +132,16 @@ struct ConfigFile {
     agents: Option<Vec<AgentSpec>>,
     #[serde(default)]
     prices: Option<Prices>,
+    #[serde(default)]
+    a2a: Option<A2aFile>,
+}
+
+/// The top-level `a2a:` key: the agents served as A2A agents besides the entry agent.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct A2aFile {
+    #[serde(default)]
+    agents: Vec<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -222,6 +232,7 @@ impl Default for Config {
                         max_depth: crate::agent::DEFAULT_MAX_DEPTH,
                         agents: Vec::new(),
                         source: None,
+                        a2a_served: Vec::new(),
                     },
                 };
                 base.with_yaml(GENERIC_CONFIG, "the runtime's defaults")
@@ -292,6 +303,9 @@ impl Config {
         }
         if let Some(entry) = file.entry {
             self.agents.entry = entry;
+        }
+        if let Some(a2a) = file.a2a {
+            self.agents.a2a_served = a2a.agents;
         }
         match keywords {
             Some(lists) => {

@@ -1,5 +1,7 @@
 //! The entry agent served as an A2A v1.0 agent (docs/a2a.md), shared by `serve` and the Lambda:
-//! its card at `GET /.well-known/agent-card.json` and the JSON-RPC binding at `POST /a2a`.
+//! its card at `GET /.well-known/agent-card.json` and the JSON-RPC binding at `POST /a2a`; each
+//! agent of `a2a: {agents: [...]}` (and the entry agent by its name too) at `POST /a2a/{name}`,
+//! its card at `GET /a2a/{name}/.well-known/agent-card.json`.
 //!
 //! A message starts a turn exactly as `POST /chat` does ([`ChatService::validate`], then
 //! [`ChatService::start_turn`]: same identity, limits, history and turn log), with
@@ -14,7 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
-use axum::extract::State;
+use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use futures::{Stream, StreamExt};
@@ -27,9 +29,10 @@ use crate::a2a::types::{
     PROTOCOL_VERSION, RpcRequest, SendMessageRequest, StreamResponse, TaskIdParams, VERSION_HEADER, codes,
     rpc_error, rpc_result,
 };
-use crate::a2a::{CardSource, Security, TaskView};
+use crate::a2a::{CardSource, Security, Served, TaskView, agent_path};
 use crate::auth::AuthMode;
 use crate::event::Event;
+use crate::orchestrator::Orchestrator;
 use crate::store::{CancelOutcome, EpisodeKey, LoggedEvent, TurnStatus};
 use crate::turn::{Cursor, DisconnectPolicy, follow};
 
@@ -58,11 +61,37 @@ fn answer(status: StatusCode, body: Value) -> Response {
 }
 
 pub(super) async fn card_route(State(service): State<Arc<ChatService>>, headers: HeaderMap) -> Response {
-    service.a2a_card(&headers, "")
+    service.a2a_card(&headers, "", None)
+}
+
+pub(super) async fn agent_card_route(
+    State(service): State<Arc<ChatService>>,
+    Path(agent): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    service.a2a_card(&headers, "", Some(&agent))
 }
 
 pub(super) async fn rpc_route(
     State(service): State<Arc<ChatService>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    agent_rpc(service, None, headers, body).await
+}
+
+pub(super) async fn agent_rpc_route(
+    State(service): State<Arc<ChatService>>,
+    Path(agent): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    agent_rpc(service, Some(agent), headers, body).await
+}
+
+async fn agent_rpc(
+    service: Arc<ChatService>,
+    agent: Option<String>,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
@@ -71,7 +100,7 @@ pub(super) async fn rpc_route(
         Err(e) => return answer(e.status, rpc_error(&Value::Null, codes::INVALID_REQUEST, e.message)),
     };
     match super::read_body(&service, &headers, body).await {
-        Ok(bytes) => service.a2a(&caller, &headers, &bytes, None).await,
+        Ok(bytes) => service.a2a(&caller, agent.as_deref(), &headers, &bytes, None).await,
         Err(e) => answer(e.status, rpc_error(&Value::Null, codes::INVALID_REQUEST, e.message)),
     }
 }
@@ -83,13 +112,48 @@ impl ChatService {
         self
     }
 
-    /// Answers `GET /.well-known/agent-card.json`: the card, its JSON-RPC URL on the host the
-    /// request names (`X-Forwarded-Proto` or `http`) under `base_path` (a stage, or empty).
-    pub fn a2a_card(&self, headers: &HeaderMap, base_path: &str) -> Response {
-        let mut source = self.a2a_card.clone();
-        if source.name.is_empty() {
-            source.name = self.orchestrator.entry().name().to_owned();
+    /// The same service serving `agents` as A2A agents too, each at `/a2a/{name}`.
+    pub fn with_a2a_agents(mut self, agents: Vec<Served>) -> ChatService {
+        self.a2a_served = agents;
+        self
+    }
+
+    /// The orchestrator and card of the A2A agent `agent` (the entry agent's for `None` or its
+    /// name), or a 404 naming the agents served.
+    fn a2a_agent(
+        &self,
+        agent: Option<&str>,
+    ) -> Result<(&Arc<Orchestrator>, CardSource), (StatusCode, String)> {
+        let entry = self.orchestrator.entry().name();
+        if agent.is_none_or(|name| name == entry) {
+            let mut source = self.a2a_card.clone();
+            if source.name.is_empty() {
+                source.name = entry.to_owned();
+            }
+            return Ok((&self.orchestrator, source));
         }
+        let name = agent.unwrap_or_default();
+        match self.a2a_served.iter().find(|s| s.card.name == name) {
+            Some(served) => Ok((&served.orchestrator, served.card.clone())),
+            None => {
+                let served: Vec<&str> = std::iter::once(entry)
+                    .chain(self.a2a_served.iter().map(|s| s.card.name.as_str()))
+                    .collect();
+                let name = crate::redact::excerpt(name, &[]);
+                let message = format!("no A2A agent {name:?} here; served: {}", served.join(", "));
+                Err((StatusCode::NOT_FOUND, message))
+            }
+        }
+    }
+
+    /// Answers `GET [/a2a/{agent}]/.well-known/agent-card.json`: the card of `agent` (the entry
+    /// agent's for `None`), its JSON-RPC URL on the host the request names (`X-Forwarded-Proto`
+    /// or `http`) under `base_path` (a stage, or empty).
+    pub fn a2a_card(&self, headers: &HeaderMap, base_path: &str, agent: Option<&str>) -> Response {
+        let source = match self.a2a_agent(agent) {
+            Ok((_, source)) => source,
+            Err((status, message)) => return ApiError::new(status, "not_found", message).into_response(),
+        };
         let header = |name| headers.get(name).and_then(|v: &HeaderValue| v.to_str().ok());
         let host = header(header::HOST.as_str()).unwrap_or("localhost");
         let scheme = header("x-forwarded-proto").unwrap_or("http");
@@ -98,7 +162,8 @@ impl ChatService {
             AuthMode::Jwt(_) => Security::BearerJwt,
             AuthMode::Iam => Security::SigV4,
         };
-        let card = crate::a2a::card::card(&source, &format!("{scheme}://{host}{base_path}"), security);
+        let url = format!("{scheme}://{host}{base_path}{}", agent_path(agent));
+        let card = crate::a2a::card::card(&source, &url, security);
         let mut response = axum::Json(card).into_response();
         let h = response.headers_mut();
         h.insert(header::CACHE_CONTROL, HeaderValue::from_static("max-age=300"));
@@ -107,15 +172,22 @@ impl ChatService {
         response
     }
 
-    /// Answers one JSON-RPC request of `caller` on the A2A endpoint (`deadline`: a Lambda
-    /// invocation's, if any).
+    /// Answers one JSON-RPC request of `caller` on the A2A endpoint of `agent` (the entry
+    /// agent's for `None`; `deadline`: a Lambda invocation's, if any).
     pub async fn a2a(
         &self,
         caller: &Caller,
+        agent: Option<&str>,
         headers: &HeaderMap,
         body: &[u8],
         deadline: Option<tokio::time::Instant>,
     ) -> Response {
+        let orchestrator = match self.a2a_agent(agent) {
+            Ok((orchestrator, _)) => orchestrator,
+            Err((status, message)) => {
+                return answer(status, rpc_error(&Value::Null, codes::INVALID_REQUEST, message));
+            }
+        };
         let request: RpcRequest = match serde_json::from_slice::<Value>(body) {
             Err(e) => {
                 return answer(
@@ -132,7 +204,7 @@ impl ChatService {
             },
         };
         let id = request.id.clone();
-        match self.a2a_call(caller, headers, request, deadline).await {
+        match self.a2a_call(orchestrator, caller, headers, request, deadline).await {
             Ok(response) => response,
             Err((code, message)) => answer(StatusCode::OK, rpc_error(&id, code, message)),
         }
@@ -140,6 +212,7 @@ impl ChatService {
 
     async fn a2a_call(
         &self,
+        orchestrator: &Arc<Orchestrator>,
         caller: &Caller,
         headers: &HeaderMap,
         request: RpcRequest,
@@ -162,8 +235,10 @@ impl ChatService {
         let params = request.params;
         let id = request.id;
         match request.method.as_str() {
-            "SendMessage" => self.a2a_send(caller, headers, &id, params, until, false).await,
-            "SendStreamingMessage" => self.a2a_send(caller, headers, &id, params, until, true).await,
+            "SendMessage" => self.a2a_send(orchestrator, caller, headers, &id, params, (until, false)).await,
+            "SendStreamingMessage" => {
+                self.a2a_send(orchestrator, caller, headers, &id, params, (until, true)).await
+            }
             "GetTask" => {
                 let (key, turn) = self.task_of(caller, headers, params)?;
                 let view = self.read_task(&key, &turn).await?;
@@ -237,14 +312,16 @@ impl ChatService {
         Ok(view)
     }
 
+    /// `SendMessage` (or `SendStreamingMessage`: `streaming`) of a turn run by `orchestrator`
+    /// until `until`.
     async fn a2a_send(
         &self,
+        orchestrator: &Arc<Orchestrator>,
         caller: &Caller,
         headers: &HeaderMap,
         id: &Value,
         params: Value,
-        until: tokio::time::Instant,
-        streaming: bool,
+        (until, streaming): (tokio::time::Instant, bool),
     ) -> Result<Response, Refusal> {
         let request: SendMessageRequest = serde_json::from_value(params).map_err(|e| {
             refusal(codes::INVALID_PARAMS, format!("the params are not a SendMessageRequest: {e}"))
@@ -306,8 +383,10 @@ impl ChatService {
         };
         let valid = self.validate(caller, headers, body.to_string().as_bytes()).map_err(from_api)?;
         let policy = Some(DisconnectPolicy::Continue);
-        let (episode_id, turn_id, events) =
-            self.start_turn(valid.turn, None, policy, valid.resume, until).await.map_err(from_api)?;
+        let (episode_id, turn_id, events) = self
+            .start_turn_on(orchestrator, valid.turn, None, policy, valid.resume, until)
+            .await
+            .map_err(from_api)?;
         let mut view = TaskView::new(&episode_id, &turn_id);
         if streaming {
             return Ok(self.task_stream(id, view, events, &episode_id, &turn_id));

@@ -115,6 +115,7 @@ pub struct ChatService {
     on_disconnect: DisconnectPolicy,
     approvals: ApprovalStore,
     a2a_card: crate::a2a::CardSource,
+    a2a_served: Vec<crate::a2a::Served>,
 }
 
 impl ChatService {
@@ -140,6 +141,7 @@ impl ChatService {
             turn_log: TurnLogSettings::default(),
             on_disconnect: DisconnectPolicy::default(),
             a2a_card: Default::default(),
+            a2a_served: Vec::new(),
         }
     }
 
@@ -423,6 +425,23 @@ impl ChatService {
     /// `POST /chat` answers with, and what the A2A endpoint translates.
     pub(crate) async fn start_turn(
         &self,
+        turn: TurnRequest,
+        request_id: Option<String>,
+        on_disconnect: Option<DisconnectPolicy>,
+        resume: Option<Vec<(String, crate::approval::Decision)>>,
+        deadline: tokio::time::Instant,
+    ) -> Result<
+        (String, String, impl futures::Stream<Item = Arc<crate::store::LoggedEvent>> + Send + 'static),
+        ApiError,
+    > {
+        self.start_turn_on(&self.orchestrator, turn, request_id, on_disconnect, resume, deadline).await
+    }
+
+    /// [`ChatService::start_turn`] with `orchestrator`'s entry agent answering (an agent served
+    /// over A2A besides the entry agent).
+    pub(crate) async fn start_turn_on(
+        &self,
+        orchestrator: &Arc<Orchestrator>,
         mut turn: TurnRequest,
         request_id: Option<String>,
         on_disconnect: Option<DisconnectPolicy>,
@@ -444,7 +463,7 @@ impl ChatService {
             cancel: Some(&cancel),
             approvals: Some(&self.approvals),
         };
-        let StartedTurn { episode_id, turn_id, events } = self.orchestrator.start(turn, options).await?;
+        let StartedTurn { episode_id, turn_id, events } = orchestrator.start(turn, options).await?;
         let key = crate::store::EpisodeKey::new(user_id, episode_id.clone())?;
         let registered = self.live.register(key, turn_id.clone(), request_id, cancel);
         let writer = self.turn_log.enabled.then(|| {
@@ -664,6 +683,8 @@ pub fn app(service: Arc<ChatService>) -> Router {
         .route("/health", get(health))
         .route(crate::a2a::types::CARD_PATH, get(a2a::card_route))
         .route(crate::a2a::RPC_PATH, post(a2a::rpc_route))
+        .route("/a2a/{agent}", post(a2a::agent_rpc_route))
+        .route("/a2a/{agent}/.well-known/agent-card.json", get(a2a::agent_card_route))
         .merge(crate::web::routes())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)

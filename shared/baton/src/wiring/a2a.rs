@@ -1,10 +1,11 @@
 //! A2A in the composition root: an agent whose entry has `remote: {a2a: …}` is an
-//! [`A2aAgent`], and the card `serve` and the Lambda show for the entry agent.
+//! [`A2aAgent`]; the card `serve` and the Lambda show for the entry agent; and the agents of
+//! `a2a: {agents: [...]}`, each served with its own orchestrator and card.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::a2a::{A2aAgent, A2aLimits, BearerToken, CardSource};
+use crate::a2a::{A2aAgent, A2aLimits, BearerToken, CardSource, Served};
 use crate::agent::Agent;
 use crate::config::agents::AgentSpec;
 use crate::config::{Config, ConfigError};
@@ -42,7 +43,31 @@ pub(super) fn a2a_agent(
 /// What the A2A card says of the entry agent: its name and description, and a skill per agent
 /// and tool it lists (each described by its own entry, a tool by its name).
 pub fn a2a_card(config: &Config) -> CardSource {
-    let Some(entry) = config.agents.get(&config.agents.entry) else { return CardSource::default() };
+    card_of(config, &config.agents.entry)
+}
+
+/// The agents of `a2a: {agents: [...]}` other than the entry agent, each built as the entry agent
+/// of its own orchestrator (run here, as [`super::build_agent`] builds it), with its card.
+pub fn a2a_served(config: &Config, backends: &super::Backends) -> Result<Vec<Served>, ConfigError> {
+    let served = config.agents.a2a_served.iter().filter(|name| **name != config.agents.entry);
+    served
+        .map(|name| {
+            let agent = super::build_agent(config, name, backends)?;
+            let spec = config.agents.get(name).expect("validated");
+            let models = super::ModelFactory::new(config, backends)?;
+            let mut orchestrator =
+                crate::orchestrator::Orchestrator::new(agent, models.for_agent(spec).model_name().to_owned())
+                    .with_prices(config.prices.clone());
+            if let Some(reporter) = backends.reporter.clone() {
+                orchestrator = orchestrator.with_reporter(reporter);
+            }
+            Ok(Served { orchestrator: Arc::new(orchestrator), card: card_of(config, name) })
+        })
+        .collect()
+}
+
+fn card_of(config: &Config, name: &str) -> CardSource {
+    let Some(entry) = config.agents.get(name) else { return CardSource::default() };
     let agents = entry.agents.iter().map(|name| {
         let description = config.agents.get(name).map(|a| a.description.as_str()).unwrap_or_default();
         CardSource::skill(name, description, "agent")
@@ -72,6 +97,33 @@ mod tests {
         assert_eq!(card.description, "Answers everything.");
         assert_eq!(card.skills[0].id, "far");
         assert_eq!(card.skills[0].description, "Knows the weather.");
+    }
+
+    #[test]
+    fn served_agents_are_config_checked_with_their_line_and_built_with_their_own_card() {
+        let team = TEAM.replace(
+            "    remote: {a2a: \"http://127.0.0.1:9/\", token_env: BATON_TEST_A2A_TOKEN_UNSET}\n",
+            "    instruction: Far.\n",
+        );
+        let ok = config(&format!("{team}a2a: {{agents: [lead, far]}}\n"));
+        assert_eq!(ok.agents.a2a_served, ["lead", "far"]);
+        let served = a2a_served(&ok, &crate::wiring::testing::backends()).unwrap();
+        assert_eq!(served.len(), 1, "the entry agent is served at /a2a already");
+        assert_eq!(served[0].card.name, "far");
+        assert_eq!(served[0].card.description, "Knows the weather.");
+        assert_eq!(served[0].orchestrator.entry().name(), "far");
+        let refused = |tail: &str| {
+            Config::default().with_yaml(&format!("{team}{tail}"), "team.yaml").unwrap_err().to_string()
+        };
+        let unknown = refused("a2a: {agents: [nobody]}\n");
+        assert!(unknown.contains("line 10: a2a: unknown agent `nobody`"), "{unknown}");
+        assert!(refused("a2a: {agents: [far, far]}\n").contains("listed twice"));
+        assert!(refused("a2a: {agent: [far]}\n").contains("unknown field"));
+        let remote = Config::default()
+            .with_yaml(&format!("{TEAM}a2a: {{agents: [far]}}\n"), "team.yaml")
+            .unwrap_err()
+            .to_string();
+        assert!(remote.contains("has `remote:`"), "{remote}");
     }
 
     #[test]

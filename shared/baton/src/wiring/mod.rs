@@ -16,7 +16,7 @@
 mod a2a;
 pub mod extension;
 
-pub use a2a::a2a_card;
+pub use a2a::{a2a_card, a2a_served};
 pub use extension::Extension;
 
 use std::collections::{HashMap, HashSet};

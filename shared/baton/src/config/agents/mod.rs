@@ -370,6 +370,9 @@ pub struct AgentsConfig {
     pub agents: Vec<AgentSpec>,
     /// Where the agents were read from (file name, text), to point errors at their line.
     pub source: Option<(String, Arc<str>)>,
+    /// The agents served as A2A agents at `/a2a/{name}` (the top-level `a2a: {agents: [...]}`),
+    /// besides the entry agent at `/a2a` (docs/a2a.md).
+    pub a2a_served: Vec<String>,
 }
 
 /// Largest `max_depth`.

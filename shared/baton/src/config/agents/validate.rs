@@ -50,7 +50,31 @@ impl AgentsConfig {
         if self.agents[entry].kind != AgentKind::Llm {
             return Err(self.error(None, "entry", "the entry agent must be of kind `llm`"));
         }
+        self.validate_a2a_served()?;
         self.check_cycles()
+    }
+
+    /// Checks `a2a: {agents: [...]}`: each a defined agent of kind `llm`, run here (no
+    /// `remote:`), listed once.
+    fn validate_a2a_served(&self) -> Result<(), ConfigError> {
+        let mut seen = HashSet::new();
+        for name in &self.a2a_served {
+            let reason = match self.get(name) {
+                None => Some(format!("unknown agent `{name}`; defined: {}", self.names())),
+                Some(a) if a.kind != AgentKind::Llm => {
+                    Some(format!("`{name}` is not of kind `llm`: only an llm agent answers a turn"))
+                }
+                Some(a) if a.remote.is_some() => {
+                    Some(format!("`{name}` has `remote:`: serve it where it runs"))
+                }
+                Some(_) if !seen.insert(name.as_str()) => Some(format!("`{name}` is listed twice")),
+                Some(_) => None,
+            };
+            if let Some(reason) = reason {
+                return Err(self.error(None, "a2a", reason));
+            }
+        }
+        Ok(())
     }
 
     /// Checks agent `i` on its own: numbers, schemas, what its kind takes, its routing, its
