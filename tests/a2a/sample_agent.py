@@ -12,10 +12,22 @@ What it does depends on the message:
 - otherwise: a short forecast in three artifact chunks, then TASK_STATE_COMPLETED, with token
   usage in the final status update's metadata.
 With --token T, a request without `Authorization: Bearer T` gets HTTP 401.
+With --sigv4 SERVICE:REGION, every request (the card's too) must be SigV4-signed for that scope
+with the key pair in A2A_SAMPLE_KEY_ID and A2A_SAMPLE_SECRET (environment variables, never
+printed): the signature is recomputed with botocore's SigV4Auth over the request as received;
+anything else gets HTTP 403 saying why.
 """
 
 import argparse
 import asyncio
+import datetime
+import hmac
+import os
+import re
+
+from botocore.auth import SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import Credentials
 
 import uvicorn
 from starlette.applications import Starlette
@@ -99,7 +111,46 @@ class RequireBearer(BaseHTTPMiddleware):
         return await call_next(request)
 
 
-def app(host: str, port: int, token: str | None) -> Starlette:
+SIGV4 = re.compile(
+    r"AWS4-HMAC-SHA256 Credential=([^/]+)/(\d{8})/([^/]+)/([^/]+)/aws4_request, "
+    r"SignedHeaders=([a-z0-9;-]+), Signature=([0-9a-f]{64})"
+)
+
+
+class RequireSigV4(BaseHTTPMiddleware):
+    def __init__(self, app, service: str, region: str) -> None:
+        super().__init__(app)
+        self.service, self.region = service, region
+        self.key_id, self.secret = os.environ["A2A_SAMPLE_KEY_ID"], os.environ["A2A_SAMPLE_SECRET"]
+
+    async def why_not(self, request) -> str | None:
+        match = SIGV4.fullmatch(request.headers.get("authorization", ""))
+        if not match:
+            return "no SigV4 Authorization header"
+        key_id, date, region, service, signed, signature = match.groups()
+        if (key_id, region, service) != (self.key_id, self.region, self.service):
+            return f"wrong credential scope {key_id}/{region}/{service}"
+        amz_date = request.headers.get("x-amz-date", "")
+        if not amz_date.startswith(date) or "host" not in signed.split(";"):
+            return "x-amz-date or host not signed"
+        at = datetime.datetime.strptime(amz_date, "%Y%m%dT%H%M%SZ").replace(tzinfo=datetime.timezone.utc)
+        if abs((datetime.datetime.now(datetime.timezone.utc) - at).total_seconds()) > 300:
+            return "x-amz-date is more than 5 minutes off"
+        headers = {name: request.headers.get(name, "") for name in signed.split(";")}
+        received = AWSRequest(method=request.method, url=str(request.url), headers=headers, data=await request.body())
+        received.context["timestamp"] = amz_date
+        auth = SigV4Auth(Credentials(self.key_id, self.secret, headers.get("x-amz-security-token")), service, region)
+        expected = auth.signature(auth.string_to_sign(received, auth.canonical_request(received)), received)
+        return None if hmac.compare_digest(expected, signature) else "the signature does not match the request"
+
+    async def dispatch(self, request, call_next):
+        why = await self.why_not(request)
+        if why:
+            return JSONResponse({"error": why}, status_code=403)
+        return await call_next(request)
+
+
+def app(host: str, port: int, token: str | None, sigv4: str | None = None) -> Starlette:
     card = AgentCard(
         name="weather",
         description="Tells the weather (a sample A2A agent).",
@@ -117,6 +168,9 @@ def app(host: str, port: int, token: str | None) -> Starlette:
     starlette = Starlette(routes=routes)
     if token:
         starlette.add_middleware(RequireBearer, token=token)
+    if sigv4:
+        service, region = sigv4.split(":")
+        starlette.add_middleware(RequireSigV4, service=service, region=region)
     return starlette
 
 
@@ -125,5 +179,7 @@ if __name__ == "__main__":
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=41241)
     parser.add_argument("--token", default=None)
+    parser.add_argument("--sigv4", default=None, metavar="SERVICE:REGION")
     args = parser.parse_args()
-    uvicorn.run(app(args.host, args.port, args.token), host=args.host, port=args.port, log_level="warning")
+    served = app(args.host, args.port, args.token, args.sigv4)
+    uvicorn.run(served, host=args.host, port=args.port, log_level="warning")

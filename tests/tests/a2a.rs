@@ -331,12 +331,18 @@ struct SampleAgent {
 
 impl SampleAgent {
     async fn start(token: Option<&str>) -> SampleAgent {
+        match token {
+            Some(token) => SampleAgent::start_with(&["--token", token], &[]).await,
+            None => SampleAgent::start_with(&[], &[]).await,
+        }
+    }
+
+    /// The sample agent run with `args`, its environment with `envs` too.
+    async fn start_with(args: &[&str], envs: &[(&str, &str)]) -> SampleAgent {
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let mut command = tokio::process::Command::new(python());
-        command.arg(a2a_dir().join("sample_agent.py")).args(["--port", &port.to_string()]);
-        if let Some(token) = token {
-            command.args(["--token", token]);
-        }
+        command.arg(a2a_dir().join("sample_agent.py")).args(["--port", &port.to_string()]).args(args);
+        command.envs(envs.iter().copied());
         let child = command.kill_on_drop(true).spawn().unwrap();
         wait_until("the sample agent listens", || async move {
             tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok()
@@ -428,6 +434,38 @@ async fn the_bearer_token_is_sent_and_without_it_the_call_fails_clearly() {
     assert_eq!(code, "a2a_remote_failed");
     assert!(message.contains("401"), "{message}");
     assert!(!format!("{without:?}").contains("s3cret"), "the token is never in an event");
+}
+
+/// SigV4: the sample agent recomputes each request's signature with botocore's `SigV4Auth` over
+/// the request as it received it (`tests/a2a/sample_agent.py --sigv4`).
+#[tokio::test]
+async fn sigv4_signed_calls_are_verified_by_botocore_and_a_wrong_key_fails_clearly() {
+    use aws_credential_types::Credentials;
+    use aws_credential_types::provider::SharedCredentialsProvider;
+    use baton::a2a::SigningScope;
+    use baton_aws::sigv4::SigV4Signer;
+
+    let env = [("A2A_SAMPLE_KEY_ID", "AKIDSAMPLE"), ("A2A_SAMPLE_SECRET", "sample-s3cret")];
+    let sample = SampleAgent::start_with(&["--sigv4", "execute-api:eu-west-1"], &env).await;
+    let signed_with = |secret: &str| {
+        let credentials = Credentials::new("AKIDSAMPLE", secret, None, None, "test");
+        let signer = SigV4Signer::new(SharedCredentialsProvider::new(credentials), Some("us-east-1".into()));
+        let scope = SigningScope { service: "execute-api".into(), region: Some("eu-west-1".into()) };
+        agent_at(&sample.url, None, limits()).with_signer(std::sync::Arc::new(signer), scope)
+    };
+    let events = ask(&signed_with("sample-s3cret"), "weather in Lisbon?").await;
+    assert_eq!(text_of(&events, "weather[1]"), "Sunny in Lisbon.", "{events:?}");
+    assert_eq!(error_code(&events), None);
+
+    // A wrong key: the card is refused (403), a clear in-band error that names no secret.
+    let wrong = ask(&signed_with("not-the-s3cret"), "weather in Lisbon?").await;
+    let (code, message) = error_code(&wrong).expect("an error event");
+    assert_eq!(code, "a2a_card_unavailable");
+    assert!(message.contains("HTTP 403"), "{message}");
+    let unsigned = ask(&agent_at(&sample.url, None, limits()), "weather?").await;
+    assert_eq!(error_code(&unsigned).map(|e| e.0), Some("a2a_card_unavailable".into()));
+    let all = format!("{events:?}{wrong:?}{unsigned:?}");
+    assert!(!all.contains("s3cret"), "no secret in any event");
 }
 
 #[tokio::test]

@@ -129,6 +129,7 @@ async fn build(
         deployment.backends(Some(function.history.store().clone())).map_err(|e| e.to_string())?;
     backends.reporter = reporter;
     backends.remote = baton_aws::settings::remote_agents(config).await;
+    backends.signer = baton_aws::sigv4::a2a_signer(config).await;
     // MCP servers (shared and agents' own) start and list their tools once, here (in Lambda:
     // during init), before any agent is built.
     backends.mcp = baton::mcp::connect_all(&config.all_mcp_servers()).await.map_err(|e| match e {

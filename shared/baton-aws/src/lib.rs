@@ -15,6 +15,7 @@
 //! - [`table`]: the DynamoDB table's definition (keys, billing, TTL), the one place it is written
 //!   down in code, and [`table::create_table`], which tests and local setups use.
 //! - [`lambda_transport`]: remote agents over Lambda `InvokeWithResponseStream`.
+//! - [`sigv4`]: [`sigv4::SigV4Signer`], SigV4 signing of the calls to remote A2A agents.
 //! - [`secrets`]: Secrets Manager references resolved at init.
 //! - `error`: how the AWS SDK's failures read as store errors.
 //!
@@ -31,6 +32,7 @@ pub mod lambda_transport;
 pub mod runtime;
 pub mod secrets;
 pub mod settings;
+pub mod sigv4;
 pub mod startup;
 pub mod table;
 

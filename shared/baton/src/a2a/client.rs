@@ -31,6 +31,7 @@ use futures::StreamExt;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
+use super::auth::{RemoteAuth, RequestSigner, SigningScope};
 use super::types::{
     AgentCard, Message, PROTOCOL_VERSION, Part, Role, StreamResponse, TaskState, TaskStatus, VERSION_HEADER,
 };
@@ -76,6 +77,10 @@ impl BearerToken {
     pub fn new(token: impl Into<String>) -> BearerToken {
         BearerToken(token.into())
     }
+
+    pub(crate) fn secret(&self) -> &str {
+        &self.0
+    }
 }
 
 impl std::fmt::Debug for BearerToken {
@@ -99,7 +104,7 @@ pub struct A2aAgent {
     name: String,
     base_url: String,
     client: reqwest::Client,
-    token: Option<BearerToken>,
+    auth: RemoteAuth,
     limits: A2aLimits,
     card: CachedCard,
     contexts: Contexts,
@@ -117,7 +122,15 @@ impl A2aAgent {
     ) -> A2aAgent {
         let base_url = base_url.into().trim_end_matches('/').to_owned();
         let (card, contexts) = Default::default();
-        A2aAgent { name: name.into(), base_url, client, token, limits, card, contexts }
+        let auth = token.map_or(RemoteAuth::None, RemoteAuth::Bearer);
+        A2aAgent { name: name.into(), base_url, client, auth, limits, card, contexts }
+    }
+
+    /// The same agent with each request (the card's too) signed by `signer` for `scope`, instead
+    /// of a bearer token.
+    pub fn with_signer(mut self, signer: Arc<dyn RequestSigner>, scope: SigningScope) -> A2aAgent {
+        self.auth = RemoteAuth::Signed(signer, scope);
+        self
     }
 
     fn card_url(&self) -> String {
@@ -138,10 +151,24 @@ fn redacted(text: &str) -> String {
     crate::redact::excerpt(text, &[])
 }
 
-/// Fetches and checks a card within the limits.
-async fn fetch_card(client: &reqwest::Client, url: &str, limits: A2aLimits) -> Result<AgentCard, Failure> {
+/// Fetches and checks a card within the limits (signed when `auth` signs).
+async fn fetch_card(
+    client: &reqwest::Client,
+    url: &str,
+    auth: &RemoteAuth,
+    limits: A2aLimits,
+) -> Result<AgentCard, Failure> {
     let fetch = async {
-        let response = client.get(url).header("accept", "application/json").send().await.map_err(|e| {
+        let mut request = client.get(url).header("accept", "application/json").build().map_err(|e| {
+            (
+                "a2a_card_unavailable",
+                format!("no request for the agent card at {url}: {}", redacted(&e.to_string())),
+            )
+        })?;
+        auth.apply(&mut request, false).await.map_err(|e| {
+            ("a2a_auth_unavailable", format!("the request for the agent card was not signed: {e}"))
+        })?;
+        let response = client.execute(request).await.map_err(|e| {
             (
                 "a2a_card_unavailable",
                 format!("the agent card at {url} could not be fetched: {}", redacted(&e.to_string())),
@@ -183,7 +210,7 @@ impl A2aAgent {
                 return Ok(card.clone());
             }
         }
-        let card = Arc::new(fetch_card(&self.client, &self.card_url(), self.limits).await?);
+        let card = Arc::new(fetch_card(&self.client, &self.card_url(), &self.auth, self.limits).await?);
         *self.card.lock().expect("not poisoned") = Some((Instant::now(), card.clone()));
         Ok(card)
     }
@@ -322,7 +349,7 @@ impl Agent for A2aAgent {
             name: self.name.clone(),
             base_url: self.base_url.clone(),
             client: self.client.clone(),
-            token: self.token.clone(),
+            auth: self.auth.clone(),
             limits: self.limits,
             card: self.card.clone(),
             contexts: self.contexts.clone(),
@@ -373,15 +400,24 @@ impl Agent for A2aAgent {
             };
             let method = if streaming { "SendStreamingMessage" } else { "SendMessage" };
             let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": {"message": message}});
-            let mut post = this.client.post(&interface.url)
+            let post = this.client.post(&interface.url)
                 .header(VERSION_HEADER, PROTOCOL_VERSION)
                 .header("accept", if streaming { "text/event-stream" } else { "application/json" })
-                .json(&body);
-            if let Some(BearerToken(token)) = &this.token {
-                post = post.bearer_auth(token);
+                .json(&body)
+                .build();
+            let mut post = match post {
+                Ok(post) => post,
+                Err(e) => {
+                    for ev in fail(("a2a_remote_failed", format!("no request for the remote agent: {}", redacted(&e.to_string())))) { yield ev; }
+                    return;
+                }
+            };
+            if let Err(e) = this.auth.apply(&mut post, true).await {
+                for ev in fail(("a2a_auth_unavailable", format!("the call to the remote agent was not authenticated: {e}"))) { yield ev; }
+                return;
             }
             let idle = this.limits.idle_timeout;
-            let response = match tokio::time::timeout(idle, post.send()).await {
+            let response = match tokio::time::timeout(idle, this.client.execute(post)).await {
                 Ok(Ok(response)) => response,
                 Ok(Err(e)) => {
                     for ev in fail(("a2a_remote_failed", format!("cannot reach the remote agent: {}", redacted(&e.to_string())))) { yield ev; }

@@ -17,13 +17,16 @@
 //! - [`types`]: the protocol's objects in their JSON form, and the JSON-RPC envelope;
 //! - [`card`]: the agent card Baton serves;
 //! - [`task`]: a turn's events as an A2A task ([`TaskView`]): the mapping of events and ids;
-//! - [`client`]: a remote A2A agent as an [`crate::agent::Agent`].
+//! - [`client`]: a remote A2A agent as an [`crate::agent::Agent`];
+//! - [`auth`]: how its calls are authenticated (a bearer token, or a [`RequestSigner`]).
 
+pub mod auth;
 pub mod card;
 pub mod client;
 pub mod task;
 pub mod types;
 
+pub use auth::{RemoteAuth, RequestSigner, SigningScope};
 pub use card::{CardSource, RPC_PATH, Security, Served, agent_path};
 pub use client::{A2aAgent, A2aLimits, BearerToken};
 pub use task::TaskView;

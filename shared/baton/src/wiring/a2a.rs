@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::a2a::{A2aAgent, A2aLimits, BearerToken, CardSource, Served};
+use crate::a2a::{A2aAgent, A2aLimits, BearerToken, CardSource, RequestSigner, Served, SigningScope};
 use crate::agent::Agent;
 use crate::config::agents::AgentSpec;
 use crate::config::{Config, ConfigError};
@@ -13,12 +13,14 @@ use crate::config::{Config, ConfigError};
 /// Longest a remote A2A agent's connection may take to open.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The A2A agent of `spec` (at `index` in the agents' list), or `None` when it is not one. A
-/// configured token variable that is unset or empty is a configuration error.
+/// The A2A agent of `spec` (at `index` in the agents' list), or `None` when it is not one, its
+/// calls signed by `signer` with `auth: sigv4`. A configured token variable that is unset or
+/// empty, or `auth: sigv4` without a signer, is a configuration error.
 pub(super) fn a2a_agent(
     config: &Config,
     index: usize,
     spec: &AgentSpec,
+    signer: Option<&Arc<dyn RequestSigner>>,
 ) -> Result<Option<Arc<dyn Agent>>, ConfigError> {
     let Some(remote) = &spec.remote else { return Ok(None) };
     let Some(url) = &remote.a2a else { return Ok(None) };
@@ -37,7 +39,20 @@ pub(super) fn a2a_agent(
         .build()
         .map_err(|e| config.agents.error(Some(index), "remote", format!("no HTTP client: {e}")))?;
     let limits = A2aLimits { idle_timeout: super::REMOTE_IDLE_TIMEOUT, ..A2aLimits::default() };
-    Ok(Some(Arc::new(A2aAgent::new(&spec.name, url, client, token, limits))))
+    let agent = A2aAgent::new(&spec.name, url, client, token, limits);
+    let agent = match (remote.auth, signer) {
+        (None, _) => agent,
+        (Some(_), Some(signer)) => {
+            let service = remote.service.clone().unwrap_or_else(|| "execute-api".to_owned());
+            agent.with_signer(signer.clone(), SigningScope { service, region: remote.region.clone() })
+        }
+        (Some(_), None) => {
+            let reason =
+                "`auth: sigv4`: this build signs no request (the AWS deployment's signer is not plugged in)";
+            return Err(config.agents.error(Some(index), "remote", reason));
+        }
+    };
+    Ok(Some(Arc::new(agent)))
 }
 
 /// What the A2A card says of the entry agent: its name and description, and a skill per agent
@@ -130,10 +145,14 @@ mod tests {
     fn a_missing_token_is_a_configuration_error_that_names_the_variable() {
         let config = config(TEAM);
         let far = config.agents.get("far").unwrap();
-        let err = a2a_agent(&config, 1, far).err().expect("refused").to_string();
+        let err = a2a_agent(&config, 1, far, None).err().expect("refused").to_string();
         assert!(err.contains("BATON_TEST_A2A_TOKEN_UNSET"), "{err}");
         let lead = config.agents.get("lead").unwrap();
-        assert!(a2a_agent(&config, 0, lead).unwrap().is_none());
+        assert!(a2a_agent(&config, 0, lead, None).unwrap().is_none());
+        let signed = TEAM.replace("token_env: BATON_TEST_A2A_TOKEN_UNSET", "auth: sigv4, region: eu-west-1");
+        let signed = Config::default().with_yaml(&signed, "team.yaml").unwrap();
+        let err = a2a_agent(&signed, 1, signed.agents.get("far").unwrap(), None).err().expect("refused");
+        assert!(err.to_string().contains("signs no request"), "{err}");
     }
 
     #[test]
@@ -155,6 +174,21 @@ mod tests {
                 .contains("goes with `a2a`")
         );
         assert_eq!(bad("{a2a: \"https://x\"}"), None, "no instruction needed");
+        assert!(
+            bad("{url: \"http://y\", auth: sigv4}\n    instruction: Far.")
+                .unwrap()
+                .contains("`auth` goes with `a2a`")
+        );
+        assert!(bad("{a2a: \"https://x\", auth: sigv4, token_env: T}").unwrap().contains("not both"));
+        assert!(bad("{a2a: \"https://x\", region: eu-west-1}").unwrap().contains("go with `auth: sigv4`"));
+        assert!(
+            bad("{a2a: \"https://x\", auth: sigv4, service: \"a b\"}").unwrap().contains("letters, digits")
+        );
+        assert!(bad("{a2a: \"https://x\", auth: bearer}").unwrap().contains("unknown variant"));
+        assert_eq!(
+            bad("{a2a: \"https://x\", auth: sigv4, service: bedrock-agentcore, region: us-east-1}"),
+            None
+        );
         let listed = TEAM.replace("    remote:", "    tools: [lookup]\n    remote:");
         let err = Config::default().with_yaml(&listed, "team.yaml").and_then(|c| c.validate()).unwrap_err();
         assert!(err.to_string().contains("lists no tools"), "{err}");

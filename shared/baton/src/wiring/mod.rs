@@ -133,6 +133,9 @@ pub struct Backends {
     pub mcp: crate::mcp::McpTools,
     /// Where each turn's figures go (the CloudWatch EMF line in Lambda); nowhere by default.
     pub reporter: Option<Arc<dyn crate::telemetry::TurnReporter>>,
+    /// What signs the calls of remote A2A agents with `auth: sigv4` (the AWS deployment's
+    /// SigV4 signer); none by default, and such an agent is then a configuration error.
+    pub signer: Option<Arc<dyn crate::a2a::RequestSigner>>,
 }
 
 impl Backends {
@@ -154,6 +157,7 @@ impl Backends {
             extensions: Vec::new(),
             mcp: Default::default(),
             reporter: None,
+            signer: None,
         }
     }
 
@@ -269,7 +273,7 @@ impl<'a> Graph<'a> {
         }
         let index = self.config.agents.index_of(name).expect("validated");
         let spec = &self.config.agents.agents[index];
-        if let Some(agent) = a2a::a2a_agent(self.config, index, spec)? {
+        if let Some(agent) = a2a::a2a_agent(self.config, index, spec, self.backends.signer.as_ref())? {
             self.built.insert(name.to_owned(), agent.clone());
             return Ok(agent);
         }

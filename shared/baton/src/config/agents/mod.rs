@@ -144,6 +144,23 @@ pub struct RemoteSpec {
     /// With `a2a`: the environment variable holding the bearer token sent to it (never logged).
     #[serde(default)]
     pub token_env: Option<String>,
+    /// With `a2a`: `sigv4` signs each request with the deployment's AWS credentials.
+    #[serde(default)]
+    pub auth: Option<RemoteAuthKind>,
+    /// With `auth: sigv4`: the service signed for (default `execute-api`).
+    #[serde(default)]
+    pub service: Option<String>,
+    /// With `auth: sigv4`: the region signed for (default: the deployment's, `AWS_REGION`).
+    #[serde(default)]
+    pub region: Option<String>,
+}
+
+/// How calls to a remote A2A agent are signed (`remote: {auth: …}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RemoteAuthKind {
+    /// AWS Signature Version 4.
+    Sigv4,
 }
 
 /// Which OpenAI API an agent's model is called through.

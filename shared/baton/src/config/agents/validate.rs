@@ -171,6 +171,19 @@ impl AgentsConfig {
             if remote.token_env.is_some() && remote.a2a.is_none() {
                 return err("remote", "`token_env` goes with `a2a`".into());
             }
+            if remote.auth.is_some() && remote.a2a.is_none() {
+                return err("remote", "`auth` goes with `a2a`".into());
+            }
+            if remote.auth.is_some() && remote.token_env.is_some() {
+                return err("remote", "give `token_env` (a bearer token) or `auth: sigv4`, not both".into());
+            }
+            if (remote.service.is_some() || remote.region.is_some()) && remote.auth.is_none() {
+                return err("remote", "`service` and `region` go with `auth: sigv4`".into());
+            }
+            let name_ok = |v: &str| !v.is_empty() && v.chars().all(|c| c.is_ascii_alphanumeric() || c == '-');
+            if remote.service.iter().chain(&remote.region).any(|v| !name_ok(v)) {
+                return err("remote", "`service` and `region` are names of letters, digits and `-`".into());
+            }
         }
         let mut listed = HashSet::new();
         for child in &a.agents {

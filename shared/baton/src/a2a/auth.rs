@@ -1,0 +1,75 @@
+//! How a call to a remote A2A agent proves who it is: a bearer token (`token_env`), or a request
+//! signed by a [`RequestSigner`] (`auth: sigv4`: AWS Signature Version 4, implemented outside the
+//! runtime crate, in `baton-aws`, and handed to the agents' build in [`crate::wiring::Backends`]).
+
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+
+use super::client::BearerToken;
+
+/// What a signature is for: the AWS service name and region (`None`: the signer's own region,
+/// e.g. `AWS_REGION`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SigningScope {
+    /// The service the signature is for (`execute-api` for API Gateway, `lambda` for a function
+    /// URL, `bedrock-agentcore` for AgentCore).
+    pub service: String,
+    /// The region, when the configuration names one.
+    pub region: Option<String>,
+}
+
+/// Signs a request before it is sent: adds the headers that prove who sends it (for SigV4:
+/// `Authorization`, `X-Amz-Date` and, with temporary credentials, `X-Amz-Security-Token`).
+/// The body is in memory when it is called. An error says why in words that name no secret.
+pub trait RequestSigner: Send + Sync {
+    /// Signs `request` for `scope`.
+    fn sign<'a>(
+        &'a self,
+        request: &'a mut reqwest::Request,
+        scope: &'a SigningScope,
+    ) -> BoxFuture<'a, Result<(), String>>;
+}
+
+/// How an [`super::A2aAgent`]'s calls are authenticated.
+#[derive(Clone, Default)]
+pub enum RemoteAuth {
+    /// Not at all.
+    #[default]
+    None,
+    /// `Authorization: Bearer …` on each JSON-RPC call.
+    Bearer(BearerToken),
+    /// Each request (the card's too) signed by the signer for its scope.
+    Signed(Arc<dyn RequestSigner>, SigningScope),
+}
+
+impl std::fmt::Debug for RemoteAuth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RemoteAuth::None => f.write_str("None"),
+            RemoteAuth::Bearer(token) => write!(f, "Bearer({token:?})"),
+            RemoteAuth::Signed(_, scope) => write!(f, "Signed({scope:?})"),
+        }
+    }
+}
+
+impl RemoteAuth {
+    /// Adds the credential to `request`: the bearer token only to a JSON-RPC call (`rpc`), a
+    /// signature to every request.
+    pub(crate) async fn apply(&self, request: &mut reqwest::Request, rpc: bool) -> Result<(), String> {
+        match self {
+            RemoteAuth::None => Ok(()),
+            RemoteAuth::Bearer(token) => {
+                if rpc {
+                    let value = format!("Bearer {}", token.secret());
+                    let mut value = reqwest::header::HeaderValue::from_str(&value)
+                        .map_err(|_| "the bearer token is not a valid header value".to_owned())?;
+                    value.set_sensitive(true);
+                    request.headers_mut().insert(reqwest::header::AUTHORIZATION, value);
+                }
+                Ok(())
+            }
+            RemoteAuth::Signed(signer, scope) => signer.sign(request, scope).await,
+        }
+    }
+}
