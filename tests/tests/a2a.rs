@@ -468,6 +468,49 @@ async fn sigv4_signed_calls_are_verified_by_botocore_and_a_wrong_key_fails_clear
     assert!(!all.contains("s3cret"), "no secret in any event");
 }
 
+/// The remote's tasks as the SDK's client lists them (`ListTasks`): state by task id.
+async fn remote_states(url: &str) -> Vec<String> {
+    let listed = sdk(url, "alice", &["list"]).await;
+    let tasks = listed["tasks"]["tasks"].as_array().cloned().unwrap_or_default();
+    tasks.iter().map(|t| t["status"]["state"].as_str().unwrap_or_default().to_owned()).collect()
+}
+
+#[tokio::test]
+async fn a_call_dropped_mid_stream_cancels_its_remote_task_and_a_finished_one_does_not() {
+    let sample = SampleAgent::start(None).await;
+    let agent = agent_at(&sample.url, None, limits());
+    let done = ask(&agent, "weather in Lisbon?").await;
+    assert_eq!(error_code(&done), None, "{done:?}");
+    assert_eq!(remote_states(&sample.url).await, ["TASK_STATE_COMPLETED"], "an ended call cancels nothing");
+
+    // The caller gives up after the first chunk of a slow task (10 s of chunks).
+    let request = AgentRequest { query: "slow please".into(), ..AgentRequest::default() };
+    let mut events = agent.run(request, "weather[1]".into());
+    let first = tokio::time::timeout(Duration::from_secs(10), async {
+        while let Some(event) = events.next().await {
+            if matches!(event, Event::Text { .. }) {
+                return event;
+            }
+        }
+        panic!("the stream ended without text")
+    })
+    .await
+    .expect("a first chunk");
+    assert!(matches!(first, Event::Text { .. }));
+    let dropped = std::time::Instant::now();
+    drop(events);
+    let url = sample.url.clone();
+    wait_until("the remote task ends canceled", || {
+        let url = url.clone();
+        async move { remote_states(&url).await.contains(&"TASK_STATE_CANCELED".to_owned()) }
+    })
+    .await;
+    let mut states = remote_states(&sample.url).await;
+    states.sort();
+    assert_eq!(states, ["TASK_STATE_CANCELED", "TASK_STATE_COMPLETED"]);
+    assert!(dropped.elapsed() < Duration::from_secs(8), "canceled long before the task's 10 s were up");
+}
+
 #[tokio::test]
 async fn a_slow_remote_is_cut_by_the_idle_timeout() {
     let sample = SampleAgent::start(None).await;

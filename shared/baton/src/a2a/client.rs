@@ -269,9 +269,16 @@ fn status_step(status: &TaskStatus, instance: &str, mut events: Vec<Event>) -> S
     }
 }
 
+/// What the remote named in its answers so far: its `contextId`, and the task the call runs.
+#[derive(Debug, Default)]
+struct Seen {
+    context: Option<String>,
+    task: Option<String>,
+}
+
 /// Reads one JSON-RPC answer (an SSE `data:` line, or a whole JSON body); notes the remote's
-/// `contextId` in `context`.
-fn read_answer(data: &[u8], instance: &str, model: &str, context: &mut Option<String>) -> Step {
+/// `contextId` and task id in `seen`.
+fn read_answer(data: &[u8], instance: &str, model: &str, seen: &mut Seen) -> Step {
     let value: Value = match serde_json::from_slice(data) {
         Ok(value) => value,
         Err(_) => {
@@ -307,14 +314,19 @@ fn read_answer(data: &[u8], instance: &str, model: &str, context: &mut Option<St
             ));
         }
     };
-    let said = match &item {
-        StreamResponse::Message(m) => m.context_id.as_deref().unwrap_or_default(),
-        StreamResponse::Task(t) => t.context_id.as_str(),
-        StreamResponse::StatusUpdate(u) => u.context_id.as_str(),
-        StreamResponse::ArtifactUpdate(u) => u.context_id.as_str(),
+    let (said, task) = match &item {
+        StreamResponse::Message(m) => {
+            (m.context_id.as_deref().unwrap_or_default(), m.task_id.as_deref().unwrap_or_default())
+        }
+        StreamResponse::Task(t) => (t.context_id.as_str(), t.id.as_str()),
+        StreamResponse::StatusUpdate(u) => (u.context_id.as_str(), u.task_id.as_str()),
+        StreamResponse::ArtifactUpdate(u) => (u.context_id.as_str(), u.task_id.as_str()),
     };
     if !said.is_empty() {
-        *context = Some(said.to_owned());
+        seen.context = Some(said.to_owned());
+    }
+    if !task.is_empty() {
+        seen.task = Some(task.to_owned());
     }
     match item {
         StreamResponse::Message(message) => {
@@ -355,6 +367,9 @@ impl Agent for A2aAgent {
             contexts: self.contexts.clone(),
         };
         Box::pin(async_stream::stream! {
+            // Armed once the remote names its task; disarmed when the task ends. Dropped armed
+            // (the caller cancelled or timed out, a stream broke), it cancels the remote task.
+            let mut cancel = CancelOnDrop { client: this.client.clone(), url: String::new(), auth: this.auth.clone(), task: None };
             let fail = |(code, message): Failure| {
                 tracing::warn!(agent = %instance, code, %message, "a remote A2A agent failed");
                 [Event::error(instance.clone(), code, message, true), Event::text(instance.clone(), APOLOGY)]
@@ -389,7 +404,7 @@ impl Agent for A2aAgent {
                     }
                 }
             };
-            let mut context = None;
+            let mut seen = Seen::default();
             let message = Message {
                 message_id: uuid::Uuid::new_v4().to_string(),
                 context_id: sent_context,
@@ -435,14 +450,15 @@ impl Agent for A2aAgent {
                 // An error status, or a whole JSON answer (`SendMessage`, or an error before the stream).
                 let body = crate::model::openai::read_capped(response.bytes_stream(), idle, this.limits.max_event_bytes).await;
                 let step = if status.is_success() {
-                    read_answer(&body, &instance, &this.name, &mut context)
+                    read_answer(&body, &instance, &this.name, &mut seen)
                 } else {
                     let said = redacted(&String::from_utf8_lossy(&body));
-                    match read_answer(&body, &instance, &this.name, &mut context) {
+                    match read_answer(&body, &instance, &this.name, &mut seen) {
                         Step::Failed(f) if f.0 == "a2a_remote_error" => Step::Failed(f),
                         _ => Step::Failed(("a2a_remote_failed", format!("the remote agent answered HTTP {}: {said}", status.as_u16()))),
                     }
                 };
+                let context = seen.context;
                 match step {
                     Step::Done(events) => {
                         remember(context);
@@ -499,14 +515,23 @@ impl Agent for A2aAgent {
                 for line in complete {
                     let line = line.trim_ascii_end();
                     let Some(data) = line.strip_prefix(b"data:") else { continue };
-                    match read_answer(data.trim_ascii_start(), &instance, &this.name, &mut context) {
+                    let step = read_answer(data.trim_ascii_start(), &instance, &this.name, &mut seen);
+                    if cancel.task.is_none() {
+                        cancel.task = seen.task.clone();
+                        cancel.url = interface.url.clone();
+                    }
+                    let context = seen.context.clone();
+                    match step {
                         Step::More(events) => for ev in events { yield ev; },
                         Step::Done(events) => {
+                            cancel.task = None;
                             remember(context);
                             for ev in events { yield ev; }
                             return;
                         }
                         Step::Failed(failure) => {
+                            // The remote's task ended, or the remote refused the call.
+                            cancel.task = None;
                             if failure.0 == "a2a_remote_error" { remember(None) } else if context.is_some() { remember(context) }
                             for ev in fail(failure) { yield ev; }
                             return;
@@ -519,12 +544,51 @@ impl Agent for A2aAgent {
     }
 }
 
+/// Longest the `CancelTask` of a dropped call may take.
+pub const CANCEL_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Sends `CancelTask` for the remote `task` when dropped with one (a call given up before its
+/// task ended): best effort, in the background, within [`CANCEL_TIMEOUT`].
+struct CancelOnDrop {
+    client: reqwest::Client,
+    url: String,
+    auth: RemoteAuth,
+    task: Option<String>,
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        let Some(task) = self.task.take() else { return };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
+        let (client, url, auth) = (self.client.clone(), std::mem::take(&mut self.url), self.auth.clone());
+        runtime.spawn(async move {
+            let body = json!({"jsonrpc": "2.0", "id": 1, "method": "CancelTask", "params": {"id": task}});
+            let send = async {
+                let mut request = client
+                    .post(&url)
+                    .header(VERSION_HEADER, PROTOCOL_VERSION)
+                    .json(&body)
+                    .build()
+                    .map_err(|e| redacted(&e.to_string()))?;
+                auth.apply(&mut request, true).await?;
+                let response = client.execute(request).await.map_err(|e| redacted(&e.to_string()))?;
+                Ok::<_, String>(response.status())
+            };
+            match tokio::time::timeout(CANCEL_TIMEOUT, send).await {
+                Ok(Ok(status)) => tracing::info!(task = %redacted(&task), status = status.as_u16(), "a dropped A2A call's remote task cancelled"),
+                Ok(Err(e)) => tracing::warn!(task = %redacted(&task), error = %e, "a dropped A2A call's remote task could not be cancelled"),
+                Err(_) => tracing::warn!(task = %redacted(&task), "a dropped A2A call's CancelTask did not answer in time"),
+            }
+        });
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn read(value: Value) -> Step {
-        read_answer(value.to_string().as_bytes(), "far[1]", "far", &mut None)
+        read_answer(value.to_string().as_bytes(), "far[1]", "far", &mut Seen::default())
     }
 
     #[test]
@@ -570,7 +634,7 @@ mod tests {
             ))
         );
         assert!(matches!(
-            read_answer(b"{oops", "far[1]", "far", &mut None),
+            read_answer(b"{oops", "far[1]", "far", &mut Seen::default()),
             Step::Failed(("a2a_remote_invalid", _))
         ));
     }
