@@ -266,23 +266,28 @@ async fn unsupported_methods_and_bad_requests_are_json_rpc_errors() {
     let request = |method: &str, params: Value| {
         json!({"jsonrpc": "2.0", "id": 7, "method": method, "params": params}).to_string()
     };
+    // No `A2A-Version` is 0.3 (the spec), as the official SDK's servers read it.
+    let hi = request("SendMessage", json!({"message": message(json!([{"text": "hi"}]))}));
+    let unversioned = call(hi.clone(), None).await;
+    assert_eq!(unversioned["error"]["code"], -32009, "{unversioned}");
+    let said = unversioned["error"]["message"].as_str().unwrap();
+    assert!(said.contains("version 0.3") && said.contains("A2A-Version: 1.0"), "{said}");
+    let v = Some("1.0");
     let cases = [
-        ("{not json".to_owned(), None, -32700),
-        (json!({"id": 1, "method": "SendMessage"}).to_string(), None, -32600),
-        (request("message/send", json!({"message": message(json!([{"text": "hi"}]))})), None, -32601),
-        (request("Nope", json!({})), None, -32601),
-        (request("SendMessage", json!({"message": message(json!([{"text": "hi"}]))})), Some("0.3"), -32009),
-        (request("SendMessage", json!({"nothing": 1})), None, -32602),
-        (request("SendMessage", json!({"message": message(json!([{"text": "  "}]))})), None, -32602),
-        (
-            request("SendMessage", json!({"message": message(json!([{"url": "https://x/a.png"}]))})),
-            None,
-            -32005,
-        ),
-        (request("GetTask", json!({"id": "no-such-task"})), None, -32001),
-        (request("CancelTask", json!({"id": "ep/turn"})), None, -32001),
-        (request("CreateTaskPushNotificationConfig", json!({})), None, -32003),
-        (request("GetExtendedAgentCard", json!({})), None, -32004),
+        ("{not json".to_owned(), v, -32700),
+        (json!({"id": 1, "method": "SendMessage"}).to_string(), v, -32600),
+        (request("message/send", json!({"message": message(json!([{"text": "hi"}]))})), v, -32601),
+        (request("Nope", json!({})), v, -32601),
+        (hi.clone(), Some("0.3"), -32009),
+        (hi.clone(), Some("1.1"), -32009),
+        (hi.clone(), Some(""), -32009),
+        (request("SendMessage", json!({"nothing": 1})), v, -32602),
+        (request("SendMessage", json!({"message": message(json!([{"text": "  "}]))})), Some("1.0.3"), -32602),
+        (request("SendMessage", json!({"message": message(json!([{"url": "https://x/a.png"}]))})), v, -32005),
+        (request("GetTask", json!({"id": "no-such-task"})), v, -32001),
+        (request("CancelTask", json!({"id": "ep/turn"})), v, -32001),
+        (request("CreateTaskPushNotificationConfig", json!({})), v, -32003),
+        (request("GetExtendedAgentCard", json!({})), v, -32004),
     ];
     for (body, version, code) in cases {
         let answer = call(body.clone(), version).await;

@@ -8,7 +8,8 @@
 //!   joins the invocation's X-Ray trace, the shopping function continues the caller's trace from
 //!   the request's `traceparent` field, and every span has arrived when the response ends;
 //! - the chat function reads its endpoint settings (here the message limit) from its environment;
-//! - a turn's stream is rejoined, and a turn stopped, through another instance of the function.
+//! - a turn's stream is rejoined, and a turn stopped, through another instance of the function;
+//! - an A2A task streams through the Function URL and is read back.
 //!
 //! Needs what `make test` provides: `BATON_TEST_VENV` (with `cargo-lambda`) and
 //! `AWS_ENDPOINT_URL_DYNAMODB` (moto_server); `make test` runs it outside `cargo test` (see the
@@ -602,6 +603,64 @@ async fn the_protocol_endpoints_serve_their_official_clients() {
     assert_eq!(refused.status(), 400);
     let body: serde_json::Value = refused.json().await.unwrap();
     assert_eq!(body["error"]["code"], "missing_user_message", "the AG-UI checks answered: {body}");
+}
+
+/// A2A through the Function URL: the card declares the bearer JWT and names `…/a2a`; a
+/// `SendStreamingMessage` is a task streamed as SSE (the task first, the text as artifact
+/// chunks, `COMPLETED` last), and `GetTask` reads it back from the table.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "run by scripts/test.sh outside cargo's build lock"]
+async fn an_a2a_task_streams_through_the_function_url() {
+    let (table_name, _store) = table("a2a").await;
+    let server = ScriptedServer::start().await.unwrap();
+    server.set_default(ORCH, Reply::text("Hello over A2A."));
+    let watch = Watch::start(|_| {
+        let mut env = models(&server);
+        env.push(("BATON_TABLE", table_name.clone()));
+        env.push(("AWS_ENDPOINT_URL_DYNAMODB", required_env("AWS_ENDPOINT_URL_DYNAMODB")));
+        env.push(("BATON_AUTH", "jwt".into()));
+        env.push(("BATON_JWT_HS256_SECRET", SECRET.into()));
+        env
+    });
+    watch.ready().await;
+    let url = watch.url("orchestrator");
+    let client = reqwest::Client::builder().timeout(Duration::from_secs(600)).build().unwrap();
+    let card = client.get(format!("{url}.well-known/agent-card.json")).bearer_auth(jwt("alice")).send().await;
+    let card: serde_json::Value = card.unwrap().json().await.unwrap();
+    assert_eq!(card["securitySchemes"]["bearer"]["httpAuthSecurityScheme"]["scheme"], "Bearer", "{card}");
+    assert!(card["supportedInterfaces"][0]["url"].as_str().unwrap().ends_with("/a2a"), "{card}");
+
+    let rpc = |method: &str, params: serde_json::Value| {
+        client
+            .post(format!("{url}a2a"))
+            .bearer_auth(jwt("alice"))
+            .header("a2a-version", "1.0")
+            .json(&json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}))
+            .send()
+    };
+    let message = json!({"message": {"messageId": "m1", "role": "ROLE_USER", "parts": [{"text": "hi"}]}});
+    let response = rpc("SendStreamingMessage", message).await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers()["content-type"], "text/event-stream");
+    let mut items = Vec::new();
+    let mut events = response.bytes_stream().eventsource();
+    while let Some(event) =
+        tokio::time::timeout(Duration::from_secs(60), events.next()).await.expect("bounded")
+    {
+        let answer: serde_json::Value = serde_json::from_str(&event.unwrap().data).unwrap();
+        items.push(answer["result"].clone());
+    }
+    assert_eq!(items[0]["task"]["status"]["state"], "TASK_STATE_WORKING", "the task first: {items:?}");
+    let text: String =
+        items.iter().filter_map(|i| i["artifactUpdate"]["artifact"]["parts"][0]["text"].as_str()).collect();
+    assert_eq!(text, "Hello over A2A.", "{items:?}");
+    let last = items.last().unwrap();
+    assert_eq!(last["statusUpdate"]["status"]["state"], "TASK_STATE_COMPLETED", "{items:?}");
+
+    let task_id = items[0]["task"]["id"].clone();
+    let read: serde_json::Value = rpc("GetTask", json!({"id": task_id})).await.unwrap().json().await.unwrap();
+    assert_eq!(read["result"]["status"]["state"], "TASK_STATE_COMPLETED", "{read}");
+    assert_eq!(read["result"]["artifacts"][0]["parts"][0]["text"], "Hello over A2A.");
 }
 
 /// The X-Ray trace (`Root`, `Parent`) the emulator gave an invocation, as a trace id and span id:

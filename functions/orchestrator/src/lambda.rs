@@ -356,6 +356,10 @@ mod tests {
                     e["path"] = "/a2a".into();
                 }
                 e["body"] = rpc.to_string().into();
+                e["headers"]["a2a-version"] = "1.0".into();
+                if e.get("multiValueHeaders").is_some() {
+                    e["multiValueHeaders"]["a2a-version"] = serde_json::json!(["1.0"]);
+                }
             });
             let answered = json(answer(&service, None, true, request).await).await;
             assert_eq!(
@@ -377,6 +381,10 @@ mod tests {
             e["rawPath"] = "/a2a/shopping".into();
             e["requestContext"]["http"]["path"] = "/a2a/shopping".into();
             e["body"] = rpc.to_string().into();
+            e["headers"]["a2a-version"] = "1.0".into();
+            if e.get("multiValueHeaders").is_some() {
+                e["multiValueHeaders"]["a2a-version"] = serde_json::json!(["1.0"]);
+            }
         });
         let answered = json(answer(&service, None, true, request).await).await;
         let task = &answered["result"]["task"];
@@ -386,6 +394,10 @@ mod tests {
             e["rawPath"] = "/a2a/nobody".into();
             e["requestContext"]["http"]["path"] = "/a2a/nobody".into();
             e["body"] = rpc.to_string().into();
+            e["headers"]["a2a-version"] = "1.0".into();
+            if e.get("multiValueHeaders").is_some() {
+                e["multiValueHeaders"]["a2a-version"] = serde_json::json!(["1.0"]);
+            }
         });
         let response = answer(&service, None, true, request).await;
         assert_eq!(response.status(), 404);

@@ -221,14 +221,23 @@ impl ChatService {
         if request.jsonrpc != "2.0" {
             return Err(refusal(codes::INVALID_REQUEST, "`jsonrpc` must be \"2.0\""));
         }
-        if let Some(version) = headers.get(VERSION_HEADER) {
-            let version = version.to_str().unwrap_or_default();
-            if version != PROTOCOL_VERSION && !version.is_empty() {
-                return Err(refusal(
-                    codes::VERSION_NOT_SUPPORTED,
-                    format!("A2A version {version:?} is not supported; this agent speaks {PROTOCOL_VERSION}"),
-                ));
-            }
+        // No header (or an empty one) is version 0.3, as the spec says; a patch version is
+        // ignored (`1.0.1` is 1.0), as the official SDK's servers do.
+        let version = headers.get(VERSION_HEADER).and_then(|v| v.to_str().ok()).unwrap_or_default().trim();
+        let speaks = version == PROTOCOL_VERSION
+            || version.strip_prefix(PROTOCOL_VERSION).is_some_and(|p| p.starts_with('.'));
+        if !speaks {
+            let asked = if version.is_empty() {
+                "no A2A-Version header is version 0.3, which".to_owned()
+            } else {
+                format!("A2A version {:?}", crate::redact::excerpt(version, &[]))
+            };
+            return Err(refusal(
+                codes::VERSION_NOT_SUPPORTED,
+                format!(
+                    "{asked} is not supported; this agent speaks {PROTOCOL_VERSION}: send `A2A-Version: {PROTOCOL_VERSION}`"
+                ),
+            ));
         }
         let turn_deadline = tokio::time::Instant::now() + self.endpoint.turn_deadline;
         let until = deadline.map_or(turn_deadline, |d| d.min(turn_deadline));
