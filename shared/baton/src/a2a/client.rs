@@ -3,7 +3,8 @@
 //! Each run: the card (fetched within [`A2aLimits::card_timeout`], at most
 //! [`A2aLimits::max_card_bytes`], kept for [`A2aLimits::card_ttl`]) names the JSON-RPC 1.0
 //! endpoint; the query goes there as `SendStreamingMessage` (or `SendMessage` when the card does
-//! not declare streaming), with `A2A-Version: 1.0` and the bearer token when one is configured;
+//! not declare streaming), with `A2A-Version: 1.0` and the bearer token or the signature
+//! ([`super::auth`]) when one is configured;
 //! each SSE `data:` line is one JSON-RPC answer, read into Baton events:
 //!
 //! | A2A | Baton |
@@ -23,6 +24,9 @@
 //! [`A2aLimits::max_event_bytes`] (`a2a_remote_invalid`); a stream that ends before the task
 //! does (`a2a_remote_truncated`). A stream that never ends is cut by the agent's own timeout,
 //! like any child. What a remote said reaches a log or an event only redacted and bounded.
+//!
+//! A call that ends before the remote's task does (its caller gave up, a timeout, a broken
+//! stream) sends `CancelTask` for the task, in the background, within [`CANCEL_TIMEOUT`].
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
