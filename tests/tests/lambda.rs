@@ -247,6 +247,19 @@ fn models(server: &ScriptedServer) -> Vec<(&'static str, String)> {
     ]
 }
 
+/// The emulator with the functions over the table `table_name` on moto, their models on
+/// `server`, callers identified by a JWT signed with [`SECRET`].
+fn jwt_watch(server: &ScriptedServer, table_name: &str) -> Watch {
+    Watch::start(|_| {
+        let mut env = models(server);
+        env.push(("BATON_TABLE", table_name.to_owned()));
+        env.push(("AWS_ENDPOINT_URL_DYNAMODB", required_env("AWS_ENDPOINT_URL_DYNAMODB")));
+        env.push(("BATON_AUTH", "jwt".into()));
+        env.push(("BATON_JWT_HS256_SECRET", SECRET.into()));
+        env
+    })
+}
+
 // Ignored by `cargo test`: Cargo holds its build lock while tests run, and `cargo lambda watch`
 // needs it to build the functions. `scripts/test.sh` runs this test's binary directly.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -565,14 +578,7 @@ async fn the_protocol_endpoints_serve_their_official_clients() {
     let (table_name, _store) = table("protocols").await;
     let server = ScriptedServer::start().await.unwrap();
     server.set_default(ORCH, Reply::text("Hello from Lambda."));
-    let watch = Watch::start(|_| {
-        let mut env = models(&server);
-        env.push(("BATON_TABLE", table_name.clone()));
-        env.push(("AWS_ENDPOINT_URL_DYNAMODB", required_env("AWS_ENDPOINT_URL_DYNAMODB")));
-        env.push(("BATON_AUTH", "jwt".into()));
-        env.push(("BATON_JWT_HS256_SECRET", SECRET.into()));
-        env
-    });
+    let watch = jwt_watch(&server, &table_name);
     watch.ready().await;
     let url = watch.url("orchestrator");
     let base = url.trim_end_matches('/');
@@ -614,14 +620,7 @@ async fn an_a2a_task_streams_through_the_function_url() {
     let (table_name, _store) = table("a2a").await;
     let server = ScriptedServer::start().await.unwrap();
     server.set_default(ORCH, Reply::text("Hello over A2A."));
-    let watch = Watch::start(|_| {
-        let mut env = models(&server);
-        env.push(("BATON_TABLE", table_name.clone()));
-        env.push(("AWS_ENDPOINT_URL_DYNAMODB", required_env("AWS_ENDPOINT_URL_DYNAMODB")));
-        env.push(("BATON_AUTH", "jwt".into()));
-        env.push(("BATON_JWT_HS256_SECRET", SECRET.into()));
-        env
-    });
+    let watch = jwt_watch(&server, &table_name);
     watch.ready().await;
     let url = watch.url("orchestrator");
     let client = reqwest::Client::builder().timeout(Duration::from_secs(600)).build().unwrap();

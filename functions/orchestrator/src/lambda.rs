@@ -335,71 +335,56 @@ mod tests {
             let bytes = axum::body::to_bytes(response.into_body(), 1 << 20).await.unwrap();
             serde_json::from_slice::<serde_json::Value>(&bytes).unwrap()
         };
-        let card = event_with("rest-api.json", |e| {
-            e["path"] = "/.well-known/agent-card.json".into();
-            e["httpMethod"] = "GET".into();
-            e["headers"]["X-Forwarded-Proto"] = "https".into();
-            e["body"] = serde_json::Value::Null;
-        });
-        let card = json(answer(&service, None, true, card).await).await;
+        // A card read through API Gateway (behind TLS): its path, under the `v1` stage.
+        let card_at = |path: &'static str| {
+            event_with("rest-api.json", move |e| {
+                e["path"] = path.into();
+                e["httpMethod"] = "GET".into();
+                e["headers"]["X-Forwarded-Proto"] = "https".into();
+                e["body"] = serde_json::Value::Null;
+            })
+        };
+        let card = json(answer(&service, None, true, card_at("/.well-known/agent-card.json")).await).await;
         let url = card["supportedInterfaces"][0]["url"].as_str().unwrap().to_owned();
         assert_eq!(url, "https://abcdefghij.execute-api.us-east-1.amazonaws.com/v1/a2a", "the stage kept");
         assert_eq!(card["securitySchemes"]["sigv4"]["apiKeySecurityScheme"]["name"], "Authorization");
         let rpc = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {
             "message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "hello"}]}}});
-        for name in ["rest-api.json", "function-url.json"] {
-            let request = event_with(name, |e| {
+        // The message POSTed to `path` through the front door of the sample event `name`.
+        let rpc_event = |name: &str, path: &'static str| {
+            event_with(name, |e| {
                 if e.get("rawPath").is_some() {
-                    e["rawPath"] = "/a2a".into();
-                    e["requestContext"]["http"]["path"] = "/a2a".into();
+                    e["rawPath"] = path.into();
+                    e["requestContext"]["http"]["path"] = path.into();
                 } else {
-                    e["path"] = "/a2a".into();
+                    e["path"] = path.into();
                 }
                 e["body"] = rpc.to_string().into();
                 e["headers"]["a2a-version"] = "1.0".into();
                 if e.get("multiValueHeaders").is_some() {
                     e["multiValueHeaders"]["a2a-version"] = serde_json::json!(["1.0"]);
                 }
-            });
+            })
+        };
+        for name in ["rest-api.json", "function-url.json"] {
+            let request = rpc_event(name, "/a2a");
             let answered = json(answer(&service, None, true, request).await).await;
             assert_eq!(
                 answered["result"]["task"]["status"]["state"], "TASK_STATE_COMPLETED",
                 "{name}: {answered}"
             );
         }
-        let card = event_with("rest-api.json", |e| {
-            e["path"] = "/a2a/shopping/.well-known/agent-card.json".into();
-            e["httpMethod"] = "GET".into();
-            e["headers"]["X-Forwarded-Proto"] = "https".into();
-            e["body"] = serde_json::Value::Null;
-        });
+        let card = card_at("/a2a/shopping/.well-known/agent-card.json");
         let card = json(answer(&service, None, true, card).await).await;
         assert_eq!(card["name"], "shopping");
         let url = card["supportedInterfaces"][0]["url"].as_str().unwrap().to_owned();
         assert_eq!(url, "https://abcdefghij.execute-api.us-east-1.amazonaws.com/v1/a2a/shopping");
-        let request = event_with("function-url.json", |e| {
-            e["rawPath"] = "/a2a/shopping".into();
-            e["requestContext"]["http"]["path"] = "/a2a/shopping".into();
-            e["body"] = rpc.to_string().into();
-            e["headers"]["a2a-version"] = "1.0".into();
-            if e.get("multiValueHeaders").is_some() {
-                e["multiValueHeaders"]["a2a-version"] = serde_json::json!(["1.0"]);
-            }
-        });
-        let answered = json(answer(&service, None, true, request).await).await;
+        let answered =
+            json(answer(&service, None, true, rpc_event("function-url.json", "/a2a/shopping")).await).await;
         let task = &answered["result"]["task"];
         assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED", "{answered}");
         assert_eq!(task["artifacts"][0]["name"], "shopping", "the served agent answered: {answered}");
-        let request = event_with("function-url.json", |e| {
-            e["rawPath"] = "/a2a/nobody".into();
-            e["requestContext"]["http"]["path"] = "/a2a/nobody".into();
-            e["body"] = rpc.to_string().into();
-            e["headers"]["a2a-version"] = "1.0".into();
-            if e.get("multiValueHeaders").is_some() {
-                e["multiValueHeaders"]["a2a-version"] = serde_json::json!(["1.0"]);
-            }
-        });
-        let response = answer(&service, None, true, request).await;
+        let response = answer(&service, None, true, rpc_event("function-url.json", "/a2a/nobody")).await;
         assert_eq!(response.status(), 404);
         let refused = json(response).await;
         assert!(

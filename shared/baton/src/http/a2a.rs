@@ -393,7 +393,7 @@ impl ChatService {
         let valid = self.validate(caller, headers, body.to_string().as_bytes()).map_err(from_api)?;
         let policy = Some(DisconnectPolicy::Continue);
         let (episode_id, turn_id, events) = self
-            .start_turn_on(orchestrator, valid.turn, None, policy, valid.resume, until)
+            .start_turn(orchestrator, valid.turn, None, policy, valid.resume, until)
             .await
             .map_err(from_api)?;
         let mut view = TaskView::new(&episode_id, &turn_id);

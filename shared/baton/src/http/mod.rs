@@ -412,7 +412,7 @@ impl ChatService {
                 wire,
             );
         }
-        match self.start_turn(turn, request_id, on_disconnect, resume, deadline).await {
+        match self.start_turn(&self.orchestrator, turn, request_id, on_disconnect, resume, deadline).await {
             Ok((episode_id, turn_id, recorded)) => {
                 wire.response(&episode_id, turn_id, Box::pin(recorded), self.heartbeat)
             }
@@ -420,26 +420,11 @@ impl ChatService {
         }
     }
 
-    /// Starts a checked request's turn (a resume claims its approvals first) and returns its
-    /// episode, its id and its numbered events, registered live and logged as they stream: what
-    /// `POST /chat` answers with, and what the A2A endpoint translates.
+    /// Starts a checked request's turn on `orchestrator` (the service's own, or that of an agent
+    /// served over A2A besides the entry agent; a resume claims its approvals first) and returns
+    /// its episode, its id and its numbered events, registered live and logged as they stream:
+    /// what `POST /chat` answers with, and what the A2A endpoint translates.
     pub(crate) async fn start_turn(
-        &self,
-        turn: TurnRequest,
-        request_id: Option<String>,
-        on_disconnect: Option<DisconnectPolicy>,
-        resume: Option<Vec<(String, crate::approval::Decision)>>,
-        deadline: tokio::time::Instant,
-    ) -> Result<
-        (String, String, impl futures::Stream<Item = Arc<crate::store::LoggedEvent>> + Send + 'static),
-        ApiError,
-    > {
-        self.start_turn_on(&self.orchestrator, turn, request_id, on_disconnect, resume, deadline).await
-    }
-
-    /// [`ChatService::start_turn`] with `orchestrator`'s entry agent answering (an agent served
-    /// over A2A besides the entry agent).
-    pub(crate) async fn start_turn_on(
         &self,
         orchestrator: &Arc<Orchestrator>,
         mut turn: TurnRequest,
