@@ -1,0 +1,164 @@
+"""The example pages on the official clients, in headless Chromium: examples/agui.html
+(@ag-ui/client's HttpAgent) and examples/ai-sdk.html (the `ai` package's AbstractChat, useChat's
+engine, over its DefaultChatTransport), loaded from examples/ on a loopback static server of their
+own, talking to `orchestrator serve` on another origin (BATON_CORS_ORIGINS) on the offline model.
+Each page answers a tool-heavy team turn (examples/team.yaml) and round-trips an approval
+(examples/approvals.yaml). The bundles come from `npm run build` in examples/protocol-pages
+(scripts/test.sh runs it); a missing bundle fails these tests, and so does any error the client
+throws (the pages show every error, which the tests read)."""
+
+import functools
+import http.server
+import shutil
+import threading
+
+import pytest
+from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
+from selenium.webdriver.support.ui import WebDriverWait
+
+from harness import ROOT, Serve
+
+WAIT = 20  # seconds: every wait is bounded
+EXAMPLES = ROOT / "examples"
+BUNDLES = EXAMPLES / "protocol-pages" / "dist"
+BUILD = "(cd examples/protocol-pages && npm ci && npm run build)"
+TEAM_MESSAGE = "my points are missing and find me coffee deals"
+ASK = "clip the coffee offer"
+
+
+class StaticSite:
+    """A folder over plain HTTP on a free loopback port: an origin of its own."""
+
+    def __init__(self, directory):
+        handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(directory))
+        handler.log_message = lambda *args: None
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.origin = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture(scope="module")
+def site():
+    for bundle in ("agui.js", "ai-sdk.js"):
+        assert (BUNDLES / bundle).is_file(), f"{BUNDLES / bundle} is missing: run {BUILD}"
+    s = StaticSite(EXAMPLES)
+    yield s
+    s.close()
+
+
+def serve_for(site, scripts, tmp_path, monkeypatch, config):
+    monkeypatch.setenv("BATON_CORS_ORIGINS", site.origin)
+    return Serve(scripts, tmp_path / "store.redb", tmp_path / "serve.log", config=EXAMPLES / config)
+
+
+@pytest.fixture
+def team_server(site, scripts, tmp_path, monkeypatch):
+    s = serve_for(site, scripts, tmp_path, monkeypatch, "team.yaml")
+    yield s
+    s.stop()
+
+
+@pytest.fixture
+def approvals_server(site, scripts, tmp_path, monkeypatch):
+    s = serve_for(site, scripts, tmp_path, monkeypatch, "approvals.yaml")
+    yield s
+    s.stop()
+
+
+def open_page(driver, origin, page, server):
+    """Opens a page pointed at `server` and waits until its client module has loaded."""
+    driver.get(f"{origin}/{page}?endpoint={server.url}")
+    id_field = "thread" if page == "agui.html" else "chat"
+    WebDriverWait(driver, WAIT).until(
+        lambda d: d.find_element(By.ID, id_field).text or d.find_elements(By.CSS_SELECTOR, ".error"))
+    assert_no_errors(driver)
+
+
+def send(driver, message):
+    box = driver.find_element(By.ID, "text")
+    box.send_keys(message)
+    box.send_keys(Keys.ENTER)
+
+
+def assert_no_errors(driver):
+    errors = [e.text for e in driver.find_elements(By.CSS_SELECTOR, ".error")]
+    assert not errors, errors
+
+
+def done_notes(driver):
+    return [n.text for n in driver.find_elements(By.CSS_SELECTOR, ".note.done")]
+
+
+def wait_done(driver, status):
+    """Waits until the page's last `done (<status>)` note is this status (or it shows an error)."""
+    WebDriverWait(driver, WAIT).until(
+        lambda d: done_notes(d)[-1:] == [f"done ({status})"] or d.find_elements(By.CSS_SELECTOR, ".error"))
+    assert_no_errors(driver)
+
+
+def answers(driver):
+    """(who, text) of every agent's bubble: the `who` label, then the text rendered as text."""
+    out = []
+    for bubble in driver.find_elements(By.CSS_SELECTOR, "#log .msg:not(.user):not(.approval)"):
+        who = bubble.find_element(By.CSS_SELECTOR, ".who").text
+        text = driver.execute_script("return arguments[0].lastChild.textContent", bubble)
+        out.append((who, text))
+    return out
+
+
+def notes(driver):
+    return [n.text for n in driver.find_elements(By.CSS_SELECTOR, "#log .note")]
+
+
+@pytest.mark.parametrize("page", ["agui.html", "ai-sdk.html"])
+def test_a_page_answers_a_team_turn_with_the_official_client(driver, site, team_server, page, output_dir):
+    open_page(driver, site.origin, page, team_server)
+    send(driver, TEAM_MESSAGE)
+    wait_done(driver, "ok")
+    assert done_notes(driver) == ["done (ok)"]
+    said = answers(driver)
+    assert said and all(text.strip() for _, text in said), said
+    assert all(who and who != "assistant" for who, _ in said), f"each answer names its agent instance: {said}"
+    assert any("🔧" in n for n in notes(driver)), f"the team's tool calls are shown: {notes(driver)}"
+    # Nothing the model said became markup: the bubbles hold the who label and one text node.
+    assert driver.execute_script(
+        "return [...document.querySelectorAll('#log .msg')].every(b => b.children.length === 1)")
+    assert driver.save_screenshot(str(output_dir / f"protocol-page-{page}.png"))
+
+
+@pytest.mark.parametrize("page", ["agui.html", "ai-sdk.html"])
+def test_a_page_round_trips_an_approval(driver, site, approvals_server, page, output_dir):
+    open_page(driver, site.origin, page, approvals_server)
+    send(driver, ASK)
+    if page == "ai-sdk.html":
+        wait_done(driver, "interrupted")  # the message's status, once the chat is ready again
+    WebDriverWait(driver, WAIT).until(
+        lambda d: d.find_elements(By.CSS_SELECTOR, ".msg.approval") or d.find_elements(By.CSS_SELECTOR, ".error"))
+    assert_no_errors(driver)
+    [card] = driver.find_elements(By.CSS_SELECTOR, ".msg.approval")
+    assert "clip_offer(" in card.text, card.text
+    card.find_element(By.XPATH, ".//button[text()='Approve']").click()
+    wait_done(driver, "ok")
+    shown = notes(driver)
+    returned = "✓ clip_offer returned" if page == "agui.html" else "🔧 clip_offer · output-available"
+    assert returned in shown, f"the approved call ran: {shown}"
+    assert answers(driver), "the agent answered after the approval"
+    assert driver.save_screenshot(str(output_dir / f"protocol-page-approval-{page}.png"))
+
+
+@pytest.mark.parametrize("page", ["agui.html", "ai-sdk.html"])
+def test_a_page_without_its_bundle_says_how_to_build_it(driver, team_server, page, tmp_path):
+    shutil.copy(EXAMPLES / page, tmp_path / page)
+    bare = StaticSite(tmp_path)
+    try:
+        driver.get(f"{bare.origin}/{page}?endpoint={team_server.url}")
+        error = WebDriverWait(driver, WAIT).until(lambda d: d.find_elements(By.CSS_SELECTOR, ".error"))[0]
+        assert "npm ci && npm run build" in error.text, error.text
+        assert not driver.find_element(By.ID, "form").is_displayed()
+    finally:
+        bare.close()
