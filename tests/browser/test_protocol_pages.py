@@ -13,11 +13,12 @@ import shutil
 import threading
 
 import pytest
+from selenium.common.exceptions import TimeoutException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support.ui import WebDriverWait
 
-from harness import ROOT, Serve
+from harness import ORCH, ROOT, Serve
 
 WAIT = 20  # seconds: every wait is bounded
 EXAMPLES = ROOT / "examples"
@@ -27,12 +28,16 @@ TEAM_MESSAGE = "my points are missing and find me coffee deals"
 ASK = "clip the coffee offer"
 
 
+class QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
 class StaticSite:
     """A folder over plain HTTP on a free loopback port: an origin of its own."""
 
     def __init__(self, directory):
-        handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(directory))
-        handler.log_message = lambda *args: None
+        handler = functools.partial(QuietHandler, directory=str(directory))
         self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self.origin = f"http://127.0.0.1:{self.httpd.server_address[1]}"
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
@@ -96,8 +101,11 @@ def done_notes(driver):
 
 def wait_done(driver, status):
     """Waits until the page's last `done (<status>)` note is this status (or it shows an error)."""
-    WebDriverWait(driver, WAIT).until(
-        lambda d: done_notes(d)[-1:] == [f"done ({status})"] or d.find_elements(By.CSS_SELECTOR, ".error"))
+    try:
+        WebDriverWait(driver, WAIT).until(
+            lambda d: done_notes(d)[-1:] == [f"done ({status})"] or d.find_elements(By.CSS_SELECTOR, ".error"))
+    except TimeoutException:
+        raise AssertionError(f"no `done ({status})` in the page:\n{driver.find_element(By.ID, 'log').text}") from None
     assert_no_errors(driver)
 
 
@@ -106,7 +114,8 @@ def answers(driver):
     out = []
     for bubble in driver.find_elements(By.CSS_SELECTOR, "#log .msg:not(.user):not(.approval)"):
         who = bubble.find_element(By.CSS_SELECTOR, ".who").text
-        text = driver.execute_script("return arguments[0].lastChild.textContent", bubble)
+        text = driver.execute_script(
+            "return [...arguments[0].childNodes].slice(1).map((n) => n.textContent).join('')", bubble)
         out.append((who, text))
     return out
 
@@ -162,3 +171,24 @@ def test_a_page_without_its_bundle_says_how_to_build_it(driver, team_server, pag
         assert not driver.find_element(By.ID, "form").is_displayed()
     finally:
         bare.close()
+
+
+@pytest.fixture
+def scripted_server(site, scripts, tmp_path, monkeypatch):
+    """`serve` over the scripted model, which says what the test queues."""
+    monkeypatch.setenv("BATON_CORS_ORIGINS", site.origin)
+    s = Serve(scripts, tmp_path / "store.redb", tmp_path / "serve.log")
+    yield s
+    s.stop()
+
+
+@pytest.mark.parametrize("page", ["agui.html", "ai-sdk.html"])
+def test_a_page_renders_model_text_as_text(driver, site, scripted_server, scripts, page):
+    hostile = 'Look: <img src=x onerror="window.owned=1"><script>window.owned=2</script> **bold**'
+    scripts.push(ORCH, text=hostile)
+    open_page(driver, site.origin, page, scripted_server)
+    send(driver, "hello")
+    wait_done(driver, "ok")
+    assert [text for _, text in answers(driver)] == [hostile]
+    assert not driver.find_elements(By.CSS_SELECTOR, "#log img, #log script")
+    assert driver.execute_script("return window.owned") is None
