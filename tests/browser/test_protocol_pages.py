@@ -7,10 +7,7 @@ Each page answers a tool-heavy team turn (examples/team.yaml) and round-trips an
 (scripts/test.sh runs it); a missing bundle fails these tests, and so does any error the client
 throws (the pages show every error, which the tests read)."""
 
-import functools
-import http.server
 import shutil
-import threading
 
 import pytest
 from selenium.common.exceptions import TimeoutException
@@ -18,7 +15,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support.ui import WebDriverWait
 
-from harness import ORCH, ROOT, Serve
+from harness import ORCH, ROOT, Serve, StaticSite
 
 WAIT = 20  # seconds: every wait is bounded
 EXAMPLES = ROOT / "examples"
@@ -26,25 +23,6 @@ BUNDLES = EXAMPLES / "protocol-pages" / "dist"
 BUILD = "(cd examples/protocol-pages && npm ci && npm run build)"
 TEAM_MESSAGE = "my points are missing and find me coffee deals"
 ASK = "clip the coffee offer"
-
-
-class QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, *args):
-        pass
-
-
-class StaticSite:
-    """A folder over plain HTTP on a free loopback port: an origin of its own."""
-
-    def __init__(self, directory):
-        handler = functools.partial(QuietHandler, directory=str(directory))
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        self.origin = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def close(self):
-        self.httpd.shutdown()
-        self.httpd.server_close()
 
 
 @pytest.fixture(scope="module")
@@ -56,23 +34,22 @@ def site():
     s.close()
 
 
-def serve_for(site, scripts, tmp_path, monkeypatch, config):
+@pytest.fixture
+def serve_for_pages(site, scripts, tmp_path, monkeypatch):
+    """Starts `serve` allowing the pages' origin: on the offline model with an examples/ file, or
+    over the scripted model without one."""
     monkeypatch.setenv("BATON_CORS_ORIGINS", site.origin)
-    return Serve(scripts, tmp_path / "store.redb", tmp_path / "serve.log", config=EXAMPLES / config)
+    started = []
 
+    def start(config=None):
+        s = Serve(scripts, tmp_path / "store.redb", tmp_path / "serve.log",
+                  config=EXAMPLES / config if config else None)
+        started.append(s)
+        return s
 
-@pytest.fixture
-def team_server(site, scripts, tmp_path, monkeypatch):
-    s = serve_for(site, scripts, tmp_path, monkeypatch, "team.yaml")
-    yield s
-    s.stop()
-
-
-@pytest.fixture
-def approvals_server(site, scripts, tmp_path, monkeypatch):
-    s = serve_for(site, scripts, tmp_path, monkeypatch, "approvals.yaml")
-    yield s
-    s.stop()
+    yield start
+    for s in started:
+        s.stop()
 
 
 def open_page(driver, origin, page, server):
@@ -125,8 +102,8 @@ def notes(driver):
 
 
 @pytest.mark.parametrize("page", ["agui.html", "ai-sdk.html"])
-def test_a_page_answers_a_team_turn_with_the_official_client(driver, site, team_server, page, output_dir):
-    open_page(driver, site.origin, page, team_server)
+def test_a_page_answers_a_team_turn_with_the_official_client(driver, site, serve_for_pages, page, output_dir):
+    open_page(driver, site.origin, page, serve_for_pages("team.yaml"))
     send(driver, TEAM_MESSAGE)
     wait_done(driver, "ok")
     assert done_notes(driver) == ["done (ok)"]
@@ -141,8 +118,8 @@ def test_a_page_answers_a_team_turn_with_the_official_client(driver, site, team_
 
 
 @pytest.mark.parametrize("page", ["agui.html", "ai-sdk.html"])
-def test_a_page_round_trips_an_approval(driver, site, approvals_server, page, output_dir):
-    open_page(driver, site.origin, page, approvals_server)
+def test_a_page_round_trips_an_approval(driver, site, serve_for_pages, page, output_dir):
+    open_page(driver, site.origin, page, serve_for_pages("approvals.yaml"))
     send(driver, ASK)
     if page == "ai-sdk.html":
         wait_done(driver, "interrupted")  # the message's status, once the chat is ready again
@@ -161,11 +138,13 @@ def test_a_page_round_trips_an_approval(driver, site, approvals_server, page, ou
 
 
 @pytest.mark.parametrize("page", ["agui.html", "ai-sdk.html"])
-def test_a_page_without_its_bundle_says_how_to_build_it(driver, team_server, page, tmp_path):
-    shutil.copy(EXAMPLES / page, tmp_path / page)
-    bare = StaticSite(tmp_path)
+def test_a_page_without_its_bundle_says_how_to_build_it(driver, serve_for_pages, page, tmp_path):
+    server = serve_for_pages("team.yaml")
+    (tmp_path / "bare").mkdir()
+    shutil.copy(EXAMPLES / page, tmp_path / "bare" / page)
+    bare = StaticSite(tmp_path / "bare")
     try:
-        driver.get(f"{bare.origin}/{page}?endpoint={team_server.url}")
+        driver.get(f"{bare.origin}/{page}?endpoint={server.url}")
         error = WebDriverWait(driver, WAIT).until(lambda d: d.find_elements(By.CSS_SELECTOR, ".error"))[0]
         assert "npm ci && npm run build" in error.text, error.text
         assert not driver.find_element(By.ID, "form").is_displayed()
@@ -173,20 +152,12 @@ def test_a_page_without_its_bundle_says_how_to_build_it(driver, team_server, pag
         bare.close()
 
 
-@pytest.fixture
-def scripted_server(site, scripts, tmp_path, monkeypatch):
-    """`serve` over the scripted model, which says what the test queues."""
-    monkeypatch.setenv("BATON_CORS_ORIGINS", site.origin)
-    s = Serve(scripts, tmp_path / "store.redb", tmp_path / "serve.log")
-    yield s
-    s.stop()
-
-
 @pytest.mark.parametrize("page", ["agui.html", "ai-sdk.html"])
-def test_a_page_renders_model_text_as_text(driver, site, scripted_server, scripts, page):
+def test_a_page_renders_model_text_as_text(driver, site, serve_for_pages, scripts, page):
+    server = serve_for_pages()
     hostile = 'Look: <img src=x onerror="window.owned=1"><script>window.owned=2</script> **bold**'
     scripts.push(ORCH, text=hostile)
-    open_page(driver, site.origin, page, scripted_server)
+    open_page(driver, site.origin, page, server)
     send(driver, "hello")
     wait_done(driver, "ok")
     assert [text for _, text in answers(driver)] == [hostile]
