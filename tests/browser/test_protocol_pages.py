@@ -117,9 +117,10 @@ def test_a_page_answers_a_team_turn_with_the_official_client(driver, site, serve
     assert driver.save_screenshot(str(output_dir / f"protocol-page-{page}.png"))
 
 
-@pytest.mark.parametrize("page", ["agui.html", "ai-sdk.html"])
-def test_a_page_round_trips_an_approval(driver, site, serve_for_pages, page, output_dir):
-    open_page(driver, site.origin, page, serve_for_pages("approvals.yaml"))
+def decide_approval(driver, server, site, page, button):
+    """Asks for the clip, waits for its approval card, clicks `button` and waits for the resumed
+    turn to end `ok`; returns the notes the page showed."""
+    open_page(driver, site.origin, page, server)
     send(driver, ASK)
     if page == "ai-sdk.html":
         wait_done(driver, "interrupted")  # the message's status, once the chat is ready again
@@ -128,13 +129,37 @@ def test_a_page_round_trips_an_approval(driver, site, serve_for_pages, page, out
     assert_no_errors(driver)
     [card] = driver.find_elements(By.CSS_SELECTOR, ".msg.approval")
     assert "clip_offer(" in card.text, card.text
-    card.find_element(By.XPATH, ".//button[text()='Approve']").click()
+    assert not ran(page, notes(driver)), "nothing ran before the decision"
+    card.find_element(By.XPATH, f".//button[text()='{button}']").click()
     wait_done(driver, "ok")
-    shown = notes(driver)
-    returned = "✓ clip_offer returned" if page == "agui.html" else "🔧 clip_offer · output-available"
-    assert returned in shown, f"the approved call ran: {shown}"
-    assert answers(driver), "the agent answered after the approval"
+    assert answers(driver), "the agent answered after the decision"
+    return notes(driver)
+
+
+def ran(page, shown):
+    """Whether the page showed clip_offer's result: the clipped offer (AG-UI's TOOL_CALL_RESULT, a
+    rejection is a result too), or the tool part's output (the AI SDK)."""
+    if page == "agui.html":
+        return any(n.startswith('↳ clip_offer: {"clipped"') for n in shown)
+    return "🔧 clip_offer · output-available" in shown
+
+
+@pytest.mark.parametrize("page", ["agui.html", "ai-sdk.html"])
+def test_a_page_round_trips_an_approval(driver, site, serve_for_pages, page, output_dir):
+    shown = decide_approval(driver, serve_for_pages("approvals.yaml"), site, page, "Approve")
+    assert ran(page, shown), f"the approved call ran: {shown}"
     assert driver.save_screenshot(str(output_dir / f"protocol-page-approval-{page}.png"))
+
+
+@pytest.mark.parametrize("page", ["agui.html", "ai-sdk.html"])
+def test_a_page_rejects_a_call_which_then_never_runs(driver, site, serve_for_pages, page):
+    shown = decide_approval(driver, serve_for_pages("approvals.yaml"), site, page, "Reject")
+    assert not ran(page, shown), f"the rejected call did not run: {shown}"
+    if page == "agui.html":
+        refused = any(n.startswith('↳ clip_offer: {"error":{"code":"rejected_by_user"') for n in shown)
+    else:
+        refused = "🔧 clip_offer · output-error" in shown
+    assert refused, f"the call's result is the rejection: {shown}"
 
 
 @pytest.mark.parametrize("page", ["agui.html", "ai-sdk.html"])
