@@ -2,8 +2,8 @@
 (@ag-ui/client's HttpAgent) and examples/ai-sdk.html (the `ai` package's AbstractChat, useChat's
 engine, over its DefaultChatTransport), loaded from examples/ on a loopback static server of their
 own, talking to `orchestrator serve` on another origin (BATON_CORS_ORIGINS) on the offline model.
-Each page answers a tool-heavy team turn (examples/team.yaml) and round-trips an approval
-(examples/approvals.yaml). The bundles come from `npm run build` in examples/protocol-pages
+Each page answers a tool-heavy team turn (examples/team.yaml), round-trips an approval and a
+rejection (examples/approvals.yaml) and shows a model's markup as text. The bundles come from `npm run build` in examples/protocol-pages
 (scripts/test.sh runs it); a missing bundle fails these tests, and so does any error the client
 throws (the pages show every error, which the tests read)."""
 
