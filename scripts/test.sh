@@ -122,7 +122,7 @@ for line in sys.stdin:
 timeout 900 "$lambda_test" --ignored --test-threads=1
 
 
-step "Browser: the JS client's SSE parser (node --test), the chat page and eval report in headless Chromium"
+step "Browser: the JS client's SSE parser (node --test), the chat page, the protocol example pages and eval report in headless Chromium"
 # Debian's Chromium and its WebDriver, installed once (CI runs as root; elsewhere through sudo).
 if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null || ! command -v node >/dev/null; then
     as_root=(); [[ $(id -u) -eq 0 ]] || as_root=(sudo)
@@ -130,6 +130,11 @@ if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null || !
     DEBIAN_FRONTEND=noninteractive "${as_root[@]}" apt-get install -y -qq chromium chromium-driver nodejs >/dev/null
 fi
 node --test tests/browser/
+# The example pages' official clients, bundled (esbuild, well under a second) for their browser test.
+if ! cmp -s examples/protocol-pages/package-lock.json examples/protocol-pages/node_modules/.installed-lock.json; then
+    (cd examples/protocol-pages && npm ci --no-audit --no-fund --loglevel=error && cp package-lock.json node_modules/.installed-lock.json)
+fi
+(cd examples/protocol-pages && npm run --silent build)
 cargo build -p orchestrator -p eval --locked --quiet
 cargo build -p baton-tests --example scripted_server --locked --quiet
 BATON_TEST_OUTPUT="$PWD/target/browser-test-output" timeout 600 .venv/bin/python -m pytest -q -p no:cacheprovider tests/browser

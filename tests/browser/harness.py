@@ -1,6 +1,9 @@
 """Starts the real things the browser tests talk to: the scripted model and Forethought servers
-(tests/examples/scripted_server.rs) and `orchestrator serve` on loopback. Every wait is bounded."""
+(tests/examples/scripted_server.rs), `orchestrator serve` and static sites on loopback. Every wait is
+bounded."""
 
+import functools
+import http.server
 import json
 import os
 import queue
@@ -160,3 +163,22 @@ def stored(store_path, user, episode):
         check=True,
     )
     return json.loads(out.stdout)
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+class StaticSite:
+    """A folder over plain HTTP on a free loopback port: an origin of its own."""
+
+    def __init__(self, directory):
+        handler = functools.partial(_QuietHandler, directory=str(directory))
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.origin = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()

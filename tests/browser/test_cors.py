@@ -2,38 +2,19 @@
 another with `BATON_CORS_ORIGINS`. The allowed origin chats and reads the episode header; a page
 on any other origin is refused by the browser itself, before its POST leaves."""
 
-import functools
-import http.server
-import threading
-
 import pytest
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
-from harness import ORCH, ROOT, Serve
+from harness import ORCH, ROOT, Serve, StaticSite
 from test_chat import last_turn, send_by_keyboard, wait_footer
 
 WAIT = 20  # seconds: every wait is bounded
 
 
-class StaticSite:
-    """web/ over plain HTTP on a free loopback port: an origin of its own."""
-
-    def __init__(self):
-        handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(ROOT / "web"))
-        handler.log_message = lambda *args: None
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        self.origin = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def close(self):
-        self.httpd.shutdown()
-        self.httpd.server_close()
-
-
 @pytest.fixture
 def sites():
-    allowed, other = StaticSite(), StaticSite()
+    allowed, other = StaticSite(ROOT / "web"), StaticSite(ROOT / "web")
     yield allowed, other
     allowed.close()
     other.close()

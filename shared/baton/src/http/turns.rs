@@ -178,7 +178,8 @@ impl ChatService {
     }
 
     /// Asks `key`'s turn `turn_id` to stop: at once when this process runs it, else through the
-    /// store's cancel flag (the A2A `CancelTask` too).
+    /// store's cancel flag (the A2A `CancelTask` too). A turn stopped here is flagged in the store
+    /// too, so its record says a stop was asked whichever instance took the request.
     pub(super) async fn request_cancel(
         &self,
         key: &EpisodeKey,
@@ -189,6 +190,12 @@ impl ChatService {
                 Some(status) => CancelOutcome::AlreadyEnded(status.as_str().to_owned()),
                 None => {
                     turn.cancel();
+                    if self.turn_log.enabled {
+                        if let Err(e) = self.history.store().request_cancel(key, turn_id).await {
+                            // The turn stops anyway: the flag is for the record.
+                            tracing::warn!(episode = %key, turn = %turn_id, error = %e, "cancel flag not stored");
+                        }
+                    }
                     CancelOutcome::Requested
                 }
             },
