@@ -153,11 +153,11 @@ async fn handle(service: &ChatService, auth_is_iam: bool, request: Request) -> a
 }
 
 /// `path` split as `{stage}/a2a/{agent}` (a served agent's A2A path), unless it is a
-/// conversation's route (`…/chat/a2a/{action}`: an episode named `a2a`).
+/// conversation's route with an id `a2a` (`…/chat/a2a/csat`, `…/chat/{episode}/turns/a2a/cancel`).
 fn a2a_agent(path: &str) -> Option<(&str, &str)> {
     let (before, agent) = path.rsplit_once('/')?;
     let stage = before.strip_suffix(baton::a2a::RPC_PATH)?;
-    let is_chat = stage.rsplit('/').next() == Some("chat");
+    let is_chat = stage.rsplit('/').take(3).any(|s| s == "chat");
     (!agent.is_empty() && !is_chat).then_some((stage, agent))
 }
 
@@ -497,6 +497,7 @@ mod tests {
         assert_eq!(Route::of("/v1/a2a"), Some(Route::A2a(None)));
         assert_eq!(Route::of("/chat/a2a/messages"), Some(Route::Messages("a2a".into())));
         assert_eq!(Route::of("/chat/a2a/csat"), Some(Route::Csat("a2a".into())));
+        assert_eq!(Route::of("/v1/chat/ep/turns/a2a/cancel"), Some(Route::Cancel("ep".into(), "a2a".into())));
         assert_eq!(Route::of("/v1/a2a/deal_finder"), Some(Route::A2a(Some("deal_finder".into()))));
         assert_eq!(
             Route::of("/v1/a2a/deal_finder/.well-known/agent-card.json"),
