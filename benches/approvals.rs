@@ -29,6 +29,7 @@ use baton::store::embedded::EmbeddedStore;
 use baton::store::{EpisodeKey, Store, SystemClock};
 use baton::tool::{Tool, ToolContext, ToolError, ToolRegistry};
 use baton_tests::counting::CountingStore;
+use baton_tests::process::process_cpu;
 use baton_tests::stores::StoreHarness;
 use futures::StreamExt;
 use futures::future::BoxFuture;
@@ -171,14 +172,6 @@ async fn resume(team: &Team, e: usize, id: &str) {
         json!({"episode_id": format!("a-{e}"), "resume": [{"interrupt_id": id, "decision": "approve"}]});
     let sse = request(&team.service, body).await;
     assert!(sse.contains("\"status\":\"ok\""), "{sse}");
-}
-
-/// User plus system CPU time of this process.
-fn process_cpu() -> Duration {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    let fields: Vec<&str> = stat.rsplit(") ").next().unwrap_or("").split_whitespace().collect();
-    let ticks: u64 = fields.get(11..13).map_or(0, |f| f.iter().filter_map(|v| v.parse::<u64>().ok()).sum());
-    Duration::from_millis(ticks * 10) // USER_HZ is 100 on Linux
 }
 
 fn us(d: Duration) -> f64 {

@@ -29,6 +29,7 @@ use baton::store::{Store, SystemClock};
 use baton::tool::ToolRegistry;
 use baton::turn::TurnLogSettings;
 use baton_tests::counting::CountingStore;
+use baton_tests::process::process_cpu;
 use futures::StreamExt;
 
 fn main() {
@@ -95,14 +96,6 @@ async fn one_turn(service: &ChatService, episode: usize) -> usize {
         bytes += chunk.unwrap().len();
     }
     bytes
-}
-
-/// User plus system CPU time of this process.
-fn process_cpu() -> Duration {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    let fields: Vec<&str> = stat.rsplit(") ").next().unwrap_or("").split_whitespace().collect();
-    let ticks: u64 = fields.get(11..13).map_or(0, |f| f.iter().filter_map(|v| v.parse::<u64>().ok()).sum());
-    Duration::from_millis(ticks * 10) // USER_HZ is 100 on Linux
 }
 
 fn us(d: Duration) -> f64 {

@@ -26,6 +26,7 @@ use baton::orchestrator::{Orchestrator, TurnRequest};
 use baton::routing::{RoutedAgent, RoutingPolicy, RoutingSettings, routing_tool};
 use baton::tool::{Tool, ToolRegistry};
 use baton_tests::process::ServeProcess;
+use baton_tests::process::process_cpu;
 use futures::StreamExt;
 use serde_json::json;
 
@@ -116,14 +117,6 @@ fn orchestrator() -> Arc<Orchestrator> {
 
 fn turn(i: usize) -> TurnRequest {
     TurnRequest::new("bench", format!("t{i}"), "u", "my receipt didn't scan and find me coffee deals")
-}
-
-/// User plus system CPU time of this process.
-fn process_cpu() -> Duration {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    let fields: Vec<&str> = stat.rsplit(") ").next().unwrap_or("").split_whitespace().collect();
-    let ticks: u64 = fields.get(11..13).map_or(0, |f| f.iter().filter_map(|v| v.parse::<u64>().ok()).sum());
-    Duration::from_millis(ticks * 10) // USER_HZ is 100 on Linux
 }
 
 /// A team: `lead` calls `researcher` twice at once (each streaming 40 words), then answers.

@@ -48,3 +48,11 @@ impl ServeProcess {
         ServeProcess { child, url, pid, ready, _store: store }
     }
 }
+
+/// User plus system CPU time of this process (what a benchmark compares between variants).
+pub fn process_cpu() -> Duration {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let fields: Vec<&str> = stat.rsplit(") ").next().unwrap_or("").split_whitespace().collect();
+    let ticks: u64 = fields.get(11..13).map_or(0, |f| f.iter().filter_map(|v| v.parse::<u64>().ok()).sum());
+    Duration::from_millis(ticks * 10) // USER_HZ is 100 on Linux
+}

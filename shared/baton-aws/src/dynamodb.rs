@@ -248,6 +248,46 @@ impl DynamoDbStore {
         Ok(())
     }
 
+    /// Puts `item` at `pk`/`sk` if the stored item's `version` is still `expected` (0: absent, or
+    /// past its `ttl` and not yet deleted): an optimistic write of a versioned item (the episode,
+    /// the approvals record). Otherwise [`StoreError::Conflict`].
+    async fn put_versioned(
+        &self,
+        pk: &str,
+        sk: &str,
+        item: &Item,
+        expected: u64,
+        what: &str,
+    ) -> Result<(), StoreError> {
+        let now = self.clock.now_ms();
+        let request = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(to_dynamo(pk, sk, item)))
+            .expression_attribute_names("#ttl", "ttl")
+            .expression_attribute_values(":now", AttributeValue::N((now / 1000).to_string()));
+        let request = if expected == 0 {
+            // Absent, or expired and not yet deleted.
+            request.condition_expression("attribute_not_exists(pk) OR #ttl <= :now")
+        } else {
+            request
+                .condition_expression("#version = :expected AND #ttl > :now")
+                .expression_attribute_names("#version", "version")
+                .expression_attribute_values(":expected", AttributeValue::N(expected.to_string()))
+        };
+        match request.send().await {
+            Ok(_) => Ok(()),
+            Err(e) if e.as_service_error().is_some_and(|s| s.is_conditional_check_failed_exception()) => {
+                Err(StoreError::Conflict {
+                    key: item::item_name(pk, sk),
+                    reason: format!("version {expected} is no longer the stored version"),
+                })
+            }
+            Err(e) => Err(sdk_error(what, e)),
+        }
+    }
+
     async fn get(&self, pk: &str, sk: &str, now_ms: u64) -> Result<Option<Item>, StoreError> {
         let out = self
             .client
@@ -393,32 +433,9 @@ impl Store for DynamoDbStore {
             created_at: if episode.version == 0 { now } else { episode.created_at },
             ..episode.clone()
         };
-        let request = self
-            .client
-            .put_item()
-            .table_name(&self.table)
-            .set_item(Some(to_dynamo(&pk, META_SK, &item::encode_episode(&next, self.ttl(now)))))
-            .expression_attribute_names("#ttl", "ttl")
-            .expression_attribute_values(":now", AttributeValue::N((now / 1000).to_string()));
-        let request = if episode.version == 0 {
-            // Absent, or expired and not yet deleted.
-            request.condition_expression("attribute_not_exists(pk) OR #ttl <= :now")
-        } else {
-            request
-                .condition_expression("#version = :expected AND #ttl > :now")
-                .expression_attribute_names("#version", "version")
-                .expression_attribute_values(":expected", AttributeValue::N(episode.version.to_string()))
-        };
-        match request.send().await {
-            Ok(_) => Ok(next),
-            Err(e) if e.as_service_error().is_some_and(|s| s.is_conditional_check_failed_exception()) => {
-                Err(StoreError::Conflict {
-                    key: item::item_name(&pk, META_SK),
-                    reason: format!("version {} is no longer the stored version", episode.version),
-                })
-            }
-            Err(e) => Err(sdk_error("save episode", e)),
-        }
+        let item = item::encode_episode(&next, self.ttl(now));
+        self.put_versioned(&pk, META_SK, &item, episode.version, "save episode").await?;
+        Ok(next)
     }
 
     async fn record_user_message(
@@ -580,35 +597,9 @@ impl Store for DynamoDbStore {
         expected: u64,
         keep_until_s: u64,
     ) -> Result<u64, StoreError> {
-        let now = self.clock.now_ms();
-        let pk = key.pk();
         let item = item::encode_approvals(body, expected + 1, keep_until_s);
-        let request = self
-            .client
-            .put_item()
-            .table_name(&self.table)
-            .set_item(Some(to_dynamo(&pk, APPROVALS_SK, &item)))
-            .expression_attribute_names("#ttl", "ttl")
-            .expression_attribute_values(":now", AttributeValue::N((now / 1000).to_string()));
-        let request = if expected == 0 {
-            // Absent, or kept past its time and not yet deleted.
-            request.condition_expression("attribute_not_exists(pk) OR #ttl <= :now")
-        } else {
-            request
-                .condition_expression("#version = :expected AND #ttl > :now")
-                .expression_attribute_names("#version", "version")
-                .expression_attribute_values(":expected", AttributeValue::N(expected.to_string()))
-        };
-        match request.send().await {
-            Ok(_) => Ok(expected + 1),
-            Err(e) if e.as_service_error().is_some_and(|s| s.is_conditional_check_failed_exception()) => {
-                Err(StoreError::Conflict {
-                    key: item::item_name(&pk, APPROVALS_SK),
-                    reason: format!("version {expected} is no longer the stored version"),
-                })
-            }
-            Err(e) => Err(sdk_error("save approvals", e)),
-        }
+        self.put_versioned(&key.pk(), APPROVALS_SK, &item, expected, "save approvals").await?;
+        Ok(expected + 1)
     }
 
     async fn take_lease(

@@ -99,7 +99,7 @@ async fn agent_rpc(
         Ok(caller) => caller,
         Err(e) => return answer(e.status, rpc_error(&Value::Null, codes::INVALID_REQUEST, e.message)),
     };
-    match super::read_body(&service, &headers, body).await {
+    match super::request::read_body(&service, &headers, body).await {
         Ok(bytes) => service.a2a(&caller, agent.as_deref(), &headers, &bytes, None).await,
         Err(e) => answer(e.status, rpc_error(&Value::Null, codes::INVALID_REQUEST, e.message)),
     }

@@ -18,7 +18,7 @@
 //! preflight and adds the response headers, the episode and turn ids among those a page may read.
 //!
 //! This room: the service, its routes and `serve` here; `request` (the JSON error, the caller, the
-//! checks a body and its ids pass), `sse` (the SSE body of a turn) and `messages` (a conversation
+//! body read within its limits, the checks a body and its ids pass), `sse` (the SSE body of a turn) and `messages` (a conversation
 //! read back a page at a time) beside it; `wire` (how a turn's events go out: Baton's SSE, or a
 //! front-end protocol's translation of them), `agui` (AG-UI 1.0, `POST /agui`) and `ai_sdk` (the
 //! AI SDK's UI message stream, `POST /ai-sdk`), each protocol a request mapped onto the chat
@@ -496,79 +496,11 @@ impl ChatService {
     }
 }
 
-/// The 200 SSE response of turn `turn_id`'s numbered `events`, with the ids in headers.
-fn sse_response(
-    episode_id: &str,
-    turn_id: String,
-    events: impl futures::Stream<Item = Arc<crate::store::LoggedEvent>> + Send + 'static,
-    heartbeat: Duration,
-) -> Response {
-    let episode = HeaderValue::from_str(episode_id).expect("checked id is a valid header");
-    let turn = HeaderValue::from_str(&turn_id).expect("checked id is a valid header");
-    let mut response = Response::new(Body::from_stream(sse_body(events, turn_id, heartbeat)));
-    let h = response.headers_mut();
-    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    h.insert("x-accel-buffering", HeaderValue::from_static("no"));
-    h.insert(EPISODE_HEADER, episode);
-    h.insert(TURN_HEADER, turn);
-    response
-}
-
 async fn chat(State(service): State<Arc<ChatService>>, headers: HeaderMap, body: Body) -> Response {
-    match read_request(&service, &headers, body).await {
+    match request::read_request(&service, &headers, body).await {
         Ok((caller, bytes)) => service.respond(&caller, &headers, &bytes, None).await,
         Err(response) => response,
     }
-}
-
-/// The caller and the body of a request that starts a turn (`/chat` and the protocol
-/// endpoints), read within the body's size and time limits; or the error response.
-async fn read_request(
-    service: &ChatService,
-    headers: &HeaderMap,
-    body: Body,
-) -> Result<(Caller, Bytes), Response> {
-    let caller = service.caller_from_headers(headers).map_err(IntoResponse::into_response)?;
-    let bytes = read_body(service, headers, body).await.map_err(IntoResponse::into_response)?;
-    Ok((caller, bytes))
-}
-
-/// A JSON request body, read within the body limit and the body-read timeout.
-async fn read_body(service: &ChatService, headers: &HeaderMap, body: Body) -> Result<Bytes, ApiError> {
-    let limit = service.limits.max_body_bytes;
-    let declared = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<usize>().ok());
-    if declared.is_some_and(|n| n > limit) {
-        return Err(body_too_large(limit));
-    }
-    require_json(headers)?;
-    // A total bound on the body, not an idle one: a client trickling a byte now and then would
-    // reset any per-read timer forever. hyper closes the connection after this answer, since
-    // the rest of the body was not read.
-    let timeout = service.endpoint.body_read_timeout;
-    let read = match tokio::time::timeout(timeout, axum::body::to_bytes(body, limit)).await {
-        Ok(read) => read,
-        Err(_) => {
-            tracing::info!(timeout_ms = timeout.as_millis() as u64, "request body too slow");
-            return Err(ApiError::new(
-                StatusCode::REQUEST_TIMEOUT,
-                "body_timeout",
-                format!("the request body did not arrive within {} ms", timeout.as_millis()),
-            ));
-        }
-    };
-    read.map_err(|e| {
-        let too_large = std::iter::successors(Some(&e as &dyn std::error::Error), |e| e.source())
-            .any(|e| e.is::<http_body_util::LengthLimitError>());
-        if too_large {
-            body_too_large(limit)
-        } else {
-            ApiError::new(StatusCode::BAD_REQUEST, "unreadable_body", format!("could not read the body: {e}"))
-        }
-    })
 }
 
 /// `POST /chat/{episode_id}/csat`: the caller's rating of an answer in their episode

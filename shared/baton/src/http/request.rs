@@ -1,10 +1,12 @@
 //! A chat request before its turn starts: the JSON error a refused request gets, who the caller
 //! is, and the checks a body and its ids pass.
 
+use axum::body::{Body, Bytes};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
+use super::ChatService;
 use crate::orchestrator::TurnRequest;
 use crate::store::StoreError;
 
@@ -239,6 +241,59 @@ pub(super) fn checked_id(field: &str, id: String) -> Result<String, ApiError> {
         && id.len() <= 128
         && id.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':' | '@'));
     if ok { Ok(id) } else { Err(bad_id(field)) }
+}
+
+/// The caller and the body of a request that starts a turn (`/chat` and the protocol
+/// endpoints), read within the body's size and time limits; or the error response.
+pub(super) async fn read_request(
+    service: &ChatService,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<(Caller, Bytes), Response> {
+    let caller = service.caller_from_headers(headers).map_err(IntoResponse::into_response)?;
+    let bytes = read_body(service, headers, body).await.map_err(IntoResponse::into_response)?;
+    Ok((caller, bytes))
+}
+
+/// A JSON request body, read within the body limit and the body-read timeout.
+pub(super) async fn read_body(
+    service: &ChatService,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<Bytes, ApiError> {
+    let limit = service.limits.max_body_bytes;
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    if declared.is_some_and(|n| n > limit) {
+        return Err(body_too_large(limit));
+    }
+    require_json(headers)?;
+    // A total bound on the body, not an idle one: a client trickling a byte now and then would
+    // reset any per-read timer forever. hyper closes the connection after this answer, since
+    // the rest of the body was not read.
+    let timeout = service.endpoint.body_read_timeout;
+    let read = match tokio::time::timeout(timeout, axum::body::to_bytes(body, limit)).await {
+        Ok(read) => read,
+        Err(_) => {
+            tracing::info!(timeout_ms = timeout.as_millis() as u64, "request body too slow");
+            return Err(ApiError::new(
+                StatusCode::REQUEST_TIMEOUT,
+                "body_timeout",
+                format!("the request body did not arrive within {} ms", timeout.as_millis()),
+            ));
+        }
+    };
+    read.map_err(|e| {
+        let too_large = std::iter::successors(Some(&e as &dyn std::error::Error), |e| e.source())
+            .any(|e| e.is::<http_body_util::LengthLimitError>());
+        if too_large {
+            body_too_large(limit)
+        } else {
+            ApiError::new(StatusCode::BAD_REQUEST, "unreadable_body", format!("could not read the body: {e}"))
+        }
+    })
 }
 
 #[cfg(test)]

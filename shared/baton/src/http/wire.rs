@@ -41,7 +41,8 @@ pub(crate) trait Wire: Send {
     ) -> Response;
 }
 
-/// Baton's own SSE protocol (docs/architecture.md, "The event protocol").
+/// Baton's own SSE protocol (docs/architecture.md, "The event protocol"): the 200 SSE response
+/// of the turn's numbered events, with the ids in headers.
 pub(crate) struct BatonSse;
 
 impl Wire for BatonSse {
@@ -52,7 +53,16 @@ impl Wire for BatonSse {
         events: TurnEvents,
         heartbeat: Duration,
     ) -> Response {
-        super::sse_response(episode_id, turn_id, events, heartbeat)
+        let episode = HeaderValue::from_str(episode_id).expect("checked id is a valid header");
+        let turn = HeaderValue::from_str(&turn_id).expect("checked id is a valid header");
+        let mut response = Response::new(Body::from_stream(super::sse_body(events, turn_id, heartbeat)));
+        let h = response.headers_mut();
+        h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+        h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+        h.insert("x-accel-buffering", HeaderValue::from_static("no"));
+        h.insert(super::EPISODE_HEADER, episode);
+        h.insert(super::TURN_HEADER, turn);
+        response
     }
 }
 
@@ -110,7 +120,7 @@ pub(super) async fn protocol_route<P: Protocol>(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    match super::read_request(&service, &headers, body).await {
+    match super::request::read_request(&service, &headers, body).await {
         Ok((caller, bytes)) => service.respond_protocol::<P>(&caller, &headers, &bytes, None).await,
         Err(response) => response,
     }
