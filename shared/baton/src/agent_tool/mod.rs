@@ -356,6 +356,10 @@ fn strip_code_fence(text: &str) -> &str {
 }
 
 impl Tool for AgentTool {
+    fn kind(&self) -> &'static str {
+        "agent"
+    }
+
     fn name(&self) -> &str {
         &self.name
     }

@@ -445,6 +445,10 @@ fn call_result(tool: &str, result: CallToolResult) -> Result<Value, ToolError> {
 }
 
 impl Tool for McpTool {
+    fn kind(&self) -> &'static str {
+        "mcp"
+    }
+
     fn name(&self) -> &str {
         &self.name
     }

@@ -276,6 +276,13 @@ pub trait Tool: Send + Sync + 'static {
     /// JSON Schema of the arguments (an object schema).
     fn parameters(&self) -> Value;
 
+    /// What kind of tool this is, for people reading a configuration's tree (`orchestrator
+    /// check`) and its errors: `"native"` (a Rust tool), `"agent"`, `"mcp"`, `"openapi"`,
+    /// `"lambda"`. The tool loop never reads it.
+    fn kind(&self) -> &'static str {
+        "native"
+    }
+
     /// Runs the tool.
     fn call<'a>(
         &'a self,
