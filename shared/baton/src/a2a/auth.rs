@@ -6,8 +6,6 @@ use std::sync::Arc;
 
 use futures::future::BoxFuture;
 
-use super::client::BearerToken;
-
 /// What a signature is for: the AWS service name and region (`None`: the signer's own region,
 /// e.g. `AWS_REGION`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -71,5 +69,26 @@ impl RemoteAuth {
             }
             RemoteAuth::Signed(signer, scope) => signer.sign(request, scope).await,
         }
+    }
+}
+
+/// A secret that never shows in a `Debug` or a log line.
+#[derive(Clone)]
+pub struct BearerToken(String);
+
+impl BearerToken {
+    /// The token.
+    pub fn new(token: impl Into<String>) -> BearerToken {
+        BearerToken(token.into())
+    }
+
+    pub(crate) fn secret(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for BearerToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("BearerToken(***)")
     }
 }

@@ -35,7 +35,7 @@ use futures::StreamExt;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
-use super::auth::{RemoteAuth, RequestSigner, SigningScope};
+use super::auth::{BearerToken, RemoteAuth, RequestSigner, SigningScope};
 use super::types::{
     AgentCard, Message, PROTOCOL_VERSION, Part, Role, StreamResponse, TaskState, TaskStatus, VERSION_HEADER,
 };
@@ -69,27 +69,6 @@ impl Default for A2aLimits {
             max_event_bytes: 1024 * 1024,
             call_timeout: Duration::from_secs(300),
         }
-    }
-}
-
-/// A secret that never shows in a `Debug` or a log line.
-#[derive(Clone)]
-pub struct BearerToken(String);
-
-impl BearerToken {
-    /// The token.
-    pub fn new(token: impl Into<String>) -> BearerToken {
-        BearerToken(token.into())
-    }
-
-    pub(crate) fn secret(&self) -> &str {
-        &self.0
-    }
-}
-
-impl std::fmt::Debug for BearerToken {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("BearerToken(***)")
     }
 }
 

@@ -26,7 +26,7 @@ pub mod client;
 pub mod task;
 pub mod types;
 
-pub use auth::{RemoteAuth, RequestSigner, SigningScope};
+pub use auth::{BearerToken, RemoteAuth, RequestSigner, SigningScope};
 pub use card::{CardSource, RPC_PATH, Security, Served, agent_path};
-pub use client::{A2aAgent, A2aLimits, BearerToken};
+pub use client::{A2aAgent, A2aLimits};
 pub use task::TaskView;

@@ -10,7 +10,7 @@ use futures::StreamExt;
 use serde_json::{Value, json};
 
 use super::LlmAgent;
-use super::batch::{Batch, CallDone};
+use super::batch::{Batch, CallDone, pending_call};
 use super::step::StepCall;
 use crate::approval::{
     CallState, Decision, Decisions, Outcome, ResumeError, SuspendedCall, Suspension, approved_arguments,
@@ -64,15 +64,6 @@ impl ApprovalPolicy {
             _ => Some(rule),
         }
     }
-}
-
-/// A call that waits for a person: its `approval_required` event, then its pending state.
-pub(super) fn pending_call(interrupt: Interrupt) -> ItemStream<CallDone> {
-    let done = CallDone::pending(CallState::Pending { interrupt: interrupt.clone() });
-    Box::pin(futures::stream::iter([
-        Item::Event(Event::ApprovalRequired(Box::new(interrupt))),
-        Item::Done(done),
-    ]))
 }
 
 /// The events and end of a call that did not run but has a result: its start, result and end.

@@ -10,7 +10,7 @@ use tokio::time::Instant;
 use super::LlmAgent;
 use super::step::StepCall;
 use crate::approval::{CallState, Mode};
-use crate::event::Event;
+use crate::event::{Event, Interrupt};
 use crate::item::{Item, ItemStream};
 use crate::model::ToolCall;
 use crate::mux::LiveSlotMux;
@@ -160,13 +160,22 @@ impl LlmAgent {
         });
         let (arguments, run) = match started_run {
             Ok(started) => started,
-            Err(interrupt) => return super::approval::pending_call(*interrupt),
+            Err(interrupt) => return pending_call(*interrupt),
         };
         let end = CallEnd { agent, call_id, name, arguments, started };
         let items =
             CallItems { run: Some(run.items), finish: None, end: Some(end), tail: Vec::new().into_iter() };
         crate::telemetry::trace::traced(span, Box::pin(items))
     }
+}
+
+/// A call that waits for a person: its `approval_required` event, then its pending state.
+pub(super) fn pending_call(interrupt: Interrupt) -> ItemStream<CallDone> {
+    let done = CallDone::pending(CallState::Pending { interrupt: interrupt.clone() });
+    Box::pin(futures::stream::iter([
+        Item::Event(Event::ApprovalRequired(Box::new(interrupt))),
+        Item::Done(done),
+    ]))
 }
 
 /// What a call's end events need to know.
