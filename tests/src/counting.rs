@@ -19,7 +19,13 @@ pub struct CountingStore {
     /// Turn-log writes are counted and dropped, not passed on (what the log costs in the
     /// process, without the store's share).
     discard_turn_log: bool,
+    /// Run once before the next `save_approvals` reaches `inner` (another writer landing between a
+    /// request's read and its conditional write).
+    before_save_approvals: Mutex<Option<BeforeWrite>>,
 }
+
+/// What [`CountingStore::before_next_save_approvals`] runs.
+type BeforeWrite = Box<dyn FnOnce() -> futures::future::BoxFuture<'static, ()> + Send>;
 
 impl CountingStore {
     /// Counts the calls made to `inner`.
@@ -29,6 +35,7 @@ impl CountingStore {
             calls: Mutex::default(),
             appends: Mutex::default(),
             discard_turn_log: false,
+            before_save_approvals: Mutex::default(),
         })
     }
 
@@ -40,6 +47,7 @@ impl CountingStore {
             calls: Mutex::default(),
             appends: Mutex::default(),
             discard_turn_log: true,
+            before_save_approvals: Mutex::default(),
         })
     }
 
@@ -60,6 +68,15 @@ impl CountingStore {
     /// Each append so far: its events and their bytes.
     pub fn appends(&self) -> Vec<(usize, usize)> {
         self.appends.lock().unwrap().clone()
+    }
+
+    /// Runs `write` once, before the next `save_approvals` call reaches the wrapped store: a
+    /// race lost at a chosen moment (a dismissal, another resume) without timing.
+    pub fn before_next_save_approvals(
+        &self,
+        write: impl FnOnce() -> futures::future::BoxFuture<'static, ()> + Send + 'static,
+    ) {
+        *self.before_save_approvals.lock().unwrap() = Some(Box::new(write));
     }
 
     /// Forgets what was counted.
@@ -242,6 +259,10 @@ impl Store for CountingStore {
         keep_until_s: u64,
     ) -> Result<u64, StoreError> {
         self.count("save_approvals");
+        let before = self.before_save_approvals.lock().unwrap().take();
+        if let Some(write) = before {
+            write().await;
+        }
         self.inner.save_approvals(key, body, expected, keep_until_s).await
     }
 

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use baton::approval::{ApprovalStore, DEFAULT_APPROVAL_TTL, Decision, ResumeError};
 use baton::config::ConfigError;
 use baton::config::agents::AgentSpec;
 use baton::event::{Event, Interrupt, Status};
@@ -18,6 +19,7 @@ use baton::model::scripted::{Reply, ScriptedServer};
 use baton::store::{Clock, EpisodeKey, ManualClock, Store};
 use baton::tool::{Tool, ToolContext, ToolError};
 use baton::wiring::{Backends, Extension};
+use baton_tests::counting::CountingStore;
 use baton_tests::stores::{StoreHarness, test_clock};
 use baton_tests::{Endpoint, start_endpoint_over};
 use eventsource_stream::Eventsource;
@@ -37,6 +39,8 @@ baton_tests::for_both_stores!(
     a_new_message_answers_waiting_approvals_as_rejected,
     a_routing_tool_that_needs_approval_pauses_the_routed_turn_and_its_answer_is_the_answer,
     a_turn_that_does_not_pause_costs_no_approvals_store_call,
+    a_resume_that_loses_its_write_to_a_dismissal_is_told_it_was_answered,
+    a_resume_that_loses_its_write_to_another_resume_is_told_it_is_in_progress,
 );
 
 /// A routing entry agent whose routing tool `ask_billing` needs approval.
@@ -488,6 +492,43 @@ async fn a_new_message_answers_waiting_approvals_as_rejected<H: StoreHarness>() 
     assert_eq!((got, code(&error)), (409, "interrupt_answered"));
     assert!(error["error"]["message"].as_str().unwrap().contains("dismissed"), "{error}");
     assert_eq!(s.clips(), 0);
+}
+
+/// A resume that read the record just before a new message dismissed its interrupt: its
+/// conditional write loses, and the answer says what happened (answered), not "try again".
+async fn a_resume_that_loses_its_write_to_a_dismissal_is_told_it_was_answered<H: StoreHarness>() {
+    let s = Setup::<H>::start().await;
+    let interrupt = s.pause().await;
+    let key = EpisodeKey::new("alice", "e1").unwrap();
+    let counting = CountingStore::new(s.store.clone());
+    let dismissing = (ApprovalStore::new(s.store.clone(), DEFAULT_APPROVAL_TTL), key.clone());
+    counting.before_next_save_approvals(move || {
+        Box::pin(async move { assert_eq!(dismissing.0.dismiss(&dismissing.1).await.unwrap(), 1) })
+    });
+    let late = ApprovalStore::new(counting.clone(), DEFAULT_APPROVAL_TTL);
+    let answers = [(interrupt.interrupt_id.clone(), Decision::Approve { arguments: None })];
+    let got = late.claim(&key, &answers, "late", u64::MAX).await;
+    assert!(matches!(&got, Err(ResumeError::Answered(_, how)) if how == "dismissed"), "{got:?}");
+    assert_eq!(counting.calls_of("save_approvals"), 1, "the lost write is not made again");
+    assert_eq!(s.clips(), 0);
+}
+
+/// A resume whose write loses to another resume's claim is told another request resumes now.
+async fn a_resume_that_loses_its_write_to_another_resume_is_told_it_is_in_progress<H: StoreHarness>() {
+    let s = Setup::<H>::start().await;
+    let interrupt = s.pause().await;
+    let key = EpisodeKey::new("alice", "e1").unwrap();
+    let answers = [(interrupt.interrupt_id.clone(), Decision::Approve { arguments: None })];
+    let counting = CountingStore::new(s.store.clone());
+    let winner = (ApprovalStore::new(s.store.clone(), DEFAULT_APPROVAL_TTL), key.clone(), answers.clone());
+    counting.before_next_save_approvals(move || {
+        Box::pin(async move {
+            winner.0.claim(&winner.1, &winner.2, "first", u64::MAX).await.unwrap();
+        })
+    });
+    let loser = ApprovalStore::new(counting.clone(), DEFAULT_APPROVAL_TTL);
+    let got = loser.claim(&key, &answers, "second", u64::MAX).await;
+    assert!(matches!(got, Err(ResumeError::InProgress)), "{got:?}");
 }
 
 async fn a_routing_tool_that_needs_approval_pauses_the_routed_turn_and_its_answer_is_the_answer<

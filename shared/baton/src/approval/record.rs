@@ -217,6 +217,10 @@ impl ApprovalStore {
     /// Checks `decisions` against the episode's record and claims it for `holder` until
     /// `until_ms`: one conditional write, so of racing requests one resumes and the others are
     /// refused ([`ResumeError::InProgress`]). Nothing runs before this succeeds.
+    ///
+    /// A write that loses to another one (a new message's dismissal, a racing resume) reads the
+    /// record again and answers from what it says now: `interrupt_answered` when the interrupts
+    /// were dismissed meanwhile, `resume_in_progress` only while another request holds the claim.
     pub async fn claim(
         &self,
         key: &EpisodeKey,
@@ -224,53 +228,71 @@ impl ApprovalStore {
         holder: &str,
         until_ms: u64,
     ) -> Result<ClaimedResume, ResumeError> {
-        let first = decisions.first().map(|(id, _)| id.clone()).unwrap_or_default();
-        let Some(mut record) = self.load(key).await? else { return Err(ResumeError::NotFound(first)) };
-        let now = self.now_ms();
-        let pending: HashMap<String, Interrupt> = record
-            .root
-            .as_ref()
-            .map(|r| r.interrupts().into_iter().map(|i| (i.interrupt_id.clone(), i)).collect())
-            .unwrap_or_default();
-        for (id, decision) in decisions {
-            if let Some(how) = record.answered.get(id) {
-                return Err(ResumeError::Answered(id.clone(), how.clone()));
-            }
-            let Some(interrupt) = pending.get(id) else { return Err(ResumeError::NotFound(id.clone())) };
-            if now / 1000 >= interrupt.expires_at {
-                return Err(ResumeError::Expired(id.clone()));
-            }
-            if let Decision::Approve { arguments: Some(edits) } = decision {
-                if let Some(field) = edits.keys().find(|f| !interrupt.editable.contains(f)) {
-                    let allowed = if interrupt.editable.is_empty() {
-                        "none may be edited".to_owned()
-                    } else {
-                        format!("editable: {}", interrupt.editable.join(", "))
-                    };
-                    return Err(ResumeError::InvalidArguments(format!(
-                        "`arguments.{field}` of interrupt `{id}` may not be edited ({allowed})"
-                    )));
+        for _ in 0..CLAIM_ATTEMPTS {
+            let first = decisions.first().map(|(id, _)| id.clone()).unwrap_or_default();
+            let Some(mut record) = self.load(key).await? else { return Err(ResumeError::NotFound(first)) };
+            check_claim(&record, decisions, holder, self.now_ms())?;
+            record.claim = Some((holder.to_owned(), until_ms));
+            match self.save(key, &mut record).await {
+                Ok(()) => {
+                    let root = record.root.clone().expect("a record with pending interrupts has a root");
+                    return Ok(ClaimedResume {
+                        approvals: self.clone(),
+                        key: key.clone(),
+                        root,
+                        record: Arc::new(tokio::sync::Mutex::new(record)),
+                    });
                 }
+                Err(StoreError::Conflict { .. }) => continue,
+                Err(e) => return Err(e.into()),
             }
         }
-        if let Some((other, until)) = &record.claim {
-            if *until > now && other != holder {
-                return Err(ResumeError::InProgress);
+        // The record changed under every attempt: others write it now.
+        Err(ResumeError::InProgress)
+    }
+}
+
+/// How often a claim reads the record again after losing a write to another request.
+const CLAIM_ATTEMPTS: usize = 4;
+
+/// Whether `record` may be claimed for `holder` at `now` (ms) with `decisions`: each answered
+/// interrupt waits and has not expired, only editable fields are edited, and no other request
+/// holds a live claim.
+fn check_claim(
+    record: &PendingApprovals,
+    decisions: &[(String, Decision)],
+    holder: &str,
+    now: u64,
+) -> Result<(), ResumeError> {
+    let pending: HashMap<String, Interrupt> = record
+        .root
+        .as_ref()
+        .map(|r| r.interrupts().into_iter().map(|i| (i.interrupt_id.clone(), i)).collect())
+        .unwrap_or_default();
+    for (id, decision) in decisions {
+        if let Some(how) = record.answered.get(id) {
+            return Err(ResumeError::Answered(id.clone(), how.clone()));
+        }
+        let Some(interrupt) = pending.get(id) else { return Err(ResumeError::NotFound(id.clone())) };
+        if now / 1000 >= interrupt.expires_at {
+            return Err(ResumeError::Expired(id.clone()));
+        }
+        if let Decision::Approve { arguments: Some(edits) } = decision {
+            if let Some(field) = edits.keys().find(|f| !interrupt.editable.contains(f)) {
+                let allowed = if interrupt.editable.is_empty() {
+                    "none may be edited".to_owned()
+                } else {
+                    format!("editable: {}", interrupt.editable.join(", "))
+                };
+                return Err(ResumeError::InvalidArguments(format!(
+                    "`arguments.{field}` of interrupt `{id}` may not be edited ({allowed})"
+                )));
             }
         }
-        record.claim = Some((holder.to_owned(), until_ms));
-        match self.save(key, &mut record).await {
-            Ok(()) => {}
-            Err(StoreError::Conflict { .. }) => return Err(ResumeError::InProgress),
-            Err(e) => return Err(e.into()),
-        }
-        let root = record.root.clone().expect("a record with pending interrupts has a root");
-        Ok(ClaimedResume {
-            approvals: self.clone(),
-            key: key.clone(),
-            root,
-            record: Arc::new(tokio::sync::Mutex::new(record)),
-        })
+    }
+    match &record.claim {
+        Some((other, until)) if *until > now && other != holder => Err(ResumeError::InProgress),
+        _ => Ok(()),
     }
 }
 
