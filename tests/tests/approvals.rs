@@ -2,7 +2,7 @@
 //! server over HTTP), against both stores: a call two agents deep paused on one instance and
 //! resumed on another, a resume retried, raced and cut mid-call, and every refusal of a bad
 //! answer. A side-effecting tool counts its runs: the guarantee is that an approved call runs
-//! exactly once, and a call no one approved never.
+//! never twice (an unknown outcome is reported), and a call no one approved never.
 //!
 //! "Two instances" are two chat services over one store: what two Lambda instances share.
 
@@ -41,6 +41,7 @@ baton_tests::for_both_stores!(
     a_turn_that_does_not_pause_costs_no_approvals_store_call,
     a_resume_that_loses_its_write_to_a_dismissal_is_told_it_was_answered,
     a_resume_that_loses_its_write_to_another_resume_is_told_it_is_in_progress,
+    a_stale_resume_whose_claim_lapsed_stores_nothing,
 );
 
 /// A routing entry agent whose routing tool `ask_billing` needs approval.
@@ -529,6 +530,41 @@ async fn a_resume_that_loses_its_write_to_another_resume_is_told_it_is_in_progre
     let loser = ApprovalStore::new(counting.clone(), DEFAULT_APPROVAL_TTL);
     let got = loser.claim(&key, &answers, "second", u64::MAX).await;
     assert!(matches!(got, Err(ResumeError::InProgress)), "{got:?}");
+}
+
+/// Instance A resumes and stalls inside the approved call past its claim; B takes the resume
+/// over (the call is not run again: `outcome_unknown`) and answers. When A wakes, it stores
+/// nothing: the conversation holds B's answer only, and A's client is told why.
+async fn a_stale_resume_whose_claim_lapsed_stores_nothing<H: StoreHarness>() {
+    let s = Setup::<H>::start().await;
+    let interrupt = s.pause().await;
+    *s.tools.delay.lock().unwrap() = Duration::from_secs(3);
+    let request = reqwest::Client::new()
+        .post(&s.a.url)
+        .header(baton::http::USER_HEADER, "alice")
+        .json(&approve(&interrupt.interrupt_id));
+    let stale = tokio::spawn(async move {
+        let response = request.send().await.unwrap();
+        tokio::time::timeout(BOUND, sse(response).collect::<Vec<_>>()).await.expect("A's stream ends")
+    });
+    baton_tests::wait_until("A runs the approved call", || async { s.clips() == 1 }).await;
+    // Past A's claim (the turn deadline) by the store's clock: B may take the resume over.
+    s.clock.advance(Duration::from_secs(3600));
+    s.server.push("deals", Reply::text("It may be clipped; please check."));
+    s.server.push("lead", Reply::text("Please check your card."));
+    let (code, events) = post(&s.b, "alice", approve(&interrupt.interrupt_id)).await;
+    assert_eq!(code, 200, "{events:?}");
+    assert_eq!(text(&events.unwrap()), "Please check your card.");
+    s.server.push("deals", Reply::text("Clipped o-1."));
+    s.server.push("lead", Reply::text("Stale answer."));
+    let stale = stale.await.unwrap();
+    assert_eq!(status(&stale), Status::Error, "{stale:#?}");
+    assert!(stale.iter().any(|e| matches!(e, Event::Error { code, .. } if code == "resume_superseded")));
+    assert_eq!(s.clips(), 1, "the call ran once");
+    let page = messages(&s.b, "alice").await;
+    let stored = page["messages"].to_string();
+    assert!(stored.contains("Please check your card."), "{page}");
+    assert!(!stored.contains("Stale answer") && !stored.contains("could not be saved"), "{page}");
 }
 
 async fn a_routing_tool_that_needs_approval_pauses_the_routed_turn_and_its_answer_is_the_answer<

@@ -131,6 +131,12 @@ impl PendingReply {
         }
     }
 
+    /// Drops the reply without saving it: the turn lost its right to answer (a resume whose
+    /// claim lapsed and another request took over: that request's answer is the one kept).
+    pub fn discard(mut self) {
+        self.open = false;
+    }
+
     /// Saves the reply so far in a task of its own (`hung_up`: the client left, so what had not
     /// finished is `partial`); `None` outside a Tokio runtime.
     fn save(&mut self, hung_up: bool) -> Option<tokio::task::JoinHandle<Result<(), StoreError>>> {

@@ -333,6 +333,7 @@ impl Orchestrator {
                     if let Some(paused) = &paused {
                         interrupts = paused.interrupts();
                     }
+                    let resumed = claimed.is_some();
                     let saved = match (claimed, paused) {
                         (Some(claimed), paused) if status != Status::Cancelled && status != Status::Partial => {
                             claimed.finish(&tally.turn_id, paused).await
@@ -341,7 +342,21 @@ impl Orchestrator {
                         (None, Some(paused)) => store.pause(key, &tally.turn_id, paused, None).await,
                         (None, None) => Ok(()),
                     };
-                    if let Err(e) = saved {
+                    if let (Err(StoreError::Conflict { .. }), true) = (&saved, resumed) {
+                        // The claim lapsed and another request resumed (or a message dismissed)
+                        // the record since: that request's answer is the conversation's, and
+                        // this one stores nothing.
+                        let (episode, turn) = (&tally.episode_id, &tally.turn_id);
+                        tracing::warn!(%episode, %turn, "resume superseded: its claim lapsed; nothing stored");
+                        tally.errors += 1;
+                        status = Status::Error;
+                        interrupts.clear();
+                        if let Some(reply) = reply.take() {
+                            reply.discard();
+                        }
+                        yield Event::error(ORCHESTRATOR, "resume_superseded",
+                            "another request took this resume over after its claim lapsed; this answer is not kept", false);
+                    } else if let Err(e) = saved {
                         let (episode, turn) = (&tally.episode_id, &tally.turn_id);
                         tracing::error!(%episode, %turn, error = %e, "approvals not saved");
                         tally.errors += 1;

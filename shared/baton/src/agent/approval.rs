@@ -1,6 +1,6 @@
 //! Which of an agent's calls need a person's approval ([`ApprovalPolicy`]), and how a paused
 //! step's calls start again on a resumed turn ([`LlmAgent::resume_batch`]): approved calls run
-//! exactly once, rejected ones tell the model, unanswered ones stay pending, paused children
+//! never twice (an unknown outcome is reported), rejected ones tell the model, unanswered ones stay pending, paused children
 //! resume (docs/approvals.md).
 
 use std::collections::HashMap;

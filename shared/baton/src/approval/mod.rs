@@ -6,7 +6,7 @@
 //! call) goes to the turn's [`TurnApprovals`]; its caller's call of it is then pending too, and
 //! so on up to the entry agent. The turn stores the tree ([`PendingApprovals`], one record per
 //! episode, with a TTL) and ends `interrupted`. A resume request answers interrupts by id: the
-//! tree is restored bottom-up, each approved call runs exactly once (its outcome is recorded in
+//! tree is restored bottom-up, each approved call is sent never twice (its start and outcome are recorded in
 //! the record before the loop goes on; a retried resume finds it), a rejected call's result
 //! tells the model the person said no, and each suspended loop continues to one answer.
 //!

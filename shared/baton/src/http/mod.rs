@@ -480,7 +480,9 @@ impl ChatService {
         deadline: tokio::time::Instant,
     ) -> Result<TurnApprovals, ApiError> {
         let key = crate::store::EpisodeKey::new(turn.user_id.as_str(), turn.episode_id.as_str())?;
-        let left = deadline.saturating_duration_since(tokio::time::Instant::now()) + LOG_END_GRACE;
+        // The claim lapses at the turn's deadline, as docs/approvals.md says: a turn still
+        // finishing after it and taken over meanwhile stores nothing (its writes are conditional).
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
         let until_ms = self.history.store().clock().now_ms() + left.as_millis() as u64;
         let entry = self.orchestrator.entry().clone();
         let check = |paused: &_, decisions: &_| entry.check_resume(paused, decisions);

@@ -156,7 +156,7 @@ impl Store for EmbeddedStore {
     ) -> Result<u64, StoreError> {
         let now = self.clock.now_ms();
         let pk = key.pk();
-        // Flushed: an approved call's recorded outcome must survive a crash (exactly once).
+        // Flushed: an approved call's recorded start and outcome must survive a crash (never twice).
         let (version, upto) = self.change(|view| {
             let stored = view
                 .get(&pk, APPROVALS_SK, now)?
