@@ -466,7 +466,7 @@ pub async fn a_lease_goes_to_one_holder_at_a_time<H: StoreHarness>() {
     assert_eq!(store.take_lease(&k, "vendor:support", "a", ttl).await.unwrap(), LeaseGrant::Granted);
     assert_eq!(
         store.take_lease(&k, "vendor:support", "b", ttl).await.unwrap(),
-        LeaseGrant::HeldUntil(now + 30_000)
+        LeaseGrant::Held { holder: "a".into(), until: now + 30_000 }
     );
     assert_eq!(
         store.take_lease(&k, "vendor:support", "a", ttl).await.unwrap(),
@@ -502,7 +502,7 @@ pub async fn an_expired_lease_is_taken_over_and_a_stale_release_frees_nothing<H:
     );
     store.release_lease(&k, "n", "crashed").await.unwrap();
     assert!(
-        matches!(store.take_lease(&k, "n", "third", ttl).await.unwrap(), LeaseGrant::HeldUntil(_)),
+        matches!(store.take_lease(&k, "n", "third", ttl).await.unwrap(), LeaseGrant::Held { .. }),
         "a stale release must not free another holder's lease"
     );
 }

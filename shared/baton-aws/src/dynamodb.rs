@@ -630,7 +630,8 @@ impl Store for DynamoDbStore {
                 // Held by another: until when? Released in between, it is free now.
                 let held =
                     self.get(&pk, &sk, now).await?.map(|i| item::decode_lease(&pk, &sk, &i)).transpose()?;
-                Ok(LeaseGrant::HeldUntil(held.map_or(now, |(_, until)| until)))
+                let (holder, until) = held.unwrap_or((String::new(), now));
+                Ok(LeaseGrant::Held { holder, until })
             }
             Err(e) => Err(sdk_error("take lease", e)),
         }

@@ -87,7 +87,19 @@ pub async fn acquire(
     ttl: Duration,
     wait: Duration,
 ) -> Result<Lease, LeaseError> {
-    let holder = uuid::Uuid::new_v4().to_string();
+    acquire_as(store, key, name, uuid::Uuid::new_v4().to_string(), ttl, wait).await
+}
+
+/// [`acquire`] for a holder the caller names (a turn's id, so that whoever finds the lease held
+/// learns which turn holds it).
+pub async fn acquire_as(
+    store: Arc<dyn Store>,
+    key: EpisodeKey,
+    name: &str,
+    holder: String,
+    ttl: Duration,
+    wait: Duration,
+) -> Result<Lease, LeaseError> {
     let started = Instant::now();
     let deadline = crate::bounded::after(started, wait);
     let mut pause = MIN_PAUSE;
@@ -102,7 +114,7 @@ pub async fn acquire(
                     }
                 }));
             }
-            LeaseGrant::HeldUntil(until) => {
+            LeaseGrant::Held { until, .. } => {
                 let now = Instant::now();
                 if now >= deadline {
                     return Err(LeaseError::Busy { name: name.to_owned(), waited: now - started });

@@ -333,12 +333,18 @@ pub fn lease_sk(name: &str) -> String {
 }
 
 /// What asking for a lease found ([`Store::take_lease`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LeaseGrant {
     /// The caller holds the lease until the expiry it asked for.
     Granted,
-    /// Another holder has it until this time (ms since the epoch), unless it releases it sooner.
-    HeldUntil(u64),
+    /// Another holder has it until `until` (ms since the epoch), unless it releases it sooner.
+    Held {
+        /// Who holds it (empty when it was released between the refused write and the read
+        /// that asked who held it: free now).
+        holder: String,
+        /// Its expiry.
+        until: u64,
+    },
 }
 
 /// What recording a user message did.

@@ -10,17 +10,20 @@
 //! - `record`: [`record`], the producer: numbers a turn's events, hands them to the client and
 //!   to memory, and keeps the turn running after the client leaves when asked to;
 //! - `resume`: [`follow`], the events of a turn after a cursor: replayed from memory or the
-//!   store, then followed live until `completed`.
+//!   store, then followed live until `completed`;
+//! - `busy`: [`BusyGate`], what a message does when its episode's turn runs (`on_busy`).
 
 use std::time::Duration;
 
 use serde::Deserialize;
 
+mod busy;
 mod live;
 mod record;
 mod resume;
 mod writer;
 
+pub use busy::{Admission, BUSY_LEASE, BusyGate, BusyRefusal, DEFAULT_QUEUE_LIMIT, ON_BUSY_VALUES, OnBusy};
 pub use live::{LIVE_BYTES, LiveTurn, LiveTurns, Registered, Since};
 pub use record::{RecordedTurn, record};
 pub use resume::{Cursor, EVENTS_MISSING, ResumeLimits, follow};

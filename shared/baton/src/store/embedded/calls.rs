@@ -192,7 +192,7 @@ impl Store for EmbeddedStore {
             if let Some(item) = view.get(&pk, &sk, now)? {
                 let (current, until) = item::decode_lease(&pk, &sk, &item)?;
                 if current != holder && until > now {
-                    return Ok(LeaseGrant::HeldUntil(until));
+                    return Ok(LeaseGrant::Held { holder: current, until });
                 }
             }
             view.put(&pk, &sk, &item::encode_lease(holder, expires_at));
