@@ -11,6 +11,7 @@
 //! - [`otlp`]: a real OTLP/HTTP trace receiver on loopback.
 //! - [`process`]: `orchestrator serve` as a child process, for the benchmarks.
 //! - [`protocols`]: the AG-UI and AI SDK official clients, run by node against a Baton URL.
+//! - [`tools`]: tools with a side effect that count their runs, and a deployment offering them.
 //!
 //! One binary: `relay` (`src/bin/relay.rs`), the floor the latency benchmark holds `serve`'s CPU
 //! against.
@@ -23,6 +24,7 @@ pub mod otlp;
 pub mod process;
 pub mod protocols;
 pub mod stores;
+pub mod tools;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -310,9 +310,7 @@ async fn a_finished_turn_replays_after_any_id_exactly_once<H: StoreHarness>() {
     let n = live.len() as u64;
     let path = format!("/chat/e1/turns/{turn}/events");
     // Either instance: the turn has ended, so both read the store's log.
-    for (endpoint, after) in
-        [(&s.a, 0), (&s.b, 0), (&s.b, 1), (&s.a, 9), (&s.b, 10), (&s.a, n - 1), (&s.b, n)]
-    {
+    for (endpoint, after) in [(&s.a, 0), (&s.b, 0), (&s.b, 1), (&s.a, 9), (&s.b, 10), (&s.a, n - 1)] {
         let last = (after > 0).then(|| format!("{turn}:{after}"));
         let (status, replay) = get(endpoint, "alice", &path, last.as_deref()).await;
         assert_eq!(status, 200);
@@ -322,6 +320,17 @@ async fn a_finished_turn_replays_after_any_id_exactly_once<H: StoreHarness>() {
         let events: Vec<&Event> = replay.iter().map(|r| &r.event).collect();
         let originals: Vec<&Event> = live[after as usize..].iter().map(|r| &r.event).collect();
         assert_eq!(events, originals, "the same events, none twice, after {after}");
+    }
+    // After the final event there is nothing to send: `204`, on either instance, so an
+    // `EventSource` stops instead of reconnecting forever.
+    for endpoint in [&s.a, &s.b] {
+        let request = reqwest::Client::new()
+            .get(format!("{}{path}", endpoint.url))
+            .header(baton::http::USER_HEADER, "alice")
+            .header("last-event-id", format!("{turn}:{n}"));
+        let response = request.send().await.unwrap();
+        assert_eq!(response.status(), 204);
+        assert!(response.bytes().await.unwrap().is_empty());
     }
     // The query parameter (EventSource's first connection), and the episode's latest turn.
     let (_, replay) = get(&s.b, "alice", &format!("{path}?last_event_id={turn}%3A{}", n - 2), None).await;

@@ -121,18 +121,23 @@ impl ChatService {
         // Whether `last_seq` is the turn's last for sure: a turn this process runs knows it
         // exactly, an ended one has it in its record; the record of a turn running elsewhere
         // may lag its stream by a batch.
-        let (last_seq, exact) = match &live {
-            Some(turn) => (turn.last_seq(), true),
+        let (last_seq, exact, ended) = match &live {
+            Some(turn) => (turn.last_seq(), true, turn.ended().is_some()),
             None => {
                 let record = store.turn_record(&key, &turn_id).await?.ok_or_else(not_found)?;
                 let ended = matches!(record.effective_status(store.clock().now_ms()), TurnStatus::Ended(_));
-                (record.last_seq, ended)
+                (record.last_seq, ended, ended)
             }
         };
         if after > last_seq && exact {
             return Err(bad_last_id(format!(
                 "the last event id names event {after}, but the turn has {last_seq} events so far"
             )));
+        }
+        if ended && after == last_seq {
+            // Nothing follows the final event: `204` tells an `EventSource` to stop reconnecting
+            // (an empty `200` would have it reconnect forever).
+            return Ok(StatusCode::NO_CONTENT.into_response());
         }
         Ok(self.follow_response(key, live, turn_id, Cursor { after }, deadline, Box::new(BatonSse)))
     }
