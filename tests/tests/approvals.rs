@@ -7,24 +7,20 @@
 //! "Two instances" are two chat services over one store: what two Lambda instances share.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use baton::approval::{ApprovalStore, DEFAULT_APPROVAL_TTL, Decision, ResumeError};
-use baton::config::ConfigError;
-use baton::config::agents::AgentSpec;
 use baton::event::{Event, Interrupt, Status};
 use baton::http::EndpointLimits;
 use baton::model::scripted::{Reply, ScriptedServer};
 use baton::store::{Clock, EpisodeKey, ManualClock, Store};
-use baton::tool::{Tool, ToolContext, ToolError};
-use baton::wiring::{Backends, Extension};
+use baton::wiring::Backends;
 use baton_tests::counting::CountingStore;
 use baton_tests::stores::{StoreHarness, test_clock};
+use baton_tests::tools::CountingTools;
 use baton_tests::{Endpoint, start_endpoint_over};
 use eventsource_stream::Eventsource;
 use futures::StreamExt;
-use futures::future::BoxFuture;
 use serde_json::{Value, json};
 
 baton_tests::for_both_stores!(
@@ -95,74 +91,22 @@ fn team_without_clip() -> String {
 
 const BOUND: Duration = Duration::from_secs(20);
 
-/// A tool with a side effect: it counts its runs (and takes `delay` to finish).
-struct Counting {
-    name: &'static str,
-    runs: Arc<AtomicUsize>,
-    delay: Arc<std::sync::Mutex<Duration>>,
-}
-
-impl Tool for Counting {
-    fn name(&self) -> &str {
-        self.name
-    }
-    fn description(&self) -> &str {
-        "Acts on an offer."
-    }
-    fn parameters(&self) -> Value {
-        json!({"type": "object", "properties": {"offer_id": {"type": "string", "pattern": "^o-[0-9]+$"}},
-               "required": ["offer_id"], "additionalProperties": false})
-    }
-    fn call<'a>(&'a self, arguments: Value, _: &'a ToolContext) -> BoxFuture<'a, Result<Value, ToolError>> {
-        Box::pin(async move {
-            let n = self.runs.fetch_add(1, Ordering::SeqCst) + 1;
-            let delay = *self.delay.lock().unwrap();
-            tokio::time::sleep(delay).await;
-            Ok(json!({"done": arguments["offer_id"], "run": n}))
-        })
-    }
-}
-
-/// The deployment's tools, shared by both instances (one side effect, wherever it runs).
-#[derive(Clone, Default)]
-struct Tools {
-    clips: Arc<AtomicUsize>,
-    looks: Arc<AtomicUsize>,
-    delay: Arc<std::sync::Mutex<Duration>>,
-}
-
-impl Extension for Tools {
-    fn tool_names(&self) -> Vec<&str> {
-        vec!["look", "clip"]
-    }
-    fn tool(&self, name: &str) -> Option<Arc<dyn Tool>> {
-        let runs = match name {
-            "look" => self.looks.clone(),
-            "clip" => self.clips.clone(),
-            _ => return None,
-        };
-        Some(Arc::new(Counting {
-            name: if name == "look" { "look" } else { "clip" },
-            runs,
-            delay: self.delay.clone(),
-        }))
-    }
-    fn agent(&self, kind: &str, _: &AgentSpec) -> Result<Arc<dyn baton::agent::Agent>, ConfigError> {
-        Err(ConfigError::Extension { what: kind.into(), reason: "none".into() })
-    }
-}
-
 struct Setup<H> {
     _harness: H,
     clock: Arc<ManualClock>,
     server: ScriptedServer,
-    tools: Tools,
+    tools: CountingTools,
     store: Arc<dyn Store>,
     a: Endpoint,
     b: Endpoint,
 }
 
-async fn endpoint(server: &ScriptedServer, yaml: &str, store: Arc<dyn Store>, tools: &Tools) -> Endpoint {
+async fn endpoint(
+    server: &ScriptedServer,
+    yaml: &str,
+    store: Arc<dyn Store>,
+    tools: &CountingTools,
+) -> Endpoint {
     let config = baton_tests::scripted_runtime_config(server).with_yaml(yaml, "team.yaml").unwrap();
     let backends = Backends::over_store(store.clone()).with_extension(Arc::new(tools.clone()));
     start_endpoint_over(&config, store, backends, EndpointLimits::default()).await
@@ -173,7 +117,7 @@ impl<H: StoreHarness> Setup<H> {
         let clock = test_clock();
         let harness = H::start(clock.clone()).await;
         let server = ScriptedServer::start().await.unwrap();
-        let tools = Tools::default();
+        let tools = CountingTools::new(&["look", "clip"]);
         let store = harness.store();
         let a = endpoint(&server, TEAM, store.clone(), &tools).await;
         let b = endpoint(&server, TEAM, store.clone(), &tools).await;
@@ -181,7 +125,7 @@ impl<H: StoreHarness> Setup<H> {
     }
 
     fn clips(&self) -> usize {
-        self.tools.clips.load(Ordering::SeqCst)
+        self.tools.runs("clip")
     }
 
     /// Turn 1 on instance A: the lead asks deals, which looks and clips at once; the clip waits.
@@ -216,7 +160,7 @@ impl<H: StoreHarness> Setup<H> {
         let now_s = self.clock.now_ms() / 1000;
         assert_eq!(interrupt.expires_at, now_s + 24 * 3600, "the default TTL, by the store's clock");
         assert_eq!(self.clips(), 0, "the call that needs approval was not made");
-        assert_eq!(self.tools.looks.load(Ordering::SeqCst), 1, "its sibling ran");
+        assert_eq!(self.tools.runs("look"), 1, "its sibling ran");
         interrupt
     }
 }
@@ -298,7 +242,7 @@ async fn a_call_two_agents_deep_pauses_and_resumes_on_another_instance_running_o
     assert_eq!(status(&events), Status::Ok, "{events:#?}");
     assert_eq!(text(&events), "Your offer is clipped.");
     assert_eq!(s.clips(), 1, "the approved call ran once, on instance B");
-    assert_eq!(s.tools.looks.load(Ordering::SeqCst), 1, "the finished sibling did not run again");
+    assert_eq!(s.tools.runs("look"), 1, "the finished sibling did not run again");
     let clip = events.iter().find_map(|e| match e {
         Event::ToolResult { name, result, .. } if name == "clip" => Some(result.clone()),
         _ => None,
@@ -332,7 +276,7 @@ async fn a_retried_resume_is_refused_and_runs_nothing_again<H: StoreHarness>() {
 async fn racing_resumes_run_the_approved_call_once<H: StoreHarness>() {
     let s = Setup::<H>::start().await;
     let interrupt = s.pause().await;
-    *s.tools.delay.lock().unwrap() = Duration::from_millis(300);
+    s.tools.set_delay(Duration::from_millis(300));
     s.server.push("deals", Reply::text("Clipped."));
     s.server.push("lead", Reply::text("Done."));
     let body = approve(&interrupt.interrupt_id);
@@ -349,7 +293,7 @@ async fn racing_resumes_run_the_approved_call_once<H: StoreHarness>() {
 async fn a_resume_cut_mid_call_is_not_run_again_by_its_retry<H: StoreHarness>() {
     let s = Setup::<H>::start().await;
     let interrupt = s.pause().await;
-    *s.tools.delay.lock().unwrap() = Duration::from_secs(30);
+    s.tools.set_delay(Duration::from_secs(30));
     let mut body = approve(&interrupt.interrupt_id);
     body["on_disconnect"] = json!("cancel");
     let request = reqwest::Client::new().post(&s.a.url).header(baton::http::USER_HEADER, "alice").json(&body);
@@ -365,7 +309,7 @@ async fn a_resume_cut_mid_call_is_not_run_again_by_its_retry<H: StoreHarness>() 
     }
     baton_tests::wait_until("the call runs", || async { s.clips() == 1 }).await;
     drop(stream);
-    *s.tools.delay.lock().unwrap() = Duration::ZERO;
+    s.tools.set_delay(Duration::ZERO);
     // The retry: the claim was released when the cut turn was dropped; the call is not run again.
     s.server.push("deals", Reply::text("It may be clipped; please check."));
     s.server.push("lead", Reply::text("Please check your card."));
@@ -538,7 +482,7 @@ async fn a_resume_that_loses_its_write_to_another_resume_is_told_it_is_in_progre
 async fn a_stale_resume_whose_claim_lapsed_stores_nothing<H: StoreHarness>() {
     let s = Setup::<H>::start().await;
     let interrupt = s.pause().await;
-    *s.tools.delay.lock().unwrap() = Duration::from_secs(3);
+    s.tools.set_delay(Duration::from_secs(3));
     let request = reqwest::Client::new()
         .post(&s.a.url)
         .header(baton::http::USER_HEADER, "alice")
