@@ -7,7 +7,7 @@ use axum::http::HeaderValue;
 use baton::config::{Config, RequestLimits};
 use baton::http::EndpointLimits;
 use baton::orchestrator::TurnRequest;
-use baton::store::new_turn_id;
+use baton::store::{new_episode_id, new_turn_id};
 use baton::turn::{DisconnectPolicy, TurnLogSettings};
 use baton_aws::settings::Settings;
 use baton_reference::ReferenceSettings;
@@ -77,15 +77,9 @@ pub(crate) struct ChatArgs {
 impl ChatArgs {
     /// The turn this command describes.
     pub(crate) fn turn(&self) -> TurnRequest {
-        let episode = self.episode_id.clone().unwrap_or_else(|| uuid_like("ep"));
+        let episode = self.episode_id.clone().unwrap_or_else(new_episode_id);
         TurnRequest::new(episode, new_turn_id(), self.user.clone(), self.message.clone())
     }
-}
-
-fn uuid_like(prefix: &str) -> String {
-    let nanos =
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
-    format!("{prefix}-{nanos:x}")
 }
 
 /// The chat endpoint's settings, `serve`'s and the Lambda function's alike: request limits,

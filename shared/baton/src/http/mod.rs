@@ -332,7 +332,7 @@ impl ChatService {
         }
         let episode_id = match parsed.episode_id {
             Some(id) => checked_id("episode_id", id)?,
-            None => uuid::Uuid::new_v4().to_string(),
+            None => crate::store::new_episode_id(),
         };
         let request_id = parsed.request_id.map(|id| checked_id("request_id", id)).transpose()?;
         let image = parsed

@@ -114,7 +114,7 @@ impl AgentsServer {
         };
         let request = AgentRequest {
             user_id: "mcp".to_owned(),
-            episode_id: format!("mcp-{}", uuid::Uuid::now_v7()),
+            episode_id: crate::store::new_episode_id(),
             query: text.to_owned(),
             arguments: arguments.clone(),
             approvals: approvals_for(&context),

@@ -149,6 +149,12 @@ pub fn new_turn_id() -> String {
     uuid::Uuid::now_v7().to_string()
 }
 
+/// A new episode id, for a conversation whose first request names none: minted the same way as
+/// turn ids (a UUIDv7), by every entry (the endpoint, `chat`, an MCP call).
+pub fn new_episode_id() -> String {
+    uuid::Uuid::now_v7().to_string()
+}
+
 /// One user's episode: the partition every item of a conversation lives in.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct EpisodeKey {
