@@ -71,6 +71,9 @@ pub struct TurnRequest {
     /// What a call that needs approval does in this turn, and on a resumed turn the paused
     /// state and the person's decisions (docs/approvals.md).
     pub approvals: TurnApprovals,
+    /// The turn of the episode this one runs beside (`on_busy: parallel`): its agents then
+    /// continue no vendor response chain, which that turn may be continuing.
+    pub beside: Option<String>,
 }
 
 impl TurnRequest {
@@ -92,12 +95,14 @@ impl TurnRequest {
             received: Instant::now(),
             traceparent: None,
             approvals: TurnApprovals::default(),
+            beside: None,
         }
     }
 
     /// What the entry agent is asked: the user's words, at depth 0, with the conversation.
     fn entry_request(self) -> AgentRequest {
         let instances = Instances::default();
+        let instances = if self.beside.is_some() { instances.without_chains() } else { instances };
         if let Some(claimed) = self.approvals.claimed() {
             // Paused instances keep their names; new ones are numbered after them.
             claimed.root().instances().iter().for_each(|i| instances.reserve(i));

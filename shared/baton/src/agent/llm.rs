@@ -313,7 +313,7 @@ impl Agent for LlmAgent {
             // A resumed turn starts a paused instance from where it paused.
             let mut resumed = request.approvals.resume_of(&instance).cloned();
             let server_side = this.model.keeps_conversations();
-            let chains = this.chains.clone().filter(|_| server_side);
+            let chains = this.chains.clone().filter(|_| server_side && request.instances.chains_allowed());
             let history = this.fork.as_ref().filter(|_| resumed.is_none()).map(|_| request.history.clone());
             let begin_chains = chains.as_deref().filter(|_| resumed.is_none());
             let run = Box::pin(this.begin(request, begin_chains)).await;

@@ -391,9 +391,10 @@ impl ChatService {
             None => json!({"message": text, "episode_id": message.context_id}),
         };
         let valid = self.validate(caller, headers, body.to_string().as_bytes()).map_err(from_api)?;
-        let policy = Some(DisconnectPolicy::Continue);
+        let policies =
+            super::TurnPolicies { on_disconnect: Some(DisconnectPolicy::Continue), on_busy: valid.on_busy };
         let (episode_id, turn_id, events) = self
-            .start_turn(orchestrator, valid.turn, None, policy, valid.resume, until)
+            .start_turn(orchestrator, valid.turn, None, policies, valid.resume, until)
             .await
             .map_err(from_api)?;
         let mut view = TaskView::new(&episode_id, &turn_id);

@@ -57,7 +57,7 @@ use crate::config::RequestLimits;
 use crate::history::History;
 use crate::orchestrator::{Orchestrator, StartedTurn, TurnOptions, TurnRequest};
 use crate::store::new_turn_id;
-use crate::turn::{DisconnectPolicy, LiveTurns, TurnLogSettings};
+use crate::turn::{Admission, BusyGate, BusyRefusal, DisconnectPolicy, LiveTurns, OnBusy, TurnLogSettings};
 
 /// Time a turn's log record allows past the turn's deadline for its last write: a turn still
 /// `running` after both reads as abandoned.
@@ -113,6 +113,8 @@ pub struct ChatService {
     live: Arc<LiveTurns>,
     turn_log: TurnLogSettings,
     on_disconnect: DisconnectPolicy,
+    on_busy: OnBusy,
+    busy_queue: usize,
     approvals: ApprovalStore,
     a2a_card: crate::a2a::CardSource,
     a2a_served: Vec<crate::a2a::Served>,
@@ -140,6 +142,8 @@ impl ChatService {
             live: LiveTurns::new(),
             turn_log: TurnLogSettings::default(),
             on_disconnect: DisconnectPolicy::default(),
+            on_busy: OnBusy::default(),
+            busy_queue: crate::turn::DEFAULT_QUEUE_LIMIT,
             a2a_card: Default::default(),
             a2a_served: Vec::new(),
         }
@@ -165,6 +169,14 @@ impl ChatService {
     /// The same service doing `policy` with a turn whose client leaves, unless the request says.
     pub fn with_disconnect_policy(mut self, policy: DisconnectPolicy) -> ChatService {
         self.on_disconnect = policy;
+        self
+    }
+
+    /// The same service doing `policy` with a message whose episode's turn runs, unless the
+    /// request says, with at most `queue` messages waiting per episode.
+    pub fn with_busy_policy(mut self, policy: OnBusy, queue: usize) -> ChatService {
+        self.on_busy = policy;
+        self.busy_queue = queue;
         self
     }
 
@@ -357,11 +369,12 @@ impl ChatService {
                 ));
             }
         };
+        let on_busy = parsed.on_busy.map(parse_on_busy).transpose()?;
         let user_id = request::user_of(caller, headers)?;
         let mut turn = TurnRequest::new(episode_id, new_turn_id(), user_id, message);
         turn.traceparent = headers.get("traceparent").and_then(|v| v.to_str().ok()).map(str::to_owned);
         turn.image = image;
-        Ok(ValidRequest { turn, request_id, on_disconnect, resume })
+        Ok(ValidRequest { turn, request_id, on_disconnect, on_busy, resume })
     }
 
     /// Answers one request: a 4xx JSON error, a 5xx JSON error if the store fails before the
@@ -389,7 +402,7 @@ impl ChatService {
     ) -> Response {
         let turn_deadline = tokio::time::Instant::now() + self.endpoint.turn_deadline;
         let deadline = deadline.map_or(turn_deadline, |d| d.min(turn_deadline));
-        let ValidRequest { turn, request_id, on_disconnect, resume } =
+        let ValidRequest { turn, request_id, on_disconnect, on_busy, resume } =
             match self.validate(caller, headers, body) {
                 Ok(valid) => valid,
                 Err(e) => return e.into_response(),
@@ -412,7 +425,8 @@ impl ChatService {
                 wire,
             );
         }
-        match self.start_turn(&self.orchestrator, turn, request_id, on_disconnect, resume, deadline).await {
+        let policies = TurnPolicies { on_disconnect, on_busy };
+        match self.start_turn(&self.orchestrator, turn, request_id, policies, resume, deadline).await {
             Ok((episode_id, turn_id, recorded)) => {
                 wire.response(&episode_id, turn_id, Box::pin(recorded), self.heartbeat)
             }
@@ -429,13 +443,15 @@ impl ChatService {
         orchestrator: &Arc<Orchestrator>,
         mut turn: TurnRequest,
         request_id: Option<String>,
-        on_disconnect: Option<DisconnectPolicy>,
+        policies: TurnPolicies,
         resume: Option<Vec<(String, crate::approval::Decision)>>,
         deadline: tokio::time::Instant,
     ) -> Result<
         (String, String, impl futures::Stream<Item = Arc<crate::store::LoggedEvent>> + Send + 'static),
         ApiError,
     > {
+        let admission = self.admit(&turn, policies.on_busy.unwrap_or(self.on_busy), deadline).await?;
+        turn.beside = admission.beside.clone();
         turn.approvals = match resume {
             None => self.approvals.pausing(),
             Some(answers) => self.claim_resume(&turn, answers, deadline).await?,
@@ -451,6 +467,7 @@ impl ChatService {
         let StartedTurn { episode_id, turn_id, events } = orchestrator.start(turn, options).await?;
         let key = crate::store::EpisodeKey::new(user_id, episode_id.clone())?;
         let registered = self.live.register(key, turn_id.clone(), request_id, cancel);
+        hold_until_end(admission, registered.turn());
         let writer = self.turn_log.enabled.then(|| {
             // The record's deadline: the turn's, plus time for its last write. A turn still
             // `running` after it reads as abandoned.
@@ -463,13 +480,36 @@ impl ChatService {
                 self.turn_log,
             )
         });
-        let policy = on_disconnect.unwrap_or(self.on_disconnect);
+        let policy = policies.on_disconnect.unwrap_or(self.on_disconnect);
         let recorded = crate::turn::record(events, registered, writer, policy, self.turn_log.end_timeout);
         Ok((episode_id, turn_id, recorded))
     }
 }
 
 impl ChatService {
+    /// Lets `turn` into its episode under `policy` (docs/durable-turns.md#busy-episodes): at once
+    /// when no turn of the episode runs, else as the policy says; a refusal is a 409, 429 or 503
+    /// before anything runs. A queued message waits at most [`BUSY_WAIT`], and never past half
+    /// of what is left of its deadline.
+    async fn admit(
+        &self,
+        turn: &TurnRequest,
+        policy: OnBusy,
+        deadline: tokio::time::Instant,
+    ) -> Result<Admission, ApiError> {
+        let key = crate::store::EpisodeKey::new(turn.user_id.as_str(), turn.episode_id.as_str())?;
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let (hold, wait) = (left + LOG_END_GRACE, (left / 2).min(BUSY_WAIT));
+        let live = self.live.clone();
+        let stop_here = |running: &str| {
+            if let Some(turn) = live.get(&key, running) {
+                turn.cancel();
+            }
+        };
+        let gate = BusyGate::new(self.history.store().clone(), self.busy_queue);
+        gate.admit(&key, &turn.turn_id, policy, hold, wait, stop_here).await.map_err(busy_refusal)
+    }
+
     /// Checks a resume request's answers against the episode's paused turn and the
     /// configuration, and claims the record for this request until `deadline` (docs/approvals.md):
     /// any refusal is a 4xx before anything runs.
@@ -495,6 +535,58 @@ impl ChatService {
                 ApiError::new(status, code, e.to_string())
             },
         )
+    }
+}
+
+/// The longest a message waits for its episode's running turn (`on_busy: enqueue` or
+/// `interrupt`).
+const BUSY_WAIT: Duration = Duration::from_secs(60);
+
+/// What a request says of its turn's life, each `None` for the service's default.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct TurnPolicies {
+    /// What happens when the client leaves.
+    pub(crate) on_disconnect: Option<DisconnectPolicy>,
+    /// What happens if another turn of the episode runs.
+    pub(crate) on_busy: Option<OnBusy>,
+}
+
+/// Keeps the episode's turn lease until `turn` ends (its reply saved, `completed` sent), or
+/// until the process forgets the turn; then frees it for the next message.
+fn hold_until_end(admission: Admission, turn: &Arc<crate::turn::LiveTurn>) {
+    let mut ended = turn.subscribe_end();
+    tokio::spawn(async move {
+        // An error means the turn is gone from memory: it has ended either way.
+        let _ = ended.wait_for(|ended| *ended).await;
+        admission.release().await;
+    });
+}
+
+/// A request's `on_busy`, checked.
+fn parse_on_busy(value: serde_json::Value) -> Result<OnBusy, ApiError> {
+    let invalid = |reason: String| ApiError::new(StatusCode::BAD_REQUEST, "invalid_on_busy", reason);
+    match value {
+        serde_json::Value::String(s) => s.parse().map_err(|e: String| invalid(format!("`on_busy`: {e}"))),
+        _ => Err(invalid(format!("`on_busy` must be {}", crate::turn::ON_BUSY_VALUES))),
+    }
+}
+
+/// A message refused because its episode's turn runs.
+fn busy_refusal(refusal: BusyRefusal) -> ApiError {
+    let message = refusal.to_string();
+    match refusal {
+        BusyRefusal::InProgress { turn_id } => {
+            ApiError::new(StatusCode::CONFLICT, "turn_in_progress", message).with_turn_id(turn_id)
+        }
+        BusyRefusal::QueueFull { retry_after, .. } => {
+            ApiError::new(StatusCode::TOO_MANY_REQUESTS, "queue_full", message).with_retry_after(retry_after)
+        }
+        BusyRefusal::TimedOut { turn_id, .. } => {
+            ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "turn_wait_timeout", message)
+                .with_turn_id(turn_id)
+                .with_retry_after(Duration::from_secs(5))
+        }
+        BusyRefusal::Store(e) => ApiError::from(e),
     }
 }
 

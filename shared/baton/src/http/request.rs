@@ -19,12 +19,28 @@ pub struct ApiError {
     pub code: &'static str,
     /// What was wrong.
     pub message: String,
+    /// The turn the error is about (`turn_in_progress`: the one to rejoin), in the JSON too.
+    pub turn_id: Option<String>,
+    /// When to try again (`Retry-After`, whole seconds).
+    pub retry_after: Option<std::time::Duration>,
 }
 
 impl ApiError {
     /// An error with this status, code and message.
     pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> ApiError {
-        ApiError { status, code, message: message.into() }
+        ApiError { status, code, message: message.into(), turn_id: None, retry_after: None }
+    }
+
+    /// The same error about turn `turn_id`.
+    pub fn with_turn_id(mut self, turn_id: impl Into<String>) -> ApiError {
+        self.turn_id = Some(turn_id.into());
+        self
+    }
+
+    /// The same error telling the client to try again after `after`.
+    pub fn with_retry_after(mut self, after: std::time::Duration) -> ApiError {
+        self.retry_after = Some(after);
+        self
     }
 }
 
@@ -42,8 +58,16 @@ impl From<StoreError> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = serde_json::json!({"error": {"code": self.code, "message": self.message}});
-        (self.status, axum::Json(body)).into_response()
+        let mut error = serde_json::json!({"code": self.code, "message": self.message});
+        if let Some(turn_id) = self.turn_id {
+            error["turn_id"] = turn_id.into();
+        }
+        let mut response = (self.status, axum::Json(serde_json::json!({"error": error}))).into_response();
+        if let Some(after) = self.retry_after {
+            let seconds = after.as_secs_f64().ceil().max(1.0) as u64;
+            response.headers_mut().insert(header::RETRY_AFTER, seconds.into());
+        }
+        response
     }
 }
 
@@ -56,6 +80,7 @@ pub(super) struct ChatBody {
     pub(super) request_id: Option<String>,
     pub(super) image: Option<serde_json::Value>,
     pub(super) on_disconnect: Option<serde_json::Value>,
+    pub(super) on_busy: Option<serde_json::Value>,
     pub(super) resume: Option<serde_json::Value>,
 }
 
@@ -102,6 +127,9 @@ pub struct ValidRequest {
     pub request_id: Option<String>,
     /// What happens when the client leaves, if the request says (else the service's default).
     pub on_disconnect: Option<crate::turn::DisconnectPolicy>,
+    /// What happens if the episode's turn runs when this one arrives, if the request says (else
+    /// the service's default).
+    pub on_busy: Option<crate::turn::OnBusy>,
     /// A resume request's answers to the episode's pending approvals, in the request's order.
     pub resume: Option<Vec<(String, crate::approval::Decision)>>,
 }

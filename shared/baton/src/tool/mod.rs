@@ -116,6 +116,10 @@ impl SessionState {
 pub struct Instances {
     counts: Arc<Mutex<HashMap<String, usize>>>,
     running: Arc<tokio::sync::Semaphore>,
+    /// Whether the turn's agents may continue a vendor's server-side conversation (off for a
+    /// turn run beside another of its episode: one response chain is never continued by two
+    /// turns at once).
+    chains: bool,
 }
 
 /// Child agent instances one turn runs at once; more wait for a place.
@@ -126,11 +130,24 @@ impl Default for Instances {
         Instances {
             counts: Arc::default(),
             running: Arc::new(tokio::sync::Semaphore::new(MAX_CONCURRENT_INSTANCES)),
+            chains: true,
         }
     }
 }
 
 impl Instances {
+    /// The same numbering, for a turn whose agents continue no vendor response chain (it runs
+    /// beside another turn of its episode, `on_busy: parallel`).
+    pub fn without_chains(mut self) -> Instances {
+        self.chains = false;
+        self
+    }
+
+    /// Whether the turn's agents may continue a vendor's server-side conversation.
+    pub fn chains_allowed(&self) -> bool {
+        self.chains
+    }
+
     /// The turn's places for running child instances.
     pub fn permits(&self) -> Arc<tokio::sync::Semaphore> {
         self.running.clone()
