@@ -75,7 +75,9 @@ pub async fn localize_with(uri: &str, dir: &Path, sdk: &SdkConfig) -> Result<Pat
     if !files.iter().any(|(name, _)| name == file) {
         let fix = match &source {
             Source::S3 { .. } => "upload it (`aws s3 cp`) or fix ConfigBucket, ConfigPrefix and ConfigFile",
-            Source::Ssm { .. } => "create it (`aws ssm put-parameter`) or fix ConfigParameterPath and ConfigFile",
+            Source::Ssm { .. } => {
+                "create it (`aws ssm put-parameter`) or fix ConfigParameterPath and ConfigFile"
+            }
         };
         return Err(format!("the configuration {uri} does not exist: {fix}"));
     }
@@ -85,11 +87,14 @@ pub async fn localize_with(uri: &str, dir: &Path, sdk: &SdkConfig) -> Result<Pat
     for (name, body) in &files {
         let relative = Path::new(name);
         if relative.components().any(|c| !matches!(c, Component::Normal(_))) {
-            return Err(format!("cannot read the configuration {uri}: `{name}` beside it is not a plain relative path"));
+            return Err(format!(
+                "cannot read the configuration {uri}: `{name}` beside it is not a plain relative path"
+            ));
         }
         let path = dir.join(relative);
         if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent).map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
+            std::fs::create_dir_all(parent)
+                .map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
         }
         std::fs::write(&path, body).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     }
@@ -97,7 +102,12 @@ pub async fn localize_with(uri: &str, dir: &Path, sdk: &SdkConfig) -> Result<Pat
 }
 
 /// Adds one file to `files`, within the bounds.
-fn add(files: &mut Vec<(String, Vec<u8>)>, total: &mut u64, name: String, body: Vec<u8>) -> Result<(), String> {
+fn add(
+    files: &mut Vec<(String, Vec<u8>)>,
+    total: &mut u64,
+    name: String,
+    body: Vec<u8>,
+) -> Result<(), String> {
     *total += body.len() as u64;
     if files.len() >= MAX_FILES || *total > MAX_BYTES {
         return Err(format!("more than {MAX_FILES} files or {MAX_BYTES} bytes beside it"));
@@ -111,7 +121,9 @@ async fn s3_files(sdk: &SdkConfig, bucket: &str, folder: &str) -> Result<Vec<(St
     use aws_sdk_s3::error::DisplayErrorContext;
     // A local endpoint (moto, MinIO) has no per-bucket host names.
     let path_style = sdk.endpoint_url().is_some() || std::env::var_os("AWS_ENDPOINT_URL_S3").is_some();
-    let client = aws_sdk_s3::Client::from_conf(aws_sdk_s3::config::Builder::from(sdk).force_path_style(path_style).build());
+    let client = aws_sdk_s3::Client::from_conf(
+        aws_sdk_s3::config::Builder::from(sdk).force_path_style(path_style).build(),
+    );
     let mut pages = client.list_objects_v2().bucket(bucket).prefix(folder).into_paginator().send();
     let (mut files, mut total) = (Vec::new(), 0);
     while let Some(page) = pages.next().await {
@@ -194,7 +206,9 @@ mod tests {
     #[tokio::test]
     async fn an_s3_config_arrives_with_the_files_beside_it_and_nothing_else() {
         let sdk = moto().await;
-        let s3 = aws_sdk_s3::Client::from_conf(aws_sdk_s3::config::Builder::from(&sdk).force_path_style(true).build());
+        let s3 = aws_sdk_s3::Client::from_conf(
+            aws_sdk_s3::config::Builder::from(&sdk).force_path_style(true).build(),
+        );
         let bucket = format!("config-test-{}", fastrand::u64(..));
         s3.create_bucket().bucket(&bucket).send().await.unwrap();
         for (key, body) in [
@@ -202,19 +216,32 @@ mod tests {
             ("travel/openapi/hotels.json", "{\"openapi\": \"3.0.3\"}"),
             ("other/secret.yaml", "not ours"),
         ] {
-            s3.put_object().bucket(&bucket).key(key).body(body.as_bytes().to_vec().into()).send().await.unwrap();
+            s3.put_object()
+                .bucket(&bucket)
+                .key(key)
+                .body(body.as_bytes().to_vec().into())
+                .send()
+                .await
+                .unwrap();
         }
         let dir = scratch("s3");
         let config = localize_with(&format!("s3://{bucket}/travel/team.yaml"), &dir, &sdk).await.unwrap();
         assert_eq!(config, dir.join("team.yaml"));
         assert_eq!(std::fs::read_to_string(&config).unwrap(), "entry: concierge\n");
-        assert_eq!(std::fs::read_to_string(dir.join("openapi/hotels.json")).unwrap(), "{\"openapi\": \"3.0.3\"}");
+        assert_eq!(
+            std::fs::read_to_string(dir.join("openapi/hotels.json")).unwrap(),
+            "{\"openapi\": \"3.0.3\"}"
+        );
         assert!(!dir.join("secret.yaml").exists() && !dir.join("other").exists());
 
         let err = localize_with(&format!("s3://{bucket}/travel/missing.yaml"), &dir, &sdk).await.unwrap_err();
         assert!(err.contains("does not exist") && err.contains("aws s3 cp"), "{err}");
         let err = localize_with("s3://no-such-bucket-baton/travel/team.yaml", &dir, &sdk).await.unwrap_err();
-        assert!(err.starts_with("cannot read the configuration s3://no-such-bucket-baton/") && err.contains("NoSuchBucket"), "{err}");
+        assert!(
+            err.starts_with("cannot read the configuration s3://no-such-bucket-baton/")
+                && err.contains("NoSuchBucket"),
+            "{err}"
+        );
         std::fs::remove_dir_all(&dir).ok();
     }
 
