@@ -1,5 +1,5 @@
 # Baton: the README's commands.
-.PHONY: run test bench serve
+.PHONY: run test bench serve preflight
 
 MESSAGE ?= my receipt didn't scan and find me coffee deals
 
@@ -22,3 +22,10 @@ test:
 bench:
 	cargo build --release -p orchestrator -p shopping -p eval
 	cargo bench -p baton-tests -- $(ONLY)
+
+# Before a first `sam deploy`: credentials, region, concurrency, API Gateway's logging role, the
+# build tools on PATH, the secrets and config the parameters name (docs/deployment.md).
+# `make preflight PARAMS="AuthMode=jwt JwtPublicKeySecretArn=arn:..."` (as --parameter-overrides).
+PYTHON ?= $(if $(wildcard .venv/bin/python),.venv/bin/python,python3)
+preflight:
+	$(PYTHON) scripts/preflight.py $(PARAMS)

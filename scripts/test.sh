@@ -97,6 +97,9 @@ step "SAM template: sam validate --lint, and what it deploys per auth mode (SAM'
 SAM_CLI_TELEMETRY=0 .venv/bin/sam validate --lint
 .venv/bin/python -m pytest -q -p no:cacheprovider tests/template
 
+step "make preflight against moto_server (a passing account and each failure; scripts/preflight.py)"
+.venv/bin/python -m pytest -q -p no:cacheprovider tests/preflight
+
 step "checkov on template.yaml (findings fixed, or suppressed in the template with a reason)"
 # Its own virtual environment: checkov pins urllib3 and packaging below what the tools above need.
 checkov_requirements=scripts/requirements-checkov.txt

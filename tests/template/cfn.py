@@ -37,7 +37,7 @@ def _loader():
         pass
 
     def construct(tag):
-        name = "Ref" if tag == "Ref" else f"Fn::{tag}"
+        name = tag if tag in ("Ref", "Condition") else f"Fn::{tag}"
 
         def build(loader, node):
             if isinstance(node, yaml.ScalarNode):
@@ -52,7 +52,7 @@ def _loader():
 
         return build
 
-    for tag in ["Ref", "If", "Not", "Equals", "And", "Or", "Sub", "GetAtt", "Join", "Select", "Split"]:
+    for tag in ["Ref", "Condition", "If", "Not", "Equals", "And", "Or", "Sub", "GetAtt", "Join", "Select", "Split"]:
         Loader.add_constructor(f"!{tag}", construct(tag))
     return Loader
 
@@ -147,10 +147,32 @@ class Deployed:
         return self.resources[name].get("Properties", {})
 
 
+class Refused(Exception):
+    """CloudFormation refuses these parameter values before creating anything: a rule's assertion
+    failed. `args[0]` is the list of the failed assertions' descriptions, as CloudFormation shows them."""
+
+
+def refusals(translated, params):
+    """The `AssertDescription` of every assertion of the template's `Rules` that fails with these
+    parameter values (a rule applies when it has no `RuleCondition` or that condition holds)."""
+    judge = Deployed({"Resources": {}, "Conditions": {}}, params)
+    failed = []
+    for rule in translated.get("Rules", {}).values():
+        if "RuleCondition" in rule and not judge._value(rule["RuleCondition"]):
+            continue
+        failed += [a["AssertDescription"] for a in rule["Assertions"] if not judge._value(a["Assert"])]
+    return failed
+
+
 def deployed(fresh=False, **given):
     """The stack these parameter values deploy (the others at their defaults); `fresh` translates
-    again rather than reusing an earlier translation of the same values."""
+    again rather than reusing an earlier translation of the same values. Raises `Refused` when a
+    rule of the template refuses the values, as CloudFormation would before creating anything."""
     given = {k: str(v) for k, v in given.items()}
     translate = _translated.__wrapped__ if fresh else _translated
     translated = translate(tuple(sorted(given.items())))
-    return Deployed(translated, {**PSEUDO, **_parameter_values(given)})
+    params = {**PSEUDO, **_parameter_values(given)}
+    failed = refusals(translated, params)
+    if failed:
+        raise Refused(failed)
+    return Deployed(translated, params)

@@ -10,11 +10,17 @@ import tomllib
 
 import pytest
 
-from cfn import ROOT, TEMPLATE, deployed, source
+from cfn import ROOT, TEMPLATE, Refused, deployed, source
 
 MODES = ["iam", "jwt"]
 ORIGINS = "https://chat.example.com,http://localhost:8000"
 FUNCTIONS = ["OrchestratorFunction", "ShoppingFunction", "EvalFunction"]
+JWT_KEY = "arn:aws:secretsmanager:us-east-1:123456789012:secret:jwt-key"
+
+
+def auth(mode):
+    """The parameters of an auth mode that deploys: jwt mode with its key's secret."""
+    return {"AuthMode": mode, **({"JwtPublicKeySecretArn": JWT_KEY} if mode == "jwt" else {})}
 
 
 def api_methods(stack):
@@ -86,7 +92,7 @@ def test_no_path_reaches_the_function_without_authentication(mode, origins):
     """Every way in is either signed at the gateway, or goes to a function that verifies a JWT
     itself; a method open at the gateway that does not invoke the function can only be the CORS
     preflight (a MOCK answered by API Gateway: browsers never sign a preflight)."""
-    stack = deployed(AuthMode=mode, CorsAllowedOrigins=origins)
+    stack = deployed(**auth(mode), CorsAllowedOrigins=origins)
     jwt_checked = env(stack, "OrchestratorFunction").get("BATON_AUTH") == "jwt"
     for path, method, spec, body in api_methods(stack):
         if sigv4(spec, body):
@@ -110,7 +116,7 @@ def test_iam_mode_function_url_requires_iam_and_nothing_is_public():
 
 
 def test_jwt_mode_function_url_is_public_with_both_permissions_aws_requires():
-    stack = deployed(AuthMode="jwt")
+    stack = deployed(**auth("jwt"))
     url = stack.props("OrchestratorFunctionUrl")
     assert url["AuthType"] == "NONE" and url["InvokeMode"] == "RESPONSE_STREAM"
     public = public_permissions(stack)
@@ -140,7 +146,7 @@ def test_every_variable_the_template_sets_is_read_by_the_functions():
     """A setting the template passes that no code reads is a deployment that starts without it
     (as `BATON_JWT_PUBLIC_KEY_SECRET_ARN` once was: jwt mode could not start)."""
     code = "\n".join(p.read_text() for d in ["shared", "functions"] for p in (ROOT / d).rglob("*.rs"))
-    stack = deployed(AuthMode="jwt", CorsAllowedOrigins=ORIGINS)
+    stack = deployed(**auth("jwt"), CorsAllowedOrigins=ORIGINS)
     unread = [f"{function}: {name}" for function in FUNCTIONS for name in env(stack, function)
               if f'"{name}"' not in code]
     assert unread == [], "variables no code reads"
@@ -148,7 +154,7 @@ def test_every_variable_the_template_sets_is_read_by_the_functions():
 
 @pytest.mark.parametrize("mode", MODES)
 def test_one_stage_and_the_function_invocable_only_from_it(mode):
-    stack = deployed(AuthMode=mode)
+    stack = deployed(**auth(mode))
     stages = stack.of_type("AWS::ApiGateway::Stage")
     assert [s["Properties"]["StageName"] for s in stages.values()] == ["v1"]
     for deployment in stack.of_type("AWS::ApiGateway::Deployment").values():
@@ -173,7 +179,7 @@ def test_changing_the_auth_mode_deploys_the_api_again(monkeypatch):
     monkeypatch.setattr("samtranslator.model.apigateway.time.time", lambda: now[0])
     deployments = []
     for mode in MODES:
-        deployments.append(set(deployed(fresh=True, AuthMode=mode).of_type("AWS::ApiGateway::Deployment")))
+        deployments.append(set(deployed(fresh=True, **auth(mode)).of_type("AWS::ApiGateway::Deployment")))
         now[0] += 60
     assert all(len(d) == 1 for d in deployments) and deployments[0] != deployments[1], deployments
 
@@ -183,7 +189,7 @@ def test_changing_the_auth_mode_deploys_the_api_again(monkeypatch):
 
 @pytest.mark.parametrize("mode", MODES)
 def test_cors_origins_reach_the_function_url_the_rest_preflight_and_the_function(mode):
-    stack = deployed(AuthMode=mode, CorsAllowedOrigins=ORIGINS)
+    stack = deployed(**auth(mode), CorsAllowedOrigins=ORIGINS)
     cors = stack.props("OrchestratorFunctionUrl").get("Cors")
     assert cors, "the Function URL has a CORS configuration"
     assert cors["AllowOrigins"] == ORIGINS.split(",")
@@ -273,11 +279,119 @@ def test_the_eval_reads_and_writes_only_its_own_episodes():
         assert keys == ["USER#eval#EP#*"], statement
 
 
-@pytest.mark.parametrize(("value", "reserved"), [(None, 1), (0, None), (3, 3)])
-def test_eval_reserved_concurrency_is_a_parameter_where_zero_is_unreserved(value, reserved):
-    stack = deployed() if value is None else deployed(EvalReservedConcurrency=value)
-    got = stack.props("EvalFunction").get("ReservedConcurrentExecutions")
+RESERVED = {"OrchestratorFunction": "OrchestratorReservedConcurrency",
+            "ShoppingFunction": "ShoppingReservedConcurrency", "EvalFunction": "EvalReservedConcurrency"}
+
+
+def test_by_default_no_function_reserves_concurrency():
+    """Lambda keeps 100 of an account's concurrency unreserved, and new accounts start far lower
+    than the 301 the old defaults (100, 100, 1) needed: the function create failed."""
+    stack = deployed()
+    for function in FUNCTIONS:
+        assert "ReservedConcurrentExecutions" not in stack.props(function), function
+
+
+@pytest.mark.parametrize("function", FUNCTIONS)
+@pytest.mark.parametrize(("value", "reserved"), [(0, None), (1, 1), (50, 50)])
+def test_reserved_concurrency_is_a_parameter_where_zero_is_unreserved(function, value, reserved):
+    got = deployed(**{RESERVED[function]: value}).props(function).get("ReservedConcurrentExecutions")
     assert (None if got is None else int(got)) == reserved
+
+
+def test_jwt_mode_without_its_key_is_refused_before_anything_is_created():
+    """An empty JwtPublicKeySecretArn once deployed a role policy whose Resource was "": IAM refused
+    the whole policy (MalformedPolicyDocument) halfway through the stack."""
+    with pytest.raises(Refused) as refused:
+        deployed(AuthMode="jwt")
+    (message,) = refused.value.args[0]
+    assert "JwtPublicKeySecretArn" in message and "AuthMode jwt" in message
+    # iam mode needs no key, and jwt mode with one deploys a policy naming exactly it.
+    assert deployed(AuthMode="iam")
+    role = deployed(**auth("jwt")).props("OrchestratorFunctionRole")
+    resources = [s["Resource"] for p in role["Policies"] for s in p["PolicyDocument"]["Statement"]]
+    assert "" not in json.dumps(resources).split('"'), resources
+
+
+def test_no_policy_statement_has_an_empty_resource_whatever_the_mode():
+    for params in [{}, auth("jwt"), {"ConfigBucket": "b"}, {"ConfigParameterPath": "/baton/t"},
+                   {"ExistingTableName": "old-table"}]:
+        stack = deployed(**params)
+        for name, role in stack.of_type("AWS::IAM::Role").items():
+            for policy in role["Properties"].get("Policies", []):
+                for statement in policy["PolicyDocument"]["Statement"]:
+                    resources = statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]
+                    assert all(r not in ("", None) for r in resources), (params, name, statement)
+
+
+def test_the_dashboard_name_is_unique_per_stack_and_region():
+    """Dashboard names are global to the account: two regions' stacks of one name collided."""
+    (dashboard,) = deployed().of_type("AWS::CloudWatch::Dashboard").values()
+    name = dashboard["Properties"]["DashboardName"]["Fn::Sub"]
+    assert "${AWS::StackName}" in name and "${AWS::Region}" in name
+
+
+def test_an_existing_table_is_reattached_instead_of_a_new_one():
+    """The table outlives the stack; a redeploy after `sam delete` names it to keep the conversations."""
+    stack = deployed(ExistingTableName="baton-Table-OLD")
+    assert not stack.of_type("AWS::DynamoDB::Table")
+    table_arn = {"Fn::Sub": "arn:${AWS::Partition}:dynamodb:${AWS::Region}:${AWS::AccountId}:table/${ExistingTableName}"}
+    for function in FUNCTIONS:
+        assert env(stack, function)["BATON_TABLE"] == "baton-Table-OLD"
+        for statement, _ in dynamodb_statements(stack, function):
+            assert statement["Resource"] == table_arn, (function, statement)
+    fresh = deployed()
+    assert env(fresh, "OrchestratorFunction")["BATON_TABLE"] == {"Ref": "Table"}
+
+
+# --- 4. A team's configuration, read at cold start ------------------------------------------------
+
+
+def config_statements(stack, function):
+    """The statements of the managed policies the function's role has (the configuration's)."""
+    role = stack.props(stack.props(function)["Role"]["Fn::GetAtt"][0])
+    out = []
+    for arn in role.get("ManagedPolicyArns", []):
+        if isinstance(arn, dict) and "Ref" in arn and arn["Ref"] in stack.resources:
+            out += stack.props(arn["Ref"])["PolicyDocument"]["Statement"]
+    return out
+
+
+def test_without_a_config_location_nothing_is_read_and_nothing_is_granted():
+    stack = deployed()
+    assert "ConfigReadPolicy" not in stack.resources
+    for function in FUNCTIONS:
+        assert "BATON_CONFIG" not in env(stack, function)
+        assert config_statements(stack, function) == []
+
+
+@pytest.mark.parametrize("prefix", ["travel/", ""])
+def test_an_s3_config_is_read_by_every_function_with_only_its_folder_granted(prefix):
+    stack = deployed(ConfigBucket="team-configs", ConfigPrefix=prefix, ConfigFile="team.yaml")
+    for function in FUNCTIONS:
+        # Read by shared/baton-aws/src/config_source.rs: s3://team-configs/<prefix>team.yaml.
+        assert env(stack, function)["BATON_CONFIG"] == {"Fn::Sub": "s3://${ConfigBucket}/${ConfigPrefix}${ConfigFile}"}
+        assert stack.params["ConfigPrefix"] == prefix
+        statements = config_statements(stack, function)
+        assert {s["Sid"]: s["Action"] for s in statements} == {"ConfigObjects": "s3:GetObject", "ConfigFolder": "s3:ListBucket"}
+        by_sid = {s["Sid"]: s for s in statements}
+        assert by_sid["ConfigObjects"]["Resource"] == {"Fn::Sub": "arn:${AWS::Partition}:s3:::${ConfigBucket}/${ConfigPrefix}*"}
+        assert by_sid["ConfigFolder"]["Condition"] == {"StringLike": {"s3:prefix": {"Fn::Sub": "${ConfigPrefix}*"}}}
+
+
+def test_an_ssm_config_is_read_by_every_function_with_only_its_path_granted():
+    stack = deployed(ConfigParameterPath="/baton/travel")
+    for function in FUNCTIONS:
+        assert env(stack, function)["BATON_CONFIG"] == {"Fn::Sub": "ssm:${ConfigParameterPath}/${ConfigFile}"}
+        (statement,) = config_statements(stack, function)
+        assert statement["Action"] == "ssm:GetParametersByPath"
+        assert statement["Resource"] == {
+            "Fn::Sub": "arn:${AWS::Partition}:ssm:${AWS::Region}:${AWS::AccountId}:parameter${ConfigParameterPath}"}
+
+
+def test_two_config_locations_are_refused():
+    with pytest.raises(Refused) as refused:
+        deployed(ConfigBucket="b", ConfigParameterPath="/p")
+    assert "not both" in refused.value.args[0][0]
 
 
 def test_the_table_is_retained_and_protected_from_deletion():
@@ -294,11 +408,13 @@ def test_the_alarm_notifies_the_topic_when_one_is_given():
     assert "AlarmActions" not in quiet and "OKActions" not in quiet
 
 
-def test_samconfig_opts_into_the_cargo_lambda_beta_for_build_and_sync():
+def test_samconfig_turns_on_no_beta_feature():
+    """rust-cargolambda left SAM CLI's beta features (aws/aws-sam-cli#8526); `beta_features = true`
+    would now turn on every remaining beta."""
     with open(TEMPLATE.parent / "samconfig.toml", "rb") as f:
         config = tomllib.load(f)
-    for command in ["build", "sync"]:
-        assert config["default"][command]["parameters"].get("beta_features") is True, command
+    for command, section in config["default"].items():
+        assert "beta_features" not in section.get("parameters", {}), command
 
 
 def test_the_api_gateway_logging_role_is_created_on_request_and_the_stage_waits_for_it():
@@ -333,7 +449,7 @@ def test_the_rest_integration_timeout_of_a_stream_is_explicit_and_outlasts_the_f
 
 @pytest.mark.parametrize("mode", MODES)
 def test_both_endpoints_stream(mode):
-    stack = deployed(AuthMode=mode)
+    stack = deployed(**auth(mode))
     assert stack.props("OrchestratorFunctionUrl")["InvokeMode"] == "RESPONSE_STREAM"
     (post,) = [spec for p, m, spec, _ in api_methods(stack) if (p, m) == ("/chat", "post")]
     integration = post["x-amazon-apigateway-integration"]

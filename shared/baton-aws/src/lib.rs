@@ -17,6 +17,8 @@
 //! - [`lambda_transport`]: remote agents over Lambda `InvokeWithResponseStream`.
 //! - [`sigv4`]: [`sigv4::SigV4Signer`], SigV4 signing of the calls to remote A2A agents.
 //! - [`secrets`]: Secrets Manager references resolved at init.
+//! - [`config_source`]: a configuration named `s3://` or `ssm:` fetched at init, with the files
+//!   beside it.
 //! - `error`: how the AWS SDK's failures read as store errors.
 //!
 //! # Errors
@@ -25,6 +27,7 @@
 //! unknown shape is `Corrupt` and names its key; anything else is `Failed`.
 
 pub mod agent_function;
+pub mod config_source;
 pub mod dynamodb;
 mod error;
 pub mod lambda_trace;

@@ -246,7 +246,12 @@ impl Settings {
     /// Reads the secrets given by reference (Secrets Manager) into the options they stand for
     /// (a value given directly wins), and the deployment's `extra` ones, whose values it returns
     /// in order (`None` stays `None`): one client for all.
+    /// A configuration given as `s3://` or `ssm:` is fetched first, with the files beside it, and
+    /// read from its local copy (crate::config_source).
     pub async fn resolve_secrets(&mut self, extra: &[Option<String>]) -> Result<Vec<Option<String>>, String> {
+        if let Some(local) = crate::config_source::localize(self.config.as_deref()).await? {
+            self.config = Some(local);
+        }
         let nonempty = |v: &Option<String>| v.clone().filter(|s| !s.trim().is_empty());
         let mut wanted = vec![
             nonempty(&self.openai_api_key_secret_arn).filter(|_| nonempty(&self.openai_api_key).is_none()),
