@@ -8,7 +8,7 @@ use baton::config::{Config, RequestLimits};
 use baton::http::EndpointLimits;
 use baton::orchestrator::TurnRequest;
 use baton::store::{new_episode_id, new_turn_id};
-use baton::turn::{DisconnectPolicy, TurnLogSettings};
+use baton::turn::{DisconnectPolicy, OnBusy, TurnLogSettings};
 use baton_aws::settings::Settings;
 use baton_reference::ReferenceSettings;
 use clap::{Parser, Subcommand};
@@ -121,6 +121,18 @@ pub(crate) struct EndpointSettings {
     #[arg(long, env = "BATON_ON_DISCONNECT", default_value = "continue", value_parser = parse_disconnect_policy)]
     on_disconnect: DisconnectPolicy,
 
+    /// What a message does when its conversation's turn still runs, unless its request says
+    /// (`on_busy`): `enqueue` runs it after that turn, which it then sees; `reject` refuses it
+    /// with a 409 naming the running turn; `interrupt` stops that turn (keeping its partial) and
+    /// runs it; `parallel` runs it beside that turn.
+    #[arg(long, env = "BATON_ON_BUSY", default_value = "enqueue", value_parser = parse_busy_policy)]
+    on_busy: OnBusy,
+
+    /// How many messages may wait for one conversation's running turn (`on_busy: enqueue`); the
+    /// next is refused with a 429.
+    #[arg(long, env = "BATON_BUSY_QUEUE", default_value_t = baton::turn::DEFAULT_QUEUE_LIMIT)]
+    busy_queue: usize,
+
     /// Whether each turn's events are logged in the store as they stream, so a client can rejoin
     /// the turn on any instance and a stop works across instances (`false`: only in this process).
     #[arg(long, env = "BATON_TURN_LOG", default_value_t = true, action = clap::ArgAction::Set)]
@@ -143,6 +155,10 @@ fn parse_disconnect_policy(value: &str) -> Result<DisconnectPolicy, String> {
     value.parse()
 }
 
+fn parse_busy_policy(value: &str) -> Result<OnBusy, String> {
+    value.parse()
+}
+
 impl EndpointSettings {
     /// How long an interrupt waits for its answer.
     pub(crate) fn approval_ttl(&self) -> std::time::Duration {
@@ -152,6 +168,11 @@ impl EndpointSettings {
     /// The disconnect policy and how turns are logged.
     pub(crate) fn turns(&self) -> (DisconnectPolicy, TurnLogSettings) {
         (self.on_disconnect, TurnLogSettings { enabled: self.turn_log, ..TurnLogSettings::default() })
+    }
+
+    /// What a message does while its conversation's turn runs, and how many may wait.
+    pub(crate) fn busy(&self) -> (OnBusy, usize) {
+        (self.on_busy, self.busy_queue)
     }
 
     /// The allowed CORS origins, checked: each must be an origin a browser sends (an empty list

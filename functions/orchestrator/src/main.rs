@@ -167,6 +167,7 @@ fn service(
             .with_cors_origins(cors)
             .with_ratings(ratings)
             .with_disconnect_policy(on_disconnect)
+            .with_busy_policy(endpoint.busy().0, endpoint.busy().1)
             .with_turn_log(turn_log)
             .with_approval_ttl(endpoint.approval_ttl())
             .with_a2a_card(baton::wiring::a2a_card(config))
