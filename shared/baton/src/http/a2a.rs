@@ -22,6 +22,7 @@ use axum::response::{IntoResponse, Response};
 use futures::{Stream, StreamExt};
 use serde_json::{Value, json};
 
+use super::platform::{BasePath, Deadline};
 use super::request::{checked_id, user_of};
 use super::{ApiError, Caller, ChatService, EPISODE_HEADER, TURN_HEADER};
 use crate::a2a::task::{parse_task_id, task_id};
@@ -60,47 +61,64 @@ fn answer(status: StatusCode, body: Value) -> Response {
     (status, axum::Json(body)).into_response()
 }
 
-pub(super) async fn card_route(State(service): State<Arc<ChatService>>, headers: HeaderMap) -> Response {
-    service.a2a_card(&headers, "", None)
+/// `GET /.well-known/agent-card.json`: the entry agent's card.
+pub(super) async fn card_route(
+    State(service): State<Arc<ChatService>>,
+    BasePath(base): BasePath,
+    headers: HeaderMap,
+) -> Response {
+    service.a2a_card(&headers, &base, None)
 }
 
+/// `GET /a2a/{agent}/.well-known/agent-card.json`: a served agent's card.
 pub(super) async fn agent_card_route(
     State(service): State<Arc<ChatService>>,
     Path(agent): Path<String>,
+    BasePath(base): BasePath,
     headers: HeaderMap,
 ) -> Response {
-    service.a2a_card(&headers, "", Some(&agent))
+    service.a2a_card(&headers, &base, Some(&agent))
 }
 
+/// `POST /a2a`: the entry agent's JSON-RPC endpoint.
 pub(super) async fn rpc_route(
     State(service): State<Arc<ChatService>>,
+    caller: Result<Caller, ApiError>,
+    Deadline(deadline): Deadline,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    agent_rpc(service, None, headers, body).await
+    agent_rpc(service, None, caller, deadline, headers, body).await
 }
 
+/// `POST /a2a/{agent}`: a served agent's JSON-RPC endpoint.
 pub(super) async fn agent_rpc_route(
     State(service): State<Arc<ChatService>>,
     Path(agent): Path<String>,
+    caller: Result<Caller, ApiError>,
+    Deadline(deadline): Deadline,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    agent_rpc(service, Some(agent), headers, body).await
+    agent_rpc(service, Some(agent), caller, deadline, headers, body).await
 }
 
+/// A JSON-RPC request to `agent`'s endpoint, its body read within the limits; a caller not
+/// identified or a body not read is a JSON-RPC error with the HTTP status of the refusal.
 async fn agent_rpc(
     service: Arc<ChatService>,
     agent: Option<String>,
+    caller: Result<Caller, ApiError>,
+    deadline: Option<tokio::time::Instant>,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let caller = match service.caller_from_headers(&headers) {
+    let caller = match caller {
         Ok(caller) => caller,
         Err(e) => return answer(e.status, rpc_error(&Value::Null, codes::INVALID_REQUEST, e.message)),
     };
     match super::request::read_body(&service, &headers, body).await {
-        Ok(bytes) => service.a2a(&caller, agent.as_deref(), &headers, &bytes, None).await,
+        Ok(bytes) => service.a2a(&caller, agent.as_deref(), &headers, &bytes, deadline).await,
         Err(e) => answer(e.status, rpc_error(&Value::Null, codes::INVALID_REQUEST, e.message)),
     }
 }
@@ -149,7 +167,7 @@ impl ChatService {
     /// Answers `GET [/a2a/{agent}]/.well-known/agent-card.json`: the card of `agent` (the entry
     /// agent's for `None`), its JSON-RPC URL on the host the request names (`X-Forwarded-Proto`
     /// or `http`) under `base_path` (a stage, or empty).
-    pub fn a2a_card(&self, headers: &HeaderMap, base_path: &str, agent: Option<&str>) -> Response {
+    pub(crate) fn a2a_card(&self, headers: &HeaderMap, base_path: &str, agent: Option<&str>) -> Response {
         let source = match self.a2a_agent(agent) {
             Ok((_, source)) => source,
             Err((status, message)) => return ApiError::new(status, "not_found", message).into_response(),
@@ -174,7 +192,7 @@ impl ChatService {
 
     /// Answers one JSON-RPC request of `caller` on the A2A endpoint of `agent` (the entry
     /// agent's for `None`; `deadline`: a Lambda invocation's, if any).
-    pub async fn a2a(
+    pub(crate) async fn a2a(
         &self,
         caller: &Caller,
         agent: Option<&str>,

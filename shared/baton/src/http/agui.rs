@@ -9,14 +9,12 @@
 //! read), non-text content, client tools (`tools` not empty: Baton runs only its own), ids out
 //! of Baton's alphabet. `state`, `context` and `forwardedProps` are not read.
 
-use axum::http::HeaderMap;
-use axum::response::Response;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use super::ApiError;
 use super::request::checked_id;
 use super::wire::{Closed, OpenParts, Protocol, Translate, bad_request, rfc3339, text_of_parts};
-use super::{ApiError, Caller, ChatService};
 use crate::event::{Event, Interrupt, Status};
 
 /// The fields of a `RunAgentInput` Baton reads; the others are allowed and not read.
@@ -132,21 +130,6 @@ impl Protocol for Agui {
     fn request(body: &[u8]) -> Result<(Value, AguiRun), ApiError> {
         let (request, thread_id, run_id) = chat_request(body)?;
         Ok((request, AguiRun::new(thread_id, run_id)))
-    }
-}
-
-impl ChatService {
-    /// Answers `POST /agui` of `caller`: an AG-UI run, as `POST /chat` answers a chat request
-    /// (the same checks, limits, turn and log), its events translated into AG-UI events; or a
-    /// 4xx/5xx JSON error before anything runs. Shared by `serve` and the Lambda.
-    pub async fn respond_agui(
-        &self,
-        caller: &Caller,
-        headers: &HeaderMap,
-        body: &[u8],
-        deadline: Option<tokio::time::Instant>,
-    ) -> Response {
-        self.respond_protocol::<Agui>(caller, headers, body, deadline).await
     }
 }
 

@@ -122,23 +122,10 @@ impl Protocol for AiSdk {
 }
 
 impl ChatService {
-    /// Answers `POST /ai-sdk` of `caller`: a `useChat` request, as `POST /chat` answers a chat
-    /// request (the same checks, limits, turn and log), its events as a UI message stream; or a
-    /// 4xx/5xx JSON error before anything runs. Shared by `serve` and the Lambda.
-    pub async fn respond_ai_sdk(
-        &self,
-        caller: &Caller,
-        headers: &HeaderMap,
-        body: &[u8],
-        deadline: Option<tokio::time::Instant>,
-    ) -> Response {
-        self.respond_protocol::<AiSdk>(caller, headers, body, deadline).await
-    }
-
     /// Answers `GET /ai-sdk/{chat_id}/stream` of `caller`: the chat's running turn as a UI
     /// message stream from its first event, followed to its end; 204 when no turn runs; or a
     /// 4xx/5xx JSON error.
-    pub async fn ai_sdk_stream(
+    pub(crate) async fn ai_sdk_stream(
         &self,
         caller: &Caller,
         chat_id: String,
@@ -164,12 +151,11 @@ impl ChatService {
 pub(super) async fn stream_route(
     axum::extract::State(service): axum::extract::State<std::sync::Arc<ChatService>>,
     axum::extract::Path(chat_id): axum::extract::Path<String>,
+    caller: Caller,
+    super::platform::Deadline(deadline): super::platform::Deadline,
     headers: HeaderMap,
 ) -> Response {
-    match service.caller_from_headers(&headers) {
-        Ok(caller) => service.ai_sdk_stream(&caller, chat_id, &headers, None).await,
-        Err(e) => e.into_response(),
-    }
+    service.ai_sdk_stream(&caller, chat_id, &headers, deadline).await
 }
 
 /// One turn's translation of Baton events into UI message stream parts (docs/ai-sdk.md has the

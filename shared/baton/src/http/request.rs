@@ -243,18 +243,6 @@ pub(super) fn checked_id(field: &str, id: String) -> Result<String, ApiError> {
     if ok { Ok(id) } else { Err(bad_id(field)) }
 }
 
-/// The caller and the body of a request that starts a turn (`/chat` and the protocol
-/// endpoints), read within the body's size and time limits; or the error response.
-pub(super) async fn read_request(
-    service: &ChatService,
-    headers: &HeaderMap,
-    body: Body,
-) -> Result<(Caller, Bytes), Response> {
-    let caller = service.caller_from_headers(headers).map_err(IntoResponse::into_response)?;
-    let bytes = read_body(service, headers, body).await.map_err(IntoResponse::into_response)?;
-    Ok((caller, bytes))
-}
-
 /// A JSON request body, read within the body limit and the body-read timeout.
 pub(super) async fn read_body(
     service: &ChatService,

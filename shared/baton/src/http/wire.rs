@@ -117,12 +117,14 @@ impl ChatService {
 /// The `POST` route of protocol `P` in `serve` ([`ChatService::respond_protocol`]).
 pub(super) async fn protocol_route<P: Protocol>(
     State(service): State<Arc<ChatService>>,
+    caller: Caller,
+    super::platform::Deadline(deadline): super::platform::Deadline,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    match super::request::read_request(&service, &headers, body).await {
-        Ok((caller, bytes)) => service.respond_protocol::<P>(&caller, &headers, &bytes, None).await,
-        Err(response) => response,
+    match super::request::read_body(&service, &headers, body).await {
+        Ok(bytes) => service.respond_protocol::<P>(&caller, &headers, &bytes, deadline).await,
+        Err(e) => e.into_response(),
     }
 }
 
