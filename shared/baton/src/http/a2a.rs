@@ -15,7 +15,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::body::{Body, Bytes};
+use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -24,11 +24,12 @@ use serde_json::{Value, json};
 
 use super::platform::{BasePath, Deadline};
 use super::request::{checked_id, user_of};
-use super::{ApiError, Caller, ChatService, EPISODE_HEADER, TURN_HEADER};
+use super::wire::{Translate, Translated, Wire};
+use super::{ApiError, Caller, ChatService};
 use crate::a2a::task::{parse_task_id, task_id};
 use crate::a2a::types::{
-    PROTOCOL_VERSION, RpcRequest, SendMessageRequest, StreamResponse, TaskIdParams, VERSION_HEADER, codes,
-    rpc_error, rpc_result,
+    PROTOCOL_VERSION, RpcRequest, SendMessageRequest, TaskIdParams, VERSION_HEADER, codes, rpc_error,
+    rpc_result,
 };
 use crate::a2a::{CardSource, Security, Served, TaskView, agent_path};
 use crate::auth::AuthMode;
@@ -487,50 +488,46 @@ impl ChatService {
         Ok(self.task_stream(id, view, events, key.episode_id(), &turn))
     }
 
-    /// The SSE answer of a streaming call: the task, then an item per event that shows, each a
-    /// JSON-RPC answer on one `data:` line, with heartbeat comments while the turn is quiet.
+    /// The SSE answer of a streaming call ([`TaskStream`]), with heartbeat comments while the
+    /// turn is quiet.
     fn task_stream(
         &self,
         id: &Value,
-        mut view: TaskView,
+        view: TaskView,
         events: impl Stream<Item = Arc<LoggedEvent>> + Send + 'static,
         episode_id: &str,
         turn_id: &str,
     ) -> Response {
-        let id = id.clone();
-        let heartbeat = self.heartbeat;
-        let frame = move |id: &Value, item: StreamResponse| {
-            Bytes::from(format!("data: {}\n\n", rpc_result(id, item)))
-        };
-        let body = async_stream::stream! {
-            yield Ok::<_, std::convert::Infallible>(frame(&id, view.first()));
-            let mut events = std::pin::pin!(events);
-            let mut quiet = crate::bounded::IdleTimer::new(heartbeat);
-            loop {
-                match quiet.next(&mut events).await {
-                    Err(_) => yield Ok(Bytes::from_static(b": keep-alive\n\n")),
-                    Ok(None) => break,
-                    Ok(Some(logged)) => {
-                        let Ok(event) = serde_json::from_str::<Event>(&logged.data) else { continue };
-                        if let Some(item) = view.apply(&event) {
-                            yield Ok(frame(&id, item));
-                        }
-                        if view.ended() {
-                            break;
-                        }
-                    }
-                }
-            }
-        };
-        let mut response = Response::new(Body::from_stream(body));
-        let h = response.headers_mut();
-        h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
-        h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-        h.insert("x-accel-buffering", HeaderValue::from_static("no"));
-        if let (Ok(e), Ok(t)) = (HeaderValue::from_str(episode_id), HeaderValue::from_str(turn_id)) {
-            h.insert(EPISODE_HEADER, e);
-            h.insert(TURN_HEADER, t);
+        let wire = Box::new(Translated(TaskStream { id: id.clone(), view }));
+        wire.response(episode_id, turn_id.to_owned(), events.boxed(), self.heartbeat)
+    }
+}
+
+/// A streaming call's translation of a turn's events: the task first, then an item per event
+/// that shows in the task, each a JSON-RPC answer to call `id`, until the task ends.
+struct TaskStream {
+    id: Value,
+    view: TaskView,
+}
+
+impl Translate for TaskStream {
+    fn start(&mut self, out: &mut Vec<Value>) {
+        out.push(rpc_result(&self.id, self.view.first()));
+    }
+
+    fn event(&mut self, event: &Event, out: &mut Vec<Value>) {
+        if let Some(item) = self.view.apply(event) {
+            out.push(rpc_result(&self.id, item));
         }
-        response
+    }
+
+    fn ended(&self) -> bool {
+        self.view.ended()
+    }
+
+    fn cut(&mut self, _: &mut Vec<Value>) {}
+
+    fn done(&self) -> Option<&'static [u8]> {
+        None
     }
 }
