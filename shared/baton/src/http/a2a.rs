@@ -23,7 +23,7 @@ use futures::{Stream, StreamExt};
 use serde_json::{Value, json};
 
 use super::platform::{BasePath, Deadline};
-use super::request::{checked_id, user_of};
+use super::request::{ChatBody, checked_id, user_of};
 use super::wire::{Translate, Translated, Wire};
 use super::{ApiError, Caller, ChatService};
 use crate::a2a::task::{parse_task_id, task_id};
@@ -405,11 +405,12 @@ impl ChatService {
             let key = EpisodeKey::new(user.as_str(), context).map_err(|_| unknown())?;
             self.latest_turn(&key).await.map_err(from_api)?.ok_or_else(unknown)?;
         }
-        let body = match resume {
-            Some(resume) => json!({"resume": resume, "episode_id": message.context_id}),
-            None => json!({"message": text, "episode_id": message.context_id}),
+        let chat = match resume {
+            Some(resume) => ChatBody { resume: Some(resume), ..ChatBody::default() },
+            None => ChatBody { message: Some(Value::String(text)), ..ChatBody::default() },
         };
-        let valid = self.validate(caller, headers, body.to_string().as_bytes()).map_err(from_api)?;
+        let chat = ChatBody { episode_id: message.context_id, ..chat };
+        let valid = self.validate_body(caller, headers, chat).map_err(from_api)?;
         let policy = Some(DisconnectPolicy::Continue);
         let (episode_id, turn_id, events) = self
             .start_turn(orchestrator, valid.turn, None, policy, valid.resume, until)

@@ -13,7 +13,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::ApiError;
-use super::request::checked_id;
+use super::request::{ChatBody, checked_id};
 use super::wire::{Closed, OpenParts, Protocol, Translate, bad_request, rfc3339, text_of_parts};
 use crate::event::{Event, Interrupt, Status};
 
@@ -47,7 +47,7 @@ struct ResumeEntry {
 }
 
 /// The chat request a `RunAgentInput` stands for, and the run's ids, or why it is refused.
-fn chat_request(body: &[u8]) -> Result<(Value, String, String), ApiError> {
+fn chat_request(body: &[u8]) -> Result<(ChatBody, String, String), ApiError> {
     let input: RunAgentInput = serde_json::from_slice(body).map_err(|e| {
         bad_request("invalid_json", format!("the body is not a valid AG-UI RunAgentInput: {e}"))
     })?;
@@ -68,13 +68,17 @@ fn chat_request(body: &[u8]) -> Result<(Value, String, String), ApiError> {
             ),
         ));
     }
-    let mut request = json!({"episode_id": thread_id, "request_id": run_id});
+    let mut request = ChatBody {
+        episode_id: Some(thread_id.clone()),
+        request_id: Some(run_id.clone()),
+        ..ChatBody::default()
+    };
     match input.resume.filter(|entries| !entries.is_empty()) {
         // A run that answers interrupts continues the paused turn; its messages are not read.
         Some(entries) => {
-            request["resume"] = entries.into_iter().map(resume_answer).collect::<Result<_, _>>()?
+            request.resume = Some(entries.into_iter().map(resume_answer).collect::<Result<_, _>>()?)
         }
-        None => request["message"] = Value::String(last_user_text(&input.messages)?),
+        None => request.message = Some(Value::String(last_user_text(&input.messages)?)),
     }
     Ok((request, thread_id, run_id))
 }
@@ -127,7 +131,7 @@ pub(crate) struct Agui;
 impl Protocol for Agui {
     type Translation = AguiRun;
 
-    fn request(body: &[u8]) -> Result<(Value, AguiRun), ApiError> {
+    fn request(body: &[u8]) -> Result<(ChatBody, AguiRun), ApiError> {
         let (request, thread_id, run_id) = chat_request(body)?;
         Ok((request, AguiRun::new(thread_id, run_id)))
     }
@@ -393,7 +397,7 @@ mod tests {
             "messages":[{"id":"u0","role":"user","content":"old"},{"id":"a0","role":"assistant","content":"x"},
                         {"id":"u1","role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]}]}"#;
         let (request, thread, run) = chat_request(body.as_bytes()).unwrap();
-        assert_eq!(request, json!({"episode_id": "t1", "request_id": "r1", "message": "a\nb"}));
+        assert_eq!(request.to_json(), json!({"episode_id": "t1", "request_id": "r1", "message": "a\nb"}));
         assert_eq!((thread.as_str(), run.as_str()), ("t1", "r1"));
     }
 
@@ -405,12 +409,12 @@ mod tests {
             {"interruptId":"i3","status":"resolved","payload":{"decision":"approve","arguments":{"a":1}}}]}"#;
         let (request, _, _) = chat_request(body.as_bytes()).unwrap();
         assert_eq!(
-            request["resume"],
+            request.to_json()["resume"],
             json!([{"interrupt_id":"i1","decision":"approve"},
                    {"interrupt_id":"i2","decision":"reject","message":"no"},
                    {"interrupt_id":"i3","decision":"approve","arguments":{"a":1}}])
         );
-        assert!(request.get("message").is_none());
+        assert!(request.message.is_none());
     }
 
     #[test]

@@ -17,12 +17,16 @@
 //! [`ChatService::with_cors_origins`] (none by default): `tower-http`'s CORS layer answers their
 //! preflight and adds the response headers, the episode and turn ids among those a page may read.
 //!
-//! This room: the service, its routes and `serve` here; `request` (the JSON error, the caller, the
-//! body read within its limits, the checks a body and its ids pass), `sse` (the SSE body of a turn) and `messages` (a conversation
-//! read back a page at a time) beside it; `wire` (how a turn's events go out: Baton's SSE, or a
-//! front-end protocol's translation of them), `agui` (AG-UI 1.0, `POST /agui`) and `ai_sdk` (the
-//! AI SDK's UI message stream, `POST /ai-sdk`), each protocol a request mapped onto the chat
-//! request and a translation of the same turn; `a2a` (the A2A card and JSON-RPC endpoint).
+//! This room: the service, its router ([`api`], and [`app`] with the chat page) and `serve`
+//! here; `platform` (what the platform in front says about a request: the IAM principal, the
+//! deadline, the stage; and the extractors handlers take it with), `request` (the JSON error,
+//! the caller, the body read within its limits, the checks a body and its ids pass), `sse` (the
+//! SSE body of a turn) and `messages` (a conversation read back a page at a time) beside it;
+//! `wire` (how a turn's events go out: Baton's SSE, or a protocol's translation of them), `agui`
+//! (AG-UI 1.0, `POST /agui`), `ai_sdk` (the AI SDK's UI message stream, `POST /ai-sdk`) and
+//! `a2a` (the A2A card and JSON-RPC endpoint), each protocol a request mapped onto the chat
+//! request and a translation of the same turn. Handlers are free functions over the
+//! [`ChatService`] state, in their protocol's file.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -261,6 +265,12 @@ impl ChatService {
         headers: &HeaderMap,
         body: &[u8],
     ) -> Result<ValidRequest, ApiError> {
+        self.validate_body(caller, headers, self.parse(headers, body)?)
+    }
+
+    /// A chat request's body in typed form, or why it is refused: not JSON, too large, not
+    /// UTF-8, not a chat request.
+    fn parse(&self, headers: &HeaderMap, body: &[u8]) -> Result<ChatBody, ApiError> {
         require_json(headers)?;
         if body.len() > self.limits.max_body_bytes {
             return Err(body_too_large(self.limits.max_body_bytes));
@@ -272,13 +282,23 @@ impl ChatService {
                 format!("the body is not valid UTF-8: {e}"),
             )
         })?;
-        let parsed: ChatBody = serde_json::from_str(text).map_err(|e| {
+        serde_json::from_str(text).map_err(|e| {
             ApiError::new(
                 StatusCode::BAD_REQUEST,
                 "invalid_json",
                 format!("the body is not a valid chat request: {e}"),
             )
-        })?;
+        })
+    }
+
+    /// Checks a chat request in typed form (the chat endpoint's, or what a protocol's request
+    /// stands for) and turns it into a turn, or says why not.
+    fn validate_body(
+        &self,
+        caller: &Caller,
+        headers: &HeaderMap,
+        parsed: ChatBody,
+    ) -> Result<ValidRequest, ApiError> {
         let resume = match (parsed.resume, &parsed.message) {
             (None | Some(serde_json::Value::Null), _) => None,
             (Some(_), Some(m)) if !m.is_null() => {
@@ -381,7 +401,12 @@ impl ChatService {
         body: &[u8],
         deadline: Option<tokio::time::Instant>,
     ) -> Response {
-        self.respond_with(caller, headers, body, deadline, Box::new(wire::BatonSse)).await
+        match self.parse(headers, body) {
+            Ok(request) => {
+                self.respond_with(caller, headers, request, deadline, Box::new(wire::BatonSse)).await
+            }
+            Err(e) => e.into_response(),
+        }
     }
 
     /// [`ChatService::respond`], the turn's events going out through `wire`.
@@ -389,14 +414,14 @@ impl ChatService {
         &self,
         caller: &Caller,
         headers: &HeaderMap,
-        body: &[u8],
+        request: ChatBody,
         deadline: Option<tokio::time::Instant>,
         wire: Box<dyn wire::Wire>,
     ) -> Response {
         let turn_deadline = tokio::time::Instant::now() + self.endpoint.turn_deadline;
         let deadline = deadline.map_or(turn_deadline, |d| d.min(turn_deadline));
         let ValidRequest { turn, request_id, on_disconnect, resume } =
-            match self.validate(caller, headers, body) {
+            match self.validate_body(caller, headers, request) {
                 Ok(valid) => valid,
                 Err(e) => return e.into_response(),
             };

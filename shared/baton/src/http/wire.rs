@@ -22,6 +22,7 @@ use bytes::{BufMut, BytesMut};
 use futures::stream::BoxStream;
 use serde_json::Value;
 
+use super::request::ChatBody;
 use super::{ApiError, Caller, ChatService};
 use crate::event::{Event, SSE_HEARTBEAT};
 use crate::store::LoggedEvent;
@@ -111,7 +112,7 @@ pub(crate) trait Protocol {
     type Translation: Translate;
     /// The chat request `body` stands for and the translation of its turn, or why it is refused
     /// (before anything runs or is written).
-    fn request(body: &[u8]) -> Result<(Value, Self::Translation), ApiError>;
+    fn request(body: &[u8]) -> Result<(ChatBody, Self::Translation), ApiError>;
 }
 
 impl ChatService {
@@ -135,7 +136,7 @@ impl ChatService {
             Err(e) => return e.into_response(),
         };
         let wire = Box::new(Translated(translation));
-        self.respond_with(caller, headers, request.to_string().as_bytes(), deadline, wire).await
+        self.respond_with(caller, headers, request, deadline, wire).await
     }
 }
 
