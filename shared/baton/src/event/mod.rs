@@ -22,6 +22,7 @@ pub(crate) use usage::{UsageRollup, parse_scaled_decimal};
 pub(crate) use wire::SSE_HEARTBEAT;
 pub use wire::{
     DecodeError, LineSplitter, LineTooLong, decode_ndjson, decode_sse, encode_ndjson, encode_sse,
+    encode_sse_into,
 };
 
 /// The events of one agent run, tool call or turn. Errors are in-band `error` events; the stream

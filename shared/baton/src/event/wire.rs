@@ -24,23 +24,34 @@ pub enum DecodeError {
     },
 }
 
-/// Encodes `event` as one SSE message with sequence number `id`, appending to `out`.
-fn encode_sse_into(out: &mut BytesMut, id: u64, event: &Event) {
+/// Writes one SSE message: `event: <name>`, `id: <turn>:<seq>` (`id: <seq>` for an empty turn;
+/// no `id:` line for `None`), `data: <data>` (JSON, which escapes control characters, so it
+/// stays one line). The one SSE encoder: a turn's stream (`http::encode_frame_into`) and
+/// [`encode_sse`] both write with it.
+pub fn encode_sse_into(out: &mut BytesMut, name: &str, id: Option<(&str, u64)>, data: &str) {
     out.put_slice(b"event: ");
-    out.put_slice(event.kind().as_bytes());
-    out.put_slice(b"\nid: ");
-    // Writing a number into a `BytesMut` cannot fail.
-    let _ = std::fmt::Write::write_fmt(out, format_args!("{id}"));
+    out.put_slice(name.as_bytes());
+    if let Some((turn, seq)) = id {
+        out.put_slice(b"\nid: ");
+        if !turn.is_empty() {
+            out.put_slice(turn.as_bytes());
+            out.put_slice(b":");
+        }
+        // Writing a number into a `BytesMut` cannot fail.
+        let _ = std::fmt::Write::write_fmt(out, format_args!("{seq}"));
+    }
     out.put_slice(b"\ndata: ");
-    // Serializing a plain enum of strings, numbers and JSON values cannot fail.
-    serde_json::to_writer((&mut *out).writer(), event).expect("event serializes");
+    out.put_slice(data.as_bytes());
     out.put_slice(b"\n\n");
 }
 
-/// Encodes `event` as one SSE message with sequence number `id`.
+/// Encodes `event` as one SSE message with sequence number `id`, as a turn's stream does: its
+/// JSON as the log keeps it, then [`encode_sse_into`].
 pub fn encode_sse(id: u64, event: &Event) -> Bytes {
-    let mut out = BytesMut::with_capacity(128);
-    encode_sse_into(&mut out, id, event);
+    // Serializing a plain enum of strings, numbers and JSON values cannot fail.
+    let data = serde_json::to_string(event).expect("event serializes");
+    let mut out = BytesMut::with_capacity(data.len() + 32);
+    encode_sse_into(&mut out, event.kind(), Some(("", id)), &data);
     out.freeze()
 }
 

@@ -15,19 +15,21 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::body::{Body, Bytes};
+use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use futures::{Stream, StreamExt};
 use serde_json::{Value, json};
 
-use super::request::{checked_id, user_of};
-use super::{ApiError, Caller, ChatService, EPISODE_HEADER, TURN_HEADER};
+use super::platform::{BasePath, Deadline};
+use super::request::{ChatBody, checked_id, user_of};
+use super::wire::{Translate, Translated, Wire};
+use super::{ApiError, Caller, ChatService};
 use crate::a2a::task::{parse_task_id, task_id};
 use crate::a2a::types::{
-    PROTOCOL_VERSION, RpcRequest, SendMessageRequest, StreamResponse, TaskIdParams, VERSION_HEADER, codes,
-    rpc_error, rpc_result,
+    PROTOCOL_VERSION, RpcRequest, SendMessageRequest, TaskIdParams, VERSION_HEADER, codes, rpc_error,
+    rpc_result,
 };
 use crate::a2a::{CardSource, Security, Served, TaskView, agent_path};
 use crate::auth::AuthMode;
@@ -60,47 +62,64 @@ fn answer(status: StatusCode, body: Value) -> Response {
     (status, axum::Json(body)).into_response()
 }
 
-pub(super) async fn card_route(State(service): State<Arc<ChatService>>, headers: HeaderMap) -> Response {
-    service.a2a_card(&headers, "", None)
+/// `GET /.well-known/agent-card.json`: the entry agent's card.
+pub(super) async fn card_route(
+    State(service): State<Arc<ChatService>>,
+    BasePath(base): BasePath,
+    headers: HeaderMap,
+) -> Response {
+    service.a2a_card(&headers, &base, None)
 }
 
+/// `GET /a2a/{agent}/.well-known/agent-card.json`: a served agent's card.
 pub(super) async fn agent_card_route(
     State(service): State<Arc<ChatService>>,
     Path(agent): Path<String>,
+    BasePath(base): BasePath,
     headers: HeaderMap,
 ) -> Response {
-    service.a2a_card(&headers, "", Some(&agent))
+    service.a2a_card(&headers, &base, Some(&agent))
 }
 
+/// `POST /a2a`: the entry agent's JSON-RPC endpoint.
 pub(super) async fn rpc_route(
     State(service): State<Arc<ChatService>>,
+    caller: Result<Caller, ApiError>,
+    Deadline(deadline): Deadline,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    agent_rpc(service, None, headers, body).await
+    agent_rpc(service, None, caller, deadline, headers, body).await
 }
 
+/// `POST /a2a/{agent}`: a served agent's JSON-RPC endpoint.
 pub(super) async fn agent_rpc_route(
     State(service): State<Arc<ChatService>>,
     Path(agent): Path<String>,
+    caller: Result<Caller, ApiError>,
+    Deadline(deadline): Deadline,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    agent_rpc(service, Some(agent), headers, body).await
+    agent_rpc(service, Some(agent), caller, deadline, headers, body).await
 }
 
+/// A JSON-RPC request to `agent`'s endpoint, its body read within the limits; a caller not
+/// identified or a body not read is a JSON-RPC error with the HTTP status of the refusal.
 async fn agent_rpc(
     service: Arc<ChatService>,
     agent: Option<String>,
+    caller: Result<Caller, ApiError>,
+    deadline: Option<tokio::time::Instant>,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let caller = match service.caller_from_headers(&headers) {
+    let caller = match caller {
         Ok(caller) => caller,
         Err(e) => return answer(e.status, rpc_error(&Value::Null, codes::INVALID_REQUEST, e.message)),
     };
     match super::request::read_body(&service, &headers, body).await {
-        Ok(bytes) => service.a2a(&caller, agent.as_deref(), &headers, &bytes, None).await,
+        Ok(bytes) => service.a2a(&caller, agent.as_deref(), &headers, &bytes, deadline).await,
         Err(e) => answer(e.status, rpc_error(&Value::Null, codes::INVALID_REQUEST, e.message)),
     }
 }
@@ -149,7 +168,7 @@ impl ChatService {
     /// Answers `GET [/a2a/{agent}]/.well-known/agent-card.json`: the card of `agent` (the entry
     /// agent's for `None`), its JSON-RPC URL on the host the request names (`X-Forwarded-Proto`
     /// or `http`) under `base_path` (a stage, or empty).
-    pub fn a2a_card(&self, headers: &HeaderMap, base_path: &str, agent: Option<&str>) -> Response {
+    pub(crate) fn a2a_card(&self, headers: &HeaderMap, base_path: &str, agent: Option<&str>) -> Response {
         let source = match self.a2a_agent(agent) {
             Ok((_, source)) => source,
             Err((status, message)) => return ApiError::new(status, "not_found", message).into_response(),
@@ -174,7 +193,7 @@ impl ChatService {
 
     /// Answers one JSON-RPC request of `caller` on the A2A endpoint of `agent` (the entry
     /// agent's for `None`; `deadline`: a Lambda invocation's, if any).
-    pub async fn a2a(
+    pub(crate) async fn a2a(
         &self,
         caller: &Caller,
         agent: Option<&str>,
@@ -386,11 +405,12 @@ impl ChatService {
             let key = EpisodeKey::new(user.as_str(), context).map_err(|_| unknown())?;
             self.latest_turn(&key).await.map_err(from_api)?.ok_or_else(unknown)?;
         }
-        let body = match resume {
-            Some(resume) => json!({"resume": resume, "episode_id": message.context_id}),
-            None => json!({"message": text, "episode_id": message.context_id}),
+        let chat = match resume {
+            Some(resume) => ChatBody { resume: Some(resume), ..ChatBody::default() },
+            None => ChatBody { message: Some(Value::String(text)), ..ChatBody::default() },
         };
-        let valid = self.validate(caller, headers, body.to_string().as_bytes()).map_err(from_api)?;
+        let chat = ChatBody { episode_id: message.context_id, ..chat };
+        let valid = self.validate_body(caller, headers, chat).map_err(from_api)?;
         let policies =
             super::TurnPolicies { on_disconnect: Some(DisconnectPolicy::Continue), on_busy: valid.on_busy };
         let (episode_id, turn_id, events) = self
@@ -470,50 +490,46 @@ impl ChatService {
         Ok(self.task_stream(id, view, events, key.episode_id(), &turn))
     }
 
-    /// The SSE answer of a streaming call: the task, then an item per event that shows, each a
-    /// JSON-RPC answer on one `data:` line, with heartbeat comments while the turn is quiet.
+    /// The SSE answer of a streaming call ([`TaskStream`]), with heartbeat comments while the
+    /// turn is quiet.
     fn task_stream(
         &self,
         id: &Value,
-        mut view: TaskView,
+        view: TaskView,
         events: impl Stream<Item = Arc<LoggedEvent>> + Send + 'static,
         episode_id: &str,
         turn_id: &str,
     ) -> Response {
-        let id = id.clone();
-        let heartbeat = self.heartbeat;
-        let frame = move |id: &Value, item: StreamResponse| {
-            Bytes::from(format!("data: {}\n\n", rpc_result(id, item)))
-        };
-        let body = async_stream::stream! {
-            yield Ok::<_, std::convert::Infallible>(frame(&id, view.first()));
-            let mut events = std::pin::pin!(events);
-            let mut quiet = crate::bounded::IdleTimer::new(heartbeat);
-            loop {
-                match quiet.next(&mut events).await {
-                    Err(_) => yield Ok(Bytes::from_static(b": keep-alive\n\n")),
-                    Ok(None) => break,
-                    Ok(Some(logged)) => {
-                        let Ok(event) = serde_json::from_str::<Event>(&logged.data) else { continue };
-                        if let Some(item) = view.apply(&event) {
-                            yield Ok(frame(&id, item));
-                        }
-                        if view.ended() {
-                            break;
-                        }
-                    }
-                }
-            }
-        };
-        let mut response = Response::new(Body::from_stream(body));
-        let h = response.headers_mut();
-        h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
-        h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-        h.insert("x-accel-buffering", HeaderValue::from_static("no"));
-        if let (Ok(e), Ok(t)) = (HeaderValue::from_str(episode_id), HeaderValue::from_str(turn_id)) {
-            h.insert(EPISODE_HEADER, e);
-            h.insert(TURN_HEADER, t);
+        let wire = Box::new(Translated(TaskStream { id: id.clone(), view }));
+        wire.response(episode_id, turn_id.to_owned(), events.boxed(), self.heartbeat)
+    }
+}
+
+/// A streaming call's translation of a turn's events: the task first, then an item per event
+/// that shows in the task, each a JSON-RPC answer to call `id`, until the task ends.
+struct TaskStream {
+    id: Value,
+    view: TaskView,
+}
+
+impl Translate for TaskStream {
+    fn start(&mut self, out: &mut Vec<Value>) {
+        out.push(rpc_result(&self.id, self.view.first()));
+    }
+
+    fn event(&mut self, event: &Event, out: &mut Vec<Value>) {
+        if let Some(item) = self.view.apply(event) {
+            out.push(rpc_result(&self.id, item));
         }
-        response
+    }
+
+    fn ended(&self) -> bool {
+        self.view.ended()
+    }
+
+    fn cut(&mut self, _: &mut Vec<Value>) {}
+
+    fn done(&self) -> Option<&'static [u8]> {
+        None
     }
 }

@@ -9,14 +9,12 @@
 //! read), non-text content, client tools (`tools` not empty: Baton runs only its own), ids out
 //! of Baton's alphabet. `state`, `context` and `forwardedProps` are not read.
 
-use axum::http::HeaderMap;
-use axum::response::Response;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::request::checked_id;
+use super::ApiError;
+use super::request::{ChatBody, checked_id};
 use super::wire::{Closed, OpenParts, Protocol, Translate, bad_request, rfc3339, text_of_parts};
-use super::{ApiError, Caller, ChatService};
 use crate::event::{Event, Interrupt, Status};
 
 /// The fields of a `RunAgentInput` Baton reads; the others are allowed and not read.
@@ -49,7 +47,7 @@ struct ResumeEntry {
 }
 
 /// The chat request a `RunAgentInput` stands for, and the run's ids, or why it is refused.
-fn chat_request(body: &[u8]) -> Result<(Value, String, String), ApiError> {
+fn chat_request(body: &[u8]) -> Result<(ChatBody, String, String), ApiError> {
     let input: RunAgentInput = serde_json::from_slice(body).map_err(|e| {
         bad_request("invalid_json", format!("the body is not a valid AG-UI RunAgentInput: {e}"))
     })?;
@@ -70,13 +68,17 @@ fn chat_request(body: &[u8]) -> Result<(Value, String, String), ApiError> {
             ),
         ));
     }
-    let mut request = json!({"episode_id": thread_id, "request_id": run_id});
+    let mut request = ChatBody {
+        episode_id: Some(thread_id.clone()),
+        request_id: Some(run_id.clone()),
+        ..ChatBody::default()
+    };
     match input.resume.filter(|entries| !entries.is_empty()) {
         // A run that answers interrupts continues the paused turn; its messages are not read.
         Some(entries) => {
-            request["resume"] = entries.into_iter().map(resume_answer).collect::<Result<_, _>>()?
+            request.resume = Some(entries.into_iter().map(resume_answer).collect::<Result<_, _>>()?)
         }
-        None => request["message"] = Value::String(last_user_text(&input.messages)?),
+        None => request.message = Some(Value::String(last_user_text(&input.messages)?)),
     }
     Ok((request, thread_id, run_id))
 }
@@ -129,24 +131,9 @@ pub(crate) struct Agui;
 impl Protocol for Agui {
     type Translation = AguiRun;
 
-    fn request(body: &[u8]) -> Result<(Value, AguiRun), ApiError> {
+    fn request(body: &[u8]) -> Result<(ChatBody, AguiRun), ApiError> {
         let (request, thread_id, run_id) = chat_request(body)?;
         Ok((request, AguiRun::new(thread_id, run_id)))
-    }
-}
-
-impl ChatService {
-    /// Answers `POST /agui` of `caller`: an AG-UI run, as `POST /chat` answers a chat request
-    /// (the same checks, limits, turn and log), its events translated into AG-UI events; or a
-    /// 4xx/5xx JSON error before anything runs. Shared by `serve` and the Lambda.
-    pub async fn respond_agui(
-        &self,
-        caller: &Caller,
-        headers: &HeaderMap,
-        body: &[u8],
-        deadline: Option<tokio::time::Instant>,
-    ) -> Response {
-        self.respond_protocol::<Agui>(caller, headers, body, deadline).await
     }
 }
 
@@ -410,7 +397,7 @@ mod tests {
             "messages":[{"id":"u0","role":"user","content":"old"},{"id":"a0","role":"assistant","content":"x"},
                         {"id":"u1","role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]}]}"#;
         let (request, thread, run) = chat_request(body.as_bytes()).unwrap();
-        assert_eq!(request, json!({"episode_id": "t1", "request_id": "r1", "message": "a\nb"}));
+        assert_eq!(request.to_json(), json!({"episode_id": "t1", "request_id": "r1", "message": "a\nb"}));
         assert_eq!((thread.as_str(), run.as_str()), ("t1", "r1"));
     }
 
@@ -422,12 +409,12 @@ mod tests {
             {"interruptId":"i3","status":"resolved","payload":{"decision":"approve","arguments":{"a":1}}}]}"#;
         let (request, _, _) = chat_request(body.as_bytes()).unwrap();
         assert_eq!(
-            request["resume"],
+            request.to_json()["resume"],
             json!([{"interrupt_id":"i1","decision":"approve"},
                    {"interrupt_id":"i2","decision":"reject","message":"no"},
                    {"interrupt_id":"i3","decision":"approve","arguments":{"a":1}}])
         );
-        assert!(request.get("message").is_none());
+        assert!(request.message.is_none());
     }
 
     #[test]

@@ -21,7 +21,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::request::{checked_id, user_of};
+use super::request::{ChatBody, checked_id, user_of};
 use super::wire::{
     Closed, OpenParts, Protocol, Translate, Translated, bad_request, result_text, text_of_parts,
 };
@@ -47,7 +47,7 @@ struct UiMessage {
 }
 
 /// The chat request a `useChat` body stands for, or why it is refused.
-fn chat_request(body: &[u8]) -> Result<Value, ApiError> {
+fn chat_request(body: &[u8]) -> Result<ChatBody, ApiError> {
     let body: UseChatBody = serde_json::from_slice(body)
         .map_err(|e| bad_request("invalid_json", format!("the body is not a valid useChat request: {e}")))?;
     let chat_id = checked_id("id", body.id)?;
@@ -75,7 +75,12 @@ fn chat_request(body: &[u8]) -> Result<Value, ApiError> {
         "user" => {
             let text = text_of_parts(&last.parts)?;
             let request_id = checked_id("messages[].id", last.id.clone())?;
-            Ok(json!({"episode_id": chat_id, "request_id": request_id, "message": text}))
+            Ok(ChatBody {
+                episode_id: Some(chat_id),
+                request_id: Some(request_id),
+                message: Some(Value::String(text)),
+                ..ChatBody::default()
+            })
         }
         "assistant" => {
             let answers: Vec<Value> = last.parts.iter().filter_map(approval_answer).collect();
@@ -85,7 +90,11 @@ fn chat_request(body: &[u8]) -> Result<Value, ApiError> {
                     "the last message must be the user's, or an assistant message with answered approvals",
                 ));
             }
-            Ok(json!({"episode_id": chat_id, "resume": answers}))
+            Ok(ChatBody {
+                episode_id: Some(chat_id),
+                resume: Some(Value::Array(answers)),
+                ..ChatBody::default()
+            })
         }
         other => Err(bad_request(
             "missing_user_message",
@@ -116,29 +125,16 @@ pub(crate) struct AiSdk;
 impl Protocol for AiSdk {
     type Translation = AiSdkTurn;
 
-    fn request(body: &[u8]) -> Result<(Value, AiSdkTurn), ApiError> {
+    fn request(body: &[u8]) -> Result<(ChatBody, AiSdkTurn), ApiError> {
         Ok((chat_request(body)?, AiSdkTurn::new()))
     }
 }
 
 impl ChatService {
-    /// Answers `POST /ai-sdk` of `caller`: a `useChat` request, as `POST /chat` answers a chat
-    /// request (the same checks, limits, turn and log), its events as a UI message stream; or a
-    /// 4xx/5xx JSON error before anything runs. Shared by `serve` and the Lambda.
-    pub async fn respond_ai_sdk(
-        &self,
-        caller: &Caller,
-        headers: &HeaderMap,
-        body: &[u8],
-        deadline: Option<tokio::time::Instant>,
-    ) -> Response {
-        self.respond_protocol::<AiSdk>(caller, headers, body, deadline).await
-    }
-
     /// Answers `GET /ai-sdk/{chat_id}/stream` of `caller`: the chat's running turn as a UI
     /// message stream from its first event, followed to its end; 204 when no turn runs; or a
     /// 4xx/5xx JSON error.
-    pub async fn ai_sdk_stream(
+    pub(crate) async fn ai_sdk_stream(
         &self,
         caller: &Caller,
         chat_id: String,
@@ -164,12 +160,11 @@ impl ChatService {
 pub(super) async fn stream_route(
     axum::extract::State(service): axum::extract::State<std::sync::Arc<ChatService>>,
     axum::extract::Path(chat_id): axum::extract::Path<String>,
+    caller: Caller,
+    super::platform::Deadline(deadline): super::platform::Deadline,
     headers: HeaderMap,
 ) -> Response {
-    match service.caller_from_headers(&headers) {
-        Ok(caller) => service.ai_sdk_stream(&caller, chat_id, &headers, None).await,
-        Err(e) => e.into_response(),
-    }
+    service.ai_sdk_stream(&caller, chat_id, &headers, deadline).await
 }
 
 /// One turn's translation of Baton events into UI message stream parts (docs/ai-sdk.md has the
@@ -345,7 +340,7 @@ mod tests {
             {"id":"m1","role":"assistant","parts":[{"type":"text","text":"x"}]},
             {"id":"m2","role":"user","parts":[{"type":"text","text":"a"},{"type":"text","text":"b"}]}]}"#;
         assert_eq!(
-            chat_request(body.as_bytes()).unwrap(),
+            chat_request(body.as_bytes()).unwrap().to_json(),
             json!({"episode_id": "chat1", "request_id": "m2", "message": "a\nb"})
         );
     }
@@ -359,7 +354,7 @@ mod tests {
               {"type":"dynamic-tool","toolName":"clip","toolCallId":"d","state":"approval-responded","input":{},
                "approval":{"id":"int_2","approved":true}}]}]}"#;
         assert_eq!(
-            chat_request(body.as_bytes()).unwrap(),
+            chat_request(body.as_bytes()).unwrap().to_json(),
             json!({"episode_id": "chat1", "resume": [
                 {"interrupt_id": "int_1", "decision": "reject", "message": "not that one"},
                 {"interrupt_id": "int_2", "decision": "approve"}]})

@@ -118,7 +118,7 @@ fn page_request(uri: &Uri) -> Result<PageRequest, ApiError> {
 impl ChatService {
     /// Answers `GET /chat/{episode_id}/messages` of `caller` (`uri` carries the query): a page of
     /// the caller's episode as JSON, or a 4xx/5xx JSON error. Shared by `serve` and the Lambda.
-    pub async fn messages(
+    pub(crate) async fn messages(
         &self,
         caller: &Caller,
         episode_id: String,
@@ -187,13 +187,11 @@ impl ChatService {
 pub(super) async fn route(
     State(service): State<Arc<ChatService>>,
     Path(episode_id): Path<String>,
+    caller: Caller,
     headers: HeaderMap,
     uri: Uri,
 ) -> Response {
-    match service.caller_from_headers(&headers) {
-        Ok(caller) => service.messages(&caller, episode_id, &headers, &uri).await,
-        Err(e) => e.into_response(),
-    }
+    service.messages(&caller, episode_id, &headers, &uri).await
 }
 
 #[cfg(test)]

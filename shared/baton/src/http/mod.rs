@@ -17,12 +17,16 @@
 //! [`ChatService::with_cors_origins`] (none by default): `tower-http`'s CORS layer answers their
 //! preflight and adds the response headers, the episode and turn ids among those a page may read.
 //!
-//! This room: the service, its routes and `serve` here; `request` (the JSON error, the caller, the
-//! body read within its limits, the checks a body and its ids pass), `sse` (the SSE body of a turn) and `messages` (a conversation
-//! read back a page at a time) beside it; `wire` (how a turn's events go out: Baton's SSE, or a
-//! front-end protocol's translation of them), `agui` (AG-UI 1.0, `POST /agui`) and `ai_sdk` (the
-//! AI SDK's UI message stream, `POST /ai-sdk`), each protocol a request mapped onto the chat
-//! request and a translation of the same turn; `a2a` (the A2A card and JSON-RPC endpoint).
+//! This room: the service, its router ([`api`], and [`app`] with the chat page) and `serve`
+//! here; `platform` (what the platform in front says about a request: the IAM principal, the
+//! deadline, the stage; and the extractors handlers take it with), `request` (the JSON error,
+//! the caller, the body read within its limits, the checks a body and its ids pass), `sse` (the
+//! SSE body of a turn) and `messages` (a conversation read back a page at a time) beside it;
+//! `wire` (how a turn's events go out: Baton's SSE, or a protocol's translation of them), `agui`
+//! (AG-UI 1.0, `POST /agui`), `ai_sdk` (the AI SDK's UI message stream, `POST /ai-sdk`) and
+//! `a2a` (the A2A card and JSON-RPC endpoint), each protocol a request mapped onto the chat
+//! request and a translation of the same turn. Handlers are free functions over the
+//! [`ChatService`] state, in their protocol's file.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -39,16 +43,19 @@ mod a2a;
 mod agui;
 mod ai_sdk;
 mod messages;
+mod platform;
 mod request;
 mod sse;
 mod turns;
 mod wire;
 
 pub use messages::{DEFAULT_PAGE_MESSAGES, MAX_PAGE_MESSAGES};
+pub use platform::Platform;
 pub use request::{ApiError, Caller, ValidRequest};
 pub use sse::{SSE_CHUNK_BYTES, encode_frame_into, sse_body};
 pub use turns::{LAST_EVENT_ID, LAST_EVENT_ID_QUERY, parse_last_event_id};
 
+use platform::Deadline;
 use request::{ChatBody, body_too_large, checked_id, require_json};
 
 use crate::approval::{ApprovalStore, DEFAULT_APPROVAL_TTL, ResumeError, TurnApprovals};
@@ -234,9 +241,9 @@ impl ChatService {
         self.endpoint
     }
 
-    /// The caller of a request that carries its credentials in headers (JWT or local mode). IAM
-    /// identities come from the platform's request context instead: see the Lambda glue.
-    pub fn caller_from_headers(&self, headers: &HeaderMap) -> Result<Caller, ApiError> {
+    /// The caller of a request: the `principal` the platform verified under IAM (see
+    /// [`Platform`]), else from the credentials in its headers (JWT or local mode).
+    pub(crate) fn caller(&self, headers: &HeaderMap, principal: Option<&str>) -> Result<Caller, ApiError> {
         match &self.auth {
             AuthMode::LocalHeader => Ok(Caller::Local),
             AuthMode::Jwt(verifier) => {
@@ -247,11 +254,14 @@ impl ChatService {
                 })?;
                 Caller::verified(&sub)
             }
-            AuthMode::Iam => Err(ApiError::new(
-                StatusCode::UNAUTHORIZED,
-                "unauthorized",
-                "this endpoint requires an IAM-signed request",
-            )),
+            AuthMode::Iam => match principal.filter(|p| !p.is_empty()) {
+                Some(principal) => Caller::verified(principal),
+                None => Err(ApiError::new(
+                    StatusCode::UNAUTHORIZED,
+                    "unauthorized",
+                    "no IAM identity in the request context: sign the request (SigV4)",
+                )),
+            },
         }
     }
 
@@ -267,6 +277,12 @@ impl ChatService {
         headers: &HeaderMap,
         body: &[u8],
     ) -> Result<ValidRequest, ApiError> {
+        self.validate_body(caller, headers, self.parse(headers, body)?)
+    }
+
+    /// A chat request's body in typed form, or why it is refused: not JSON, too large, not
+    /// UTF-8, not a chat request.
+    fn parse(&self, headers: &HeaderMap, body: &[u8]) -> Result<ChatBody, ApiError> {
         require_json(headers)?;
         if body.len() > self.limits.max_body_bytes {
             return Err(body_too_large(self.limits.max_body_bytes));
@@ -278,13 +294,23 @@ impl ChatService {
                 format!("the body is not valid UTF-8: {e}"),
             )
         })?;
-        let parsed: ChatBody = serde_json::from_str(text).map_err(|e| {
+        serde_json::from_str(text).map_err(|e| {
             ApiError::new(
                 StatusCode::BAD_REQUEST,
                 "invalid_json",
                 format!("the body is not a valid chat request: {e}"),
             )
-        })?;
+        })
+    }
+
+    /// Checks a chat request in typed form (the chat endpoint's, or what a protocol's request
+    /// stands for) and turns it into a turn, or says why not.
+    fn validate_body(
+        &self,
+        caller: &Caller,
+        headers: &HeaderMap,
+        parsed: ChatBody,
+    ) -> Result<ValidRequest, ApiError> {
         let resume = match (parsed.resume, &parsed.message) {
             (None | Some(serde_json::Value::Null), _) => None,
             (Some(_), Some(m)) if !m.is_null() => {
@@ -388,7 +414,12 @@ impl ChatService {
         body: &[u8],
         deadline: Option<tokio::time::Instant>,
     ) -> Response {
-        self.respond_with(caller, headers, body, deadline, Box::new(wire::BatonSse)).await
+        match self.parse(headers, body) {
+            Ok(request) => {
+                self.respond_with(caller, headers, request, deadline, Box::new(wire::BatonSse)).await
+            }
+            Err(e) => e.into_response(),
+        }
     }
 
     /// [`ChatService::respond`], the turn's events going out through `wire`.
@@ -396,14 +427,14 @@ impl ChatService {
         &self,
         caller: &Caller,
         headers: &HeaderMap,
-        body: &[u8],
+        request: ChatBody,
         deadline: Option<tokio::time::Instant>,
         wire: Box<dyn wire::Wire>,
     ) -> Response {
         let turn_deadline = tokio::time::Instant::now() + self.endpoint.turn_deadline;
         let deadline = deadline.map_or(turn_deadline, |d| d.min(turn_deadline));
         let ValidRequest { turn, request_id, on_disconnect, on_busy, resume } =
-            match self.validate(caller, headers, body) {
+            match self.validate_body(caller, headers, request) {
                 Ok(valid) => valid,
                 Err(e) => return e.into_response(),
             };
@@ -590,10 +621,17 @@ fn busy_refusal(refusal: BusyRefusal) -> ApiError {
     }
 }
 
-async fn chat(State(service): State<Arc<ChatService>>, headers: HeaderMap, body: Body) -> Response {
-    match request::read_request(&service, &headers, body).await {
-        Ok((caller, bytes)) => service.respond(&caller, &headers, &bytes, None).await,
-        Err(response) => response,
+/// `POST /` and `POST /chat`: a chat turn ([`ChatService::respond`]).
+async fn chat(
+    State(service): State<Arc<ChatService>>,
+    caller: Caller,
+    Deadline(deadline): Deadline,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    match request::read_body(&service, &headers, body).await {
+        Ok(bytes) => service.respond(&caller, &headers, &bytes, deadline).await,
+        Err(e) => e.into_response(),
     }
 }
 
@@ -602,19 +640,17 @@ async fn chat(State(service): State<Arc<ChatService>>, headers: HeaderMap, body:
 async fn csat(
     State(service): State<Arc<ChatService>>,
     axum::extract::Path(episode_id): axum::extract::Path<String>,
+    caller: Caller,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    match service.caller_from_headers(&headers) {
-        Ok(caller) => service.rate(&caller, episode_id, &headers, &body).await,
-        Err(e) => e.into_response(),
-    }
+    service.rate(&caller, episode_id, &headers, &body).await
 }
 
 impl ChatService {
     /// Answers `POST /chat/{episode_id}/csat` of `caller`: a rating of an answer in their
     /// episode `episode_id` ([`crate::rating`]), as JSON, or a 4xx/5xx JSON error.
-    pub async fn rate(
+    pub(crate) async fn rate(
         &self,
         caller: &Caller,
         episode_id: String,
@@ -670,17 +706,16 @@ async fn method_not_allowed() -> ApiError {
     )
 }
 
-/// The router: `POST /` and `POST /chat` (the chat endpoint), `POST /chat/{episode_id}/csat`,
-/// `GET /chat/{episode_id}/messages` (the conversation, [`ChatService::messages`]), a turn's
-/// events resumed (`GET /chat/{episode_id}/events`, `GET /chat/{episode_id}/turns/{turn_id}/events`:
-/// [`ChatService::turn_events`]) and its stop (`POST …/turns/{turn_id}/cancel`:
-/// [`ChatService::cancel_turn`]), the front-end protocols (`POST /agui`:
-/// [`ChatService::respond_agui`]; `POST /ai-sdk` and `GET /ai-sdk/{chat_id}/stream`:
-/// [`ChatService::respond_ai_sdk`], [`ChatService::ai_sdk_stream`]), `GET /health`, and the chat page
-/// ([`crate::web`]) at `GET /`; behind the service's CORS policy when it allows origins.
-pub fn app(service: Arc<ChatService>) -> Router {
-    let cors = service.cors();
-    let router = Router::new()
+/// The API's router, with no CORS policy: `POST /` and `POST /chat` (the chat endpoint),
+/// `POST /chat/{episode_id}/csat`, `GET /chat/{episode_id}/messages` (the conversation), a
+/// turn's events resumed (`GET /chat/{episode_id}/events`,
+/// `GET /chat/{episode_id}/turns/{turn_id}/events`) and its stop
+/// (`POST …/turns/{turn_id}/cancel`), the front-end protocols (`POST /agui`, `POST /ai-sdk`,
+/// `GET /ai-sdk/{chat_id}/stream`), the A2A cards and endpoints (`/a2a[/{agent}]`), and
+/// `GET /health`. The Lambda function serves it as it is (a Function URL adds its own CORS
+/// headers) or behind [`ChatService::cors`] (the REST API); `serve` serves [`app`].
+pub fn api(service: Arc<ChatService>) -> Router {
+    Router::new()
         .route("/", post(chat))
         .route("/chat", post(chat))
         .route("/chat/{episode_id}/csat", post(csat))
@@ -696,10 +731,16 @@ pub fn app(service: Arc<ChatService>) -> Router {
         .route(crate::a2a::RPC_PATH, post(a2a::rpc_route))
         .route("/a2a/{agent}", post(a2a::agent_rpc_route))
         .route("/a2a/{agent}/.well-known/agent-card.json", get(a2a::agent_card_route))
-        .merge(crate::web::routes())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
-        .with_state(service);
+        .with_state(service)
+}
+
+/// `serve`'s router: the [`api`] and the chat page ([`crate::web`]) at `GET /`, behind the
+/// service's CORS policy when it allows origins.
+pub fn app(service: Arc<ChatService>) -> Router {
+    let cors = service.cors();
+    let router = api(service).merge(crate::web::routes());
     match cors {
         Some(cors) => router.layer(cors),
         None => router,

@@ -71,8 +71,9 @@ impl IntoResponse for ApiError {
     }
 }
 
-/// The JSON body of a chat request.
-#[derive(Debug, Deserialize)]
+/// A chat request in typed form: the JSON body of `POST /chat`, or what a protocol's request
+/// (AG-UI, the AI SDK, an A2A message) stands for, checked by [`ChatService::validate_body`].
+#[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct ChatBody {
     pub(super) message: Option<serde_json::Value>,
@@ -82,6 +83,23 @@ pub(super) struct ChatBody {
     pub(super) on_disconnect: Option<serde_json::Value>,
     pub(super) on_busy: Option<serde_json::Value>,
     pub(super) resume: Option<serde_json::Value>,
+}
+
+#[cfg(test)]
+impl ChatBody {
+    /// The request as the JSON body of `POST /chat` would have it (its fields given).
+    pub(super) fn to_json(&self) -> serde_json::Value {
+        let string = |s: &Option<String>| s.clone().map(serde_json::Value::String);
+        let fields = [
+            ("message", self.message.clone()),
+            ("episode_id", string(&self.episode_id)),
+            ("request_id", string(&self.request_id)),
+            ("image", self.image.clone()),
+            ("on_disconnect", self.on_disconnect.clone()),
+            ("resume", self.resume.clone()),
+        ];
+        fields.into_iter().filter_map(|(k, v)| Some((k.to_owned(), v?))).collect()
+    }
 }
 
 /// Who a request is from, established before its body is read.
@@ -269,18 +287,6 @@ pub(super) fn checked_id(field: &str, id: String) -> Result<String, ApiError> {
         && id.len() <= 128
         && id.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':' | '@'));
     if ok { Ok(id) } else { Err(bad_id(field)) }
-}
-
-/// The caller and the body of a request that starts a turn (`/chat` and the protocol
-/// endpoints), read within the body's size and time limits; or the error response.
-pub(super) async fn read_request(
-    service: &ChatService,
-    headers: &HeaderMap,
-    body: Body,
-) -> Result<(Caller, Bytes), Response> {
-    let caller = service.caller_from_headers(headers).map_err(IntoResponse::into_response)?;
-    let bytes = read_body(service, headers, body).await.map_err(IntoResponse::into_response)?;
-    Ok((caller, bytes))
 }
 
 /// A JSON request body, read within the body limit and the body-read timeout.

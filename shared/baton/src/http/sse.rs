@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Bytes;
-use bytes::{BufMut, BytesMut};
+use bytes::BytesMut;
 use futures::{FutureExt, Stream, StreamExt};
 
 use crate::event::SSE_HEARTBEAT;
@@ -21,17 +21,8 @@ const SSE_CHUNK_START_BYTES: usize = 512;
 /// Writes one numbered event of turn `turn_id` as an SSE message: `id: <turn_id>:<seq>`, or no
 /// id for seq 0 (an event made up on replay, which moves no cursor).
 pub fn encode_frame_into(out: &mut BytesMut, turn_id: &str, event: &LoggedEvent) {
-    out.put_slice(b"event: ");
-    out.put_slice(event.event.as_bytes());
-    if event.seq > 0 {
-        out.put_slice(b"\nid: ");
-        out.put_slice(turn_id.as_bytes());
-        // Writing a number into a `BytesMut` cannot fail.
-        let _ = std::fmt::Write::write_fmt(out, format_args!(":{}", event.seq));
-    }
-    out.put_slice(b"\ndata: ");
-    out.put_slice(event.data.as_bytes());
-    out.put_slice(b"\n\n");
+    let id = (event.seq > 0).then_some((turn_id, event.seq));
+    crate::event::encode_sse_into(out, &event.event, id, &event.data);
 }
 
 /// The SSE body of turn `turn_id`'s numbered `events` (a turn as it is recorded, or a resume),

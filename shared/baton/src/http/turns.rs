@@ -20,6 +20,7 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 
+use super::platform::Deadline;
 use super::request::{checked_id, query_params, user_of};
 use super::wire::{BatonSse, Wire};
 use super::{ApiError, Caller, ChatService};
@@ -77,7 +78,7 @@ impl ChatService {
     /// of `caller`: an SSE stream of the turn's events after the last event id, then its live rest
     /// until `completed`, or until `deadline` (a Lambda invocation's) or the endpoint's turn
     /// limit, whichever is first; or a 4xx/5xx JSON error. Shared by `serve` and the Lambda.
-    pub async fn turn_events(
+    pub(crate) async fn turn_events(
         &self,
         caller: &Caller,
         episode_id: String,
@@ -214,7 +215,7 @@ impl ChatService {
     /// `"cancel": "done"` when it has ended `cancelled` (idempotent), 409 `turn_ended` when it
     /// ended otherwise, 404 when the caller has no such turn. The turn stops at once when this process
     /// runs it, else at its producer's next look at the store (within a second).
-    pub async fn cancel_turn(
+    pub(crate) async fn cancel_turn(
         &self,
         caller: &Caller,
         episode_id: String,
@@ -252,39 +253,38 @@ impl ChatService {
     }
 }
 
+/// `GET /chat/{episode_id}/events`: the episode's latest turn rejoined.
 pub(super) async fn events_route(
     State(service): State<Arc<ChatService>>,
     Path(episode_id): Path<String>,
+    caller: Caller,
+    Deadline(deadline): Deadline,
     headers: HeaderMap,
     uri: Uri,
 ) -> Response {
-    match service.caller_from_headers(&headers) {
-        Ok(caller) => service.turn_events(&caller, episode_id, None, &headers, &uri, None).await,
-        Err(e) => e.into_response(),
-    }
+    service.turn_events(&caller, episode_id, None, &headers, &uri, deadline).await
 }
 
+/// `GET /chat/{episode_id}/turns/{turn_id}/events`: that turn rejoined.
 pub(super) async fn turn_events_route(
     State(service): State<Arc<ChatService>>,
     Path((episode_id, turn_id)): Path<(String, String)>,
+    caller: Caller,
+    Deadline(deadline): Deadline,
     headers: HeaderMap,
     uri: Uri,
 ) -> Response {
-    match service.caller_from_headers(&headers) {
-        Ok(caller) => service.turn_events(&caller, episode_id, Some(turn_id), &headers, &uri, None).await,
-        Err(e) => e.into_response(),
-    }
+    service.turn_events(&caller, episode_id, Some(turn_id), &headers, &uri, deadline).await
 }
 
+/// `POST /chat/{episode_id}/turns/{turn_id}/cancel`: a running turn stopped.
 pub(super) async fn cancel_route(
     State(service): State<Arc<ChatService>>,
     Path((episode_id, turn_id)): Path<(String, String)>,
+    caller: Caller,
     headers: HeaderMap,
 ) -> Response {
-    match service.caller_from_headers(&headers) {
-        Ok(caller) => service.cancel_turn(&caller, episode_id, turn_id, &headers).await,
-        Err(e) => e.into_response(),
-    }
+    service.cancel_turn(&caller, episode_id, turn_id, &headers).await
 }
 
 #[cfg(test)]

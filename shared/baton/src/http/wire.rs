@@ -1,6 +1,7 @@
-//! How a turn's numbered events reach its client: Baton's own SSE ([`BatonSse`]), or a front-end
-//! protocol translated from the same events ([`Translated`]: AG-UI in `agui`, the AI SDK's UI
-//! message stream in `ai_sdk`). One engine, one event stream; a protocol is an implementation of
+//! How a turn's numbered events reach its client: Baton's own SSE ([`BatonSse`]), or a protocol
+//! translated from the same events ([`Translated`]: AG-UI in `agui`, the AI SDK's UI message
+//! stream in `ai_sdk`, an A2A task's stream in `a2a`). One engine, one event stream, one
+//! response head ([`sse_response`]) and one heartbeat; a protocol is an implementation of
 //! [`Translate`], never a second turn loop.
 //!
 //! A translation reads each client-visible event once, in order, and writes the JSON objects
@@ -21,6 +22,7 @@ use bytes::{BufMut, BytesMut};
 use futures::stream::BoxStream;
 use serde_json::Value;
 
+use super::request::ChatBody;
 use super::{ApiError, Caller, ChatService};
 use crate::event::{Event, SSE_HEARTBEAT};
 use crate::store::LoggedEvent;
@@ -53,23 +55,47 @@ impl Wire for BatonSse {
         events: TurnEvents,
         heartbeat: Duration,
     ) -> Response {
-        let episode = HeaderValue::from_str(episode_id).expect("checked id is a valid header");
-        let turn = HeaderValue::from_str(&turn_id).expect("checked id is a valid header");
-        let mut response = Response::new(Body::from_stream(super::sse_body(events, turn_id, heartbeat)));
-        let h = response.headers_mut();
-        h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
-        h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-        h.insert("x-accel-buffering", HeaderValue::from_static("no"));
-        h.insert(super::EPISODE_HEADER, episode);
-        h.insert(super::TURN_HEADER, turn);
-        response
+        let turn = turn_id.clone();
+        sse_response(episode_id, &turn, &[], Body::from_stream(super::sse_body(events, turn_id, heartbeat)))
     }
 }
 
-/// One front-end protocol: the objects that stand for each Baton event of a turn.
+/// The 200 SSE response of turn `turn_id` in `episode_id` with `body`: the SSE type, no caching
+/// or proxy buffering, the protocol's `extra` headers, and the ids in Baton's headers.
+pub(crate) fn sse_response(
+    episode_id: &str,
+    turn_id: &str,
+    extra: &[(&'static str, &'static str)],
+    body: Body,
+) -> Response {
+    let mut response = Response::new(body);
+    let h = response.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    h.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    for (name, value) in extra {
+        h.insert(*name, HeaderValue::from_static(value));
+    }
+    // The ids are checked (a safe alphabet) before a turn starts or is found.
+    if let (Ok(episode), Ok(turn)) = (HeaderValue::from_str(episode_id), HeaderValue::from_str(turn_id)) {
+        h.insert(super::EPISODE_HEADER, episode);
+        h.insert(super::TURN_HEADER, turn);
+    }
+    response
+}
+
+/// One protocol: the objects that stand for each Baton event of a turn.
 pub(crate) trait Translate: Send + 'static {
     /// The response headers the protocol adds (beyond the SSE type and Baton's id headers).
-    fn headers(&self) -> &'static [(&'static str, &'static str)];
+    fn headers(&self) -> &'static [(&'static str, &'static str)] {
+        &[]
+    }
+    /// The objects sent before the turn's first event, appended to `out`.
+    fn start(&mut self, _out: &mut Vec<Value>) {}
+    /// Whether the protocol's stream has ended before the turn's (an A2A task that paused).
+    fn ended(&self) -> bool {
+        false
+    }
     /// The objects for one client-visible `event`, appended to `out`.
     fn event(&mut self, event: &Event, out: &mut Vec<Value>);
     /// The objects that end a stream cut before `completed`, appended to `out`.
@@ -86,7 +112,7 @@ pub(crate) trait Protocol {
     type Translation: Translate;
     /// The chat request `body` stands for and the translation of its turn, or why it is refused
     /// (before anything runs or is written).
-    fn request(body: &[u8]) -> Result<(Value, Self::Translation), ApiError>;
+    fn request(body: &[u8]) -> Result<(ChatBody, Self::Translation), ApiError>;
 }
 
 impl ChatService {
@@ -110,19 +136,21 @@ impl ChatService {
             Err(e) => return e.into_response(),
         };
         let wire = Box::new(Translated(translation));
-        self.respond_with(caller, headers, request.to_string().as_bytes(), deadline, wire).await
+        self.respond_with(caller, headers, request, deadline, wire).await
     }
 }
 
 /// The `POST` route of protocol `P` in `serve` ([`ChatService::respond_protocol`]).
 pub(super) async fn protocol_route<P: Protocol>(
     State(service): State<Arc<ChatService>>,
+    caller: Caller,
+    super::platform::Deadline(deadline): super::platform::Deadline,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    match super::request::read_request(&service, &headers, body).await {
-        Ok((caller, bytes)) => service.respond_protocol::<P>(&caller, &headers, &bytes, None).await,
-        Err(response) => response,
+    match super::request::read_body(&service, &headers, body).await {
+        Ok(bytes) => service.respond_protocol::<P>(&caller, &headers, &bytes, deadline).await,
+        Err(e) => e.into_response(),
     }
 }
 
@@ -139,19 +167,8 @@ impl<T: Translate> Wire for Translated<T> {
     ) -> Response {
         let translate = self.0;
         let extra = translate.headers();
-        let mut response = Response::new(Body::from_stream(translated_body(translate, events, heartbeat)));
-        let h = response.headers_mut();
-        h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
-        h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-        h.insert("x-accel-buffering", HeaderValue::from_static("no"));
-        for (name, value) in extra {
-            h.insert(*name, HeaderValue::from_static(value));
-        }
-        let episode = HeaderValue::from_str(episode_id).expect("checked id is a valid header");
-        let turn = HeaderValue::from_str(&turn_id).expect("checked id is a valid header");
-        h.insert(super::EPISODE_HEADER, episode);
-        h.insert(super::TURN_HEADER, turn);
-        response
+        let body = Body::from_stream(translated_body(translate, events, heartbeat));
+        sse_response(episode_id, &turn_id, extra, body)
     }
 }
 
@@ -175,8 +192,14 @@ fn translated_body<T: Translate>(
         let mut events = events;
         let mut silence = crate::bounded::IdleTimer::new(heartbeat);
         let mut objects = Vec::new();
+        translate.start(&mut objects);
+        if !objects.is_empty() {
+            let mut out = BytesMut::with_capacity(256);
+            encode_objects(&mut out, &objects);
+            yield Ok(out.freeze());
+        }
         let mut completed = false;
-        loop {
+        while !translate.ended() {
             match silence.next(&mut events).await {
                 Err(_) => yield Ok(Bytes::from_static(SSE_HEARTBEAT)),
                 Ok(None) => break,
