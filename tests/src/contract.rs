@@ -172,6 +172,10 @@ pub async fn a_repeated_request_id_records_nothing_and_names_the_first_turn<H: S
     assert_eq!(messages.len(), 1, "{messages:?}");
     assert_eq!(messages[0].turn_id, first);
     assert_eq!(store.episode(&k).await.unwrap().unwrap().version, 1, "a duplicate touches nothing");
+    // The request's turn, read back for a retry on another instance; another id has none.
+    assert_eq!(store.request_turn(&k, "r1").await.unwrap(), Some(first));
+    assert_eq!(store.request_turn(&k, "r2").await.unwrap(), None);
+    assert_eq!(store.request_turn(&key("bob", "e1"), "r1").await.unwrap(), None, "another user's");
 }
 
 /// The same request id in another episode, or for another user, is a new request.

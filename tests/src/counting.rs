@@ -241,6 +241,11 @@ impl Store for CountingStore {
         self.inner.turn_record(key, turn_id).await
     }
 
+    async fn request_turn(&self, key: &EpisodeKey, request_id: &str) -> Result<Option<String>, StoreError> {
+        self.count("request_turn");
+        self.inner.request_turn(key, request_id).await
+    }
+
     async fn latest_turn(&self, key: &EpisodeKey) -> Result<Option<String>, StoreError> {
         self.count("latest_turn");
         self.inner.latest_turn(key).await

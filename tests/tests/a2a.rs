@@ -502,7 +502,6 @@ async fn a_call_dropped_mid_stream_cancels_its_remote_task_and_a_finished_one_do
     .await
     .expect("a first chunk");
     assert!(matches!(first, Event::Text { .. }));
-    let dropped = std::time::Instant::now();
     drop(events);
     let url = sample.url.clone();
     wait_until("the remote task ends canceled", || {
@@ -512,8 +511,9 @@ async fn a_call_dropped_mid_stream_cancels_its_remote_task_and_a_finished_one_do
     .await;
     let mut states = remote_states(&sample.url).await;
     states.sort();
+    // Canceled, not completed: the cancel reached the remote while its 10 s task still ran (a
+    // wall-clock bound here failed on a loaded host; the state says the same without one).
     assert_eq!(states, ["TASK_STATE_CANCELED", "TASK_STATE_COMPLETED"]);
-    assert!(dropped.elapsed() < Duration::from_secs(8), "canceled long before the task's 10 s were up");
 }
 
 #[tokio::test]

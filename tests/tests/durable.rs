@@ -28,6 +28,7 @@ baton_tests::for_both_stores!(
     an_event_too_big_for_the_log_is_replayed_as_missing,
     a_streaming_turn_is_logged_in_batches_not_per_event,
     a_retried_request_joins_its_running_turn_instead_of_running_it_twice,
+    a_request_retried_on_another_instance_joins_its_running_turn,
 );
 
 async fn a_streaming_turn_is_logged_in_batches_not_per_event<H: StoreHarness>() {
@@ -86,12 +87,34 @@ async fn a_retried_request_joins_its_running_turn_instead_of_running_it_twice<H:
     let stored = s.store().recent_messages(&key, 100).await.unwrap();
     let users = stored.iter().filter(|m| m.role == baton::store::Role::User).count();
     assert_eq!(users, 1, "the user message once");
-    // Once the turn has ended, the same request id answers it again (as before).
-    s.server.push("solo", Reply::text("Again."));
-    let (rerun, _, rest) = s.start_turn(&s.a, "alice", json!({"request_id": "r1"})).await;
-    let events: Vec<Received> = rest.collect().await;
-    assert_eq!(rerun, turn);
-    assert_eq!(text(&events), "Again.");
+    // Once the turn has ended, the same request id still gets that turn, from its log: the
+    // receipt of a request is its turn, on whichever instance the retry lands.
+    for endpoint in [&s.a, &s.b] {
+        let (again, first, rest) = s.start_turn(endpoint, "alice", json!({"request_id": "r1"})).await;
+        let mut replay = vec![first];
+        replay.extend(tokio::time::timeout(BOUND, rest.collect::<Vec<_>>()).await.unwrap());
+        assert_eq!(again, turn);
+        assert_eq!(text(&replay), ANSWER);
+    }
+    assert_eq!(s.server.requests_for("solo").len(), 1, "still one run");
+}
+
+async fn a_request_retried_on_another_instance_joins_its_running_turn<H: StoreHarness>() {
+    let s = Setup::<H>::start().await;
+    s.server.push("solo", slow_answer());
+    let (turn, first, mut rest) = s.start_turn(&s.a, "alice", json!({"request_id": "r1"})).await;
+    let mut seen = vec![first];
+    while text(&seen).is_empty() {
+        seen.push(rest.next().await.unwrap());
+    }
+    drop(rest); // the client lost the stream; its retry lands on instance B
+    let (again, first, rest) = s.start_turn(&s.b, "alice", json!({"request_id": "r1"})).await;
+    assert_eq!(again, turn, "the same turn, as its receipt");
+    let mut joined = vec![first];
+    joined.extend(tokio::time::timeout(BOUND, rest.collect::<Vec<_>>()).await.unwrap());
+    assert_eq!(text(&joined), ANSWER, "the whole answer once, from the first event");
+    assert_eq!(completed(&joined), Status::Ok);
+    assert_eq!(s.server.requests_for("solo").len(), 1, "one run: the model was asked once");
 }
 
 /// The store black-holed mid-turn, behind the fault proxy (DynamoDB on moto; the store's client on

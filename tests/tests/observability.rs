@@ -368,6 +368,10 @@ impl Store for Failing {
         self.inner.turn_record(key, turn_id).await
     }
 
+    async fn request_turn(&self, key: &EpisodeKey, request_id: &str) -> Result<Option<String>, StoreError> {
+        self.inner.request_turn(key, request_id).await
+    }
+
     async fn latest_turn(&self, key: &EpisodeKey) -> Result<Option<String>, StoreError> {
         self.inner.latest_turn(key).await
     }

@@ -584,6 +584,12 @@ impl Store for DynamoDbStore {
         Ok(MessageCursor::page(self.newest_messages(key, cursor, limit + 1).await?, limit))
     }
 
+    async fn request_turn(&self, key: &EpisodeKey, request_id: &str) -> Result<Option<String>, StoreError> {
+        let (pk, sk) = (key.pk(), request_sk(request_id));
+        let item = self.get(&pk, &sk, self.clock.now_ms()).await?;
+        item.map(|i| item::decode_request(&pk, &sk, &i)).transpose()
+    }
+
     async fn approvals(&self, key: &EpisodeKey) -> Result<Option<(u64, String)>, StoreError> {
         let pk = key.pk();
         let item = self.get(&pk, APPROVALS_SK, self.clock.now_ms()).await?;

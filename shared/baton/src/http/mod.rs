@@ -457,6 +457,14 @@ impl ChatService {
             );
         }
         let policies = TurnPolicies { on_disconnect, on_busy };
+        // A retry on any instance of a request whose turn is logged (running elsewhere, or ended)
+        // joins that turn through the log: one run, and the same turn id as its receipt.
+        if let Some(logged) = self.logged_request(&turn, request_id.as_deref()).await {
+            let (key, turn_id) = logged;
+            tracing::info!(episode = %key, turn = %turn_id, "a repeated request id joins its logged turn");
+            let cursor = crate::turn::Cursor { after: 0 };
+            return self.follow_response(key, None, turn_id, cursor, Some(deadline), wire);
+        }
         match self.start_turn(&self.orchestrator, turn, request_id, policies, resume, deadline).await {
             Ok((episode_id, turn_id, recorded)) => {
                 wire.response(&episode_id, turn_id, Box::pin(recorded), self.heartbeat)
@@ -518,6 +526,23 @@ impl ChatService {
 }
 
 impl ChatService {
+    /// The logged turn a repeated `request_id` of `turn`'s episode was first recorded under: `None`
+    /// for a new request id, with the log off, or when the store cannot say (the request then
+    /// runs as a new turn would, and the store's own check keeps its message from being
+    /// recorded twice).
+    async fn logged_request(
+        &self,
+        turn: &TurnRequest,
+        request_id: Option<&str>,
+    ) -> Option<(crate::store::EpisodeKey, String)> {
+        let request_id = request_id.filter(|_| self.turn_log.enabled)?;
+        let key = crate::store::EpisodeKey::new(turn.user_id.as_str(), turn.episode_id.as_str()).ok()?;
+        let store = self.history.store();
+        let turn_id = store.request_turn(&key, request_id).await.ok().flatten()?;
+        store.turn_record(&key, &turn_id).await.ok().flatten()?;
+        Some((key, turn_id))
+    }
+
     /// Lets `turn` into its episode under `policy` (docs/durable-turns.md#busy-episodes): at once
     /// when no turn of the episode runs, else as the policy says; a refusal is a 409, 429 or 503
     /// before anything runs. A queued message waits at most [`BUSY_WAIT`], and never past half

@@ -477,6 +477,10 @@ pub trait Store: Send + Sync {
         limit: usize,
     ) -> Result<(Vec<StoredMessage>, Option<String>), StoreError>;
 
+    /// The turn `request_id` was first recorded under in the episode ([`Store::record_user_message`]),
+    /// if any: a retried request, on any instance, joins that turn.
+    async fn request_turn(&self, key: &EpisodeKey, request_id: &str) -> Result<Option<String>, StoreError>;
+
     /// Takes the episode's lease `name` for `holder` until `ttl` from now, if it is free, expired,
     /// or `holder`'s already (then it is renewed). One conditional write: of callers racing for
     /// a free lease, exactly one is [`LeaseGrant::Granted`]; the others learn until when it is

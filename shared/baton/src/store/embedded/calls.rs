@@ -137,6 +137,11 @@ impl Store for EmbeddedStore {
         Ok(MessageCursor::page(self.newest_messages(key, &below, limit + 1)?, limit))
     }
 
+    async fn request_turn(&self, key: &EpisodeKey, request_id: &str) -> Result<Option<String>, StoreError> {
+        let (now, pk, sk) = (self.clock.now_ms(), key.pk(), request_sk(request_id));
+        self.read(|view| view.get(&pk, &sk, now)?.map(|i| item::decode_request(&pk, &sk, &i)).transpose())
+    }
+
     async fn approvals(&self, key: &EpisodeKey) -> Result<Option<(u64, String)>, StoreError> {
         let now = self.clock.now_ms();
         let pk = key.pk();
