@@ -138,6 +138,8 @@ async fn build(
         }
         e => e.to_string(),
     })?;
+    // Declared tools (OpenAPI documents read, Lambda tools, their secrets) before the agents.
+    baton_aws::tool_sources::declared_tools(config, &mut backends).await?;
     let orchestrator = baton::wiring::build(config, backends.clone()).map_err(|e| e.to_string())?;
     eprintln!("{}\n{}\n{}", config.describe_models(), deployment.describe_support(), function.store);
     Ok((orchestrator, backends))

@@ -14,6 +14,9 @@
 //! - [`dynamodb`]: [`dynamodb::DynamoDbStore`], the production [`baton::store::Store`].
 //! - [`table`]: the DynamoDB table's definition (keys, billing, TTL), the one place it is written
 //!   down in code, and [`table::create_table`], which tests and local setups use.
+//! - [`tool_sources`]: the configuration's declared tools (docs/tools.md) with the AWS hooks
+//!   they need; [`tool_sources::SecretsManager`].
+//! - [`lambda_tool`]: [`lambda_tool::LambdaTool`], a team's Lambda function as a tool.
 //! - [`lambda_transport`]: remote agents over Lambda `InvokeWithResponseStream`.
 //! - [`sigv4`]: [`sigv4::SigV4Signer`], SigV4 signing of the calls to remote A2A agents.
 //! - [`secrets`]: Secrets Manager references resolved at init.
@@ -30,6 +33,7 @@ pub mod agent_function;
 pub mod config_source;
 pub mod dynamodb;
 mod error;
+pub mod lambda_tool;
 pub mod lambda_trace;
 pub mod lambda_transport;
 pub mod runtime;
@@ -38,5 +42,6 @@ pub mod settings;
 pub mod sigv4;
 pub mod startup;
 pub mod table;
+pub mod tool_sources;
 
 pub use dynamodb::DynamoDbStore;

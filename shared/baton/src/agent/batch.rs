@@ -1,10 +1,14 @@
-//! A step's calls: started all at once, merged live, and what each ended with.
+//! A step's calls: started together, at most [`MAX_CONCURRENT_CALLS`] running at once (the rest
+//! wait for a place, in call order), merged live, and what each ended with.
 
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use futures::Stream;
+use futures::future::BoxFuture;
 use serde_json::Value;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 use super::LlmAgent;
@@ -71,12 +75,18 @@ impl CallDone {
     }
 }
 
+/// Calls of one step that run at once, whatever their kind; the others wait for a place. (A
+/// turn's child agent instances are bounded once more across the turn, by
+/// [`crate::tool::MAX_CONCURRENT_INSTANCES`].)
+pub(crate) const MAX_CONCURRENT_CALLS: usize = 8;
+
 /// The calls of one step, started: their merged events, then what each ended with
 /// ([`LiveSlotMux::into_results`], in call order).
 pub(super) type Batch = LiveSlotMux<CallDone>;
 
 impl LlmAgent {
-    /// Starts every call of a step at once (each announced before with `tool_call_start`): each
+    /// Starts every call of a step (each announced before with `tool_call_start`), at most
+    /// [`MAX_CONCURRENT_CALLS`] running at once: each
     /// streams its own events (an agent tool its child's), then its `tool_result` and `tool_call_end`;
     /// they are merged as the turn merges sub-agents (one agent's text at a time).
     pub(super) fn start_batch(&self, calls: &[StepCall], context: &ToolContext, instance: &str) -> Batch {
@@ -85,13 +95,15 @@ impl LlmAgent {
             let calls = calls.len();
             tracing::warn!(%instance, calls, cap, "a model step called more tools than allowed");
         }
+        let places = Arc::new(Semaphore::new(MAX_CONCURRENT_CALLS));
         let sources: Vec<ItemStream<CallDone>> = calls
             .iter()
             .enumerate()
             .map(|(i, call)| {
                 let over = (i >= cap)
                     .then_some(ToolError::TooManyCalls { tool: call.call.name.clone(), limit: cap });
-                self.start_call(call, context, instance, over, false)
+                let call = self.start_call(call, context, instance, over, false);
+                Box::pin(Gated::new(call, places.clone())) as ItemStream<CallDone>
             })
             .collect();
         LiveSlotMux::new(sources, self.mux)
@@ -255,5 +267,76 @@ impl Stream for CallItems {
             }
         }
         Poll::Ready(this.tail.next())
+    }
+}
+
+/// A call that starts once it has a place among the step's running calls, and gives it back as
+/// soon as its items end (not when the batch is dropped).
+struct Gated {
+    wait: Option<BoxFuture<'static, Option<OwnedSemaphorePermit>>>,
+    place: Option<OwnedSemaphorePermit>,
+    call: ItemStream<CallDone>,
+}
+
+impl Gated {
+    fn new(call: ItemStream<CallDone>, places: Arc<Semaphore>) -> Gated {
+        // Semaphores are fair: calls get their places in call order.
+        let wait = Box::pin(async move { places.acquire_owned().await.ok() });
+        Gated { wait: Some(wait), place: None, call }
+    }
+}
+
+impl Stream for Gated {
+    type Item = Item<CallDone>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Item<CallDone>>> {
+        let this = &mut *self;
+        if let Some(wait) = &mut this.wait {
+            this.place = std::task::ready!(wait.as_mut().poll(cx));
+            this.wait = None;
+        }
+        let item = std::task::ready!(this.call.as_mut().poll_next(cx));
+        if item.is_none() {
+            this.place = None;
+        }
+        Poll::Ready(item)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use futures::StreamExt;
+    use serde_json::json;
+    use tokio::time::Instant;
+
+    use super::MAX_CONCURRENT_CALLS;
+    use crate::agent::tests::Wait;
+    use crate::agent::{Agent, AgentRequest, LlmAgent, LoopLimits};
+    use crate::event::Event;
+    use crate::model::scripted::{Reply, ScriptedModel};
+    use crate::tool::ToolRegistry;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_step_runs_at_most_eight_plain_calls_at_once_and_the_rest_wait_their_turn() {
+        let model = Arc::new(ScriptedModel::new("m", None));
+        let mut sixteen = Reply::text("");
+        for _ in 0..16 {
+            sixteen = sixteen.tool_call("wait", json!({"ms": 100}));
+        }
+        model.push(sixteen);
+        model.push(Reply::text("Done."));
+        let tools = Arc::new(ToolRegistry::new(vec![Arc::new(Wait)]).unwrap());
+        let limits = LoopLimits { tool_timeout: Duration::from_secs(5), ..LoopLimits::default() };
+        let agent = LlmAgent::new("a", "use tools", model, tools, limits);
+        let started = Instant::now();
+        let request = AgentRequest { query: "go".into(), ..Default::default() };
+        let events: Vec<Event> = agent.run(request, "a[1]".into()).collect().await;
+        assert_eq!(MAX_CONCURRENT_CALLS, 8);
+        assert_eq!(started.elapsed(), Duration::from_millis(200), "two waves of eight, not one of sixteen");
+        let ok = events.iter().filter(|e| matches!(e, Event::ToolResult { is_error: false, .. })).count();
+        assert_eq!(ok, 16, "every call ran");
     }
 }

@@ -21,6 +21,7 @@ use crate::model::openai::{RetryPolicy, Timeouts};
 use crate::mux::MuxConfig;
 use crate::telemetry::cost::Prices;
 pub mod agents;
+pub mod tools;
 
 use self::agents::{AgentKind, AgentSpec, AgentsConfig, ModelApi, RemoteSpec};
 
@@ -102,6 +103,8 @@ pub struct Config {
     /// The file the MCP servers were read from, and its text: errors found once the servers
     /// listed their tools name its line ([`Config::locate`]).
     mcp_source: Option<(String, Arc<str>)>,
+    /// Tools declared by source: OpenAPI documents and Lambda functions (`docs/tools.md`).
+    pub tool_sources: tools::ToolSources,
     /// Prices per model, for the `cost_usd` of usage (see `docs/observability.md`).
     pub prices: Prices,
 }
@@ -134,6 +137,10 @@ struct ConfigFile {
     prices: Option<Prices>,
     #[serde(default)]
     a2a: Option<A2aFile>,
+    #[serde(default)]
+    openapi: Option<std::collections::BTreeMap<String, tools::OpenApiSource>>,
+    #[serde(default)]
+    lambda_tools: Option<std::collections::BTreeMap<String, tools::LambdaToolSpec>>,
 }
 
 /// The top-level `a2a:` key: the agents served as A2A agents besides the entry agent.
@@ -226,6 +233,7 @@ impl Default for Config {
                     offline_keywords: Vec::new(),
                     mcp_servers: Default::default(),
                     mcp_source: None,
+                    tool_sources: Default::default(),
                     prices: Prices::default(),
                     agents: AgentsConfig {
                         entry: String::new(),
@@ -331,6 +339,17 @@ impl Config {
                 },
             })?;
             self.mcp_servers = servers;
+        }
+        if file.openapi.is_some() || file.lambda_tools.is_some() {
+            let sources = tools::ToolSources {
+                openapi: file.openapi.unwrap_or_else(|| std::mem::take(&mut self.tool_sources.openapi)),
+                lambda: file.lambda_tools.unwrap_or_else(|| std::mem::take(&mut self.tool_sources.lambda)),
+            };
+            let folder = std::path::Path::new(origin).parent().filter(|p| p.is_dir());
+            self.tool_sources = sources.checked(folder).map_err(|e| match locate_path(yaml, &e.path) {
+                Some(line) => file_error(format!("line {line}: {e}")),
+                None => file_error(e.to_string()),
+            })?;
         }
         if let Some(prices) = file.prices {
             prices.validate().map_err(|message| ConfigError::File {

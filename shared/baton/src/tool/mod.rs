@@ -10,7 +10,8 @@
 //!   [`Tool`] trait and what a call streams and ends with ([`ToolRun`], [`ToolOutcome`]);
 //! - `registry`: [`ToolRegistry`], the tools of one agent as offered to its model, and the checks a
 //!   call passes before it runs;
-//! - `schema`: [`JsonSchema`], a compiled schema and its violations in words.
+//! - `schema`: [`JsonSchema`], a compiled schema and its violations in words;
+//! - [`openapi`]: HTTP tools, one per operation of an OpenAPI document (`docs/tools.md`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -207,6 +208,14 @@ pub enum ToolError {
         /// Why.
         reason: String,
     },
+    /// The tool's result is larger than its source allows (`max_result_bytes`).
+    #[error("`{tool}` answered more than {limit} bytes, over its `max_result_bytes`; ask for less")]
+    TooLarge {
+        /// The tool.
+        tool: String,
+        /// The limit, in bytes.
+        limit: usize,
+    },
     /// A model step called more tools than one step may start.
     #[error(
         "`{tool}` was not started: one step may call at most {limit} tools; call the rest in the next step"
@@ -266,6 +275,7 @@ impl ToolError {
             ToolError::Failed { .. } => "tool_failed",
             ToolError::DepthExceeded { .. } => "agent_depth_exceeded",
             ToolError::TooManyCalls { .. } => "too_many_calls",
+            ToolError::TooLarge { .. } => "result_too_large",
             ToolError::InvalidOutput { .. } => "invalid_agent_output",
             ToolError::InvalidSchema { .. } => "invalid_schema",
             ToolError::DuplicateName(_) => "duplicate_tool",
@@ -436,6 +446,7 @@ impl ToolOutcome {
     }
 }
 
+pub mod openapi;
 mod registry;
 mod schema;
 

@@ -10,14 +10,17 @@
 //! # Layout
 //! - this file: [`build`], [`build_agent`], [`build_router`], [`Backends`], [`rating_sinks`];
 //! - [`extension`]: the [`Extension`] trait a deployment implements;
+//! - `tools`: [`declared_tools`], the configuration's OpenAPI (and the deployment's Lambda) tools;
 //! - `a2a`: an agent with `remote: {a2a: …}` as an A2A agent, and [`a2a_card`], the entry
 //!   agent's A2A card.
 
 mod a2a;
 pub mod extension;
+mod tools;
 
 pub use a2a::{a2a_card, a2a_served};
 pub use extension::Extension;
+pub use tools::declared_tools;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -136,6 +139,9 @@ pub struct Backends {
     /// What signs the calls of remote A2A agents with `auth: sigv4` (the AWS deployment's
     /// SigV4 signer); none by default, and such an agent is then a configuration error.
     pub signer: Option<Arc<dyn crate::a2a::RequestSigner>>,
+    /// What reads the secrets declared tools name by ARN (AWS Secrets Manager in the AWS
+    /// deployment); none by default, and such a tool is then a start-up error.
+    pub secrets: Option<Arc<dyn crate::tool::openapi::SecretSource>>,
 }
 
 impl Backends {
@@ -158,6 +164,7 @@ impl Backends {
             mcp: Default::default(),
             reporter: None,
             signer: None,
+            secrets: None,
         }
     }
 

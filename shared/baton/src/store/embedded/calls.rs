@@ -192,15 +192,19 @@ impl Store for EmbeddedStore {
         let expires_at = lease_expiry(now, ttl);
         let (pk, sk) = (key.pk(), lease_sk(name));
         // Not flushed: a lease lives as long as this process holds the file (one process at a
-        // time), and one the file keeps after a crash has expired when it is read again.
+        // time). It is written under this opening's epoch, so one the file keeps from an earlier
+        // process (stopped or crashed before it freed it) is free now, whatever its expiry.
+        let mine = format!("{}/{holder}", self.epoch);
         let (grant, _) = self.change(|view| {
             if let Some(item) = view.get(&pk, &sk, now)? {
                 let (current, until) = item::decode_lease(&pk, &sk, &item)?;
-                if current != holder && until > now {
-                    return Ok(LeaseGrant::Held { holder: current, until });
+                if let Some(other) = current.strip_prefix(&*self.epoch).and_then(|h| h.strip_prefix('/')) {
+                    if other != holder && until > now {
+                        return Ok(LeaseGrant::Held { holder: other.to_owned(), until });
+                    }
                 }
             }
-            view.put(&pk, &sk, &item::encode_lease(holder, expires_at));
+            view.put(&pk, &sk, &item::encode_lease(&mine, expires_at));
             Ok(LeaseGrant::Granted)
         })?;
         Ok(grant)
@@ -211,7 +215,7 @@ impl Store for EmbeddedStore {
         let (pk, sk) = (key.pk(), lease_sk(name));
         self.change(|view| {
             if let Some(item) = view.get(&pk, &sk, now)? {
-                if item::decode_lease(&pk, &sk, &item)?.0 == holder {
+                if item::decode_lease(&pk, &sk, &item)?.0 == format!("{}/{holder}", self.epoch) {
                     view.remove(&pk, &sk);
                 }
             }

@@ -133,6 +133,9 @@ pub struct EmbeddedStore {
     turn_log_ttl: Duration,
     /// Whether a flush within [`TURN_LOG_FLUSH_WITHIN`] is on its way.
     flush_scheduled: Arc<AtomicBool>,
+    /// This opening of the file: leases are written under it, and a lease written under another
+    /// (a process that held the file before, and died or stopped) is free.
+    pub(super) epoch: Arc<str>,
 }
 
 impl std::fmt::Debug for EmbeddedStore {
@@ -224,6 +227,7 @@ impl EmbeddedStore {
             retention: DEFAULT_RETENTION,
             turn_log_ttl: DEFAULT_TURN_LOG_TTL,
             flush_scheduled: Arc::default(),
+            epoch: uuid::Uuid::new_v4().simple().to_string().into(),
         })
     }
 

@@ -468,3 +468,21 @@ async fn a_turn_logs_batches_share_one_flush_within_the_bound() {
     tokio::time::sleep(TURN_LOG_FLUSH_WITHIN + Duration::from_millis(500)).await;
     assert_eq!(store.durable_commits(), 1, "one flush for the whole turn");
 }
+
+/// A lease the file keeps from a process that held it before (stopped before it freed it) is
+/// free to the next process at once, whatever its expiry: one process holds the file at a time.
+#[tokio::test]
+async fn a_lease_left_by_an_earlier_process_is_free_to_the_next() {
+    let (_dir, path, store, key) = fresh();
+    let hour = Duration::from_secs(3600);
+    assert_eq!(store.take_lease(&key, "turn", "t1", hour).await.unwrap(), crate::store::LeaseGrant::Granted);
+    assert!(matches!(
+        store.take_lease(&key, "turn", "t2", hour).await.unwrap(),
+        crate::store::LeaseGrant::Held { holder, .. } if holder == "t1"
+    ));
+    store.record_user_message(&key, &StoredMessage::user("t1", "hi", 0), None).await.unwrap();
+    store.save_reply(&key, "t1", &[answer("t1", 1, "hello")]).await.unwrap();
+    drop(store);
+    let next = EmbeddedStore::open(&path, Arc::new(SystemClock)).unwrap();
+    assert_eq!(next.take_lease(&key, "turn", "t2", hour).await.unwrap(), crate::store::LeaseGrant::Granted);
+}
