@@ -9,8 +9,8 @@ use std::sync::Arc;
 
 use futures::future::BoxFuture;
 
+use super::spec::AuthSpec;
 use crate::a2a::{RequestSigner, SigningScope};
-use crate::config::tools::AuthSpec;
 
 /// Reads secrets by id (a Secrets Manager name or ARN). The error names the secret, never a
 /// value.
@@ -120,7 +120,7 @@ impl Credential {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::tools::ApiKeySpec;
+    use crate::tool::openapi::spec::ApiKeySpec;
 
     struct Missing;
     impl SecretSource for Missing {

@@ -16,6 +16,7 @@
 mod auth;
 mod call;
 mod document;
+pub mod spec;
 
 pub use auth::{AuthHooks, Credential, SecretSource};
 
@@ -26,7 +27,7 @@ use futures::future::BoxFuture;
 use serde_json::Value;
 
 use super::{Tool, ToolContext, ToolError};
-use crate::config::tools::OpenApiSource;
+use spec::OpenApiSource;
 
 /// How long reading a document from a URL may take at start.
 const DOCUMENT_TIMEOUT: Duration = Duration::from_secs(20);
