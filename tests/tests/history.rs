@@ -249,7 +249,9 @@ async fn two_concurrent_turns_on_one_episode_both_persist_in_order<H: StoreHarne
     // Smalltalk, so the model's direct answers pass the fastpath allowlist.
     let first = open_stream_as(&url, "alice", json!({"message": "hello", "episode_id": "e1"})).await;
     wait_until("the first turn reaches the model", || async { s.server.requests_for(ORCH).len() == 1 }).await;
-    let second = open_stream_as(&url, "alice", json!({"message": "thanks", "episode_id": "e1"})).await;
+    // Beside the running one (the default, enqueue, would run it after).
+    let body = json!({"message": "thanks", "episode_id": "e1", "on_busy": "parallel"});
+    let second = open_stream_as(&url, "alice", body).await;
     wait_until("the second turn reaches the model", || async { s.server.requests_for(ORCH).len() == 2 })
         .await;
 
