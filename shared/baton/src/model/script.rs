@@ -167,16 +167,15 @@ impl ModelScript {
     /// Reads and checks the script at `path`.
     pub fn load(path: &std::path::Path) -> Result<ModelScript, String> {
         let origin = path.display().to_string();
-        let yaml = std::fs::read_to_string(path)
-            .map_err(|e| format!("model script {origin}: cannot read it: {e}"))?;
+        let yaml = std::fs::read_to_string(path).map_err(|e| format!("{origin}: cannot read it: {e}"))?;
         ModelScript::parse(&yaml, &origin)
     }
 
     /// Parses a script; errors name `origin` and the line.
     pub fn parse(yaml: &str, origin: &str) -> Result<ModelScript, String> {
         let invalid = |line: Option<usize>, message: String| match line {
-            Some(line) => format!("model script {origin}: line {line}: {message}"),
-            None => format!("model script {origin}: {message}"),
+            Some(line) => format!("{origin}: line {line}: {message}"),
+            None => format!("{origin}: {message}"),
         };
         let file: ScriptFile = serde_yaml_ng::from_str(yaml).map_err(|e| invalid(None, e.to_string()))?;
         if file.turns.is_empty() {
