@@ -7,7 +7,8 @@
 //! it), the answer's text, `error` events and the `completed` status. It is scored by the
 //! routing suite's rules ([`Scenario::score_calls`]: the tools as a multiset, each expected call's
 //! query, arguments and agent), and besides:
-//! - the turn must complete without an `error` event;
+//! - the turn must complete without an `error` event, and every tool call without an error
+//!   result;
 //! - the answer must contain each `answer_contains` (case aside);
 //! - under a model script, the turn must have played every step the script foresaw for it
 //!   ([`ModelScript::unplayed`]), and the suite every turn of the script.
@@ -42,6 +43,8 @@ pub struct TurnTrace {
     pub answer: String,
     /// The `error` events, each as `agent: code: message`.
     pub errors: Vec<String>,
+    /// The tool results that are errors, each as `agent: tool: result`.
+    pub tool_errors: Vec<String>,
     /// How the turn ended (`None` when it never said).
     pub status: Option<Status>,
 }
@@ -55,6 +58,9 @@ impl TurnTrace {
                 self.agents.push(agent_of(agent).to_owned());
             }
             Event::Text { text, .. } => self.answer.push_str(text),
+            Event::ToolResult { agent, name, result, is_error: true, .. } => {
+                self.tool_errors.push(format!("{agent}: {name}: {result}"));
+            }
             Event::Error { agent, code, message, .. } => {
                 self.errors.push(format!("{agent}: {code}: {message}"))
             }
@@ -94,6 +100,9 @@ pub async fn play(orchestrator: &Arc<Orchestrator>, scenario: &Scenario) -> Resu
 pub fn score(scenario: &Scenario, trace: &TurnTrace, unplayed: &[String]) -> Result<Strictness, String> {
     if let Some(error) = trace.errors.first() {
         return Err(format!("error event from {error}"));
+    }
+    if let Some(error) = trace.tool_errors.first() {
+        return Err(format!("a tool answered with an error: {error}"));
     }
     match trace.status {
         Some(Status::Ok) => {}

@@ -39,7 +39,6 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::{ChatModel, ChatRequest, DeltaStream, FinishReason, Message, ModelDelta, ModelError, ToolCall};
-use crate::event::Usage;
 
 /// The name script models report in `usage` and `completed` events.
 pub const SCRIPT_MODEL_NAME: &str = "script";
@@ -421,8 +420,8 @@ fn deltas(answer: &ScriptStep, turn: usize, step: usize) -> Vec<Result<ModelDelt
     }
     let finish = if calls.is_empty() { FinishReason::Stop } else { FinishReason::ToolCalls };
     out.extend(calls.into_iter().map(|c| Ok(ModelDelta::ToolCall(c))));
+    // No usage: a script spends no tokens, and has no price to look up.
     out.push(Ok(ModelDelta::Finish(finish)));
-    out.push(Ok(ModelDelta::Usage(Usage::tokens(0, 0))));
     out
 }
 
