@@ -8,7 +8,14 @@ use std::process::Command;
 /// `routing-eval` with no model server configured (the offline model) and its store in `store`.
 fn routing_eval(store: &Path) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_routing-eval"));
-    for var in ["OPENAI_API_KEY", "OPENAI_BASE_URL", "FORETHOUGHT_API_TOKEN", "BATON_TABLE", "BATON_CONFIG"] {
+    for var in [
+        "OPENAI_API_KEY",
+        "OPENAI_BASE_URL",
+        "FORETHOUGHT_API_TOKEN",
+        "BATON_TABLE",
+        "BATON_CONFIG",
+        "BATON_MODEL_SCRIPT",
+    ] {
         c.env_remove(var);
     }
     c.env("BATON_STORE_PATH", store.join("store.redb"));
@@ -69,20 +76,25 @@ fn root() -> PathBuf {
 /// root (the MCP server's path is relative to it), with the test venv's `python3` (it has `mcp`)
 /// first on the path.
 fn travel(store: &Path, script: &Path) -> std::process::Output {
+    travel_with(store, |c| c.arg("--model-script").arg(script))
+}
+
+/// [`travel`] with the model script given by `script`.
+fn travel_with(store: &Path, script: impl FnOnce(&mut Command) -> &mut Command) -> std::process::Output {
     let venv = std::env::var_os("BATON_TEST_VENV").map(PathBuf::from).unwrap_or_else(|| root().join(".venv"));
     let path = std::env::join_paths(
         std::iter::once(venv.join("bin"))
             .chain(std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())),
     )
     .unwrap();
-    routing_eval(store)
-        .current_dir(root())
-        .env("PATH", path)
-        .args(["--config", "examples/travel/travel.yaml", "--suite", "examples/travel/travel.suite.yaml"])
-        .arg("--model-script")
-        .arg(script)
-        .output()
-        .unwrap()
+    let mut command = routing_eval(store);
+    command.current_dir(root()).env("PATH", path).args([
+        "--config",
+        "examples/travel/travel.yaml",
+        "--suite",
+        "examples/travel/travel.suite.yaml",
+    ]);
+    script(&mut command).output().unwrap()
 }
 
 #[test]
@@ -133,7 +145,7 @@ fn a_script_the_configuration_cannot_play_is_refused_with_its_file_and_line() {
     let dir = tempfile::tempdir().unwrap();
     let bad = dir.path().join("bad.script.yaml");
     std::fs::write(&bad, "turns:\n  - agents:\n      concierge:\n        - {}\n").unwrap();
-    let out = travel(dir.path(), &bad);
+    let out = travel_with(dir.path(), |c| c.env("BATON_MODEL_SCRIPT", &bad));
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8(out.stderr).unwrap();
     assert!(stderr.contains("bad.script.yaml") && stderr.contains("line 4"), "{stderr}");

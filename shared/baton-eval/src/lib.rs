@@ -1,5 +1,6 @@
 //! Routing evaluation: a scenario suite run through the [`Router`], scored per category, and a
-//! fault-injecting scripted model that measures what the failsafe and guards recover.
+//! fault-injecting scripted model that measures what the failsafe and guards recover. The same
+//! suites, scoring and report also play any configuration's scenarios as full turns ([`turns`]).
 //!
 //! A scenario is a user message (with an optional previous turn and image) and the calls it should
 //! produce. Scoring compares the routed calls after the failsafe and guards:
@@ -10,7 +11,9 @@
 //!   the field being optional, but only loosely);
 //! - `prior_context: true` requires the support call to carry prior context about the previous
 //!   turn (sharing a topic word with it); an expected call's own `prior_context` is text its
-//!   prior context must contain.
+//!   prior context must contain;
+//! - an expected call's `arguments` must be held by the call's (a call may carry more), and in a
+//!   full turn its `agent` must be the one that made it; an empty `query` is not checked.
 //!
 //! Under fault injection a query that fell back to the user's whole message also counts as
 //! recovered (the verbatim rule's safe fallback), and is reported apart as "recovered loosely".
@@ -25,11 +28,11 @@
 //! - this file: the suite ([`load_suite`], [`REFERENCE_SUITE`]), scoring ([`Scenario::score`]) and
 //!   its text report.
 //! - `faults`: the fault-injecting model ([`run_faults`]) and what the rules recover.
+//! - [`turns`]: a suite run as full turns of any configuration (a team's own, under a model
+//!   script), scored by the same rules plus who made each call and what the answer says.
 //! - [`report`]: the run as a self-contained HTML report (charts, failures, trend) and the JSON
 //!   summary a run is stored as.
 //! - [`smalltalk_corpus`]: the smalltalk check scored on its labelled corpus.
-//! - [`turns`]: a suite run as full turns of any configuration (a team's own, under a model
-//!   script), scored by the same rules plus who made each call and what the answer says.
 
 use std::collections::BTreeMap;
 use std::fmt;

@@ -395,27 +395,6 @@ impl Config {
         Ok(self)
     }
 
-    /// Every agent a model script answers is a configured one.
-    fn validate_script(&self) -> Result<(), ConfigError> {
-        let Some(script) = &self.models.script else { return Ok(()) };
-        for (agent, line) in script.agents() {
-            // A mini-agent's decomposer and aggregator are scripted as `<agent>@<model>`.
-            let configured = agent.split('@').next().unwrap_or(agent);
-            if self.agents.get(configured).is_none() {
-                let at = line.map(|l| format!(": line {l}")).unwrap_or_default();
-                return Err(ConfigError::Invalid {
-                    field: "model.script",
-                    reason: format!(
-                        "{}{at}: agent `{agent}` is not configured; defined: {}",
-                        script.origin(),
-                        self.agents.names()
-                    ),
-                });
-            }
-        }
-        Ok(())
-    }
-
     /// Every keyword list names an agent and lists non-empty words.
     fn validate_keywords(&self) -> Result<(), ConfigError> {
         let invalid = |reason: String| ConfigError::Invalid { field: "offline_model.keywords", reason };
@@ -466,7 +445,11 @@ impl Config {
             return invalid("heartbeat", "must be above zero");
         }
         self.agents.validate()?;
-        self.validate_script()?;
+        if let Some(script) = &self.models.script {
+            script
+                .check_agents(|agent| self.agents.get(agent).is_some(), &self.agents.names())
+                .map_err(|reason| ConfigError::Invalid { field: "model.script", reason })?;
+        }
         self.validate_keywords()
     }
 

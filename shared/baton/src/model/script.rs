@@ -215,9 +215,24 @@ impl ModelScript {
         self.turns.len()
     }
 
-    /// Every agent the script answers, for checking them against a configuration: each with the
-    /// line of the first turn that names it.
-    pub fn agents(&self) -> BTreeMap<&str, Option<usize>> {
+    /// Whether every agent the script answers is `configured` (a mini-agent's decomposer and
+    /// aggregator are scripted as `<agent>@<model>`); the error names the first that is not, with
+    /// the line of the first turn that names it, and the `defined` agents.
+    pub fn check_agents(&self, configured: impl Fn(&str) -> bool, defined: &str) -> Result<(), String> {
+        for (agent, line) in self.agents() {
+            if !configured(agent.split('@').next().unwrap_or(agent)) {
+                let at = line.map(|l| format!(": line {l}")).unwrap_or_default();
+                return Err(format!(
+                    "{}{at}: agent `{agent}` is not configured; defined: {defined}",
+                    self.origin
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Every agent the script answers, each with the line of the first turn that names it.
+    fn agents(&self) -> BTreeMap<&str, Option<usize>> {
         let mut out = BTreeMap::new();
         for turn in &self.turns {
             for agent in turn.agents.keys() {
@@ -534,6 +549,42 @@ turns:
         assert!(bad("turns:\n  - agents: {a: []}\n").contains("no steps"));
         let err = bad("turns:\n  - user: a\n    user_matches: b\n    agents: {a: [{text: x}]}\n");
         assert!(err.contains("not both"), "{err}");
+    }
+
+    #[test]
+    fn a_configuration_names_its_script_relative_to_itself() {
+        use crate::config::Config;
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("tests")).unwrap();
+        std::fs::write(
+            dir.path().join("tests/team.script.yaml"),
+            "turns:\n  - agents: {assistant: [{text: hi}]}\n",
+        )
+        .unwrap();
+        let team = dir.path().join("team.yaml");
+        std::fs::write(&team, "# a team\nmodel:\n  script: tests/team.script.yaml\n").unwrap();
+        let mut config = Config::default().with_file(&team).unwrap();
+        // A model server configured besides: the script still answers.
+        config.models.api_key = Some("sk-test".into());
+        assert!(!config.models.is_offline());
+        let built = crate::wiring::build(&config, crate::wiring::Backends::in_memory()).unwrap();
+        assert_eq!(built.model_name(), SCRIPT_MODEL_NAME);
+        assert!(config.describe_models().starts_with("model: script "), "{}", config.describe_models());
+
+        std::fs::write(&team, "# a team\nmodel:\n  script: tests/missing.yaml\n").unwrap();
+        let err = Config::default().with_file(&team).unwrap_err().to_string();
+        assert!(
+            err.contains("team.yaml: line 3: model.script") && err.contains("missing.yaml: cannot read"),
+            "{err}"
+        );
+        std::fs::write(
+            dir.path().join("tests/team.script.yaml"),
+            "turns:\n  - agents: {nobody: [{text: hi}]}\n",
+        )
+        .unwrap();
+        std::fs::write(&team, "model:\n  script: tests/team.script.yaml\n").unwrap();
+        let err = Config::default().with_file(&team).unwrap().validate().unwrap_err().to_string();
+        assert!(err.contains("team.script.yaml: line 2: agent `nobody` is not configured"), "{err}");
     }
 
     #[test]
