@@ -107,6 +107,19 @@ fn a_teams_scripted_flows_pass_as_full_turns_through_its_own_tools() {
     assert!(stdout.contains("3 scenarios, model script"), "{stdout}");
     assert!(stdout.lines().any(|l| l.starts_with("overall") && l.contains("100.0%")), "{stdout}");
     assert!(stderr.contains("model: script examples/travel/travel.script.yaml (3 turns"), "{stderr}");
+    // The JSON shows every call of the turn, at any depth, with its arguments.
+    let script = Path::new("examples/travel/travel.script.yaml");
+    let out = travel_with(dir.path(), |c| c.arg("--model-script").arg(script).arg("--json"));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("stdout is one JSON document");
+    let book = &json["scenarios"][0];
+    assert_eq!(book["verdict"], "pass", "{book}");
+    let calls: Vec<&str> =
+        book["calls"].as_array().unwrap().iter().filter_map(|c| c["tool"].as_str()).collect();
+    assert_eq!(calls, ["agent__hotels", "mcp__hotels__search_hotels", "mcp__hotels__book_hotel"], "{book}");
+    assert_eq!(book["calls"][2]["arguments"], serde_json::json!({"hotel_id": "LIS-2", "nights": 3}));
+    assert_eq!(book["expected"][2]["agent"], "hotels", "{book}");
+    assert_eq!(json["script"], serde_json::json!([]), "{json}");
 }
 
 #[test]
