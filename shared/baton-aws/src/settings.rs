@@ -33,6 +33,11 @@ pub struct Settings {
     #[arg(long, env = "BATON_CONFIG", global = true)]
     config: Option<PathBuf>,
 
+    /// A model script (YAML) that answers every agent instead of a model server, for a team's
+    /// tests (docs/testing.md); it overrides the file's `model: {script}` and the model server.
+    #[arg(long, env = "BATON_MODEL_SCRIPT", global = true)]
+    model_script: Option<PathBuf>,
+
     /// Base URL of an OpenAI-compatible server (up to and including /v1).
     #[arg(long, env = "OPENAI_BASE_URL", global = true)]
     openai_base_url: Option<String>,
@@ -183,6 +188,9 @@ impl Settings {
             Some(path) => base.with_file(path)?,
             None => base,
         };
+        if let Some(path) = &self.model_script {
+            c = c.with_model_script(path)?;
+        }
         c.models.base_url = self.openai_base_url.clone().filter(|s| !s.is_empty());
         c.models.api_key = self.openai_api_key.clone().filter(|s| !s.is_empty());
         c.models.orchestrator = self.orchestrator_model.clone();

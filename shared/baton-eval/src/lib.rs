@@ -1,5 +1,6 @@
 //! Routing evaluation: a scenario suite run through the [`Router`], scored per category, and a
-//! fault-injecting scripted model that measures what the failsafe and guards recover.
+//! fault-injecting scripted model that measures what the failsafe and guards recover. The same
+//! suites, scoring and report also play any configuration's scenarios as full turns ([`turns`]).
 //!
 //! A scenario is a user message (with an optional previous turn and image) and the calls it should
 //! produce. Scoring compares the routed calls after the failsafe and guards:
@@ -10,7 +11,9 @@
 //!   the field being optional, but only loosely);
 //! - `prior_context: true` requires the support call to carry prior context about the previous
 //!   turn (sharing a topic word with it); an expected call's own `prior_context` is text its
-//!   prior context must contain.
+//!   prior context must contain;
+//! - an expected call's `arguments` must be held by the call's (a call may carry more), and in a
+//!   full turn its `agent` must be the one that made it; an empty `query` is not checked.
 //!
 //! Under fault injection a query that fell back to the user's whole message also counts as
 //! recovered (the verbatim rule's safe fallback), and is reported apart as "recovered loosely".
@@ -25,6 +28,8 @@
 //! - this file: the suite ([`load_suite`], [`REFERENCE_SUITE`]), scoring ([`Scenario::score`]) and
 //!   its text report.
 //! - `faults`: the fault-injecting model ([`run_faults`]) and what the rules recover.
+//! - [`turns`]: a suite run as full turns of any configuration (a team's own, under a model
+//!   script), scored by the same rules plus who made each call and what the answer says.
 //! - [`report`]: the run as a self-contained HTML report (charts, failures, trend) and the JSON
 //!   summary a run is stored as.
 //! - [`smalltalk_corpus`]: the smalltalk check scored on its labelled corpus.
@@ -52,6 +57,7 @@ use baton::routing::Router;
 mod faults;
 pub mod report;
 pub mod smalltalk_corpus;
+pub mod turns;
 
 pub use faults::{Fault, FaultOutcome, format_faults, run_correct, run_faults};
 
@@ -68,7 +74,8 @@ pub const REFERENCE_SUITE: &str = include_str!("../../../data/routing/scenarios.
 pub struct Scenario {
     /// Unique id.
     pub id: String,
-    /// Category, for accuracy per category.
+    /// Category, for accuracy per category (`turn` when not given).
+    #[serde(default = "default_category")]
     pub category: String,
     /// What the user says.
     pub message: String,
@@ -83,6 +90,13 @@ pub struct Scenario {
     /// Whether the support call must carry `prior_context`.
     #[serde(default)]
     pub prior_context: bool,
+    /// Text the turn's answer must contain, each (case aside); full turns only ([`turns`]).
+    #[serde(default)]
+    pub answer_contains: Vec<String>,
+}
+
+fn default_category() -> String {
+    "turn".into()
 }
 
 /// A previous turn in a scenario.
@@ -112,10 +126,17 @@ pub struct ScenarioReply {
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ExpectedCall {
-    /// `ask_support` or `ask_shopping`.
+    /// The tool: a routing tool (`ask_support`), or in a full turn any tool or agent tool.
     pub tool: String,
-    /// The query it should get.
+    /// The query it should get; not checked when empty (a full turn's tools take what they take).
+    #[serde(default)]
     pub query: String,
+    /// Arguments it must carry, each equal (a map within them need only hold the listed keys).
+    #[serde(default)]
+    pub arguments: Option<serde_json::Map<String, serde_json::Value>>,
+    /// The agent that must make the call (its name, not the instance); full turns only.
+    #[serde(default)]
+    pub agent: Option<String>,
     /// The `support_category` it should carry, if any.
     #[serde(default)]
     pub support_category: Option<String>,
@@ -137,8 +158,31 @@ pub enum SuiteError {
     },
 }
 
-/// Parses a suite and checks its scenarios.
+/// Parses a routing suite and checks its scenarios: each call a reference routing tool with a
+/// query, nothing only a full turn can check.
 pub fn load_suite(yaml: &str, origin: &str) -> Result<Vec<Scenario>, SuiteError> {
+    let invalid = |message: String| SuiteError::Invalid { origin: origin.to_owned(), message };
+    let scenarios = parse_suite(yaml, origin)?;
+    for s in &scenarios {
+        if let Some(c) = s.expect.iter().find(|c| c.tool != ASK_SUPPORT && c.tool != ASK_SHOPPING) {
+            return Err(invalid(format!("scenario `{}` expects unknown tool `{}`", s.id, c.tool)));
+        }
+        if let Some(c) = s.expect.iter().find(|c| c.query.is_empty()) {
+            return Err(invalid(format!("scenario `{}`: the `{}` call needs a `query`", s.id, c.tool)));
+        }
+        if !s.answer_contains.is_empty() || s.expect.iter().any(|c| c.agent.is_some()) {
+            return Err(invalid(format!(
+                "scenario `{}`: `answer_contains` and a call's `agent` need full turns (`--turns`)",
+                s.id
+            )));
+        }
+    }
+    Ok(scenarios)
+}
+
+/// Parses a suite of any configuration's scenarios (run as full turns, [`turns`]): unique ids,
+/// each expected call naming its tool.
+pub fn parse_suite(yaml: &str, origin: &str) -> Result<Vec<Scenario>, SuiteError> {
     let invalid = |message: String| SuiteError::Invalid { origin: origin.to_owned(), message };
     let scenarios: Vec<Scenario> = serde_yaml_ng::from_str(yaml).map_err(|e| invalid(e.to_string()))?;
     let mut ids = std::collections::HashSet::new();
@@ -146,8 +190,8 @@ pub fn load_suite(yaml: &str, origin: &str) -> Result<Vec<Scenario>, SuiteError>
         if !ids.insert(s.id.as_str()) {
             return Err(invalid(format!("scenario id `{}` is used twice", s.id)));
         }
-        if let Some(c) = s.expect.iter().find(|c| c.tool != ASK_SUPPORT && c.tool != ASK_SHOPPING) {
-            return Err(invalid(format!("scenario `{}` expects unknown tool `{}`", s.id, c.tool)));
+        if let Some(c) = s.expect.iter().find(|c| c.tool.trim().is_empty()) {
+            return Err(invalid(format!("scenario `{}` expects a call with no tool: {c:?}", s.id)));
         }
     }
     Ok(scenarios)
@@ -185,6 +229,22 @@ impl Scenario {
 
     /// Checks routed calls against the expectation; `Err` says what differs.
     pub fn score(&self, calls: &[PlannedCall], loose: bool) -> Result<Strictness, String> {
+        self.score_calls(calls, None, loose)
+    }
+
+    /// [`Scenario::score`] with the agent that made each call (`agents[i]` made `calls[i]`),
+    /// for expectations that name one.
+    pub fn score_calls(
+        &self,
+        calls: &[PlannedCall],
+        agents: Option<&[String]>,
+        loose: bool,
+    ) -> Result<Strictness, String> {
+        let by = |k: usize, expected: &ExpectedCall| match (&expected.agent, agents) {
+            (Some(want), Some(agents)) => agents.get(k) == Some(want),
+            (Some(_), None) => false,
+            (None, _) => true,
+        };
         let mut want: Vec<&str> = self.expect.iter().map(|c| c.tool.as_str()).collect();
         let mut got: Vec<&str> = calls.iter().map(|c| c.tool.as_str()).collect();
         want.sort_unstable();
@@ -205,7 +265,10 @@ impl Scenario {
             let found = calls.iter().enumerate().find(|(k, c)| {
                 !used[*k]
                     && c.tool == expected.tool
-                    && query_matches(&expected.query, &c.query, &self.message, &others)
+                    && by(*k, expected)
+                    && expected.arguments_match(&c.arguments)
+                    && (expected.query.is_empty()
+                        || query_matches(&expected.query, &c.query, &self.message, &others))
             });
             let found = match found {
                 Some(f) => Some(f),
@@ -214,15 +277,15 @@ impl Scenario {
                     calls.iter().enumerate().find(|(k, c)| {
                         !used[*k]
                             && c.tool == expected.tool
+                            && by(*k, expected)
+                            && expected.arguments_match(&c.arguments)
                             && guard::normalize(&c.query) == guard::normalize(&self.message)
                     })
                 }
                 None => None,
             };
             let Some((k, call)) = found else {
-                let got: Vec<&str> =
-                    calls.iter().filter(|c| c.tool == expected.tool).map(|c| c.query.as_str()).collect();
-                return Err(format!("{} query {got:?}, expected {:?}", expected.tool, expected.query));
+                return Err(expected.missing(calls, agents));
             };
             used[k] = true;
             match (&expected.support_category, call.arguments.get("support_category")) {
@@ -260,6 +323,50 @@ impl Scenario {
         std::iter::once(previous.user.as_str())
             .chain(previous.replies.iter().map(|r| r.text.as_str()))
             .any(|said| guard::overlaps(context, said))
+    }
+}
+
+impl ExpectedCall {
+    /// Whether `arguments` hold every argument this call expects.
+    fn arguments_match(&self, arguments: &serde_json::Value) -> bool {
+        let Some(want) = &self.arguments else { return true };
+        contains(arguments, &serde_json::Value::Object(want.clone()))
+    }
+
+    /// What the calls of this tool were, when none matched.
+    fn missing(&self, calls: &[PlannedCall], agents: Option<&[String]>) -> String {
+        let of_tool = calls.iter().enumerate().filter(|(_, c)| c.tool == self.tool);
+        if self.arguments.is_none() && self.agent.is_none() {
+            let got: Vec<&str> = of_tool.map(|(_, c)| c.query.as_str()).collect();
+            return format!("{} query {got:?}, expected {:?}", self.tool, self.query);
+        }
+        let got: Vec<String> = of_tool
+            .map(|(k, c)| {
+                let agent = agents.and_then(|a| a.get(k)).map(|a| format!("by {a} ")).unwrap_or_default();
+                format!("{agent}with {}", c.arguments)
+            })
+            .collect();
+        let mut want = String::new();
+        if let Some(agent) = &self.agent {
+            want.push_str(&format!(" by {agent}"));
+        }
+        if let Some(arguments) = &self.arguments {
+            want.push_str(&format!(" with {}", serde_json::Value::Object(arguments.clone())));
+        }
+        if !self.query.is_empty() {
+            want.push_str(&format!(" query {:?}", self.query));
+        }
+        format!("{} called {got:?}, expected{want}", self.tool)
+    }
+}
+
+/// Whether `got` holds `want`: equal, or for maps every key of `want` held by `got`'s.
+fn contains(got: &serde_json::Value, want: &serde_json::Value) -> bool {
+    match (got, want) {
+        (serde_json::Value::Object(got), serde_json::Value::Object(want)) => {
+            want.iter().all(|(k, w)| got.get(k).is_some_and(|g| contains(g, w)))
+        }
+        _ => got == want,
     }
 }
 
@@ -468,6 +575,7 @@ mod tests {
                 })
                 .collect(),
             prior_context: false,
+            answer_contains: Vec::new(),
         }
     }
 

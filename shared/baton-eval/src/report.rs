@@ -208,8 +208,16 @@ pub fn run_json(summary: &Summary, run: &SuiteRun, scenarios: &[Scenario]) -> se
                     .into_iter()
                     .flat_map(|s| &s.expect)
                     .map(|c| {
-                        serde_json::json!({"tool": c.tool, "query": c.query,
-                            "support_category": c.support_category, "prior_context": c.prior_context})
+                        let mut expected = serde_json::json!({"tool": c.tool, "query": c.query,
+                            "support_category": c.support_category, "prior_context": c.prior_context});
+                        // A full turn's expectations (`turns`) say who calls, with what.
+                        if let Some(agent) = &c.agent {
+                            expected["agent"] = serde_json::json!(agent);
+                        }
+                        if let Some(arguments) = &c.arguments {
+                            expected["arguments"] = serde_json::json!(arguments);
+                        }
+                        expected
                     })
                     .collect(),
                 calls: run

@@ -64,8 +64,9 @@
 //!   `embedded`, the file-backed store; `item`, the item layout both stores share; `lease`;
 //!   `turn_log`, a turn's event log and record; `backends`).
 //! - [`model`]: the [`model::ChatModel`] trait (room: `openai`, Chat Completions: config,
-//!   request, chunks, transport; `responses`; `offline`, the offline model; `scripted`, the
-//!   scripted model, its HTTP server only with the `test-servers` feature).
+//!   request, chunks, transport; `responses`; `offline`, the offline model; `script`, a team's
+//!   model script; `scripted`, the scripted model, its HTTP server only with the `test-servers`
+//!   feature).
 //! - [`retrieval`]: BM25 full-text ranking over small corpora (articles, product lists).
 //! - [`telemetry`]: cost per agent from a price table, and the CloudWatch EMF line of a turn.
 //! - [`mux`]: the live-slot merge of concurrent agents' event streams.

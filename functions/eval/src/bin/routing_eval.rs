@@ -4,6 +4,9 @@
 //! report, or with `--json` the summary and every scenario's calls, repairs and verdict; either
 //! with the smalltalk check's recall and precision on its labelled corpus.
 //!
+//! A configuration whose entry agent does not route (a team's own), or `--turns`, runs its own
+//! suite as full turns instead (`turns`): a team's flows under a model script, in its CI.
+//!
 //! A binary of the eval function's crate, so the evaluation (`baton-eval`) is linked here and in
 //! the scheduled function, never into the chat functions. It reads the same settings as they do.
 
@@ -16,9 +19,17 @@ use clap::Parser;
 use baton_eval as eval;
 use baton_eval::report::{self as eval_report, ReportInput, Summary};
 
+#[path = "routing_eval/turns.rs"]
+mod turns;
+
 /// Runs Baton's routing scenario suite against the configured model and prints accuracy per
 /// category; `--faults` also reports what the failsafe and guards recover from injected routing
 /// mistakes. With no OPENAI_API_KEY and no OPENAI_BASE_URL it routes with the offline model.
+///
+/// With a configuration whose entry agent does not route (`--config F --suite S`), or with
+/// `--turns`, each scenario is played as a full turn instead and checked for the calls each agent
+/// made, their arguments and the answer; under a model script (`--model-script`) a team's flows
+/// run deterministically, and the exit code is 1 when one fails (docs/testing.md).
 #[derive(Parser)]
 #[command(name = "routing-eval", version, about, long_about)]
 struct Cli {
@@ -40,6 +51,11 @@ struct RoutingEvalArgs {
     /// A scenario suite (YAML); the reference suite (data/routing/scenarios.yaml) by default.
     #[arg(long)]
     suite: Option<std::path::PathBuf>,
+
+    /// Play each scenario as a full turn of the configuration (every agent, tool and answer), not
+    /// only the entry agent's routing; the default when the entry agent does not route.
+    #[arg(long, conflicts_with = "faults")]
+    turns: bool,
 
     /// Also run the fault-injection report (scripted model; no network).
     #[arg(long)]
@@ -76,14 +92,19 @@ async fn main() -> std::process::ExitCode {
         eprintln!("error: {e}");
         return std::process::ExitCode::from(2);
     }
-    let config = match cli.settings.config(baton_reference::reference_config()) {
-        Ok(config) => cli.reference.deployment(config).config,
+    let deployment = match cli.settings.config(baton_reference::reference_config()) {
+        Ok(config) => cli.reference.deployment(config),
         Err(e) => {
             eprintln!("error: {e}");
             return std::process::ExitCode::from(2);
         }
     };
-    run(&config, &cli.eval).await
+    let config = &deployment.config;
+    let routes = config.agents.get(&config.agents.entry).is_some_and(|entry| entry.routing.is_some());
+    if cli.eval.turns || !routes {
+        return turns::run(&deployment, &cli.eval).await;
+    }
+    run(config, &cli.eval).await
 }
 
 async fn run(config: &baton::config::Config, args: &RoutingEvalArgs) -> std::process::ExitCode {

@@ -18,6 +18,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::model::openai::{RetryPolicy, Timeouts};
+use crate::model::script::ModelScript;
 use crate::mux::MuxConfig;
 use crate::telemetry::cost::Prices;
 pub mod agents;
@@ -45,6 +46,9 @@ pub struct ModelConfig {
     /// knowledge), so a turn's concurrent calls share one connection. Over `https` HTTP/2 is
     /// negotiated whenever the server offers it, with or without this.
     pub http2: bool,
+    /// A model script that answers every agent instead of a model server (`model: {script: F}`
+    /// or `--model-script F`; see [`crate::model::script`]).
+    pub script: Option<Arc<ModelScript>>,
 }
 
 impl Default for ModelConfig {
@@ -56,14 +60,15 @@ impl Default for ModelConfig {
             timeouts: Timeouts::default(),
             retry: RetryPolicy::default(),
             http2: false,
+            script: None,
         }
     }
 }
 
 impl ModelConfig {
-    /// Whether no model server is configured, so the offline model runs.
+    /// Whether no model server is configured and no script, so the offline model runs.
     pub fn is_offline(&self) -> bool {
-        self.base_url.is_none() && self.api_key.is_none()
+        self.base_url.is_none() && self.api_key.is_none() && self.script.is_none()
     }
 }
 
@@ -141,6 +146,15 @@ struct ConfigFile {
     openapi: Option<std::collections::BTreeMap<String, tools::OpenApiSource>>,
     #[serde(default)]
     lambda_tools: Option<std::collections::BTreeMap<String, tools::LambdaToolSpec>>,
+    #[serde(default)]
+    model: Option<ModelFile>,
+}
+
+/// The top-level `model:` key: a model script, its path relative to the file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ModelFile {
+    script: std::path::PathBuf,
 }
 
 /// The top-level `a2a:` key: the agents served as A2A agents besides the entry agent.
@@ -364,6 +378,16 @@ impl Config {
         if let Some(depth) = file.max_depth {
             self.agents.max_depth = depth;
         }
+        if let Some(model) = file.model {
+            let dir = std::path::Path::new(origin).parent().unwrap_or(std::path::Path::new(""));
+            self = self.with_model_script(&dir.join(model.script)).map_err(|e| match e {
+                ConfigError::Invalid { reason, .. } => match locate_path(yaml, "model.script") {
+                    Some(line) => file_error(format!("line {line}: model.script: {reason}")),
+                    None => file_error(format!("model.script: {reason}")),
+                },
+                e => e,
+            })?;
+        }
         self.agents.validate()?;
         self.agents.validate_mcp_tools(&self.mcp_servers)?;
         self.validate_keywords().map_err(|e| match locate_path(yaml, "offline_model.keywords") {
@@ -380,6 +404,14 @@ impl Config {
             message: format!("cannot read it: {e}"),
         })?;
         self.with_yaml(&yaml, &path.display().to_string())
+    }
+
+    /// This configuration with every agent answered by the model script at `path`.
+    pub fn with_model_script(mut self, path: &std::path::Path) -> Result<Config, ConfigError> {
+        let script = ModelScript::load(path)
+            .map_err(|reason| ConfigError::Invalid { field: "model.script", reason })?;
+        self.models.script = Some(Arc::new(script));
+        Ok(self)
     }
 
     /// Every keyword list names an agent and lists non-empty words.
@@ -432,6 +464,11 @@ impl Config {
             return invalid("heartbeat", "must be above zero");
         }
         self.agents.validate()?;
+        if let Some(script) = &self.models.script {
+            script
+                .check_agents(|agent| self.agents.get(agent).is_some(), &self.agents.names())
+                .map_err(|reason| ConfigError::Invalid { field: "model.script", reason })?;
+        }
         self.validate_keywords()
     }
 
@@ -455,7 +492,10 @@ impl Config {
 
     /// A one-line description of the models in use, for start-up logs.
     pub fn describe_models(&self) -> String {
-        if self.models.is_offline() {
+        if let Some(script) = &self.models.script {
+            format!("model: script {} ({} turns; no model server)", script.origin(), script.turns())
+                + &self.describe_agents()
+        } else if self.models.is_offline() {
             "model: offline (deterministic rules; set OPENAI_API_KEY or OPENAI_BASE_URL for a real model)"
                 .to_owned()
                 + &self.describe_agents()

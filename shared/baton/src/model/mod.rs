@@ -7,6 +7,8 @@
 //! - [`openai`]: OpenAI Chat Completions over HTTP (any compatible server).
 //! - [`responses`]: the OpenAI Responses API over HTTP, with `previous_response_id`.
 //! - [`offline`]: the deterministic rule-based model used when no model is configured.
+//! - [`script`]: a model script (YAML), the backend a team's tests answer each agent from, step
+//!   by step; leaving the script fails the turn.
 //! - [`scripted`]: scripted answers and an in-process scripted model (the routing suite's fault
 //!   injection uses it); with the crate's test-server feature, a scripted OpenAI-compatible HTTP
 //!   server.
@@ -14,6 +16,7 @@
 pub mod offline;
 pub mod openai;
 pub mod responses;
+pub mod script;
 pub mod scripted;
 
 use std::collections::BTreeMap;
@@ -318,6 +321,10 @@ pub enum ModelError {
     /// The client was misconfigured.
     #[error("model client configuration: {0}")]
     Config(String),
+    /// The conversation left the model script ([`script`]): the message names the turn, the
+    /// agent and the step.
+    #[error("the conversation left the model script: {0}")]
+    Script(String),
 }
 
 /// Baton's words for an HTTP error status of a model server.
@@ -339,7 +346,8 @@ impl ModelError {
             ModelError::Stream(_)
             | ModelError::Decode(_)
             | ModelError::AnswerTooLong { .. }
-            | ModelError::Config(_) => false,
+            | ModelError::Config(_)
+            | ModelError::Script(_) => false,
         }
     }
 
@@ -356,6 +364,7 @@ impl ModelError {
             ModelError::Decode(_) => "model_invalid_response",
             ModelError::AnswerTooLong { .. } => "answer_too_long",
             ModelError::Config(_) => "model_config",
+            ModelError::Script(_) => "model_script",
         }
     }
 
@@ -368,7 +377,10 @@ impl ModelError {
             | ModelError::Stream(d)
             | ModelError::Truncated(d)
             | ModelError::Decode(d) => Some(d),
-            ModelError::Timeout(_) | ModelError::AnswerTooLong { .. } | ModelError::Config(_) => None,
+            ModelError::Timeout(_)
+            | ModelError::AnswerTooLong { .. }
+            | ModelError::Config(_)
+            | ModelError::Script(_) => None,
         }
     }
 

@@ -69,7 +69,7 @@ pub fn a2a_served(config: &Config, backends: &super::Backends) -> Result<Vec<Ser
         .map(|name| {
             let agent = super::build_agent(config, name, backends)?;
             let spec = config.agents.get(name).expect("validated");
-            let models = super::ModelFactory::new(config, backends)?;
+            let models = super::ModelFactory::new(config, backends, name)?;
             let mut orchestrator =
                 crate::orchestrator::Orchestrator::new(agent, models.for_agent(spec).model_name().to_owned())
                     .with_prices(config.prices.clone());

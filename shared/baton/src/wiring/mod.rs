@@ -49,7 +49,7 @@ use crate::tool::{Tool, ToolRegistry};
 /// Builds the entry agent and every agent below it, into the orchestrator that runs turns.
 pub fn build(config: &Config, backends: Backends) -> Result<Arc<Orchestrator>, ConfigError> {
     config.validate()?;
-    let models = ModelFactory::new(config, &backends)?;
+    let models = ModelFactory::new(config, &backends, &config.agents.entry)?;
     let mut graph = Graph::new(config, &models, &backends)?;
     let entry = config.agents.get(&config.agents.entry).expect("validated");
     let agent = graph.build(&entry.name)?;
@@ -70,7 +70,7 @@ pub fn build_agent(config: &Config, name: &str, backends: &Backends) -> Result<A
     }
     let mut local = backends.clone();
     local.remote.remove(name);
-    let models = ModelFactory::new(config, &local)?;
+    let models = ModelFactory::new(config, &local, name)?;
     Graph::new(config, &models, &local)?.build(name)
 }
 
@@ -80,7 +80,7 @@ pub fn build_router(config: &Config, backends: &Backends) -> Result<Option<Route
     config.validate()?;
     let entry = config.agents.get(&config.agents.entry).expect("validated");
     let Some(routing) = &entry.routing else { return Ok(None) };
-    let models = ModelFactory::new(config, backends)?;
+    let models = ModelFactory::new(config, backends, &entry.name)?;
     let policy = RoutingPolicy::new(routing_settings(&config.agents, entry, routing));
     Ok(Some(Router::new(models.for_agent(entry), policy, entry.instruction.clone())))
 }
@@ -179,19 +179,22 @@ impl Backends {
 /// is given up.
 pub const REMOTE_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// Builds model clients on one shared HTTP client, or the offline model when none is configured.
+/// Builds model clients on one shared HTTP client, or the offline model when none is configured,
+/// or the model script's model of each agent when there is one.
 struct ModelFactory<'a> {
     config: &'a Config,
+    /// The agent a turn starts at (a model script opens its turns there).
+    top: &'a str,
     http: Option<crate::outbound::Client>,
     /// The offline model, when no model server is configured.
     offline: Arc<OfflineModel>,
 }
 
 impl<'a> ModelFactory<'a> {
-    fn new(config: &'a Config, backends: &Backends) -> Result<ModelFactory<'a>, ConfigError> {
+    fn new(config: &'a Config, backends: &Backends, top: &'a str) -> Result<ModelFactory<'a>, ConfigError> {
         let models = &config.models;
         // One HTTP client (one connection pool, one TLS setup) for every model.
-        let http = if models.is_offline() {
+        let http = if models.is_offline() || models.script.is_some() {
             None
         } else {
             Some(OpenAiChatModel::http_client(&models.timeouts, models.http2)?)
@@ -203,7 +206,7 @@ impl<'a> ModelFactory<'a> {
             .collect();
         let skills = backends.extensions.iter().filter_map(|e| e.offline_skill()).collect();
         let offline = Arc::new(OfflineModel::new(keywords).with_skills(skills));
-        Ok(ModelFactory { config, http, offline })
+        Ok(ModelFactory { config, top, http, offline })
     }
 
     fn openai_config(&self, name: &str) -> OpenAiConfig {
@@ -227,11 +230,18 @@ impl<'a> ModelFactory<'a> {
     /// The model of a configured agent: its own name and API, or the defaults (see
     /// [`crate::config::agents`]).
     fn for_agent(&self, spec: &AgentSpec) -> Arc<dyn ChatModel> {
+        if let Some(script) = &self.config.models.script {
+            return script.model_for(&spec.name, spec.name == self.top);
+        }
         self.named(spec, spec.model.as_deref().unwrap_or(&self.config.models.orchestrator))
     }
 
     /// Model `name` through the API of `spec`'s model (a mini-agent decomposer or aggregator).
     fn named(&self, spec: &AgentSpec, name: &str) -> Arc<dyn ChatModel> {
+        if let Some(script) = &self.config.models.script {
+            // A mini-agent's decomposer or aggregator: scripted as `<agent>@<model>`.
+            return script.model_for(&format!("{}@{name}", spec.name), false);
+        }
         let api = spec.api.unwrap_or_default();
         match (&self.http, api) {
             (Some(http), ModelApi::Responses) => {
