@@ -62,7 +62,9 @@ fn runs_on(config: &Config, spec: &AgentSpec) -> String {
             // Its usage events name the agent as their model (docs/observability.md).
             format!("remote A2A agent at {url}, usage {}", priced(config, &spec.name))
         }
-        (Some(RemoteSpec { url: Some(url), .. }), _) => format!("remote at {url}, usage priced by its models"),
+        (Some(RemoteSpec { url: Some(url), .. }), _) => {
+            format!("remote at {url}, usage priced by its models")
+        }
         (Some(RemoteSpec { function: Some(f), .. }), _) => {
             format!("remote Lambda function {f}, usage priced by its models")
         }

@@ -50,10 +50,7 @@ pub(crate) fn parse() -> (Args, Option<ReferenceSettings>) {
 /// Whether the configuration the arguments (`--config F`, `--config=F`) or `BATON_CONFIG` name is
 /// the reference's: none, or one whose file says `extends: reference`. A file that cannot be read
 /// is not (start-up then says why).
-fn reference_in_use(
-    args: impl Iterator<Item = std::ffi::OsString>,
-    env: Option<std::ffi::OsString>,
-) -> bool {
+fn reference_in_use(args: impl Iterator<Item = std::ffi::OsString>, env: Option<std::ffi::OsString>) -> bool {
     let args: Vec<std::ffi::OsString> = args.collect();
     let mut file = env.filter(|f| !f.is_empty());
     for (i, arg) in args.iter().enumerate() {
@@ -308,7 +305,10 @@ mod tests {
         assert!(!reference_in_use(args(&["chat", &team_arg]), None));
         assert!(!reference_in_use(args(&["chat", "hi"]), Some(team.clone().into())));
         let path = extends.to_str().unwrap();
-        assert!(reference_in_use(args(&["--config", path, "chat", "hi"]), Some(team.into())), "the flag wins");
+        assert!(
+            reference_in_use(args(&["--config", path, "chat", "hi"]), Some(team.into())),
+            "the flag wins"
+        );
         assert!(!reference_in_use(args(&["--config", "/nonexistent.yaml"]), None));
     }
 

@@ -109,7 +109,8 @@ fn check_names_the_file_line_and_field_of_a_config_error() {
 fn check_connect_names_the_mcp_server_it_cannot_reach() {
     let dir = tempfile::tempdir().unwrap();
     let file = team_file(dir.path(), &TEAM.replace("PORT", &refused_port().to_string()));
-    let out = orchestrator(dir.path()).arg("--config").arg(&file).args(["check", "--connect"]).output().unwrap();
+    let out =
+        orchestrator(dir.path()).arg("--config").arg(&file).args(["check", "--connect"]).output().unwrap();
     let (stdout, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
     assert!(stdout.is_empty(), "no tree: {stdout}");
@@ -137,7 +138,10 @@ fn check_shows_kinds_and_approval_rules_of_a_file_that_extends_the_reference() {
     // No file: the reference deployment, its routing tools and its built-in support agent.
     let out = orchestrator(dir.path()).arg("check").output().unwrap();
     let (stdout, _) = text(&out);
-    assert!(stdout.contains("  ask_support: agent\n") && stdout.contains("support: support (built by the deployment)\n"));
+    assert!(
+        stdout.contains("  ask_support: agent\n")
+            && stdout.contains("support: support (built by the deployment)\n")
+    );
 }
 
 #[test]
@@ -162,7 +166,8 @@ fn a_teams_file_runs_only_what_it_declares() {
     assert!(stdout.contains("✓ completed: Ok"), "{stdout}");
 
     // Its --help names none of the reference's agents or settings; with no file they are there.
-    let help = orchestrator(dir.path()).arg("--config").arg(&file).args(["serve", "--help"]).output().unwrap();
+    let help =
+        orchestrator(dir.path()).arg("--config").arg(&file).args(["serve", "--help"]).output().unwrap();
     let (help, _) = text(&help);
     assert!(help.contains("--config") && !help.to_lowercase().contains("shopping"), "{help}");
     assert!(!help.to_lowercase().contains("forethought"), "{help}");

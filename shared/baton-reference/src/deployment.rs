@@ -235,8 +235,14 @@ mod tests {
         let deployment = team(&yaml).unwrap();
         assert!(!deployment.is_reference() && deployment.describe_support().is_none());
         let err = build(&deployment.config, deployment.backends(None).unwrap()).err().unwrap().to_string();
-        assert!(err.ends_with("unknown tool `search_offers`; available: none"), "only the team's tools: {err}");
-        let err = team("agents:\n  - name: help\n    kind: support\n").unwrap();
+        assert!(
+            err.ends_with("unknown tool `search_offers`; available: none"),
+            "only the team's tools: {err}"
+        );
+        let err = team(
+            "agents:\n  - {name: lead, instruction: x, agents: [help]}\n  - name: help\n    kind: support\n",
+        )
+        .unwrap();
         let err = build(&err.config, err.backends(None).unwrap()).err().unwrap().to_string();
         assert!(err.contains("unknown agent kind `support`; known: llm"), "{err}");
     }

@@ -621,7 +621,10 @@ mod tests {
         let all = "models:\n  orch: {input: 1, output: 2}\n  sup: {input: 10, output: 20}\n  shop: {input: 100, output: 200}\n";
         let events = turn_with(all).await;
         let Some(Event::Completed { usage, cost_usd, .. }) = events.last() else { panic!("{events:?}") };
-        let sum = usage.iter().map(|u| u.usage.cost_usd.unwrap()).fold(crate::event::Usd::ZERO, |a, b| a.saturating_add(b));
+        let sum = usage
+            .iter()
+            .map(|u| u.usage.cost_usd.unwrap())
+            .fold(crate::event::Usd::ZERO, |a, b| a.saturating_add(b));
         assert!(sum > crate::event::Usd::ZERO);
         assert_eq!(*cost_usd, Some(sum), "the turn's cost is the sum of its agents'");
         let json = serde_json::to_value(events.last().unwrap()).unwrap();
@@ -635,7 +638,8 @@ mod tests {
 
         // The orchestrator's model unpriced: the turn's cost is unknown, never understated; the
         // priced instances keep theirs.
-        let events = turn_with("models:\n  sup: {input: 10, output: 20}\n  shop: {input: 100, output: 200}\n").await;
+        let events =
+            turn_with("models:\n  sup: {input: 10, output: 20}\n  shop: {input: 100, output: 200}\n").await;
         let Some(Event::Completed { cost_usd, .. }) = events.last() else { panic!("{events:?}") };
         assert_eq!(*cost_usd, None);
         let json = serde_json::to_value(events.last().unwrap()).unwrap();

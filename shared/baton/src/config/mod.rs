@@ -343,7 +343,10 @@ impl Config {
         if let Some(name) = &file.extends {
             if self.deployment.as_ref() != Some(name) {
                 let line = locate_path(yaml, "extends").map(|l| format!("line {l}: ")).unwrap_or_default();
-                let under = self.deployment.as_deref().map_or("the runtime's defaults".to_owned(), |d| format!("`{d}`"));
+                let under = self
+                    .deployment
+                    .as_deref()
+                    .map_or("the runtime's defaults".to_owned(), |d| format!("`{d}`"));
                 return Err(file_error(format!("{line}extends: `{name}`, but it is applied over {under}")));
             }
         }
@@ -602,7 +605,10 @@ mod tests {
             "configuration file t.yaml: line 2: extends: unknown deployment `mansion`; known: house"
         );
         let err = Config::default().with_yaml("extends: house\n", "t.yaml").unwrap_err().to_string();
-        assert!(err.contains("line 1: extends: `house`, but it is applied over the runtime's defaults"), "{err}");
+        assert!(
+            err.contains("line 1: extends: `house`, but it is applied over the runtime's defaults"),
+            "{err}"
+        );
     }
 
     #[test]

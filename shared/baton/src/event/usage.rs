@@ -304,7 +304,8 @@ impl UsageRollup {
             }
             Event::AgentFinished { agent, usage, .. } => {
                 let seen = self.instances.get(agent.as_str()).copied().unwrap_or_default();
-                let same = (seen.input_tokens, seen.output_tokens) == (usage.input_tokens, usage.output_tokens);
+                let same =
+                    (seen.input_tokens, seen.output_tokens) == (usage.input_tokens, usage.output_tokens);
                 usage.cost_usd = if same { seen.cost_usd } else { None };
             }
             _ => {}
@@ -334,7 +335,12 @@ mod tests {
         let mut rollup = UsageRollup::default();
         let priced = |n: u64| Usage { cost_usd: Some(Usd::from_picos(n)), ..Usage::tokens(n, 1) };
         for usage in [priced(2), priced(3)] {
-            rollup.observe(&mut Event::Usage { agent: "a[1]".into(), model: "m".into(), usage, agent_total: None });
+            rollup.observe(&mut Event::Usage {
+                agent: "a[1]".into(),
+                model: "m".into(),
+                usage,
+                agent_total: None,
+            });
         }
         let finished = |agent: &str, usage: Usage| Event::AgentFinished {
             agent: agent.into(),

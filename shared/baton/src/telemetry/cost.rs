@@ -259,7 +259,10 @@ mod tests {
             price("0.40", Some("0.10"), "1.60", None).to_string(),
             "$0.4 in, $0.1 cached, $1.6 out per million tokens"
         );
-        assert_eq!(price("0", None, "0.000001", Some("2")).to_string(), "$0 in, $0.000001 out, $2 reasoning per million tokens");
+        assert_eq!(
+            price("0", None, "0.000001", Some("2")).to_string(),
+            "$0 in, $0.000001 out, $2 reasoning per million tokens"
+        );
     }
 
     #[test]
