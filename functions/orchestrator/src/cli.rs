@@ -11,14 +11,14 @@ use baton::store::{new_episode_id, new_turn_id};
 use baton::turn::{DisconnectPolicy, OnBusy, TurnLogSettings};
 use baton_aws::settings::Settings;
 use baton_reference::ReferenceSettings;
-use clap::{Parser, Subcommand};
+use clap::{Args as _, CommandFactory, FromArgMatches, Parser, Subcommand};
 
 /// Baton's orchestrator: an agents-as-tools chat endpoint.
 ///
 /// With no OPENAI_API_KEY and no OPENAI_BASE_URL it runs on the offline model: deterministic
 /// rules, no network, for demos and tests. Set either to use OpenAI or any compatible server.
-/// The reference deployment's agents answer from their shipped data unless their vendors'
-/// settings are given (docs/configuration.md).
+/// A configuration file (--config) runs the agents and tools it declares; without one, the
+/// reference deployment runs (docs/configuration.md).
 #[derive(Parser)]
 #[command(version, about, long_about)]
 pub(crate) struct Args {
@@ -29,10 +29,43 @@ pub(crate) struct Args {
     /// The runtime settings shared with the other functions.
     #[command(flatten)]
     pub(crate) settings: Settings,
+}
 
-    /// The reference deployment's own settings (the shopping agent, Forethought).
-    #[command(flatten)]
-    pub(crate) reference: ReferenceSettings,
+/// The command line, and the reference deployment's own settings (the shopping agent,
+/// Forethought) when the configuration is the reference's: with no file, or a file that says
+/// `extends: reference`. A team's own file gets none of their flags, in `--help` or anywhere.
+pub(crate) fn parse() -> (Args, Option<ReferenceSettings>) {
+    let reference = reference_in_use(std::env::args_os().skip(1), std::env::var_os("BATON_CONFIG"));
+    let mut command = Args::command();
+    if reference {
+        command = ReferenceSettings::augment_args(command);
+    }
+    let matches = command.get_matches();
+    let args = Args::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    let reference =
+        reference.then(|| ReferenceSettings::from_arg_matches(&matches).unwrap_or_else(|e| e.exit()));
+    (args, reference)
+}
+
+/// Whether the configuration the arguments (`--config F`, `--config=F`) or `BATON_CONFIG` name is
+/// the reference's: none, or one whose file says `extends: reference`. A file that cannot be read
+/// is not (start-up then says why).
+fn reference_in_use(args: impl Iterator<Item = std::ffi::OsString>, env: Option<std::ffi::OsString>) -> bool {
+    let args: Vec<std::ffi::OsString> = args.collect();
+    let mut file = env.filter(|f| !f.is_empty());
+    for (i, arg) in args.iter().enumerate() {
+        let arg = arg.to_string_lossy();
+        if arg == "--" {
+            break;
+        } else if arg == "--config" {
+            file = args.get(i + 1).cloned();
+        } else if let Some(path) = arg.strip_prefix("--config=") {
+            file = Some(path.into());
+        }
+    }
+    let Some(file) = file else { return true };
+    std::fs::read_to_string(file)
+        .is_ok_and(|yaml| baton::config::extends_of(&yaml).as_deref() == Some(baton_reference::REFERENCE))
 }
 
 /// The subcommands.
@@ -45,6 +78,19 @@ pub(crate) enum Command {
     /// Serve every configured agent as an MCP tool: over stdio, or over
     /// streamable HTTP at /mcp with --http.
     Mcp(McpArgs),
+    /// Check the configuration as start-up does and print its agents, their tools and models;
+    /// with --connect, also reach what start-up reaches (MCP servers and the other tool
+    /// sources). Exits non-zero with the file, line and field, or what could not be reached.
+    Check(CheckArgs),
+}
+
+/// Options of `check`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct CheckArgs {
+    /// Also build what start-up builds that reaches out (MCP servers start and list their tools),
+    /// so the tree lists every tool.
+    #[arg(long)]
+    pub(crate) connect: bool,
 }
 
 /// Options of `mcp`.
@@ -260,6 +306,26 @@ impl ServeArgs {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_no_file_or_a_file_that_extends_the_reference_brings_the_reference_settings() {
+        let dir = tempfile::tempdir().unwrap();
+        let team = dir.path().join("team.yaml");
+        std::fs::write(&team, "entry: a\nagents:\n  - {name: a, instruction: x}\n").unwrap();
+        let extends = dir.path().join("extends.yaml");
+        std::fs::write(&extends, "extends: reference\n").unwrap();
+        let args = |a: &[&str]| a.iter().map(std::ffi::OsString::from).collect::<Vec<_>>().into_iter();
+        assert!(reference_in_use(args(&["chat", "hi"]), None), "no file: the reference demo");
+        let team_arg = format!("--config={}", team.display());
+        assert!(!reference_in_use(args(&["chat", &team_arg]), None));
+        assert!(!reference_in_use(args(&["chat", "hi"]), Some(team.clone().into())));
+        let path = extends.to_str().unwrap();
+        assert!(
+            reference_in_use(args(&["--config", path, "chat", "hi"]), Some(team.into())),
+            "the flag wins"
+        );
+        assert!(!reference_in_use(args(&["--config", "/nonexistent.yaml"]), None));
+    }
 
     fn origins(value: &str) -> Result<Vec<HeaderValue>, String> {
         #[derive(Parser)]

@@ -1,9 +1,10 @@
 //! The orchestrator binary: `chat` runs one turn in-process and prints it; `serve` serves the SSE
 //! chat endpoint on localhost through the same handler the Lambda uses. In Lambda (no arguments)
 //! it is the chat function, with its endpoint settings read from its environment
-//! ([`lambda::main`]).
+//! ([`lambda::main`]). `check` checks a configuration as start-up does and prints its tree.
 
 mod chat;
+mod check;
 mod cli;
 mod lambda;
 mod mcp;
@@ -22,7 +23,6 @@ use baton::wiring::Backends;
 use baton_aws::settings::Settings;
 use baton_aws::startup::{Function, exit};
 use baton_reference::{Deployment, ReferenceSettings};
-use clap::Parser;
 
 fn main() -> ExitCode {
     runtime().block_on(run())
@@ -49,7 +49,7 @@ async fn run() -> ExitCode {
     if std::env::var_os("AWS_LAMBDA_RUNTIME_API").is_some() {
         return lambda::main().await;
     }
-    let cli::Args { command, settings, reference } = cli::Args::parse();
+    let (cli::Args { command, settings }, reference) = cli::parse();
     let endpoint = match &command {
         cli::Command::Serve(serve) => Some(&serve.endpoint),
         _ => None,
@@ -58,6 +58,9 @@ async fn run() -> ExitCode {
         Ok(started) => started,
         Err(e) => return exit(Err(e), 2),
     };
+    if let cli::Command::Check(check) = &command {
+        return check::run(&function, &deployment, check).await;
+    }
     let (orchestrator, backends) = match build(&function, &deployment, None).await {
         Ok(built) => built,
         Err(e) => return exit(Err(e), 2),
@@ -69,6 +72,7 @@ async fn run() -> ExitCode {
             chat::run(&orchestrator, &function.history, &approvals, &chat).await
         }
         cli::Command::Mcp(mcp) => mcp::run(config, &backends, &mcp).await,
+        cli::Command::Check(_) => unreachable!("checked above"),
         cli::Command::Serve(serve) => {
             let service = serve.endpoint_limits().and_then(|limits| {
                 let auth = function.settings.auth(false)?;
@@ -94,24 +98,30 @@ async fn run() -> ExitCode {
     }
 }
 
-/// Starts the orchestrator function with `settings` and the reference deployment's own
-/// `reference` settings: the reference configuration with the settings (and the chat
-/// `endpoint`'s, for `serve` and Lambda) applied, and the reference deployment over it.
+/// Starts the orchestrator function with `settings`: the configuration they name (a team's file,
+/// or the reference deployment's with none or with `extends: reference`) with the settings (and
+/// the chat `endpoint`'s, for `serve` and Lambda) applied, as a deployment. The reference
+/// deployment's own `reference` settings apply only to the reference's configuration (`None`:
+/// the command line has none, for a team's file).
 async fn start(
     settings: Settings,
-    mut reference: ReferenceSettings,
+    reference: impl Into<Option<ReferenceSettings>>,
     endpoint: Option<&cli::EndpointSettings>,
 ) -> Result<(Function, Deployment), String> {
-    let secrets = [reference.forethought_token_secret()];
+    let mut reference = reference.into();
+    let secrets = [reference.as_ref().and_then(ReferenceSettings::forethought_token_secret)];
     let mut function =
         Function::start(SERVICE, settings, baton_reference::reference_config(), &secrets).await?;
-    if let Some(token) = function.secrets.first().cloned().flatten() {
+    if let (Some(reference), Some(token)) = (&mut reference, function.secrets.first().cloned().flatten()) {
         reference.set_forethought_token(token);
     }
     if let Some(endpoint) = endpoint {
         endpoint.apply(&mut function.config);
     }
-    let deployment = reference.deployment(function.config.clone());
+    let deployment = match reference {
+        Some(reference) => reference.deployment(function.config.clone()),
+        None => Deployment::from(function.config.clone()),
+    };
     Ok((function, deployment))
 }
 
@@ -141,7 +151,8 @@ async fn build(
     // Declared tools (OpenAPI documents read, Lambda tools, their secrets) before the agents.
     baton_aws::tool_sources::declared_tools(config, &mut backends).await?;
     let orchestrator = baton::wiring::build(config, backends.clone()).map_err(|e| e.to_string())?;
-    eprintln!("{}\n{}\n{}", config.describe_models(), deployment.describe_support(), function.store);
+    let support = deployment.describe_support().map(|line| line + "\n").unwrap_or_default();
+    eprintln!("{}\n{support}{}", config.describe_models(), function.store);
     Ok((orchestrator, backends))
 }
 

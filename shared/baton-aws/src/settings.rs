@@ -26,10 +26,10 @@ use clap::{Args, FromArgMatches};
 /// subcommand) and the environment variable it names. Not `Debug`: it holds secrets.
 #[derive(Clone, Args)]
 pub struct Settings {
-    /// A YAML configuration file applied over the deployment's configuration (the reference
-    /// deployment's is config/baton.yaml): the agents (entry, max_depth, agents: a team's own
-    /// agents and which call which as tools), routing, the offline model's keywords, prices. See
-    /// examples/team.yaml.
+    /// A team's YAML configuration file: the agents (entry, max_depth, agents: its own agents and
+    /// which call which as tools), tools, routing, prices. It runs what it declares, over the
+    /// runtime's defaults; `extends: <deployment>` applies it over a deployment the binary ships
+    /// instead. Without one, the binary's own deployment runs. See examples/team.yaml.
     #[arg(long, env = "BATON_CONFIG", global = true)]
     config: Option<PathBuf>,
 
@@ -181,11 +181,12 @@ impl Settings {
         Ok((History::new(store, self.history_messages), described))
     }
 
-    /// `base` (the deployment's configuration) with the file and the options these settings
-    /// give applied over it.
+    /// The configuration these settings give, with their options applied: the file's
+    /// ([`Config::from_file`]: over the runtime's defaults, or over `base` when it says
+    /// `extends: <base's name>`), or `base` (the function's own deployment) with no file.
     pub fn config(&self, base: Config) -> Result<Config, baton::config::ConfigError> {
         let mut c = match &self.config {
-            Some(path) => base.with_file(path)?,
+            Some(path) => Config::from_file(path, &[&base])?,
             None => base,
         };
         if let Some(path) = &self.model_script {

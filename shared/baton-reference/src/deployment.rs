@@ -1,6 +1,9 @@
 //! [`Deployment`]: the reference configuration (`config/baton.yaml`, embedded, over the runtime's
 //! defaults) with the settings of the reference's own parts (Forethought), checked together, and
 //! the [`Backends`] it runs over: the runtime's, with the [`Reference`] extension.
+//!
+//! A team's configuration is a deployment too, over the same type: one that does not extend the
+//! reference (`extends: reference`) gets none of it (no tools, no `support` kind, no Forethought).
 
 use std::sync::Arc;
 
@@ -14,12 +17,17 @@ use crate::support::forethought::ForethoughtConfig;
 /// The reference configuration, embedded: its defaults live in `config/baton.yaml` only.
 pub const REFERENCE_CONFIG: &str = include_str!("../../../config/baton.yaml");
 
-/// The runtime's defaults with [`REFERENCE_CONFIG`] applied: offline models, the routed support
-/// and shopping agents.
+/// The reference deployment's name: a team's file that says `extends: reference` is applied over
+/// [`reference_config`] and gets the reference's tools, agent kind and settings.
+pub const REFERENCE: &str = "reference";
+
+/// The runtime's defaults with [`REFERENCE_CONFIG`] applied, named [`REFERENCE`]: offline models,
+/// the routed support and shopping agents.
 pub fn reference_config() -> Config {
     Config::default()
         .with_yaml(REFERENCE_CONFIG, "config/baton.yaml")
         .expect("the embedded reference config is valid")
+        .named(REFERENCE)
 }
 
 /// What the reference deployment runs: the runtime's configuration and Forethought's settings.
@@ -45,6 +53,12 @@ impl From<Config> for Deployment {
 }
 
 impl Deployment {
+    /// Whether its configuration is the reference's or extends it: only then are the reference's
+    /// parts (tools, the `support` kind, Forethought, their start-up line) plugged in.
+    pub fn is_reference(&self) -> bool {
+        self.config.deployment.as_deref() == Some(REFERENCE)
+    }
+
     /// This deployment with the YAML document `yaml` applied over its configuration
     /// ([`Config::with_yaml`]); `origin` names the document in errors.
     pub fn with_yaml(mut self, yaml: &str, origin: &str) -> Result<Deployment, ConfigError> {
@@ -67,9 +81,15 @@ impl Deployment {
     }
 
     /// The backends over `store` (in process memory when `None`), with the [`Reference`]
-    /// extension.
+    /// extension when the configuration is the reference's ([`Deployment::is_reference`]).
     pub fn backends(&self, store: Option<Arc<dyn Store>>) -> Result<Backends, ConfigError> {
         self.validate()?;
+        if !self.is_reference() {
+            return Ok(match store {
+                Some(store) => Backends::over_store(store),
+                None => Backends::in_memory(),
+            });
+        }
         let vendor = |e: crate::support::forethought::VendorError| ConfigError::Extension {
             what: "the Forethought client".into(),
             reason: e.to_string(),
@@ -83,15 +103,20 @@ impl Deployment {
         })
     }
 
-    /// A one-line description of the support agent, for start-up logs.
-    pub fn describe_support(&self) -> String {
-        match &self.forethought {
+    /// A one-line description of the support agent, for start-up logs; `None` when no agent is
+    /// of the `support` kind (a team's configuration).
+    pub fn describe_support(&self) -> Option<String> {
+        let support = baton::config::agents::AgentKind::Builtin(crate::SUPPORT_KIND.into());
+        if !self.is_reference() || !self.config.agents.agents.iter().any(|a| a.kind == support) {
+            return None;
+        }
+        Some(match &self.forethought {
             Some(ft) => format!("support: Forethought Solve API at {} (channel {})", ft.base_url, ft.channel),
             None => {
                 "support: offline help center (shipped articles; set FORETHOUGHT_API_TOKEN for Forethought)"
                     .into()
             }
-        }
+        })
     }
 }
 
@@ -187,14 +212,39 @@ mod tests {
         assert!(err.contains("smalltalk") && err.contains("no word") && err.contains("t.yaml"), "{err}");
     }
 
+    /// A team's file as the binary reads one: over the runtime's defaults, or over the reference
+    /// when it says `extends: reference`.
+    fn team(yaml: &str) -> Result<Deployment, ConfigError> {
+        Config::from_yaml(yaml, "team.yaml", &[&reference_config()]).map(Deployment::from)
+    }
+
     #[test]
-    fn the_readme_team_example_builds_over_the_reference_tools() {
-        let c = reference_config()
-            .with_yaml(include_str!("../../../examples/team.yaml"), "examples/team.yaml")
-            .unwrap();
-        assert_eq!(c.agents.agents.len(), 3);
-        assert!(c.offline_keywords.is_empty(), "the team's agents have no keyword lists");
-        build(&c, Deployment::default().backends(None).unwrap()).unwrap();
+    fn the_readme_team_example_asks_for_the_reference_tools_and_builds_over_them() {
+        let yaml = include_str!("../../../examples/team.yaml");
+        let deployment = team(yaml).unwrap();
+        assert!(deployment.is_reference());
+        assert_eq!(deployment.config.agents.agents.len(), 3);
+        assert!(deployment.config.offline_keywords.is_empty(), "the team's agents have no keyword lists");
+        build(&deployment.config, deployment.backends(None).unwrap()).unwrap();
+        assert_eq!(deployment.describe_support(), None, "no agent of the support kind");
+    }
+
+    #[test]
+    fn a_team_file_that_does_not_ask_for_the_reference_gets_none_of_it() {
+        let yaml = include_str!("../../../examples/team.yaml").replace("extends: reference\n", "");
+        let deployment = team(&yaml).unwrap();
+        assert!(!deployment.is_reference() && deployment.describe_support().is_none());
+        let err = build(&deployment.config, deployment.backends(None).unwrap()).err().unwrap().to_string();
+        assert!(
+            err.ends_with("unknown tool `search_offers`; available: none"),
+            "only the team's tools: {err}"
+        );
+        let err = team(
+            "agents:\n  - {name: lead, instruction: x, agents: [help]}\n  - name: help\n    kind: support\n",
+        )
+        .unwrap();
+        let err = build(&err.config, err.backends(None).unwrap()).err().unwrap().to_string();
+        assert!(err.contains("unknown agent kind `support`; known: llm"), "{err}");
     }
 
     #[test]
@@ -218,6 +268,6 @@ mod tests {
             });
         let backends = remote.backends(None).unwrap();
         assert!(rating_sinks(&remote.config, &backends).is_empty(), "a remote agent is rated where it runs");
-        assert!(deployment.describe_support().contains("https://support.example"));
+        assert!(deployment.describe_support().unwrap().contains("https://support.example"));
     }
 }

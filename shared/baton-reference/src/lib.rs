@@ -27,6 +27,6 @@ pub mod settings;
 pub mod shopping;
 pub mod support;
 
-pub use deployment::{Deployment, REFERENCE_CONFIG, reference_config};
+pub use deployment::{Deployment, REFERENCE, REFERENCE_CONFIG, reference_config};
 pub use extension::{Reference, SUPPORT_KIND};
 pub use settings::ReferenceSettings;

@@ -90,8 +90,12 @@ impl ReferenceSettings {
 
     /// The deployment these settings describe over `config`: the shopping flags fill the
     /// `shopping` agent's entry where it sets nothing (nothing else treats an agent's name
-    /// specially); a Forethought token turns support to Forethought.
+    /// specially); a Forethought token turns support to Forethought. A configuration that is not
+    /// the reference's ([`Deployment::is_reference`]) is left as it is: these settings are not its.
     pub fn deployment(&self, mut config: Config) -> Deployment {
+        if config.deployment.as_deref() != Some(crate::REFERENCE) {
+            return Deployment::from(config);
+        }
         let remote = match (nonempty(&self.shopping_url), nonempty(&self.shopping_function)) {
             (Some(url), _) => Some(RemoteSpec { url: Some(url), ..RemoteSpec::default() }),
             (None, Some(function)) => Some(RemoteSpec { function: Some(function), ..RemoteSpec::default() }),
@@ -156,6 +160,11 @@ mod tests {
             shopping.remote.as_ref().and_then(|r| r.url.as_deref()),
             Some("http://127.0.0.1:9/shopping")
         );
+        // A team's configuration (one that does not extend the reference) is not theirs.
+        let mut team = baton::config::Config::default();
+        team.agents.agents[0].name = SHOPPING_AGENT.into();
+        let deployment = cli.settings.deployment(team);
+        assert!(deployment.forethought.is_none() && deployment.config.agents.agents[0].remote.is_none());
         let by_reference = Cli::parse_from(["x", "--forethought-token-secret-arn", "arn:x"]);
         assert_eq!(by_reference.settings.forethought_token_secret().as_deref(), Some("arn:x"));
         let both =

@@ -358,6 +358,7 @@ mod tests {
             status,
             model: "m".into(),
             duration_ms: 1,
+            cost_usd: None,
             usage: vec![],
             interrupts: Box::default(),
         }
@@ -442,6 +443,7 @@ mod tests {
             status: Status::Partial,
             model: "m".into(),
             duration_ms: 1,
+            cost_usd: None,
             usage: Vec::new(),
             interrupts: Box::default(),
         };

@@ -512,7 +512,8 @@ impl Tally {
             turn_id: self.turn_id.clone(),
             status,
             model: self.orchestrator.model.clone(),
-            duration_ms: self.started.elapsed().as_millis() as u64,
+            duration_ms: u32::try_from(self.started.elapsed().as_millis()).unwrap_or(u32::MAX),
+            cost_usd: crate::event::turn_cost(&usage),
             usage,
             interrupts: interrupts.into_boxed_slice(),
         }
@@ -612,6 +613,60 @@ mod tests {
             .tool_call(ASK_SUPPORT, json!({"query": "receipt", "intent_count": 2}))
             .tool_call(ASK_SHOPPING, json!({"query": "coffee", "intent_count": 2}))
             .into()
+    }
+
+    /// The `cost_usd` of each instance's `agent_finished`, by instance.
+    fn finished_costs(events: &[Event]) -> Vec<(String, Option<crate::event::Usd>)> {
+        events
+            .iter()
+            .filter_map(|e| match e {
+                Event::AgentFinished { agent, usage, .. } => Some((agent.clone(), usage.cost_usd)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn completed_carries_the_turns_cost_and_agent_finished_its_instances_own() {
+        let turn_with = |prices: &str| {
+            let o = setup(
+                mixed_calls(),
+                Reply::text("help").usage(3, 1).into(),
+                Reply::text("deals").usage(5, 2).into(),
+            );
+            let prices: Prices = serde_yaml_ng::from_str(prices).unwrap();
+            let o = Arc::new(Arc::into_inner(o).unwrap().with_prices(prices));
+            async move { o.run_turn(turn("my receipt and coffee")).collect::<Vec<Event>>().await }
+        };
+        let all = "models:\n  orch: {input: 1, output: 2}\n  sup: {input: 10, output: 20}\n  shop: {input: 100, output: 200}\n";
+        let events = turn_with(all).await;
+        let Some(Event::Completed { usage, cost_usd, .. }) = events.last() else { panic!("{events:?}") };
+        let sum = usage
+            .iter()
+            .map(|u| u.usage.cost_usd.unwrap())
+            .fold(crate::event::Usd::ZERO, |a, b| a.saturating_add(b));
+        assert!(sum > crate::event::Usd::ZERO);
+        assert_eq!(*cost_usd, Some(sum), "the turn's cost is the sum of its agents'");
+        let json = serde_json::to_value(events.last().unwrap()).unwrap();
+        assert_eq!(json["cost_usd"], json!(sum.to_string()), "a decimal string, as usage's");
+        let costs = finished_costs(&events);
+        // 5 × $100/M + 2 × $200/M and 3 × $10/M + 1 × $20/M: each instance its own calls only.
+        assert!(costs.contains(&("shopping[1]".into(), Some("0.0009".parse().unwrap()))), "{costs:?}");
+        assert!(costs.contains(&("support[1]".into(), Some("0.00005".parse().unwrap()))), "{costs:?}");
+        let entry = costs.iter().find(|(a, _)| a == "orchestrator").unwrap();
+        assert_eq!(entry.1, usage.iter().find(|u| u.agent == "orchestrator").unwrap().usage.cost_usd);
+
+        // The orchestrator's model unpriced: the turn's cost is unknown, never understated; the
+        // priced instances keep theirs.
+        let events =
+            turn_with("models:\n  sup: {input: 10, output: 20}\n  shop: {input: 100, output: 200}\n").await;
+        let Some(Event::Completed { cost_usd, .. }) = events.last() else { panic!("{events:?}") };
+        assert_eq!(*cost_usd, None);
+        let json = serde_json::to_value(events.last().unwrap()).unwrap();
+        assert!(json.get("cost_usd").is_none(), "absent, as usage's: {json}");
+        let costs = finished_costs(&events);
+        assert!(costs.contains(&("orchestrator".into(), None)), "{costs:?}");
+        assert!(costs.contains(&("shopping[1]".into(), Some("0.0009".parse().unwrap()))), "{costs:?}");
     }
 
     #[tokio::test(start_paused = true)]

@@ -174,7 +174,7 @@ impl TaskView {
             | Event::Handoff { .. } => {
                 Some(self.status_update(baton_meta(serde_json::to_value(event).ok()?)))
             }
-            Event::Completed { status, model, usage, interrupts, .. } => {
+            Event::Completed { status, model, usage, interrupts, cost_usd, .. } => {
                 self.state = state_of(*status);
                 if !interrupts.is_empty() {
                     self.interrupts =
@@ -183,7 +183,11 @@ impl TaskView {
                 if self.state == TaskState::Failed && self.last_error.is_none() {
                     self.last_error = Some(format!("the turn ended with status {}", status.as_str()));
                 }
-                self.end = baton_meta(json!({"status": status.as_str(), "model": model, "usage": usage}));
+                let mut end = json!({"status": status.as_str(), "model": model, "usage": usage});
+                if let Some(cost) = cost_usd {
+                    end["cost_usd"] = json!(cost);
+                }
+                self.end = baton_meta(end);
                 Some(self.status_update(self.end.clone()))
             }
             _ => None,
@@ -222,6 +226,7 @@ mod tests {
             status,
             model: "offline".into(),
             duration_ms: 1,
+            cost_usd: None,
             usage: Vec::new(),
             interrupts: Box::new([]),
         }

@@ -112,22 +112,24 @@ pub struct Config {
     pub tool_sources: tools::ToolSources,
     /// Prices per model, for the `cost_usd` of usage (see `docs/observability.md`).
     pub prices: Prices,
+    /// The deployment this configuration is, or extends (`extends:`), when it has a name (the
+    /// reference deployment's is `reference`): its own parts (tools, agent kinds, settings) are
+    /// plugged in only then. `None` for the runtime's defaults and a file that extends nothing.
+    pub deployment: Option<String>,
 }
 
-/// The runtime's own defaults: one agent with no tools. A deployment applies its own file over
-/// them (the reference deployment embeds `config/baton.yaml`).
-pub const GENERIC_CONFIG: &str = "entry: assistant
-max_depth: 3
-agents:
-  - name: assistant
-    instruction: You are a helpful assistant. Answer in the user's language, briefly.
-";
+/// The runtime's own defaults (`config/defaults.yaml` in this crate): one agent with no tools,
+/// and OpenAI's list prices of the default models. Every configuration is applied over them.
+pub const GENERIC_CONFIG: &str = include_str!("defaults.yaml");
 
 /// The parts of [`Config`] a YAML file sets. Every key is optional; a missing one keeps its
 /// default, an unknown one is an error.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ConfigFile {
+    /// The named deployment the file is applied over ([`Config::from_yaml`]).
+    #[serde(default)]
+    extends: Option<String>,
     #[serde(default)]
     offline_model: Option<OfflineModelFile>,
     #[serde(default)]
@@ -249,6 +251,7 @@ impl Default for Config {
                     mcp_source: None,
                     tool_sources: Default::default(),
                     prices: Prices::default(),
+                    deployment: None,
                     agents: AgentsConfig {
                         entry: String::new(),
                         max_depth: crate::agent::DEFAULT_MAX_DEPTH,
@@ -299,9 +302,56 @@ pub enum ConfigError {
     },
 }
 
+/// The `extends:` of a YAML document, read on its own (the rest is checked when it is applied):
+/// the named deployment it is applied over, if any.
+pub fn extends_of(yaml: &str) -> Option<String> {
+    #[derive(Deserialize)]
+    struct Extends {
+        #[serde(default)]
+        extends: Option<String>,
+    }
+    serde_yaml_ng::from_str::<Extends>(yaml).ok().and_then(|e| e.extends)
+}
+
 impl Config {
+    /// This configuration under the name of the deployment it is (`extends: <name>` in a file
+    /// applies the file over it).
+    pub fn named(mut self, deployment: &str) -> Config {
+        self.deployment = Some(deployment.to_owned());
+        self
+    }
+
+    /// The configuration of a team's YAML document: applied over the runtime's defaults, or over
+    /// the one of `deployments` it names with `extends: <name>` (an unknown name is an error
+    /// naming the line and the known ones). `origin` names the document in errors.
+    pub fn from_yaml(yaml: &str, origin: &str, deployments: &[&Config]) -> Result<Config, ConfigError> {
+        let Some(name) = extends_of(yaml) else { return Config::default().with_yaml(yaml, origin) };
+        match deployments.iter().find(|d| d.deployment.as_deref() == Some(name.as_str())) {
+            Some(base) => (*base).clone().with_yaml(yaml, origin),
+            None => {
+                let known: Vec<&str> = deployments.iter().filter_map(|d| d.deployment.as_deref()).collect();
+                let known = if known.is_empty() { "none".to_owned() } else { known.join(", ") };
+                let line = locate_path(yaml, "extends").map(|l| format!("line {l}: ")).unwrap_or_default();
+                Err(ConfigError::File {
+                    path: origin.to_owned(),
+                    message: format!("{line}extends: unknown deployment `{name}`; known: {known}"),
+                })
+            }
+        }
+    }
+
+    /// [`Config::from_yaml`] of the file at `path`.
+    pub fn from_file(path: &std::path::Path, deployments: &[&Config]) -> Result<Config, ConfigError> {
+        let yaml = std::fs::read_to_string(path).map_err(|e| ConfigError::File {
+            path: path.display().to_string(),
+            message: format!("cannot read it: {e}"),
+        })?;
+        Config::from_yaml(&yaml, &path.display().to_string(), deployments)
+    }
+
     /// This configuration with the settings of a YAML document applied over it. `origin` names
-    /// the document in errors.
+    /// the document in errors. A document's `extends:` must name this configuration's deployment
+    /// (choosing the base by it is [`Config::from_yaml`]'s).
     ///
     /// An `agents:` list replaces the agents as a whole (and `entry`, when not given, becomes the
     /// first of them); `entry` and `max_depth` alone change only themselves.
@@ -312,6 +362,16 @@ impl Config {
         } else {
             serde_yaml_ng::from_str(yaml).map_err(|e| file_error(e.to_string()))?
         };
+        if let Some(name) = &file.extends {
+            if self.deployment.as_ref() != Some(name) {
+                let line = locate_path(yaml, "extends").map(|l| format!("line {l}: ")).unwrap_or_default();
+                let under = self
+                    .deployment
+                    .as_deref()
+                    .map_or("the runtime's defaults".to_owned(), |d| format!("`{d}`"));
+                return Err(file_error(format!("{line}extends: `{name}`, but it is applied over {under}")));
+            }
+        }
         let keywords = file.offline_model.and_then(|o| o.keywords);
         if file.mcp_servers.is_some()
             || file.agents.as_ref().is_some_and(|a| a.iter().any(|a| !a.mcp_servers.is_empty()))
@@ -584,6 +644,30 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("outptu"), "{err}");
+    }
+
+    #[test]
+    fn a_file_runs_over_the_runtimes_defaults_unless_it_extends_a_named_deployment() {
+        let deployment = Config::default()
+            .with_yaml("offline_model:\n  keywords:\n    assistant: [bill]\nmax_depth: 5\n", "d.yaml")
+            .unwrap()
+            .named("house");
+        let own = Config::from_yaml(TEAM, "team.yaml", &[&deployment]).unwrap();
+        assert_eq!((own.deployment.as_deref(), own.agents.max_depth), (None, 2));
+        assert!(own.prices.models.contains_key("gpt-4.1-mini"), "the runtime's prices are under every file");
+        let over = Config::from_yaml("extends: house\nentry: assistant\n", "t.yaml", &[&deployment]).unwrap();
+        assert_eq!((over.deployment.as_deref(), over.agents.max_depth), (Some("house"), 5));
+        assert_eq!(over.offline_keywords.len(), 1, "the deployment's settings come with it");
+        let err = Config::from_yaml("# x\nextends: mansion\n", "t.yaml", &[&deployment]).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "configuration file t.yaml: line 2: extends: unknown deployment `mansion`; known: house"
+        );
+        let err = Config::default().with_yaml("extends: house\n", "t.yaml").unwrap_err().to_string();
+        assert!(
+            err.contains("line 1: extends: `house`, but it is applied over the runtime's defaults"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -17,7 +17,7 @@ mod wire;
 
 use serde::{Deserialize, Serialize};
 
-pub use usage::{AgentUsage, BadDecimal, Status, Usage, Usd, agent_name};
+pub use usage::{AgentUsage, BadDecimal, Status, Usage, Usd, agent_name, turn_cost};
 pub(crate) use usage::{UsageRollup, parse_scaled_decimal};
 pub(crate) use wire::SSE_HEARTBEAT;
 pub use wire::{
@@ -140,7 +140,8 @@ pub enum Event {
         status: Status,
         /// Wall time from start to end.
         duration_ms: u64,
-        /// Tokens it spent, summed over its model calls.
+        /// Tokens it spent, summed over its own model calls (not its sub-agents'), with their
+        /// `cost_usd` set by the turn: absent when one of those calls has no price, or none was made.
         usage: Usage,
     },
     /// Internal: an agent's content ends here in a mixed turn (its call asked for the boundary
@@ -195,10 +196,14 @@ pub enum Event {
         status: Status,
         /// The orchestrator model (`"offline"` for the offline model).
         model: String,
-        /// Wall time of the turn.
-        duration_ms: u64,
+        /// Wall time of the turn (a `u32`, 49 days, to keep every event within 128 bytes).
+        duration_ms: u32,
         /// Usage per agent name and model, rolled up over the instances.
         usage: Vec<AgentUsage>,
+        /// What the whole turn cost: the sum of `usage`'s costs; absent when some agent's
+        /// model has no price, or no model was called ([`turn_cost`]).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cost_usd: Option<Usd>,
         /// The approvals the turn waits for (status `interrupted`); absent otherwise. A boxed
         /// slice, not a `Vec`, to keep every event within 128 bytes.
         #[serde(default, skip_serializing_if = "no_interrupts")]

@@ -11,9 +11,18 @@ use super::Event;
 /// token, so a cost is tokens × price in integers and sums never drift. It serializes as a
 /// decimal string (`"0.0000012"`), which a float would not keep exact; [`Usd::as_f64`] is for
 /// metrics only. Sums saturate at about 18 million dollars.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+///
+/// Held as the picodollars plus one in a `NonZeroU64`, so an `Option<Usd>` (a cost that may be
+/// unknown) is 8 bytes like the amount: it keeps `usage` and `completed` within an event's 128.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Usd {
-    picos: u64,
+    picos_plus_one: std::num::NonZeroU64,
+}
+
+impl Default for Usd {
+    fn default() -> Usd {
+        Usd::ZERO
+    }
 }
 
 /// Decimal places of [`Usd`].
@@ -21,26 +30,29 @@ const USD_SCALE: u32 = 12;
 
 impl Usd {
     /// Zero dollars.
-    pub const ZERO: Usd = Usd { picos: 0 };
+    pub const ZERO: Usd = Usd::from_picos(0);
 
-    /// `picos` picodollars.
+    /// `picos` picodollars (saturating one picodollar below `u64::MAX`).
     pub const fn from_picos(picos: u64) -> Usd {
-        Usd { picos }
+        match std::num::NonZeroU64::new(picos.saturating_add(1)) {
+            Some(picos_plus_one) => Usd { picos_plus_one },
+            None => unreachable!(),
+        }
     }
 
     /// The amount in picodollars.
     pub const fn picos(self) -> u64 {
-        self.picos
+        self.picos_plus_one.get() - 1
     }
 
     /// The sum, saturating.
     pub fn saturating_add(self, other: Usd) -> Usd {
-        Usd { picos: self.picos.saturating_add(other.picos) }
+        Usd::from_picos(self.picos().saturating_add(other.picos()))
     }
 
     /// The amount as a float, for metrics (never for sums).
     pub fn as_f64(self) -> f64 {
-        self.picos as f64 / 1e12
+        self.picos() as f64 / 1e12
     }
 }
 
@@ -48,7 +60,7 @@ impl std::fmt::Display for Usd {
     /// The decimal without trailing zeros: `0.0000012`, `3`, `0`.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let unit = 10u64.pow(USD_SCALE);
-        let (whole, frac) = (self.picos / unit, self.picos % unit);
+        let (whole, frac) = (self.picos() / unit, self.picos() % unit);
         if frac == 0 {
             return write!(f, "{whole}");
         }
@@ -246,12 +258,23 @@ pub fn agent_name(instance: &str) -> &str {
     instance.split_once('[').map_or(instance, |(name, _)| name)
 }
 
+/// The cost of a turn whose usage per agent is `usage`: the sum of their costs, `None` when one
+/// that spent tokens has no price or nothing was spent at a price (never understated).
+pub fn turn_cost(usage: &[AgentUsage]) -> Option<Usd> {
+    let mut total = Usage::default();
+    usage.iter().for_each(|u| total.add(u.usage));
+    total.cost_usd
+}
+
 /// Usage rolled up per agent name and model over a turn's instances (`researcher[1]` and
-/// `researcher[2]` are one `researcher` entry), in order of first use.
+/// `researcher[2]` are one `researcher` entry), in order of first use; and per instance, for the
+/// cost its `agent_finished` carries.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct UsageRollup {
     /// The totals so far.
     pub totals: Vec<AgentUsage>,
+    /// Each instance's own usage so far, priced.
+    instances: std::collections::HashMap<String, Usage>,
 }
 
 impl UsageRollup {
@@ -270,10 +293,22 @@ impl UsageRollup {
         self.totals[at].usage
     }
 
-    /// Adds a `usage` event into the totals and sets its `agent_total`; other events pass.
+    /// Adds a (priced) `usage` event into the totals and sets its `agent_total`; sets the
+    /// `cost_usd` of an `agent_finished` to the cost of that instance's own `usage` events, when
+    /// they add up to its tokens (else none: never a figure for other tokens); other events pass.
     pub(crate) fn observe(&mut self, event: &mut Event) {
-        if let Event::Usage { agent, model, usage, agent_total } = event {
-            *agent_total = Some(Box::new(self.add(agent, model, *usage)));
+        match event {
+            Event::Usage { agent, model, usage, agent_total } => {
+                *agent_total = Some(Box::new(self.add(agent, model, *usage)));
+                self.instances.entry(agent.clone()).or_default().add(*usage);
+            }
+            Event::AgentFinished { agent, usage, .. } => {
+                let seen = self.instances.get(agent.as_str()).copied().unwrap_or_default();
+                let same =
+                    (seen.input_tokens, seen.output_tokens) == (usage.input_tokens, usage.output_tokens);
+                usage.cost_usd = if same { seen.cost_usd } else { None };
+            }
+            _ => {}
         }
     }
 }
@@ -293,6 +328,38 @@ mod tests {
         for bad in ["", ".", "-1", "1e-6", "0.0000000000001", "1,5", "99999999999"] {
             assert!(bad.parse::<Usd>().is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn agent_finished_gets_the_cost_of_its_own_usage_events_only_when_their_tokens_match() {
+        let mut rollup = UsageRollup::default();
+        let priced = |n: u64| Usage { cost_usd: Some(Usd::from_picos(n)), ..Usage::tokens(n, 1) };
+        for usage in [priced(2), priced(3)] {
+            rollup.observe(&mut Event::Usage {
+                agent: "a[1]".into(),
+                model: "m".into(),
+                usage,
+                agent_total: None,
+            });
+        }
+        let finished = |agent: &str, usage: Usage| Event::AgentFinished {
+            agent: agent.into(),
+            status: Status::Ok,
+            duration_ms: 1,
+            usage,
+        };
+        let cost = |mut event: Event, rollup: &mut UsageRollup| {
+            rollup.observe(&mut event);
+            let Event::AgentFinished { usage, .. } = event else { unreachable!() };
+            usage.cost_usd
+        };
+        assert_eq!(cost(finished("a[1]", Usage::tokens(5, 2)), &mut rollup), Some(Usd::from_picos(5)));
+        // A figure the callee sent is replaced; other tokens than those seen get none.
+        let claimed = Usage { cost_usd: Some(Usd::from_picos(99)), ..Usage::tokens(6, 2) };
+        assert_eq!(cost(finished("a[1]", claimed), &mut rollup), None);
+        assert_eq!(cost(finished("b[1]", Usage::default()), &mut rollup), None, "no model call");
+        assert_eq!(turn_cost(&rollup.totals), Some(Usd::from_picos(5)));
+        assert_eq!(turn_cost(&[]), None);
     }
 
     #[test]

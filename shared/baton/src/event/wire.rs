@@ -359,6 +359,7 @@ mod tests {
                 status: Status::Ok,
                 model: "offline".into(),
                 duration_ms: 9,
+                cost_usd: None,
                 usage: vec![AgentUsage { agent: a(), model: "m".into(), usage: Usage::default() }],
                 interrupts: Box::new([crate::event::Interrupt {
                     agent: a(),

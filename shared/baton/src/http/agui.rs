@@ -460,6 +460,7 @@ mod tests {
             status,
             model: "offline".into(),
             duration_ms: 3,
+            cost_usd: None,
             usage: vec![crate::event::AgentUsage {
                 agent: "a".into(),
                 model: "m".into(),

@@ -282,7 +282,7 @@ impl Translate for AiSdkTurn {
                 self.last_error = Some(message.clone());
                 out.push(data_part(event));
             }
-            Event::Completed { status, episode_id, turn_id, model, duration_ms, usage, .. } => {
+            Event::Completed { status, episode_id, turn_id, model, duration_ms, usage, cost_usd, .. } => {
                 Self::close(self.parts.close_all(), out);
                 out.push(data_part(event));
                 let reason = match status {
@@ -300,10 +300,14 @@ impl Translate for AiSdkTurn {
                     }
                     Status::Partial | Status::Cancelled => "other",
                 };
-                out.push(json!({"type": "finish", "finishReason": reason, "messageMetadata": {
+                let mut metadata = json!({
                     "episodeId": episode_id, "turnId": turn_id, "status": status.as_str(), "model": model,
                     "durationMs": duration_ms, "usage": usage
-                }}));
+                });
+                if let Some(cost) = cost_usd {
+                    metadata["costUsd"] = json!(cost);
+                }
+                out.push(json!({"type": "finish", "finishReason": reason, "messageMetadata": metadata}));
             }
             _ => out.push(data_part(event)),
         }
@@ -397,6 +401,7 @@ mod tests {
             status,
             model: "offline".into(),
             duration_ms: 3,
+            cost_usd: None,
             usage: vec![],
             interrupts: Box::new([]),
         }

@@ -39,6 +39,28 @@ impl PerMillion {
     }
 }
 
+impl std::fmt::Display for PerMillion {
+    /// The dollars per million tokens, as written in the table (`0.4`).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        Usd::from_picos(self.picos_per_token.saturating_mul(1_000_000)).fmt(f)
+    }
+}
+
+impl std::fmt::Display for ModelPrice {
+    /// `$0.4 in, $0.1 cached, $1.6 out per million tokens` (the defaulted rates left out).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "${} in", self.input)?;
+        if let Some(cached) = self.cached_input {
+            write!(f, ", ${cached} cached")?;
+        }
+        write!(f, ", ${} out", self.output)?;
+        if let Some(reasoning) = self.reasoning {
+            write!(f, ", ${reasoning} reasoning")?;
+        }
+        f.write_str(" per million tokens")
+    }
+}
+
 impl<'de> Deserialize<'de> for PerMillion {
     /// A YAML number (`0.40`, read back as the shortest decimal that names the same float) or
     /// a string (`"0.40"`).
@@ -229,6 +251,18 @@ mod tests {
         assert_eq!(yaml, price("0.40", None, "1.6", None));
         let err = serde_yaml_ng::from_str::<ModelPrice>("{input: 0.1234567, output: 1}").unwrap_err();
         assert!(err.to_string().contains("at most 6 decimals"), "{err}");
+    }
+
+    #[test]
+    fn a_price_prints_as_written() {
+        assert_eq!(
+            price("0.40", Some("0.10"), "1.60", None).to_string(),
+            "$0.4 in, $0.1 cached, $1.6 out per million tokens"
+        );
+        assert_eq!(
+            price("0", None, "0.000001", Some("2")).to_string(),
+            "$0 in, $0.000001 out, $2 reasoning per million tokens"
+        );
     }
 
     #[test]

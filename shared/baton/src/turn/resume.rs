@@ -193,6 +193,7 @@ fn made_up_completed(key: &EpisodeKey, turn_id: &str, status: Status) -> Arc<Log
         status,
         model: String::new(),
         duration_ms: 0,
+        cost_usd: None,
         usage: Vec::new(),
         interrupts: Box::default(),
     };

@@ -8,7 +8,7 @@
 //! deployment's own tools and agent kinds come from its [`Extension`]s, given in [`Backends`].
 //!
 //! # Layout
-//! - this file: [`build`], [`build_agent`], [`build_router`], [`Backends`], [`rating_sinks`];
+//! - this file: [`build`], [`check`], [`build_agent`], [`build_router`], [`Backends`], [`rating_sinks`];
 //! - [`extension`]: the [`Extension`] trait a deployment implements;
 //! - `tools`: [`declared_tools`], the configuration's OpenAPI (and the deployment's Lambda) tools;
 //! - `a2a`: an agent with `remote: {a2a: …}` as an A2A agent, and [`a2a_card`], the entry
@@ -59,6 +59,15 @@ pub fn build(config: &Config, backends: Backends) -> Result<Arc<Orchestrator>, C
         orchestrator = orchestrator.with_reporter(reporter);
     }
     Ok(Arc::new(orchestrator))
+}
+
+/// Checks `config` over `backends` as [`build`] does before it builds an agent (the values, the
+/// model clients, the tool names, no two tools with one name), reaching nothing: what
+/// `orchestrator check` runs without `--connect`, where an agent's MCP tools are not listed yet.
+pub fn check(config: &Config, backends: &Backends) -> Result<(), ConfigError> {
+    config.validate()?;
+    let models = ModelFactory::new(config, backends)?;
+    Graph::new(config, &models, backends).map(|_| ())
 }
 
 /// The configured agent `name`, with every agent below it, run in this process (what a function

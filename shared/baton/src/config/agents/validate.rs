@@ -388,7 +388,10 @@ impl AgentsConfig {
                 return Err(self.error(
                     Some(i),
                     "tools",
-                    format!("unknown tool `{unknown}`; available: {}", available.join(", ")),
+                    match available {
+                        [] => format!("unknown tool `{unknown}`; available: none"),
+                        _ => format!("unknown tool `{unknown}`; available: {}", available.join(", ")),
+                    },
                 ));
             }
         }
