@@ -66,7 +66,7 @@ pub fn build(config: &Config, backends: Backends) -> Result<Arc<Orchestrator>, C
 /// `orchestrator check` runs without `--connect`, where an agent's MCP tools are not listed yet.
 pub fn check(config: &Config, backends: &Backends) -> Result<(), ConfigError> {
     config.validate()?;
-    let models = ModelFactory::new(config, backends)?;
+    let models = ModelFactory::new(config, backends, &config.agents.entry)?;
     Graph::new(config, &models, backends).map(|_| ())
 }
 
