@@ -211,6 +211,9 @@ async fn a_client_that_hangs_up_leaves_a_partial_reply<H: StoreHarness>() {
             break;
         }
     }
+    // Hang up once both vendor calls are under way (the support agent may still be reading its
+    // conversation state when shopping's first words arrive).
+    wait_until("the Forethought call is made", || async { !s.ft.requests().is_empty() }).await;
     drop(stream);
     wait_until("the partial reply is saved", || async { s.stored("alice", "e1").await.len() > 1 }).await;
     let stored = s.stored("alice", "e1").await;
