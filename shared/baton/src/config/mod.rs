@@ -134,6 +134,9 @@ struct ConfigFile {
     prices: Option<Prices>,
     #[serde(default)]
     a2a: Option<A2aFile>,
+    /// `mcp: {agents: [...]}`: the agents `orchestrator mcp` serves (docs/mcp.md).
+    #[serde(default)]
+    mcp: Option<A2aFile>,
 }
 
 /// The top-level `a2a:` key: the agents served as A2A agents besides the entry agent.
@@ -233,6 +236,7 @@ impl Default for Config {
                         agents: Vec::new(),
                         source: None,
                         a2a_served: Vec::new(),
+                        mcp_served: None,
                     },
                 };
                 base.with_yaml(GENERIC_CONFIG, "the runtime's defaults")
@@ -306,6 +310,9 @@ impl Config {
         }
         if let Some(a2a) = file.a2a {
             self.agents.a2a_served = a2a.agents;
+        }
+        if let Some(mcp) = file.mcp {
+            self.agents.mcp_served = Some(mcp.agents);
         }
         match keywords {
             Some(lists) => {
