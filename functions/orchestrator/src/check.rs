@@ -104,8 +104,8 @@ fn tools(spec: &AgentSpec, backends: &Backends, connected: bool) -> Vec<(String,
         }
     }
     for server in spec.mcp_servers.keys() {
-        if !spec.tools.iter().any(|t| t.split_once('.').is_some_and(|(s, _)| s == server)) {
-            patterns.push(format!("{server}.*"));
+        if !spec.tools.iter().any(|t| baton::mcp::pattern_server(t) == Some(server.as_str())) {
+            patterns.push(format!("mcp__{server}__*"));
         }
     }
     for pattern in patterns {

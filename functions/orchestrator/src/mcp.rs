@@ -1,5 +1,5 @@
-//! `orchestrator mcp`: every configured agent (the entry agent too) served as an MCP tool, over
-//! stdio or streamable HTTP.
+//! `orchestrator mcp`: the agents the configuration serves over MCP (`mcp: {agents: [...]}`, by
+//! default the entry agent alone), each an MCP tool, over stdio or streamable HTTP.
 
 use baton::config::Config;
 use baton::mcp::server::{McpAgent, serve_http, serve_stdio};
@@ -10,7 +10,8 @@ use crate::cli::McpArgs;
 /// Builds the agents and serves them until the client leaves (stdio) or Ctrl-C (HTTP).
 pub(crate) async fn run(config: &Config, backends: &Backends, args: &McpArgs) -> std::process::ExitCode {
     let mut agents = Vec::new();
-    for spec in &config.agents.agents {
+    for name in config.agents.mcp_served() {
+        let spec = config.agents.get(name).expect("validated");
         match build_agent(config, &spec.name, backends) {
             Ok(agent) => {
                 let description = if spec.description.trim().is_empty() {

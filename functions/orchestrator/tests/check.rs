@@ -42,7 +42,7 @@ agents:
     description: Books hotels.
     instruction: Book.
     model: gpt-4.1
-    tools: [files.*]
+    tools: [mcp__files__*]
     mcp_servers:
       files:
         url: http://127.0.0.1:PORT/mcp
@@ -68,7 +68,7 @@ fn check_prints_the_tree_of_a_good_config_and_exits_0() {
         "concierge (entry): llm, model offline at $0 in, $0 out per million tokens\n  \
          agent__booker: agent\n\
          booker: llm, model offline at $0 in, $0 out per million tokens\n  \
-         files.*: mcp (its tools are listed with --connect)\n"
+         mcp__files__*: mcp (its tools are listed with --connect)\n"
     );
     // With a model server, each agent's own model and its price from the table.
     let out = orchestrator(dir.path())

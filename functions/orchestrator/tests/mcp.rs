@@ -1,5 +1,6 @@
 //! `orchestrator mcp` over stdio, driven by the official Python MCP client (PyPI `mcp`, in the
-//! test venv): every configured agent is listed, one answers, its progress arrives. (The same
+//! test venv): the agents the configuration serves are listed (a team's file without `mcp:`: its
+//! entry agent alone), one answers, its progress arrives. (The same
 //! client over streamable HTTP, and the conformance suite, are in tests/tests/mcp.rs.)
 
 use std::path::{Path, PathBuf};
@@ -40,8 +41,43 @@ fn the_python_mcp_client_calls_an_agent_over_stdio() {
     let got: Value = serde_json::from_slice(&out.stdout).unwrap();
     let names: Vec<&str> =
         got["tools"].as_array().unwrap().iter().filter_map(|t| t["name"].as_str()).collect();
-    assert_eq!(names, ["orchestrator", "support", "shopping"], "every configured agent: {got}");
+    assert_eq!(
+        names,
+        ["orchestrator", "support", "shopping"],
+        "the agents the reference's `mcp:` lists: {got}"
+    );
     assert_eq!(got["is_error"], false, "{got}");
     assert!(!got["answer"].as_str().unwrap().trim().is_empty(), "{got}");
     assert!(!got["progress"].as_array().unwrap().is_empty(), "progress arrives: {got}");
+}
+
+#[test]
+fn a_teams_file_without_an_mcp_key_serves_its_entry_agent_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let team = dir.path().join("team.yaml");
+    std::fs::write(
+        &team,
+        "entry: lead\nagents:\n  - {name: lead, instruction: Lead., agents: [helper]}\n  \
+         - {name: helper, description: Helps., instruction: Help.}\n",
+    )
+    .unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/mcp/baton_client.py");
+    let mut python = Command::new(venv_python());
+    for var in ["OPENAI_API_KEY", "OPENAI_BASE_URL", "FORETHOUGHT_API_TOKEN", "BATON_TABLE"] {
+        python.env_remove(var);
+    }
+    let out = python
+        .env("BATON_STORE_PATH", dir.path().join("store.redb"))
+        .arg(&script)
+        .args(["stdio", "lead", "hello", "--", env!("CARGO_BIN_EXE_orchestrator"), "--config"])
+        .arg(&team)
+        .arg("mcp")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let got: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let names: Vec<&str> =
+        got["tools"].as_array().unwrap().iter().filter_map(|t| t["name"].as_str()).collect();
+    assert_eq!(names, ["lead"], "not the agent only `lead` calls: {got}");
+    assert_eq!(got["is_error"], false, "{got}");
 }

@@ -225,7 +225,7 @@ pub async fn remote_agents(config: &Config) -> HashMap<String, Arc<dyn AgentTran
     transports
 }
 
-/// Logs to stderr, filtered by `BATON_LOG` (default `warn`); in Lambda, without timestamps
+/// Logs to stderr, filtered by `BATON_LOG` (default `warn`), coloured only on a terminal; in Lambda, without timestamps
 /// (CloudWatch adds its own). With `OTEL_EXPORTER_OTLP_ENDPOINT` set, also exports traces over
 /// OTLP/HTTP as `service` and returns the exporter (to flush); otherwise there is no trace
 /// layer at all. Call it inside the Tokio runtime.
@@ -235,7 +235,9 @@ pub fn init_logging(service: &str) -> Option<std::sync::Arc<baton::telemetry::tr
     use tracing_subscriber::util::SubscriberInitExt;
     let filter = tracing_subscriber::EnvFilter::try_from_env("BATON_LOG").unwrap_or_else(|_| "warn".into());
     let in_lambda = std::env::var_os("AWS_LAMBDA_RUNTIME_API").is_some();
-    let logs = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    // Colours only for a person at a terminal: a file or CloudWatch gets plain text.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let logs = tracing_subscriber::fmt::layer().with_ansi(ansi).with_writer(std::io::stderr);
     let logs = if in_lambda { logs.without_time().boxed() } else { logs.boxed() };
     let (traces, error) = match baton::telemetry::trace::Traces::from_env(service) {
         Ok(traces) => (traces.map(std::sync::Arc::new), None),

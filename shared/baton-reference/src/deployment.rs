@@ -159,6 +159,7 @@ mod tests {
         let mut c = reference_config();
         c.agents.agents.retain(|a| a.name != "shopping");
         c.agents.agents[0].agents.retain(|a| a != "shopping");
+        c.agents.mcp_served = None;
         let routing = c.agents.agents[0].routing.as_mut().unwrap();
         routing.fallback = "support".into();
         routing.images.clear();

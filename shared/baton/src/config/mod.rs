@@ -150,6 +150,9 @@ struct ConfigFile {
     lambda_tools: Option<std::collections::BTreeMap<String, tools::LambdaToolSpec>>,
     #[serde(default)]
     model: Option<ModelFile>,
+    /// `mcp: {agents: [...]}`: the agents `orchestrator mcp` serves (docs/mcp.md).
+    #[serde(default)]
+    mcp: Option<A2aFile>,
 }
 
 /// The top-level `model:` key: a model script, its path relative to the file.
@@ -258,6 +261,7 @@ impl Default for Config {
                         agents: Vec::new(),
                         source: None,
                         a2a_served: Vec::new(),
+                        mcp_served: None,
                     },
                 };
                 base.with_yaml(GENERIC_CONFIG, "the runtime's defaults")
@@ -382,12 +386,19 @@ impl Config {
             self.agents.entry = agents.first().map(|a| a.name.clone()).unwrap_or_default();
             self.agents.agents = agents;
             self.agents.source = Some((origin.to_owned(), Arc::from(yaml)));
+            // The agents served over A2A and MCP were the replaced list's: the new list serves
+            // its entry agent unless this file says otherwise.
+            self.agents.a2a_served.clear();
+            self.agents.mcp_served = None;
         }
         if let Some(entry) = file.entry {
             self.agents.entry = entry;
         }
         if let Some(a2a) = file.a2a {
             self.agents.a2a_served = a2a.agents;
+        }
+        if let Some(mcp) = file.mcp {
+            self.agents.mcp_served = Some(mcp.agents);
         }
         match keywords {
             Some(lists) => {
@@ -779,6 +790,22 @@ agents:
     }
 
     #[test]
+    fn the_agents_served_over_mcp_are_listed_checked_and_go_with_their_agents_list() {
+        let base = "entry: lead\nagents:\n  - {name: lead, instruction: a, agents: [helper]}\n  \
+                    - {name: helper, instruction: b}\nmcp: {agents: [lead, helper]}\n";
+        let c = Config::default().with_yaml(base, "base.yaml").unwrap();
+        c.validate().unwrap();
+        assert_eq!(c.agents.mcp_served(), ["lead", "helper"]);
+        let team = "agents:\n  - {name: desk, instruction: c}\n";
+        let c = c.with_yaml(team, "team.yaml").unwrap();
+        c.validate().unwrap();
+        assert_eq!(c.agents.mcp_served(), ["desk"], "a new agents list serves its entry agent alone");
+        let unknown = Config::default().with_yaml(&base.replace("[lead, helper]", "[lead, ghost]"), "b.yaml");
+        let err = unknown.and_then(|c| c.validate().map(|()| c)).unwrap_err().to_string();
+        assert!(err.contains("mcp") && err.contains("unknown agent `ghost`"), "{err}");
+    }
+
+    #[test]
     fn mcp_servers_are_checked_at_start_with_file_line_and_field() {
         let team = "mcp_servers:\n  files:\n    command: npx\n    url: http://127.0.0.1:1/mcp\n";
         let err = Config::default().with_yaml(team, "mcp.yaml").unwrap_err().to_string();
@@ -789,14 +816,14 @@ agents:
             "{err}"
         );
         let unknown = "mcp_servers:\n  files:\n    command: npx\n".to_owned()
-            + TEAM.replace("[lookup]", "[lookup, github.*]").as_str();
+            + TEAM.replace("[lookup]", "[lookup, mcp__github__*]").as_str();
         let err = Config::default().with_yaml(&unknown, "mcp.yaml").unwrap_err().to_string();
         assert!(
             err.contains("agents[1] (`researcher`).tools") && err.contains("no MCP server named `github`"),
             "{err}"
         );
         let known = "mcp_servers:\n  files:\n    command: npx\n".to_owned()
-            + TEAM.replace("[lookup]", "[lookup, files.*]").as_str();
+            + TEAM.replace("[lookup]", "[lookup, mcp__files__*]").as_str();
         let c = Config::default().with_yaml(&known, "mcp.yaml").unwrap();
         assert_eq!(c.mcp_servers.len(), 1);
     }
@@ -810,12 +837,12 @@ agents:
         let c = Config::default().with_yaml(&team, "team.yaml").unwrap();
         assert!(c.mcp_servers.is_empty(), "not a shared server");
         assert_eq!(c.all_mcp_servers().keys().collect::<Vec<_>>(), ["files"]);
-        let named = team.replace("[lookup]", "[lookup, files.read]");
+        let named = team.replace("[lookup]", "[lookup, mcp__files__read]");
         Config::default().with_yaml(&named, "team.yaml").unwrap();
 
         // Another agent may not use it.
-        let foreign =
-            team.replace("    instruction: Write.\n", "    instruction: Write.\n    tools: [files.*]\n");
+        let foreign = team
+            .replace("    instruction: Write.\n", "    instruction: Write.\n    tools: [mcp__files__*]\n");
         let err = Config::default().with_yaml(&foreign, "team.yaml").unwrap_err().to_string();
         assert!(
             err.contains("agents[2] (`writer`).tools") && err.contains("agent `researcher`'s own MCP server"),

@@ -1,11 +1,19 @@
 //! The client side: one [`McpConnection`] per configured server (a child process over stdio, or
 //! a streamable HTTP endpoint) and one [`McpTool`] per tool it offers.
 //!
-//! The retry rule lives here, in [`McpTool::call_items`]: a call that meets a transport error (the
-//! child died, the connection broke) reconnects (restarting a stdio server) and is sent once
-//! more; a second transport error is an error result, "MCP transport error (after retry)". A
-//! call past its timeout is cancelled with `notifications/cancelled` and is an error result; a
-//! server's own error (`isError`, or a JSON-RPC error) is never retried.
+//! The retry rule lives here, in [`McpTool::call_items`]: **a `tools/call` is never sent twice.**
+//! A call that could not be sent (the server would not start again, the session was gone, the
+//! connection was refused) reconnects (restarting a stdio server) and is sent once more. A call
+//! that was sent and whose connection broke before the answer is not sent again: the server
+//! may have acted, so it is an error result saying the outcome is unknown. (rmcp's streamable
+//! HTTP client re-sends a POST only when the server answered 404 for an expired session, which
+//! the server sends before it acts; it resumes a broken SSE stream with `Last-Event-ID`, which
+//! replays the answer and does not run the call again.) A call past its timeout is cancelled
+//! with `notifications/cancelled` and is an error result; a server's own error (`isError`, or a
+//! JSON-RPC error) is never retried.
+//!
+//! Errors are sentences ([`super::errors`]): a start-up error names the server, its address and
+//! the likely fix; a call's error names the server, never its address.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -29,6 +37,7 @@ use tokio::sync::Mutex;
 
 use super::McpError;
 use super::config::{McpServerConfig, expand_env};
+use super::errors::{self, Where};
 use crate::event::Event;
 use crate::item::Item;
 use crate::tool::{CallOptions, CallRef, Tool, ToolContext, ToolError, ToolFinish, ToolRun};
@@ -61,14 +70,21 @@ pub struct McpProgress {
 /// to list its tools: `npx` fetching a package is slow, a call's own timeout may be short.
 pub(crate) const START_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// The message of a call that failed twice on the transport.
-pub const TRANSPORT_ERROR_AFTER_RETRY: &str = "MCP transport error (after retry)";
-
 /// How a server is reached, with `${NAME}` references already read from the environment.
 #[derive(Clone)]
 enum Endpoint {
     Stdio { command: String, args: Vec<String>, env: BTreeMap<String, String> },
     Http { url: String, headers: http::HeaderMap },
+}
+
+impl Endpoint {
+    /// Where it is, as a start-up error names it.
+    fn at(&self) -> Where<'_> {
+        match self {
+            Endpoint::Stdio { command, .. } => Where::Command(command),
+            Endpoint::Http { url, .. } => Where::Url(url),
+        }
+    }
 }
 
 /// The client's side of one running session; dropped, it ends the session (and kills a stdio
@@ -191,8 +207,10 @@ impl McpConnection {
         let started = tokio::time::timeout(START_TIMEOUT, self.start()).await.unwrap_or_else(|_| {
             Err(format!("did not finish its start-up handshake within {} s", START_TIMEOUT.as_secs()))
         });
-        let session =
-            Arc::new(started.map_err(|reason| McpError::Start { server: self.name.clone(), reason })?);
+        let session = Arc::new(started.map_err(|cause| McpError::Start {
+            server: self.name.clone(),
+            reason: errors::not_started(&self.name, self.endpoint.at(), &cause),
+        })?);
         *slot = Some(session.clone());
         Ok(session)
     }
@@ -213,15 +231,18 @@ impl McpConnection {
             Endpoint::Stdio { command, args, env } => {
                 let mut cmd = tokio::process::Command::new(command);
                 cmd.args(args).envs(env);
-                let transport =
-                    TokioChildProcess::new(cmd).map_err(|e| format!("`{command}` did not start: {e}"))?;
-                router.serve(transport).await.map_err(|e| e.to_string())?
+                let transport = TokioChildProcess::new(cmd).map_err(|e| errors::root_cause(&e))?;
+                router.serve(transport).await.map_err(|e| match errors::root_cause(&e) {
+                    // The child's stdout closed: it exited before the handshake.
+                    cause if cause.contains("closed") => format!("it exited during the handshake ({cause})"),
+                    cause => cause,
+                })?
             }
             Endpoint::Http { url, headers } => {
                 let config = StreamableHttpClientTransportConfig::with_uri(url.as_str())
                     .custom_headers(headers.iter().map(|(k, v)| (k.clone(), v.clone())).collect());
                 let transport = StreamableHttpClientTransport::with_client(self.http.clone(), config);
-                router.serve(transport).await.map_err(|e| e.to_string())?
+                router.serve(transport).await.map_err(|e| errors::root_cause(&e))?
             }
         };
         Ok(Session { peer: service.peer().clone(), progress, _service: service })
@@ -233,12 +254,21 @@ impl McpConnection {
         let listed = tokio::time::timeout(START_TIMEOUT, session.peer.list_all_tools()).await;
         match listed {
             Ok(Ok(tools)) => Ok(tools),
-            Ok(Err(e)) => {
-                Err(McpError::Start { server: self.name.clone(), reason: format!("tools/list failed: {e}") })
-            }
+            Ok(Err(e)) => Err(McpError::Start {
+                server: self.name.clone(),
+                reason: errors::not_started(
+                    &self.name,
+                    self.endpoint.at(),
+                    &format!("tools/list failed: {}", errors::root_cause(&e)),
+                ),
+            }),
             Err(_) => Err(McpError::Start {
                 server: self.name.clone(),
-                reason: format!("tools/list did not answer within {} s", START_TIMEOUT.as_secs()),
+                reason: errors::not_started(
+                    &self.name,
+                    self.endpoint.at(),
+                    &format!("tools/list did not answer within {} s", START_TIMEOUT.as_secs()),
+                ),
             }),
         }
     }
@@ -287,7 +317,10 @@ impl std::fmt::Debug for McpTool {
 /// How one send ended, for the retry rule.
 enum Attempt {
     Finished(Result<Value, ToolError>),
-    Transport(String),
+    /// The call never reached the server (the connection was refused): worth one more send.
+    NotSent(String),
+    /// The connection broke after the call was sent: the server may have acted.
+    Unknown(String),
 }
 
 impl McpTool {
@@ -313,11 +346,6 @@ impl McpTool {
         self.connection.name()
     }
 
-    /// The tool's name on its server.
-    pub(crate) fn remote_name(&self) -> &str {
-        &self.remote_name
-    }
-
     /// Runs the call: the server's progress notifications as they come, then the outcome
     /// (always last, always present). Dropping the stream before the outcome cancels the call
     /// on the server.
@@ -332,7 +360,7 @@ impl McpTool {
             let mut last_error = String::new();
             for attempt in 0..2 {
                 if attempt > 0 {
-                    tracing::warn!(server = %connection.name(), %tool, error = %last_error, "MCP transport error; retrying once");
+                    tracing::warn!(server = %connection.name(), %tool, error = %last_error, "MCP call not sent; trying once more");
                 }
                 let session = match connection.session().await {
                     Ok(session) => session,
@@ -388,17 +416,22 @@ impl McpTool {
                         yield McpCallItem::Done(outcome);
                         return;
                     }
-                    Attempt::Transport(e) => {
+                    Attempt::NotSent(e) => {
                         last_error = e;
                         connection.discard(&session).await;
                     }
+                    Attempt::Unknown(e) => {
+                        connection.discard(&session).await;
+                        tracing::warn!(server = %connection.name(), %tool, error = %e, "MCP connection broke after the call was sent; not sent again");
+                        let reason = errors::outcome_unknown(connection.name());
+                        yield McpCallItem::Done(Err(ToolError::OutcomeUnknown { tool, reason }));
+                        return;
+                    }
                 }
             }
-            tracing::warn!(server = %connection.name(), %tool, error = %last_error, "MCP call failed after its retry");
-            yield McpCallItem::Done(Err(ToolError::Failed {
-                tool,
-                reason: format!("{TRANSPORT_ERROR_AFTER_RETRY}: {last_error}"),
-            }));
+            tracing::warn!(server = %connection.name(), %tool, error = %last_error, "MCP call not made: the server could not be reached");
+            let reason = errors::unreachable(connection.name());
+            yield McpCallItem::Done(Err(ToolError::Failed { tool, reason }));
         }
     }
 }
@@ -415,12 +448,15 @@ fn classify(tool: &str, timeout: Duration, response: Result<ServerResult, Servic
             Attempt::Finished(Err(ToolError::Timeout { tool: tool.to_owned(), timeout }))
         }
         Err(ServiceError::McpError(e)) => failed(format!("the server refused the call: {}", e.message)),
+        Err(ServiceError::TransportSend(e)) if errors::refused(&e) => {
+            Attempt::NotSent(errors::root_cause(&e))
+        }
         Err(
             e @ (ServiceError::TransportClosed
             | ServiceError::TransportSend(_)
             | ServiceError::Cancelled { .. }),
-        ) => Attempt::Transport(e.to_string()),
-        Err(e) => failed(e.to_string()),
+        ) => Attempt::Unknown(errors::root_cause(&e)),
+        Err(e) => failed(errors::root_cause(&e)),
     }
 }
 
@@ -540,10 +576,10 @@ mod tests {
     }
 
     #[test]
-    fn transport_failures_are_retried_and_server_errors_are_not() {
+    fn a_broken_connection_after_the_send_is_an_unknown_outcome_and_server_errors_are_final() {
         assert!(matches!(
             classify("x", Duration::ZERO, Err(ServiceError::TransportClosed)),
-            Attempt::Transport(_)
+            Attempt::Unknown(_)
         ));
         let refused = Err(ServiceError::McpError(rmcp::ErrorData::invalid_params("bad", None)));
         assert!(matches!(

@@ -4,14 +4,16 @@
 //!   configuration): a child process over stdio, or a streamable HTTP endpoint. Each tool is an
 //!   ordinary [`crate::tool::Tool`] named `mcp__<server>__<tool>`, so it never collides with a
 //!   built-in tool or an agent tool (`agent__<name>`), and the tool registry validates the
-//!   model's arguments against the server's own JSON Schema before the call.
+//!   model's arguments against the server's own JSON Schema before the call. That name is the
+//!   tool's one name: in `tools:`, `needs_approval:`, errors and events.
 //! - As a **server**, [`server`] offers Baton's agents as MCP tools (stdio and streamable HTTP),
 //!   so an IDE or another agent framework can call them.
 //!
 //! # Layout
 //! - [`config`]: the `mcp_servers` settings and their validation (errors name the field path).
 //! - `client`: a connection per server (restarted after it broke), the tools, the retry and
-//!   cancellation rules.
+//!   cancellation rules (a `tools/call` is never sent twice).
+//! - `errors`: failures as sentences naming the server and the likely fix.
 //! - [`server`]: Baton agents as MCP tools, progress notifications from their events.
 //!
 //! # When tools are listed
@@ -23,12 +25,13 @@
 
 mod client;
 pub mod config;
+mod errors;
 pub mod server;
 
 use std::sync::Arc;
 
 pub(crate) use client::McpConnection;
-pub use client::{McpCallItem, McpProgress, McpTool, TRANSPORT_ERROR_AFTER_RETRY};
+pub use client::{McpCallItem, McpProgress, McpTool};
 pub use config::{McpConfigError, McpServerConfig, McpServers};
 
 use crate::tool::Tool;
@@ -45,8 +48,9 @@ pub enum McpError {
     /// The configuration is wrong (field path and reason).
     #[error("invalid MCP configuration: {0}")]
     Config(#[from] McpConfigError),
-    /// A server did not start, or did not list its tools.
-    #[error("MCP server `{server}` did not start: {reason}")]
+    /// A server did not start, or did not list its tools: `reason` is the whole sentence,
+    /// naming the server, where it is and the likely fix.
+    #[error("{reason}")]
     Start {
         /// The server's name in the configuration.
         server: String,
@@ -93,21 +97,22 @@ impl McpTools {
         self.servers.iter().flat_map(|(_, tools)| tools.iter().map(|t| t.clone() as Arc<dyn Tool>)).collect()
     }
 
-    /// One tool, by its server and its name on the server: for callers that stream its
-    /// progress ([`McpTool::call_items`]).
-    pub fn tool(&self, server: &str, tool: &str) -> Option<Arc<McpTool>> {
-        let (_, tools) = self.servers.iter().find(|(name, _)| name == server)?;
-        tools.iter().find(|t| t.remote_name() == tool).cloned()
+    /// One tool, by its name (`mcp__<server>__<tool>`): for callers that stream its progress
+    /// ([`McpTool::call_items`]).
+    pub fn tool(&self, name: &str) -> Option<Arc<McpTool>> {
+        let (server, _) = split_pattern(name)?;
+        let (_, tools) = self.servers.iter().find(|(s, _)| s == server)?;
+        tools.iter().find(|t| t.name() == name).cloned()
     }
 
-    /// The tools an agent's `tools:` entry names: `server.*` (all of a server's tools) or
-    /// `server.tool` (one, by its name on the server). An unknown server, or a tool the server
-    /// does not offer (or the allowlist leaves out), is an error naming the pattern; an
-    /// optional server that did not start selects nothing.
+    /// The tools an agent's `tools:` entry names: `mcp__<server>__*` (all of a server's tools)
+    /// or `mcp__<server>__<tool>` (one, by the name the model calls it). An unknown server, or a
+    /// tool the server does not offer (or the allowlist leaves out), is an error naming the
+    /// entry; an optional server that did not start selects nothing.
     pub fn select(&self, pattern: &str) -> Result<Vec<Arc<dyn Tool>>, McpConfigError> {
         let error = |reason: String| McpConfigError::new(pattern, reason);
-        let Some((server, tool)) = pattern.split_once('.') else {
-            return Err(error("an MCP tool is named `server.*` or `server.tool`".into()));
+        let Some((server, tool)) = split_pattern(pattern) else {
+            return Err(error(PATTERN_FORM.into()));
         };
         if self.absent.iter().any(|a| a == server) {
             return Ok(Vec::new());
@@ -119,28 +124,63 @@ impl McpTools {
         if tool == "*" {
             return Ok(tools.iter().map(|t| t.clone() as Arc<dyn Tool>).collect());
         }
-        match tools.iter().find(|t| t.remote_name() == tool) {
+        match tools.iter().find(|t| t.name() == pattern) {
             Some(t) => Ok(vec![t.clone() as Arc<dyn Tool>]),
             None => {
-                let offered: Vec<&str> = tools.iter().map(|t| t.remote_name()).collect();
-                Err(error(format!("`{server}` has no tool `{tool}`; it offers: {}", offered.join(", "))))
+                let offered: Vec<&str> = tools.iter().map(|t| t.name()).collect();
+                Err(error(format!("`{server}` has no tool `{pattern}`; it offers: {}", offered.join(", "))))
             }
         }
     }
+
+    /// Whether `name` (a tool name, as in `needs_approval:`) is one of an optional server's
+    /// that did not start: a rule naming it is a warning, not a start-up error.
+    pub fn is_absent(&self, name: &str) -> bool {
+        split_pattern(name).is_some_and(|(server, _)| self.absent.iter().any(|a| a == server))
+    }
 }
 
-/// Whether an agent's `tools:` entry names MCP tools (`server.*`, `server.tool`) rather than a
-/// built-in tool.
+/// How an MCP `tools:` entry is written.
+const PATTERN_FORM: &str = "an MCP tool is named as the model calls it, `mcp__<server>__<tool>`, or `mcp__<server>__*` for all of its tools";
+
+/// `mcp__<server>__<tool>` as its server and the rest (`*` or the tool's name after the
+/// server); `None` when it is not one.
+fn split_pattern(entry: &str) -> Option<(&str, &str)> {
+    let (server, tool) = entry.strip_prefix(MCP_TOOL_PREFIX)?.split_once("__")?;
+    (!server.is_empty() && !tool.is_empty()).then_some((server, tool))
+}
+
+/// Whether an agent's `tools:` entry names MCP tools (`mcp__<server>__*`,
+/// `mcp__<server>__<tool>`) rather than a built-in tool.
 pub fn is_mcp_pattern(entry: &str) -> bool {
-    entry.contains('.')
+    entry.starts_with(MCP_TOOL_PREFIX)
 }
 
-/// Checks the patterns of an agent's `tools:` against the configured servers without starting
-/// them (an unknown server); the tool names are checked by [`McpTools::select`] once the
-/// servers listed their tools.
+/// The server an MCP `tools:` entry names, if it is one.
+pub fn pattern_server(entry: &str) -> Option<&str> {
+    split_pattern(entry).map(|(server, _)| server)
+}
+
+/// The name to write instead of the older `server.tool` / `server.*` spelling of an MCP tool
+/// (in `tools:` or `needs_approval:`); `None` when `entry` is not written that way. The error
+/// that carries it is the only place the older spelling is still known.
+pub fn respelled(entry: &str) -> Option<String> {
+    if is_mcp_pattern(entry) {
+        return None;
+    }
+    let (server, tool) = entry.split_once('.')?;
+    if !config::is_valid_server_name(server) || tool.is_empty() {
+        return None;
+    }
+    Some(if tool == "*" { format!("{MCP_TOOL_PREFIX}{server}__*") } else { tool_name(server, tool) })
+}
+
+/// Checks the MCP entries of an agent's `tools:` against the configured servers without
+/// starting them (an unknown server); the tool names are checked by [`McpTools::select`] once
+/// the servers listed their tools.
 pub fn validate_pattern(pattern: &str, servers: &McpServers) -> Result<(), McpConfigError> {
-    match pattern.split_once('.') {
-        Some((server, tool)) if !tool.is_empty() => {
+    match split_pattern(pattern) {
+        Some((server, _)) => {
             if servers.contains_key(server) {
                 Ok(())
             } else {
@@ -151,7 +191,7 @@ pub fn validate_pattern(pattern: &str, servers: &McpServers) -> Result<(), McpCo
                 ))
             }
         }
-        _ => Err(McpConfigError::new(pattern, "an MCP tool is named `server.*` or `server.tool`")),
+        None => Err(McpConfigError::new(pattern, PATTERN_FORM)),
     }
 }
 
@@ -225,19 +265,33 @@ mod tests {
     #[test]
     fn patterns_name_a_configured_server() {
         let servers: McpServers = serde_yaml_ng::from_str("fs: {command: a}").unwrap();
-        assert!(validate_pattern("fs.*", &servers).is_ok());
-        assert!(validate_pattern("fs.read", &servers).is_ok());
-        let e = validate_pattern("git.*", &servers).unwrap_err();
-        assert_eq!(e.path, "git.*");
+        assert!(validate_pattern("mcp__fs__*", &servers).is_ok());
+        assert!(validate_pattern("mcp__fs__read", &servers).is_ok());
+        let e = validate_pattern("mcp__git__*", &servers).unwrap_err();
+        assert_eq!(e.path, "mcp__git__*");
         assert!(e.reason.contains("no MCP server named `git`") && e.reason.contains("fs"), "{e}");
-        assert!(validate_pattern("fs.", &servers).is_err());
-        assert!(is_mcp_pattern("fs.*") && !is_mcp_pattern("search_offers"));
+        assert!(validate_pattern("mcp__fs__", &servers).is_err());
+        assert!(is_mcp_pattern("mcp__fs__*") && !is_mcp_pattern("search_offers"));
+        assert_eq!(pattern_server("mcp__fs__read__all"), Some("fs"));
+    }
+
+    #[test]
+    fn the_older_dotted_spelling_is_respelled_as_the_models_name() {
+        assert_eq!(respelled("hotels.book_hotel").as_deref(), Some("mcp__hotels__book_hotel"));
+        assert_eq!(respelled("hotels.*").as_deref(), Some("mcp__hotels__*"));
+        assert_eq!(respelled("fs.files.read"), Some(tool_name("fs", "files.read")));
+        assert_eq!(respelled("search_offers"), None);
+        assert_eq!(respelled("mcp__hotels__book_hotel"), None);
     }
 
     #[test]
     fn selecting_from_no_servers_names_the_pattern() {
         let tools = McpTools { servers: vec![], absent: vec!["maybe".into()] };
-        assert!(tools.select("maybe.*").unwrap().is_empty(), "an absent optional server selects nothing");
-        assert_eq!(tools.select("nope.x").err().map(|e| e.path).as_deref(), Some("nope.x"));
+        assert!(
+            tools.select("mcp__maybe__*").unwrap().is_empty(),
+            "an absent optional server selects nothing"
+        );
+        assert!(tools.is_absent("mcp__maybe__x") && !tools.is_absent("mcp__nope__x"));
+        assert_eq!(tools.select("mcp__nope__x").err().map(|e| e.path).as_deref(), Some("mcp__nope__x"));
     }
 }

@@ -124,7 +124,7 @@ impl AgentsServer {
         let instance = request.instances.next(&name);
         let mut events = served.agent.run(request, instance.clone());
         let token = context.meta.get_progress_token();
-        let (mut answer, mut errors, mut step) = (String::new(), Vec::new(), 0.0);
+        let (mut answer, mut errors, mut step) = (Answer::default(), Vec::new(), 0.0);
         loop {
             let event = tokio::select! {
                 biased;
@@ -135,7 +135,7 @@ impl AgentsServer {
             };
             let Some(event) = event else { break };
             match &event {
-                Event::Text { text, .. } => answer.push_str(text),
+                Event::Text { agent, text } => answer.push(agent, text),
                 Event::Error { agent, message, .. } if *agent == instance => errors.push(message.clone()),
                 _ => {}
             }
@@ -146,10 +146,31 @@ impl AgentsServer {
                 let _ = context.peer.notify_progress(progress).await;
             }
         }
+        let answer = answer.text;
         if answer.trim().is_empty() && !errors.is_empty() {
             return Ok(CallToolResult::error(vec![ContentBlock::text(errors.join("\n"))]));
         }
         Ok(CallToolResult::success(vec![ContentBlock::text(answer)]))
+    }
+}
+
+/// A call's answer: the text of every speaker, each speaker's a paragraph of its own (a sub-agent
+/// that streams to the user, then the agent's own words), not run together.
+#[derive(Default)]
+struct Answer {
+    text: String,
+    speaker: Option<String>,
+}
+
+impl Answer {
+    fn push(&mut self, agent: &str, text: &str) {
+        if self.speaker.as_deref().is_some_and(|last| last != agent) && !self.text.is_empty() {
+            self.text.push_str("\n\n");
+        }
+        if self.speaker.as_deref() != Some(agent) {
+            self.speaker = Some(agent.to_owned());
+        }
+        self.text.push_str(text);
     }
 }
 
@@ -292,4 +313,28 @@ pub async fn serve_http(
         })
         .await
         .map_err(|e| McpError::Serve(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Answer;
+
+    #[test]
+    fn each_speakers_text_is_a_paragraph_of_its_own() {
+        let mut answer = Answer::default();
+        for (agent, text) in [
+            ("shopping[1]", "Here are "),
+            ("shopping[1]", "3 offers."),
+            ("orchestrator", "Your points "),
+            ("orchestrator", "are back."),
+            ("support[1]", "See help/missing-points."),
+        ] {
+            answer.push(agent, text);
+        }
+        assert_eq!(answer.text, "Here are 3 offers.\n\nYour points are back.\n\nSee help/missing-points.");
+        let mut one = Answer::default();
+        one.push("orchestrator", "Hi");
+        one.push("orchestrator", " there");
+        assert_eq!(one.text, "Hi there", "one speaker's deltas run together");
+    }
 }

@@ -208,6 +208,16 @@ pub enum ToolError {
         /// Why.
         reason: String,
     },
+    /// The call was sent and its transport broke before the answer: the tool may have acted, so
+    /// it is not sent again (never twice), and the model and the person read that the outcome
+    /// is unknown.
+    #[error("`{tool}`: {reason}")]
+    OutcomeUnknown {
+        /// The tool.
+        tool: String,
+        /// What broke, naming the server (never its address).
+        reason: String,
+    },
     /// The tool's result is larger than its source allows (`max_result_bytes`).
     #[error("`{tool}` answered more than {limit} bytes, over its `max_result_bytes`; ask for less")]
     TooLarge {
@@ -273,6 +283,7 @@ impl ToolError {
             ToolError::UnknownTool { .. } => "unknown_tool",
             ToolError::Timeout { .. } => "tool_timeout",
             ToolError::Failed { .. } => "tool_failed",
+            ToolError::OutcomeUnknown { .. } => "outcome_unknown",
             ToolError::DepthExceeded { .. } => "agent_depth_exceeded",
             ToolError::TooManyCalls { .. } => "too_many_calls",
             ToolError::TooLarge { .. } => "result_too_large",

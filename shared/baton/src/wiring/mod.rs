@@ -341,9 +341,9 @@ impl<'a> Graph<'a> {
         }
         // The agent's own MCP servers that `tools:` does not name: all of their tools.
         for server in spec.mcp_servers.keys() {
-            let named = spec.tools.iter().any(|t| t.split_once('.').is_some_and(|(s, _)| s == server));
+            let named = spec.tools.iter().any(|t| crate::mcp::pattern_server(t) == Some(server));
             if !named {
-                let selected = self.backends.mcp.select(&format!("{server}.*"));
+                let selected = self.backends.mcp.select(&format!("mcp__{server}__*"));
                 tools.extend(selected.map_err(|e| agents.error(Some(index), "mcp_servers", e))?);
             }
         }
@@ -364,7 +364,7 @@ impl<'a> Graph<'a> {
             tool_timeout: spec.tool_timeout_seconds.map_or(defaults.tool_timeout, Duration::from_secs_f64),
             ..defaults
         };
-        let approvals = approval_policy(agents, index, spec, &registry)?;
+        let approvals = approval_policy(agents, index, spec, &registry, &self.backends.mcp)?;
         let model = self.models.for_agent(spec);
         let mut agent =
             LlmAgent::new(spec.name.clone(), spec.instruction.clone(), model, Arc::new(registry), limits)
@@ -394,9 +394,14 @@ fn approval_policy(
     index: usize,
     spec: &AgentSpec,
     registry: &ToolRegistry,
+    mcp: &crate::mcp::McpTools,
 ) -> Result<ApprovalPolicy, ConfigError> {
     let mut rules = std::collections::HashMap::new();
     for (tool, rule) in &spec.needs_approval {
+        if registry.get(tool).is_none() && mcp.is_absent(tool) {
+            tracing::warn!(agent = %spec.name, %tool, "approval rule for a tool of an optional MCP server that is absent");
+            continue;
+        }
         if registry.get(tool).is_none() {
             return Err(agents.error(
                 Some(index),

@@ -390,6 +390,9 @@ pub struct AgentsConfig {
     /// The agents served as A2A agents at `/a2a/{name}` (the top-level `a2a: {agents: [...]}`),
     /// besides the entry agent at `/a2a` (docs/a2a.md).
     pub a2a_served: Vec<String>,
+    /// The agents `orchestrator mcp` serves as MCP tools (the top-level `mcp: {agents: [...]}`);
+    /// the entry agent alone when absent (docs/mcp.md).
+    pub mcp_served: Option<Vec<String>>,
 }
 
 /// Largest `max_depth`.

@@ -51,6 +51,7 @@ impl AgentsConfig {
             return Err(self.error(None, "entry", "the entry agent must be of kind `llm`"));
         }
         self.validate_a2a_served()?;
+        self.validate_mcp_served()?;
         self.check_cycles()
     }
 
@@ -77,6 +78,29 @@ impl AgentsConfig {
         Ok(())
     }
 
+    /// Checks `mcp: {agents: [...]}`: each a defined agent, listed once.
+    fn validate_mcp_served(&self) -> Result<(), ConfigError> {
+        let mut seen = HashSet::new();
+        for name in self.mcp_served.iter().flatten() {
+            let reason = match self.get(name) {
+                None => format!("unknown agent `{name}`; defined: {}", self.names()),
+                Some(_) if !seen.insert(name.as_str()) => format!("`{name}` is listed twice"),
+                Some(_) => continue,
+            };
+            return Err(self.error(None, "mcp", reason));
+        }
+        Ok(())
+    }
+
+    /// The agents `orchestrator mcp` serves: those `mcp: {agents: [...]}` lists, else the entry
+    /// agent.
+    pub fn mcp_served(&self) -> Vec<&str> {
+        match &self.mcp_served {
+            Some(listed) => listed.iter().map(String::as_str).collect(),
+            None => vec![self.entry.as_str()],
+        }
+    }
+
     /// Checks agent `i` on its own: numbers, schemas, what its kind takes, its routing, its
     /// remote, and the agents and tools it lists.
     fn validate_agent(&self, i: usize, a: &AgentSpec) -> Result<(), ConfigError> {
@@ -101,6 +125,18 @@ impl AgentsConfig {
         }
         if let Some(schema) = &a.output_schema {
             JsonSchema::compile(schema).map_err(|e| self.error(Some(i), "output_schema", e))?;
+        }
+        for (field, names) in [
+            ("tools", a.tools.iter().collect::<Vec<_>>()),
+            ("needs_approval", a.needs_approval.keys().collect()),
+        ] {
+            if let Some((old, new)) = names.iter().find_map(|t| crate::mcp::respelled(t).map(|new| (t, new)))
+            {
+                return err(
+                    field,
+                    format!("`{old}`: an MCP tool is named as the model calls it, `{new}` (docs/mcp.md)"),
+                );
+            }
         }
         for (tool, spec) in &a.needs_approval {
             if a.kind != AgentKind::Llm || a.remote.is_some() {
@@ -341,7 +377,7 @@ impl AgentsConfig {
     }
 
     /// Checks the agents' own MCP servers (their fields; a name no other server has) and that
-    /// the MCP tools an agent lists (`server.*`, `server.tool`) name a shared server or one of its
+    /// the MCP tools an agent lists (`mcp__<server>__*`, `mcp__<server>__<tool>`) name a shared server or one of its
     /// own, never another agent's.
     pub fn validate_mcp_tools(&self, shared: &crate::mcp::config::McpServers) -> Result<(), ConfigError> {
         let mut owners: HashMap<&str, &str> = HashMap::new();
@@ -366,7 +402,7 @@ impl AgentsConfig {
             let mut visible = shared.clone();
             visible.extend(a.mcp_servers.iter().map(|(k, v)| (k.clone(), v.clone())));
             for tool in a.tools.iter().filter(|t| crate::mcp::is_mcp_pattern(t)) {
-                let server = tool.split_once('.').map_or(tool.as_str(), |(s, _)| s);
+                let server = crate::mcp::pattern_server(tool).unwrap_or(tool);
                 if let Some(owner) = owners.get(server).filter(|o| **o != a.name) {
                     let reason = format!("`{tool}`: `{server}` is agent `{owner}`'s own MCP server");
                     return Err(self.error(Some(i), "tools", reason));
