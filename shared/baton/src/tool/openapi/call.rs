@@ -15,6 +15,10 @@ pub(super) async fn call(source: &Source, op: &Operation, arguments: Value) -> R
     let secrets = source.credential.secrets();
     let failed =
         |reason: String| ToolError::Failed { tool: op.id.clone(), reason: redact::redact(&reason, &secrets) };
+    let unknown = |reason: String| ToolError::OutcomeUnknown {
+        tool: op.id.clone(),
+        reason: redact::redact(&reason, &secrets),
+    };
     let run = async {
         let mut request = request(source, op, &arguments).map_err(failed)?;
         source
@@ -22,11 +26,23 @@ pub(super) async fn call(source: &Source, op: &Operation, arguments: Value) -> R
             .apply(&mut request)
             .await
             .map_err(|e| failed(format!("cannot sign the request: {e}")))?;
-        let response = source
-            .http
-            .execute(request)
-            .await
-            .map_err(|e| failed(format!("the server did not answer: {}", transport_reason(&e))))?;
+        // Never twice: a request that could not be sent is refused here (the model may call
+        // again); one that was sent may have acted, so its lost answer is an unknown outcome and
+        // nothing sends it again (reqwest retries nothing; hyper re-sends only a request that
+        // never left on a pooled connection the server had closed).
+        let response = source.http.execute(request).await.map_err(|e| {
+            if e.is_connect() {
+                failed(format!(
+                    "the server could not be reached ({}), so the call was not made",
+                    transport_reason(&e)
+                ))
+            } else {
+                unknown(format!(
+                    "the connection broke after the request was sent ({}); the call may have run, so it was not sent again",
+                    transport_reason(&e)
+                ))
+            }
+        })?;
         let status = response.status();
         let json = response
             .headers()
@@ -35,7 +51,7 @@ pub(super) async fn call(source: &Source, op: &Operation, arguments: Value) -> R
             .is_some_and(|t| t.contains("json"));
         let body = read_capped(response, source.max_result_bytes)
             .await
-            .map_err(failed)?
+            .map_err(|reason| unknown(format!("{reason}; the call ran, with an unknown result")))?
             .ok_or(ToolError::TooLarge { tool: op.id.clone(), limit: source.max_result_bytes })?;
         let text = String::from_utf8_lossy(&body);
         if !status.is_success() {

@@ -139,3 +139,49 @@ async fn an_unreachable_or_malformed_document_is_a_start_up_error_naming_the_sou
     let err = load("hotels", &spec(path.display().to_string()), &hooks).await.err().unwrap();
     assert!(err.contains("set `base_url`"), "{err}");
 }
+
+/// Never twice: a server that reads the request and drops the connection without answering may
+/// have acted, so the call is not sent again and the model reads `outcome_unknown`; a server that
+/// cannot be reached got nothing, and the model reads `tool_failed`.
+#[tokio::test]
+async fn a_request_whose_answer_is_lost_is_sent_once_and_its_outcome_is_unknown() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tokio::io::AsyncReadExt;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let received = Arc::new(AtomicUsize::new(0));
+    let counter = received.clone();
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let counter = counter.clone();
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match socket.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                // It acts, then dies before it answers.
+                counter.fetch_add(1, Ordering::SeqCst);
+                drop(socket);
+            });
+        }
+    });
+    let tools = tools(format!("http://{addr}")).await;
+    let context = ToolContext::default();
+    let lost = tool(&tools, "getItem").call(json!({"id": "a"}), &context).await.unwrap_err();
+    assert_eq!(lost.code(), "outcome_unknown", "{lost}");
+    assert!(lost.to_string().contains("not sent again"), "{lost}");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(received.load(Ordering::SeqCst), 1, "sent once");
+    let key = std::env::var("PATH").unwrap();
+    assert!(!lost.to_string().contains(key.trim()), "no credential in it: {lost}");
+
+    let refused = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let tools = self::tools(format!("http://{refused}")).await;
+    let err = tool(&tools, "getItem").call(json!({"id": "a"}), &context).await.unwrap_err();
+    assert_eq!(err.code(), "tool_failed", "{err}");
+    assert!(err.to_string().contains("so the call was not made"), "{err}");
+}
