@@ -22,6 +22,7 @@ baton_tests::for_both_stores!(
     an_interrupting_message_stops_the_running_turn_and_keeps_its_partial_once,
     a_parallel_message_runs_beside_the_running_turn,
     another_users_conversation_is_never_busy_with_this_one,
+    each_protocol_carries_its_on_busy,
 );
 
 const SOLO: &str = "\
@@ -244,4 +245,62 @@ async fn another_users_conversation_is_never_busy_with_this_one<H: StoreHarness>
     let message = error["error"]["message"].as_str().unwrap();
     assert!(["reject", "enqueue", "interrupt", "parallel"].iter().all(|p| message.contains(p)), "{message}");
     drop(first);
+}
+
+/// AG-UI (`forwardedProps.on_busy`), the AI SDK (`on_busy` in the transport's extra body) and
+/// A2A (`on_busy` in the message's or the request's metadata) map onto the same policy.
+async fn each_protocol_carries_its_on_busy<H: StoreHarness>() {
+    let s = Setup::<H>::start().await;
+    let (running, first) = s.start_slow().await;
+    let post = |path: &str, body: Value| {
+        let request = reqwest::Client::new()
+            .post(format!("{}{path}", s.b.url.trim_end_matches('/')))
+            .header(baton::http::USER_HEADER, "alice")
+            .header("A2A-Version", "1.0")
+            .json(&body);
+        async move { tokio::time::timeout(BOUND, request.send()).await.expect("an answer").unwrap() }
+    };
+    let agui = json!({
+        "threadId": "e1", "runId": "r2", "state": {}, "context": [], "tools": [],
+        "messages": [{"id": "m2", "role": "user", "content": "actually, tea instead"}],
+        "forwardedProps": {"on_busy": "reject"}
+    });
+    let (code, _, answer) = error(post("/agui", agui).await).await;
+    assert_eq!((code, answer["error"]["code"].as_str()), (409, Some("turn_in_progress")), "{answer}");
+    assert_eq!(answer["error"]["turn_id"], running.as_str(), "AG-UI: {answer}");
+
+    let ai_sdk = json!({
+        "id": "e1", "trigger": "submit-message", "on_busy": "reject",
+        "messages": [{"id": "m3", "role": "user", "parts": [{"type": "text", "text": "actually, tea instead"}]}]
+    });
+    let (code, _, answer) = error(post("/ai-sdk", ai_sdk).await).await;
+    assert_eq!((code, answer["error"]["code"].as_str()), (409, Some("turn_in_progress")), "{answer}");
+    assert_eq!(answer["error"]["turn_id"], running.as_str(), "AI SDK: {answer}");
+
+    for metadata in
+        [json!({"message": {"metadata": {"on_busy": "reject"}}}), json!({"metadata": {"on_busy": "reject"}})]
+    {
+        let mut message = json!({"messageId": "m4", "role": "ROLE_USER", "contextId": "e1",
+                                 "parts": [{"text": "actually, tea instead"}]});
+        let mut params = json!({});
+        if let Some(m) = metadata.get("message") {
+            message["metadata"] = m["metadata"].clone();
+        } else {
+            params["metadata"] = metadata["metadata"].clone();
+        }
+        params["message"] = message;
+        let rpc = json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": params});
+        let answer: Value = post("/a2a", rpc).await.json().await.unwrap();
+        let said = answer["error"]["message"].as_str().unwrap_or_default();
+        assert!(said.contains(&running) && said.contains("running"), "A2A ({metadata}): {answer}");
+    }
+    // A bad value is refused as `POST /chat` refuses it.
+    let bad = json!({
+        "id": "e1", "on_busy": "later",
+        "messages": [{"id": "m5", "role": "user", "parts": [{"type": "text", "text": "tea"}]}]
+    });
+    let (code, _, answer) = error(post("/ai-sdk", bad).await).await;
+    assert_eq!((code, answer["error"]["code"].as_str()), (400, Some("invalid_on_busy")), "{answer}");
+    drop(first);
+    assert_eq!(s.server.requests_for("solo").len(), 1, "no refused message was run");
 }

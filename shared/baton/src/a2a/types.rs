@@ -261,6 +261,9 @@ pub struct SendMessageRequest {
     /// How to answer.
     #[serde(default)]
     pub configuration: Option<SendMessageConfiguration>,
+    /// The request's metadata: Baton reads `on_busy` there (or in the message's).
+    #[serde(default)]
+    pub metadata: Option<Map<String, Value>>,
 }
 
 /// The params of `GetTask`, `CancelTask` and `SubscribeToTask`.

@@ -355,6 +355,10 @@ impl ChatService {
             refusal(codes::INVALID_PARAMS, format!("the params are not a SendMessageRequest: {e}"))
         })?;
         let message = request.message;
+        // What to do when the context's turn still runs, as `POST /chat`'s `on_busy`.
+        let on_busy = [&message.metadata, &request.metadata]
+            .into_iter()
+            .find_map(|m| m.as_ref()?.get("on_busy").cloned());
         if message.parts.iter().any(|p| p.url.is_some() || p.raw.is_some()) {
             return Err(refusal(
                 codes::CONTENT_TYPE_NOT_SUPPORTED,
@@ -409,7 +413,7 @@ impl ChatService {
             Some(resume) => ChatBody { resume: Some(resume), ..ChatBody::default() },
             None => ChatBody { message: Some(Value::String(text)), ..ChatBody::default() },
         };
-        let chat = ChatBody { episode_id: message.context_id, ..chat };
+        let chat = ChatBody { episode_id: message.context_id, on_busy, ..chat };
         let valid = self.validate_body(caller, headers, chat).map_err(from_api)?;
         let policies =
             super::TurnPolicies { on_disconnect: Some(DisconnectPolicy::Continue), on_busy: valid.on_busy };

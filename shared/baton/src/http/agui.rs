@@ -7,7 +7,8 @@
 //! `RunAgentInput`, no user message last, a `system` or `developer` message (Baton's agents have
 //! their own instructions, and the stored conversation is the history: earlier messages are not
 //! read), non-text content, client tools (`tools` not empty: Baton runs only its own), ids out
-//! of Baton's alphabet. `state`, `context` and `forwardedProps` are not read.
+//! of Baton's alphabet. `state` and `context` are not read; of `forwardedProps`, only `on_busy`
+//! (what to do when the thread's turn still runs, as `POST /chat`'s).
 
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -28,6 +29,9 @@ struct RunAgentInput {
     tools: Option<Vec<Value>>,
     #[serde(default)]
     resume: Option<Vec<ResumeEntry>>,
+    /// Properties the client forwards to the agent: Baton reads `on_busy` there.
+    #[serde(default)]
+    forwarded_props: Option<Value>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -71,6 +75,7 @@ fn chat_request(body: &[u8]) -> Result<(ChatBody, String, String), ApiError> {
     let mut request = ChatBody {
         episode_id: Some(thread_id.clone()),
         request_id: Some(run_id.clone()),
+        on_busy: input.forwarded_props.as_ref().and_then(|p| p.get("on_busy")).cloned(),
         ..ChatBody::default()
     };
     match input.resume.filter(|entries| !entries.is_empty()) {

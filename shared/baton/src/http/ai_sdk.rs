@@ -29,13 +29,17 @@ use super::{ApiError, Caller, ChatService};
 use crate::event::{Event, Status};
 
 /// The fields of a `useChat` request Baton reads; others (a transport's extra `body`) are
-/// allowed and not read.
+/// allowed and not read, except `on_busy`.
 #[derive(Debug, Deserialize)]
 struct UseChatBody {
     id: String,
     messages: Vec<UiMessage>,
     #[serde(default)]
     trigger: Option<String>,
+    /// What to do when the chat's turn still runs (as `POST /chat`'s), sent in the transport's
+    /// extra `body`.
+    #[serde(default)]
+    on_busy: Option<Value>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -79,6 +83,7 @@ fn chat_request(body: &[u8]) -> Result<ChatBody, ApiError> {
                 episode_id: Some(chat_id),
                 request_id: Some(request_id),
                 message: Some(Value::String(text)),
+                on_busy: body.on_busy.clone(),
                 ..ChatBody::default()
             })
         }
