@@ -85,6 +85,11 @@ if ! cmp -s tests/mcp/package-lock.json tests/mcp/node_modules/.installed-lock.j
     (cd tests/mcp && npm ci --no-audit --no-fund --loglevel=error && cp package-lock.json node_modules/.installed-lock.json)
 fi
 
+step "OpenAPI test server: Stoplight Prism (npm, into tests/openapi/node_modules)"
+if ! cmp -s tests/openapi/package-lock.json tests/openapi/node_modules/.installed-lock.json; then
+    (cd tests/openapi && npm ci --no-audit --no-fund --loglevel=error && cp package-lock.json node_modules/.installed-lock.json)
+fi
+
 step "AG-UI and AI SDK official clients (npm, into tests/protocols/node_modules)"
 if ! cmp -s tests/protocols/package-lock.json tests/protocols/node_modules/.installed-lock.json; then
     (cd tests/protocols && npm ci --no-audit --no-fund --loglevel=error && cp package-lock.json node_modules/.installed-lock.json)
