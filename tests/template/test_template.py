@@ -388,6 +388,26 @@ def test_an_ssm_config_is_read_by_every_function_with_only_its_path_granted():
             "Fn::Sub": "arn:${AWS::Partition}:ssm:${AWS::Region}:${AWS::AccountId}:parameter${ConfigParameterPath}"}
 
 
+def test_a_teams_lambda_tools_and_tool_secrets_are_granted_by_their_arns_only():
+    tools = ["arn:aws:lambda:us-east-1:123456789012:function:book-hotel",
+             "arn:aws:lambda:us-east-1:123456789012:function:search-flights"]
+    secret = "arn:aws:secretsmanager:us-east-1:123456789012:secret:hotels-api-key"
+    stack = deployed(ToolFunctionArns=",".join(tools), ToolSecretArns=secret)
+    for function in ["OrchestratorFunction", "ShoppingFunction"]:
+        by_sid = {s["Sid"]: s for s in config_statements(stack, function)}
+        assert by_sid["TeamLambdaTools"]["Action"] == "lambda:InvokeFunction"
+        assert by_sid["TeamLambdaTools"]["Resource"] == tools
+        assert by_sid["TeamToolSecrets"]["Action"] == "secretsmanager:GetSecretValue"
+        assert by_sid["TeamToolSecrets"]["Resource"] == [secret]
+    assert "TeamLambdaTools" not in {s.get("Sid") for s in config_statements(stack, "EvalFunction")}
+    only_functions = deployed(ToolFunctionArns=tools[0])
+    sids = {s["Sid"] for s in config_statements(only_functions, "OrchestratorFunction")}
+    assert sids == {"TeamLambdaTools"}, sids
+    plain = deployed()
+    assert "TeamToolsPolicy" not in plain.resources
+    assert config_statements(plain, "OrchestratorFunction") == []
+
+
 def test_two_config_locations_are_refused():
     with pytest.raises(Refused) as refused:
         deployed(ConfigBucket="b", ConfigParameterPath="/p")
@@ -481,4 +501,4 @@ def test_production_settings_tracing_access_logs_and_the_eval_dead_letter_queue(
 def test_secrets_are_passed_as_secret_arns_only():
     for name in source()["Parameters"]:
         if re.search("key|token|secret|password", name, re.IGNORECASE):
-            assert name.endswith("SecretArn"), f"parameter {name} is a secret ARN, not a secret value"
+            assert name.endswith(("SecretArn", "SecretArns")), f"parameter {name} is a secret ARN, not a secret value"
