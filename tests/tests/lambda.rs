@@ -792,3 +792,46 @@ async fn secret_references_resolve_through_secrets_manager() {
     let err = baton_aws::secrets::secret_string(&client, "baton/missing").await.unwrap_err();
     assert!(err.contains("baton/missing"), "{err}");
 }
+
+/// A team's Lambda function in Python as a tool (`lambda_tools:`, docs/tools.md): the model's
+/// arguments are its event, its JSON answer the result, its exception an error carrying only its
+/// message; invoked through the real AWS SDK client against `cargo lambda watch`'s Invoke API,
+/// the function run by a Python runtime speaking the documented Runtime API.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "run by scripts/test.sh outside cargo's build lock"]
+async fn a_python_function_is_a_lambda_tool() {
+    use baton::tool::{Tool, ToolContext};
+    let venv = PathBuf::from(required_env("BATON_TEST_VENV"));
+    let watch = Watch::start(|_| vec![("BATON_TOOL_PYTHON", venv.join("bin/python").display().to_string())]);
+    watch.ready().await;
+    let shared = aws_config::defaults(aws_config::BehaviorVersion::latest())
+        .region(aws_config::Region::new("us-east-1"))
+        .endpoint_url(format!("http://127.0.0.1:{}", watch.port))
+        .credentials_provider(aws_sdk_dynamodb::config::Credentials::for_tests())
+        .load()
+        .await;
+    let spec: baton::config::tools::LambdaToolSpec = serde_json::from_value(json!({
+        "function": "python-lambda",
+        "description": "Books a rental car.",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}}},
+        // The first invoke builds the shim binary.
+        "timeout_seconds": 120
+    }))
+    .unwrap();
+    let tool = baton_aws::lambda_tool::LambdaTool::new(
+        "book_car",
+        &spec,
+        baton_aws::lambda_tool::client_of(&shared),
+    );
+    let context = ToolContext::default();
+    let booked = tool.call(json!({"city": "Lisbon", "days": 3}), &context).await.unwrap();
+    assert_eq!(booked, json!({"confirmation": "CAR-LIS-3D", "city": "Lisbon", "days": 3, "price_eur": 117}));
+    let refused = tool.call(json!({"city": "Lisbon", "days": 40}), &context).await.unwrap_err();
+    assert_eq!(refused.code(), "tool_failed");
+    let said = refused.to_string();
+    assert!(
+        said.contains("`book_car`") && said.contains("days must be a whole number from 1 to 30"),
+        "{said}"
+    );
+    assert!(!said.contains("Traceback") && !said.contains("cars_lambda.py"), "only the message: {said}");
+}

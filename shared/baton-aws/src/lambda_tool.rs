@@ -77,6 +77,9 @@ impl LambdaTool {
                         attempt += 1;
                     }
                     Retry::Again | Retry::Final(_) => return Err(self.error_of(&e)),
+                    Retry::Function(message) => {
+                        return Err(self.failed(format!("the function failed: {message}")));
+                    }
                     Retry::Unknown(reason) => {
                         tracing::warn!(tool = %self.name, %reason, "Lambda tool: the answer was lost after the call was sent; not sent again");
                         return Err(ToolError::OutcomeUnknown { tool: self.name.clone(), reason });
@@ -107,6 +110,10 @@ impl LambdaTool {
                 let status = service.raw().status().as_u16();
                 if service.err().is_too_many_requests_exception() || status == 429 {
                     Retry::Again
+                } else if let Some(message) = status.ge(&500).then(|| function_error(service.raw())).flatten() {
+                    // A function's own error as `cargo lambda watch` answers it (500 and the
+                    // error payload; Lambda answers 200 with `X-Amz-Function-Error`).
+                    Retry::Function(message)
                 } else if status >= 500 {
                     Retry::Unknown(format!(
                         "Lambda answered HTTP {status} ({}); the function may have run, so the call was not sent again",
@@ -150,6 +157,15 @@ enum Retry {
     Final(()),
     /// The function may have run: never sent again.
     Unknown(String),
+    /// The function ran and failed with this message.
+    Function(String),
+}
+
+/// The `errorMessage` of a function's error payload (`{"errorMessage", "errorType", ...}`), if
+/// `response` carries one.
+fn function_error(response: &aws_sdk_lambda::config::http::HttpResponse) -> Option<String> {
+    let payload: Value = serde_json::from_slice(response.body().bytes()?).ok()?;
+    payload.get("errorMessage")?.as_str().map(str::to_owned)
 }
 
 /// Whether the connection to Lambda was never made (refused, no route, no such host): then
@@ -363,6 +379,18 @@ mod tests {
         assert_eq!(err.code(), "tool_failed");
         let text = err.to_string();
         assert!(text.contains("no rooms left") && !text.contains("secret.py"), "{text}");
+        assert_eq!(seen.lock().unwrap().len(), 1);
+
+        // As `cargo lambda watch` answers it: 500 with the function's error payload.
+        let emulated = Reply::Answer {
+            status: 500,
+            headers: vec![("content-type", "application/json")],
+            body: r#"{"errorMessage":"no rooms left","errorType":"Full"}"#.into(),
+        };
+        let (url, seen) = endpoint(vec![emulated]).await;
+        let err = tool_at(&url).await.call(json!({}), &ToolContext::default()).await.unwrap_err();
+        assert_eq!(err.code(), "tool_failed", "{err}");
+        assert!(err.to_string().contains("the function failed: no rooms left"), "{err}");
         assert_eq!(seen.lock().unwrap().len(), 1);
     }
 
