@@ -4,8 +4,9 @@
 //! Without `--connect` it runs start-up up to what reaches out: the settings and the file
 //! ([`crate::start`]), the deployment's backends and the composition root's checks
 //! ([`baton::wiring::check`]). With `--connect` it runs start-up's whole build ([`crate::build`]):
-//! MCP servers start and list their tools, and every tool source the composition root builds is
-//! built, so the tree lists every tool. A failure is the same one-line error start-up prints.
+//! MCP servers start and list their tools, every tool source the composition root builds is
+//! built, so the tree lists every tool, and each Lambda tool's function is reached with a
+//! `DryRun` invoke (it exists and this role may invoke it; nothing runs). A failure is the same one-line error start-up prints.
 
 use std::fmt::Write as _;
 use std::process::ExitCode;
@@ -24,11 +25,17 @@ use crate::cli::CheckArgs;
 /// composition root refuses it or something cannot be reached.
 pub(crate) async fn run(function: &Function, deployment: &Deployment, args: &CheckArgs) -> ExitCode {
     let checked = if args.connect {
-        crate::build(function, deployment, None).await.map(|(_, backends)| backends)
+        match crate::build(function, deployment, None).await {
+            // Built; the Lambda tools are reached too, without running them.
+            Ok((_, backends)) => {
+                baton_aws::lambda_tool::reach_all(&deployment.config).await.map(|()| backends)
+            }
+            Err(e) => Err(e),
+        }
     } else {
         deployment.backends(Some(function.history.store().clone())).map_err(|e| e.to_string()).and_then(
-            |backends| {
-                baton::wiring::check(&deployment.config, &backends).map_err(|e| e.to_string())?;
+            |mut backends| {
+                baton::wiring::check(&deployment.config, &mut backends).map_err(|e| e.to_string())?;
                 Ok(backends)
             },
         )

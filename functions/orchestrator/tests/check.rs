@@ -177,3 +177,59 @@ fn a_teams_file_runs_only_what_it_declares() {
     let help = orchestrator(dir.path()).args(["serve", "--help"]).output().unwrap();
     assert!(text(&help).0.contains("--forethought-token"));
 }
+
+#[test]
+fn check_connect_reaches_each_lambda_tool_without_running_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = team_file(
+        dir.path(),
+        "agents:\n  - name: desk\n    instruction: Rent cars.\n    tools: [book_car]\nlambda_tools:\n  book_car:\n    \
+         function: book-car\n    description: Books a rental car.\n    parameters: {type: object}\n",
+    );
+    let unreachable = format!("http://127.0.0.1:{}", refused_port());
+    let run = |connect: bool| {
+        let mut command = orchestrator(dir.path());
+        command
+            .env("AWS_ENDPOINT_URL_LAMBDA", &unreachable)
+            .env("AWS_REGION", "us-east-1")
+            .env("AWS_ACCESS_KEY_ID", "test")
+            .env("AWS_SECRET_ACCESS_KEY", "test")
+            .arg("--config")
+            .arg(&file)
+            .arg("check");
+        if connect {
+            command.arg("--connect");
+        }
+        command.output().unwrap()
+    };
+    let out = run(true);
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    let error = stderr.lines().find(|l| l.starts_with("error: ")).unwrap_or_else(|| panic!("{stderr}"));
+    assert!(error.contains("Lambda tool `book_car` (function book-car)"), "{error}");
+    assert!(!error.contains(&unreachable), "no endpoint address: {error}");
+    let out = run(false);
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stdout.contains("  book_car: lambda\n"), "{stdout}");
+}
+
+#[test]
+fn check_without_connect_knows_an_openapi_files_operations_and_refuses_others() {
+    let dir = tempfile::tempdir().unwrap();
+    let petstore = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/openapi/petstore.yaml");
+    let yaml = format!(
+        "agents:\n  - name: clerk\n    instruction: Mind the store.\n    tools: [getPetById, getInventory]\n\
+         openapi:\n  petstore:\n    document: {petstore}\n    base_url: http://127.0.0.1:1\n"
+    );
+    let file = team_file(dir.path(), &yaml);
+    let out = orchestrator(dir.path()).arg("--config").arg(&file).arg("check").output().unwrap();
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stdout.contains("  getPetById: openapi\n  getInventory: openapi\n"), "{stdout}");
+    let file = team_file(dir.path(), &yaml.replace("getInventory]", "getInventry]"));
+    let out = orchestrator(dir.path()).arg("--config").arg(&file).arg("check").output().unwrap();
+    let (_, stderr) = text(&out);
+    assert_ne!(out.status.code(), Some(0));
+    assert!(stderr.contains("unknown tool `getInventry`") && stderr.contains("getInventory"), "{stderr}");
+}

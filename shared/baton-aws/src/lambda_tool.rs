@@ -102,6 +102,23 @@ impl LambdaTool {
         answer.map_err(|_| self.failed("the function answered with something that is not JSON"))
     }
 
+    /// Reaches the function without running it (`Invoke` with `DryRun`: Lambda checks that it
+    /// exists and that this role may invoke it), for `orchestrator check --connect`. The error
+    /// names the tool and the function.
+    pub async fn reach(&self) -> Result<(), String> {
+        let dry_run =
+            self.client.invoke().function_name(&self.function).invocation_type(InvocationType::DryRun).send();
+        let failure = match tokio::time::timeout(self.timeout, dry_run).await {
+            Ok(Ok(_)) => return Ok(()),
+            Ok(Err(e)) => match e.as_service_error() {
+                Some(service) => service_words(service),
+                None => "the Lambda service could not be reached".to_owned(),
+            },
+            Err(_) => format!("no answer within {} ms", self.timeout.as_millis()),
+        };
+        Err(format!("Lambda tool `{}` (function {}): {failure}", self.name, self.function))
+    }
+
     /// Whether a failed `Invoke` may be sent again: only when Lambda ran nothing.
     fn classify(&self, error: &InvokeSdkError) -> Retry {
         use aws_sdk_lambda::error::SdkError;
@@ -235,6 +252,19 @@ pub fn client_of(shared: &aws_config::SdkConfig) -> aws_sdk_lambda::Client {
     aws_sdk_lambda::Client::from_conf(config)
 }
 
+/// Reaches every Lambda tool `config` declares ([`LambdaTool::reach`]): the first failure.
+pub async fn reach_all(config: &baton::config::Config) -> Result<(), String> {
+    if config.tool_sources.lambda.is_empty() {
+        return Ok(());
+    }
+    let shared = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+    let client = client_of(&shared);
+    for (name, spec) in &config.tool_sources.lambda {
+        LambdaTool::new(name, spec, client.clone()).reach().await?;
+    }
+    Ok(())
+}
+
 /// The configuration's Lambda tools, over one client from the environment (region,
 /// credentials, `AWS_ENDPOINT_URL_LAMBDA`); none, and no AWS configuration read, when it
 /// declares none.
@@ -273,7 +303,7 @@ mod tests {
 
     /// An endpoint that plays `replies` in order (the last one again when they run out); the
     /// paths and bodies it received.
-    async fn endpoint(replies: Vec<Reply>) -> (String, Arc<Mutex<Vec<(String, String)>>>) {
+    async fn endpoint(replies: Vec<Reply>) -> (String, Arc<Mutex<Vec<(String, String, String)>>>) {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         let seen = Arc::new(Mutex::new(Vec::new()));
@@ -283,10 +313,10 @@ mod tests {
                 let (log, replies) = (log.clone(), replies.clone());
                 tokio::spawn(async move {
                     loop {
-                        let Some((path, body)) = read_request(&mut socket).await else { return };
+                        let Some(request) = read_request(&mut socket).await else { return };
                         let n = {
                             let mut log = log.lock().unwrap();
-                            log.push((path, body));
+                            log.push(request);
                             log.len()
                         };
                         match replies[(n - 1).min(replies.len() - 1)].clone() {
@@ -308,7 +338,8 @@ mod tests {
         (url, seen)
     }
 
-    async fn read_request(socket: &mut tokio::net::TcpStream) -> Option<(String, String)> {
+    /// One request's path, body and head (lowercase).
+    async fn read_request(socket: &mut tokio::net::TcpStream) -> Option<(String, String, String)> {
         let mut data = Vec::new();
         let mut buf = [0u8; 4096];
         let end = loop {
@@ -329,7 +360,7 @@ mod tests {
             data.extend_from_slice(&buf[..n]);
         }
         let path = head.split_whitespace().nth(1).unwrap_or_default().to_owned();
-        Some((path, String::from_utf8_lossy(&data[end..end + length]).to_string()))
+        Some((path, String::from_utf8_lossy(&data[end..end + length]).to_string(), head.to_ascii_lowercase()))
     }
 
     async fn tool_at(url: &str) -> LambdaTool {
@@ -437,6 +468,28 @@ mod tests {
         assert_eq!(err.code(), "tool_failed");
         assert!(err.to_string().contains("TooManyRequestsException"), "{err}");
         assert_eq!(seen.lock().unwrap().len() as u32, THROTTLE_ATTEMPTS);
+    }
+
+    #[tokio::test]
+    async fn reaching_a_function_runs_nothing_and_names_what_is_wrong() {
+        let (url, seen) =
+            endpoint(vec![Reply::Answer { status: 204, headers: vec![], body: String::new() }]).await;
+        tool_at(&url).await.reach().await.unwrap();
+        let (path, _, head) = seen.lock().unwrap()[0].clone();
+        assert_eq!(path, "/2015-03-31/functions/book-hotel/invocations");
+        assert!(head.contains("x-amz-invocation-type: dryrun"), "{head}");
+        let missing = Reply::Answer {
+            status: 404,
+            headers: vec![("x-amzn-errortype", "ResourceNotFoundException")],
+            body: r#"{"Type":"User","message":"Function not found: arn:aws:lambda:us-east-1:1:function:book-hotel"}"#
+                .into(),
+        };
+        let (url, _) = endpoint(vec![missing]).await;
+        let err = tool_at(&url).await.reach().await.unwrap_err();
+        assert!(
+            err.starts_with("Lambda tool `book_hotel` (function book-hotel): ResourceNotFoundException"),
+            "{err}"
+        );
     }
 
     #[tokio::test]

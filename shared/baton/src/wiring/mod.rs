@@ -63,9 +63,14 @@ pub fn build(config: &Config, backends: Backends) -> Result<Arc<Orchestrator>, C
 
 /// Checks `config` over `backends` as [`build`] does before it builds an agent (the values, the
 /// model clients, the tool names, no two tools with one name), reaching nothing: what
-/// `orchestrator check` runs without `--connect`, where an agent's MCP tools are not listed yet.
-pub fn check(config: &Config, backends: &Backends) -> Result<(), ConfigError> {
+/// `orchestrator check` runs without `--connect`, where an agent's MCP tools are not listed yet
+/// and the tools declared by source stand in by name (an OpenAPI file's operations are read).
+///
+/// The stand-ins are left in `backends.tools`, so the caller's tree lists them.
+pub fn check(config: &Config, backends: &mut Backends) -> Result<(), ConfigError> {
     config.validate()?;
+    tools::declared_offline(config, backends)
+        .map_err(|reason| ConfigError::Invalid { field: "openapi", reason })?;
     let models = ModelFactory::new(config, backends, &config.agents.entry)?;
     Graph::new(config, &models, backends).map(|_| ())
 }

@@ -45,3 +45,77 @@ pub async fn declared_tools(
     }
     Ok(())
 }
+
+/// A tool a configuration declares, standing in for it where nothing is reached (`orchestrator
+/// check` without `--connect`): its name and kind, for the composition root's checks; never
+/// called.
+struct Declared {
+    name: String,
+    kind: &'static str,
+}
+
+impl Tool for Declared {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn description(&self) -> &str {
+        "declared in the configuration"
+    }
+
+    fn parameters(&self) -> serde_json::Value {
+        serde_json::json!({"type": "object"})
+    }
+
+    fn kind(&self) -> &'static str {
+        self.kind
+    }
+
+    fn call<'a>(
+        &'a self,
+        _: serde_json::Value,
+        _: &'a crate::tool::ToolContext,
+    ) -> futures::future::BoxFuture<'a, Result<serde_json::Value, crate::tool::ToolError>> {
+        Box::pin(async move {
+            Err(crate::tool::ToolError::Failed {
+                tool: self.name.clone(),
+                reason: "not built (a check)".into(),
+            })
+        })
+    }
+}
+
+/// The tools `config` declares by source, named without reaching anything (the Lambda tools by
+/// their keys, the OpenAPI sources by [`openapi::offline_names`]), added to `backends.tools` as
+/// stand-ins; a tool name the agents use that an unread URL document may offer counts as one
+/// of its tools (`check --connect` reads it).
+pub(super) fn declared_offline(config: &Config, backends: &mut Backends) -> Result<(), String> {
+    let mut unread = false;
+    let mut names: Vec<(String, &'static str)> =
+        config.tool_sources.lambda.keys().map(|name| (name.clone(), "lambda")).collect();
+    for (name, spec) in &config.tool_sources.openapi {
+        match openapi::offline_names(name, spec)? {
+            Some(ids) => names.extend(ids.into_iter().map(|id| (id, "openapi"))),
+            None => unread = true,
+        }
+    }
+    if unread {
+        let known: std::collections::HashSet<&str> =
+            backends.tools.iter().map(|t| t.name()).chain(names.iter().map(|(n, _)| n.as_str())).collect();
+        let wanted: Vec<String> = config
+            .agents
+            .agents
+            .iter()
+            .flat_map(|a| a.tools.iter())
+            .filter(|t| !known.contains(t.as_str()) && !crate::mcp::is_mcp_pattern(t))
+            .cloned()
+            .collect();
+        names.extend(wanted.into_iter().map(|n| (n, "openapi")));
+    }
+    for (name, kind) in names {
+        if !backends.tools.iter().any(|t| t.name() == name) {
+            backends.tools.push(Arc::new(Declared { name, kind }));
+        }
+    }
+    Ok(())
+}

@@ -73,6 +73,23 @@ impl Tool for OpenApiTool {
     }
 }
 
+/// The tool names source `spec` offers, reaching nothing: its `operations:` list, else the
+/// `operationId`s of its document when it is a file; `None` for a URL document without a list
+/// (known only once read, by [`load`]). For `orchestrator check` without `--connect`.
+pub fn offline_names(name: &str, spec: &OpenApiSource) -> Result<Option<Vec<String>>, String> {
+    if let Some(listed) = &spec.operations {
+        return Ok(Some(listed.clone()));
+    }
+    if spec.is_url() {
+        return Ok(None);
+    }
+    let at = |reason: String| format!("OpenAPI source `{name}` ({}): {reason}", spec.document);
+    let text = std::fs::read_to_string(&spec.document).map_err(|e| at(format!("cannot read it: {e}")))?;
+    let doc = document::parse(&text).map_err(at)?;
+    let operations = document::operations(&doc, None).map_err(at)?;
+    Ok(Some(operations.into_iter().map(|op| op.id).collect()))
+}
+
 /// The tools of source `name`: its document read and parsed, its credential resolved. The error
 /// is one sentence naming the source and what to fix.
 pub async fn load(name: &str, spec: &OpenApiSource, hooks: &AuthHooks) -> Result<Vec<Arc<dyn Tool>>, String> {
