@@ -13,8 +13,9 @@
 //! - [`protocols`]: the AG-UI and AI SDK official clients, run by node against a Baton URL.
 //! - [`tools`]: tools with a side effect that count their runs, and a deployment offering them.
 //!
-//! One binary: `relay` (`src/bin/relay.rs`), the floor the latency benchmark holds `serve`'s CPU
-//! against.
+//! Two binaries: `relay` (`src/bin/relay.rs`), the floor the latency benchmark holds `serve`'s
+//! CPU against; and `python-lambda` (`src/bin/python-lambda.rs`), a team's Python function run
+//! under `cargo lambda watch` by `tests/lambda/python_runtime.py`, for the Lambda-tool test.
 
 pub mod contract;
 pub mod counting;

@@ -10,7 +10,8 @@
 //! # Layout
 //! - this file: [`build`], [`check`], [`build_agent`], [`build_router`], [`Backends`], [`rating_sinks`];
 //! - [`extension`]: the [`Extension`] trait a deployment implements;
-//! - `tools`: [`declared_tools`], the configuration's OpenAPI (and the deployment's Lambda) tools;
+//! - `tools`: [`declared_tools`], the configuration's OpenAPI (and the deployment's Lambda) tools,
+//!   and their stand-ins by name for [`check`];
 //! - `a2a`: an agent with `remote: {a2a: …}` as an A2A agent, and [`a2a_card`], the entry
 //!   agent's A2A card.
 
