@@ -105,6 +105,21 @@ pub struct SmalltalkLists {
     /// Interjections ("wow", "lol").
     #[serde(default)]
     pub interjections: Vec<String>,
+    /// Whole languages added to the default ones, by code ("nl", "pl"), each with these classes:
+    /// a deployment supports the default languages and these (adding one is data, not code).
+    #[serde(default)]
+    pub languages: BTreeMap<String, SmalltalkLists>,
+}
+
+impl SmalltalkLists {
+    /// These lists and those of every language they add, depth first.
+    fn with_languages(&self) -> Vec<&SmalltalkLists> {
+        let mut all = vec![self];
+        for language in self.languages.values() {
+            all.extend(language.with_languages());
+        }
+        all
+    }
 }
 
 /// The default smalltalk vocabulary, per language.
@@ -236,7 +251,7 @@ fn index_phrases<'a>(lists: impl IntoIterator<Item = &'a SmalltalkLists>) -> Res
             None => entry.push((key, vec![part])),
         }
     };
-    for l in lists {
+    for l in lists.into_iter().flat_map(SmalltalkLists::with_languages) {
         let classes = [
             (&l.greetings, Part::Greeting),
             (&l.thanks, Part::Thanks),
@@ -657,6 +672,22 @@ mod tests {
         assert_eq!(only.unwrap().classify("hello"), None);
         let bad = Lexicon::new([&SmalltalkLists { fillers: vec!["…".into()], ..Default::default() }]);
         assert!(bad.unwrap_err().contains("no word"));
+    }
+
+    #[test]
+    fn a_configured_language_is_supported_by_its_words_alone() {
+        // Swahili is in no default list: the configuration adds it as data.
+        let yaml = "languages:\n  sw:\n    greetings: [jambo, habari]\n    thanks: [asante, asante sana]\n    \
+                    address: [rafiki]\n";
+        let extra: SmalltalkLists = serde_yaml_ng::from_str(yaml).unwrap();
+        assert_eq!(classify_smalltalk("jambo rafiki"), None, "not a default language");
+        let lexicon = Lexicon::with_defaults(&extra).unwrap();
+        assert_eq!(lexicon.classify("Jambo rafiki!"), Some(Smalltalk::Greeting));
+        assert_eq!(lexicon.classify("asante sana"), Some(Smalltalk::Acknowledgement));
+        assert_eq!(lexicon.classify("hola"), Some(Smalltalk::Greeting), "the defaults stay");
+        assert_eq!(lexicon.classify("asante, pointi zangu ziko wapi?"), None, "a word outside the classes");
+        let bad: SmalltalkLists = serde_yaml_ng::from_str("languages: {sw: {greetings: ['…']}}").unwrap();
+        assert!(Lexicon::with_defaults(&bad).unwrap_err().contains("no word"));
     }
 
     /// Phrases whose words would be a request alone but not together ("for the help").
