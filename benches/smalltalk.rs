@@ -9,7 +9,7 @@
 
 use std::time::Instant;
 
-use baton_tests::process_cpu;
+use baton_tests::process::process_cpu;
 
 /// `cargo bench -- smalltalk` runs this section (as `make bench ONLY=smalltalk`).
 fn main() {
