@@ -35,9 +35,11 @@ use std::sync::{Arc, LazyLock, OnceLock};
 use serde::Deserialize;
 
 mod emoji;
+mod learned;
 
 use super::{fold, is_clause_break, words};
 use emoji::without_emoji;
+use learned::Learned;
 
 /// The kinds of message the fastpath may answer directly.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -109,6 +111,19 @@ pub struct SmalltalkLists {
     /// a deployment supports the default languages and these (adding one is data, not code).
     #[serde(default)]
     pub languages: BTreeMap<String, SmalltalkLists>,
+    /// Words that make any message a request for the learned reading ("receipt", "where"; an
+    /// entry of four letters or more also stands for the words it starts).
+    #[serde(default)]
+    pub request_words: Vec<String>,
+    /// Words of distress, health or money worries: never a direct answer ("sad", "doctor").
+    #[serde(default)]
+    pub sensitive_words: Vec<String>,
+    /// Negations ("not", "pas"): a negated remark may be a complaint.
+    #[serde(default)]
+    pub negations: Vec<String>,
+    /// Closed-class words the learned reading tolerates but never counts as evidence ("the", "is").
+    #[serde(default)]
+    pub function_words: Vec<String>,
 }
 
 impl SmalltalkLists {
@@ -186,6 +201,8 @@ struct Phrases {
     /// Every word of every phrase: a word outside it ends the check at once.
     known: HashSet<String>,
     typo_heads: HashMap<char, Vec<String>>,
+    /// The second reading, for messages with a word outside the classes.
+    learned: Learned,
 }
 
 /// The smalltalk vocabulary a message is checked against. The default is the default
@@ -209,11 +226,18 @@ enum LexiconPhrases {
 }
 
 static REFERENCE_LEXICON: LazyLock<Lexicon> =
-    LazyLock::new(|| Lexicon::new(default_lists().values()).expect("data/routing/smalltalk.yaml is valid"));
+    LazyLock::new(|| Lexicon::new(&defaults()).expect("data/routing/smalltalk.yaml is valid"));
 
 /// The default vocabulary by language.
 fn default_lists() -> BTreeMap<String, SmalltalkLists> {
     serde_yaml_ng::from_str(DEFAULT_SMALLTALK).expect("data/routing/smalltalk.yaml is valid")
+}
+
+/// The default vocabulary and the learned reading's default signals, every language.
+fn defaults() -> Vec<SmalltalkLists> {
+    let signals: BTreeMap<String, SmalltalkLists> =
+        serde_yaml_ng::from_str(learned::DEFAULT_SIGNALS).expect("data/smalltalk/signals.yaml is valid");
+    default_lists().into_values().chain(signals.into_values()).collect()
 }
 
 /// A word as compared with the vocabulary: lowercase, without accents, apostrophes or repeated
@@ -234,6 +258,7 @@ fn keys(phrase: &str) -> Vec<String> {
 
 /// The vocabulary of `lists`; `Err` names an entry without a word.
 fn index_phrases<'a>(lists: impl IntoIterator<Item = &'a SmalltalkLists>) -> Result<Phrases, String> {
+    let lists: Vec<&SmalltalkLists> = lists.into_iter().flat_map(SmalltalkLists::with_languages).collect();
     let mut phrases = Phrases::default();
     let add = |key: Vec<String>, part: Part, phrases: &mut Phrases| {
         let Some(first) = key.first().cloned() else { return };
@@ -251,7 +276,7 @@ fn index_phrases<'a>(lists: impl IntoIterator<Item = &'a SmalltalkLists>) -> Res
             None => entry.push((key, vec![part])),
         }
     };
-    for l in lists.into_iter().flat_map(SmalltalkLists::with_languages) {
+    for l in lists.iter().copied() {
         let classes = [
             (&l.greetings, Part::Greeting),
             (&l.thanks, Part::Thanks),
@@ -295,6 +320,15 @@ fn index_phrases<'a>(lists: impl IntoIterator<Item = &'a SmalltalkLists>) -> Res
     for entry in phrases.by_first.values_mut() {
         entry.sort_by_key(|(p, _)| std::cmp::Reverse(p.len()));
     }
+    // The words that head a message alone ("hello", "thanks"), for the learned reading.
+    let heads = phrases
+        .by_first
+        .values()
+        .flatten()
+        .filter(|(key, parts)| key.len() == 1 && parts.iter().any(|p| p.talk().is_some()))
+        .map(|(key, _)| key[0].clone())
+        .collect();
+    phrases.learned = Learned::new(lists, &phrases.known, &heads);
     Ok(phrases)
 }
 
@@ -317,7 +351,7 @@ impl Lexicon {
             LexiconPhrases::WithDefaults(lazy) => {
                 let (extra, phrases) = &**lazy;
                 phrases.get_or_init(|| {
-                    index_phrases(default_lists().values().chain([extra]))
+                    index_phrases(defaults().iter().chain([extra]))
                         .expect("the lists were checked when the lexicon was made")
                 })
             }
@@ -336,13 +370,36 @@ impl Lexicon {
         Ok(Lexicon { phrases: LexiconPhrases::Built(Arc::new(index_phrases(lists)?)) })
     }
 
-    /// Whether `text` is smalltalk, and which (see the module docs).
+    /// The learned reading of this lexicon.
+    #[cfg(test)]
+    fn learned(&self) -> &Learned {
+        &self.phrases().learned
+    }
+
+    /// Whether `text` is smalltalk, and which (see the module docs): by the word classes, or else
+    /// by the learned reading (which says chitchat).
     pub fn classify(&self, text: &str) -> Option<Smalltalk> {
+        self.read(text, true)
+    }
+
+    /// Whether `text` is smalltalk by the word classes alone (the first reading).
+    pub fn classify_by_classes(&self, text: &str) -> Option<Smalltalk> {
+        self.read(text, false)
+    }
+
+    fn read(&self, text: &str, learned: bool) -> Option<Smalltalk> {
         let (rest, emoji) = without_emoji(text)?;
         if !rest.chars().any(char::is_alphanumeric) {
             let punctuation = rest.chars().any(|c| !c.is_whitespace());
             return (emoji || punctuation).then_some(Smalltalk::Acknowledgement);
         }
+        self.by_classes(&rest, emoji).or_else(|| {
+            (learned && self.phrases().learned.judge(&rest).is_ok()).then_some(Smalltalk::Chitchat)
+        })
+    }
+
+    /// The word classes' reading of `rest` (text less its emoji).
+    fn by_classes(&self, rest: &str, emoji: bool) -> Option<Smalltalk> {
         let phrases = self.phrases();
         let mut found: Option<Smalltalk> = None;
         let mut count = 0;

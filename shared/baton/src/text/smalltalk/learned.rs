@@ -1,0 +1,353 @@
+//! The smalltalk check's second reading: smalltalk in words nobody listed.
+//!
+//! The word classes refuse a message with a single word outside them. This reading takes such a
+//! message when every word in it *looks like* smalltalk and nothing in it asks for anything:
+//!
+//! - **A character n-gram model** learned from labelled data when the lexicon is first used
+//!   ([`TRAINING`]: the project's smalltalk corpus, the routing scenarios, the Rasa starter data,
+//!   and every word of the vocabulary, the configured languages' included). Each word is scored
+//!   by the n-grams (3 to 5 characters, with word boundaries) of the words of smalltalk against
+//!   those of the words that made a message a request, so a typo ("helo"), an elongation, an
+//!   inflection or a compound ("goodmorning") of a smalltalk word scores as one. Every word must
+//!   score above [`WORD_THRESHOLD`] and their mean above [`MESSAGE_THRESHOLD`]: one unknown word in
+//!   a message of greetings is not enough.
+//! - **Vetoes that keep precision** (`data/smalltalk/signals.yaml` and a configuration's
+//!   `languages`): a request word (a request verb, the product's nouns — points, receipts, offers,
+//!   the app, an image — an amount, a product, a question that is never about the assistant's
+//!   wellbeing: "where", "when", "why"), a sensitive word (distress, health, money worries), a
+//!   negation ("not good"), a digit, or more than [`MAX_WORDS`] words: the model answers.
+//!   Function words (pronouns, articles, auxiliaries) are tolerated but are never evidence.
+//!
+//! Naive Bayes over n-grams was chosen over a larger model because the labelled data is small
+//! (a few thousand messages), it is trained in milliseconds from data kept in the repository,
+//! it is read in microseconds per message, and its decisions can be explained word by word. The
+//! vetoes are lists, but of what a request or a worry is made of, not of smalltalk phrasings.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use serde::Deserialize;
+
+use super::{SmalltalkLists, match_key};
+use crate::text::{is_clause_break, words};
+
+/// Labelled data the model is learned from: the project's corpus (`smalltalk` and `requests`
+/// parts), the Rasa starter data (the same shape) and the routing scenarios (a scenario that
+/// expects no call is smalltalk).
+pub(crate) const TRAINING: [(&str, &str); 3] = [
+    ("data/routing/smalltalk-corpus.yaml", include_str!("../../../../../data/routing/smalltalk-corpus.yaml")),
+    ("data/smalltalk/rasa.yaml", include_str!("../../../../../data/smalltalk/rasa.yaml")),
+    ("data/routing/scenarios.yaml", include_str!("../../../../../data/routing/scenarios.yaml")),
+];
+
+/// The default vetoes and function words, per language.
+pub(crate) const DEFAULT_SIGNALS: &str = include_str!("../../../../../data/smalltalk/signals.yaml");
+
+/// The most words this reading takes: a long message needs the word classes.
+pub(crate) const MAX_WORDS: usize = 12;
+/// The lowest score a word may have (mean log-odds per n-gram, smalltalk over request).
+pub(crate) const WORD_THRESHOLD: f64 = 0.5;
+/// The lowest score of a word outside the vocabulary that heads a message alone ("helo").
+pub(crate) const HEAD_THRESHOLD: f64 = 1.0;
+/// Additive smoothing of the n-gram counts.
+const SMOOTHING: f64 = 0.5;
+
+/// Words (as match keys) or phrases of words: an entry of four letters or more also stands for
+/// the words that start with it.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct WordSet {
+    exact: HashSet<String>,
+    prefixes: Vec<String>,
+    phrases: Vec<Vec<String>>,
+}
+
+impl WordSet {
+    fn add(&mut self, entry: &str) {
+        let key: Vec<String> = words(entry).iter().map(|w| match_key(w)).collect();
+        match key.as_slice() {
+            [] => {}
+            [word] if word.chars().count() >= 4 => self.prefixes.push(word.clone()),
+            [word] => {
+                self.exact.insert(word.clone());
+            }
+            _ => self.phrases.push(key),
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.exact.is_empty() && self.prefixes.is_empty() && self.phrases.is_empty()
+    }
+
+    fn has_word(&self, key: &str) -> bool {
+        self.exact.contains(key) || self.prefixes.iter().any(|p| key.starts_with(p.as_str()))
+    }
+
+    /// Whether any word of `keys`, or a phrase of them, is in the set.
+    fn hits(&self, keys: &[String]) -> bool {
+        keys.iter().any(|k| self.has_word(k)) || self.phrases.iter().any(|p| keys.windows(p.len()).any(|w| w == &p[..]))
+    }
+}
+
+/// The labelled shape of the project's corpus and the data under `data/smalltalk/`.
+#[derive(Deserialize)]
+struct Labelled {
+    #[serde(default)]
+    smalltalk: BTreeMap<String, Vec<String>>,
+    #[serde(default)]
+    requests: BTreeMap<String, Vec<String>>,
+}
+
+/// A routing scenario, as far as it labels its message.
+#[derive(Deserialize)]
+struct Scenario {
+    message: String,
+    expect: Vec<serde_yaml_ng::Value>,
+    #[serde(default)]
+    image: Option<serde_yaml_ng::Value>,
+}
+
+/// The labelled messages of a training file: (smalltalk, requests).
+fn labelled(origin: &str, yaml: &str) -> (Vec<String>, Vec<String>) {
+    let (mut smalltalk, mut requests) = (Vec::new(), Vec::new());
+    if origin.ends_with("scenarios.yaml") {
+        let scenarios: Vec<Scenario> = serde_yaml_ng::from_str(yaml).expect("the routing scenarios are valid");
+        for s in scenarios.into_iter().filter(|s| s.image.is_none()) {
+            if s.expect.is_empty() { &mut smalltalk } else { &mut requests }.push(s.message);
+        }
+    } else {
+        let parts: BTreeMap<String, Labelled> = serde_yaml_ng::from_str(yaml).expect("the labelled data is valid");
+        for part in parts.into_values() {
+            smalltalk.extend(part.smalltalk.into_values().flatten());
+            requests.extend(part.requests.into_values().flatten());
+        }
+    }
+    (smalltalk, requests)
+}
+
+/// The words of `text` as match keys, elisions split ("l'app" is "l" and "app").
+pub(super) fn message_keys(text: &str) -> Vec<String> {
+    let mut keys = Vec::new();
+    for clause in text.split(is_clause_break) {
+        for word in words(clause) {
+            let word = word.replace('’', "'");
+            match word.split_once('\'') {
+                Some((elided, rest)) if is_elision(elided) && !rest.is_empty() => {
+                    keys.push(match_key(elided));
+                    keys.push(match_key(rest));
+                }
+                _ => keys.push(match_key(&word)),
+            }
+        }
+    }
+    keys.retain(|k| !k.is_empty());
+    keys
+}
+
+/// French and Italian elided articles, pronouns and prepositions.
+fn is_elision(prefix: &str) -> bool {
+    matches!(prefix, "l" | "d" | "j" | "t" | "c" | "m" | "s" | "n" | "qu" | "dell" | "all" | "nell" | "sull" | "un")
+}
+
+/// The n-grams a word is read by: its 3- to 5-letter pieces with boundaries, and itself.
+fn grams(key: &str) -> Vec<String> {
+    let chars: Vec<char> = format!("<{key}>").chars().collect();
+    let mut grams = vec![format!("={key}")];
+    for n in 3..=5 {
+        grams.extend(chars.windows(n).map(|w| w.iter().collect::<String>()));
+    }
+    grams
+}
+
+/// The learned model and the vetoes of one lexicon.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(super) struct Learned {
+    /// Per n-gram: in how many smalltalk words, in how many request words.
+    counts: HashMap<String, [u32; 2]>,
+    totals: [f64; 2],
+    requests: WordSet,
+    sensitive: WordSet,
+    negations: WordSet,
+    function: HashSet<String>,
+    /// The vocabulary's words, and those that head a message alone ("hello", "thanks").
+    known: HashSet<String>,
+    heads: HashSet<String>,
+    /// Whether the lists gave vetoes: without them this reading takes nothing.
+    vetoed: bool,
+}
+
+/// Why the second reading refused a message (for the tests and the report).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Refusal {
+    /// Too long, or a digit.
+    Shape,
+    /// A request word.
+    Request,
+    /// A sensitive word.
+    Sensitive,
+    /// A negation.
+    Negation,
+    /// Every word is the vocabulary's or a function word: the word classes' refusal stands.
+    Classes,
+    /// No word heads it: no greeting, thanks or the like, known or learned ("so much").
+    NoHead,
+    /// A word that does not read as smalltalk.
+    Unlike,
+    /// The lexicon has no vetoes (a lexicon of only some words): this reading is off.
+    Off,
+}
+
+impl Learned {
+    /// Learns from [`TRAINING`] and `known` (every word of the vocabulary, smalltalk by
+    /// construction; `heads` those that head a message alone), with the vetoes of `lists`.
+    pub(super) fn new<'a>(
+        lists: impl IntoIterator<Item = &'a SmalltalkLists>,
+        known: &HashSet<String>,
+        heads: &HashSet<String>,
+    ) -> Learned {
+        let mut learned = Learned { known: known.clone(), heads: heads.clone(), ..Learned::default() };
+        for l in lists {
+            l.request_words.iter().for_each(|w| learned.requests.add(w));
+            l.sensitive_words.iter().for_each(|w| learned.sensitive.add(w));
+            l.negations.iter().for_each(|w| learned.negations.add(w));
+            learned.function.extend(l.function_words.iter().flat_map(|w| message_keys(w)));
+        }
+        learned.vetoed = !learned.requests.is_empty() && !learned.sensitive.is_empty();
+        let mut smalltalk: HashSet<String> = known.iter().filter(|k| !learned.function.contains(*k)).cloned().collect();
+        let mut requests = HashSet::new();
+        for (origin, yaml) in TRAINING {
+            let (talk, asks) = labelled(origin, yaml);
+            smalltalk.extend(talk.iter().flat_map(|m| message_keys(m)).filter(|k| !learned.function.contains(k)));
+            requests.extend(asks.iter().flat_map(|m| message_keys(m)));
+        }
+        // A request's words that smalltalk also uses ("thanks, where are my points") are not
+        // what made it a request.
+        requests.retain(|k| !smalltalk.contains(k) && !learned.function.contains(k));
+        for (class, set) in [(0, &smalltalk), (1, &requests)] {
+            for key in set {
+                for g in grams(key) {
+                    learned.counts.entry(g).or_default()[class] += 1;
+                    learned.totals[class] += 1.0;
+                }
+            }
+        }
+        learned
+    }
+
+    /// How much `key` reads as a word of smalltalk rather than of a request: the mean log-odds of
+    /// its n-grams.
+    pub(super) fn word_score(&self, key: &str) -> f64 {
+        let vocabulary = self.counts.len() as f64;
+        let grams = grams(key);
+        let sum: f64 = grams
+            .iter()
+            .map(|g| {
+                let [s, r] = self.counts.get(g).copied().unwrap_or_default();
+                let p = |count: u32, total: f64| (f64::from(count) + SMOOTHING) / (total + SMOOTHING * vocabulary);
+                (p(s, self.totals[0]) / p(r, self.totals[1])).ln()
+            })
+            .sum();
+        sum / grams.len() as f64
+    }
+
+    /// Whether `text` (emoji already removed) reads as smalltalk; `Err` says why not.
+    pub(crate) fn judge(&self, text: &str) -> Result<(), Refusal> {
+        if !self.vetoed {
+            return Err(Refusal::Off);
+        }
+        let keys = message_keys(text);
+        if keys.len() > MAX_WORDS || text.chars().any(|c| c.is_ascii_digit()) {
+            return Err(Refusal::Shape);
+        }
+        if self.sensitive.hits(&keys) {
+            return Err(Refusal::Sensitive);
+        }
+        if self.requests.hits(&keys) {
+            return Err(Refusal::Request);
+        }
+        if self.negations.hits(&keys) {
+            return Err(Refusal::Negation);
+        }
+        // The vocabulary's words are smalltalk's; any other must read as smalltalk.
+        let unknown: Vec<(&String, f64)> = keys
+            .iter()
+            .filter(|k| !self.function.contains(*k) && !self.known.contains(*k))
+            .map(|k| (k, self.word_score(k)))
+            .collect();
+        // Without a word outside the vocabulary the classes' refusal stands ("ok you").
+        if unknown.is_empty() {
+            return Err(Refusal::Classes);
+        }
+        if unknown.iter().any(|(_, score)| *score < WORD_THRESHOLD) {
+            return Err(Refusal::Unlike);
+        }
+        let head = keys.iter().any(|k| self.heads.contains(k)) || unknown.iter().any(|(_, s)| *s >= HEAD_THRESHOLD);
+        if !head {
+            return Err(Refusal::NoHead);
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::text::smalltalk::Lexicon;
+
+    fn judge(text: &str) -> Result<(), Refusal> {
+        Lexicon::reference().learned().judge(text)
+    }
+
+    #[test]
+    fn elisions_are_split_and_words_folded() {
+        assert_eq!(message_keys("C'est l’appli, merci!"), ["c", "est", "l", "apli", "merci"]);
+        assert_eq!(message_keys("I'm dooone"), ["im", "done"]);
+    }
+
+    #[test]
+    fn smalltalk_words_score_above_request_words() {
+        let learned = Lexicon::reference().learned();
+        for talk in ["hello", "helo", "goodmorning", "thankyou", "bonjour", "grazie"] {
+            assert!(learned.word_score(&match_key(talk)) >= WORD_THRESHOLD, "{talk}: {}", learned.word_score(talk));
+        }
+        for ask in ["walmart", "recibo", "rejected", "scontrino", "deals"] {
+            assert!(learned.word_score(&match_key(ask)) < WORD_THRESHOLD, "{ask}: {}", learned.word_score(ask));
+        }
+    }
+
+    #[test]
+    fn a_request_word_vetoes_whatever_the_rest_reads_like() {
+        assert_eq!(judge("hellooo there, refund me"), Err(Refusal::Request));
+        assert_eq!(judge("hola, ¿dónde estás?"), Err(Refusal::Request));
+        assert_eq!(judge("merci pour l'appli"), Err(Refusal::Request));
+    }
+
+    #[test]
+    fn a_sensitive_remark_or_a_negation_is_never_smalltalk() {
+        for remark in ["I feel awful", "I'm so sad", "worried about money", "estoy enfermo", "je suis fatigué"] {
+            assert_eq!(judge(remark), Err(Refusal::Sensitive), "{remark}");
+        }
+        assert_eq!(judge("not good"), Err(Refusal::Negation));
+        assert_eq!(judge("pas top"), Err(Refusal::Negation));
+    }
+
+    #[test]
+    fn function_words_alone_are_no_evidence_and_digits_or_length_refuse() {
+        assert_eq!(judge("it is"), Err(Refusal::Classes));
+        assert_eq!(judge("so much"), Err(Refusal::Classes));
+        assert_eq!(judge("so world"), Err(Refusal::NoHead));
+        assert_eq!(judge("hi 2"), Err(Refusal::Shape));
+        assert_eq!(judge(&"hello ".repeat(MAX_WORDS + 1)), Err(Refusal::Shape));
+    }
+}
+#[cfg(test)]
+mod probe {
+    use crate::text::smalltalk::{Lexicon, match_key};
+    #[test]
+    #[ignore]
+    fn probe() {
+        let l = Lexicon::reference().learned();
+        println!("totals {:?} grams {}", l.totals, l.counts.len());
+        for w in std::env::var("WORDS").unwrap_or_default().split(',') {
+            println!("{w}: {:.2}", l.word_score(&match_key(w)));
+        }
+    }
+}
