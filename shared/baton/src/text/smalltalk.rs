@@ -124,6 +124,14 @@ pub struct SmalltalkLists {
     /// Closed-class words the learned reading tolerates but never counts as evidence ("the", "is").
     #[serde(default)]
     pub function_words: Vec<String>,
+    /// Words of negative sentiment (whole words): the learned reading never takes a message with
+    /// one ("awful", "fatal").
+    #[serde(default)]
+    pub negative_words: Vec<String>,
+    /// Words of strong positive sentiment (whole words) that head a message for the learned reading
+    /// when it asks nothing ("stoked", "génial").
+    #[serde(default)]
+    pub positive_words: Vec<String>,
 }
 
 impl SmalltalkLists {
@@ -201,6 +209,8 @@ struct Phrases {
     /// Every word of every phrase: a word outside it ends the check at once.
     known: HashSet<String>,
     typo_heads: HashMap<char, Vec<String>>,
+    /// Phrases of several words written as one ("goodmorning"), with their words.
+    joined: HashMap<String, Vec<String>>,
     /// The second reading, for messages with a word outside the classes.
     learned: Learned,
 }
@@ -233,11 +243,15 @@ fn default_lists() -> BTreeMap<String, SmalltalkLists> {
     serde_yaml_ng::from_str(DEFAULT_SMALLTALK).expect("data/routing/smalltalk.yaml is valid")
 }
 
-/// The default vocabulary and the learned reading's default signals, every language.
+/// The default vocabulary and the learned reading's default signals and sentiment words, every
+/// language.
 fn defaults() -> Vec<SmalltalkLists> {
-    let signals: BTreeMap<String, SmalltalkLists> =
-        serde_yaml_ng::from_str(learned::DEFAULT_SIGNALS).expect("data/smalltalk/signals.yaml is valid");
-    default_lists().into_values().chain(signals.into_values()).collect()
+    let by_language = |yaml: &str, origin: &str| -> BTreeMap<String, SmalltalkLists> {
+        serde_yaml_ng::from_str(yaml).unwrap_or_else(|e| panic!("{origin} is valid: {e}"))
+    };
+    let signals = by_language(learned::DEFAULT_SIGNALS, "data/smalltalk/signals.yaml");
+    let sentiment = by_language(learned::DEFAULT_SENTIMENT, "data/smalltalk/sentiment.yaml");
+    default_lists().into_values().chain(signals.into_values()).chain(sentiment.into_values()).collect()
 }
 
 /// A word as compared with the vocabulary: lowercase, without accents, apostrophes or repeated
@@ -320,17 +334,16 @@ fn index_phrases<'a>(lists: impl IntoIterator<Item = &'a SmalltalkLists>) -> Res
     for entry in phrases.by_first.values_mut() {
         entry.sort_by_key(|(p, _)| std::cmp::Reverse(p.len()));
     }
-    // For the learned reading: the words that head a message alone ("hello", "thanks"), and
-    // every phrase written as one word ("goodmorning", "thankyou").
-    let (mut known, mut heads) = (phrases.known.clone(), HashSet::new());
-    for (key, parts) in phrases.by_first.values().flatten() {
-        let joined = match_key(&key.concat());
-        if parts.iter().any(|p| p.talk().is_some()) {
-            heads.insert(joined.clone());
-        }
-        known.insert(joined);
-    }
-    phrases.learned = Learned::new(lists, &phrases.known, known, heads);
+    // For the learned reading: every phrase of several words written as one ("goodmorning").
+    let joined: HashMap<String, Vec<String>> = phrases
+        .by_first
+        .values()
+        .flatten()
+        .filter(|(key, _)| key.len() > 1)
+        .map(|(key, _)| (match_key(&key.concat()), key.clone()))
+        .collect();
+    phrases.joined = joined;
+    phrases.learned = Learned::new(lists, &phrases.known);
     Ok(phrases)
 }
 
@@ -395,31 +408,55 @@ impl Lexicon {
             let punctuation = rest.chars().any(|c| !c.is_whitespace());
             return (emoji || punctuation).then_some(Smalltalk::Acknowledgement);
         }
-        self.by_classes(&rest, emoji).or_else(|| {
-            (learned && self.phrases().learned.judge(&rest).is_ok()).then_some(Smalltalk::Chitchat)
-        })
-    }
-
-    /// The word classes' reading of `rest` (text less its emoji).
-    fn by_classes(&self, rest: &str, emoji: bool) -> Option<Smalltalk> {
         let phrases = self.phrases();
+        let tolerant = || phrases.learned.vetoes(&rest).is_ok().then(|| phrases.read(&rest, emoji, true)).flatten();
+        phrases.read(&rest, emoji, false).or_else(|| learned.then(tolerant).flatten())
+    }
+}
+
+impl Phrases {
+    /// The word classes' reading of `rest` (text less its emoji). `tolerant` is the learned
+    /// reading: function words are skipped, a phrase written as one word is read as its words, a
+    /// word of strong positive sentiment heads a message that asks nothing, and any other word
+    /// outside the vocabulary is skipped when it reads as smalltalk (see `learned`), and makes a
+    /// head when it reads so strongly; the rest must still make phrases of the classes.
+    fn read(&self, rest: &str, emoji: bool, tolerant: bool) -> Option<Smalltalk> {
         let mut found: Option<Smalltalk> = None;
-        let mut count = 0;
+        let (mut count, mut learned_head) = (0, false);
         let (mut needs, mut praised) = (false, false);
         for clause in rest.split(is_clause_break) {
             let mut keys = Vec::new();
-            for word in words(clause) {
-                let key = phrases.normalize(match_key(&word));
-                if !phrases.known.contains(&key) {
-                    return None;
+            let words = if tolerant {
+                learned::message_keys(clause)
+            } else {
+                words(clause).iter().map(|w| match_key(w)).collect()
+            };
+            count += words.len();
+            for key in words {
+                let key = self.normalize(key);
+                if tolerant && self.learned.is_function(&key) {
+                    continue;
                 }
-                keys.push(key);
+                if self.known.contains(&key) {
+                    keys.push(key);
+                } else if !tolerant {
+                    return None;
+                } else if let Some(phrase) = self.joined.get(&key) {
+                    keys.extend(phrase.iter().cloned());
+                } else if self.learned.is_positive(&key) && !rest.contains('?') {
+                    learned_head = true;
+                } else {
+                    let score = self.learned.word_score(&key);
+                    if score < learned::WORD_THRESHOLD {
+                        return None;
+                    }
+                    learned_head |= score >= learned::HEAD_THRESHOLD;
+                }
             }
-            count += keys.len();
             if count > SMALLTALK_MAX_WORDS {
                 return None;
             }
-            let phrases = phrases.cover(&keys)?;
+            let phrases = self.cover(&keys)?;
             // A phrase in several classes plays whichever role the rules need ("super" is
             // praise after "du bist", an acknowledgement alone).
             needs |= phrases.iter().any(|parts| parts.iter().all(|p| p.needs_praise()));
@@ -432,11 +469,9 @@ impl Lexicon {
         if needs && !praised {
             return None;
         }
-        found.or(emoji.then_some(Smalltalk::Acknowledgement))
+        found.or(learned_head.then_some(Smalltalk::Chitchat)).or(emoji.then_some(Smalltalk::Acknowledgement))
     }
-}
 
-impl Phrases {
     /// `key` as the vocabulary knows it: itself, laughter, or the head word it is a typo of.
     fn normalize(&self, key: String) -> String {
         if self.known.contains(&key) {
