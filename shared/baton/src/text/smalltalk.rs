@@ -124,6 +124,10 @@ pub struct SmalltalkLists {
     /// Closed-class words the learned reading tolerates but never counts as evidence ("the", "is").
     #[serde(default)]
     pub function_words: Vec<String>,
+    /// Question words ("what", "wie"): the learned reading takes one only inside a phrase of the
+    /// classes ("what's up", "wie geht's").
+    #[serde(default)]
+    pub question_words: Vec<String>,
     /// Words of negative sentiment (whole words): the learned reading never takes a message with
     /// one ("awful", "fatal").
     #[serde(default)]
@@ -416,16 +420,18 @@ impl Lexicon {
 
 impl Phrases {
     /// The word classes' reading of `rest` (text less its emoji). `tolerant` is the learned
-    /// reading: function words are skipped, a phrase written as one word is read as its words, a
-    /// word of strong positive sentiment heads a message that asks nothing, and any other word
-    /// outside the vocabulary is skipped when it reads as smalltalk (see `learned`), and makes a
-    /// head when it reads so strongly; the rest must still make phrases of the classes.
+    /// reading (see `learned`): the message's phrases of the classes may leave words out — function
+    /// words, the vocabulary's other words (less question words: "what", "wie"), a phrase written as
+    /// one word, a word of strong positive sentiment in a message that asks nothing, and a word that
+    /// reads as smalltalk by its n-grams — and a head must be found: a phrase that heads, or such
+    /// a positive or strongly smalltalk-like word. Any other word refuses the message.
     fn read(&self, rest: &str, emoji: bool, tolerant: bool) -> Option<Smalltalk> {
         let mut found: Option<Smalltalk> = None;
         let (mut count, mut learned_head) = (0, false);
         let (mut needs, mut praised) = (false, false);
+        let asks = rest.contains('?');
         for clause in rest.split(is_clause_break) {
-            let mut keys = Vec::new();
+            let (mut keys, mut skippable) = (Vec::new(), Vec::new());
             let words = if tolerant {
                 learned::message_keys(clause)
             } else {
@@ -434,16 +440,17 @@ impl Phrases {
             count += words.len();
             for key in words {
                 let key = self.normalize(key);
-                if tolerant && self.learned.is_function(&key) {
-                    continue;
-                }
                 if self.known.contains(&key) {
+                    let skip = tolerant && (self.learned.is_function(&key) || !self.learned.is_question(&key));
                     keys.push(key);
+                    skippable.push(skip);
                 } else if !tolerant {
                     return None;
+                } else if self.learned.is_function(&key) {
                 } else if let Some(phrase) = self.joined.get(&key) {
+                    skippable.extend(phrase.iter().map(|_| false));
                     keys.extend(phrase.iter().cloned());
-                } else if self.learned.is_positive(&key) && !rest.contains('?') {
+                } else if self.learned.is_positive(&key) && !asks {
                     learned_head = true;
                 } else {
                     let score = self.learned.word_score(&key);
@@ -456,7 +463,7 @@ impl Phrases {
             if count > SMALLTALK_MAX_WORDS {
                 return None;
             }
-            let phrases = self.cover(&keys)?;
+            let phrases = self.cover(&keys, &skippable)?;
             // A phrase in several classes plays whichever role the rules need ("super" is
             // praise after "du bist", an acknowledgement alone).
             needs |= phrases.iter().any(|parts| parts.iter().all(|p| p.needs_praise()));
@@ -469,7 +476,10 @@ impl Phrases {
         if needs && !praised {
             return None;
         }
-        found.or(learned_head.then_some(Smalltalk::Chitchat)).or(emoji.then_some(Smalltalk::Acknowledgement))
+        if tolerant {
+            return found.or(learned_head.then_some(Smalltalk::Chitchat));
+        }
+        found.or(emoji.then_some(Smalltalk::Acknowledgement))
     }
 
     /// `key` as the vocabulary knows it: itself, laughter, or the head word it is a typo of.
@@ -491,23 +501,27 @@ impl Phrases {
         key
     }
 
-    /// The phrases (each as its classes) that make up `keys` exactly, if they do (longest
-    /// phrases first).
-    fn cover(&self, keys: &[String]) -> Option<Vec<&[Part]>> {
-        let mut reach: Vec<Option<Vec<&[Part]>>> = vec![None; keys.len() + 1];
-        reach[0] = Some(Vec::new());
+    /// The phrases (each as its classes) that make up `keys`, leaving out only words marked
+    /// `skippable` (as few as can be; longest phrases first), if they do.
+    fn cover(&self, keys: &[String], skippable: &[bool]) -> Option<Vec<&[Part]>> {
+        let mut reach: Vec<Option<(usize, Vec<&[Part]>)>> = vec![None; keys.len() + 1];
+        reach[0] = Some((0, Vec::new()));
+        let better = |slot: &Option<(usize, Vec<&[Part]>)>, skipped: usize| slot.as_ref().is_none_or(|(s, _)| skipped < *s);
         for i in 0..keys.len() {
-            let Some(path) = reach[i].clone() else { continue };
+            let Some((skipped, path)) = reach[i].clone() else { continue };
             for (phrase, parts) in self.by_first.get(&keys[i]).into_iter().flatten() {
                 let end = i + phrase.len();
-                if end <= keys.len() && reach[end].is_none() && keys[i..end] == phrase[..] {
+                if end <= keys.len() && better(&reach[end], skipped) && keys[i..end] == phrase[..] {
                     let mut next = path.clone();
                     next.push(parts.as_slice());
-                    reach[end] = Some(next);
+                    reach[end] = Some((skipped, next));
                 }
             }
+            if skippable[i] && better(&reach[i + 1], skipped + 1) {
+                reach[i + 1] = Some((skipped + 1, path));
+            }
         }
-        reach.pop().flatten()
+        reach.pop().flatten().map(|(_, path)| path)
     }
 }
 

@@ -172,6 +172,7 @@ pub(super) struct Learned {
     function: HashSet<String>,
     negative: HashSet<String>,
     positive: HashSet<String>,
+    questions: HashSet<String>,
     /// Whether the lists gave vetoes: without them this reading takes nothing.
     vetoed: bool,
 }
@@ -201,6 +202,7 @@ impl Learned {
             l.sensitive_words.iter().for_each(|w| learned.sensitive.add(w));
             l.negations.iter().for_each(|w| learned.negations.add(w));
             learned.function.extend(l.function_words.iter().flat_map(|w| message_keys(w)));
+            learned.questions.extend(l.question_words.iter().map(|w| match_key(w)));
             learned.negative.extend(l.negative_words.iter().map(|w| match_key(w)));
             learned.positive.extend(l.positive_words.iter().map(|w| match_key(w)));
         }
@@ -245,6 +247,11 @@ impl Learned {
     /// Whether `key` is a function word (tolerated, never evidence).
     pub(super) fn is_function(&self, key: &str) -> bool {
         self.function.contains(key)
+    }
+
+    /// Whether `key` is a question word ("what", "wie"): only a phrase of the classes places it.
+    pub(super) fn is_question(&self, key: &str) -> bool {
+        self.questions.contains(key)
     }
 
     /// Whether `key` is a word of strong positive sentiment.
