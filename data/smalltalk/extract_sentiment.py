@@ -5,6 +5,9 @@ LICENCE-nlpjs, which also names the lexicons' own sources and licences).
     (cd /tmp && npm pack node-nlp@3.10.2)
     python3 data/smalltalk/extract_sentiment.py /tmp/node-nlp-3.10.2.tgz
 
+The learned reading drops from both lists any word the smalltalk vocabulary or a function-word list
+uses (French "fine", Dutch "bot"): a sentiment word of one language may be another's plain word.
+
 - `negative_words`: every single word the lexicon scores below zero. The learned reading never takes a
   message with one of them ("I feel awful", "me siento fatal"): a sensitive remark is the model's.
 - `positive_words`: single words scored strongly positive (AFINN 2 or more, Pattern 0.3 or more). The
@@ -37,7 +40,7 @@ def main(tarball):
     with tarfile.open(tarball) as t:
         for language, (name, strong) in LEXICONS.items():
             lexicon = json.load(t.extractfile(f"package/lib/sentiment/languages/{language}/{name}"))
-            words = {w.lower(): v for w, v in lexicon.items() if " " not in w.strip() and "-" not in w}
+            words = {w.lower(): v for w, v in lexicon.items() if w.replace("'", "").isalpha()}
             out[language] = {
                 "negative_words": sorted(w for w, v in words.items() if v < 0),
                 "positive_words": sorted(w for w, v in words.items() if v >= strong),

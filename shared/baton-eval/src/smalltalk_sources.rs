@@ -1,7 +1,10 @@
-//! The smalltalk check across sources: the project's own corpus (`data/routing/smalltalk-corpus.yaml`,
-//! which the check was tuned on) and labelled rows from packages nobody on the project wrote
-//! (`data/smalltalk/`, each with its licence; never looked at while tuning). Recall and precision per
-//! source and per language, for `routing-eval` and for the test that holds the check to its targets.
+//! The smalltalk check across sources: the project's own corpus (`data/routing/smalltalk-corpus.yaml`)
+//! and labelled rows from packages nobody on the project wrote (`data/smalltalk/`, each with its
+//! licence). The check's learned reading is trained on the project's corpus and Rasa's starter data,
+//! and its vetoes were written while reading their misses, so both are marked tuned on;
+//! chatterbot-corpus was never looked at while tuning (only its figures were read). Recall (of the
+//! whole check and of its word classes alone) and precision per source and per language, for
+//! `routing-eval` and for the tests that hold the check to its targets.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -40,7 +43,7 @@ pub const SOURCES: [Source; 3] = [
     },
     Source {
         name: "rasa",
-        tuned: false,
+        tuned: true,
         origin: "data/smalltalk/rasa.yaml",
         yaml: include_str!("../../../data/smalltalk/rasa.yaml"),
     },
@@ -58,6 +61,25 @@ struct Part {
     requests: BTreeMap<String, Vec<String>>,
 }
 
+/// The smalltalk lexicon of the reference deployment (`config/baton.yaml`'s `routing.smalltalk`:
+/// the default languages, Dutch and Polish), as `routing-eval` scores it with the reference
+/// configuration.
+pub fn reference_deployment_lexicon() -> Lexicon {
+    const CONFIG: &str = include_str!("../../../config/baton.yaml");
+    fn find(value: &serde_yaml_ng::Value) -> Option<&serde_yaml_ng::Value> {
+        let map = value.as_mapping()?;
+        if let Some(smalltalk) = map.get("routing").and_then(|r| r.get("smalltalk")) {
+            return Some(smalltalk);
+        }
+        map.values().find_map(find)
+    }
+    let config: serde_yaml_ng::Value = serde_yaml_ng::from_str(CONFIG).expect("config/baton.yaml is valid");
+    let lists = find(&config).expect("config/baton.yaml has routing.smalltalk");
+    let lists: baton::text::SmalltalkLists =
+        serde_yaml_ng::from_value(lists.clone()).expect("config/baton.yaml's routing.smalltalk is valid");
+    Lexicon::with_defaults(&lists).expect("config/baton.yaml's routing.smalltalk is valid")
+}
+
 /// How the check does on one language of one source.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SourceScore {
@@ -71,6 +93,8 @@ pub struct SourceScore {
     pub smalltalk: usize,
     /// Smalltalk messages not recognised.
     pub missed: Vec<String>,
+    /// Smalltalk messages the word classes alone recognise (the check without its learned reading).
+    pub by_classes: usize,
     /// Requests (messages that must never be answered directly).
     pub requests: usize,
     /// Requests taken for smalltalk.
@@ -82,6 +106,11 @@ impl SourceScore {
     pub fn recall(&self) -> Option<f64> {
         (self.smalltalk > 0)
             .then(|| 100.0 * (self.smalltalk - self.missed.len()) as f64 / self.smalltalk as f64)
+    }
+
+    /// Smalltalk the word classes alone recognise, of all smalltalk, in percent.
+    pub fn recall_by_classes(&self) -> Option<f64> {
+        (self.smalltalk > 0).then(|| 100.0 * self.by_classes as f64 / self.smalltalk as f64)
     }
 
     /// Smalltalk recognised, of all messages taken for smalltalk, in percent.
@@ -116,6 +145,7 @@ pub fn score_sources(lexicon: &Lexicon, sources: &[Source]) -> Result<Vec<Source
                         language: language.clone(),
                         smalltalk: 0,
                         missed: Vec::new(),
+                        by_classes: 0,
                         requests: 0,
                         passed: Vec::new(),
                     });
@@ -123,6 +153,7 @@ pub fn score_sources(lexicon: &Lexicon, sources: &[Source]) -> Result<Vec<Source
                         let taken = lexicon.classify(m).is_some();
                         if smalltalk {
                             score.smalltalk += 1;
+                            score.by_classes += usize::from(lexicon.classify_by_classes(m).is_some());
                             if !taken {
                                 score.missed.push(m.clone());
                             }
@@ -148,7 +179,8 @@ pub fn sources_json(scores: &[SourceScore]) -> serde_json::Value {
         .iter()
         .map(|s| {
             serde_json::json!({"source": s.source, "tuned": s.tuned, "language": s.language,
-                "smalltalk": s.smalltalk, "recall": s.recall(), "requests": s.requests,
+                "smalltalk": s.smalltalk, "recall": s.recall(), "recall_by_classes": s.recall_by_classes(),
+                "requests": s.requests,
                 "precision": s.precision(), "meets_targets": s.meets_targets(),
                 "missed": s.missed, "passed": s.passed})
         })
@@ -159,24 +191,26 @@ pub fn sources_json(scores: &[SourceScore]) -> serde_json::Value {
 pub fn format_sources(scores: &[SourceScore]) -> String {
     let mut s = format!(
         "smalltalk check across sources (* tuned on; target: precision 100 % everywhere, recall >= {RECALL_TARGET} % \
-         on the others)\n"
+         on the others; `classes`: recall of the word classes alone)\n"
     );
     let _ = writeln!(
         s,
-        "{:<20} {:<4} {:>9} {:>8} {:>8} {:>10}  targets",
-        "source", "lang", "smalltalk", "recall", "requests", "precision"
+        "{:<20} {:<4} {:>9} {:>8} {:>8} {:>8} {:>10}  targets",
+        "source", "lang", "smalltalk", "recall", "classes", "requests", "precision"
     );
     for c in scores {
-        let recall = c.recall().map_or("-".to_owned(), |r| format!("{r:.1}%"));
+        let percent = |r: Option<f64>| r.map_or("-".to_owned(), |r| format!("{r:.1}%"));
+        let (recall, classes) = (percent(c.recall()), percent(c.recall_by_classes()));
         let name = if c.tuned { format!("{}*", c.source) } else { c.source.clone() };
         let verdict = if c.meets_targets() { "met" } else { "BELOW" };
         let _ = writeln!(
             s,
-            "{:<20} {:<4} {:>9} {:>8} {:>8} {:>9.1}%  {verdict}",
+            "{:<20} {:<4} {:>9} {:>8} {:>8} {:>8} {:>9.1}%  {verdict}",
             name,
             c.language,
             c.smalltalk,
             recall,
+            classes,
             c.requests,
             c.precision()
         );
@@ -194,7 +228,7 @@ mod tests {
     use super::*;
 
     fn reference() -> Vec<SourceScore> {
-        let scores = score_sources(Lexicon::reference(), &SOURCES).unwrap();
+        let scores = score_sources(&reference_deployment_lexicon(), &SOURCES).unwrap();
         // Only the figures: what a source not tuned on misses is not read while tuning.
         print!("{}", format_sources(&scores));
         scores
@@ -205,8 +239,8 @@ mod tests {
     fn no_request_of_any_source_is_taken_for_smalltalk() {
         let scores = reference();
         assert!(
-            scores.iter().filter(|c| !c.tuned).count() >= 8,
-            "two sources not tuned on, in several languages"
+            scores.iter().filter(|c| !c.tuned).count() >= 7,
+            "a source not tuned on, in every supported language it has"
         );
         for c in &scores {
             assert!(

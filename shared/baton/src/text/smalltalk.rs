@@ -800,6 +800,42 @@ mod tests {
         assert!(Lexicon::with_defaults(&bad).unwrap_err().contains("no word"));
     }
 
+    #[test]
+    fn the_learned_reading_takes_smalltalk_in_words_the_classes_do_not_list() {
+        let lexicon = Lexicon::reference();
+        for (text, kind) in [
+            ("goodmorning", Smalltalk::Greeting),
+            ("heyy bot, I am great", Smalltalk::Acknowledgement),
+            ("hi buddy, I am fine", Smalltalk::Acknowledgement),
+            ("super happy today", Smalltalk::Acknowledgement),
+        ] {
+            assert_eq!(lexicon.classify_by_classes(text), None, "{text}: the classes alone refuse it");
+            assert_eq!(lexicon.classify(text), Some(kind), "{text}");
+        }
+    }
+
+    #[test]
+    fn the_learned_reading_never_takes_a_request_or_a_sensitive_remark() {
+        for text in [
+            "hi, I feel awful",
+            "hello, my mom is sick",
+            "thanks, I'm worried about money",
+            "hola, estoy enfermo",
+            "merci, je suis épuisé",
+            "hallo, mir geht es schlecht",
+            "ciao, sono triste",
+            "hey, refund please",
+            "hi robot, where is it?",
+            "great, now what",
+            "ok do it",
+            "wonderful deals?",
+            "super, 2 more",
+            "happy to win?",
+        ] {
+            assert_eq!(talk(text), None, "{text}");
+        }
+    }
+
     /// Phrases whose words would be a request alone but not together ("for the help").
     const WHOLE_PHRASES: &[&str] = &[
         "for the help",

@@ -207,6 +207,11 @@ impl Learned {
             learned.positive.extend(l.positive_words.iter().map(|w| match_key(w)));
         }
         learned.vetoed = !learned.requests.is_empty() && !learned.sensitive.is_empty();
+        // A sentiment word of one language may be another's plain word (French "fine", Dutch
+        // "bot"): a word the vocabulary or a function-word list uses is not read as sentiment.
+        let plain = |k: &String| vocabulary.contains(k) || learned.function.contains(k);
+        learned.negative.retain(|k| !plain(k));
+        learned.positive.retain(|k| !plain(k));
         let mut smalltalk: HashSet<String> = vocabulary.iter().filter(|k| !learned.function.contains(*k)).cloned().collect();
         let mut requests = HashSet::new();
         for (origin, yaml) in TRAINING {
@@ -331,41 +336,5 @@ mod tests {
         assert_eq!(vetoes("hi 2"), Err(Refusal::Shape));
         assert_eq!(vetoes("thanks @support"), Err(Refusal::Shape));
         assert_eq!(vetoes(&"hello ".repeat(MAX_WORDS + 1)), Err(Refusal::Shape));
-    }
-}
-#[cfg(test)]
-mod probe {
-    use crate::text::smalltalk::{Lexicon, match_key};
-    #[test]
-    #[ignore]
-    fn probe() {
-        let lexicon = Lexicon::reference();
-        let l = lexicon.learned();
-        for w in std::env::var("WORDS").unwrap_or_default().split(',').filter(|w| !w.is_empty()) {
-            println!("{w}: {:.2}", l.word_score(&match_key(w)));
-        }
-        let yaml = include_str!("../../../../../data/smalltalk/rasa.yaml");
-        let parts: std::collections::BTreeMap<String, super::Labelled> = serde_yaml_ng::from_str(yaml).unwrap();
-        for part in parts.values() {
-            for m in part.smalltalk.values().flatten() {
-                if lexicon.classify(m).is_none() {
-                    let (rest, _) = crate::text::smalltalk::emoji::without_emoji(m).unwrap();
-                    println!("MISS {m:?}: {:?} {:?}", l.vetoes(&rest), super::message_keys(m).iter().map(|k| format!("{k}={:.2}", l.word_score(k))).collect::<Vec<_>>());
-                }
-            }
-        }
-    }
-}
-#[cfg(test)]
-mod probe2 {
-    use crate::text::smalltalk::Lexicon;
-    #[test]
-    #[ignore]
-    fn probe2() {
-        let p = Lexicon::reference().phrases();
-        for w in ["ok", "do", "it", "perfect", "that", "perfekt", "los", "sie", "ein"] {
-            let k = p.normalize(w.to_string());
-            println!("{w} -> {k} known {} function {} first {:?}", p.known.contains(&k), p.learned.is_function(&k), p.by_first.get(&k).map(|v| v.iter().filter(|(x, _)| x.len() <= 2).collect::<Vec<_>>()));
-        }
     }
 }
