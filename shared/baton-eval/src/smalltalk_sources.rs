@@ -49,6 +49,19 @@ pub const SOURCES: [Source; 3] = [
     },
 ];
 
+/// Rows whose source's label contradicts the project's definition of smalltalk, left out of the
+/// scores and listed under the table: (source, language, message, why). chatterbot-corpus's labels
+/// come from its categories (the first line of a `health` conversation is a request); its Dutch
+/// translator wrote that line as a plain "how are you?", a question about the assistant's
+/// wellbeing, which the issue defines as smalltalk. Found when the check took it; the row is shown,
+/// not hidden, and no other row was relabelled.
+pub const DISPUTED: &[(&str, &str, &str, &str)] = &[(
+    "chatterbot-corpus",
+    "nl",
+    "Hoe gaat het met je?",
+    "labelled a request by its category (health); the text is \"how are you?\"",
+)];
+
 /// The recall a source the check was not tuned on must reach in each language, in percent.
 pub const RECALL_TARGET: f64 = 90.0;
 
@@ -67,6 +80,9 @@ struct Part {
 pub fn reference_deployment_lexicon() -> Lexicon {
     const CONFIG: &str = include_str!("../../../config/baton.yaml");
     fn find(value: &serde_yaml_ng::Value) -> Option<&serde_yaml_ng::Value> {
+        if let Some(list) = value.as_sequence() {
+            return list.iter().find_map(find);
+        }
         let map = value.as_mapping()?;
         if let Some(smalltalk) = map.get("routing").and_then(|r| r.get("smalltalk")) {
             return Some(smalltalk);
@@ -149,7 +165,10 @@ pub fn score_sources(lexicon: &Lexicon, sources: &[Source]) -> Result<Vec<Source
                         requests: 0,
                         passed: Vec::new(),
                     });
-                    for m in messages {
+                    let disputed = |m: &String| {
+                        DISPUTED.iter().any(|(s, l, d, _)| *s == source.name && l == language && d == m)
+                    };
+                    for m in messages.iter().filter(|m| !disputed(m)) {
                         let taken = lexicon.classify(m).is_some();
                         if smalltalk {
                             score.smalltalk += 1;
@@ -214,6 +233,9 @@ pub fn format_sources(scores: &[SourceScore]) -> String {
             c.requests,
             c.precision()
         );
+    }
+    for (source, language, message, why) in DISPUTED {
+        let _ = writeln!(s, "left out of {source} ({language}), label disputed: {message:?}: {why}");
     }
     for c in scores {
         for m in &c.passed {
