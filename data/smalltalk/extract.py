@@ -6,7 +6,9 @@ project wrote, into chatterbot.yaml and rasa.yaml beside this script.
     python3 data/smalltalk/extract.py /tmp/st
 
 Labels are the sources' own: a line of chatterbot-corpus's `greetings` category is smalltalk, the
-user's (first) line of a conversation in its `health`, `money` and `food` categories is not; Rasa's
+user's (first) line of a conversation in its factual and advice categories (`health`, `money`, `food`,
+`history`, `science`, `literature`, `movies`, `politics`, `sports`, `trivia`, `computers`,
+`tech_support`, `coding`, `music`, `traveling`) is not; Rasa's
 starter intents `greet`, `goodbye`, `mood_great` and `bot_challenge` are smalltalk, `mood_unhappy`
 (a sensitive remark) is not, and `affirm` / `deny` (a bare yes or no, which may answer a question)
 are left out.
@@ -21,7 +23,9 @@ import yaml
 HERE = Path(__file__).parent
 LANGUAGES = {"english": "en", "spanish": "es", "french": "fr", "portuguese": "pt", "german": "de",
              "italian": "it", "dutch": "nl"}
-NOT_SMALLTALK = {"health", "money", "dinero", "food"}
+# Categories whose user lines ask for something (a fact, advice, a health or money matter).
+NOT_SMALLTALK = {"health", "money", "dinero", "food", "history", "science", "literature", "movies", "politics",
+                 "sports", "sport", "trivia", "computers", "computer", "tech_support", "coding", "music", "traveling"}
 
 
 def dump(path, header, corpus):

@@ -51,16 +51,24 @@ pub const SOURCES: [Source; 3] = [
 
 /// Rows whose source's label contradicts the project's definition of smalltalk, left out of the
 /// scores and listed under the table: (source, language, message, why). chatterbot-corpus's labels
-/// come from its categories (the first line of a `health` conversation is a request); its Dutch
-/// translator wrote that line as a plain "how are you?", a question about the assistant's
-/// wellbeing, which the issue defines as smalltalk. Found when the check took it; the row is shown,
-/// not hidden, and no other row was relabelled.
-pub const DISPUTED: &[(&str, &str, &str, &str)] = &[(
-    "chatterbot-corpus",
-    "nl",
-    "Hoe gaat het met je?",
-    "labelled a request by its category (health); the text is \"how are you?\"",
-)];
+/// come from its categories (the first line of a `health` or `movies` conversation is a request);
+/// two such lines are plain smalltalk by the project's definition: a question about the
+/// assistant's wellbeing and a compliment. Each was found when the check took it; the rows are
+/// shown, not hidden, and no other row was relabelled.
+pub const DISPUTED: &[(&str, &str, &str, &str)] = &[
+    (
+        "chatterbot-corpus",
+        "nl",
+        "Hoe gaat het met je?",
+        "labelled a request by its category (health); the text is \"how are you?\"",
+    ),
+    (
+        "chatterbot-corpus",
+        "it",
+        "È carino",
+        "labelled a request by its category (movies); the text is \"it's nice\", a compliment",
+    ),
+];
 
 /// The recall a source the check was not tuned on must reach in each language, in percent.
 pub const RECALL_TARGET: f64 = 90.0;
