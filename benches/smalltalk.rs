@@ -27,7 +27,11 @@ fn main() {
     let lexicon = Lexicon::reference();
     let _ = lexicon.classify("hi");
     println!("smalltalk lexicon and learned model, built on first use:");
-    println!("  CPU {:>8.2} ms, wall {:>8.2} ms", (process_cpu() - cpu).as_secs_f64() * 1e3, wall.elapsed().as_secs_f64() * 1e3);
+    println!(
+        "  CPU {:>8.2} ms, wall {:>8.2} ms",
+        (process_cpu() - cpu).as_secs_f64() * 1e3,
+        wall.elapsed().as_secs_f64() * 1e3
+    );
     let passes = if quick { 20 } else { 200 };
     println!("smalltalk check: {} messages x {passes} passes", messages.len());
     let check = |m: &str| lexicon.classify(m).is_some();

@@ -23,11 +23,26 @@
 //!   emoji) and looked up in the Unicode emoji data: faces, hands, people and hearts (the
 //!   "Smileys & Emotion" and "People & Body" groups) and a few signs of celebration (🎉 ✨ ⭐ 🔥
 //!   ✅) go with smalltalk, less those that point at or want something (👉 ☝️ 🤑 😋); any other
-//!   emoji — food, objects, flags, symbols such as ❓ — makes the message a request ("🧾?", "☕🍩"). Emoji alone are an acknowledgement. A symbol that is
-//!   neither punctuation nor an allowed emoji ("$", "%", "+") makes it a request too.
+//!   emoji — food, objects, flags, symbols such as ❓ — makes the message a request ("🧾?", "☕🍩").
+//!   Emoji alone are an acknowledgement. A symbol that is neither punctuation nor an allowed emoji
+//!   ("$", "%", "+") makes it a request too.
 //!
 //! At most 20 words. The kinds rank chitchat over an acknowledgement over a greeting ("hi, how
 //! are you?" is chitchat).
+//!
+//! **A second, learned reading** takes a message the classes refuse when its words nobody listed
+//! read as smalltalk and nothing in it asks for anything (`learned`): the classes' phrases may
+//! leave out function words ("I am great"), a phrase written as one word ("goodmorning"), a word of
+//! strong positive sentiment ("super stoked"), and a word whose character n-grams read as
+//! smalltalk's (a typo, an elongation, an inflection), learned from labelled data on first use.
+//! A request word, a sensitive or negative word, a negation, a digit or more than 12 words veto it
+//! (`data/smalltalk/signals.yaml`, `data/smalltalk/sentiment.yaml`, and a configured language's
+//! own lists). [`Lexicon::classify_by_classes`] is the first reading alone.
+//!
+//! # Layout
+//! - this file: the word classes, the lexicon and both readings' grammar.
+//! - `emoji`: which emoji go with smalltalk.
+//! - `learned`: the n-gram model, its training data and the vetoes of the second reading.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, LazyLock, OnceLock};
@@ -413,7 +428,8 @@ impl Lexicon {
             return (emoji || punctuation).then_some(Smalltalk::Acknowledgement);
         }
         let phrases = self.phrases();
-        let tolerant = || phrases.learned.vetoes(&rest).is_ok().then(|| phrases.read(&rest, emoji, true)).flatten();
+        let tolerant =
+            || phrases.learned.vetoes(&rest).is_ok().then(|| phrases.read(&rest, emoji, true)).flatten();
         phrases.read(&rest, emoji, false).or_else(|| learned.then(tolerant).flatten())
     }
 }
@@ -441,7 +457,8 @@ impl Phrases {
             for key in words {
                 let key = self.normalize(key);
                 if self.known.contains(&key) {
-                    let skip = tolerant && (self.learned.is_function(&key) || !self.learned.is_question(&key));
+                    let skip =
+                        tolerant && (self.learned.is_function(&key) || !self.learned.is_question(&key));
                     keys.push(key);
                     skippable.push(skip);
                 } else if !tolerant {
@@ -506,7 +523,9 @@ impl Phrases {
     fn cover(&self, keys: &[String], skippable: &[bool]) -> Option<Vec<&[Part]>> {
         let mut reach: Vec<Option<(usize, Vec<&[Part]>)>> = vec![None; keys.len() + 1];
         reach[0] = Some((0, Vec::new()));
-        let better = |slot: &Option<(usize, Vec<&[Part]>)>, skipped: usize| slot.as_ref().is_none_or(|(s, _)| skipped < *s);
+        let better = |slot: &Option<(usize, Vec<&[Part]>)>, skipped: usize| {
+            slot.as_ref().is_none_or(|(s, _)| skipped < *s)
+        };
         for i in 0..keys.len() {
             let Some((skipped, path)) = reach[i].clone() else { continue };
             for (phrase, parts) in self.by_first.get(&keys[i]).into_iter().flatten() {
@@ -834,6 +853,21 @@ mod tests {
         ] {
             assert_eq!(talk(text), None, "{text}");
         }
+    }
+
+    #[test]
+    fn a_configured_language_brings_its_function_words_and_vetoes_to_the_learned_reading() {
+        let swahili = |extra: &str| {
+            let yaml = format!("languages:\n  sw:\n    greetings: [jambo]\n    address: [rafiki]\n{extra}");
+            Lexicon::with_defaults(&serde_yaml_ng::from_str(&yaml).unwrap()).unwrap()
+        };
+        let message = "jambo rafiki, mimi pia";
+        assert_eq!(swahili("").classify(message), None, "two words no list has");
+        let lexicon = swahili("    function_words: [mimi, pia]\n");
+        assert_eq!(lexicon.classify_by_classes(message), None);
+        assert_eq!(lexicon.classify(message), Some(Smalltalk::Greeting), "function words as data");
+        let vetoed = swahili("    function_words: [mimi, pia]\n    sensitive_words: [rafiki]\n");
+        assert_eq!(vetoed.classify(message), None, "a configured sensitive word vetoes");
     }
 
     /// Phrases whose words would be a request alone but not together ("for the help").

@@ -1,27 +1,34 @@
 //! The smalltalk check's second reading: smalltalk in words nobody listed.
 //!
-//! The word classes refuse a message with a single word outside them. This reading takes such a
-//! message when every word in it *looks like* smalltalk and nothing in it asks for anything:
+//! The word classes refuse a message with a single word outside them. This reading (its grammar is
+//! `Phrases::read` in the parent module) takes such a message when the classes' phrases still
+//! cover it once some words are left out, a head is found, and nothing in it asks for anything:
 //!
-//! - **A character n-gram model** learned from labelled data when the lexicon is first used
+//! - **Words it may leave out**: function words (pronouns, articles, auxiliaries: tolerated, never
+//!   evidence), the vocabulary's other words (less question words, which only a phrase places), a
+//!   phrase written as one word, a word of strong positive sentiment in a message that asks
+//!   nothing (it heads the message), and a word whose **character n-grams** read as smalltalk's.
+//! - **The n-gram model** is learned from labelled data when the lexicon is first used
 //!   ([`TRAINING`]: the project's smalltalk corpus, the routing scenarios, the Rasa starter data,
-//!   and every word of the vocabulary, the configured languages' included). Each word is scored
-//!   by the n-grams (3 to 5 characters, with word boundaries) of the words of smalltalk against
-//!   those of the words that made a message a request, so a typo ("helo"), an elongation, an
-//!   inflection or a compound ("goodmorning") of a smalltalk word scores as one. Every word must
-//!   score above [`WORD_THRESHOLD`] and their mean above [`MESSAGE_THRESHOLD`]: one unknown word in
-//!   a message of greetings is not enough.
-//! - **Vetoes that keep precision** (`data/smalltalk/signals.yaml` and a configuration's
-//!   `languages`): a request word (a request verb, the product's nouns — points, receipts, offers,
-//!   the app, an image — an amount, a product, a question that is never about the assistant's
-//!   wellbeing: "where", "when", "why"), a sensitive word (distress, health, money worries), a
-//!   negation ("not good"), a digit, or more than [`MAX_WORDS`] words: the model answers.
-//!   Function words (pronouns, articles, auxiliaries) are tolerated but are never evidence.
+//!   and every word of the vocabulary, the configured languages' included). A word is scored by the
+//!   mean log-odds of its n-grams (3 to 5 characters, with word boundaries, and the word itself)
+//!   between the words of smalltalk and the words that made a message a request, so a typo
+//!   ("helo"), an elongation or an inflection of a smalltalk word scores as one. It must score at
+//!   least [`WORD_THRESHOLD`] to be left out, and at least [`HEAD_THRESHOLD`] to head a message.
+//! - **Vetoes that keep precision** ([`Learned::vetoes`]; `data/smalltalk/signals.yaml`,
+//!   `data/smalltalk/sentiment.yaml` and a configured language's own lists): a request word (a
+//!   request verb, the product's nouns — points, receipts, offers, the app, an image — prices,
+//!   products, imperatives such as "do it", and the questions that are never about the
+//!   assistant's wellbeing: "where", "when", "why"), a sensitive word (distress, health, money
+//!   worries), a word of negative sentiment, a negation ("not good"), a digit or a mention, or more
+//!   than [`MAX_WORDS`] words: the model answers.
 //!
-//! Naive Bayes over n-grams was chosen over a larger model because the labelled data is small
-//! (a few thousand messages), it is trained in milliseconds from data kept in the repository,
-//! it is read in microseconds per message, and its decisions can be explained word by word. The
-//! vetoes are lists, but of what a request or a worry is made of, not of smalltalk phrasings.
+//! Naive Bayes over n-grams was chosen over a larger model because the labelled data is small (a
+//! few thousand messages), it is learned in milliseconds from data kept in the repository, read in
+//! microseconds per message, and each decision can be explained word by word. An n-gram model alone
+//! was tried and rejected: it took sensitive remarks ("I feel awful") for smalltalk. The vetoes are
+//! lists, but of what a request or a worry is made of, not of smalltalk phrasings; the sentiment
+//! words are published lexicons (AFINN, Pattern), not written for this check.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -86,7 +93,8 @@ impl WordSet {
 
     /// Whether any word of `keys`, or a phrase of them, is in the set.
     fn hits(&self, keys: &[String]) -> bool {
-        keys.iter().any(|k| self.has_word(k)) || self.phrases.iter().any(|p| keys.windows(p.len()).any(|w| w == &p[..]))
+        keys.iter().any(|k| self.has_word(k))
+            || self.phrases.iter().any(|p| keys.windows(p.len()).any(|w| w == &p[..]))
     }
 }
 
@@ -112,12 +120,14 @@ struct Scenario {
 fn labelled(origin: &str, yaml: &str) -> (Vec<String>, Vec<String>) {
     let (mut smalltalk, mut requests) = (Vec::new(), Vec::new());
     if origin.ends_with("scenarios.yaml") {
-        let scenarios: Vec<Scenario> = serde_yaml_ng::from_str(yaml).expect("the routing scenarios are valid");
+        let scenarios: Vec<Scenario> =
+            serde_yaml_ng::from_str(yaml).expect("the routing scenarios are valid");
         for s in scenarios.into_iter().filter(|s| s.image.is_none()) {
             if s.expect.is_empty() { &mut smalltalk } else { &mut requests }.push(s.message);
         }
     } else {
-        let parts: BTreeMap<String, Labelled> = serde_yaml_ng::from_str(yaml).expect("the labelled data is valid");
+        let parts: BTreeMap<String, Labelled> =
+            serde_yaml_ng::from_str(yaml).expect("the labelled data is valid");
         for part in parts.into_values() {
             smalltalk.extend(part.smalltalk.into_values().flatten());
             requests.extend(part.requests.into_values().flatten());
@@ -147,7 +157,10 @@ pub(super) fn message_keys(text: &str) -> Vec<String> {
 
 /// French and Italian elided articles, pronouns and prepositions.
 fn is_elision(prefix: &str) -> bool {
-    matches!(prefix, "l" | "d" | "j" | "t" | "c" | "m" | "s" | "n" | "qu" | "dell" | "all" | "nell" | "sull" | "un")
+    matches!(
+        prefix,
+        "l" | "d" | "j" | "t" | "c" | "m" | "s" | "n" | "qu" | "dell" | "all" | "nell" | "sull" | "un"
+    )
 }
 
 /// The n-grams a word is read by: its 3- to 5-letter pieces with boundaries, and itself.
@@ -195,7 +208,10 @@ pub(crate) enum Refusal {
 impl Learned {
     /// Learns from [`TRAINING`] and `vocabulary` (every word of the vocabulary, smalltalk by
     /// construction), with the vetoes of `lists`.
-    pub(super) fn new<'a>(lists: impl IntoIterator<Item = &'a SmalltalkLists>, vocabulary: &HashSet<String>) -> Learned {
+    pub(super) fn new<'a>(
+        lists: impl IntoIterator<Item = &'a SmalltalkLists>,
+        vocabulary: &HashSet<String>,
+    ) -> Learned {
         let mut learned = Learned::default();
         for l in lists {
             l.request_words.iter().for_each(|w| learned.requests.add(w));
@@ -212,11 +228,13 @@ impl Learned {
         let plain = |k: &String| vocabulary.contains(k) || learned.function.contains(k);
         learned.negative.retain(|k| !plain(k));
         learned.positive.retain(|k| !plain(k));
-        let mut smalltalk: HashSet<String> = vocabulary.iter().filter(|k| !learned.function.contains(*k)).cloned().collect();
+        let mut smalltalk: HashSet<String> =
+            vocabulary.iter().filter(|k| !learned.function.contains(*k)).cloned().collect();
         let mut requests = HashSet::new();
         for (origin, yaml) in TRAINING {
             let (talk, asks) = labelled(origin, yaml);
-            smalltalk.extend(talk.iter().flat_map(|m| message_keys(m)).filter(|k| !learned.function.contains(k)));
+            smalltalk
+                .extend(talk.iter().flat_map(|m| message_keys(m)).filter(|k| !learned.function.contains(k)));
             requests.extend(asks.iter().flat_map(|m| message_keys(m)));
         }
         // A request's words that smalltalk also uses ("thanks, where are my points") are not
@@ -242,7 +260,9 @@ impl Learned {
             .iter()
             .map(|g| {
                 let [s, r] = self.counts.get(g).copied().unwrap_or_default();
-                let p = |count: u32, total: f64| (f64::from(count) + SMOOTHING) / (total + SMOOTHING * vocabulary);
+                let p = |count: u32, total: f64| {
+                    (f64::from(count) + SMOOTHING) / (total + SMOOTHING * vocabulary)
+                };
                 (p(s, self.totals[0]) / p(r, self.totals[1])).ln()
             })
             .sum();
@@ -308,10 +328,18 @@ mod tests {
     fn smalltalk_words_score_above_request_words() {
         let learned = Lexicon::reference().learned();
         for talk in ["hello", "helo", "thanks"] {
-            assert!(learned.word_score(&match_key(talk)) >= WORD_THRESHOLD, "{talk}: {}", learned.word_score(talk));
+            assert!(
+                learned.word_score(&match_key(talk)) >= WORD_THRESHOLD,
+                "{talk}: {}",
+                learned.word_score(talk)
+            );
         }
         for ask in ["walmart", "recibo", "rejected", "scontrino", "deals"] {
-            assert!(learned.word_score(&match_key(ask)) < WORD_THRESHOLD, "{ask}: {}", learned.word_score(ask));
+            assert!(
+                learned.word_score(&match_key(ask)) < WORD_THRESHOLD,
+                "{ask}: {}",
+                learned.word_score(ask)
+            );
         }
     }
 
@@ -324,7 +352,9 @@ mod tests {
 
     #[test]
     fn a_sensitive_remark_or_a_negation_is_never_smalltalk() {
-        for remark in ["I feel awful", "I'm so sad", "worried about money", "estoy enfermo", "je suis fatigué"] {
+        for remark in
+            ["I feel awful", "I'm so sad", "worried about money", "estoy enfermo", "je suis fatigué"]
+        {
             assert_eq!(vetoes(remark), Err(Refusal::Sensitive), "{remark}");
         }
         assert_eq!(vetoes("not good"), Err(Refusal::Negation));
