@@ -521,11 +521,11 @@ impl Phrases {
     /// The phrases (each as its classes) that make up `keys`, leaving out only words marked
     /// `skippable` (as few as can be; longest phrases first), if they do.
     fn cover(&self, keys: &[String], skippable: &[bool]) -> Option<Vec<&[Part]>> {
-        let mut reach: Vec<Option<(usize, Vec<&[Part]>)>> = vec![None; keys.len() + 1];
+        /// The words left out so far, and the phrases' classes.
+        type Reach<'p> = Option<(usize, Vec<&'p [Part]>)>;
+        let mut reach: Vec<Reach> = vec![None; keys.len() + 1];
         reach[0] = Some((0, Vec::new()));
-        let better = |slot: &Option<(usize, Vec<&[Part]>)>, skipped: usize| {
-            slot.as_ref().is_none_or(|(s, _)| skipped < *s)
-        };
+        let better = |slot: &Reach, skipped: usize| slot.as_ref().is_none_or(|(s, _)| skipped < *s);
         for i in 0..keys.len() {
             let Some((skipped, path)) = reach[i].clone() else { continue };
             for (phrase, parts) in self.by_first.get(&keys[i]).into_iter().flatten() {
