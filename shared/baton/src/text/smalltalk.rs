@@ -140,9 +140,12 @@ pub struct SmalltalkLists {
     #[serde(default)]
     pub function_words: Vec<String>,
     /// Question words ("what", "wie"): the learned reading takes one only inside a phrase of the
-    /// classes ("what's up", "wie geht's").
+    /// classes ("what's up", "wie geht's") or in a question about the assistant.
     #[serde(default)]
     pub question_words: Vec<String>,
+    /// The second person ("you", "du"): a question with one is about the assistant.
+    #[serde(default)]
+    pub second_person: Vec<String>,
     /// Words of negative sentiment (whole words): the learned reading never takes a message with
     /// one ("awful", "fatal").
     #[serde(default)]
@@ -437,7 +440,8 @@ impl Lexicon {
 impl Phrases {
     /// The word classes' reading of `rest` (text less its emoji). `tolerant` is the learned
     /// reading (see `learned`): the message's phrases of the classes may leave words out — function
-    /// words, the vocabulary's other words (less question words: "what", "wie"), a phrase written as
+    /// words, the vocabulary's other words (less question words, "what", "wie", unless the clause
+    /// has a second-person word: a question about the assistant), a phrase written as
     /// one word, a word of strong positive sentiment in a message that asks nothing, and a word that
     /// reads as smalltalk by its n-grams — and a head must be found: a phrase that heads, or such
     /// a positive or strongly smalltalk-like word. Any other word refuses the message.
@@ -454,11 +458,13 @@ impl Phrases {
                 words(clause).iter().map(|w| match_key(w)).collect()
             };
             count += words.len();
+            // A question about the assistant ("how have you been?") may place its question word.
+            let about_you = tolerant && words.iter().any(|k| self.learned.is_second_person(k));
             for key in words {
                 let key = self.normalize(key);
                 if self.known.contains(&key) {
-                    let skip =
-                        tolerant && (self.learned.is_function(&key) || !self.learned.is_question(&key));
+                    let placed = !self.learned.is_question(&key) || about_you;
+                    let skip = tolerant && (self.learned.is_function(&key) || placed);
                     keys.push(key);
                     skippable.push(skip);
                 } else if !tolerant {
@@ -827,6 +833,7 @@ mod tests {
             ("heyy bot, I am great", Smalltalk::Acknowledgement),
             ("hi buddy, I am fine", Smalltalk::Acknowledgement),
             ("super happy today", Smalltalk::Acknowledgement),
+            ("hi, how was your weekend?", Smalltalk::Greeting),
         ] {
             assert_eq!(lexicon.classify_by_classes(text), None, "{text}: the classes alone refuse it");
             assert_eq!(lexicon.classify(text), Some(kind), "{text}");
@@ -850,6 +857,8 @@ mod tests {
             "wonderful deals?",
             "super, 2 more",
             "happy to win?",
+            "hey, how have these been?",
+            "hey, where have you been?",
         ] {
             assert_eq!(talk(text), None, "{text}");
         }

@@ -5,7 +5,8 @@
 //! cover it once some words are left out, a head is found, and nothing in it asks for anything:
 //!
 //! - **Words it may leave out**: function words (pronouns, articles, auxiliaries: tolerated, never
-//!   evidence), the vocabulary's other words (less question words, which only a phrase places), a
+//!   evidence), the vocabulary's other words (less question words, which only a phrase or a
+//!   question about the assistant — a clause with a second-person word — places), a
 //!   phrase written as one word, a word of strong positive sentiment in a message that asks
 //!   nothing (it heads the message), and a word whose **character n-grams** read as smalltalk's.
 //! - **The n-gram model** is learned from labelled data when the lexicon is first used
@@ -186,6 +187,7 @@ pub(super) struct Learned {
     negative: HashSet<String>,
     positive: HashSet<String>,
     questions: HashSet<String>,
+    second_person: HashSet<String>,
     /// Whether the lists gave vetoes: without them this reading takes nothing.
     vetoed: bool,
 }
@@ -219,6 +221,7 @@ impl Learned {
             l.negations.iter().for_each(|w| learned.negations.add(w));
             learned.function.extend(l.function_words.iter().flat_map(|w| message_keys(w)));
             learned.questions.extend(l.question_words.iter().map(|w| match_key(w)));
+            learned.second_person.extend(l.second_person.iter().map(|w| match_key(w)));
             learned.negative.extend(l.negative_words.iter().map(|w| match_key(w)));
             learned.positive.extend(l.positive_words.iter().map(|w| match_key(w)));
         }
@@ -277,6 +280,11 @@ impl Learned {
     /// Whether `key` is a question word ("what", "wie"): only a phrase of the classes places it.
     pub(super) fn is_question(&self, key: &str) -> bool {
         self.questions.contains(key)
+    }
+
+    /// Whether `key` is a second-person word ("you", "du").
+    pub(super) fn is_second_person(&self, key: &str) -> bool {
+        self.second_person.contains(key)
     }
 
     /// Whether `key` is a word of strong positive sentiment.
