@@ -439,7 +439,8 @@ impl Lexicon {
 
 impl Phrases {
     /// The word classes' reading of `rest` (text less its emoji). `tolerant` is the learned
-    /// reading (see `learned`): the message's phrases of the classes may leave words out — function
+    /// reading (see `learned`), which takes a question only with a second-person word (about the
+    /// assistant): the message's phrases of the classes may leave words out — function
     /// words, the vocabulary's other words (less question words, "what", "wie", unless the clause
     /// has a second-person word: a question about the assistant), a phrase written as
     /// one word, a word of strong positive sentiment in a message that asks nothing, and a word that
@@ -450,6 +451,11 @@ impl Phrases {
         let (mut count, mut learned_head) = (0, false);
         let (mut needs, mut praised) = (false, false);
         let asks = rest.contains('?');
+        // The learned reading takes a question only about the assistant: "is this one ok?" asks
+        // about something the user has.
+        if tolerant && asks && !learned::message_keys(rest).iter().any(|k| self.learned.is_second_person(k)) {
+            return None;
+        }
         for clause in rest.split(is_clause_break) {
             let (mut keys, mut skippable) = (Vec::new(), Vec::new());
             let words = if tolerant {
@@ -859,6 +865,11 @@ mod tests {
             "happy to win?",
             "hey, how have these been?",
             "hey, where have you been?",
+            "is this one ok?",
+            "ok this one",
+            "super, la première",
+            "vale, el segundo",
+            "hi, is it good?",
         ] {
             assert_eq!(talk(text), None, "{text}");
         }

@@ -22,7 +22,8 @@
 //!   products, imperatives such as "do it", and the questions that are never about the
 //!   assistant's wellbeing: "where", "when", "why"), a sensitive word (distress, health, money
 //!   worries), a word of negative sentiment, a negation ("not good"), a digit or a mention, or more
-//!   than [`MAX_WORDS`] words: the model answers.
+//!   than [`MAX_WORDS`] words; and a question without a second-person word ("is this one ok?"
+//!   asks about something the user has, not about the assistant): the model answers.
 //!
 //! Naive Bayes over n-grams was chosen over a larger model because the labelled data is small (a
 //! few thousand messages), it is learned in milliseconds from data kept in the repository, read in
