@@ -67,7 +67,7 @@ const SMOOTHING: f64 = 0.5;
 #[derive(Debug, Clone, Default, PartialEq)]
 struct WordSet {
     exact: HashSet<String>,
-    prefixes: Vec<String>,
+    prefixes: HashSet<String>,
     phrases: Vec<Vec<String>>,
 }
 
@@ -77,7 +77,9 @@ impl WordSet {
         match key.as_slice() {
             [] => {}
             // The entry's own length: "need" stands for "needs" though its key is "ned".
-            [word] if entry.chars().count() >= 4 => self.prefixes.push(word.clone()),
+            [word] if entry.chars().count() >= 4 => {
+                self.prefixes.insert(word.clone());
+            }
             [word] => {
                 self.exact.insert(word.clone());
             }
@@ -90,7 +92,14 @@ impl WordSet {
     }
 
     fn has_word(&self, key: &str) -> bool {
-        self.exact.contains(key) || self.prefixes.iter().any(|p| key.starts_with(p.as_str()))
+        // Every prefix of the word looked up, rather than every entry tried: a few hashes a word.
+        self.exact.contains(key)
+            || key
+                .char_indices()
+                .skip(1)
+                .map(|(i, _)| &key[..i])
+                .chain([key])
+                .any(|p| self.prefixes.contains(p))
     }
 
     /// Whether any word of `keys`, or a phrase of them, is in the set.
