@@ -869,6 +869,7 @@ mod tests {
             "ok this one",
             "super, la première",
             "vale, el segundo",
+            "ok, on monday",
             "hi, is it good?",
         ] {
             assert_eq!(talk(text), None, "{text}");
