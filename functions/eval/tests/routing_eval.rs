@@ -56,6 +56,12 @@ fn routing_eval_json_gives_every_scenarios_calls_repairs_and_verdict() {
     assert!(
         corpus.iter().all(|part| part["precision"] == 100.0 && part["passed"].as_array().unwrap().is_empty())
     );
+    // The table across sources: every language of every source at 100 % precision, the sources
+    // the check was not tuned on marked, and the reference deployment's Dutch and Polish in it.
+    let sources = json["smalltalk_sources"].as_array().unwrap();
+    assert!(sources.iter().all(|row| row["precision"] == 100.0), "{sources:#?}");
+    assert!(sources.iter().any(|row| row["source"] == "chatterbot-corpus" && row["tuned"] == false));
+    assert!(sources.iter().any(|row| row["source"] == "rasa" && row["language"] == "en"));
 }
 
 #[test]

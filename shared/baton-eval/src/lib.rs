@@ -33,6 +33,7 @@
 //! - [`report`]: the run as a self-contained HTML report (charts, failures, trend) and the JSON
 //!   summary a run is stored as.
 //! - [`smalltalk_corpus`]: the smalltalk check scored on its labelled corpus.
+//! - [`smalltalk_sources`]: the smalltalk check per source and language, sources not tuned on included.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -57,6 +58,7 @@ use baton::routing::Router;
 mod faults;
 pub mod report;
 pub mod smalltalk_corpus;
+pub mod smalltalk_sources;
 pub mod turns;
 
 pub use faults::{Fault, FaultOutcome, format_faults, run_correct, run_faults};

@@ -11,7 +11,9 @@
 //! - **Smalltalk** ([`Lexicon`], in `text/smalltalk.rs`) is recognised by type: a message is smalltalk when it is made
 //!   only of greetings, thanks, acknowledgements, goodbyes, chitchat and compliments, composed
 //!   from small word classes, and of emoji that are faces, hands or hearts. Any other word ("hi,
-//!   where are my points?") makes the whole message a real request.
+//!   where are my points?") makes the whole message a real request, unless a second, learned
+//!   reading finds it reads as smalltalk and nothing in the message asks for anything ("heyy bot,
+//!   I am great"; `text/smalltalk/learned.rs`).
 
 mod smalltalk;
 

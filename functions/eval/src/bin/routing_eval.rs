@@ -2,7 +2,8 @@
 //! optionally an HTML report (`--html`) with the trend over previous summaries (`--history`),
 //! and this run's JSON summary (`--summary`). Progress goes to stderr, results to stdout: the text
 //! report, or with `--json` the summary and every scenario's calls, repairs and verdict; either
-//! with the smalltalk check's recall and precision on its labelled corpus.
+//! with the smalltalk check's recall and precision on its labelled corpus and per source and
+//! language (`smalltalk_sources`: the project's corpus, tuned on, and two sources it did not write).
 //!
 //! A configuration whose entry agent does not route (a team's own), or `--turns`, runs its own
 //! suite as full turns instead (`turns`): a team's flows under a model script, in its CI.
@@ -157,9 +158,19 @@ async fn run(config: &baton::config::Config, args: &RoutingEvalArgs) -> std::pro
         Ok(scores) => scores,
         Err(e) => return fail(e.to_string()),
     };
+    // And across sources (the project's and two it did not write), per language.
+    let sources = match eval::smalltalk_sources::score_sources(
+        &router.settings().smalltalk,
+        &eval::smalltalk_sources::SOURCES,
+    ) {
+        Ok(scores) => scores,
+        Err(e) => return fail(e.to_string()),
+    };
     if !args.json {
         println!();
         print!("{}", eval::format_corpus(&corpus));
+        println!();
+        print!("{}", eval::smalltalk_sources::format_sources(&sources));
     }
     let faults = if args.faults {
         eprintln!("fault injection: {} faults over {} scenarios…", eval::Fault::ALL.len(), suite.len());
@@ -183,6 +194,7 @@ async fn run(config: &baton::config::Config, args: &RoutingEvalArgs) -> std::pro
     if args.json {
         let mut json = eval_report::run_json(&summary, &run, &suite);
         json["smalltalk_corpus"] = eval::corpus_json(&corpus);
+        json["smalltalk_sources"] = eval::smalltalk_sources::sources_json(&sources);
         println!("{json:#}");
     }
     if let Some(path) = &args.summary {

@@ -23,11 +23,26 @@
 //!   emoji) and looked up in the Unicode emoji data: faces, hands, people and hearts (the
 //!   "Smileys & Emotion" and "People & Body" groups) and a few signs of celebration (🎉 ✨ ⭐ 🔥
 //!   ✅) go with smalltalk, less those that point at or want something (👉 ☝️ 🤑 😋); any other
-//!   emoji — food, objects, flags, symbols such as ❓ — makes the message a request ("🧾?", "☕🍩"). Emoji alone are an acknowledgement. A symbol that is
-//!   neither punctuation nor an allowed emoji ("$", "%", "+") makes it a request too.
+//!   emoji — food, objects, flags, symbols such as ❓ — makes the message a request ("🧾?", "☕🍩").
+//!   Emoji alone are an acknowledgement. A symbol that is neither punctuation nor an allowed emoji
+//!   ("$", "%", "+") makes it a request too.
 //!
 //! At most 20 words. The kinds rank chitchat over an acknowledgement over a greeting ("hi, how
 //! are you?" is chitchat).
+//!
+//! **A second, learned reading** takes a message the classes refuse when its words nobody listed
+//! read as smalltalk and nothing in it asks for anything (`learned`): the classes' phrases may
+//! leave out function words ("I am great"), a phrase written as one word ("goodmorning"), a word of
+//! strong positive sentiment ("super stoked"), and a word whose character n-grams read as
+//! smalltalk's (a typo, an elongation, an inflection), learned from labelled data on first use.
+//! A request word, a sensitive or negative word, a negation, a digit or more than 12 words veto it
+//! (`data/smalltalk/signals.yaml`, `data/smalltalk/sentiment.yaml`, and a configured language's
+//! own lists). [`Lexicon::classify_by_classes`] is the first reading alone.
+//!
+//! # Layout
+//! - this file: the word classes, the lexicon and both readings' grammar.
+//! - `emoji`: which emoji go with smalltalk.
+//! - `learned`: the n-gram model, its training data and the vetoes of the second reading.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, LazyLock, OnceLock};
@@ -35,9 +50,11 @@ use std::sync::{Arc, LazyLock, OnceLock};
 use serde::Deserialize;
 
 mod emoji;
+mod learned;
 
 use super::{fold, is_clause_break, words};
 use emoji::without_emoji;
+use learned::Learned;
 
 /// The kinds of message the fastpath may answer directly.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -105,6 +122,49 @@ pub struct SmalltalkLists {
     /// Interjections ("wow", "lol").
     #[serde(default)]
     pub interjections: Vec<String>,
+    /// Whole languages added to the default ones, by code ("nl", "pl"), each with these classes:
+    /// a deployment supports the default languages and these (adding one is data, not code).
+    #[serde(default)]
+    pub languages: BTreeMap<String, SmalltalkLists>,
+    /// Words that make any message a request for the learned reading ("receipt", "where"; an
+    /// entry of four letters or more also stands for the words it starts).
+    #[serde(default)]
+    pub request_words: Vec<String>,
+    /// Words of distress, health or money worries: never a direct answer ("sad", "doctor").
+    #[serde(default)]
+    pub sensitive_words: Vec<String>,
+    /// Negations ("not", "pas"): a negated remark may be a complaint.
+    #[serde(default)]
+    pub negations: Vec<String>,
+    /// Closed-class words the learned reading tolerates but never counts as evidence ("the", "is").
+    #[serde(default)]
+    pub function_words: Vec<String>,
+    /// Question words ("what", "wie"): the learned reading takes one only inside a phrase of the
+    /// classes ("what's up", "wie geht's") or in a question about the assistant.
+    #[serde(default)]
+    pub question_words: Vec<String>,
+    /// The second person ("you", "du"): a question with one is about the assistant.
+    #[serde(default)]
+    pub second_person: Vec<String>,
+    /// Words of negative sentiment (whole words): the learned reading never takes a message with
+    /// one ("awful", "fatal").
+    #[serde(default)]
+    pub negative_words: Vec<String>,
+    /// Words of strong positive sentiment (whole words) that head a message for the learned reading
+    /// when it asks nothing ("stoked", "génial").
+    #[serde(default)]
+    pub positive_words: Vec<String>,
+}
+
+impl SmalltalkLists {
+    /// These lists and those of every language they add, depth first.
+    fn with_languages(&self) -> Vec<&SmalltalkLists> {
+        let mut all = vec![self];
+        for language in self.languages.values() {
+            all.extend(language.with_languages());
+        }
+        all
+    }
 }
 
 /// The default smalltalk vocabulary, per language.
@@ -171,6 +231,10 @@ struct Phrases {
     /// Every word of every phrase: a word outside it ends the check at once.
     known: HashSet<String>,
     typo_heads: HashMap<char, Vec<String>>,
+    /// Phrases of several words written as one ("goodmorning"), with their words.
+    joined: HashMap<String, Vec<String>>,
+    /// The second reading, for messages with a word outside the classes.
+    learned: Learned,
 }
 
 /// The smalltalk vocabulary a message is checked against. The default is the default
@@ -194,11 +258,22 @@ enum LexiconPhrases {
 }
 
 static REFERENCE_LEXICON: LazyLock<Lexicon> =
-    LazyLock::new(|| Lexicon::new(default_lists().values()).expect("data/routing/smalltalk.yaml is valid"));
+    LazyLock::new(|| Lexicon::new(&defaults()).expect("data/routing/smalltalk.yaml is valid"));
 
 /// The default vocabulary by language.
 fn default_lists() -> BTreeMap<String, SmalltalkLists> {
     serde_yaml_ng::from_str(DEFAULT_SMALLTALK).expect("data/routing/smalltalk.yaml is valid")
+}
+
+/// The default vocabulary and the learned reading's default signals and sentiment words, every
+/// language.
+fn defaults() -> Vec<SmalltalkLists> {
+    let by_language = |yaml: &str, origin: &str| -> BTreeMap<String, SmalltalkLists> {
+        serde_yaml_ng::from_str(yaml).unwrap_or_else(|e| panic!("{origin} is valid: {e}"))
+    };
+    let signals = by_language(learned::DEFAULT_SIGNALS, "data/smalltalk/signals.yaml");
+    let sentiment = by_language(learned::DEFAULT_SENTIMENT, "data/smalltalk/sentiment.yaml");
+    default_lists().into_values().chain(signals.into_values()).chain(sentiment.into_values()).collect()
 }
 
 /// A word as compared with the vocabulary: lowercase, without accents, apostrophes or repeated
@@ -219,6 +294,7 @@ fn keys(phrase: &str) -> Vec<String> {
 
 /// The vocabulary of `lists`; `Err` names an entry without a word.
 fn index_phrases<'a>(lists: impl IntoIterator<Item = &'a SmalltalkLists>) -> Result<Phrases, String> {
+    let lists: Vec<&SmalltalkLists> = lists.into_iter().flat_map(SmalltalkLists::with_languages).collect();
     let mut phrases = Phrases::default();
     let add = |key: Vec<String>, part: Part, phrases: &mut Phrases| {
         let Some(first) = key.first().cloned() else { return };
@@ -236,7 +312,7 @@ fn index_phrases<'a>(lists: impl IntoIterator<Item = &'a SmalltalkLists>) -> Res
             None => entry.push((key, vec![part])),
         }
     };
-    for l in lists {
+    for l in lists.iter().copied() {
         let classes = [
             (&l.greetings, Part::Greeting),
             (&l.thanks, Part::Thanks),
@@ -280,6 +356,16 @@ fn index_phrases<'a>(lists: impl IntoIterator<Item = &'a SmalltalkLists>) -> Res
     for entry in phrases.by_first.values_mut() {
         entry.sort_by_key(|(p, _)| std::cmp::Reverse(p.len()));
     }
+    // For the learned reading: every phrase of several words written as one ("goodmorning").
+    let joined: HashMap<String, Vec<String>> = phrases
+        .by_first
+        .values()
+        .flatten()
+        .filter(|(key, _)| key.len() > 1)
+        .map(|(key, _)| (match_key(&key.concat()), key.clone()))
+        .collect();
+    phrases.joined = joined;
+    phrases.learned = Learned::new(lists, &phrases.known);
     Ok(phrases)
 }
 
@@ -302,7 +388,7 @@ impl Lexicon {
             LexiconPhrases::WithDefaults(lazy) => {
                 let (extra, phrases) = &**lazy;
                 phrases.get_or_init(|| {
-                    index_phrases(default_lists().values().chain([extra]))
+                    index_phrases(defaults().iter().chain([extra]))
                         .expect("the lists were checked when the lexicon was made")
                 })
             }
@@ -321,31 +407,92 @@ impl Lexicon {
         Ok(Lexicon { phrases: LexiconPhrases::Built(Arc::new(index_phrases(lists)?)) })
     }
 
-    /// Whether `text` is smalltalk, and which (see the module docs).
+    /// The learned reading of this lexicon.
+    #[cfg(test)]
+    fn learned(&self) -> &Learned {
+        &self.phrases().learned
+    }
+
+    /// Whether `text` is smalltalk, and which (see the module docs): by the word classes, or else
+    /// by the learned reading (which says chitchat).
     pub fn classify(&self, text: &str) -> Option<Smalltalk> {
+        self.read(text, true)
+    }
+
+    /// Whether `text` is smalltalk by the word classes alone (the first reading).
+    pub fn classify_by_classes(&self, text: &str) -> Option<Smalltalk> {
+        self.read(text, false)
+    }
+
+    fn read(&self, text: &str, learned: bool) -> Option<Smalltalk> {
         let (rest, emoji) = without_emoji(text)?;
         if !rest.chars().any(char::is_alphanumeric) {
             let punctuation = rest.chars().any(|c| !c.is_whitespace());
             return (emoji || punctuation).then_some(Smalltalk::Acknowledgement);
         }
         let phrases = self.phrases();
+        let tolerant =
+            || phrases.learned.vetoes(&rest).is_ok().then(|| phrases.read(&rest, emoji, true)).flatten();
+        phrases.read(&rest, emoji, false).or_else(|| learned.then(tolerant).flatten())
+    }
+}
+
+impl Phrases {
+    /// The word classes' reading of `rest` (text less its emoji). `tolerant` is the learned
+    /// reading (see `learned`), which takes a question only with a second-person word (about the
+    /// assistant): the message's phrases of the classes may leave words out — function
+    /// words, the vocabulary's other words (less question words, "what", "wie", unless the clause
+    /// has a second-person word: a question about the assistant), a phrase written as
+    /// one word, a word of strong positive sentiment in a message that asks nothing, and a word that
+    /// reads as smalltalk by its n-grams — and a head must be found: a phrase that heads, or such
+    /// a positive or strongly smalltalk-like word. Any other word refuses the message.
+    fn read(&self, rest: &str, emoji: bool, tolerant: bool) -> Option<Smalltalk> {
         let mut found: Option<Smalltalk> = None;
-        let mut count = 0;
+        let (mut count, mut learned_head) = (0, false);
         let (mut needs, mut praised) = (false, false);
+        let asks = rest.contains('?');
+        // The learned reading takes a question only about the assistant: "is this one ok?" asks
+        // about something the user has.
+        if tolerant && asks && !learned::message_keys(rest).iter().any(|k| self.learned.is_second_person(k)) {
+            return None;
+        }
         for clause in rest.split(is_clause_break) {
-            let mut keys = Vec::new();
-            for word in words(clause) {
-                let key = phrases.normalize(match_key(&word));
-                if !phrases.known.contains(&key) {
+            let (mut keys, mut skippable) = (Vec::new(), Vec::new());
+            let words = if tolerant {
+                learned::message_keys(clause)
+            } else {
+                words(clause).iter().map(|w| match_key(w)).collect()
+            };
+            count += words.len();
+            // A question about the assistant ("how have you been?") may place its question word.
+            let about_you = tolerant && words.iter().any(|k| self.learned.is_second_person(k));
+            for key in words {
+                let key = self.normalize(key);
+                if self.known.contains(&key) {
+                    let placed = !self.learned.is_question(&key) || about_you;
+                    let skip = tolerant && (self.learned.is_function(&key) || placed);
+                    keys.push(key);
+                    skippable.push(skip);
+                } else if !tolerant {
                     return None;
+                } else if self.learned.is_function(&key) {
+                } else if let Some(phrase) = self.joined.get(&key) {
+                    skippable.extend(phrase.iter().map(|_| false));
+                    keys.extend(phrase.iter().cloned());
+                } else if self.learned.is_positive(&key) && !asks {
+                    learned_head = true;
+                } else {
+                    let score = self.learned.word_score(&key);
+                    if score < learned::WORD_THRESHOLD {
+                        return None;
+                    }
+                    learned_head |= score >= learned::HEAD_THRESHOLD;
                 }
-                keys.push(key);
             }
-            count += keys.len();
             if count > SMALLTALK_MAX_WORDS {
                 return None;
             }
-            let phrases = phrases.cover(&keys)?;
+            let phrases = self.cover(&keys, &skippable)?;
             // A phrase in several classes plays whichever role the rules need ("super" is
             // praise after "du bist", an acknowledgement alone).
             needs |= phrases.iter().any(|parts| parts.iter().all(|p| p.needs_praise()));
@@ -358,11 +505,12 @@ impl Lexicon {
         if needs && !praised {
             return None;
         }
+        if tolerant {
+            return found.or(learned_head.then_some(Smalltalk::Chitchat));
+        }
         found.or(emoji.then_some(Smalltalk::Acknowledgement))
     }
-}
 
-impl Phrases {
     /// `key` as the vocabulary knows it: itself, laughter, or the head word it is a typo of.
     fn normalize(&self, key: String) -> String {
         if self.known.contains(&key) {
@@ -382,23 +530,29 @@ impl Phrases {
         key
     }
 
-    /// The phrases (each as its classes) that make up `keys` exactly, if they do (longest
-    /// phrases first).
-    fn cover(&self, keys: &[String]) -> Option<Vec<&[Part]>> {
-        let mut reach: Vec<Option<Vec<&[Part]>>> = vec![None; keys.len() + 1];
-        reach[0] = Some(Vec::new());
+    /// The phrases (each as its classes) that make up `keys`, leaving out only words marked
+    /// `skippable` (as few as can be; longest phrases first), if they do.
+    fn cover(&self, keys: &[String], skippable: &[bool]) -> Option<Vec<&[Part]>> {
+        /// The words left out so far, and the phrases' classes.
+        type Reach<'p> = Option<(usize, Vec<&'p [Part]>)>;
+        let mut reach: Vec<Reach> = vec![None; keys.len() + 1];
+        reach[0] = Some((0, Vec::new()));
+        let better = |slot: &Reach, skipped: usize| slot.as_ref().is_none_or(|(s, _)| skipped < *s);
         for i in 0..keys.len() {
-            let Some(path) = reach[i].clone() else { continue };
+            let Some((skipped, path)) = reach[i].clone() else { continue };
             for (phrase, parts) in self.by_first.get(&keys[i]).into_iter().flatten() {
                 let end = i + phrase.len();
-                if end <= keys.len() && reach[end].is_none() && keys[i..end] == phrase[..] {
+                if end <= keys.len() && better(&reach[end], skipped) && keys[i..end] == phrase[..] {
                     let mut next = path.clone();
                     next.push(parts.as_slice());
-                    reach[end] = Some(next);
+                    reach[end] = Some((skipped, next));
                 }
             }
+            if skippable[i] && better(&reach[i + 1], skipped + 1) {
+                reach[i + 1] = Some((skipped + 1, path));
+            }
         }
-        reach.pop().flatten()
+        reach.pop().flatten().map(|(_, path)| path)
     }
 }
 
@@ -604,9 +758,11 @@ mod tests {
 
     #[test]
     fn you_and_thats_need_praise() {
-        for text in ["you?", "you", "that's", "c'est", "the", "ok you"] {
+        for text in ["you?", "you", "that's", "c'est", "the"] {
             assert_eq!(talk(text), None, "{text}");
         }
+        // The classes' rule; the learned reading takes "ok" with a word it does not weigh.
+        assert_eq!(Lexicon::reference().classify_by_classes("ok you"), None);
         assert_eq!(talk("you rock"), Some(Smalltalk::Acknowledgement));
     }
 
@@ -657,6 +813,82 @@ mod tests {
         assert_eq!(only.unwrap().classify("hello"), None);
         let bad = Lexicon::new([&SmalltalkLists { fillers: vec!["…".into()], ..Default::default() }]);
         assert!(bad.unwrap_err().contains("no word"));
+    }
+
+    #[test]
+    fn a_configured_language_is_supported_by_its_words_alone() {
+        // Swahili is in no default list: the configuration adds it as data.
+        let yaml = "languages:\n  sw:\n    greetings: [jambo, habari]\n    thanks: [asante, asante sana]\n    \
+                    address: [rafiki]\n";
+        let extra: SmalltalkLists = serde_yaml_ng::from_str(yaml).unwrap();
+        assert_eq!(classify_smalltalk("jambo rafiki"), None, "not a default language");
+        let lexicon = Lexicon::with_defaults(&extra).unwrap();
+        assert_eq!(lexicon.classify("Jambo rafiki!"), Some(Smalltalk::Greeting));
+        assert_eq!(lexicon.classify("asante sana"), Some(Smalltalk::Acknowledgement));
+        assert_eq!(lexicon.classify("hola"), Some(Smalltalk::Greeting), "the defaults stay");
+        assert_eq!(lexicon.classify("asante, pointi zangu ziko wapi?"), None, "a word outside the classes");
+        let bad: SmalltalkLists = serde_yaml_ng::from_str("languages: {sw: {greetings: ['…']}}").unwrap();
+        assert!(Lexicon::with_defaults(&bad).unwrap_err().contains("no word"));
+    }
+
+    #[test]
+    fn the_learned_reading_takes_smalltalk_in_words_the_classes_do_not_list() {
+        let lexicon = Lexicon::reference();
+        for (text, kind) in [
+            ("goodmorning", Smalltalk::Greeting),
+            ("heyy bot, I am great", Smalltalk::Acknowledgement),
+            ("hi buddy, I am fine", Smalltalk::Acknowledgement),
+            ("super happy today", Smalltalk::Acknowledgement),
+            ("hi, how was your weekend?", Smalltalk::Greeting),
+        ] {
+            assert_eq!(lexicon.classify_by_classes(text), None, "{text}: the classes alone refuse it");
+            assert_eq!(lexicon.classify(text), Some(kind), "{text}");
+        }
+    }
+
+    #[test]
+    fn the_learned_reading_never_takes_a_request_or_a_sensitive_remark() {
+        for text in [
+            "hi, I feel awful",
+            "hello, my mom is sick",
+            "thanks, I'm worried about money",
+            "hola, estoy enfermo",
+            "merci, je suis épuisé",
+            "hallo, mir geht es schlecht",
+            "ciao, sono triste",
+            "hey, refund please",
+            "hi robot, where is it?",
+            "great, now what",
+            "ok do it",
+            "wonderful deals?",
+            "super, 2 more",
+            "happy to win?",
+            "hey, how have these been?",
+            "hey, where have you been?",
+            "is this one ok?",
+            "ok this one",
+            "super, la première",
+            "vale, el segundo",
+            "ok, on monday",
+            "hi, is it good?",
+        ] {
+            assert_eq!(talk(text), None, "{text}");
+        }
+    }
+
+    #[test]
+    fn a_configured_language_brings_its_function_words_and_vetoes_to_the_learned_reading() {
+        let swahili = |extra: &str| {
+            let yaml = format!("languages:\n  sw:\n    greetings: [jambo]\n    address: [rafiki]\n{extra}");
+            Lexicon::with_defaults(&serde_yaml_ng::from_str(&yaml).unwrap()).unwrap()
+        };
+        let message = "jambo rafiki, mimi pia";
+        assert_eq!(swahili("").classify(message), None, "two words no list has");
+        let lexicon = swahili("    function_words: [mimi, pia]\n");
+        assert_eq!(lexicon.classify_by_classes(message), None);
+        assert_eq!(lexicon.classify(message), Some(Smalltalk::Greeting), "function words as data");
+        let vetoed = swahili("    function_words: [mimi, pia]\n    sensitive_words: [rafiki]\n");
+        assert_eq!(vetoed.classify(message), None, "a configured sensitive word vetoes");
     }
 
     /// Phrases whose words would be a request alone but not together ("for the help").
