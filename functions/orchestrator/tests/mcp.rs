@@ -16,33 +16,36 @@ fn venv_python() -> PathBuf {
         .join("bin/python")
 }
 
-#[test]
-fn the_python_mcp_client_calls_an_agent_over_stdio() {
-    let store = tempfile::tempdir().unwrap();
+/// The official Python client's run of `orchestrator mcp ARGS` over stdio (the store in `dir`):
+/// asks `agent` with `text`, and prints the tools, the answer and its progress as JSON.
+fn client_run(dir: &Path, agent: &str, text: &str, orchestrator_args: &[&std::ffi::OsStr]) -> Value {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/mcp/baton_client.py");
     let mut python = Command::new(venv_python());
-    for var in ["OPENAI_API_KEY", "OPENAI_BASE_URL", "FORETHOUGHT_API_TOKEN", "BATON_TABLE"] {
+    for var in ["OPENAI_API_KEY", "OPENAI_BASE_URL", "FORETHOUGHT_API_TOKEN", "BATON_TABLE", "BATON_CONFIG"] {
         python.env_remove(var);
     }
     let out = python
-        .env("BATON_STORE_PATH", store.path().join("store.redb"))
+        .env("BATON_STORE_PATH", dir.join("store.redb"))
         .arg(&script)
-        .args([
-            "stdio",
-            "shopping",
-            "find me a deal on coffee",
-            "--",
-            env!("CARGO_BIN_EXE_orchestrator"),
-            "mcp",
-        ])
+        .args(["stdio", agent, text, "--", env!("CARGO_BIN_EXE_orchestrator")])
+        .args(orchestrator_args)
+        .arg("mcp")
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let got: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let names: Vec<&str> =
-        got["tools"].as_array().unwrap().iter().filter_map(|t| t["name"].as_str()).collect();
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn tool_names(got: &Value) -> Vec<&str> {
+    got["tools"].as_array().unwrap().iter().filter_map(|t| t["name"].as_str()).collect()
+}
+
+#[test]
+fn the_python_mcp_client_calls_an_agent_over_stdio() {
+    let store = tempfile::tempdir().unwrap();
+    let got = client_run(store.path(), "shopping", "find me a deal on coffee", &[]);
     assert_eq!(
-        names,
+        tool_names(&got),
         ["orchestrator", "support", "shopping"],
         "the agents the reference's `mcp:` lists: {got}"
     );
@@ -61,23 +64,7 @@ fn a_teams_file_without_an_mcp_key_serves_its_entry_agent_alone() {
          - {name: helper, description: Helps., instruction: Help.}\n",
     )
     .unwrap();
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/mcp/baton_client.py");
-    let mut python = Command::new(venv_python());
-    for var in ["OPENAI_API_KEY", "OPENAI_BASE_URL", "FORETHOUGHT_API_TOKEN", "BATON_TABLE"] {
-        python.env_remove(var);
-    }
-    let out = python
-        .env("BATON_STORE_PATH", dir.path().join("store.redb"))
-        .arg(&script)
-        .args(["stdio", "lead", "hello", "--", env!("CARGO_BIN_EXE_orchestrator"), "--config"])
-        .arg(&team)
-        .arg("mcp")
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let got: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let names: Vec<&str> =
-        got["tools"].as_array().unwrap().iter().filter_map(|t| t["name"].as_str()).collect();
-    assert_eq!(names, ["lead"], "not the agent only `lead` calls: {got}");
+    let got = client_run(dir.path(), "lead", "hello", &["--config".as_ref(), team.as_os_str()]);
+    assert_eq!(tool_names(&got), ["lead"], "not the agent only `lead` calls: {got}");
     assert_eq!(got["is_error"], false, "{got}");
 }
