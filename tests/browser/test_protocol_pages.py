@@ -10,7 +10,7 @@ throws (the pages show every error, which the tests read)."""
 import shutil
 
 import pytest
-from selenium.common.exceptions import TimeoutException
+from selenium.common.exceptions import StaleElementReferenceException, TimeoutException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support.ui import WebDriverWait
@@ -73,13 +73,16 @@ def assert_no_errors(driver):
 
 
 def done_notes(driver):
-    return [n.text for n in driver.find_elements(By.CSS_SELECTOR, ".note.done")]
+    # Read in one script: the page re-renders its log while the turn streams, and an element
+    # found by one command can be gone by the next (a stale element reference).
+    return driver.execute_script(
+        "return [...document.querySelectorAll('.note.done')].map((n) => n.innerText)")
 
 
 def wait_done(driver, status):
     """Waits until the page's last `done (<status>)` note is this status (or it shows an error)."""
     try:
-        WebDriverWait(driver, WAIT).until(
+        WebDriverWait(driver, WAIT, ignored_exceptions=[StaleElementReferenceException]).until(
             lambda d: done_notes(d)[-1:] == [f"done ({status})"] or d.find_elements(By.CSS_SELECTOR, ".error"))
     except TimeoutException:
         raise AssertionError(f"no `done ({status})` in the page:\n{driver.find_element(By.ID, 'log').text}") from None
