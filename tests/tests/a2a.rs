@@ -614,7 +614,10 @@ mod bad_remote {
         }
     }
 
-    async fn rpc(Path(kind): Path<String>) -> Response {
+    async fn rpc(Path(kind): Path<String>, body: axum::body::Bytes) -> Response {
+        let method = serde_json::from_slice::<serde_json::Value>(&body)
+            .ok()
+            .and_then(|v| v["method"].as_str().map(str::to_owned));
         let task =
             frame(json!({"task": {"id": "t", "contextId": "c", "status": {"state": "TASK_STATE_WORKING"}}}));
         let chunk = frame(json!({"artifactUpdate": {"taskId": "t", "contextId": "c",
@@ -622,6 +625,12 @@ mod bad_remote {
         match kind.as_str() {
             "unknown" => sse(vec![task, frame(json!({"progressUpdate": {"percent": 5}}))], None),
             "broken" => sse(vec![task, chunk], None),
+            "broken-once" => {
+                if method.as_deref().is_some_and(|m| m.starts_with("Send")) {
+                    SENT_TO_BROKEN_ONCE.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                }
+                sse(vec![task, chunk], None)
+            }
             "endless" => sse(vec![task, chunk], Some(Duration::from_millis(50))),
             "silent" => sse(vec![task], Some(Duration::from_secs(60))),
             "long-line" => sse(vec![format!("data: {}", "x".repeat(2 * 1024 * 1024))], None),
@@ -640,6 +649,11 @@ mod bad_remote {
         }
     }
 
+    /// Messages (`Send…`) the `broken-once` agent received (it acts, then its stream ends
+    /// mid-answer); its caller may still cancel the task, which is not a message.
+    pub(super) static SENT_TO_BROKEN_ONCE: std::sync::atomic::AtomicUsize =
+        std::sync::atomic::AtomicUsize::new(0);
+
     /// The server's base URL; it runs until the test ends.
     pub(super) async fn start() -> String {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -651,6 +665,19 @@ mod bad_remote {
         tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
         base
     }
+}
+
+/// Never twice: a remote agent whose stream ends after it started working (it may have acted)
+/// is asked once; the caller reads an error, and nothing sends the message again.
+#[tokio::test]
+async fn a_remote_that_breaks_off_mid_answer_is_asked_once() {
+    use std::sync::atomic::Ordering;
+    let base = bad_remote::start().await;
+    let events = ask(&agent_at(&format!("{base}/broken-once"), None, limits()), "book it").await;
+    let (code, _) = error_code(&events).expect("an error the caller reads");
+    assert!(code.starts_with("a2a_remote_"), "{code}: {events:?}");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(bad_remote::SENT_TO_BROKEN_ONCE.load(Ordering::SeqCst), 1, "sent once");
 }
 
 #[tokio::test]
