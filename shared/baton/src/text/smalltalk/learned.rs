@@ -205,7 +205,7 @@ pub(super) struct Learned {
 /// Why the second reading refused a message (for the tests and the report).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Refusal {
-    /// Too long, a digit, or a mention ("@support").
+    /// Too long, a digit, or a mention ("@someone").
     Shape,
     /// A request word.
     Request,
