@@ -123,6 +123,40 @@ pub async fn start_endpoint_with(config: &Deployment, store: Arc<dyn Store>) -> 
     start_endpoint_limited(config, store, EndpointLimits::default()).await
 }
 
+/// One agent, `solo` (its model `solo` on the scripted server), with no tools.
+pub const SOLO: &str = "\
+entry: solo
+agents:
+  - name: solo
+    model: solo
+    instruction: Answer.
+";
+
+/// [`SOLO`] behind two chat endpoints over one store, as two instances of the function share
+/// one table: A and B have separate memory and meet only in the store.
+pub struct TwoInstances<H> {
+    /// The store's harness.
+    pub harness: H,
+    /// The model server of both.
+    pub server: ScriptedServer,
+    /// Instance A.
+    pub a: Endpoint,
+    /// Instance B.
+    pub b: Endpoint,
+}
+
+impl<H: stores::StoreHarness> TwoInstances<H> {
+    /// Starts the store, the model server and both endpoints.
+    pub async fn start() -> TwoInstances<H> {
+        let harness = H::start(stores::test_clock()).await;
+        let server = ScriptedServer::start().await.unwrap();
+        let config = scripted_runtime_config(&server).with_yaml(SOLO, "solo.yaml").unwrap();
+        let a = start_endpoint_with(&config.clone().into(), harness.store()).await;
+        let b = start_endpoint_with(&config.into(), harness.store()).await;
+        TwoInstances { harness, server, a, b }
+    }
+}
+
 /// Serves `config`'s chat endpoint on `127.0.0.1:0` within `limits`, recording into `store`.
 pub async fn start_endpoint_limited(
     config: &Deployment,

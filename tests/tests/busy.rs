@@ -7,10 +7,10 @@
 use std::time::Duration;
 
 use baton::event::{Event, Status};
-use baton::model::scripted::{Reply, ScriptedServer};
+use baton::model::scripted::Reply;
 use baton::store::{EpisodeKey, Role};
-use baton_tests::stores::{StoreHarness, test_clock};
-use baton_tests::{Endpoint, Received, scripted_runtime_config, start_endpoint_with};
+use baton_tests::stores::StoreHarness;
+use baton_tests::{Endpoint, Received, TwoInstances};
 use eventsource_stream::Eventsource;
 use futures::StreamExt;
 use serde_json::{Value, json};
@@ -25,34 +25,24 @@ baton_tests::for_both_stores!(
     each_protocol_carries_its_on_busy,
 );
 
-const SOLO: &str = "\
-entry: solo
-agents:
-  - name: solo
-    model: solo
-    instruction: Answer.
-";
-
 const BOUND: Duration = Duration::from_secs(30);
 
 /// A slow first answer: a word every 100 ms (~1.5 s).
 const SLOW: &str = "Coffee deals this week are at the corner store and at the market downtown.";
 
-struct Setup<H> {
-    harness: H,
-    server: ScriptedServer,
-    a: Endpoint,
-    b: Endpoint,
+/// Instance A and instance B: one store, separate processes' memory.
+struct Setup<H>(TwoInstances<H>);
+
+impl<H> std::ops::Deref for Setup<H> {
+    type Target = TwoInstances<H>;
+    fn deref(&self) -> &TwoInstances<H> {
+        &self.0
+    }
 }
 
 impl<H: StoreHarness> Setup<H> {
     async fn start() -> Setup<H> {
-        let harness = H::start(test_clock()).await;
-        let server = ScriptedServer::start().await.unwrap();
-        let config = scripted_runtime_config(&server).with_yaml(SOLO, "solo.yaml").unwrap();
-        let a = start_endpoint_with(&config.clone().into(), harness.store()).await;
-        let b = start_endpoint_with(&config.into(), harness.store()).await;
-        Setup { harness, server, a, b }
+        Setup(TwoInstances::start().await)
     }
 
     /// Starts the slow turn on A as `alice` in `e1`: its id and its stream, the first event read.

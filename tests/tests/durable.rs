@@ -12,7 +12,9 @@ use baton::event::{Event, Status};
 use baton::model::scripted::{Reply, ScriptedServer};
 use baton::store::{EpisodeKey, Store, TurnStatus};
 use baton_tests::stores::{StoreHarness, test_clock};
-use baton_tests::{Endpoint, Received, scripted_runtime_config, start_endpoint_with, wait_until};
+use baton_tests::{
+    Endpoint, Received, SOLO, TwoInstances, scripted_runtime_config, start_endpoint_with, wait_until,
+};
 use eventsource_stream::Eventsource;
 use futures::StreamExt;
 use serde_json::{Value, json};
@@ -182,14 +184,6 @@ async fn a_store_that_fails_while_logging_leaves_the_stream_whole() {
 /// Far above any turn here: reaching it means something hung.
 const BOUND: Duration = Duration::from_secs(30);
 
-const SOLO: &str = "\
-entry: solo
-agents:
-  - name: solo
-    model: solo
-    instruction: Answer.
-";
-
 /// The answer of a turn: a text event per word. A slow turn streams one every 100 ms (~2 s).
 const ANSWER: &str = "Points post within a day of the receipt scan, and late receipts take up to a week to be reviewed by a person.";
 
@@ -197,22 +191,19 @@ fn slow_answer() -> baton::model::scripted::StreamReply {
     Reply::text(ANSWER).chunk_delay(Duration::from_millis(100))
 }
 
-struct Setup<H> {
-    harness: H,
-    server: ScriptedServer,
-    /// Instance A and instance B: one store, separate processes' memory.
-    a: Endpoint,
-    b: Endpoint,
+/// Instance A and instance B: one store, separate processes' memory.
+struct Setup<H>(TwoInstances<H>);
+
+impl<H> std::ops::Deref for Setup<H> {
+    type Target = TwoInstances<H>;
+    fn deref(&self) -> &TwoInstances<H> {
+        &self.0
+    }
 }
 
 impl<H: StoreHarness> Setup<H> {
     async fn start() -> Setup<H> {
-        let harness = H::start(test_clock()).await;
-        let server = ScriptedServer::start().await.unwrap();
-        let config = scripted_runtime_config(&server).with_yaml(SOLO, "solo.yaml").unwrap();
-        let a = start_endpoint_with(&config.clone().into(), harness.store()).await;
-        let b = start_endpoint_with(&config.into(), harness.store()).await;
-        Setup { harness, server, a, b }
+        Setup(TwoInstances::start().await)
     }
 
     fn store(&self) -> std::sync::Arc<dyn Store> {

@@ -76,7 +76,7 @@ impl LambdaTool {
                         tokio::time::sleep(Duration::from_millis(200 << (attempt - 1))).await;
                         attempt += 1;
                     }
-                    Retry::Again | Retry::Final(_) => return Err(self.error_of(&e)),
+                    Retry::Again | Retry::Final => return Err(self.error_of(&e)),
                     Retry::Function(message) => {
                         return Err(self.failed(format!("the function failed: {message}")));
                     }
@@ -137,11 +137,11 @@ impl LambdaTool {
                         service_words(service.err())
                     ))
                 } else {
-                    Retry::Final(())
+                    Retry::Final
                 }
             }
-            SdkError::ConstructionFailure(_) => Retry::Final(()),
-            SdkError::DispatchFailure(_) if never_connected(error) => Retry::Final(()),
+            SdkError::ConstructionFailure(_) => Retry::Final,
+            SdkError::DispatchFailure(_) if never_connected(error) => Retry::Final,
             _ => Retry::Unknown(
                 "the connection to Lambda broke before it answered; the function may have run, so the call was not sent again"
                     .to_owned(),
@@ -171,7 +171,7 @@ enum Retry {
     /// Lambda ran nothing and may be asked again (throttled).
     Again,
     /// Lambda ran nothing; the error is final.
-    Final(()),
+    Final,
     /// The function may have run: never sent again.
     Unknown(String),
     /// The function ran and failed with this message.
