@@ -43,6 +43,14 @@ for crate_src in shared/baton/src shared/baton-aws/src; do
 done
 echo "none"
 
+step "the docs: every path they name exists, the event table matches the Event enum"
+missing=$(python3 scripts/check_docs.py)
+if [[ "$(tail -n 1 <<<"$missing")" != 0 ]]; then
+    echo "$missing" >&2
+    exit 1
+fi
+echo "none missing"
+
 step "moto_server (local DynamoDB for the store tests)"
 requirements=scripts/requirements-test.txt
 if [[ ! -x .venv/bin/moto_server ]] || ! cmp -s "$requirements" .venv/requirements-test.txt; then
