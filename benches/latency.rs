@@ -25,6 +25,15 @@
 //! 3. `store`: what a turn's durable writes cost in the embedded store (read the recent
 //!    messages, record the user message, save a two-message reply), wall and CPU per turn.
 //!
+//! 4. `cleartext`: Baton's own HTTP/1.1 client (`outbound/cleartext.rs`) against reqwest on the
+//!    same cleartext loopback path, in one run: two `serve` processes of the same binary, the
+//!    second handing its cleartext calls to reqwest (a proxy is set, so `outbound::Client` leaves
+//!    them to reqwest, and `NO_PROXY` sends them straight to the servers: the proxy's port takes
+//!    no connection). The mixed turn at its script's pace and with zero-latency models, the two
+//!    processes taking turns in rounds; `serve`'s CPU and wake-ups per turn, wall p50, and
+//!    reqwest's CPU over Baton's client's (issue 47's rule: the hand-written client stays only if
+//!    reqwest costs more than 1.1× its CPU per turn here).
+//!
 //! Each figure of 1 and 2 is printed for the default flush, for `BATON_FLUSH_BUDGET_MS=0` (no pacing),
 //! for the model server over TLS (reqwest, h2 by ALPN: the path production takes to a vendor, where
 //! the others take Baton's own cleartext HTTP/1.1 connection; support stays cleartext), and, when
@@ -53,6 +62,16 @@ fn main() {
     if wanted("store") {
         rt.block_on(store_writes(if quick { 100 } else { 500 }));
     }
+    if wanted("cleartext") {
+        rt.block_on(cleartext(if quick { 8 } else { 24 }, if quick { 200 } else { 800 }));
+    }
+}
+
+/// The release build's directory (`CARGO_TARGET_DIR`'s when set, as `cargo bench` resolves it).
+fn release_dir() -> PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"), PathBuf::from);
+    target.join("release")
 }
 
 /// A process's CPU time so far (user plus system), read two ways: per live thread to the
@@ -501,14 +520,18 @@ async fn floor(frames: u32, gap: Duration) -> (Duration, f64) {
     (after.since(&before) / frames, after.wakeups_since(&before) as f64 / f64::from(frames))
 }
 
-/// How many rounds the zero-latency turns of the variants take turns in.
+/// How many rounds the variants take turns in.
 const ROUNDS: usize = 8;
 
-/// Zero-latency turns on a kept-alive connection, for every variant at once: each gets `turns`
-/// turns in [`ROUNDS`] rounds, the variants taking turns round by round, so a host that gets
-/// busier or quieter during the run weighs on every variant alike. Per variant: wall per turn
-/// (ms, sorted), its serve process's CPU and wake-ups per turn.
-async fn zero_latency(serves: &[(Serve, &Servers)], turns: usize) -> Vec<(Vec<f64>, Duration, f64)> {
+/// Turns on a kept-alive connection, for every variant at once (after a warm-up of a tenth as
+/// many): each gets `turns` turns in `rounds` rounds, the variants taking turns round by round,
+/// so a host that gets busier or quieter during the run weighs on every variant alike. Per
+/// variant: wall per turn (ms, sorted), its serve process's CPU and wake-ups per turn.
+async fn in_rounds(
+    serves: &[(Serve, &Servers)],
+    turns: usize,
+    rounds: usize,
+) -> Vec<(Vec<f64>, Duration, f64)> {
     let client = reqwest::Client::new();
     for (serve, servers) in serves {
         for _ in 0..turns / 10 + 1 {
@@ -518,8 +541,8 @@ async fn zero_latency(serves: &[(Serve, &Servers)], turns: usize) -> Vec<(Vec<f6
     }
     let mut out: Vec<(Vec<f64>, Duration, f64)> =
         serves.iter().map(|_| (Vec::with_capacity(turns), Duration::ZERO, 0.0)).collect();
-    for round in 0..ROUNDS {
-        let n = turns / ROUNDS + usize::from(round < turns % ROUNDS);
+    for round in 0..rounds {
+        let n = turns / rounds + usize::from(round < turns % rounds);
         for ((serve, servers), (walls, cpu, wakeups)) in serves.iter().zip(&mut out) {
             let before = serve.cpu();
             for _ in 0..n {
@@ -558,8 +581,7 @@ struct Figures {
 }
 
 async fn latency(turns: usize, zero_turns: usize) {
-    let release = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/release");
-    let binary = release.join("orchestrator");
+    let binary = release_dir().join("orchestrator");
     if !binary.exists() {
         println!("== latency: skipped, {} is not built (run `make bench`)", binary.display());
         return;
@@ -622,7 +644,7 @@ async fn latency(turns: usize, zero_turns: usize) {
         let servers = if v.tls { &zero_tls } else { &zero_servers };
         serves.push((Serve::start(&v.binary, servers, &v.env).await, servers));
     }
-    let zero = zero_latency(&serves, zero_turns).await;
+    let zero = in_rounds(&serves, zero_turns, ROUNDS).await;
     drop(serves);
     let all: Vec<Figures> = mixed_figures
         .into_iter()
@@ -703,5 +725,60 @@ async fn latency(turns: usize, zero_turns: usize) {
     }
     println!(
         "   targets: content done − ideal ≤ 5 ms; zero-latency wall ≤ 5 ms; CPU per turn ≤ 1 ms; kept-alive first event ≤ 3 ms"
+    );
+}
+
+/// Baton's cleartext HTTP/1.1 client against reqwest on the same cleartext loopback path: the
+/// mixed turn at its script's pace (`paced_turns`, one turn per round) and with zero-latency
+/// models (`zero_turns`, in [`ROUNDS`] rounds), each against two `serve` processes of one
+/// binary that take turns; the second's cleartext calls go through reqwest.
+async fn cleartext(paced_turns: usize, zero_turns: usize) {
+    let binary = release_dir().join("orchestrator");
+    if !binary.exists() {
+        println!("== cleartext: skipped, {} is not built (run `make bench`)", binary.display());
+        return;
+    }
+    // A proxy makes `outbound::Client` hand cleartext calls to reqwest (which honours proxies);
+    // NO_PROXY sends them straight to the loopback servers. The proxy's port must see nothing.
+    let proxy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    proxy.set_nonblocking(true).unwrap();
+    let proxy_url = format!("http://{}", proxy.local_addr().unwrap());
+    let through_reqwest = [("HTTP_PROXY", proxy_url.as_str()), ("NO_PROXY", "127.0.0.1,localhost")];
+    let names = ["Baton's cleartext client", "reqwest (HTTP/1.1)"];
+    println!(
+        "== cleartext HTTP/1.1 to the model servers: Baton's client vs reqwest (release serve, same binary, same run)"
+    );
+    println!(
+        "   {:<44} {:<26} {:>11} {:>16} {:>14}",
+        "", "", "wall p50 ms", "serve CPU/turn", "wake-ups/turn"
+    );
+    for (label, zero, turns, rounds) in [
+        ("mixed turn, paced", false, paced_turns, paced_turns),
+        ("mixed turn, zero-latency models", true, zero_turns, ROUNDS),
+    ] {
+        let servers = Servers::start(zero, false).await;
+        let serves = vec![
+            (Serve::start(&binary, &servers, &[]).await, &servers),
+            (Serve::start(&binary, &servers, &through_reqwest).await, &servers),
+        ];
+        let figures = in_rounds(&serves, turns, rounds).await;
+        for (name, (walls, cpu, wakeups)) in names.iter().zip(&figures) {
+            println!(
+                "   {:<44} {name:<26} {:>11.2} {:>13.3} ms {:>14.1}",
+                format!("{label}, {turns} turns"),
+                percentile(walls, 0.5),
+                ms(*cpu),
+                wakeups
+            );
+        }
+        let ratio = figures[1].1.as_secs_f64() / figures[0].1.as_secs_f64().max(1e-9);
+        println!(
+            "   {label}: reqwest / Baton's client, CPU per turn {ratio:.2}× ({}: the hand-written client stays only above 1.10×)",
+            if ratio > 1.1 { "above" } else { "within" }
+        );
+    }
+    assert!(
+        matches!(proxy.accept(), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
+        "a call went to the proxy: NO_PROXY did not hold, the figures are not of a direct path"
     );
 }
