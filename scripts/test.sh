@@ -23,7 +23,7 @@ RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked --quiet
 
 step "no import circles (modules and rooms), and no module using one its crate's Layout lists above it"
 python3 scripts/import_circles.py --self-test
-for crate_src in shared/*/src; do
+for crate_src in shared/*/src functions/*/src; do
     circles=$(python3 scripts/import_circles.py "$crate_src")
     if [[ "$(tail -n 1 <<<"$circles")" != 0 ]]; then
         echo "$crate_src:" >&2
