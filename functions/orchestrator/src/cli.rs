@@ -118,6 +118,11 @@ pub(crate) struct ChatArgs {
     /// Print the raw SSE stream instead of readable text.
     #[arg(long)]
     pub(crate) raw: bool,
+
+    /// Longest a turn runs: then it ends with `completed` (status `partial`), keeping what was
+    /// produced.
+    #[arg(long, env = "BATON_TURN_DEADLINE_SECS", default_value_t = EndpointLimits::default().turn_deadline.as_secs())]
+    turn_deadline_secs: u64,
 }
 
 impl ChatArgs {
@@ -125,6 +130,11 @@ impl ChatArgs {
     pub(crate) fn turn(&self) -> TurnRequest {
         let episode = self.episode_id.clone().unwrap_or_else(new_episode_id);
         TurnRequest::new(episode, new_turn_id(), self.user.clone(), self.message.clone())
+    }
+
+    /// When a turn started now must end.
+    pub(crate) fn deadline(&self) -> tokio::time::Instant {
+        tokio::time::Instant::now() + Duration::from_secs(self.turn_deadline_secs.max(1))
     }
 }
 

@@ -19,6 +19,7 @@ use baton::config::Config;
 use baton::http::{ChatService, EndpointLimits};
 use baton::orchestrator::Orchestrator;
 use baton::telemetry::TurnReporter;
+use baton::turn::Turns;
 use baton::wiring::Backends;
 use baton_aws::settings::Settings;
 use baton_aws::startup::{Function, exit};
@@ -69,7 +70,7 @@ async fn run() -> ExitCode {
     match command {
         cli::Command::Chat(chat) => {
             let approvals = ApprovalStore::new(function.history.store().clone(), DEFAULT_APPROVAL_TTL);
-            chat::run(&orchestrator, &function.history, &approvals, &chat).await
+            chat::run(&orchestrator, &Turns::new(function.history.clone(), approvals), &chat).await
         }
         cli::Command::Mcp(mcp) => mcp::run(config, &backends, &mcp).await,
         cli::Command::Check(_) => unreachable!("checked above"),

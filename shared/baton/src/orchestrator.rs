@@ -33,7 +33,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::agent::{Agent, AgentRequest, run_instance};
-use crate::approval::{ApprovalStore, TurnApprovals};
+use crate::approval::TurnApprovals;
 use crate::conversation::PreviousTurn;
 use crate::event::{AgentUsage, Event, EventStream, Status, UsageRollup};
 use crate::history::{History, PendingReply};
@@ -209,7 +209,7 @@ impl Orchestrator {
                 turn.previous = begun.previous;
                 if begun.interrupted && turn.approvals.claimed().is_none() {
                     // A new message while approvals wait: they are answered as rejected.
-                    if let Some(approvals) = options.approvals {
+                    if let Some(approvals) = turn.approvals.record() {
                         match approvals.dismiss(&begun.key).instrument(span.clone()).await {
                             Ok(0) => {}
                             Ok(n) => {
@@ -227,8 +227,7 @@ impl Orchestrator {
         tracing::info!(parent: &span, episode = %turn.episode_id, turn = %turn.turn_id,
             user = %turn.user_id, "chat turn");
         let (episode_id, turn_id) = (turn.episode_id.clone(), turn.turn_id.clone());
-        let approvals = options.approvals.cloned();
-        let events = self.run(turn, options.deadline, options.cancel.cloned(), reply, approvals, span);
+        let events = self.run(turn, options.deadline, options.cancel.cloned(), reply, span);
         Ok(StartedTurn { episode_id, turn_id, events })
     }
 
@@ -236,7 +235,7 @@ impl Orchestrator {
     /// tests and benchmarks of the turn alone.
     pub fn run_turn(self: &Arc<Self>, turn: TurnRequest) -> EventStream {
         let span = self.turn_span(&turn);
-        self.run(turn, None, None, None, None, span)
+        self.run(turn, None, None, None, span)
     }
 
     /// The span of `turn` (`turn <entry>`), a child of its `traceparent` when it has one.
@@ -266,11 +265,11 @@ impl Orchestrator {
         deadline: Option<Instant>,
         cancel: Option<CancellationToken>,
         reply: Option<PendingReply>,
-        store: Option<ApprovalStore>,
         span: tracing::Span,
     ) -> EventStream {
         let this = self.clone();
         let approvals = turn.approvals.clone();
+        let store = approvals.record();
         let key = EpisodeKey::new(&turn.user_id, &turn.episode_id);
         let mut tally = Tally::new(self.clone(), &turn, span.clone());
         let events = Box::pin(async_stream::stream! {
@@ -426,8 +425,6 @@ pub struct TurnOptions<'a> {
     pub history: Option<(&'a History, Option<&'a str>)>,
     /// When the turn must end (a Lambda invocation's, or the endpoint's turn limit).
     pub deadline: Option<Instant>,
-    /// Where a turn that pauses for approvals keeps its state (with `turn.approvals` pausing).
-    pub approvals: Option<&'a ApprovalStore>,
     /// Stops the turn when cancelled (the cancel endpoint): whatever still runs is dropped, what
     /// was produced is saved, and the turn ends with `completed` status `cancelled`.
     pub cancel: Option<&'a CancellationToken>,
@@ -580,7 +577,7 @@ mod tests {
     }
 
     async fn until(o: &Arc<Orchestrator>, turn: TurnRequest, deadline: Instant) -> Vec<Event> {
-        let options = TurnOptions { history: None, deadline: Some(deadline), cancel: None, approvals: None };
+        let options = TurnOptions { history: None, deadline: Some(deadline), cancel: None };
         o.start(turn, options).await.unwrap().events.collect().await
     }
 
@@ -842,12 +839,7 @@ mod tests {
         let o = Arc::new(Orchestrator::new(plain("lead", model), "orch").with_reporter(reports.clone()));
         let key = EpisodeKey::new("u", "ep").unwrap();
 
-        let options = TurnOptions {
-            history: Some((&history, Some("r1"))),
-            deadline: None,
-            cancel: None,
-            approvals: None,
-        };
+        let options = TurnOptions { history: Some((&history, Some("r1"))), deadline: None, cancel: None };
         let started = o.start(TurnRequest::new("ep", "t1", "u", "hi"), options).await.unwrap();
         assert_eq!((started.episode_id.as_str(), started.turn_id.as_str()), ("ep", "t1"));
         let mut events = started.events;
