@@ -11,7 +11,7 @@ use baton::approval::Decision;
 use baton::event::{Event, Interrupt, Status};
 use baton::orchestrator::{Orchestrator, TurnRequest};
 use baton::store::new_turn_id;
-use baton::turn::{TurnStart, Turns};
+use baton::turn::{OnApproval, TurnStart, Turns};
 use futures::StreamExt;
 
 use crate::cli;
@@ -30,7 +30,7 @@ pub(crate) async fn run(
         request_id: None,
         on_disconnect: None,
         on_busy: None,
-        resume: None,
+        approvals: OnApproval::Pause,
         deadline: chat.deadline(),
     };
     loop {
@@ -76,7 +76,7 @@ pub(crate) async fn run(
             request_id: None,
             on_disconnect: None,
             on_busy: None,
-            resume: Some(answers),
+            approvals: OnApproval::Resume(answers),
             deadline,
         };
     }

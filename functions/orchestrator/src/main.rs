@@ -68,11 +68,8 @@ async fn run() -> ExitCode {
     };
     let config = &deployment.config;
     match command {
-        cli::Command::Chat(chat) => {
-            let approvals = ApprovalStore::new(function.history.store().clone(), DEFAULT_APPROVAL_TTL);
-            chat::run(&orchestrator, &Turns::new(function.history.clone(), approvals), &chat).await
-        }
-        cli::Command::Mcp(mcp) => mcp::run(config, &backends, &mcp).await,
+        cli::Command::Chat(chat) => chat::run(&orchestrator, &turns(&function), &chat).await,
+        cli::Command::Mcp(mcp) => mcp::run(config, &backends, turns(&function), &mcp).await,
         cli::Command::Check(_) => unreachable!("checked above"),
         cli::Command::Serve(serve) => {
             let service = serve.endpoint_limits().and_then(|limits| {
@@ -155,6 +152,13 @@ async fn build(
     let support = deployment.describe_support().map(|line| line + "\n").unwrap_or_default();
     eprintln!("{}\n{support}{}", config.describe_models(), function.store);
     Ok((orchestrator, backends))
+}
+
+/// The turns of `chat` and `mcp`: recorded into `function`'s history, approvals kept beside it,
+/// the default policies.
+fn turns(function: &Function) -> Turns {
+    let approvals = ApprovalStore::new(function.history.store().clone(), DEFAULT_APPROVAL_TTL);
+    Turns::new(function.history.clone(), approvals)
 }
 
 /// The chat endpoint over `orchestrator` (configured by `config`), recording into `function`'s

@@ -105,6 +105,7 @@ pub mod http;
 pub mod image;
 pub mod item;
 pub mod mcp;
+pub mod mcp_server;
 pub mod mini;
 pub mod model;
 pub mod mux;

@@ -36,7 +36,7 @@ use crate::auth::AuthMode;
 use crate::event::Event;
 use crate::orchestrator::Orchestrator;
 use crate::store::{CancelOutcome, EpisodeKey, LoggedEvent, TurnStatus};
-use crate::turn::{Begun, Cursor, DisconnectPolicy, TurnStart};
+use crate::turn::{Begun, Cursor, DisconnectPolicy, OnApproval, TurnStart};
 
 /// Longest `CancelTask` waits for a cancelled task to reach its end before answering.
 const CANCEL_WAIT: Duration = Duration::from_secs(10);
@@ -420,7 +420,7 @@ impl ChatService {
             request_id: None,
             on_disconnect: Some(DisconnectPolicy::Continue),
             on_busy: valid.on_busy,
-            resume: valid.resume,
+            approvals: valid.resume.map_or(OnApproval::Pause, OnApproval::Resume),
             deadline: until,
         };
         let begun =

@@ -65,7 +65,8 @@ use crate::history::History;
 use crate::orchestrator::{Orchestrator, TurnRequest};
 use crate::store::new_turn_id;
 use crate::turn::{
-    BusyRefusal, DisconnectPolicy, LiveTurns, OnBusy, TurnError, TurnLogSettings, TurnStart, Turns,
+    BusyRefusal, DisconnectPolicy, LiveTurns, OnApproval, OnBusy, TurnError, TurnLogSettings, TurnStart,
+    Turns,
 };
 
 /// Header with the caller's user id in the unauthenticated local mode.
@@ -429,7 +430,8 @@ impl ChatService {
                 Ok(valid) => valid,
                 Err(e) => return e.into_response(),
             };
-        let start = TurnStart { turn, request_id, on_disconnect, on_busy, resume, deadline };
+        let approvals = resume.map_or(OnApproval::Pause, OnApproval::Resume);
+        let start = TurnStart { turn, request_id, on_disconnect, on_busy, approvals, deadline };
         match self.turns.start(&self.orchestrator, start).await {
             Ok(begun) => wire.response(&begun.episode_id, begun.turn_id, begun.events, self.heartbeat),
             Err(e) => turn_refusal(e).into_response(),

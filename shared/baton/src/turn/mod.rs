@@ -30,7 +30,7 @@ pub use busy::{Admission, BUSY_LEASE, BusyGate, BusyRefusal, DEFAULT_QUEUE_LIMIT
 pub use live::{LIVE_BYTES, LiveTurn, LiveTurns, Registered, Since};
 pub use record::{RecordedTurn, record};
 pub use resume::{Cursor, EVENTS_MISSING, ResumeLimits, follow};
-pub use start::{Begun, LOG_END_GRACE, TurnError, TurnEvents, TurnStart, Turns};
+pub use start::{Begun, LOG_END_GRACE, OnApproval, TurnError, TurnEvents, TurnStart, Turns};
 pub use writer::{WriterReport, spawn as spawn_writer};
 
 /// What happens to a turn when its client leaves before `completed`.

@@ -18,7 +18,7 @@ use tokio::time::Instant;
 use super::{
     Admission, BusyGate, BusyRefusal, Cursor, DisconnectPolicy, LiveTurn, LiveTurns, OnBusy, TurnLogSettings,
 };
-use crate::approval::{ApprovalStore, Decision, ResumeError, TurnApprovals};
+use crate::approval::{ApprovalStore, Approver, Decision, ResumeError, TurnApprovals};
 use crate::history::History;
 use crate::orchestrator::{Orchestrator, StartedTurn, TurnOptions, TurnRequest};
 use crate::store::{EpisodeKey, LoggedEvent, StoreError};
@@ -58,10 +58,37 @@ pub struct TurnStart {
     pub on_disconnect: Option<DisconnectPolicy>,
     /// What happens if another turn of the episode runs (`None`: the default).
     pub on_busy: Option<OnBusy>,
-    /// A person's answers to the episode's waiting approvals: the turn resumes the paused one.
-    pub resume: Option<Vec<(String, Decision)>>,
+    /// What a call that needs a person's approval does, or the answers that resume a paused turn.
+    pub approvals: OnApproval,
     /// When the turn must end.
     pub deadline: Instant,
+}
+
+/// How a turn treats a call that needs a person's approval (docs/approvals.md): the one
+/// approvals input of a turn.
+#[derive(Default)]
+pub enum OnApproval {
+    /// The turn pauses: it ends `interrupted`, and the interrupts wait in the store for a resume.
+    #[default]
+    Pause,
+    /// The person's answers to the episode's waiting approvals: the turn resumes the paused one,
+    /// once its claim is made.
+    Resume(Vec<(String, Decision)>),
+    /// Each call is asked of this approver while the turn runs (an MCP client's elicitation).
+    Ask(Arc<dyn Approver>),
+    /// Each call is refused with `approval_required` (a caller that can neither pause nor ask).
+    Refuse,
+}
+
+impl std::fmt::Debug for OnApproval {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            OnApproval::Pause => f.write_str("Pause"),
+            OnApproval::Resume(answers) => f.debug_tuple("Resume").field(answers).finish(),
+            OnApproval::Ask(_) => f.write_str("Ask"),
+            OnApproval::Refuse => f.write_str("Refuse"),
+        }
+    }
 }
 
 /// A turn under way: its episode, its id (the first run's, for a repeated request id) and its
@@ -162,12 +189,16 @@ impl Turns {
         if let Some(joined) = self.join(&key, start.request_id.as_deref(), start.deadline).await {
             return Ok(joined);
         }
-        let TurnStart { mut turn, request_id, on_disconnect, on_busy, resume, deadline } = start;
+        let TurnStart { mut turn, request_id, on_disconnect, on_busy, approvals, deadline } = start;
         let admission = self.admit(&key, &turn.turn_id, on_busy.unwrap_or(self.on_busy), deadline).await?;
         turn.beside = admission.beside.clone();
-        turn.approvals = match resume {
-            None => self.approvals.pausing(),
-            Some(answers) => self.claim(orchestrator, &key, &turn.turn_id, answers, deadline).await?,
+        turn.approvals = match approvals {
+            OnApproval::Pause => self.approvals.pausing(),
+            OnApproval::Resume(answers) => {
+                self.claim(orchestrator, &key, &turn.turn_id, answers, deadline).await?
+            }
+            OnApproval::Ask(approver) => TurnApprovals::asking(approver),
+            OnApproval::Refuse => TurnApprovals::default(),
         };
         let cancel = tokio_util::sync::CancellationToken::new();
         let options = TurnOptions {
