@@ -3,6 +3,12 @@
 //! # Layout
 //! Top to bottom: a module uses modules below it, never above
 //! (`python3 scripts/import_circles.py shared/baton-aws/src` checks it).
+//! - [`app`]: a function's composition root, the orchestrator binary's and a team's own: the
+//!   endpoint's settings, the agents built over a deployment's backends ([`app::connect`]), the
+//!   chat endpoint ([`app::service`]), and [`app::main`], a team's assistant served locally or
+//!   as the Lambda function with the same wiring.
+//! - [`lambda_edge`]: the chat endpoint as a Lambda function with response streaming: the same
+//!   router as `serve`, the Lambda request context put into each request's extensions.
 //! - [`startup`]: [`startup::Function`], the one start-up of the three functions: logs and
 //!   traces, settings with their secrets, the store, the configuration.
 //! - [`settings`]: [`settings::Settings`], the flags and environment variables every function
@@ -30,9 +36,11 @@
 //! unknown shape is `Corrupt` and names its key; anything else is `Failed`.
 
 pub mod agent_function;
+pub mod app;
 pub mod config_source;
 pub mod dynamodb;
 mod error;
+pub mod lambda_edge;
 pub mod lambda_tool;
 pub mod lambda_trace;
 pub mod lambda_transport;

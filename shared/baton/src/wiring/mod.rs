@@ -202,6 +202,13 @@ impl Backends {
         }
     }
 
+    /// These backends with a team's own `tool` too, which its agents name in `tools:` (as a
+    /// declared tool is: one name in the whole configuration).
+    pub fn with_tool(mut self, tool: Arc<dyn Tool>) -> Backends {
+        self.tools.push(tool);
+        self
+    }
+
     /// These backends with `extension`'s tools and agent kinds too.
     pub fn with_extension(mut self, extension: Arc<dyn Extension>) -> Backends {
         self.extensions.push(extension);
