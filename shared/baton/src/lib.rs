@@ -1,5 +1,15 @@
 //! Baton: a serverless agents-as-tools chat orchestrator.
 //!
+//! # A team's assistant with a Rust tool of its own
+//! A team's crate, outside Baton's workspace (`examples/own-tool`): one [`tool::Tool`] added to
+//! the backends, served by `serve` on a local address or as the Lambda chat function with
+//! Baton's own wiring (`baton_aws::app::main`). Its configuration file names the tool in an
+//! agent's `tools:`; `docs/build-your-own.md` goes from there to a deployment.
+//!
+//! ```rust,ignore
+#![doc = include_str!("../../../examples/own-tool/src/main.rs")]
+//! ```
+//!
 //! One orchestrator model turn decides which sub-agents to call, as ordinary tool calls; the
 //! sub-agents run concurrently and the client sees one coherent stream of [`event::Event`]s.
 //! This crate is the runtime and has no AWS dependency.
