@@ -22,6 +22,7 @@
 //!   down in code, and [`table::create_table`], which tests and local setups use.
 //! - [`tool_sources`]: the configuration's declared tools (docs/tools.md) with the AWS hooks
 //!   they need; [`tool_sources::SecretsManager`].
+//! - [`reach`]: remote agents reached without running them (`check --connect`).
 //! - [`lambda_tool`]: [`lambda_tool::LambdaTool`], a team's Lambda function as a tool.
 //! - [`lambda_transport`]: remote agents over Lambda `InvokeWithResponseStream`.
 //! - [`sigv4`]: [`sigv4::SigV4Signer`], SigV4 signing of the calls to remote A2A agents.
@@ -44,6 +45,7 @@ pub mod lambda_edge;
 pub mod lambda_tool;
 pub mod lambda_trace;
 pub mod lambda_transport;
+pub mod reach;
 pub mod runtime;
 pub mod secrets;
 pub mod settings;
