@@ -21,7 +21,8 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 step "cargo doc (warnings are errors)"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked --quiet
 
-step "no import circles, and no module using one its crate's Layout lists above it"
+step "no import circles (modules and rooms), and no module using one its crate's Layout lists above it"
+python3 scripts/import_circles.py --self-test
 for crate_src in shared/*/src; do
     circles=$(python3 scripts/import_circles.py "$crate_src")
     if [[ "$(tail -n 1 <<<"$circles")" != 0 ]]; then
@@ -41,6 +42,14 @@ for crate_src in shared/baton/src shared/baton-aws/src; do
     fi
 done
 echo "none"
+
+step "the docs: every path they name exists, the event table matches the Event enum"
+missing=$(python3 scripts/check_docs.py)
+if [[ "$(tail -n 1 <<<"$missing")" != 0 ]]; then
+    echo "$missing" >&2
+    exit 1
+fi
+echo "none missing"
 
 step "moto_server (local DynamoDB for the store tests)"
 requirements=scripts/requirements-test.txt

@@ -27,11 +27,11 @@
 //! Top to bottom; a module uses modules below it (and this file's suite types), never above.
 //! - this file: the suite ([`load_suite`], [`REFERENCE_SUITE`]), scoring ([`Scenario::score`]) and
 //!   its text report.
-//! - `faults`: the fault-injecting model ([`run_faults`]) and what the rules recover.
 //! - [`turns`]: a suite run as full turns of any configuration (a team's own, under a model
 //!   script), scored by the same rules plus who made each call and what the answer says.
 //! - [`report`]: the run as a self-contained HTML report (charts, failures, trend) and the JSON
 //!   summary a run is stored as.
+//! - `faults`: the fault-injecting model ([`run_faults`]) and what the rules recover.
 //! - [`smalltalk_corpus`]: the smalltalk check scored on its labelled corpus.
 //! - [`smalltalk_sources`]: the smalltalk check per source and language, sources not tuned on included.
 
