@@ -128,6 +128,13 @@ timeout 600 .venv-checkov/bin/checkov --file template.yaml --framework cloudform
 step "cargo test"
 cargo test --workspace --locked
 
+step "a team's crate outside the workspace (examples/own-tool: fmt, clippy, its test)"
+# Built in the workspace's target directory, so only baton, baton-aws and the example compile.
+example_target="${CARGO_TARGET_DIR:-$PWD/target}"
+cargo fmt --manifest-path examples/own-tool/Cargo.toml -- --check
+CARGO_TARGET_DIR="$example_target" cargo clippy --manifest-path examples/own-tool/Cargo.toml --all-targets --locked -- -D warnings
+CARGO_TARGET_DIR="$example_target" cargo test --manifest-path examples/own-tool/Cargo.toml --locked
+
 step "Lambda functions under cargo lambda watch (outside cargo's build lock)"
 lambda_test=$(cargo test -p baton-tests --test lambda --no-run --locked --message-format=json 2>/dev/null \
     | .venv/bin/python -c 'import json, sys

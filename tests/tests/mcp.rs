@@ -14,12 +14,12 @@ use std::time::Duration;
 
 use baton::event::{Event, Status};
 use baton::http::EndpointLimits;
-use baton::mcp::server::{McpAgent, serve_http};
 use baton::mcp::{McpCallItem, McpError, McpServers, McpTools, connect_all};
+use baton::mcp_server::{McpAgent, serve_http};
 use baton::model::ToolCall;
 use baton::model::scripted::{Reply, ScriptedServer};
 use baton::tool::{ToolContext, ToolRegistry};
-use baton::wiring::build_agent;
+use baton::wiring::orchestrator_of;
 use baton_tests::stores::{Embedded, StoreHarness, test_clock};
 use baton_tests::{open_stream_as, scripted_config, start_endpoint_over, text_of};
 use futures::StreamExt;
@@ -391,14 +391,20 @@ async fn serve_agents_of(
     let agents = names
         .iter()
         .map(|name| {
-            McpAgent::new(build_agent(config, name, &backends).unwrap(), format!("The {name} agent."))
+            McpAgent::new(orchestrator_of(config, name, &backends).unwrap(), format!("The {name} agent."))
         })
         .collect();
+    let harness = Embedded::start(test_clock()).await;
+    let store = harness.store();
+    let approvals = baton::approval::ApprovalStore::new(store.clone(), baton::approval::DEFAULT_APPROVAL_TTL);
+    let turns = baton::turn::Turns::new(baton::history::History::new(store, 10), approvals);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}/mcp", listener.local_addr().unwrap());
     let (stop, stopped) = tokio::sync::oneshot::channel();
     let server = tokio::spawn(async move {
-        serve_http(listener, agents, async {
+        // The store lives as long as the server.
+        let _harness = harness;
+        serve_http(listener, agents, turns, async {
             let _ = stopped.await;
         })
         .await

@@ -1,46 +1,56 @@
-//! `chat`: one turn in-process, started as the endpoint starts one (its span, recorded in the
-//! store), printed as it streams. A turn that pauses for approvals asks on the terminal (one
+//! `chat`: one turn in-process, started as the endpoint starts one ([`Turns::start`]: admitted
+//! by the episode's busy gate, recorded and logged in the store, its span), printed as it
+//! streams. A turn that pauses for approvals asks on the terminal (one
 //! line per call from standard input: `y`, `n` with an optional reason after it, or nothing
 //! to leave it waiting) and goes on with the answers, as a resume request would.
 
 use std::io::BufRead;
+use std::sync::Arc;
 
-use baton::approval::{ApprovalStore, Decision};
+use baton::approval::Decision;
 use baton::event::{Event, Interrupt, Status};
-use baton::history::History;
-use baton::orchestrator::{Orchestrator, TurnOptions, TurnRequest};
-use baton::store::{EpisodeKey, new_turn_id};
+use baton::orchestrator::{Orchestrator, TurnRequest};
+use baton::store::new_turn_id;
+use baton::turn::{OnApproval, TurnStart, Turns};
 use futures::StreamExt;
 
 use crate::cli;
 use crate::render;
 
+/// Runs `chat`'s turn on `orchestrator` through `turns` (recorded, logged and admitted as the
+/// endpoint's are), then each resume the person answers on the terminal.
 pub(crate) async fn run(
-    orchestrator: &std::sync::Arc<Orchestrator>,
-    history: &History,
-    approvals: &ApprovalStore,
+    orchestrator: &Arc<Orchestrator>,
+    turns: &Turns,
     chat: &cli::ChatArgs,
 ) -> std::process::ExitCode {
-    let mut turn = chat.turn();
-    turn.approvals = approvals.pausing();
     let mut out = render::Renderer::new(std::io::stdout().lock(), chat.raw);
+    let mut start = TurnStart {
+        turn: chat.turn(),
+        request_id: None,
+        on_disconnect: None,
+        on_busy: None,
+        approvals: OnApproval::Pause,
+        deadline: chat.deadline(),
+    };
     loop {
-        let (episode, user) = (turn.episode_id.clone(), turn.user_id.clone());
-        let options = TurnOptions {
-            history: Some((history, None)),
-            deadline: None,
-            cancel: None,
-            approvals: Some(approvals),
-        };
-        let mut events = match orchestrator.start(turn, options).await {
-            Ok(started) => started.events,
+        let (episode, user) = (start.turn.episode_id.clone(), start.turn.user_id.clone());
+        let mut events = match turns.start(orchestrator, start).await {
+            Ok(begun) => begun.events,
             Err(e) => {
                 eprintln!("error: {e}");
                 return std::process::ExitCode::FAILURE;
             }
         };
         let mut waiting = Vec::new();
-        while let Some(event) = events.next().await {
+        while let Some(logged) = events.next().await {
+            let event: Event = match serde_json::from_str(&logged.data) {
+                Ok(event) => event,
+                Err(e) => {
+                    eprintln!("error: an event of the turn cannot be read: {e}");
+                    return std::process::ExitCode::FAILURE;
+                }
+            };
             if let Event::Completed { status: Status::Interrupted, interrupts, .. } = &event {
                 waiting = interrupts.to_vec();
             }
@@ -59,24 +69,16 @@ pub(crate) async fn run(
                 return out.exit_code();
             }
         };
-        let key = match EpisodeKey::new(user.as_str(), episode.as_str()) {
-            Ok(key) => key,
-            Err(e) => {
-                eprintln!("error: {e}");
-                return std::process::ExitCode::FAILURE;
-            }
+        let turn = TurnRequest::new(episode, new_turn_id(), user, baton::approval::summary(&answers));
+        let deadline = chat.deadline();
+        start = TurnStart {
+            turn,
+            request_id: None,
+            on_disconnect: None,
+            on_busy: None,
+            approvals: OnApproval::Resume(answers),
+            deadline,
         };
-        let mut next = TurnRequest::new(episode, new_turn_id(), user, baton::approval::summary(&answers));
-        let entry = orchestrator.entry().clone();
-        let check = |paused: &_, decisions: &_| entry.check_resume(paused, decisions);
-        next.approvals = match approvals.resume(&key, answers, &next.turn_id, u64::MAX, check).await {
-            Ok(approvals) => approvals,
-            Err(e) => {
-                eprintln!("error: {e}");
-                return std::process::ExitCode::FAILURE;
-            }
-        };
-        turn = next;
     }
 }
 

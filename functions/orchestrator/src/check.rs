@@ -5,8 +5,10 @@
 //! ([`crate::start`]), the deployment's backends and the composition root's checks
 //! ([`baton::wiring::check`]). With `--connect` it runs start-up's whole build ([`crate::build`]):
 //! MCP servers start and list their tools, every tool source the composition root builds is
-//! built, so the tree lists every tool, and each Lambda tool's function is reached with a
-//! `DryRun` invoke (it exists and this role may invoke it; nothing runs). A failure is the same one-line error start-up prints.
+//! built, so the tree lists every tool, each Lambda tool's function is reached with a `DryRun`
+//! invoke (it exists and this role may invoke it; nothing runs), and each remote agent is
+//! reached ([`baton_aws::reach`]: an A2A agent's card fetched, an NDJSON endpoint, a function's
+//! `DryRun`). A failure is the same one-line error start-up prints.
 
 use std::fmt::Write as _;
 use std::process::ExitCode;
@@ -28,7 +30,13 @@ pub(crate) async fn run(function: &Function, deployment: &Deployment, args: &Che
         match crate::build(function, deployment, None).await {
             // Built; the Lambda tools are reached too, without running them.
             Ok((_, backends)) => {
-                baton_aws::lambda_tool::reach_all(&deployment.config).await.map(|()| backends)
+                let config = &deployment.config;
+                match baton_aws::lambda_tool::reach_all(config).await {
+                    Ok(()) => baton_aws::reach::reach_remote_agents(config, baton_aws::reach::REACH_TIMEOUT)
+                        .await
+                        .map(|()| backends),
+                    Err(e) => Err(e),
+                }
             }
             Err(e) => Err(e),
         }

@@ -14,11 +14,9 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use baton::approval::{ApprovalStore, DEFAULT_APPROVAL_TTL};
-use baton::auth::AuthMode;
-use baton::config::Config;
-use baton::http::{ChatService, EndpointLimits};
 use baton::orchestrator::Orchestrator;
 use baton::telemetry::TurnReporter;
+use baton::turn::Turns;
 use baton::wiring::Backends;
 use baton_aws::settings::Settings;
 use baton_aws::startup::{Function, exit};
@@ -67,33 +65,27 @@ async fn run() -> ExitCode {
     };
     let config = &deployment.config;
     match command {
-        cli::Command::Chat(chat) => {
-            let approvals = ApprovalStore::new(function.history.store().clone(), DEFAULT_APPROVAL_TTL);
-            chat::run(&orchestrator, &function.history, &approvals, &chat).await
-        }
-        cli::Command::Mcp(mcp) => mcp::run(config, &backends, &mcp).await,
+        cli::Command::Chat(chat) => chat::run(&orchestrator, &turns(&function), &chat).await,
+        cli::Command::Mcp(mcp) => mcp::run(config, &backends, turns(&function), &mcp).await,
         cli::Command::Check(_) => unreachable!("checked above"),
         cli::Command::Serve(serve) => {
             let service = serve.endpoint_limits().and_then(|limits| {
                 let auth = function.settings.auth(false)?;
-                service(&function, config, orchestrator, &backends, auth, limits, &serve.endpoint)
+                baton_aws::app::service(
+                    &function,
+                    config,
+                    orchestrator,
+                    &backends,
+                    auth,
+                    limits,
+                    &serve.endpoint,
+                )
             });
             let service = match service {
                 Ok(service) => service,
                 Err(e) => return exit(Err(e), 2),
             };
-            let listener = match tokio::net::TcpListener::bind(&serve.addr).await {
-                Ok(l) => l,
-                Err(e) => return exit(Err(format!("cannot listen on {}: {e}", serve.addr)), 1),
-            };
-            let addr = listener.local_addr().map(|a| a.to_string()).unwrap_or_else(|_| serve.addr.clone());
-            // Tests and benchmarks wait for this line.
-            println!("listening on http://{addr}");
-            let shutdown = async {
-                let _ = tokio::signal::ctrl_c().await;
-            };
-            let served = baton::http::serve(listener, service, shutdown).await;
-            exit(served.map_err(|e| format!("server failed: {e}")), 1)
+            exit(baton_aws::app::serve(service, &serve.addr).await, 1)
         }
     }
 }
@@ -126,8 +118,9 @@ async fn start(
 }
 
 /// The entry agent of `deployment`, over `function`'s store, with its MCP servers connected and
-/// its remote agents reached; `reporter` gets each turn's figures. The backends come back too
-/// (`mcp` serves agents over them; `serve` builds its other A2A agents and ratings from them).
+/// its remote agents reached ([`baton_aws::app::connect`], a team's function's wiring too);
+/// `reporter` gets each turn's figures. The backends come back too (`mcp` serves agents over
+/// them; `serve` builds its other A2A agents and ratings from them).
 async fn build(
     function: &Function,
     deployment: &Deployment,
@@ -135,55 +128,16 @@ async fn build(
 ) -> Result<(Arc<Orchestrator>, Backends), String> {
     let config = &deployment.config;
     // The store first: agents keep their per-episode state in it.
-    let mut backends =
-        deployment.backends(Some(function.history.store().clone())).map_err(|e| e.to_string())?;
-    backends.reporter = reporter;
-    backends.remote = baton_aws::settings::remote_agents(config).await;
-    backends.signer = baton_aws::sigv4::a2a_signer(config).await;
-    // MCP servers (shared and agents' own) start and list their tools once, here (in Lambda:
-    // during init), before any agent is built.
-    backends.mcp = baton::mcp::connect_all(&config.all_mcp_servers()).await.map_err(|e| match e {
-        baton::mcp::McpError::Config(e) => {
-            format!("invalid MCP configuration: {}: {}", config.locate(&e.path), e.reason)
-        }
-        e => e.to_string(),
-    })?;
-    // Declared tools (OpenAPI documents read, Lambda tools, their secrets) before the agents.
-    baton_aws::tool_sources::declared_tools(config, &mut backends).await?;
-    let orchestrator = baton::wiring::build(config, backends.clone()).map_err(|e| e.to_string())?;
+    let backends = deployment.backends(Some(function.history.store().clone())).map_err(|e| e.to_string())?;
+    let built = baton_aws::app::connect(config, backends, reporter).await?;
     let support = deployment.describe_support().map(|line| line + "\n").unwrap_or_default();
     eprintln!("{}\n{support}{}", config.describe_models(), function.store);
-    Ok((orchestrator, backends))
+    Ok(built)
 }
 
-/// The chat endpoint over `orchestrator` (configured by `config`), recording into `function`'s
-/// history, with the ratings and other A2A agents (`a2a: {agents}`) of `backends`, these callers
-/// and limits, and the endpoint's settings (allowed origins, disconnect policy, turn log).
-fn service(
-    function: &Function,
-    config: &Config,
-    orchestrator: Arc<Orchestrator>,
-    backends: &Backends,
-    auth: AuthMode,
-    limits: EndpointLimits,
-    endpoint: &cli::EndpointSettings,
-) -> Result<Arc<ChatService>, String> {
-    let cors = endpoint.cors_origins()?;
-    let (on_disconnect, turn_log) = endpoint.turns();
-    let ratings = baton::wiring::rating_sinks(config, backends);
-    let served = baton::wiring::a2a_served(config, backends).map_err(|e| e.to_string())?;
-    let service = ChatService::new(orchestrator, function.history.clone(), config.limits, config.heartbeat);
-    Ok(Arc::new(
-        service
-            .with_auth(auth)
-            .with_endpoint_limits(limits)
-            .with_cors_origins(cors)
-            .with_ratings(ratings)
-            .with_disconnect_policy(on_disconnect)
-            .with_busy_policy(endpoint.busy().0, endpoint.busy().1)
-            .with_turn_log(turn_log)
-            .with_approval_ttl(endpoint.approval_ttl())
-            .with_a2a_card(baton::wiring::a2a_card(config))
-            .with_a2a_agents(served),
-    ))
+/// The turns of `chat` and `mcp`: recorded into `function`'s history, approvals kept beside it,
+/// the default policies.
+fn turns(function: &Function) -> Turns {
+    let approvals = ApprovalStore::new(function.history.store().clone(), DEFAULT_APPROVAL_TTL);
+    Turns::new(function.history.clone(), approvals)
 }

@@ -233,3 +233,72 @@ fn check_without_connect_knows_an_openapi_files_operations_and_refuses_others() 
     assert_ne!(out.status.code(), Some(0));
     assert!(stderr.contains("unknown tool `getInventry`") && stderr.contains("getInventory"), "{stderr}");
 }
+
+/// A team whose concierge hands work to a remote A2A agent and a remote NDJSON agent.
+fn remote_team(a2a_port: u16, ndjson_port: u16) -> String {
+    format!(
+        "\
+entry: concierge
+agents:
+  - name: concierge
+    instruction: Ask the others.
+    agents: [far, near]
+  - name: far
+    description: A remote A2A agent.
+    remote: {{a2a: \"http://127.0.0.1:{a2a_port}\"}}
+  - name: near
+    description: A remote NDJSON agent.
+    instruction: Answer what you are asked.
+    remote: {{url: \"http://127.0.0.1:{ndjson_port}/agent\"}}
+"
+    )
+}
+
+/// A loopback HTTP server answering every request `status` with `{{}}`, on a thread of its own;
+/// the paths it was asked for come back through the returned channel.
+fn answering(status: &'static str) -> (u16, std::sync::mpsc::Receiver<String>) {
+    use std::io::{BufRead, BufReader, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (asked, paths) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let mut line = String::new();
+            let mut reader = BufReader::new(&stream);
+            let _ = reader.read_line(&mut line);
+            let _ = asked.send(line.split_whitespace().nth(1).unwrap_or_default().to_owned());
+            let _ = (&stream).write_all(
+                format!("HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: 2\r\nconnection: close\r\n\r\n{{}}").as_bytes(),
+            );
+        }
+    });
+    (port, paths)
+}
+
+#[test]
+fn check_connect_reaches_each_remote_agent_and_names_the_one_it_cannot() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a2a, a2a_paths) = answering("200 OK");
+    let (ndjson, _) = answering("405 Method Not Allowed");
+    let file = team_file(dir.path(), &remote_team(a2a, ndjson));
+    let out =
+        orchestrator(dir.path()).arg("--config").arg(&file).args(["check", "--connect"]).output().unwrap();
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert_eq!(a2a_paths.try_recv().unwrap(), "/.well-known/agent-card.json", "the card was fetched");
+
+    let file = team_file(dir.path(), &remote_team(refused_port(), ndjson));
+    let out =
+        orchestrator(dir.path()).arg("--config").arg(&file).args(["check", "--connect"]).output().unwrap();
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    let error = stderr.lines().find(|l| l.starts_with("error: ")).unwrap_or_else(|| panic!("{stderr}"));
+    assert!(error.contains("remote agent `far`") && error.contains("agent-card.json"), "{error}");
+
+    let (missing, _) = answering("404 Not Found");
+    let file = team_file(dir.path(), &remote_team(missing, refused_port()));
+    let out =
+        orchestrator(dir.path()).arg("--config").arg(&file).args(["check", "--connect"]).output().unwrap();
+    let error = text(&out).1;
+    assert!(error.contains("remote agent `far`") && error.contains("HTTP 404"), "{error}");
+}

@@ -254,6 +254,25 @@ async fn serve_keeps_the_conversation_across_a_restart() {
     assert_eq!(contents, ["hi", "Hello!", "remember me?"], "the restarted server read the first turn back");
 }
 
+/// `chat` starts its turn as the endpoint does: the turn is logged, so `serve` on the same store
+/// replays it from its first event.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chat_turn_is_logged_and_served_back_from_its_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = orchestrator(dir.path()).args(["chat", "hello", "--episode-id", "e1"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+
+    let serve = Serve::start(orchestrator(dir.path()));
+    let url = format!("http://{}/chat/e1/events", serve.addr);
+    let response = reqwest::Client::new().get(&url).header("x-baton-user", "local").send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    let body = response.text().await.unwrap();
+    let names: Vec<&str> = body.lines().filter_map(|l| l.strip_prefix("event: ")).collect();
+    assert_eq!(names.first(), Some(&"thinking"), "{body}");
+    assert_eq!(names.last(), Some(&"completed"), "{body}");
+    assert!(names.contains(&"text"), "the reply's text is in the log: {body}");
+}
+
 #[test]
 fn a_store_file_in_use_is_a_clear_error() {
     let dir = tempfile::tempdir().unwrap();

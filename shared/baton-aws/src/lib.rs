@@ -3,6 +3,12 @@
 //! # Layout
 //! Top to bottom: a module uses modules below it, never above
 //! (`python3 scripts/import_circles.py shared/baton-aws/src` checks it).
+//! - [`app`]: a function's composition root, the orchestrator binary's and a team's own: the
+//!   endpoint's settings, the agents built over a deployment's backends ([`app::connect`]), the
+//!   chat endpoint ([`app::service`]), and [`app::main`], a team's assistant served locally or
+//!   as the Lambda function with the same wiring.
+//! - [`lambda_edge`]: the chat endpoint as a Lambda function with response streaming: the same
+//!   router as `serve`, the Lambda request context put into each request's extensions.
 //! - [`startup`]: [`startup::Function`], the one start-up of the three functions: logs and
 //!   traces, settings with their secrets, the store, the configuration.
 //! - [`settings`]: [`settings::Settings`], the flags and environment variables every function
@@ -16,6 +22,7 @@
 //!   down in code, and [`table::create_table`], which tests and local setups use.
 //! - [`tool_sources`]: the configuration's declared tools (docs/tools.md) with the AWS hooks
 //!   they need; [`tool_sources::SecretsManager`].
+//! - [`reach`]: remote agents reached without running them (`check --connect`).
 //! - [`lambda_tool`]: [`lambda_tool::LambdaTool`], a team's Lambda function as a tool.
 //! - [`lambda_transport`]: remote agents over Lambda `InvokeWithResponseStream`.
 //! - [`sigv4`]: [`sigv4::SigV4Signer`], SigV4 signing of the calls to remote A2A agents.
@@ -30,12 +37,15 @@
 //! unknown shape is `Corrupt` and names its key; anything else is `Failed`.
 
 pub mod agent_function;
+pub mod app;
 pub mod config_source;
 pub mod dynamodb;
 mod error;
+pub mod lambda_edge;
 pub mod lambda_tool;
 pub mod lambda_trace;
 pub mod lambda_transport;
+pub mod reach;
 pub mod runtime;
 pub mod secrets;
 pub mod settings;

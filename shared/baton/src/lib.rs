@@ -1,5 +1,15 @@
 //! Baton: a serverless agents-as-tools chat orchestrator.
 //!
+//! # A team's assistant with a Rust tool of its own
+//! A team's crate, outside Baton's workspace (`examples/own-tool`): one [`tool::Tool`] added to
+//! the backends, served by `serve` on a local address or as the Lambda chat function with
+//! Baton's own wiring (`baton_aws::app::main`). Its configuration file names the tool in an
+//! agent's `tools:`; `docs/build-your-own.md` goes from there to a deployment.
+//!
+//! ```rust,ignore
+#![doc = include_str!("../../../examples/own-tool/src/main.rs")]
+//! ```
+//!
 //! One orchestrator model turn decides which sub-agents to call, as ordinary tool calls; the
 //! sub-agents run concurrently and the client sees one coherent stream of [`event::Event`]s.
 //! This crate is the runtime and has no AWS dependency.
@@ -19,17 +29,21 @@
 //!   `wire`, how a turn's events go out; `agui` and `ai_sdk`, the AG-UI and AI SDK endpoints, each
 //!   a translation of the same events; `a2a`, the entry agent as an A2A agent: its card and the
 //!   JSON-RPC endpoint).
-//! - [`turn`]: durable turns: a turn's events numbered, kept in memory and logged in the store
-//!   as they stream, a turn that runs on when its client leaves, resume and stop from any
-//!   instance (room: `live`, the turns this process runs; `writer`, the log writer; `record`,
-//!   the producer; `resume`, replay and follow).
+//! - [`mcp_server`]: Baton's agents served as MCP tools (stdio and streamable HTTP), each call a
+//!   turn started by [`turn::Turns`]: an edge, as `http` is.
+//! - [`turn`]: a turn's whole life, and durable turns: [`turn::Turns::start`], the one place
+//!   every turn starts (a repeated request joined, the busy gate, the resume claim, the run,
+//!   the live registration, the log writer, the record); a turn's events numbered, kept in
+//!   memory and logged in the store as they stream, a turn that runs on when its client leaves,
+//!   resume and stop from any instance (room: `start`; `busy`, `on_busy`'s gate; `live`, the
+//!   turns this process runs; `writer`, the log writer; `record`, the producer; `resume`,
+//!   replay and follow).
 //! - [`web`]: the browser chat page (`web/`), embedded and served at `GET /`.
 //! - [`auth`]: who is calling: IAM principal, verified JWT, or the local header.
 //! - [`wiring`]: the composition root: builds models, agents, tools, the routing policy and
 //!   remote agents from a [`config::Config`], once, at start, with a deployment's
 //!   [`wiring::Extension`]s (room: `extension`).
-//! - [`orchestrator`]: one chat turn, started in one place for `serve`, the Lambda and `chat`:
-//!   its span, the user message recorded, `thinking`, the entry agent's run, the reply recorded,
+//! - [`orchestrator`]: one chat turn's run, started by [`turn::Turns`]: its span, the user message recorded, `thinking`, the entry agent's run, the reply recorded,
 //!   `completed` (built here only, with the one status the client, metrics and trace see).
 //! - [`history`]: records a turn: the user message before the model call, the reply before
 //!   `completed`, `partial` when the client leaves.
@@ -45,7 +59,7 @@
 //! - [`remote`]: agents in another process: NDJSON over a transport, and the serving side.
 //! - [`a2a`]: A2A v1.0 both ways: the protocol's objects, the card, a turn as a task, and a
 //!   remote A2A agent as an agent (room: `types`, `card`, `task`, `client`).
-//! - [`mcp`]: Model Context Protocol: MCP servers' tools for agents, and agents served over MCP.
+//! - [`mcp`]: Model Context Protocol: MCP servers' tools for agents.
 //! - [`mini`]: mini-agents: an agent's opt-in fan-out of a multi-part request into parallel
 //!   focused tool loops (decomposer, minis, aggregator), a [`agent::ForkPolicy`].
 //! - [`rating`]: a user's thumbs up or down on a stored answer, sent to where the answer came from.
@@ -105,6 +119,7 @@ pub mod http;
 pub mod image;
 pub mod item;
 pub mod mcp;
+pub mod mcp_server;
 pub mod mini;
 pub mod model;
 pub mod mux;

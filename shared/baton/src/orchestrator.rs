@@ -33,7 +33,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::agent::{Agent, AgentRequest, run_instance};
-use crate::approval::{ApprovalStore, TurnApprovals};
+use crate::approval::TurnApprovals;
 use crate::conversation::PreviousTurn;
 use crate::event::{AgentUsage, Event, EventStream, Status, UsageRollup};
 use crate::history::{History, PendingReply};
@@ -209,7 +209,7 @@ impl Orchestrator {
                 turn.previous = begun.previous;
                 if begun.interrupted && turn.approvals.claimed().is_none() {
                     // A new message while approvals wait: they are answered as rejected.
-                    if let Some(approvals) = options.approvals {
+                    if let Some(approvals) = turn.approvals.record() {
                         match approvals.dismiss(&begun.key).instrument(span.clone()).await {
                             Ok(0) => {}
                             Ok(n) => {
@@ -227,8 +227,7 @@ impl Orchestrator {
         tracing::info!(parent: &span, episode = %turn.episode_id, turn = %turn.turn_id,
             user = %turn.user_id, "chat turn");
         let (episode_id, turn_id) = (turn.episode_id.clone(), turn.turn_id.clone());
-        let approvals = options.approvals.cloned();
-        let events = self.run(turn, options.deadline, options.cancel.cloned(), reply, approvals, span);
+        let events = self.run(turn, options.deadline, options.cancel.cloned(), reply, span);
         Ok(StartedTurn { episode_id, turn_id, events })
     }
 
@@ -236,7 +235,7 @@ impl Orchestrator {
     /// tests and benchmarks of the turn alone.
     pub fn run_turn(self: &Arc<Self>, turn: TurnRequest) -> EventStream {
         let span = self.turn_span(&turn);
-        self.run(turn, None, None, None, None, span)
+        self.run(turn, None, None, None, span)
     }
 
     /// The span of `turn` (`turn <entry>`), a child of its `traceparent` when it has one.
@@ -266,11 +265,11 @@ impl Orchestrator {
         deadline: Option<Instant>,
         cancel: Option<CancellationToken>,
         reply: Option<PendingReply>,
-        store: Option<ApprovalStore>,
         span: tracing::Span,
     ) -> EventStream {
         let this = self.clone();
         let approvals = turn.approvals.clone();
+        let store = approvals.record();
         let key = EpisodeKey::new(&turn.user_id, &turn.episode_id);
         let mut tally = Tally::new(self.clone(), &turn, span.clone());
         let events = Box::pin(async_stream::stream! {
@@ -330,76 +329,116 @@ impl Orchestrator {
 
                 }
             }
-            let mut status = tally.status;
-            let mut interrupts = Vec::new();
             claim.0 = None;
-            match (approvals.take_paused(&tally.entry), approvals.claimed(), &store, &key) {
-                (paused, claimed, Some(store), Ok(key)) if paused.is_some() || claimed.is_some() => {
-                    if let Some(paused) = &paused {
-                        interrupts = paused.interrupts();
-                    }
-                    let resumed = claimed.is_some();
-                    let saved = match (claimed, paused) {
-                        (Some(claimed), paused) if status != Status::Cancelled && status != Status::Partial => {
-                            claimed.finish(&tally.turn_id, paused).await
-                        }
-                        (Some(claimed), _) => claimed.release().await,
-                        (None, Some(paused)) => store.pause(key, &tally.turn_id, paused, None).await,
-                        (None, None) => Ok(()),
-                    };
-                    if let (Err(StoreError::Conflict { .. }), true) = (&saved, resumed) {
-                        // The claim lapsed and another request resumed (or a message dismissed)
-                        // the record since: that request's answer is the conversation's, and
-                        // this one stores nothing.
-                        let (episode, turn) = (&tally.episode_id, &tally.turn_id);
-                        tracing::warn!(%episode, %turn, "resume superseded: its claim lapsed; nothing stored");
-                        tally.errors += 1;
-                        status = Status::Error;
-                        interrupts.clear();
-                        if let Some(reply) = reply.take() {
-                            reply.discard();
-                        }
-                        yield Event::error(ORCHESTRATOR, "resume_superseded",
-                            "another request took this resume over after its claim lapsed; this answer is not kept", false);
-                    } else if let Err(e) = saved {
-                        let (episode, turn) = (&tally.episode_id, &tally.turn_id);
-                        tracing::error!(%episode, %turn, error = %e, "approvals not saved");
-                        tally.errors += 1;
-                        status = Status::Error;
-                        interrupts.clear();
-                        yield Event::error(ORCHESTRATOR, "approvals_not_saved",
-                            format!("the approvals this turn waits for could not be saved ({}); nothing was run", e.code()),
-                            e.is_retryable());
-                    }
-                }
-                (Some(_), _, _, _) => {
-                    // Nowhere to keep the paused state (a turn run without a store): nothing
-                    // waiting can be answered, so the turn says so.
-                    tally.errors += 1;
-                    status = Status::Error;
-                    yield Event::error(ORCHESTRATOR, "approvals_not_saved",
-                        "a tool call needs a person's approval, and this turn cannot keep it; nothing was run", false);
-                }
-                _ => {}
+            let settled = settle_approvals(&approvals, store.as_ref(), key.as_ref().ok(), &mut tally, &mut reply).await;
+            let (mut status, interrupts, failed) = settled;
+            if let Some(failed) = failed {
+                yield failed;
             }
-            if let Some(reply) = reply.take() {
-                if let Err(e) = reply.finish(status).await {
-                    let (episode, turn) = (&tally.episode_id, &tally.turn_id);
-                    tracing::error!(%episode, %turn, error = %e, "reply not saved");
-                    tally.errors += 1;
-                    status = Status::Error;
-                    yield Event::error(
-                        ORCHESTRATOR,
-                        e.code(),
-                        format!("the answer could not be saved: {e}"),
-                        e.is_retryable(),
-                    );
-                }
+            if let Some(failed) = save_reply(reply.take(), &mut status, &mut tally).await {
+                yield failed;
             }
             yield tally.close(status, interrupts);
         });
         crate::telemetry::trace::traced(span, events)
     }
+}
+
+/// What the end of a turn does with its approvals: a paused turn's state saved (with
+/// `store`, under `key`) and its interrupts for `completed`; a resumed turn's claim finished (or
+/// released, when the turn was cut or cancelled). Returns the turn's status, its interrupts and
+/// the `error` event of a save that failed (`tally` counts it). A resume whose claim lapsed and
+/// was taken over stores nothing, and its reply is discarded.
+async fn settle_approvals(
+    approvals: &TurnApprovals,
+    store: Option<&crate::approval::ApprovalStore>,
+    key: Option<&EpisodeKey>,
+    tally: &mut Tally,
+    reply: &mut Option<PendingReply>,
+) -> (Status, Vec<crate::event::Interrupt>, Option<Event>) {
+    let mut status = tally.status;
+    let mut interrupts = Vec::new();
+    let (paused, claimed) = (approvals.take_paused(&tally.entry), approvals.claimed());
+    let (Some(store), Some(key)) = (store, key) else {
+        if paused.is_none() {
+            return (status, interrupts, None);
+        }
+        // Nowhere to keep the paused state (a turn run without a store): nothing waiting can
+        // be answered, so the turn says so.
+        tally.errors += 1;
+        let failed = Event::error(
+            ORCHESTRATOR,
+            "approvals_not_saved",
+            "a tool call needs a person's approval, and this turn cannot keep it; nothing was run",
+            false,
+        );
+        return (Status::Error, interrupts, Some(failed));
+    };
+    if paused.is_none() && claimed.is_none() {
+        return (status, interrupts, None);
+    }
+    if let Some(paused) = &paused {
+        interrupts = paused.interrupts();
+    }
+    let resumed = claimed.is_some();
+    let saved = match (claimed, paused) {
+        (Some(claimed), paused) if status != Status::Cancelled && status != Status::Partial => {
+            claimed.finish(&tally.turn_id, paused).await
+        }
+        (Some(claimed), _) => claimed.release().await,
+        (None, Some(paused)) => store.pause(key, &tally.turn_id, paused, None).await,
+        (None, None) => Ok(()),
+    };
+    let (episode, turn) = (&tally.episode_id, &tally.turn_id);
+    let failed = match saved {
+        Ok(()) => return (status, interrupts, None),
+        Err(StoreError::Conflict { .. }) if resumed => {
+            // The claim lapsed and another request resumed (or a message dismissed) the record
+            // since: that request's answer is the conversation's, and this one stores nothing.
+            tracing::warn!(%episode, %turn, "resume superseded: its claim lapsed; nothing stored");
+            if let Some(reply) = reply.take() {
+                reply.discard();
+            }
+            Event::error(
+                ORCHESTRATOR,
+                "resume_superseded",
+                "another request took this resume over after its claim lapsed; this answer is not kept",
+                false,
+            )
+        }
+        Err(e) => {
+            tracing::error!(%episode, %turn, error = %e, "approvals not saved");
+            Event::error(
+                ORCHESTRATOR,
+                "approvals_not_saved",
+                format!(
+                    "the approvals this turn waits for could not be saved ({}); nothing was run",
+                    e.code()
+                ),
+                e.is_retryable(),
+            )
+        }
+    };
+    tally.errors += 1;
+    status = Status::Error;
+    interrupts.clear();
+    (status, interrupts, Some(failed))
+}
+
+/// Saves the turn's `reply` with `status`: a save that fails makes the turn an `error` (`tally`
+/// counts it) and returns its `error` event.
+async fn save_reply(reply: Option<PendingReply>, status: &mut Status, tally: &mut Tally) -> Option<Event> {
+    let e = reply?.finish(*status).await.err()?;
+    let (episode, turn) = (&tally.episode_id, &tally.turn_id);
+    tracing::error!(%episode, %turn, error = %e, "reply not saved");
+    tally.errors += 1;
+    *status = Status::Error;
+    Some(Event::error(
+        ORCHESTRATOR,
+        e.code(),
+        format!("the answer could not be saved: {e}"),
+        e.is_retryable(),
+    ))
 }
 
 /// A resumed turn's claim, released in the background if the turn is dropped before its end.
@@ -426,8 +465,6 @@ pub struct TurnOptions<'a> {
     pub history: Option<(&'a History, Option<&'a str>)>,
     /// When the turn must end (a Lambda invocation's, or the endpoint's turn limit).
     pub deadline: Option<Instant>,
-    /// Where a turn that pauses for approvals keeps its state (with `turn.approvals` pausing).
-    pub approvals: Option<&'a ApprovalStore>,
     /// Stops the turn when cancelled (the cancel endpoint): whatever still runs is dropped, what
     /// was produced is saved, and the turn ends with `completed` status `cancelled`.
     pub cancel: Option<&'a CancellationToken>,
@@ -580,7 +617,7 @@ mod tests {
     }
 
     async fn until(o: &Arc<Orchestrator>, turn: TurnRequest, deadline: Instant) -> Vec<Event> {
-        let options = TurnOptions { history: None, deadline: Some(deadline), cancel: None, approvals: None };
+        let options = TurnOptions { history: None, deadline: Some(deadline), cancel: None };
         o.start(turn, options).await.unwrap().events.collect().await
     }
 
@@ -842,12 +879,7 @@ mod tests {
         let o = Arc::new(Orchestrator::new(plain("lead", model), "orch").with_reporter(reports.clone()));
         let key = EpisodeKey::new("u", "ep").unwrap();
 
-        let options = TurnOptions {
-            history: Some((&history, Some("r1"))),
-            deadline: None,
-            cancel: None,
-            approvals: None,
-        };
+        let options = TurnOptions { history: Some((&history, Some("r1"))), deadline: None, cancel: None };
         let started = o.start(TurnRequest::new("ep", "t1", "u", "hi"), options).await.unwrap();
         assert_eq!((started.episode_id.as_str(), started.turn_id.as_str()), ("ep", "t1"));
         let mut events = started.events;

@@ -288,6 +288,13 @@ impl TurnApprovals {
         approvals
     }
 
+    /// Where this turn keeps its approvals: the record a pause is saved in and a new message
+    /// dismisses; `None` for a turn that keeps none (it cannot pause).
+    pub fn record(&self) -> Option<ApprovalStore> {
+        let inner = self.inner.as_ref()?;
+        Some(ApprovalStore::new(inner.store.clone()?, inner.ttl))
+    }
+
     /// Who answers in [`Mode::Ask`].
     pub fn approver(&self) -> Option<&Arc<dyn Approver>> {
         self.inner.as_ref()?.approver.as_ref()

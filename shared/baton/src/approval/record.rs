@@ -7,7 +7,6 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
 
 use super::{Decision, Outcome, Suspension};
@@ -72,24 +71,6 @@ pub enum ResumeError {
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
-}
-
-impl ResumeError {
-    /// The HTTP status and stable code of the refusal.
-    pub fn status_code(&self) -> (StatusCode, &'static str) {
-        match self {
-            ResumeError::NotFound(_) => (StatusCode::NOT_FOUND, "interrupt_not_found"),
-            ResumeError::Expired(_) => (StatusCode::GONE, "interrupt_expired"),
-            ResumeError::Answered(..) => (StatusCode::CONFLICT, "interrupt_answered"),
-            ResumeError::InProgress => (StatusCode::CONFLICT, "resume_in_progress"),
-            ResumeError::InvalidArguments(_) => (StatusCode::BAD_REQUEST, "invalid_arguments"),
-            ResumeError::ConfigChanged(_) => (StatusCode::CONFLICT, "config_changed"),
-            ResumeError::Store(e) if e.is_retryable() => {
-                (StatusCode::SERVICE_UNAVAILABLE, "store_unavailable")
-            }
-            ResumeError::Store(_) => (StatusCode::INTERNAL_SERVER_ERROR, "store_error"),
-        }
-    }
 }
 
 /// Where approvals are kept, and for how long an interrupt waits.

@@ -111,12 +111,7 @@ fn place() -> Place {
 async fn turn(team: &Team, place: &Place, message: &str, approvals: TurnApprovals) -> Vec<Event> {
     let mut turn = TurnRequest::new("e1", crate::store::new_turn_id(), "u1", message);
     turn.approvals = approvals;
-    let options = TurnOptions {
-        history: Some((&place.history, None)),
-        deadline: None,
-        cancel: None,
-        approvals: Some(&place.approvals),
-    };
+    let options = TurnOptions { history: Some((&place.history, None)), deadline: None, cancel: None };
     team.orchestrator.start(turn, options).await.unwrap().events.collect().await
 }
 

@@ -36,7 +36,7 @@ use crate::auth::AuthMode;
 use crate::event::Event;
 use crate::orchestrator::Orchestrator;
 use crate::store::{CancelOutcome, EpisodeKey, LoggedEvent, TurnStatus};
-use crate::turn::{Cursor, DisconnectPolicy, follow};
+use crate::turn::{Begun, Cursor, DisconnectPolicy, OnApproval, TurnStart};
 
 /// Longest `CancelTask` waits for a cancelled task to reach its end before answering.
 const CANCEL_WAIT: Duration = Duration::from_secs(10);
@@ -315,7 +315,7 @@ impl ChatService {
     /// stream by a batch).
     async fn read_task(&self, key: &EpisodeKey, turn_id: &str) -> Result<TaskView, Refusal> {
         const PAGE: usize = 500;
-        let store = self.history.store();
+        let store = self.turns.history().store();
         let not_found =
             || refusal(codes::TASK_NOT_FOUND, format!("no task {:?}", task_id(key.episode_id(), turn_id)));
         let internal = |e: crate::store::StoreError| from_api(e.into());
@@ -415,12 +415,17 @@ impl ChatService {
         };
         let chat = ChatBody { episode_id: message.context_id, on_busy, ..chat };
         let valid = self.validate_body(caller, headers, chat).map_err(from_api)?;
-        let policies =
-            super::TurnPolicies { on_disconnect: Some(DisconnectPolicy::Continue), on_busy: valid.on_busy };
-        let (episode_id, turn_id, events) = self
-            .start_turn(orchestrator, valid.turn, None, policies, valid.resume, until)
-            .await
-            .map_err(from_api)?;
+        let start = TurnStart {
+            turn: valid.turn,
+            request_id: None,
+            on_disconnect: Some(DisconnectPolicy::Continue),
+            on_busy: valid.on_busy,
+            approvals: valid.resume.map_or(OnApproval::Pause, OnApproval::Resume),
+            deadline: until,
+        };
+        let begun =
+            self.turns().start(orchestrator, start).await.map_err(|e| from_api(super::turn_refusal(e)))?;
+        let Begun { episode_id, turn_id, events } = begun;
         let mut view = TaskView::new(&episode_id, &turn_id);
         if streaming {
             return Ok(self.task_stream(id, view, events, &episode_id, &turn_id));
@@ -476,7 +481,7 @@ impl ChatService {
         until: tokio::time::Instant,
     ) -> Result<Response, Refusal> {
         let (key, turn) = self.task_of(caller, headers, params)?;
-        let live = self.live.get(&key, &turn);
+        let live = self.turns.live().get(&key, &turn);
         let running = match &live {
             Some(live) => live.ended().is_none(),
             None => {
@@ -487,9 +492,7 @@ impl ChatService {
         if !running {
             return Err(refusal(codes::UNSUPPORTED_OPERATION, "the task has ended: GetTask reads it"));
         }
-        let store = self.history.store().clone();
-        let events =
-            follow(store, live, key.clone(), turn.clone(), Cursor { after: 0 }, self.turn_log.resume, until);
+        let events = self.turns.follow(key.clone(), live, turn.clone(), Cursor { after: 0 }, until);
         let view = TaskView::new(key.episode_id(), &turn);
         Ok(self.task_stream(id, view, events, key.episode_id(), &turn))
     }

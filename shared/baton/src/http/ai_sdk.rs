@@ -155,7 +155,7 @@ impl ChatService {
         let Some(turn_id) = self.running_turn(&key).await else {
             return StatusCode::NO_CONTENT.into_response();
         };
-        let live = self.live.get(&key, &turn_id);
+        let live = self.turns.live().get(&key, &turn_id);
         let wire = Box::new(Translated(AiSdkTurn::new()));
         self.follow_response(key, live, turn_id, crate::turn::Cursor { after: 0 }, deadline, wire)
     }

@@ -147,7 +147,7 @@ impl ChatService {
         let episode_id = checked_id("episode_id", episode_id)?;
         let request = page_request(uri)?;
         let key = EpisodeKey::new(user, episode_id)?;
-        let store = self.history.store();
+        let store = self.turns.history().store();
         let (episode, page) = tokio::join!(
             store.episode(&key),
             store.messages_page(&key, request.before.as_deref(), request.limit)
@@ -171,7 +171,7 @@ impl ChatService {
         let paused = request.before.is_none()
             && messages.last().is_some_and(|m| m.status == crate::event::Status::Interrupted);
         let interrupts = match paused {
-            true => self.approvals.pending(&key).await.unwrap_or_else(|e| {
+            true => self.turns.approvals().pending(&key).await.unwrap_or_else(|e| {
                 tracing::warn!(episode = %key, error = %e, "pending approvals not read");
                 Vec::new()
             }),

@@ -58,17 +58,16 @@ pub use turns::{LAST_EVENT_ID, LAST_EVENT_ID_QUERY, parse_last_event_id};
 use platform::Deadline;
 use request::{ChatBody, body_too_large, checked_id, require_json};
 
-use crate::approval::{ApprovalStore, DEFAULT_APPROVAL_TTL, ResumeError, TurnApprovals};
+use crate::approval::{ApprovalStore, DEFAULT_APPROVAL_TTL, ResumeError};
 use crate::auth::AuthMode;
 use crate::config::RequestLimits;
 use crate::history::History;
-use crate::orchestrator::{Orchestrator, StartedTurn, TurnOptions, TurnRequest};
+use crate::orchestrator::{Orchestrator, TurnRequest};
 use crate::store::new_turn_id;
-use crate::turn::{Admission, BusyGate, BusyRefusal, DisconnectPolicy, LiveTurns, OnBusy, TurnLogSettings};
-
-/// Time a turn's log record allows past the turn's deadline for its last write: a turn still
-/// `running` after both reads as abandoned.
-const LOG_END_GRACE: Duration = Duration::from_secs(10);
+use crate::turn::{
+    BusyRefusal, DisconnectPolicy, LiveTurns, OnApproval, OnBusy, TurnError, TurnLogSettings, TurnStart,
+    Turns,
+};
 
 /// Header with the caller's user id in the unauthenticated local mode.
 pub const USER_HEADER: &str = "x-baton-user";
@@ -106,23 +105,17 @@ impl Default for EndpointLimits {
     }
 }
 
-/// The chat endpoint: an orchestrator, the history it records into, limits, heartbeat pacing,
-/// and how callers are identified.
+/// The chat endpoint's state: an orchestrator, the [`Turns`] that start and record its turns,
+/// limits, heartbeat pacing, and how callers are identified.
 pub struct ChatService {
     orchestrator: Arc<Orchestrator>,
-    history: History,
+    turns: Turns,
     limits: RequestLimits,
     heartbeat: Duration,
     auth: AuthMode,
     endpoint: EndpointLimits,
     ratings: crate::rating::RatingSinks,
     cors_origins: Vec<HeaderValue>,
-    live: Arc<LiveTurns>,
-    turn_log: TurnLogSettings,
-    on_disconnect: DisconnectPolicy,
-    on_busy: OnBusy,
-    busy_queue: usize,
-    approvals: ApprovalStore,
     a2a_card: crate::a2a::CardSource,
     a2a_served: Vec<crate::a2a::Served>,
 }
@@ -137,20 +130,14 @@ impl ChatService {
     ) -> ChatService {
         let approvals = ApprovalStore::new(history.store().clone(), DEFAULT_APPROVAL_TTL);
         ChatService {
-            approvals,
+            turns: Turns::new(history, approvals),
             orchestrator,
-            history,
             limits,
             heartbeat,
             auth: AuthMode::LocalHeader,
             endpoint: EndpointLimits::default(),
             ratings: Default::default(),
             cors_origins: Vec::new(),
-            live: LiveTurns::new(),
-            turn_log: TurnLogSettings::default(),
-            on_disconnect: DisconnectPolicy::default(),
-            on_busy: OnBusy::default(),
-            busy_queue: crate::turn::DEFAULT_QUEUE_LIMIT,
             a2a_card: Default::default(),
             a2a_served: Vec::new(),
         }
@@ -158,38 +145,43 @@ impl ChatService {
 
     /// The same service with interrupts that wait `ttl` for their answer (docs/approvals.md).
     pub fn with_approval_ttl(mut self, ttl: Duration) -> ChatService {
-        self.approvals = ApprovalStore::new(self.history.store().clone(), ttl);
+        let approvals = ApprovalStore::new(self.turns.history().store().clone(), ttl);
+        self.turns = self.turns.with_approvals(approvals);
         self
     }
 
     /// Where approvals are kept.
     pub fn approvals(&self) -> &ApprovalStore {
-        &self.approvals
+        self.turns.approvals()
     }
 
     /// The same service logging turns (or not) with these settings.
     pub fn with_turn_log(mut self, settings: TurnLogSettings) -> ChatService {
-        self.turn_log = settings;
+        self.turns = self.turns.with_log(settings);
         self
     }
 
     /// The same service doing `policy` with a turn whose client leaves, unless the request says.
     pub fn with_disconnect_policy(mut self, policy: DisconnectPolicy) -> ChatService {
-        self.on_disconnect = policy;
+        self.turns = self.turns.with_disconnect_policy(policy);
         self
     }
 
     /// The same service doing `policy` with a message whose episode's turn runs, unless the
     /// request says, with at most `queue` messages waiting per episode.
     pub fn with_busy_policy(mut self, policy: OnBusy, queue: usize) -> ChatService {
-        self.on_busy = policy;
-        self.busy_queue = queue;
+        self.turns = self.turns.with_busy_policy(policy, queue);
         self
     }
 
     /// The turns this process runs now.
     pub fn live_turns(&self) -> &Arc<LiveTurns> {
-        &self.live
+        self.turns.live()
+    }
+
+    /// What starts and records the turns.
+    pub fn turns(&self) -> &Turns {
+        &self.turns
     }
 
     /// The same service sending ratings of answers (`POST /chat/{episode_id}/csat`) to `ratings`.
@@ -438,184 +430,41 @@ impl ChatService {
                 Ok(valid) => valid,
                 Err(e) => return e.into_response(),
             };
-        // A retry of a request whose turn still runs here (its client left, and the turn ran on)
-        // joins that turn from its first event: one run, not two.
-        let running = request_id.as_deref().and_then(|request_id| {
-            let key = crate::store::EpisodeKey::new(turn.user_id.as_str(), turn.episode_id.as_str()).ok()?;
-            self.live.running_request(&key, request_id).map(|live| (key, live))
-        });
-        if let Some((key, live)) = running {
-            tracing::info!(episode = %key, turn = %live.turn_id(), "a repeated request id joins its running turn");
-            let turn_id = live.turn_id().to_owned();
-            return self.follow_response(
-                key,
-                Some(live),
-                turn_id,
-                crate::turn::Cursor { after: 0 },
-                Some(deadline),
-                wire,
-            );
+        let approvals = resume.map_or(OnApproval::Pause, OnApproval::Resume);
+        let start = TurnStart { turn, request_id, on_disconnect, on_busy, approvals, deadline };
+        match self.turns.start(&self.orchestrator, start).await {
+            Ok(begun) => wire.response(&begun.episode_id, begun.turn_id, begun.events, self.heartbeat),
+            Err(e) => turn_refusal(e).into_response(),
         }
-        let policies = TurnPolicies { on_disconnect, on_busy };
-        // A retry on any instance of a request whose turn is logged (running elsewhere, or ended)
-        // joins that turn through the log: one run, and the same turn id as its receipt.
-        if let Some(logged) = self.logged_request(&turn, request_id.as_deref()).await {
-            let (key, turn_id) = logged;
-            tracing::info!(episode = %key, turn = %turn_id, "a repeated request id joins its logged turn");
-            let cursor = crate::turn::Cursor { after: 0 };
-            return self.follow_response(key, None, turn_id, cursor, Some(deadline), wire);
-        }
-        match self.start_turn(&self.orchestrator, turn, request_id, policies, resume, deadline).await {
-            Ok((episode_id, turn_id, recorded)) => {
-                wire.response(&episode_id, turn_id, Box::pin(recorded), self.heartbeat)
-            }
-            Err(e) => e.into_response(),
-        }
-    }
-
-    /// Starts a checked request's turn on `orchestrator` (the service's own, or that of an agent
-    /// served over A2A besides the entry agent; a resume claims its approvals first) and returns
-    /// its episode, its id and its numbered events, registered live and logged as they stream:
-    /// what `POST /chat` answers with, and what the A2A endpoint translates.
-    pub(crate) async fn start_turn(
-        &self,
-        orchestrator: &Arc<Orchestrator>,
-        mut turn: TurnRequest,
-        request_id: Option<String>,
-        policies: TurnPolicies,
-        resume: Option<Vec<(String, crate::approval::Decision)>>,
-        deadline: tokio::time::Instant,
-    ) -> Result<
-        (String, String, impl futures::Stream<Item = Arc<crate::store::LoggedEvent>> + Send + 'static),
-        ApiError,
-    > {
-        let admission = self.admit(&turn, policies.on_busy.unwrap_or(self.on_busy), deadline).await?;
-        turn.beside = admission.beside.clone();
-        turn.approvals = match resume {
-            None => self.approvals.pausing(),
-            Some(answers) => self.claim_resume(&turn, answers, deadline).await?,
-        };
-        let user_id = turn.user_id.clone();
-        let cancel = tokio_util::sync::CancellationToken::new();
-        let options = TurnOptions {
-            history: Some((&self.history, request_id.as_deref())),
-            deadline: Some(deadline),
-            cancel: Some(&cancel),
-            approvals: Some(&self.approvals),
-        };
-        let StartedTurn { episode_id, turn_id, events } = orchestrator.start(turn, options).await?;
-        let key = crate::store::EpisodeKey::new(user_id, episode_id.clone())?;
-        let registered = self.live.register(key, turn_id.clone(), request_id, cancel);
-        hold_until_end(admission, registered.turn());
-        let writer = self.turn_log.enabled.then(|| {
-            // The record's deadline: the turn's, plus time for its last write. A turn still
-            // `running` after it reads as abandoned.
-            let left = deadline.saturating_duration_since(tokio::time::Instant::now()) + LOG_END_GRACE;
-            let deadline_ms = self.history.store().clock().now_ms() + left.as_millis() as u64;
-            crate::turn::spawn_writer(
-                self.history.store().clone(),
-                registered.turn().clone(),
-                deadline_ms,
-                self.turn_log,
-            )
-        });
-        let policy = policies.on_disconnect.unwrap_or(self.on_disconnect);
-        let recorded = crate::turn::record(events, registered, writer, policy, self.turn_log.end_timeout);
-        Ok((episode_id, turn_id, recorded))
     }
 }
 
-impl ChatService {
-    /// The logged turn a repeated `request_id` of `turn`'s episode was first recorded under: `None`
-    /// for a new request id, with the log off, or when the store cannot say (the request then
-    /// runs as a new turn would, and the store's own check keeps its message from being
-    /// recorded twice).
-    async fn logged_request(
-        &self,
-        turn: &TurnRequest,
-        request_id: Option<&str>,
-    ) -> Option<(crate::store::EpisodeKey, String)> {
-        let request_id = request_id.filter(|_| self.turn_log.enabled)?;
-        let key = crate::store::EpisodeKey::new(turn.user_id.as_str(), turn.episode_id.as_str()).ok()?;
-        let store = self.history.store();
-        let turn_id = store.request_turn(&key, request_id).await.ok().flatten()?;
-        store.turn_record(&key, &turn_id).await.ok().flatten()?;
-        Some((key, turn_id))
-    }
-
-    /// Lets `turn` into its episode under `policy` (docs/durable-turns.md#busy-episodes): at once
-    /// when no turn of the episode runs, else as the policy says; a refusal is a 409, 429 or 503
-    /// before anything runs. A queued message waits at most [`BUSY_WAIT`], and never past half
-    /// of what is left of its deadline.
-    async fn admit(
-        &self,
-        turn: &TurnRequest,
-        policy: OnBusy,
-        deadline: tokio::time::Instant,
-    ) -> Result<Admission, ApiError> {
-        let key = crate::store::EpisodeKey::new(turn.user_id.as_str(), turn.episode_id.as_str())?;
-        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-        let (hold, wait) = (left + LOG_END_GRACE, (left / 2).min(BUSY_WAIT));
-        let live = self.live.clone();
-        let stop_here = |running: &str| {
-            if let Some(turn) = live.get(&key, running) {
-                turn.cancel();
-            }
-        };
-        let gate = BusyGate::new(self.history.store().clone(), self.busy_queue);
-        gate.admit(&key, &turn.turn_id, policy, hold, wait, stop_here).await.map_err(busy_refusal)
-    }
-
-    /// Checks a resume request's answers against the episode's paused turn and the
-    /// configuration, and claims the record for this request until `deadline` (docs/approvals.md):
-    /// any refusal is a 4xx before anything runs.
-    async fn claim_resume(
-        &self,
-        turn: &TurnRequest,
-        answers: Vec<(String, crate::approval::Decision)>,
-        deadline: tokio::time::Instant,
-    ) -> Result<TurnApprovals, ApiError> {
-        let key = crate::store::EpisodeKey::new(turn.user_id.as_str(), turn.episode_id.as_str())?;
-        // The claim lapses at the turn's deadline, as docs/approvals.md says: a turn still
-        // finishing after it and taken over meanwhile stores nothing (its writes are conditional).
-        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-        let until_ms = self.history.store().clock().now_ms() + left.as_millis() as u64;
-        let entry = self.orchestrator.entry().clone();
-        let check = |paused: &_, decisions: &_| entry.check_resume(paused, decisions);
-        self.approvals.resume(&key, answers, &turn.turn_id, until_ms, check).await.map_err(
-            |e: ResumeError| {
-                let (status, code) = e.status_code();
-                if status.is_server_error() {
-                    tracing::error!(error = %e, "resume not claimed");
-                }
-                ApiError::new(status, code, e.to_string())
-            },
-        )
+/// A turn that did not start, as the client is answered: 409, 429 or 503 for a busy episode, the
+/// resume's own 4xx, a store's 5xx.
+pub(crate) fn turn_refusal(e: TurnError) -> ApiError {
+    match e {
+        TurnError::Busy(refusal) => busy_refusal(refusal),
+        TurnError::Resume(e) => resume_refusal(e),
+        TurnError::Store(e) => ApiError::from(e),
     }
 }
 
-/// The longest a message waits for its episode's running turn (`on_busy: enqueue` or
-/// `interrupt`).
-const BUSY_WAIT: Duration = Duration::from_secs(60);
-
-/// What a request says of its turn's life, each `None` for the service's default.
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct TurnPolicies {
-    /// What happens when the client leaves.
-    pub(crate) on_disconnect: Option<DisconnectPolicy>,
-    /// What happens if another turn of the episode runs.
-    pub(crate) on_busy: Option<OnBusy>,
-}
-
-/// Keeps the episode's turn lease until `turn` ends (its reply saved, `completed` sent), or
-/// until the process forgets the turn; then frees it for the next message.
-fn hold_until_end(admission: Admission, turn: &Arc<crate::turn::LiveTurn>) {
-    let mut ended = turn.subscribe_end();
-    tokio::spawn(async move {
-        // An error means the turn is gone from memory: it has ended either way.
-        let _ = ended.wait_for(|ended| *ended).await;
-        admission.release().await;
-    });
+/// A resume refused: its status and stable code (docs/approvals.md).
+fn resume_refusal(e: ResumeError) -> ApiError {
+    let (status, code) = match &e {
+        ResumeError::NotFound(_) => (StatusCode::NOT_FOUND, "interrupt_not_found"),
+        ResumeError::Expired(_) => (StatusCode::GONE, "interrupt_expired"),
+        ResumeError::Answered(..) => (StatusCode::CONFLICT, "interrupt_answered"),
+        ResumeError::InProgress => (StatusCode::CONFLICT, "resume_in_progress"),
+        ResumeError::InvalidArguments(_) => (StatusCode::BAD_REQUEST, "invalid_arguments"),
+        ResumeError::ConfigChanged(_) => (StatusCode::CONFLICT, "config_changed"),
+        ResumeError::Store(e) if e.is_retryable() => (StatusCode::SERVICE_UNAVAILABLE, "store_unavailable"),
+        ResumeError::Store(_) => (StatusCode::INTERNAL_SERVER_ERROR, "store_error"),
+    };
+    if status.is_server_error() {
+        tracing::error!(error = %e, "resume not claimed");
+    }
+    ApiError::new(status, code, e.to_string())
 }
 
 /// A request's `on_busy`, checked.
@@ -694,8 +543,9 @@ impl ChatService {
                     format!("the body must be {{\"turn_id\"?: string, \"rating\": \"up\" | \"down\"}}: {e}"),
                 )
             })?;
-            crate::rating::rate(self.history.store().as_ref(), &self.ratings, &key, request).await.map_err(
-                |e| match e {
+            crate::rating::rate(self.turns.history().store().as_ref(), &self.ratings, &key, request)
+                .await
+                .map_err(|e| match e {
                     crate::rating::RatingError::NoRateableAnswer(_) => {
                         ApiError::new(StatusCode::NOT_FOUND, "no_rateable_answer", e.to_string())
                     }
@@ -703,8 +553,7 @@ impl ChatService {
                         ApiError::new(StatusCode::BAD_GATEWAY, "rating_not_sent", e.to_string())
                     }
                     crate::rating::RatingError::Store(e) => e.into(),
-                },
-            )
+                })
         };
         match rated.await {
             Ok(rated) => axum::Json(rated).into_response(),
@@ -826,7 +675,7 @@ pub async fn serve(
     // Turns whose clients left run on (`on_disconnect: continue`): let them end, each within
     // its deadline, so their replies and logs are written.
     let live = service_live.clone();
-    let waited = tokio::time::timeout(limits.turn_deadline + LOG_END_GRACE, async move {
+    let waited = tokio::time::timeout(limits.turn_deadline + crate::turn::LOG_END_GRACE, async move {
         while !live.is_empty() {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }

@@ -26,7 +26,7 @@ use super::wire::{BatonSse, Wire};
 use super::{ApiError, Caller, ChatService};
 use crate::event::Status;
 use crate::store::{CancelOutcome, EpisodeKey, TurnStatus};
-use crate::turn::{Cursor, LiveTurn, follow};
+use crate::turn::{Cursor, LiveTurn};
 
 /// The header a reconnecting SSE client sends its last event id in.
 pub const LAST_EVENT_ID: &str = "last-event-id";
@@ -117,8 +117,8 @@ impl ChatService {
             (None, None) => self.latest_turn(&key).await?.ok_or_else(not_found)?,
         };
         let after = last.map_or(0, |(_, seq)| seq);
-        let store = self.history.store();
-        let live = self.live.get(&key, &turn_id);
+        let store = self.turns.history().store();
+        let live = self.turns.live().get(&key, &turn_id);
         // Whether `last_seq` is the turn's last for sure: a turn this process runs knows it
         // exactly, an ended one has it in its record; the record of a turn running elsewhere
         // may lag its stream by a batch.
@@ -158,16 +158,19 @@ impl ChatService {
         let turn_deadline = tokio::time::Instant::now() + self.endpoint.turn_deadline;
         let until = deadline.map_or(turn_deadline, |d| d.min(turn_deadline));
         let episode = key.episode_id().to_owned();
-        let store = self.history.store().clone();
-        let events = follow(store, live, key, turn_id.clone(), cursor, self.turn_log.resume, until);
-        wire.response(&episode, turn_id, Box::pin(events), self.heartbeat)
+        let events = self.turns.follow(key, live, turn_id.clone(), cursor, until);
+        wire.response(&episode, turn_id, events, self.heartbeat)
     }
 
     /// The episode's latest turn: the newest this process runs or the store has logged (turn
     /// ids sort by creation time).
     pub(super) async fn latest_turn(&self, key: &EpisodeKey) -> Result<Option<String>, ApiError> {
-        let live = self.live.latest(key);
-        let logged = if self.turn_log.enabled { self.history.store().latest_turn(key).await? } else { None };
+        let live = self.turns.live().latest(key);
+        let logged = if self.turns.log().enabled {
+            self.turns.history().store().latest_turn(key).await?
+        } else {
+            None
+        };
         Ok(live.into_iter().chain(logged).max())
     }
 
@@ -175,10 +178,10 @@ impl ChatService {
     /// it has ended, or when that cannot be read (the conversation is still served).
     pub(super) async fn running_turn(&self, key: &EpisodeKey) -> Option<String> {
         let latest = self.latest_turn(key).await.ok().flatten()?;
-        if let Some(turn) = self.live.get(key, &latest) {
+        if let Some(turn) = self.turns.live().get(key, &latest) {
             return turn.ended().is_none().then_some(latest);
         }
-        let store = self.history.store();
+        let store = self.turns.history().store();
         let record = store.turn_record(key, &latest).await.ok().flatten()?;
         (record.effective_status(store.clock().now_ms()) == TurnStatus::Running).then_some(latest)
     }
@@ -191,13 +194,13 @@ impl ChatService {
         key: &EpisodeKey,
         turn_id: &str,
     ) -> Result<CancelOutcome, ApiError> {
-        Ok(match self.live.get(key, turn_id) {
+        Ok(match self.turns.live().get(key, turn_id) {
             Some(turn) => match turn.ended() {
                 Some(status) => CancelOutcome::AlreadyEnded(status.as_str().to_owned()),
                 None => {
                     turn.cancel();
-                    if self.turn_log.enabled {
-                        if let Err(e) = self.history.store().request_cancel(key, turn_id).await {
+                    if self.turns.log().enabled {
+                        if let Err(e) = self.turns.history().store().request_cancel(key, turn_id).await {
                             // The turn stops anyway: the flag is for the record.
                             tracing::warn!(episode = %key, turn = %turn_id, error = %e, "cancel flag not stored");
                         }
@@ -205,7 +208,9 @@ impl ChatService {
                     CancelOutcome::Requested
                 }
             },
-            None if self.turn_log.enabled => self.history.store().request_cancel(key, turn_id).await?,
+            None if self.turns.log().enabled => {
+                self.turns.history().store().request_cancel(key, turn_id).await?
+            }
             None => CancelOutcome::Unknown,
         })
     }

@@ -19,16 +19,14 @@ use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use bytes::{BufMut, BytesMut};
-use futures::stream::BoxStream;
 use serde_json::Value;
 
 use super::request::ChatBody;
 use super::{ApiError, Caller, ChatService};
 use crate::event::{Event, SSE_HEARTBEAT};
-use crate::store::LoggedEvent;
 
 /// A turn's numbered events, as the producer or a resume hands them over.
-pub(crate) type TurnEvents = BoxStream<'static, Arc<LoggedEvent>>;
+pub(crate) use crate::turn::TurnEvents;
 
 /// How a turn's events go on the wire.
 pub(crate) trait Wire: Send {

@@ -6,15 +6,14 @@
 //!   built-in tool or an agent tool (`agent__<name>`), and the tool registry validates the
 //!   model's arguments against the server's own JSON Schema before the call. That name is the
 //!   tool's one name: in `tools:`, `needs_approval:`, errors and events.
-//! - As a **server**, [`server`] offers Baton's agents as MCP tools (stdio and streamable HTTP),
-//!   so an IDE or another agent framework can call them.
+//! - As a **server**, [`crate::mcp_server`] (an edge, beside `http`) offers Baton's agents as MCP
+//!   tools (stdio and streamable HTTP), so an IDE or another agent framework can call them.
 //!
 //! # Layout
 //! - [`config`]: the `mcp_servers` settings and their validation (errors name the field path).
 //! - `client`: a connection per server (restarted after it broke), the tools, the retry and
 //!   cancellation rules (a `tools/call` is never sent twice).
 //! - `errors`: failures as sentences naming the server and the likely fix.
-//! - [`server`]: Baton agents as MCP tools, progress notifications from their events.
 //!
 //! # When tools are listed
 //! [`connect_all`] starts every server and lists its tools **once, at start**, not on first use:
@@ -26,7 +25,6 @@
 mod client;
 pub mod config;
 mod errors;
-pub mod server;
 
 use std::sync::Arc;
 

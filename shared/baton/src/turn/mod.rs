@@ -11,7 +11,9 @@
 //!   to memory, and keeps the turn running after the client leaves when asked to;
 //! - `resume`: [`follow`], the events of a turn after a cursor: replayed from memory or the
 //!   store, then followed live until `completed`;
-//! - `busy`: [`BusyGate`], what a message does when its episode's turn runs (`on_busy`).
+//! - `busy`: [`BusyGate`], what a message does when its episode's turn runs (`on_busy`);
+//! - `start`: [`Turns`], the one owner of a turn's life: a repeated request joined, the busy
+//!   gate, the resume claim, the run, the live registration, the log writer and the record.
 
 use std::time::Duration;
 
@@ -21,12 +23,14 @@ mod busy;
 mod live;
 mod record;
 mod resume;
+mod start;
 mod writer;
 
 pub use busy::{Admission, BUSY_LEASE, BusyGate, BusyRefusal, DEFAULT_QUEUE_LIMIT, ON_BUSY_VALUES, OnBusy};
 pub use live::{LIVE_BYTES, LiveTurn, LiveTurns, Registered, Since};
 pub use record::{RecordedTurn, record};
 pub use resume::{Cursor, EVENTS_MISSING, ResumeLimits, follow};
+pub use start::{Begun, LOG_END_GRACE, OnApproval, TurnError, TurnEvents, TurnStart, Turns};
 pub use writer::{WriterReport, spawn as spawn_writer};
 
 /// What happens to a turn when its client leaves before `completed`.

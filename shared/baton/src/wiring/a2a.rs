@@ -67,16 +67,8 @@ pub fn a2a_served(config: &Config, backends: &super::Backends) -> Result<Vec<Ser
     let served = config.agents.a2a_served.iter().filter(|name| **name != config.agents.entry);
     served
         .map(|name| {
-            let agent = super::build_agent(config, name, backends)?;
-            let spec = config.agents.get(name).expect("validated");
-            let models = super::ModelFactory::new(config, backends, name)?;
-            let mut orchestrator =
-                crate::orchestrator::Orchestrator::new(agent, models.for_agent(spec).model_name().to_owned())
-                    .with_prices(config.prices.clone());
-            if let Some(reporter) = backends.reporter.clone() {
-                orchestrator = orchestrator.with_reporter(reporter);
-            }
-            Ok(Served { orchestrator: Arc::new(orchestrator), card: card_of(config, name) })
+            let orchestrator = super::orchestrator_of(config, name, backends)?;
+            Ok(Served { orchestrator, card: card_of(config, name) })
         })
         .collect()
 }

@@ -89,6 +89,25 @@ pub fn build_agent(config: &Config, name: &str, backends: &Backends) -> Result<A
     Graph::new(config, &models, &local)?.build(name)
 }
 
+/// The turns of the configured agent `name` (the entry agent, or one served over A2A or MCP):
+/// the agent as [`build_agent`] builds it, its usage priced, each turn reported to
+/// `backends.reporter`.
+pub fn orchestrator_of(
+    config: &Config,
+    name: &str,
+    backends: &Backends,
+) -> Result<Arc<Orchestrator>, ConfigError> {
+    let agent = build_agent(config, name, backends)?;
+    let spec = config.agents.get(name).expect("build_agent checked it");
+    let models = ModelFactory::new(config, backends, name)?;
+    let mut orchestrator = Orchestrator::new(agent, models.for_agent(spec).model_name().to_owned())
+        .with_prices(config.prices.clone());
+    if let Some(reporter) = backends.reporter.clone() {
+        orchestrator = orchestrator.with_reporter(reporter);
+    }
+    Ok(Arc::new(orchestrator))
+}
+
 /// The entry agent's routing on its own, for the routing evaluation; `None` when the entry agent
 /// does not route.
 pub fn build_router(config: &Config, backends: &Backends) -> Result<Option<Router>, ConfigError> {
@@ -181,6 +200,13 @@ impl Backends {
             signer: None,
             secrets: None,
         }
+    }
+
+    /// These backends with a team's own `tool` too, which its agents name in `tools:` (as a
+    /// declared tool is: one name in the whole configuration).
+    pub fn with_tool(mut self, tool: Arc<dyn Tool>) -> Backends {
+        self.tools.push(tool);
+        self
     }
 
     /// These backends with `extension`'s tools and agent kinds too.

@@ -2,11 +2,13 @@
 //! ([`serve_http`], at `/mcp`), so that an MCP client (an IDE, another agent framework) can call
 //! them.
 //!
-//! Each agent is one tool named after the agent, taking `{"text": "..."}`. The call runs the
-//! agent like any other caller would ([`Agent::run`]); the text it streams is the result, and its
-//! progress events (agent and tool starts and ends, errors) are sent as
-//! `notifications/progress` when the client asked for progress. A client's
-//! `notifications/cancelled` stops the run. Each call is a fresh episode for the user `mcp`.
+//! Each agent is one tool named after the agent, taking `{"text": "..."}`. A call is a turn of
+//! that agent, started as every turn is ([`Turns::start`]: recorded, logged, its span, its cost),
+//! in a fresh episode of the user `mcp`; the text it streams is the result, and its progress
+//! events (agent and tool starts and ends, errors) are sent as `notifications/progress` when the
+//! client asked for progress. A client's `notifications/cancelled` stops the turn
+//! (`on_disconnect: cancel`). A call that needs a person's approval is asked through
+//! elicitation when the client can answer one, else refused.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -22,33 +24,45 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 use rmcp::{ErrorData, ServerHandler, ServiceExt};
 use serde_json::{Value, json};
 
-use super::McpError;
-use crate::agent::{Agent, AgentRequest};
 use crate::event::Event;
+use crate::mcp::McpError;
+use crate::orchestrator::{Orchestrator, TurnRequest};
+use crate::turn::{DisconnectPolicy, OnApproval, TurnStart, Turns};
 
-/// One agent offered as an MCP tool: the agent and what the tool says it does.
+/// The user whose episodes MCP calls are.
+pub const MCP_USER: &str = "mcp";
+
+/// Longest an MCP call's turn runs: then it ends with what was produced.
+pub const MCP_CALL_DEADLINE: std::time::Duration = std::time::Duration::from_secs(120);
+
+/// One agent offered as an MCP tool: the turns of the agent and what the tool says it does.
 #[derive(Clone)]
 pub struct McpAgent {
-    agent: Arc<dyn Agent>,
+    orchestrator: Arc<Orchestrator>,
     description: String,
 }
 
 impl McpAgent {
-    /// `agent`, described as `description` to the client's model.
-    pub fn new(agent: Arc<dyn Agent>, description: impl Into<String>) -> McpAgent {
-        McpAgent { agent, description: description.into() }
+    /// The agent whose turns `orchestrator` runs, described as `description` to the client's model.
+    pub fn new(orchestrator: Arc<Orchestrator>, description: impl Into<String>) -> McpAgent {
+        McpAgent { orchestrator, description: description.into() }
+    }
+
+    fn name(&self) -> &str {
+        self.orchestrator.entry().name()
     }
 }
 
-/// The MCP server handler over a set of agents (one tool each).
+/// The MCP server handler over a set of agents (one tool each), their calls started by `turns`.
 #[derive(Clone)]
 pub(crate) struct AgentsServer {
     agents: Arc<Vec<McpAgent>>,
+    turns: Turns,
 }
 
 impl std::fmt::Debug for AgentsServer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_list().entries(self.agents.iter().map(|a| a.agent.name())).finish()
+        f.debug_list().entries(self.agents.iter().map(McpAgent::name)).finish()
     }
 }
 
@@ -94,9 +108,9 @@ pub(crate) fn progress_message(event: &Event) -> Option<String> {
 }
 
 impl AgentsServer {
-    /// A server offering `agents`.
-    pub(crate) fn new(agents: Vec<McpAgent>) -> AgentsServer {
-        AgentsServer { agents: Arc::new(agents) }
+    /// A server offering `agents`, whose calls `turns` starts.
+    pub(crate) fn new(agents: Vec<McpAgent>, turns: Turns) -> AgentsServer {
+        AgentsServer { agents: Arc::new(agents), turns }
     }
 
     async fn run(
@@ -104,7 +118,7 @@ impl AgentsServer {
         params: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, ErrorData> {
-        let Some(served) = self.agents.iter().find(|a| a.agent.name() == params.name.as_ref()) else {
+        let Some(served) = self.agents.iter().find(|a| a.name() == params.name.as_ref()) else {
             return Err(ErrorData::invalid_params(format!("unknown tool `{}`", params.name), None));
         };
         let arguments = Value::Object(params.arguments.clone().unwrap_or_default());
@@ -112,17 +126,25 @@ impl AgentsServer {
         else {
             return Ok(CallToolResult::error(vec![ContentBlock::text("`text` must be a non-empty string")]));
         };
-        let request = AgentRequest {
-            user_id: "mcp".to_owned(),
-            episode_id: crate::store::new_episode_id(),
-            query: text.to_owned(),
-            arguments: arguments.clone(),
+        let episode = crate::store::new_episode_id();
+        let start = TurnStart {
+            turn: TurnRequest::new(episode, crate::store::new_turn_id(), MCP_USER, text),
+            request_id: None,
+            on_disconnect: Some(DisconnectPolicy::Cancel),
+            on_busy: None,
             approvals: approvals_for(&context),
-            ..Default::default()
+            deadline: tokio::time::Instant::now() + MCP_CALL_DEADLINE,
         };
-        let name = served.agent.name().to_owned();
-        let instance = request.instances.next(&name);
-        let mut events = served.agent.run(request, instance.clone());
+        let mut events = match self.turns.start(&served.orchestrator, start).await {
+            Ok(begun) => begun.events,
+            Err(e) => {
+                tracing::error!(agent = served.name(), error = %e, "an MCP call's turn did not start");
+                let message = format!("the {} agent could not start: {}", served.name(), e);
+                return Ok(CallToolResult::error(vec![ContentBlock::text(message)]));
+            }
+        };
+        // The turn's entry instance is named after the agent.
+        let instance = served.name();
         let token = context.meta.get_progress_token();
         let (mut answer, mut errors, mut step) = (Answer::default(), Vec::new(), 0.0);
         loop {
@@ -133,7 +155,8 @@ impl AgentsServer {
                 }
                 event = events.next() => event,
             };
-            let Some(event) = event else { break };
+            let Some(logged) = event else { break };
+            let Ok(event) = serde_json::from_str::<Event>(&logged.data) else { continue };
             match &event {
                 Event::Text { agent, text } => answer.push(agent, text),
                 Event::Error { agent, message, .. } if *agent == instance => errors.push(message.clone()),
@@ -179,17 +202,17 @@ pub const ELICITATION_TIMEOUT: std::time::Duration = std::time::Duration::from_s
 
 /// A call's approvals: asked through elicitation when the client declared it can answer one
 /// (in form mode), else refused with an `approval_required` error result (docs/approvals.md).
-fn approvals_for(context: &RequestContext<RoleServer>) -> crate::approval::TurnApprovals {
+fn approvals_for(context: &RequestContext<RoleServer>) -> OnApproval {
     let can_ask = context.peer.peer_info().is_some_and(|info| {
         // An empty `elicitation: {}` means form mode (the specification's default).
         info.capabilities.elicitation.as_ref().is_some_and(|e| e.form.is_some() || e.url.is_none())
     });
     match can_ask {
-        true => crate::approval::TurnApprovals::asking(std::sync::Arc::new(Elicitation {
+        true => OnApproval::Ask(Arc::new(Elicitation {
             peer: context.peer.clone(),
             timeout: ELICITATION_TIMEOUT,
         })),
-        false => crate::approval::TurnApprovals::default(),
+        false => OnApproval::Refuse,
     }
 }
 
@@ -260,7 +283,7 @@ impl ServerHandler for AgentsServer {
         let tools = self
             .agents
             .iter()
-            .map(|a| rmcp::model::Tool::new(a.agent.name().to_owned(), a.description.clone(), schema.clone()))
+            .map(|a| rmcp::model::Tool::new(a.name().to_owned(), a.description.clone(), schema.clone()))
             .collect();
         Ok(ListToolsResult::with_all_items(tools))
     }
@@ -275,8 +298,8 @@ impl ServerHandler for AgentsServer {
 }
 
 /// Serves `agents` over this process's stdin and stdout until the client closes them.
-pub async fn serve_stdio(agents: Vec<McpAgent>) -> Result<(), McpError> {
-    let running = AgentsServer::new(agents)
+pub async fn serve_stdio(agents: Vec<McpAgent>, turns: Turns) -> Result<(), McpError> {
+    let running = AgentsServer::new(agents, turns)
         .serve(rmcp::transport::stdio())
         .await
         .map_err(|e| McpError::Serve(e.to_string()))?;
@@ -286,8 +309,11 @@ pub async fn serve_stdio(agents: Vec<McpAgent>) -> Result<(), McpError> {
 
 /// The streamable HTTP endpoint of `agents` at `/mcp`, and the switch that ends its open
 /// sessions (call it on shutdown, or open event streams keep the server alive).
-pub(crate) fn http_router(agents: Vec<McpAgent>) -> (axum::Router, impl FnOnce() + Send + 'static) {
-    let server = AgentsServer::new(agents);
+pub(crate) fn http_router(
+    agents: Vec<McpAgent>,
+    turns: Turns,
+) -> (axum::Router, impl FnOnce() + Send + 'static) {
+    let server = AgentsServer::new(agents, turns);
     let config = StreamableHttpServerConfig::default();
     let stop = config.cancellation_token.clone();
     let service =
@@ -299,9 +325,10 @@ pub(crate) fn http_router(agents: Vec<McpAgent>) -> (axum::Router, impl FnOnce()
 pub async fn serve_http(
     listener: tokio::net::TcpListener,
     agents: Vec<McpAgent>,
+    turns: Turns,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), McpError> {
-    let (router, stop) = http_router(agents);
+    let (router, stop) = http_router(agents, turns);
     // `TCP_NODELAY`, as for the chat endpoint: progress notifications are small frames.
     let listener = axum::serve::ListenerExt::tap_io(listener, |s| {
         let _ = s.set_nodelay(true);
