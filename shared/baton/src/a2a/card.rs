@@ -20,16 +20,6 @@ pub fn agent_path(name: Option<&str>) -> String {
     }
 }
 
-/// An agent served as an A2A agent besides the entry agent (`a2a: {agents: [...]}`): the
-/// orchestrator that runs its turns and what its card says.
-#[derive(Clone)]
-pub struct Served {
-    /// Its turns, with it as their entry agent.
-    pub orchestrator: std::sync::Arc<crate::orchestrator::Orchestrator>,
-    /// Its card.
-    pub card: CardSource,
-}
-
 /// What the card says of the served agent (from the configuration, once at start).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct CardSource {

@@ -27,6 +27,6 @@ pub mod task;
 pub mod types;
 
 pub use auth::{BearerToken, RemoteAuth, RequestSigner, SigningScope};
-pub use card::{CardSource, RPC_PATH, Security, Served, agent_path};
+pub use card::{CardSource, RPC_PATH, Security, agent_path};
 pub use client::{A2aAgent, A2aLimits};
 pub use task::TaskView;

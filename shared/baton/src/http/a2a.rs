@@ -31,7 +31,8 @@ use crate::a2a::types::{
     PROTOCOL_VERSION, RpcRequest, SendMessageRequest, TaskIdParams, VERSION_HEADER, codes, rpc_error,
     rpc_result,
 };
-use crate::a2a::{CardSource, Security, Served, TaskView, agent_path};
+use crate::a2a::{CardSource, Security, TaskView, agent_path};
+use crate::wiring::Served;
 use crate::auth::AuthMode;
 use crate::event::Event;
 use crate::orchestrator::Orchestrator;

@@ -117,7 +117,7 @@ pub struct ChatService {
     ratings: crate::rating::RatingSinks,
     cors_origins: Vec<HeaderValue>,
     a2a_card: crate::a2a::CardSource,
-    a2a_served: Vec<crate::a2a::Served>,
+    a2a_served: Vec<crate::wiring::Served>,
 }
 
 impl ChatService {

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::a2a::{A2aAgent, A2aLimits, BearerToken, CardSource, RequestSigner, Served, SigningScope};
+use crate::a2a::{A2aAgent, A2aLimits, BearerToken, CardSource, RequestSigner, SigningScope};
 use crate::agent::Agent;
 use crate::config::agents::AgentSpec;
 use crate::config::{Config, ConfigError};
@@ -59,6 +59,16 @@ pub(super) fn a2a_agent(
 /// and tool it lists (each described by its own entry, a tool by its name).
 pub fn a2a_card(config: &Config) -> CardSource {
     card_of(config, &config.agents.entry)
+}
+
+/// An agent served as an A2A agent besides the entry agent (`a2a: {agents: [...]}`): the
+/// orchestrator that runs its turns and what its card says.
+#[derive(Clone)]
+pub struct Served {
+    /// Its turns, with it as their entry agent.
+    pub orchestrator: Arc<crate::orchestrator::Orchestrator>,
+    /// Its card.
+    pub card: CardSource,
 }
 
 /// The agents of `a2a: {agents: [...]}` other than the entry agent, each built as the entry agent

@@ -19,7 +19,7 @@ mod a2a;
 pub mod extension;
 mod tools;
 
-pub use a2a::{a2a_card, a2a_served};
+pub use a2a::{Served, a2a_card, a2a_served};
 pub use extension::Extension;
 pub use tools::declared_tools;
 
