@@ -4,7 +4,7 @@
 use super::*;
 use crate::store::item;
 use crate::store::{
-    Episode, EpisodeKey, Recorded, Store, StoreError, StoredMessage, SystemClock, message_sk,
+    Clocked, Conversations, Episode, EpisodeKey, Leases, Recorded, StoreError, TurnLog, StoredMessage, SystemClock, message_sk,
 };
 
 /// The child process of [`a_crash_keeps_every_reply_saved_before_it`]: writes two turns
