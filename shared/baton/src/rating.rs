@@ -11,7 +11,6 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use futures::future::BoxFuture;
 use serde::Deserialize;
 
 use crate::agent::BoxError;
@@ -35,9 +34,10 @@ pub enum Rating {
 }
 
 /// Where ratings of one agent's answers go.
+#[async_trait::async_trait]
 pub trait RatingSink: Send + Sync {
     /// Sends `rating` of the answer whose `answer_meta` carried `feedback_ref`.
-    fn rate<'a>(&'a self, feedback_ref: &'a str, rating: Rating) -> BoxFuture<'a, Result<(), BoxError>>;
+    async fn rate(&self, feedback_ref: &str, rating: Rating) -> Result<(), BoxError>;
 }
 
 /// The rating sinks of a deployment, by agent name.
