@@ -15,7 +15,7 @@ use serde::Deserialize;
 
 use crate::agent::BoxError;
 use crate::event::agent_name;
-use crate::store::{EpisodeKey, Role, Store, StoreError};
+use crate::store::{Conversations, EpisodeKey, Role, StoreError};
 
 /// The `answer_meta` key an agent puts the reference of a rateable answer under.
 pub const FEEDBACK_REF: &str = "feedback_ref";
@@ -96,7 +96,7 @@ pub enum RatingError {
 
 /// Sends `request`'s rating of an answer of `key`'s episode to its agent's sink.
 pub async fn rate(
-    store: &dyn Store,
+    store: &dyn Conversations,
     sinks: &RatingSinks,
     key: &EpisodeKey,
     request: RatingRequest,

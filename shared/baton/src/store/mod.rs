@@ -28,6 +28,7 @@
 //!   when the holder is done or dropped.
 //! - [`turn_log`]: a turn's event log and record (`TURN#<turn>`, `TURN#<turn>#LOG#<last seq>`):
 //!   their types, items and the checks both stores make.
+//! - [`backends`]: routed agents' response ids kept on the episode item.
 
 pub mod backends;
 pub mod embedded;
