@@ -183,12 +183,10 @@ impl AgentTransport for LambdaTransport {
                         error_details: done.error_details().map(str::to_owned),
                     })
                 }
-                Ok(Some(other)) => {
-                    Err(TransportError::Broken(format!("unexpected stream event {other:?}")))
+                Ok(Some(other)) => Err(TransportError::Broken(format!("unexpected stream event {other:?}"))),
+                Err(e) => {
+                    Err(TransportError::Broken(aws_sdk_lambda::error::DisplayErrorContext(&e).to_string()))
                 }
-                Err(e) => Err(TransportError::Broken(
-                    aws_sdk_lambda::error::DisplayErrorContext(&e).to_string(),
-                )),
             };
             Some((item, receiver))
         });

@@ -111,8 +111,7 @@ impl AgentTransport for HttpTransport {
         let status = response.status();
         if !status.is_success() {
             let body =
-                crate::model::openai::read_capped(response.bytes_stream(), ERROR_BODY_WAIT, 16 * 1024)
-                    .await;
+                crate::model::openai::read_capped(response.bytes_stream(), ERROR_BODY_WAIT, 16 * 1024).await;
             let message = crate::redact::excerpt(&String::from_utf8_lossy(&body), &[]);
             return Err(TransportError::Remote { code: status.as_u16().to_string(), message });
         }

@@ -14,21 +14,20 @@ use std::time::Duration;
 use aws_sdk_dynamodb::types::{AttributeValue, Delete, Put, TransactWriteItem, Update};
 use baton::store::item;
 use baton::store::{
-    Conversations, Episode, EpisodeKey, META_SK, MSG_PREFIX, MessageCursor, Recorded, StoreError, StoredMessage,
-    is_expired, request_sk,
+    Conversations, Episode, EpisodeKey, META_SK, MSG_PREFIX, MessageCursor, Recorded, StoreError,
+    StoredMessage, is_expired, request_sk,
 };
 
 use super::query::query_pages;
 use super::{
-    DynamoDbStore, MAX_TRANSACTION_ITEMS, build, cancellation_reasons, cancelled_transiently, condition_failed_at,
-    from_dynamo, key, string_of, to_dynamo, transaction_error,
+    DynamoDbStore, MAX_TRANSACTION_ITEMS, build, cancellation_reasons, cancelled_transiently,
+    condition_failed_at, from_dynamo, key, string_of, to_dynamo, transaction_error,
 };
 use crate::error::sdk_error;
 use crate::table::SORT_KEY;
 
 /// How often a transaction cancelled by a conflicting one is tried again.
 const CONFLICT_RETRIES: u32 = 3;
-
 
 impl DynamoDbStore {
     /// The newest `count` unexpired messages of the episode, newest first, below the message

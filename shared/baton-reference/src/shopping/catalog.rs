@@ -146,11 +146,7 @@ pub struct Purchase {
 #[async_trait::async_trait]
 pub trait PurchaseHistory: Send + Sync {
     /// Up to `limit` purchases of `user_id`, newest first.
-    async fn purchases(
-        &self,
-        user_id: &str,
-        limit: usize,
-    ) -> Result<Vec<Purchase>, BoxError>;
+    async fn purchases(&self, user_id: &str, limit: usize) -> Result<Vec<Purchase>, BoxError>;
 }
 
 /// The sample history of `data/purchases.json` (the local user `local` has one; others have
@@ -170,11 +166,7 @@ impl SamplePurchases {
 
 #[async_trait::async_trait]
 impl PurchaseHistory for SamplePurchases {
-    async fn purchases(
-        &self,
-        user_id: &str,
-        limit: usize,
-    ) -> Result<Vec<Purchase>, BoxError> {
+    async fn purchases(&self, user_id: &str, limit: usize) -> Result<Vec<Purchase>, BoxError> {
         let found =
             self.by_user.get(user_id).map(|p| p.iter().take(limit).cloned().collect()).unwrap_or_default();
         Ok(found)

@@ -239,13 +239,10 @@ impl SupportSessions for StoreSessions {
             // ordinary query.
             pending: c.pending.and_then(|p| {
                 serde_json::from_value(p)
-                    .map_err(
-                        |e| tracing::warn!(error = %e, "ignored an unreadable pending support prompt"),
-                    )
+                    .map_err(|e| tracing::warn!(error = %e, "ignored an unreadable pending support prompt"))
                     .ok()
             }),
         }))
-    
     }
 
     async fn save_conversation(
@@ -270,7 +267,6 @@ impl SupportSessions for StoreSessions {
         })
         .await?;
         Ok(())
-    
     }
 
     async fn recent_turns(
@@ -304,7 +300,6 @@ impl SupportSessions for StoreSessions {
         let excess = turns.len().saturating_sub(limit);
         turns.drain(..excess);
         Ok(turns)
-    
     }
 
     async fn record_turn(
@@ -327,9 +322,7 @@ impl SupportSessions for StoreSessions {
         wait: Duration,
     ) -> Result<Lease, LeaseError> {
         let key = EpisodeKey::new(user_id, episode_id)?;
-        baton::store::lease::acquire(self.store.clone(), key, &format!("vendor:{agent}"), hold, wait)
-            .await
-    
+        baton::store::lease::acquire(self.store.clone(), key, &format!("vendor:{agent}"), hold, wait).await
     }
 }
 

@@ -34,8 +34,8 @@ pub mod backends;
 pub mod embedded;
 pub mod item;
 pub mod lease;
-pub mod turn_log;
 mod traits;
+pub mod turn_log;
 
 use std::collections::BTreeMap;
 use std::fmt;

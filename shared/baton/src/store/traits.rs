@@ -224,4 +224,3 @@ pub async fn update_episode(
     }
     Err(last.expect("every try ended in a conflict"))
 }
-

@@ -7,10 +7,9 @@ use super::EmbeddedStore;
 use super::view::parse;
 use crate::store::item::{self};
 use crate::store::{
-    ApprovalRecords, Clocked, Conversations, Leases, TurnLog,
-    APPROVALS_SK, CancelOutcome, Clock, Episode, EpisodeKey, LeaseGrant, LoggedEvent, META_SK, MSG_PREFIX,
-    MessageCursor, Recorded, StoreError, StoredMessage, TurnRecord, is_expired, lease_expiry,
-    lease_sk, message_sk, request_sk,
+    APPROVALS_SK, ApprovalRecords, CancelOutcome, Clock, Clocked, Conversations, Episode, EpisodeKey,
+    LeaseGrant, Leases, LoggedEvent, META_SK, MSG_PREFIX, MessageCursor, Recorded, StoreError, StoredMessage,
+    TurnLog, TurnRecord, is_expired, lease_expiry, lease_sk, message_sk, request_sk,
 };
 
 impl Clocked for EmbeddedStore {
@@ -145,7 +144,6 @@ impl Conversations for EmbeddedStore {
         let (now, pk, sk) = (self.clock.now_ms(), key.pk(), request_sk(request_id));
         self.read(|view| view.get(&pk, &sk, now)?.map(|i| item::decode_request(&pk, &sk, &i)).transpose())
     }
-
 }
 
 #[async_trait::async_trait]
@@ -188,7 +186,6 @@ impl ApprovalRecords for EmbeddedStore {
         self.flush(upto).await?;
         Ok(version)
     }
-
 }
 
 #[async_trait::async_trait]
