@@ -132,7 +132,7 @@ impl Cpu {
 /// message (kept in memory), the reply (flushed with the user message: one write transaction).
 async fn store_writes(turns: usize) {
     use baton::store::embedded::EmbeddedStore;
-    use baton::store::{EpisodeKey, Role, Store, StoredMessage, SystemClock};
+    use baton::store::{Conversations, EpisodeKey, Role, StoredMessage, SystemClock};
     use std::sync::Arc;
     let dir = tempfile::tempdir().unwrap();
     let store = EmbeddedStore::open(dir.path().join("store.redb"), Arc::new(SystemClock)).unwrap();

@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use baton::model::scripted::{Reply, ScriptedServer};
 use baton::store::embedded::EmbeddedStore;
-use baton::store::{EpisodeKey, Store, SystemClock};
+use baton::store::{Conversations, EpisodeKey, SystemClock};
 use baton_reference::support::scripted::{ForethoughtServer, FtReply};
 use serde_json::{Value, json};
 

@@ -64,13 +64,13 @@ macro_rules! store_contract_tests {
             a_turn_log_survives_reopening_the_store,
             racing_appends_log_each_seq_once,
         );
-        // The approvals record (`Store::approvals`, `Store::save_approvals`).
+        // The approvals record (`ApprovalRecords::approvals`, `save_approvals`).
         $crate::store_contract_tests!(@each $h;
             an_approvals_record_is_written_once_per_version,
             an_approvals_record_kept_past_its_time_is_absent_and_written_anew,
             racing_approvals_writes_succeed_once,
         );
-        // Reading a conversation back a page at a time (`Store::messages_page`).
+        // Reading a conversation back a page at a time (`Conversations::messages_page`).
         $crate::store_contract_tests!(@each $h;
             message_pages_read_backwards_to_the_first_message,
             a_message_page_names_no_older_page_when_it_holds_the_first_message,

@@ -6,8 +6,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use baton::store::{
-    CancelOutcome, Clock, Episode, EpisodeKey, LeaseGrant, LoggedEvent, Recorded, Store, StoreError,
-    StoredMessage, TurnRecord,
+    ApprovalRecords, CancelOutcome, Clock, Clocked, Conversations, Episode, EpisodeKey, LeaseGrant, Leases,
+    LoggedEvent, Recorded, Store, StoreError, StoredMessage, TurnLog, TurnRecord,
 };
 
 /// `inner`, with every call counted.
@@ -86,12 +86,14 @@ impl CountingStore {
     }
 }
 
-#[async_trait::async_trait]
-impl Store for CountingStore {
+impl Clocked for CountingStore {
     fn clock(&self) -> &dyn Clock {
         self.inner.clock()
     }
+}
 
+#[async_trait::async_trait]
+impl Conversations for CountingStore {
     async fn episode(&self, key: &EpisodeKey) -> Result<Option<Episode>, StoreError> {
         self.count("episode");
         self.inner.episode(key).await
@@ -141,6 +143,14 @@ impl Store for CountingStore {
         self.inner.messages_page(key, before, limit).await
     }
 
+    async fn request_turn(&self, key: &EpisodeKey, request_id: &str) -> Result<Option<String>, StoreError> {
+        self.count("request_turn");
+        self.inner.request_turn(key, request_id).await
+    }
+}
+
+#[async_trait::async_trait]
+impl Leases for CountingStore {
     async fn take_lease(
         &self,
         key: &EpisodeKey,
@@ -156,7 +166,10 @@ impl Store for CountingStore {
         self.count("release_lease");
         self.inner.release_lease(key, name, holder).await
     }
+}
 
+#[async_trait::async_trait]
+impl TurnLog for CountingStore {
     async fn start_turn_log(
         &self,
         key: &EpisodeKey,
@@ -241,16 +254,19 @@ impl Store for CountingStore {
         self.inner.turn_record(key, turn_id).await
     }
 
-    async fn request_turn(&self, key: &EpisodeKey, request_id: &str) -> Result<Option<String>, StoreError> {
-        self.count("request_turn");
-        self.inner.request_turn(key, request_id).await
-    }
-
     async fn latest_turn(&self, key: &EpisodeKey) -> Result<Option<String>, StoreError> {
         self.count("latest_turn");
         self.inner.latest_turn(key).await
     }
 
+    async fn request_cancel(&self, key: &EpisodeKey, turn_id: &str) -> Result<CancelOutcome, StoreError> {
+        self.count("request_cancel");
+        self.inner.request_cancel(key, turn_id).await
+    }
+}
+
+#[async_trait::async_trait]
+impl ApprovalRecords for CountingStore {
     async fn approvals(&self, key: &EpisodeKey) -> Result<Option<(u64, String)>, StoreError> {
         self.count("approvals");
         self.inner.approvals(key).await
@@ -269,10 +285,5 @@ impl Store for CountingStore {
             write().await;
         }
         self.inner.save_approvals(key, body, expected, keep_until_s).await
-    }
-
-    async fn request_cancel(&self, key: &EpisodeKey, turn_id: &str) -> Result<CancelOutcome, StoreError> {
-        self.count("request_cancel");
-        self.inner.request_cancel(key, turn_id).await
     }
 }

@@ -249,12 +249,14 @@ fn outage() -> StoreError {
     StoreError::Unavailable("the test cut the store off".into())
 }
 
-#[async_trait::async_trait]
-impl Store for Failing {
+impl baton::store::Clocked for Failing {
     fn clock(&self) -> &dyn baton::store::Clock {
         self.inner.clock()
     }
+}
 
+#[async_trait::async_trait]
+impl baton::store::Conversations for Failing {
     async fn episode(&self, key: &EpisodeKey) -> Result<Option<Episode>, StoreError> {
         self.inner.episode(key).await
     }
@@ -304,6 +306,13 @@ impl Store for Failing {
         self.inner.messages_page(key, before, limit).await
     }
 
+    async fn request_turn(&self, key: &EpisodeKey, request_id: &str) -> Result<Option<String>, StoreError> {
+        self.inner.request_turn(key, request_id).await
+    }
+}
+
+#[async_trait::async_trait]
+impl baton::store::Leases for Failing {
     async fn take_lease(
         &self,
         key: &EpisodeKey,
@@ -317,7 +326,10 @@ impl Store for Failing {
     async fn release_lease(&self, key: &EpisodeKey, name: &str, holder: &str) -> Result<(), StoreError> {
         self.inner.release_lease(key, name, holder).await
     }
+}
 
+#[async_trait::async_trait]
+impl baton::store::TurnLog for Failing {
     async fn start_turn_log(
         &self,
         key: &EpisodeKey,
@@ -368,14 +380,21 @@ impl Store for Failing {
         self.inner.turn_record(key, turn_id).await
     }
 
-    async fn request_turn(&self, key: &EpisodeKey, request_id: &str) -> Result<Option<String>, StoreError> {
-        self.inner.request_turn(key, request_id).await
-    }
-
     async fn latest_turn(&self, key: &EpisodeKey) -> Result<Option<String>, StoreError> {
         self.inner.latest_turn(key).await
     }
 
+    async fn request_cancel(
+        &self,
+        key: &EpisodeKey,
+        turn_id: &str,
+    ) -> Result<baton::store::CancelOutcome, StoreError> {
+        self.inner.request_cancel(key, turn_id).await
+    }
+}
+
+#[async_trait::async_trait]
+impl baton::store::ApprovalRecords for Failing {
     async fn approvals(&self, key: &EpisodeKey) -> Result<Option<(u64, String)>, StoreError> {
         self.inner.approvals(key).await
     }
@@ -388,14 +407,6 @@ impl Store for Failing {
         keep_until_s: u64,
     ) -> Result<u64, StoreError> {
         self.inner.save_approvals(key, body, expected, keep_until_s).await
-    }
-
-    async fn request_cancel(
-        &self,
-        key: &EpisodeKey,
-        turn_id: &str,
-    ) -> Result<baton::store::CancelOutcome, StoreError> {
-        self.inner.request_cancel(key, turn_id).await
     }
 }
 

@@ -12,7 +12,7 @@ use baton::model::responses::ResponsesModel;
 use baton::model::scripted::{ENDLESS_WORD, Reply, ScriptedServer};
 use baton::model::{ChatModel, ChatRequest, Message, ModelDelta, ModelError};
 use baton::store::embedded::EmbeddedStore;
-use baton::store::{EpisodeKey, Store, SystemClock};
+use baton::store::{Conversations, EpisodeKey, SystemClock};
 use baton_reference::support::scripted::{ForethoughtServer, FtReply};
 use baton_tests::ASK_SUPPORT;
 use baton_tests::{

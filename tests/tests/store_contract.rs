@@ -32,3 +32,37 @@ async fn the_dynamodb_test_table_has_the_production_shape() {
     assert_eq!(ttl.time_to_live_status(), Some(&TimeToLiveStatus::Enabled));
     assert_eq!(ttl.attribute_name(), Some("ttl"));
 }
+
+/// A DynamoDB query reads at most the pages its cap allows (`query_pages`, every read that may
+/// span pages): within the cap it reads page after page until it has enough; a read that needs
+/// more pages fails as `Failed`, naming the read and the cap, instead of reading on.
+#[tokio::test]
+async fn a_dynamodb_query_reads_every_page_up_to_its_cap_and_no_further() {
+    use baton::store::{Conversations, EpisodeKey, StoreError, StoredMessage, new_turn_id};
+    use baton_aws::DynamoDbStore;
+    use baton_tests::stores::{Moto, StoreHarness, TEST_TABLE, dynamodb_client, test_clock};
+
+    let clock = test_clock();
+    let moto = Moto::start(clock.clone()).await;
+    let store = |cap| {
+        DynamoDbStore::new(dynamodb_client(moto.endpoint()), TEST_TABLE, clock.clone())
+            .with_page_size(2)
+            .with_query_page_cap(cap)
+    };
+    let key = EpisodeKey::new("u", "e").unwrap();
+    for i in 0..6 {
+        let message = StoredMessage::user(new_turn_id(), format!("m{i}"), 1);
+        store(1).record_user_message(&key, &message, None).await.unwrap();
+    }
+    // Six messages, two a page: three pages.
+    let all = store(3).recent_messages(&key, 6).await.unwrap();
+    let texts: Vec<&str> = all.iter().map(|m| m.content.as_str()).collect();
+    assert_eq!(texts, ["m0", "m1", "m2", "m3", "m4", "m5"]);
+    let err = store(2).recent_messages(&key, 6).await.unwrap_err();
+    assert!(
+        matches!(&err, StoreError::Failed(m) if m.contains("read history") && m.contains("more than 2 pages")),
+        "{err}"
+    );
+    // A read that has enough within the cap stops there.
+    assert_eq!(store(1).recent_messages(&key, 2).await.unwrap().len(), 2);
+}

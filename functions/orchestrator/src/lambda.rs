@@ -193,7 +193,7 @@ mod tests {
     /// conversation, a page at a time; another principal's episode is a 404.
     #[tokio::test]
     async fn both_front_doors_read_the_signers_conversation_back() {
-        use baton::store::{EpisodeKey, Store, StoredMessage};
+        use baton::store::{Conversations, EpisodeKey, StoredMessage};
         let dir = tempfile::tempdir().unwrap();
         let store = Arc::new(EmbeddedStore::open(dir.path().join("s.redb"), Arc::new(SystemClock)).unwrap());
         let deployment = baton_reference::Deployment::default();

@@ -1,16 +1,13 @@
-//! The DynamoDB store: the production [`Store`], one table keyed as docs/storage.md ("DynamoDB
-//! (production)") says (see [`baton::store`] for the items).
+//! The DynamoDB store: the production [`Store`] (each of its concerns), one table keyed as
+//! docs/storage.md ("DynamoDB (production)") says (see [`baton::store`] for the items).
 //!
-//! - Idempotency: the user message, its request-id marker and the episode touch are one
-//!   `TransactWriteItems`; the marker's put is conditional on the marker being absent (or
-//!   expired), so a repeated request id cancels the whole write.
-//! - Optimistic locking: [`Store::save_episode`] is a put conditional on the stored `version`.
 //! - Expiry: every item carries `ttl`; DynamoDB deletes lazily, so reads drop expired items
 //!   themselves (after decoding, so a malformed `ttl` is reported rather than hidden), and a new
 //!   message in an episode whose item has expired but is still there deletes it first, so the
 //!   episode starts afresh (version 1, no vendor state) as it does in the embedded store.
-//! - Long histories are read newest first a page at a time (`Limit` = the page size, or fewer
-//!   when fewer messages are still wanted; then `ExclusiveStartKey`) until enough are in hand.
+//! - Reads that may span pages are one `Query` read through the SDK's paginator, at most
+//!   [`DEFAULT_QUERY_PAGE_CAP`] pages ([`DynamoDbStore::with_query_page_cap`]) of `Limit` = the
+//!   page size (or fewer when fewer items are wanted), stopping as soon as enough are in hand.
 //! - Reads are strongly consistent: a turn must see the message the previous turn just wrote.
 //! - Every call is bounded by the SDK's own timeout and retry configuration ([`StoreTimeouts`]:
 //!   connect, per attempt, per operation including its retries), so a table that accepts
@@ -19,9 +16,13 @@
 //!   fills their `ClientRequestToken`.
 //!
 //! # Layout
-//! - this file: [`DynamoDbStore`] and its [`Store`] calls;
-//! - `attrs`: items between Baton's attributes and DynamoDB's, keys included;
-//! - `turn_log`: a turn's event log and record (docs/storage.md, "Turn logs").
+//! - this file: [`DynamoDbStore`], its client settings and shared calls (get, versioned put,
+//!   transactions and their errors), its clock and its [`ApprovalRecords`];
+//! - `conversations`: [`Conversations`] (episode, messages, request ids);
+//! - `leases`: [`Leases`];
+//! - `turn_log`: [`TurnLog`], a turn's event log and record (docs/storage.md, "Turn logs");
+//! - `query`: `query_pages`, the one way a query reads several pages, bounded;
+//! - `attrs`: items between Baton's attributes and DynamoDB's, keys included.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -31,19 +32,24 @@ use aws_sdk_dynamodb::config::retry::RetryConfig;
 use aws_sdk_dynamodb::config::timeout::TimeoutConfig;
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
-use aws_sdk_dynamodb::types::{AttributeValue, CancellationReason, Delete, Put, TransactWriteItem, Update};
+use aws_sdk_dynamodb::types::{AttributeValue, CancellationReason, TransactWriteItem};
 use baton::store::item::{self, Item};
 use baton::store::{
-    APPROVALS_SK, CancelOutcome, Clock, DEFAULT_RETENTION, DEFAULT_TURN_LOG_TTL, Episode, EpisodeKey,
-    LeaseGrant, LoggedEvent, META_SK, MSG_PREFIX, MessageCursor, Recorded, Store, StoreError, StoredMessage,
-    TurnRecord, is_expired, lease_expiry, lease_sk, request_sk, ttl_after,
+    APPROVALS_SK, ApprovalRecords, Clock, Clocked, DEFAULT_RETENTION, DEFAULT_TURN_LOG_TTL, EpisodeKey,
+    StoreError, is_expired, ttl_after,
 };
+#[cfg(doc)]
+use baton::store::{Conversations, Leases, Store, TurnLog};
 
 use crate::error::sdk_error;
-use crate::table::SORT_KEY;
 
 mod attrs;
+mod conversations;
+mod leases;
+mod query;
 mod turn_log;
+
+pub use query::DEFAULT_QUERY_PAGE_CAP;
 
 use attrs::{from_dynamo, key, string_of, to_attribute, to_dynamo};
 
@@ -119,60 +125,10 @@ pub struct DynamoDbStore {
     retention: Duration,
     turn_log_ttl: Duration,
     page_size: i32,
+    query_page_cap: usize,
 }
 
 impl DynamoDbStore {
-    /// The newest `count` unexpired messages of the episode, newest first, below the message
-    /// whose sort key is `below` (every message when `None`): what `recent_messages` and
-    /// `messages_page` both read, a page of the table at a time, strongly consistent.
-    async fn newest_messages(
-        &self,
-        key: &EpisodeKey,
-        below: Option<String>,
-        count: usize,
-    ) -> Result<Vec<StoredMessage>, StoreError> {
-        let (now, pk) = (self.clock.now_ms(), key.pk());
-        // BETWEEN is inclusive: the message `below` names is read and skipped. "MSG$" sorts
-        // after every `MSG#…` key, so without it the range is every message.
-        let high = below.clone().unwrap_or_else(|| "MSG$".to_owned());
-        let mut out = Vec::new();
-        let mut start = None;
-        while out.len() < count {
-            let wanted = count - out.len() + usize::from(below.is_some() && start.is_none());
-            let page = self
-                .client
-                .query()
-                .table_name(&self.table)
-                .key_condition_expression("pk = :pk AND sk BETWEEN :low AND :high")
-                .expression_attribute_values(":pk", AttributeValue::S(pk.clone()))
-                .expression_attribute_values(":low", AttributeValue::S(MSG_PREFIX.into()))
-                .expression_attribute_values(":high", AttributeValue::S(high.clone()))
-                .scan_index_forward(false)
-                .limit(self.page_size.min(i32::try_from(wanted).unwrap_or(i32::MAX)))
-                .consistent_read(true)
-                .set_exclusive_start_key(start)
-                .send()
-                .await
-                .map_err(|e| sdk_error("read history", e))?;
-            for raw in page.items() {
-                let sk = string_of(raw, SORT_KEY).ok_or_else(|| StoreError::Corrupt {
-                    key: item::item_name(&pk, "?"),
-                    reason: "a message item has no string sort key".into(),
-                })?;
-                let item = from_dynamo(&pk, &sk, raw)?;
-                let expired = item::ttl_of(&pk, &sk, &item)?.is_some_and(|ttl| is_expired(ttl, now));
-                if !expired && Some(&sk) != below.as_ref() && out.len() < count {
-                    out.push(item::decode_message(&pk, &sk, &item)?);
-                }
-            }
-            start = page.last_evaluated_key().cloned();
-            if start.is_none() {
-                break;
-            }
-        }
-        Ok(out)
-    }
-
     /// A store on `table` through `client`; items live for [`DEFAULT_RETENTION`] after their
     /// last write, and history is read 100 items a page.
     pub fn new(client: Client, table: impl Into<String>, clock: Arc<dyn Clock>) -> DynamoDbStore {
@@ -183,6 +139,7 @@ impl DynamoDbStore {
             retention: DEFAULT_RETENTION,
             turn_log_ttl: DEFAULT_TURN_LOG_TTL,
             page_size: 100,
+            query_page_cap: DEFAULT_QUERY_PAGE_CAP,
         }
     }
 
@@ -218,6 +175,13 @@ impl DynamoDbStore {
     /// Reads history and turn logs `page_size` items per request (at least 1).
     pub fn with_page_size(mut self, page_size: usize) -> DynamoDbStore {
         self.page_size = page_size.clamp(1, i32::MAX as usize) as i32;
+        self
+    }
+
+    /// Reads at most `pages` pages (at least 1) in one query: a read that would need more fails
+    /// as [`StoreError::Failed`] ([`DEFAULT_QUERY_PAGE_CAP`] unless told otherwise).
+    pub fn with_query_page_cap(mut self, pages: usize) -> DynamoDbStore {
+        self.query_page_cap = pages.max(1);
         self
     }
 
@@ -306,57 +270,6 @@ impl DynamoDbStore {
         }
     }
 
-    /// The transaction that records a user message: the request-id marker (if any, conditional
-    /// on being new), the message, and the episode touch (conditional on the episode item being
-    /// absent or live).
-    fn user_message_actions(
-        &self,
-        pk: &str,
-        message: &StoredMessage,
-        marker_sk: Option<&str>,
-        now_ms: u64,
-    ) -> Result<Vec<TransactWriteItem>, StoreError> {
-        let ttl = self.ttl(now_ms);
-        let now_s = AttributeValue::N((now_ms / 1000).to_string());
-        let mut actions = Vec::new();
-        if let Some(sk) = marker_sk {
-            let put = Put::builder()
-                .table_name(&self.table)
-                .set_item(Some(to_dynamo(pk, sk, &item::encode_request(&message.turn_id, ttl))))
-                .condition_expression("attribute_not_exists(pk) OR #ttl <= :now_s")
-                .expression_attribute_names("#ttl", "ttl")
-                .expression_attribute_values(":now_s", now_s.clone())
-                .build()
-                .map_err(build)?;
-            actions.push(TransactWriteItem::builder().put(put).build());
-        }
-        let put = Put::builder()
-            .table_name(&self.table)
-            .set_item(Some(to_dynamo(pk, &message.sk(), &item::encode_message(message, ttl))))
-            .build()
-            .map_err(build)?;
-        actions.push(TransactWriteItem::builder().put(put).build());
-        let touch = Update::builder()
-            .table_name(&self.table)
-            .set_key(Some(key(pk, META_SK)))
-            .condition_expression("attribute_not_exists(pk) OR #ttl > :now_s")
-            .update_expression(
-                "SET created_at = if_not_exists(created_at, :now), updated_at = :now, \
-                 #version = if_not_exists(#version, :zero) + :one, #ttl = :ttl",
-            )
-            .expression_attribute_names("#ttl", "ttl")
-            .expression_attribute_names("#version", "version")
-            .expression_attribute_values(":now", AttributeValue::N(now_ms.to_string()))
-            .expression_attribute_values(":now_s", now_s)
-            .expression_attribute_values(":zero", AttributeValue::N("0".into()))
-            .expression_attribute_values(":one", AttributeValue::N("1".into()))
-            .expression_attribute_values(":ttl", AttributeValue::N(ttl.to_string()))
-            .build()
-            .map_err(build)?;
-        actions.push(TransactWriteItem::builder().update(touch).build());
-        Ok(actions)
-    }
-
     async fn transact(
         &self,
         actions: Vec<TransactWriteItem>,
@@ -410,186 +323,14 @@ fn transaction_error(what: &str, e: SdkError<TransactWriteItemsError>) -> StoreE
     }
 }
 
-/// How often a transaction cancelled by a conflicting one is tried again.
-const CONFLICT_RETRIES: u32 = 3;
-
-#[async_trait::async_trait]
-impl Store for DynamoDbStore {
+impl Clocked for DynamoDbStore {
     fn clock(&self) -> &dyn Clock {
         &*self.clock
     }
+}
 
-    async fn episode(&self, key: &EpisodeKey) -> Result<Option<Episode>, StoreError> {
-        let now = self.clock.now_ms();
-        self.get(&key.pk(), META_SK, now).await?.map(|i| item::decode_episode(key, &i)).transpose()
-    }
-
-    async fn save_episode(&self, episode: &Episode) -> Result<Episode, StoreError> {
-        let now = self.clock.now_ms();
-        let pk = episode.key.pk();
-        let next = Episode {
-            version: episode.version + 1,
-            updated_at: now,
-            created_at: if episode.version == 0 { now } else { episode.created_at },
-            ..episode.clone()
-        };
-        let item = item::encode_episode(&next, self.ttl(now));
-        self.put_versioned(&pk, META_SK, &item, episode.version, "save episode").await?;
-        Ok(next)
-    }
-
-    async fn record_user_message(
-        &self,
-        key: &EpisodeKey,
-        message: &StoredMessage,
-        request_id: Option<&str>,
-    ) -> Result<Recorded, StoreError> {
-        let now = self.clock.now_ms();
-        let pk = key.pk();
-        let marker_sk = request_id.map(request_sk);
-        let touch_index = usize::from(marker_sk.is_some()) + 1;
-        let mut cleared_expired = false;
-        let mut conflicts = 0;
-        loop {
-            let actions = self.user_message_actions(&pk, message, marker_sk.as_deref(), now)?;
-            let e = match self.transact(actions).await {
-                Ok(()) => return Ok(Recorded::New),
-                Err(e) => e,
-            };
-            if cancelled_transiently(cancellation_reasons(&e)) && conflicts < CONFLICT_RETRIES {
-                // Two turns of one episode touched its item at once: back off a little, jittered.
-                conflicts += 1;
-                let pause = 10u64 << conflicts;
-                tokio::time::sleep(Duration::from_millis(pause + fastrand::u64(0..pause))).await;
-                continue;
-            }
-            if let Some(sk) = marker_sk.as_deref().filter(|_| condition_failed_at(&e, 0)) {
-                return match self.get(&pk, sk, now).await? {
-                    Some(seen) => Ok(Recorded::Duplicate { turn_id: item::decode_request(&pk, sk, &seen)? }),
-                    None => Err(StoreError::Conflict {
-                        key: item::item_name(&pk, sk),
-                        reason: "the request id was being recorded concurrently; retry".into(),
-                    }),
-                };
-            }
-            if cleared_expired || !condition_failed_at(&e, touch_index) {
-                return Err(transaction_error("record user message", e));
-            }
-            // The episode item has expired but DynamoDB has not deleted it yet: delete it, so the
-            // episode starts afresh as reads already see it, and record again.
-            let cleared = self
-                .client
-                .delete_item()
-                .table_name(&self.table)
-                .set_key(Some(self::key(&pk, META_SK)))
-                .condition_expression("#ttl <= :now")
-                .expression_attribute_names("#ttl", "ttl")
-                .expression_attribute_values(":now", AttributeValue::N((now / 1000).to_string()))
-                .send()
-                .await;
-            match cleared {
-                Ok(_) => {}
-                // Someone else cleared or renewed it first: just as good.
-                Err(e) if e.as_service_error().is_some_and(|s| s.is_conditional_check_failed_exception()) => {
-                }
-                Err(e) => return Err(sdk_error("delete expired episode", e)),
-            }
-            cleared_expired = true;
-        }
-    }
-
-    async fn save_reply(
-        &self,
-        key: &EpisodeKey,
-        turn_id: &str,
-        messages: &[StoredMessage],
-    ) -> Result<(), StoreError> {
-        let ttl = self.ttl(self.clock.now_ms());
-        let pk = key.pk();
-        // The turn's earlier reply, if any (a retried request answers again).
-        let prefix = format!("{MSG_PREFIX}{turn_id}#");
-        let mut old = Vec::new();
-        let mut start = None;
-        loop {
-            let page = self
-                .client
-                .query()
-                .table_name(&self.table)
-                .key_condition_expression("pk = :pk AND begins_with(sk, :prefix)")
-                .expression_attribute_values(":pk", AttributeValue::S(pk.clone()))
-                .expression_attribute_values(":prefix", AttributeValue::S(prefix.clone()))
-                .projection_expression("sk")
-                .consistent_read(true)
-                .set_exclusive_start_key(start)
-                .send()
-                .await
-                .map_err(|e| sdk_error("read reply", e))?;
-            old.extend(page.items().iter().filter_map(|i| string_of(i, SORT_KEY)));
-            start = page.last_evaluated_key().cloned();
-            if start.is_none() {
-                break;
-            }
-        }
-        let new: Vec<String> = messages.iter().map(StoredMessage::sk).collect();
-        let mut actions = Vec::new();
-        for sk in old.iter().filter(|sk| !new.contains(sk)) {
-            if item::parse_message_sk(sk).is_some_and(|(_, seq)| seq >= 1) {
-                let delete = Delete::builder()
-                    .table_name(&self.table)
-                    .set_key(Some(self::key(&pk, sk)))
-                    .build()
-                    .map_err(build)?;
-                actions.push(TransactWriteItem::builder().delete(delete).build());
-            }
-        }
-        for m in messages {
-            let put = Put::builder()
-                .table_name(&self.table)
-                .set_item(Some(to_dynamo(&pk, &m.sk(), &item::encode_message(m, ttl))))
-                .build()
-                .map_err(build)?;
-            actions.push(TransactWriteItem::builder().put(put).build());
-        }
-        // One transaction for any real reply; a reply of more than 100 messages is written in
-        // several.
-        while !actions.is_empty() {
-            let rest = actions.split_off(actions.len().min(MAX_TRANSACTION_ITEMS));
-            self.transact(actions).await.map_err(|e| transaction_error("save reply", e))?;
-            actions = rest;
-        }
-        Ok(())
-    }
-
-    async fn recent_messages(
-        &self,
-        key: &EpisodeKey,
-        limit: usize,
-    ) -> Result<Vec<StoredMessage>, StoreError> {
-        let mut out = self.newest_messages(key, None, limit).await?;
-        out.reverse();
-        Ok(out)
-    }
-
-    async fn messages_page(
-        &self,
-        key: &EpisodeKey,
-        before: Option<&str>,
-        limit: usize,
-    ) -> Result<(Vec<StoredMessage>, Option<String>), StoreError> {
-        let cursor = before.map(MessageCursor::parse).transpose()?.map(|c| c.sk());
-        if limit == 0 {
-            return Ok((Vec::new(), None));
-        }
-        // One more than the page: whether it exists says whether there is an older page.
-        Ok(MessageCursor::page(self.newest_messages(key, cursor, limit + 1).await?, limit))
-    }
-
-    async fn request_turn(&self, key: &EpisodeKey, request_id: &str) -> Result<Option<String>, StoreError> {
-        let (pk, sk) = (key.pk(), request_sk(request_id));
-        let item = self.get(&pk, &sk, self.clock.now_ms()).await?;
-        item.map(|i| item::decode_request(&pk, &sk, &i)).transpose()
-    }
-
+#[async_trait::async_trait]
+impl ApprovalRecords for DynamoDbStore {
     async fn approvals(&self, key: &EpisodeKey) -> Result<Option<(u64, String)>, StoreError> {
         let pk = key.pk();
         let item = self.get(&pk, APPROVALS_SK, self.clock.now_ms()).await?;
@@ -607,131 +348,13 @@ impl Store for DynamoDbStore {
         self.put_versioned(&key.pk(), APPROVALS_SK, &item, expected, "save approvals").await?;
         Ok(expected + 1)
     }
-
-    async fn take_lease(
-        &self,
-        key: &EpisodeKey,
-        name: &str,
-        holder: &str,
-        ttl: Duration,
-    ) -> Result<LeaseGrant, StoreError> {
-        let now = self.clock.now_ms();
-        let expires_at = lease_expiry(now, ttl);
-        let (pk, sk) = (key.pk(), lease_sk(name));
-        let put = self
-            .client
-            .put_item()
-            .table_name(&self.table)
-            .set_item(Some(to_dynamo(&pk, &sk, &item::encode_lease(holder, expires_at))))
-            .condition_expression("attribute_not_exists(pk) OR #holder = :holder OR #expires_at <= :now")
-            .expression_attribute_names("#holder", "holder")
-            .expression_attribute_names("#expires_at", "expires_at")
-            .expression_attribute_values(":holder", AttributeValue::S(holder.to_owned()))
-            .expression_attribute_values(":now", AttributeValue::N(now.to_string()))
-            .send()
-            .await;
-        match put {
-            Ok(_) => Ok(LeaseGrant::Granted),
-            Err(e) if e.as_service_error().is_some_and(|s| s.is_conditional_check_failed_exception()) => {
-                // Held by another: until when? Released in between, it is free now.
-                let held =
-                    self.get(&pk, &sk, now).await?.map(|i| item::decode_lease(&pk, &sk, &i)).transpose()?;
-                let (holder, until) = held.unwrap_or((String::new(), now));
-                Ok(LeaseGrant::Held { holder, until })
-            }
-            Err(e) => Err(sdk_error("take lease", e)),
-        }
-    }
-
-    async fn release_lease(&self, key: &EpisodeKey, name: &str, holder: &str) -> Result<(), StoreError> {
-        let deleted = self
-            .client
-            .delete_item()
-            .table_name(&self.table)
-            .set_key(Some(self::key(&key.pk(), &lease_sk(name))))
-            .condition_expression("#holder = :holder")
-            .expression_attribute_names("#holder", "holder")
-            .expression_attribute_values(":holder", AttributeValue::S(holder.to_owned()))
-            .send()
-            .await;
-        match deleted {
-            Ok(_) => Ok(()),
-            // Expired and taken by another holder, or gone: nothing of ours to release.
-            Err(e) if e.as_service_error().is_some_and(|s| s.is_conditional_check_failed_exception()) => {
-                Ok(())
-            }
-            Err(e) => Err(sdk_error("release lease", e)),
-        }
-    }
-
-    async fn start_turn_log(
-        &self,
-        key: &EpisodeKey,
-        turn_id: &str,
-        deadline_ms: u64,
-    ) -> Result<(), StoreError> {
-        self.start_log(key, turn_id, deadline_ms).await
-    }
-
-    async fn append_turn_events(
-        &self,
-        key: &EpisodeKey,
-        turn_id: &str,
-        events: &[LoggedEvent],
-    ) -> Result<(), StoreError> {
-        self.append(key, turn_id, events).await
-    }
-
-    async fn record_turn_gap(
-        &self,
-        key: &EpisodeKey,
-        turn_id: &str,
-        from_seq: u64,
-        to_seq: u64,
-    ) -> Result<(), StoreError> {
-        self.gap(key, turn_id, from_seq, to_seq).await
-    }
-
-    async fn end_turn_log(&self, key: &EpisodeKey, turn_id: &str, status: &str) -> Result<(), StoreError> {
-        self.end(key, turn_id, status).await
-    }
-
-    async fn finish_turn_log(
-        &self,
-        key: &EpisodeKey,
-        turn_id: &str,
-        events: &[LoggedEvent],
-        status: &str,
-    ) -> Result<(), StoreError> {
-        self.finish(key, turn_id, events, status).await
-    }
-
-    async fn turn_events(
-        &self,
-        key: &EpisodeKey,
-        turn_id: &str,
-        after_seq: u64,
-        limit: usize,
-    ) -> Result<Vec<LoggedEvent>, StoreError> {
-        self.read_events(key, turn_id, after_seq, limit).await
-    }
-
-    async fn turn_record(&self, key: &EpisodeKey, turn_id: &str) -> Result<Option<TurnRecord>, StoreError> {
-        self.read_record(key, turn_id).await
-    }
-
-    async fn latest_turn(&self, key: &EpisodeKey) -> Result<Option<String>, StoreError> {
-        self.latest(key).await
-    }
-
-    async fn request_cancel(&self, key: &EpisodeKey, turn_id: &str) -> Result<CancelOutcome, StoreError> {
-        self.cancel(key, turn_id).await
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use std::collections::HashMap;
+
+    use baton::store::StoredMessage;
 
     use super::*;
 

@@ -13,7 +13,6 @@ use aws_sdk_lambda::primitives::Blob;
 use aws_sdk_lambda::types::InvokeWithResponseStreamResponseEvent;
 use baton::remote::{AgentTransport, ByteStream, TransportError};
 use bytes::{Bytes, BytesMut};
-use futures::future::BoxFuture;
 use futures::{Stream, StreamExt};
 
 /// The longest response prelude (status and headers as JSON) accepted.
@@ -159,42 +158,39 @@ fn check_prelude(prelude: &[u8]) -> Result<(), TransportError> {
     }
 }
 
+#[async_trait::async_trait]
 impl AgentTransport for LambdaTransport {
-    fn invoke(&self, payload: Bytes) -> BoxFuture<'static, Result<ByteStream, TransportError>> {
+    async fn invoke(&self, payload: Bytes) -> Result<ByteStream, TransportError> {
         let request = self
             .client
             .invoke_with_response_stream()
             .function_name(&self.function)
             .payload(Blob::new(function_url_event(&payload).to_vec()));
-        Box::pin(async move {
-            let output = request.send().await.map_err(|e| {
-                TransportError::Unreachable(aws_sdk_lambda::error::DisplayErrorContext(&e).to_string())
-            })?;
-            let events = futures::stream::unfold(output.event_stream, |mut receiver| async move {
-                let item = match receiver.recv().await {
-                    Ok(None) => return None,
-                    Ok(Some(InvokeWithResponseStreamResponseEvent::PayloadChunk(chunk))) => {
-                        Ok(StreamEvent::Chunk(
-                            chunk.payload().map(|b| Bytes::copy_from_slice(b.as_ref())).unwrap_or_default(),
-                        ))
-                    }
-                    Ok(Some(InvokeWithResponseStreamResponseEvent::InvokeComplete(done))) => {
-                        Ok(StreamEvent::Complete {
-                            error_code: done.error_code().map(str::to_owned),
-                            error_details: done.error_details().map(str::to_owned),
-                        })
-                    }
-                    Ok(Some(other)) => {
-                        Err(TransportError::Broken(format!("unexpected stream event {other:?}")))
-                    }
-                    Err(e) => Err(TransportError::Broken(
-                        aws_sdk_lambda::error::DisplayErrorContext(&e).to_string(),
-                    )),
-                };
-                Some((item, receiver))
-            });
-            Ok(response_body(events))
-        })
+        let output = request.send().await.map_err(|e| {
+            TransportError::Unreachable(aws_sdk_lambda::error::DisplayErrorContext(&e).to_string())
+        })?;
+        let events = futures::stream::unfold(output.event_stream, |mut receiver| async move {
+            let item = match receiver.recv().await {
+                Ok(None) => return None,
+                Ok(Some(InvokeWithResponseStreamResponseEvent::PayloadChunk(chunk))) => {
+                    Ok(StreamEvent::Chunk(
+                        chunk.payload().map(|b| Bytes::copy_from_slice(b.as_ref())).unwrap_or_default(),
+                    ))
+                }
+                Ok(Some(InvokeWithResponseStreamResponseEvent::InvokeComplete(done))) => {
+                    Ok(StreamEvent::Complete {
+                        error_code: done.error_code().map(str::to_owned),
+                        error_details: done.error_details().map(str::to_owned),
+                    })
+                }
+                Ok(Some(other)) => Err(TransportError::Broken(format!("unexpected stream event {other:?}"))),
+                Err(e) => {
+                    Err(TransportError::Broken(aws_sdk_lambda::error::DisplayErrorContext(&e).to_string()))
+                }
+            };
+            Some((item, receiver))
+        });
+        Ok(response_body(events))
     }
 }
 

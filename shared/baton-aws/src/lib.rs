@@ -17,7 +17,8 @@
 //! - [`lambda_trace`]: an invocation's X-Ray parent, and its spans flushed before its response
 //!   ends.
 //! - [`runtime`]: keeps a function's event loop alive across a failed Runtime API call.
-//! - [`dynamodb`]: [`dynamodb::DynamoDbStore`], the production [`baton::store::Store`].
+//! - [`dynamodb`]: [`dynamodb::DynamoDbStore`], the production [`baton::store::Store`], one file
+//!   per concern, and the one bounded way a query reads several pages.
 //! - [`table`]: the DynamoDB table's definition (keys, billing, TTL), the one place it is written
 //!   down in code, and [`table::create_table`], which tests and local setups use.
 //! - [`tool_sources`]: the configuration's declared tools (docs/tools.md) with the AWS hooks

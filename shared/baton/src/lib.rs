@@ -74,9 +74,11 @@
 //!   depth, its paused tree is stored, and the next request resumes it on any instance (room:
 //!   `record`, the stored record, its checks and claim, each write conditional).
 //! - [`conversation`]: what an instance knows of the conversation: history, the previous turn.
-//! - [`store`]: the [`store::Store`] trait (episodes, messages, vendor state, turn logs) (room:
-//!   `embedded`, the file-backed store; `item`, the item layout both stores share; `lease`;
-//!   `turn_log`, a turn's event log and record; `backends`).
+//! - [`store`]: the store's traits by concern ([`store::Conversations`]: episodes, messages,
+//!   vendor state; [`store::Leases`]; [`store::TurnLog`]; [`store::ApprovalRecords`]) and
+//!   [`store::Store`], all four (room: `traits`; `embedded`, the file-backed store; `item`, the
+//!   item layout both stores share; `lease`; `turn_log`, a turn's event log and record;
+//!   `backends`).
 //! - [`model`]: the [`model::ChatModel`] trait (room: `openai`, Chat Completions: config,
 //!   request, chunks, transport; `responses`; `offline`, the offline model; `script`, a team's
 //!   model script; `scripted`, the scripted model, its HTTP server only with the `test-servers`

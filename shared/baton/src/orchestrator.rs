@@ -870,7 +870,7 @@ mod tests {
     #[tokio::test]
     async fn a_recorded_turn_saves_its_reply_before_completed_and_a_retry_answers_its_first_turn() {
         use crate::history::History;
-        use crate::store::{EpisodeKey, Role, Store, SystemClock, embedded::EmbeddedStore};
+        use crate::store::{Conversations, EpisodeKey, Role, SystemClock, embedded::EmbeddedStore};
         let dir = tempfile::tempdir().unwrap();
         let store = Arc::new(EmbeddedStore::open(dir.path().join("s.redb"), Arc::new(SystemClock)).unwrap());
         let history = History::new(store.clone(), 10);

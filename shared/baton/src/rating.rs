@@ -11,12 +11,11 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use futures::future::BoxFuture;
 use serde::Deserialize;
 
 use crate::agent::BoxError;
 use crate::event::agent_name;
-use crate::store::{EpisodeKey, Role, Store, StoreError};
+use crate::store::{Conversations, EpisodeKey, Role, StoreError};
 
 /// The `answer_meta` key an agent puts the reference of a rateable answer under.
 pub const FEEDBACK_REF: &str = "feedback_ref";
@@ -35,9 +34,10 @@ pub enum Rating {
 }
 
 /// Where ratings of one agent's answers go.
+#[async_trait::async_trait]
 pub trait RatingSink: Send + Sync {
     /// Sends `rating` of the answer whose `answer_meta` carried `feedback_ref`.
-    fn rate<'a>(&'a self, feedback_ref: &'a str, rating: Rating) -> BoxFuture<'a, Result<(), BoxError>>;
+    async fn rate(&self, feedback_ref: &str, rating: Rating) -> Result<(), BoxError>;
 }
 
 /// The rating sinks of a deployment, by agent name.
@@ -96,7 +96,7 @@ pub enum RatingError {
 
 /// Sends `request`'s rating of an answer of `key`'s episode to its agent's sink.
 pub async fn rate(
-    store: &dyn Store,
+    store: &dyn Conversations,
     sinks: &RatingSinks,
     key: &EpisodeKey,
     request: RatingRequest,

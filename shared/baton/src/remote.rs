@@ -32,7 +32,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures::future::BoxFuture;
 use futures::{Stream, StreamExt};
 use serde::{Deserialize, Serialize};
 
@@ -80,9 +79,10 @@ pub enum TransportError {
 pub type ByteStream = Pin<Box<dyn Stream<Item = Result<Bytes, TransportError>> + Send>>;
 
 /// How a remote agent is reached.
+#[async_trait::async_trait]
 pub trait AgentTransport: Send + Sync {
     /// Sends `payload` (a JSON [`RemoteRequest`]) and returns the answer's bytes.
-    fn invoke(&self, payload: Bytes) -> BoxFuture<'static, Result<ByteStream, TransportError>>;
+    async fn invoke(&self, payload: Bytes) -> Result<ByteStream, TransportError>;
 }
 
 /// How long an error body may take to arrive.
@@ -102,23 +102,21 @@ impl HttpTransport {
     }
 }
 
+#[async_trait::async_trait]
 impl AgentTransport for HttpTransport {
-    fn invoke(&self, payload: Bytes) -> BoxFuture<'static, Result<ByteStream, TransportError>> {
+    async fn invoke(&self, payload: Bytes) -> Result<ByteStream, TransportError> {
         let request = self.client.post(&self.url).header("content-type", "application/json").body(payload);
         let request = crate::telemetry::trace::with_trace_headers(request);
-        Box::pin(async move {
-            let response = request.send().await.map_err(|e| TransportError::Unreachable(e.to_string()))?;
-            let status = response.status();
-            if !status.is_success() {
-                let body =
-                    crate::model::openai::read_capped(response.bytes_stream(), ERROR_BODY_WAIT, 16 * 1024)
-                        .await;
-                let message = crate::redact::excerpt(&String::from_utf8_lossy(&body), &[]);
-                return Err(TransportError::Remote { code: status.as_u16().to_string(), message });
-            }
-            let bytes = response.bytes_stream().map(|c| c.map_err(|e| TransportError::Broken(e.to_string())));
-            Ok(Box::pin(bytes) as ByteStream)
-        })
+        let response = request.send().await.map_err(|e| TransportError::Unreachable(e.to_string()))?;
+        let status = response.status();
+        if !status.is_success() {
+            let body =
+                crate::model::openai::read_capped(response.bytes_stream(), ERROR_BODY_WAIT, 16 * 1024).await;
+            let message = crate::redact::excerpt(&String::from_utf8_lossy(&body), &[]);
+            return Err(TransportError::Remote { code: status.as_u16().to_string(), message });
+        }
+        let bytes = response.bytes_stream().map(|c| c.map_err(|e| TransportError::Broken(e.to_string())));
+        Ok(Box::pin(bytes) as ByteStream)
     }
 }
 
@@ -264,19 +262,18 @@ mod tests {
         cut_at: Option<usize>,
     }
 
+    #[async_trait::async_trait]
     impl AgentTransport for Loopback {
-        fn invoke(&self, payload: Bytes) -> BoxFuture<'static, Result<ByteStream, TransportError>> {
+        async fn invoke(&self, payload: Bytes) -> Result<ByteStream, TransportError> {
             let served = serve_ndjson(&self.agents, &payload, None);
             let (chunk, cut_at) = (self.chunk, self.cut_at);
-            Box::pin(async move {
-                let served =
-                    served.map_err(|e| TransportError::Remote { code: "400".into(), message: e.message })?;
-                let all: Vec<u8> = served.collect::<Vec<Bytes>>().await.concat();
-                let end = cut_at.unwrap_or(all.len()).min(all.len());
-                let pieces: Vec<Result<Bytes, TransportError>> =
-                    all[..end].chunks(chunk).map(|c| Ok(Bytes::copy_from_slice(c))).collect();
-                Ok(Box::pin(futures::stream::iter(pieces)) as ByteStream)
-            })
+            let served =
+                served.map_err(|e| TransportError::Remote { code: "400".into(), message: e.message })?;
+            let all: Vec<u8> = served.collect::<Vec<Bytes>>().await.concat();
+            let end = cut_at.unwrap_or(all.len()).min(all.len());
+            let pieces: Vec<Result<Bytes, TransportError>> =
+                all[..end].chunks(chunk).map(|c| Ok(Bytes::copy_from_slice(c))).collect();
+            Ok(Box::pin(futures::stream::iter(pieces)) as ByteStream)
         }
     }
 

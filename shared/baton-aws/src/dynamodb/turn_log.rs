@@ -10,7 +10,9 @@
 //!   append's transaction on the record is in progress (`TransactionConflictException`, which the
 //!   SDK does not retry): it is tried again shortly, up to three times.
 //! - Replays are `Query`s from the first item whose key (its last seq) is past the cursor, a page
-//!   at a time, until `limit` events are in hand; reads are strongly consistent.
+//!   at a time ([`query_pages`]), until `limit` events are in hand; reads are strongly consistent.
+
+use std::ops::ControlFlow;
 
 use aws_sdk_dynamodb::error::ProvideErrorMetadata;
 use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem, Update};
@@ -18,8 +20,9 @@ use baton::store::item;
 use baton::store::turn_log::{
     self, AppendPlan, CancelOutcome, LoggedEvent, TURN_PREFIX, TurnRecord, turn_log_end, turn_log_sk, turn_sk,
 };
-use baton::store::{EpisodeKey, StoreError, is_expired, ttl_after};
+use baton::store::{EpisodeKey, StoreError, TurnLog, is_expired, ttl_after};
 
+use super::query::query_pages;
 use super::{
     DynamoDbStore, build, condition_failed_at, from_dynamo, key, string_of, to_dynamo, transaction_error,
 };
@@ -308,25 +311,23 @@ impl DynamoDbStore {
         turn_log::check_turn_id(turn_id)?;
         let (pk, now) = (key.pk(), self.clock.now_ms());
         let mut out = Vec::new();
-        let mut start = None;
+        if limit == 0 {
+            return Ok(out);
+        }
         // Items are keyed by their last seq: the first one at or past `after_seq + 1` holds it.
         let from = turn_log_sk(turn_id, after_seq.saturating_add(1));
-        while out.len() < limit {
-            let page = self
-                .client
-                .query()
-                .table_name(&self.table)
-                .key_condition_expression("pk = :pk AND sk BETWEEN :from AND :to")
-                .expression_attribute_values(":pk", AttributeValue::S(pk.clone()))
-                .expression_attribute_values(":from", AttributeValue::S(from.clone()))
-                .expression_attribute_values(":to", AttributeValue::S(turn_log_end(turn_id)))
-                .limit(self.page_size)
-                .consistent_read(true)
-                .set_exclusive_start_key(start)
-                .send()
-                .await
-                .map_err(|e| sdk_error("read turn events", e))?;
-            for raw in page.items() {
+        let query = self
+            .client
+            .query()
+            .table_name(&self.table)
+            .key_condition_expression("pk = :pk AND sk BETWEEN :from AND :to")
+            .expression_attribute_values(":pk", AttributeValue::S(pk.clone()))
+            .expression_attribute_values(":from", AttributeValue::S(from))
+            .expression_attribute_values(":to", AttributeValue::S(turn_log_end(turn_id)))
+            .limit(self.page_size)
+            .consistent_read(true);
+        query_pages(query, "read turn events", self.query_page_cap, |items| {
+            for raw in items {
                 let sk = sort_key(&pk, raw)?;
                 let item = from_dynamo(&pk, &sk, raw)?;
                 if item::ttl_of(&pk, &sk, &item)?.is_some_and(|ttl| is_expired(ttl, now)) {
@@ -338,11 +339,9 @@ impl DynamoDbStore {
                     }
                 }
             }
-            start = page.last_evaluated_key().cloned();
-            if start.is_none() {
-                break;
-            }
-        }
+            Ok(if out.len() < limit { ControlFlow::Continue(()) } else { ControlFlow::Break(()) })
+        })
+        .await?;
         Ok(out)
     }
 
@@ -358,41 +357,37 @@ impl DynamoDbStore {
 
     pub(super) async fn latest(&self, key: &EpisodeKey) -> Result<Option<String>, StoreError> {
         let (pk, now) = (key.pk(), self.clock.now_ms());
-        let mut start = None;
-        loop {
-            // Newest sort key first: the newest turn's items (its record or its last events);
-            // only the key and expiry are needed.
-            let page = self
-                .client
-                .query()
-                .table_name(&self.table)
-                .key_condition_expression("pk = :pk AND begins_with(sk, :turn)")
-                .expression_attribute_values(":pk", AttributeValue::S(pk.clone()))
-                .expression_attribute_values(":turn", AttributeValue::S(TURN_PREFIX.into()))
-                .projection_expression("sk, #ttl")
-                .expression_attribute_names("#ttl", "ttl")
-                .scan_index_forward(false)
-                .limit(self.page_size)
-                .consistent_read(true)
-                .set_exclusive_start_key(start)
-                .send()
-                .await
-                .map_err(|e| sdk_error("read latest turn", e))?;
-            for raw in page.items() {
+        // Newest sort key first: the newest turn's items (its record or its last events); only
+        // the key and expiry are needed.
+        let query = self
+            .client
+            .query()
+            .table_name(&self.table)
+            .key_condition_expression("pk = :pk AND begins_with(sk, :turn)")
+            .expression_attribute_values(":pk", AttributeValue::S(pk.clone()))
+            .expression_attribute_values(":turn", AttributeValue::S(TURN_PREFIX.into()))
+            .projection_expression("sk, #ttl")
+            .expression_attribute_names("#ttl", "ttl")
+            .scan_index_forward(false)
+            .limit(self.page_size)
+            .consistent_read(true);
+        let mut latest = None;
+        query_pages(query, "read latest turn", self.query_page_cap, |items| {
+            for raw in items {
                 let sk = sort_key(&pk, raw)?;
                 let item = from_dynamo(&pk, &sk, raw)?;
                 if item::ttl_of(&pk, &sk, &item)?.is_some_and(|ttl| is_expired(ttl, now)) {
                     continue;
                 }
                 if let Some(turn) = turn_log::turn_of_sk(&sk) {
-                    return Ok(Some(turn.to_owned()));
+                    latest = Some(turn.to_owned());
+                    return Ok(ControlFlow::Break(()));
                 }
             }
-            start = page.last_evaluated_key().cloned();
-            if start.is_none() {
-                return Ok(None);
-            }
-        }
+            Ok(ControlFlow::Continue(()))
+        })
+        .await?;
+        Ok(latest)
     }
 
     pub(super) async fn cancel(&self, key: &EpisodeKey, turn_id: &str) -> Result<CancelOutcome, StoreError> {
@@ -435,4 +430,71 @@ fn sort_key(pk: &str, raw: &std::collections::HashMap<String, AttributeValue>) -
         key: item::item_name(pk, "?"),
         reason: "a turn-log item has no string sort key".into(),
     })
+}
+
+#[async_trait::async_trait]
+impl TurnLog for DynamoDbStore {
+    async fn start_turn_log(
+        &self,
+        key: &EpisodeKey,
+        turn_id: &str,
+        deadline_ms: u64,
+    ) -> Result<(), StoreError> {
+        self.start_log(key, turn_id, deadline_ms).await
+    }
+
+    async fn append_turn_events(
+        &self,
+        key: &EpisodeKey,
+        turn_id: &str,
+        events: &[LoggedEvent],
+    ) -> Result<(), StoreError> {
+        self.append(key, turn_id, events).await
+    }
+
+    async fn record_turn_gap(
+        &self,
+        key: &EpisodeKey,
+        turn_id: &str,
+        from_seq: u64,
+        to_seq: u64,
+    ) -> Result<(), StoreError> {
+        self.gap(key, turn_id, from_seq, to_seq).await
+    }
+
+    async fn end_turn_log(&self, key: &EpisodeKey, turn_id: &str, status: &str) -> Result<(), StoreError> {
+        self.end(key, turn_id, status).await
+    }
+
+    async fn finish_turn_log(
+        &self,
+        key: &EpisodeKey,
+        turn_id: &str,
+        events: &[LoggedEvent],
+        status: &str,
+    ) -> Result<(), StoreError> {
+        self.finish(key, turn_id, events, status).await
+    }
+
+    async fn turn_events(
+        &self,
+        key: &EpisodeKey,
+        turn_id: &str,
+        after_seq: u64,
+        limit: usize,
+    ) -> Result<Vec<LoggedEvent>, StoreError> {
+        self.read_events(key, turn_id, after_seq, limit).await
+    }
+
+    async fn turn_record(&self, key: &EpisodeKey, turn_id: &str) -> Result<Option<TurnRecord>, StoreError> {
+        self.read_record(key, turn_id).await
+    }
+
+    async fn latest_turn(&self, key: &EpisodeKey) -> Result<Option<String>, StoreError> {
+        self.latest(key).await
+    }
+
+    async fn request_cancel(&self, key: &EpisodeKey, turn_id: &str) -> Result<CancelOutcome, StoreError> {
+        self.cancel(key, turn_id).await
+    }
 }

@@ -478,17 +478,18 @@ impl ForethoughtClient {
 }
 
 /// Ratings go to the rated conversation's CSAT endpoint: up is 5, down is 1.
+#[async_trait::async_trait]
 impl baton::rating::RatingSink for ForethoughtClient {
-    fn rate<'a>(
-        &'a self,
-        conversation_id: &'a str,
+    async fn rate(
+        &self,
+        conversation_id: &str,
         rating: baton::rating::Rating,
-    ) -> futures::future::BoxFuture<'a, Result<(), baton::agent::BoxError>> {
+    ) -> Result<(), baton::agent::BoxError> {
         let score = match rating {
             baton::rating::Rating::Up => 5,
             baton::rating::Rating::Down => 1,
         };
-        Box::pin(async move { Ok(self.csat(conversation_id, score).await?) })
+        Ok(self.csat(conversation_id, score).await?)
     }
 }
 

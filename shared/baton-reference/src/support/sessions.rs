@@ -13,7 +13,6 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use baton::agent::BoxError;
 use baton::store::lease::{Lease, LeaseError};
 use baton::store::{EpisodeKey, Role, Store, epoch_ms, update_episode};
-use futures::future::BoxFuture;
 
 use super::widget::Prompt;
 
@@ -42,56 +41,57 @@ pub struct SupportTurn {
 /// conversation the agent's name too; an implementation over the store keeps the conversation on
 /// the episode record (under the agent's name) and reads turns from the episode's support
 /// messages.
+#[async_trait::async_trait]
 pub trait SupportSessions: Send + Sync {
     /// `agent`'s Forethought conversation in the episode, if one was stored (`agent` is the
     /// agent's name, so two agents of this kind keep separate conversations).
-    fn conversation<'a>(
-        &'a self,
-        user_id: &'a str,
-        episode_id: &'a str,
-        agent: &'a str,
-    ) -> BoxFuture<'a, Result<Option<SupportConversation>, BoxError>>;
+    async fn conversation(
+        &self,
+        user_id: &str,
+        episode_id: &str,
+        agent: &str,
+    ) -> Result<Option<SupportConversation>, BoxError>;
 
     /// Stores `agent`'s Forethought conversation in the episode (replacing its earlier one).
-    fn save_conversation<'a>(
-        &'a self,
-        user_id: &'a str,
-        episode_id: &'a str,
-        agent: &'a str,
+    async fn save_conversation(
+        &self,
+        user_id: &str,
+        episode_id: &str,
+        agent: &str,
         conversation: SupportConversation,
-    ) -> BoxFuture<'a, Result<(), BoxError>>;
+    ) -> Result<(), BoxError>;
 
     /// The last `limit` turns `agent` answered in the episode, oldest first.
-    fn recent_turns<'a>(
-        &'a self,
-        user_id: &'a str,
-        episode_id: &'a str,
-        agent: &'a str,
+    async fn recent_turns(
+        &self,
+        user_id: &str,
+        episode_id: &str,
+        agent: &str,
         limit: usize,
-    ) -> BoxFuture<'a, Result<Vec<SupportTurn>, BoxError>>;
+    ) -> Result<Vec<SupportTurn>, BoxError>;
 
     /// Called by the agent after each answered turn. An implementation whose turns come from
     /// persisted history (the store) may do nothing here.
-    fn record_turn<'a>(
-        &'a self,
-        user_id: &'a str,
-        episode_id: &'a str,
-        agent: &'a str,
+    async fn record_turn(
+        &self,
+        user_id: &str,
+        episode_id: &str,
+        agent: &str,
         turn: SupportTurn,
-    ) -> BoxFuture<'a, Result<(), BoxError>>;
+    ) -> Result<(), BoxError>;
 
     /// Holds the episode's conversation with `agent`'s vendor for one call, for at most `hold`:
     /// the vendor takes one request per conversation at a time, so calls on one episode wait
     /// for each other here, up to `wait` ([`LeaseError::Busy`] after that). Over the store this
     /// is a lease every process sees; in memory, a lock of this process.
-    fn hold_conversation<'a>(
-        &'a self,
-        user_id: &'a str,
-        episode_id: &'a str,
-        agent: &'a str,
+    async fn hold_conversation(
+        &self,
+        user_id: &str,
+        episode_id: &str,
+        agent: &str,
         hold: Duration,
         wait: Duration,
-    ) -> BoxFuture<'a, Result<Lease, LeaseError>>;
+    ) -> Result<Lease, LeaseError>;
 }
 
 #[derive(Debug, Default)]
@@ -121,77 +121,76 @@ impl MemorySupportSessions {
     }
 }
 
+#[async_trait::async_trait]
 impl SupportSessions for MemorySupportSessions {
-    fn conversation<'a>(
-        &'a self,
-        user_id: &'a str,
-        episode_id: &'a str,
-        agent: &'a str,
-    ) -> BoxFuture<'a, Result<Option<SupportConversation>, BoxError>> {
+    async fn conversation(
+        &self,
+        user_id: &str,
+        episode_id: &str,
+        agent: &str,
+    ) -> Result<Option<SupportConversation>, BoxError> {
         let found = self.with(user_id, episode_id, |e| e.conversations.get(agent).cloned());
-        Box::pin(async move { Ok(found) })
+        Ok(found)
     }
 
-    fn save_conversation<'a>(
-        &'a self,
-        user_id: &'a str,
-        episode_id: &'a str,
-        agent: &'a str,
+    async fn save_conversation(
+        &self,
+        user_id: &str,
+        episode_id: &str,
+        agent: &str,
         conversation: SupportConversation,
-    ) -> BoxFuture<'a, Result<(), BoxError>> {
+    ) -> Result<(), BoxError> {
         self.with(user_id, episode_id, |e| e.conversations.insert(agent.to_owned(), conversation));
-        Box::pin(async { Ok(()) })
+        Ok(())
     }
 
-    fn recent_turns<'a>(
-        &'a self,
-        user_id: &'a str,
-        episode_id: &'a str,
-        agent: &'a str,
+    async fn recent_turns(
+        &self,
+        user_id: &str,
+        episode_id: &str,
+        agent: &str,
         limit: usize,
-    ) -> BoxFuture<'a, Result<Vec<SupportTurn>, BoxError>> {
+    ) -> Result<Vec<SupportTurn>, BoxError> {
         let turns = self.with(user_id, episode_id, |e| {
             let turns = e.turns.get(agent).map_or(&[][..], Vec::as_slice);
             turns[turns.len().saturating_sub(limit)..].to_vec()
         });
-        Box::pin(async move { Ok(turns) })
+        Ok(turns)
     }
 
-    fn record_turn<'a>(
-        &'a self,
-        user_id: &'a str,
-        episode_id: &'a str,
-        agent: &'a str,
+    async fn record_turn(
+        &self,
+        user_id: &str,
+        episode_id: &str,
+        agent: &str,
         turn: SupportTurn,
-    ) -> BoxFuture<'a, Result<(), BoxError>> {
+    ) -> Result<(), BoxError> {
         self.with(user_id, episode_id, |e| {
             let turns = e.turns.entry(agent.to_owned()).or_default();
             turns.push(turn);
             let excess = turns.len().saturating_sub(50);
             turns.drain(..excess);
         });
-        Box::pin(async { Ok(()) })
+        Ok(())
     }
 
-    fn hold_conversation<'a>(
-        &'a self,
-        user_id: &'a str,
-        episode_id: &'a str,
-        agent: &'a str,
+    async fn hold_conversation(
+        &self,
+        user_id: &str,
+        episode_id: &str,
+        agent: &str,
         _hold: Duration,
         wait: Duration,
-    ) -> BoxFuture<'a, Result<Lease, LeaseError>> {
+    ) -> Result<Lease, LeaseError> {
         let lock = {
             let mut held = self.held.lock().expect("sessions lock");
             let key = (user_id.to_owned(), episode_id.to_owned(), agent.to_owned());
             held.entry(key).or_default().clone()
         };
-        Box::pin(async move {
-            match tokio::time::timeout(wait, lock.lock_owned()).await {
-                Ok(guard) => Ok(Lease::new(async move { drop(guard) })),
-                Err(_) => Err(LeaseError::Busy { name: format!("vendor:{agent}"), waited: wait }),
-            }
-        })
+        match tokio::time::timeout(wait, lock.lock_owned()).await {
+            Ok(guard) => Ok(Lease::new(async move { drop(guard) })),
+            Err(_) => Err(LeaseError::Busy { name: format!("vendor:{agent}"), waited: wait }),
+        }
     }
 }
 
@@ -219,121 +218,111 @@ fn key(user_id: &str, episode_id: &str) -> Result<EpisodeKey, BoxError> {
     Ok(EpisodeKey::new(user_id, episode_id)?)
 }
 
+#[async_trait::async_trait]
 impl SupportSessions for StoreSessions {
-    fn conversation<'a>(
-        &'a self,
-        user_id: &'a str,
-        episode_id: &'a str,
-        agent: &'a str,
-    ) -> BoxFuture<'a, Result<Option<SupportConversation>, BoxError>> {
-        Box::pin(async move {
-            let episode = self.store.episode(&key(user_id, episode_id)?).await?;
-            // An item written before conversations were kept per agent holds the one Forethought
-            // agent's conversation under the vendor's prefix: an agent with none of its own takes it.
-            let own = |mut e: baton::store::Episode| {
-                e.conversations.remove(agent).or_else(|| e.conversations.remove(LEGACY_CONVERSATION))
-            };
-            Ok(episode.and_then(own).map(|c| SupportConversation {
-                conversation_id: c.conversation_id,
-                last_used_at: UNIX_EPOCH + Duration::from_millis(c.last_used_at),
-                // A prompt this version cannot read is no prompt: the next message is an
-                // ordinary query.
-                pending: c.pending.and_then(|p| {
-                    serde_json::from_value(p)
-                        .map_err(
-                            |e| tracing::warn!(error = %e, "ignored an unreadable pending support prompt"),
-                        )
-                        .ok()
-                }),
-            }))
-        })
+    async fn conversation(
+        &self,
+        user_id: &str,
+        episode_id: &str,
+        agent: &str,
+    ) -> Result<Option<SupportConversation>, BoxError> {
+        let episode = self.store.episode(&key(user_id, episode_id)?).await?;
+        // An item written before conversations were kept per agent holds the one Forethought
+        // agent's conversation under the vendor's prefix: an agent with none of its own takes it.
+        let own = |mut e: baton::store::Episode| {
+            e.conversations.remove(agent).or_else(|| e.conversations.remove(LEGACY_CONVERSATION))
+        };
+        Ok(episode.and_then(own).map(|c| SupportConversation {
+            conversation_id: c.conversation_id,
+            last_used_at: UNIX_EPOCH + Duration::from_millis(c.last_used_at),
+            // A prompt this version cannot read is no prompt: the next message is an
+            // ordinary query.
+            pending: c.pending.and_then(|p| {
+                serde_json::from_value(p)
+                    .map_err(|e| tracing::warn!(error = %e, "ignored an unreadable pending support prompt"))
+                    .ok()
+            }),
+        }))
     }
 
-    fn save_conversation<'a>(
-        &'a self,
-        user_id: &'a str,
-        episode_id: &'a str,
-        agent: &'a str,
+    async fn save_conversation(
+        &self,
+        user_id: &str,
+        episode_id: &str,
+        agent: &str,
         conversation: SupportConversation,
-    ) -> BoxFuture<'a, Result<(), BoxError>> {
-        Box::pin(async move {
-            let pending = match &conversation.pending {
-                Some(prompt) => Some(serde_json::to_value(prompt)?),
-                None => None,
-            };
-            let saved = baton::store::VendorConversation {
-                conversation_id: conversation.conversation_id,
-                last_used_at: epoch_ms(conversation.last_used_at),
-                pending,
-            };
-            update_episode(self.store.as_ref(), &key(user_id, episode_id)?, |e| {
-                e.conversations.remove(LEGACY_CONVERSATION);
-                e.conversations.insert(agent.to_owned(), saved.clone());
-            })
-            .await?;
-            Ok(())
+    ) -> Result<(), BoxError> {
+        let pending = match &conversation.pending {
+            Some(prompt) => Some(serde_json::to_value(prompt)?),
+            None => None,
+        };
+        let saved = baton::store::VendorConversation {
+            conversation_id: conversation.conversation_id,
+            last_used_at: epoch_ms(conversation.last_used_at),
+            pending,
+        };
+        update_episode(self.store.as_ref(), &key(user_id, episode_id)?, |e| {
+            e.conversations.remove(LEGACY_CONVERSATION);
+            e.conversations.insert(agent.to_owned(), saved.clone());
         })
+        .await?;
+        Ok(())
     }
 
-    fn recent_turns<'a>(
-        &'a self,
-        user_id: &'a str,
-        episode_id: &'a str,
-        agent: &'a str,
+    async fn recent_turns(
+        &self,
+        user_id: &str,
+        episode_id: &str,
+        agent: &str,
         limit: usize,
-    ) -> BoxFuture<'a, Result<Vec<SupportTurn>, BoxError>> {
-        Box::pin(async move {
-            // A turn holds the user message and up to a few replies; read enough to find `limit`
-            // of this agent's answers in mixed histories.
-            let instance_prefix = format!("{agent}[");
-            let messages =
-                self.store.recent_messages(&key(user_id, episode_id)?, limit.saturating_mul(6)).await?;
-            let mut turns = Vec::new();
-            for (i, m) in messages.iter().enumerate() {
-                if m.role != Role::Assistant
-                    || !m.agent.starts_with(&instance_prefix)
-                    || m.content.trim().is_empty()
-                {
-                    continue;
-                }
-                let query = messages[..i]
-                    .iter()
-                    .rev()
-                    .find(|u| u.role == Role::User && u.turn_id == m.turn_id)
-                    .map(|u| u.content.clone())
-                    .unwrap_or_default();
-                turns.push(SupportTurn { query, answer: m.content.clone() });
+    ) -> Result<Vec<SupportTurn>, BoxError> {
+        // A turn holds the user message and up to a few replies; read enough to find `limit`
+        // of this agent's answers in mixed histories.
+        let instance_prefix = format!("{agent}[");
+        let messages =
+            self.store.recent_messages(&key(user_id, episode_id)?, limit.saturating_mul(6)).await?;
+        let mut turns = Vec::new();
+        for (i, m) in messages.iter().enumerate() {
+            if m.role != Role::Assistant
+                || !m.agent.starts_with(&instance_prefix)
+                || m.content.trim().is_empty()
+            {
+                continue;
             }
-            let excess = turns.len().saturating_sub(limit);
-            turns.drain(..excess);
-            Ok(turns)
-        })
+            let query = messages[..i]
+                .iter()
+                .rev()
+                .find(|u| u.role == Role::User && u.turn_id == m.turn_id)
+                .map(|u| u.content.clone())
+                .unwrap_or_default();
+            turns.push(SupportTurn { query, answer: m.content.clone() });
+        }
+        let excess = turns.len().saturating_sub(limit);
+        turns.drain(..excess);
+        Ok(turns)
     }
 
-    fn record_turn<'a>(
-        &'a self,
-        _user_id: &'a str,
-        _episode_id: &'a str,
-        _agent: &'a str,
+    async fn record_turn(
+        &self,
+        _user_id: &str,
+        _episode_id: &str,
+        _agent: &str,
         _turn: SupportTurn,
-    ) -> BoxFuture<'a, Result<(), BoxError>> {
+    ) -> Result<(), BoxError> {
         // History stores the support answer with the rest of the turn.
-        Box::pin(async { Ok(()) })
+        Ok(())
     }
 
-    fn hold_conversation<'a>(
-        &'a self,
-        user_id: &'a str,
-        episode_id: &'a str,
-        agent: &'a str,
+    async fn hold_conversation(
+        &self,
+        user_id: &str,
+        episode_id: &str,
+        agent: &str,
         hold: Duration,
         wait: Duration,
-    ) -> BoxFuture<'a, Result<Lease, LeaseError>> {
-        Box::pin(async move {
-            let key = EpisodeKey::new(user_id, episode_id)?;
-            baton::store::lease::acquire(self.store.clone(), key, &format!("vendor:{agent}"), hold, wait)
-                .await
-        })
+    ) -> Result<Lease, LeaseError> {
+        let key = EpisodeKey::new(user_id, episode_id)?;
+        baton::store::lease::acquire(self.store.clone(), key, &format!("vendor:{agent}"), hold, wait).await
     }
 }
 

@@ -1,4 +1,4 @@
-//! Agent state kept in the [`Store`]: each routed agent's last Responses API id lives on the
+//! Agent state kept in the store's [`Conversations`]: each routed agent's last Responses API id lives on the
 //! episode item, by agent name. (A vendor's conversation per agent lives there too, in
 //! [`super::Episode::conversations`]; the extension that talks to the vendor reads and writes it.)
 
@@ -6,18 +6,18 @@ use std::sync::Arc;
 
 use futures::future::BoxFuture;
 
-use super::{EpisodeKey, Store, update_episode};
+use super::{Conversations, EpisodeKey, update_episode};
 use crate::agent::{BoxError, ResponseChains};
 
-/// [`ResponseChains`] over a [`Store`].
+/// [`ResponseChains`] over a store's [`Conversations`].
 #[derive(Clone)]
 pub struct StoreBackends {
-    store: Arc<dyn Store>,
+    store: Arc<dyn Conversations>,
 }
 
 impl StoreBackends {
     /// State in `store`.
-    pub fn new(store: Arc<dyn Store>) -> StoreBackends {
+    pub fn new(store: Arc<dyn Conversations>) -> StoreBackends {
         StoreBackends { store }
     }
 }
@@ -64,7 +64,7 @@ mod tests {
     use crate::store::embedded::EmbeddedStore;
     use std::time::{Duration, SystemTime};
 
-    async fn store() -> (tempfile::TempDir, Arc<dyn Store>) {
+    async fn store() -> (tempfile::TempDir, Arc<dyn Conversations>) {
         let dir = tempfile::tempdir().unwrap();
         let clock = Arc::new(ManualClock::new(SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000)));
         let store = EmbeddedStore::open(dir.path().join("s.redb"), clock).unwrap();

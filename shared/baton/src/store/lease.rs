@@ -2,7 +2,7 @@
 //! conversation API that answers one request per conversation and refuses the others) wait
 //! for each other, in one process and across processes and Lambda instances.
 //!
-//! A lease is one store item (`LEASE#<name>`) written conditionally ([`Store::take_lease`]): it
+//! A lease is one store item (`LEASE#<name>`) written conditionally ([`Leases::take_lease`]): it
 //! is granted when free, expired, or already the caller's. [`acquire`] asks again while another
 //! holder has it, pausing with backoff (never past the holder's expiry or the caller's bound),
 //! and gives up after `wait` with [`LeaseError::Busy`]: a waiting call is bounded, never a
@@ -17,7 +17,7 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use tokio::time::Instant;
 
-use super::{EpisodeKey, LeaseGrant, Store, StoreError};
+use super::{EpisodeKey, LeaseGrant, Leases, StoreError};
 
 /// The first pause before asking again for a held lease; it doubles up to [`MAX_PAUSE`].
 pub(crate) const MIN_PAUSE: Duration = Duration::from_millis(25);
@@ -81,7 +81,7 @@ impl Drop for Lease {
 /// Takes the lease `name` of `key`'s episode for `ttl` (how long the caller may hold it at most:
 /// the bound of the call it protects), waiting up to `wait` while another holder has it.
 pub async fn acquire(
-    store: Arc<dyn Store>,
+    store: Arc<dyn Leases>,
     key: EpisodeKey,
     name: &str,
     ttl: Duration,
@@ -93,7 +93,7 @@ pub async fn acquire(
 /// [`acquire`] for a holder the caller names (a turn's id, so that whoever finds the lease held
 /// learns which turn holds it).
 pub async fn acquire_as(
-    store: Arc<dyn Store>,
+    store: Arc<dyn Leases>,
     key: EpisodeKey,
     name: &str,
     holder: String,
@@ -138,7 +138,7 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::time::SystemTime;
 
-    fn store() -> (tempfile::TempDir, Arc<dyn Store>) {
+    fn store() -> (tempfile::TempDir, Arc<dyn Leases>) {
         let dir = tempfile::tempdir().unwrap();
         let store = EmbeddedStore::open(dir.path().join("s.redb"), Arc::new(SystemClock)).unwrap();
         (dir, Arc::new(store))
@@ -188,7 +188,7 @@ mod tests {
     async fn an_expired_lease_is_taken_over_and_its_late_release_frees_nothing() {
         let dir = tempfile::tempdir().unwrap();
         let clock = Arc::new(ManualClock::new(SystemTime::now()));
-        let store: Arc<dyn Store> =
+        let store: Arc<dyn Leases> =
             Arc::new(EmbeddedStore::open(dir.path().join("s.redb"), clock.clone()).unwrap());
         let crashed =
             acquire(store.clone(), key(), "n", Duration::from_secs(5), Duration::ZERO).await.unwrap();

@@ -88,7 +88,7 @@ pub struct TurnRecord {
     pub turn_id: String,
     /// As stored: see [`TurnRecord::effective_status`] for what a reader should make of it.
     pub status: TurnStatus,
-    /// Whether someone asked to stop it ([`Store::request_cancel`](super::Store::request_cancel)).
+    /// Whether someone asked to stop it ([`TurnLog::request_cancel`](super::TurnLog::request_cancel)).
     pub cancel_requested: bool,
     /// The last seq logged or given up on (0 before the first event).
     pub last_seq: u64,
@@ -121,7 +121,7 @@ impl TurnRecord {
     }
 }
 
-/// What asking to stop a turn found ([`Store::request_cancel`](super::Store::request_cancel)).
+/// What asking to stop a turn found ([`TurnLog::request_cancel`](super::TurnLog::request_cancel)).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CancelOutcome {
     /// The turn runs and is now asked to stop (also when it had been asked before).

@@ -1,7 +1,7 @@
 //! The log writer of a running turn: a task of its own that copies the turn's events from
 //! memory ([`LiveTurn`]) to the store in batches, at most one write per
 //! [`TurnLogSettings::flush_every`] while the turn streams plus the final one, which also ends
-//! the log with the turn's status ([`Store::finish_turn_log`]), and looks for a cancel asked on
+//! the log with the turn's status ([`TurnLog::finish_turn_log`](crate::store::TurnLog::finish_turn_log)), and looks for a cancel asked on
 //! another instance.
 //!
 //! The stream the client reads never waits for the store: a write that fails is retried with

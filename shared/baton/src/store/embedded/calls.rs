@@ -1,4 +1,5 @@
-//! [`Store`] on the embedded store: each call's checks and writes, on a [`View`].
+//! The store's concerns ([`Conversations`], [`Leases`], [`TurnLog`], [`ApprovalRecords`]) on the
+//! embedded store: each call's checks and writes, on a [`View`].
 
 use std::time::Duration;
 
@@ -6,17 +7,19 @@ use super::EmbeddedStore;
 use super::view::parse;
 use crate::store::item::{self};
 use crate::store::{
-    APPROVALS_SK, CancelOutcome, Clock, Episode, EpisodeKey, LeaseGrant, LoggedEvent, META_SK, MSG_PREFIX,
-    MessageCursor, Recorded, Store, StoreError, StoredMessage, TurnRecord, is_expired, lease_expiry,
-    lease_sk, message_sk, request_sk,
+    APPROVALS_SK, ApprovalRecords, CancelOutcome, Clock, Clocked, Conversations, Episode, EpisodeKey,
+    LeaseGrant, Leases, LoggedEvent, META_SK, MSG_PREFIX, MessageCursor, Recorded, StoreError, StoredMessage,
+    TurnLog, TurnRecord, is_expired, lease_expiry, lease_sk, message_sk, request_sk,
 };
 
-#[async_trait::async_trait]
-impl Store for EmbeddedStore {
+impl Clocked for EmbeddedStore {
     fn clock(&self) -> &dyn Clock {
         &*self.clock
     }
+}
 
+#[async_trait::async_trait]
+impl Conversations for EmbeddedStore {
     async fn episode(&self, key: &EpisodeKey) -> Result<Option<Episode>, StoreError> {
         let now = self.clock.now_ms();
         self.read(|view| {
@@ -141,7 +144,10 @@ impl Store for EmbeddedStore {
         let (now, pk, sk) = (self.clock.now_ms(), key.pk(), request_sk(request_id));
         self.read(|view| view.get(&pk, &sk, now)?.map(|i| item::decode_request(&pk, &sk, &i)).transpose())
     }
+}
 
+#[async_trait::async_trait]
+impl ApprovalRecords for EmbeddedStore {
     async fn approvals(&self, key: &EpisodeKey) -> Result<Option<(u64, String)>, StoreError> {
         let now = self.clock.now_ms();
         let pk = key.pk();
@@ -180,7 +186,10 @@ impl Store for EmbeddedStore {
         self.flush(upto).await?;
         Ok(version)
     }
+}
 
+#[async_trait::async_trait]
+impl Leases for EmbeddedStore {
     async fn take_lease(
         &self,
         key: &EpisodeKey,
@@ -223,6 +232,10 @@ impl Store for EmbeddedStore {
         })?;
         Ok(())
     }
+}
+
+#[async_trait::async_trait]
+impl TurnLog for EmbeddedStore {
     async fn start_turn_log(
         &self,
         key: &EpisodeKey,

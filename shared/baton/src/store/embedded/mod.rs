@@ -10,7 +10,7 @@
 //! A call's checks and writes run where it is called, under one lock, against a view of the
 //! file's last commit overlaid with the writes not yet in the file (`Pending`); its writes join
 //! those, and every later call sees them. Only a call that must be durable when it returns
-//! ([`Store::save_reply`](super::Store::save_reply), [`EmbeddedStore::put_raw`]) waits for the
+//! ([`Conversations::save_reply`](super::Conversations::save_reply), [`EmbeddedStore::put_raw`]) waits for the
 //! file: it hops to the blocking pool, where one redb write transaction takes every pending write
 //! to disk with one `fdatasync`. Concurrent turns share that commit (group commit): a reply that arrives while
 //! another is being flushed is taken by the next flush, with all the others waiting by then.
@@ -44,7 +44,7 @@
 //! share flushes instead of paying one each.
 //!
 //! Rooms: this file holds the file, its pending writes and the flush; `view` reads through them;
-//! `calls` implements [`Store`](super::Store) on top; `turn_log` the turn logs' calls.
+//! `calls` implements each concern of [`Store`](super::Store) on top; `turn_log` the turn logs' calls.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

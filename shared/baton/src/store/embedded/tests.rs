@@ -4,7 +4,8 @@
 use super::*;
 use crate::store::item;
 use crate::store::{
-    Episode, EpisodeKey, Recorded, Store, StoreError, StoredMessage, SystemClock, message_sk,
+    Clocked, Conversations, Episode, EpisodeKey, Leases, Recorded, StoreError, StoredMessage, SystemClock,
+    TurnLog, message_sk,
 };
 
 /// The child process of [`a_crash_keeps_every_reply_saved_before_it`]: writes two turns
