@@ -44,14 +44,11 @@ pub(crate) async fn run(
         };
         let mut waiting = Vec::new();
         while let Some(logged) = events.next().await {
-            let event: Event = match serde_json::from_str(&logged.data) {
-                Ok(event) => event,
-                Err(e) => {
-                    eprintln!("error: an event of the turn cannot be read: {e}");
-                    return std::process::ExitCode::FAILURE;
-                }
+            let Some(event) = logged.typed() else {
+                eprintln!("error: an event of the turn cannot be read: {}", logged.data);
+                return std::process::ExitCode::FAILURE;
             };
-            if let Event::Completed { status: Status::Interrupted, interrupts, .. } = &event {
+            if let Event::Completed { status: Status::Interrupted, interrupts, .. } = &*event {
                 waiting = interrupts.to_vec();
             }
             if let Err(e) = out.event(&event) {

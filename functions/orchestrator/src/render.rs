@@ -54,7 +54,7 @@ impl<W: Write> Renderer<W> {
             }
             if event.is_client_visible() {
                 self.seq += 1;
-                let logged = LoggedEvent::of(self.seq, event);
+                let logged = LoggedEvent::of(self.seq, event.clone());
                 let mut frame = bytes::BytesMut::new();
                 baton::http::encode_frame_into(&mut frame, &self.turn, &logged);
                 self.out.write_all(&frame)?;

@@ -156,8 +156,8 @@ impl AgentsServer {
                 event = events.next() => event,
             };
             let Some(logged) = event else { break };
-            let Ok(event) = serde_json::from_str::<Event>(&logged.data) else { continue };
-            match &event {
+            let Some(event) = logged.typed() else { continue };
+            match &*event {
                 Event::Text { agent, text } => answer.push(agent, text),
                 Event::Error { agent, message, .. } if *agent == instance => errors.push(message.clone()),
                 _ => {}

@@ -16,11 +16,7 @@ fn key(user: &str, episode: &str) -> EpisodeKey {
 /// Events `from..=to`, each's data naming its seq and `tag`.
 fn events(from: u64, to: u64, tag: &str) -> Vec<LoggedEvent> {
     (from..=to)
-        .map(|seq| LoggedEvent {
-            seq,
-            event: "text".into(),
-            data: format!(r#"{{"seq":{seq},"tag":"{tag}"}}"#),
-        })
+        .map(|seq| LoggedEvent::new(seq, "text", format!(r#"{{"seq":{seq},"tag":"{tag}"}}"#)))
         .collect()
 }
 
@@ -250,16 +246,12 @@ pub async fn a_batch_too_big_for_one_item_is_split_and_reads_back_whole<H: Store
     let turn = new_turn_id();
     store.start_turn_log(&k, &turn, store.clock().now_ms() + 60_000).await.unwrap();
     let big: Vec<LoggedEvent> = (1..=4)
-        .map(|seq| LoggedEvent {
-            seq,
-            event: "tool_result".into(),
-            data: format!("\"{}\"", "é".repeat(75_000)),
-        })
+        .map(|seq| LoggedEvent::new(seq, "tool_result", format!("\"{}\"", "é".repeat(75_000))))
         .collect();
     store.append_turn_events(&k, &turn, &big).await.expect("600 KB in one append");
     assert_eq!(store.turn_events(&k, &turn, 0, 10).await.unwrap(), big);
     assert_eq!(store.turn_events(&k, &turn, 2, 1).await.unwrap(), big[2..3]);
-    let huge = [LoggedEvent { seq: 5, event: "tool_result".into(), data: "x".repeat(400_000) }];
+    let huge = [LoggedEvent::new(5, "tool_result", "x".repeat(400_000))];
     let refused = store.append_turn_events(&k, &turn, &huge).await;
     assert!(matches!(&refused, Err(e) if e.to_string().contains("record it as a gap")), "{refused:?}");
     store.record_turn_gap(&k, &turn, 5, 5).await.unwrap();

@@ -32,12 +32,12 @@ use crate::a2a::types::{
     rpc_result,
 };
 use crate::a2a::{CardSource, Security, TaskView, agent_path};
-use crate::wiring::Served;
 use crate::auth::AuthMode;
 use crate::event::Event;
 use crate::orchestrator::Orchestrator;
 use crate::store::{CancelOutcome, EpisodeKey, LoggedEvent, TurnStatus};
 use crate::turn::{Begun, Cursor, DisconnectPolicy, OnApproval, TurnStart};
+use crate::wiring::Served;
 
 /// Longest `CancelTask` waits for a cancelled task to reach its end before answering.
 const CANCEL_WAIT: Duration = Duration::from_secs(10);
@@ -326,7 +326,7 @@ impl ChatService {
         loop {
             let page = store.turn_events(key, turn_id, after, PAGE).await.map_err(internal)?;
             for logged in &page {
-                if let Ok(event) = serde_json::from_str::<Event>(&logged.data) {
+                if let Some(event) = logged.typed() {
                     view.apply(&event);
                 }
                 after = logged.seq;
@@ -435,7 +435,7 @@ impl ChatService {
         if !return_immediately {
             let mut events = std::pin::pin!(events);
             while let Some(logged) = events.next().await {
-                if let Ok(event) = serde_json::from_str::<Event>(&logged.data) {
+                if let Some(event) = logged.typed() {
                     view.apply(&event);
                 }
             }

@@ -72,8 +72,7 @@ mod tests {
     use crate::event::Event;
 
     fn logged(seq: u64, event: &Event) -> Arc<LoggedEvent> {
-        let data = serde_json::to_string(event).unwrap();
-        Arc::new(LoggedEvent { seq, event: event.kind().into(), data })
+        Arc::new(LoggedEvent::of(seq, event.clone()))
     }
 
     async fn body(events: impl Stream<Item = Arc<LoggedEvent>> + Send + 'static) -> Vec<String> {
@@ -125,7 +124,7 @@ mod tests {
                 let turn = turn.as_deref().expect("the first event names the turn");
                 seq += 1;
                 let mut out = BytesMut::new();
-                encode_frame_into(&mut out, turn, &LoggedEvent::of(seq, &event));
+                encode_frame_into(&mut out, turn, &LoggedEvent::of(seq, event));
                 assert_eq!(&out[..], block.as_bytes(), "ids are <turn_id>:<seq>, seq from 1");
             }
             assert!(fixture.ends_with("\n\n") && seq > 2);

@@ -202,19 +202,16 @@ fn translated_body<T: Translate>(
                 Err(_) => yield Ok(Bytes::from_static(SSE_HEARTBEAT)),
                 Ok(None) => break,
                 Ok(Some(logged)) => {
-                    let event = match serde_json::from_str::<Event>(&logged.data) {
-                        Ok(event) => event,
-                        Err(e) => {
-                            // Written by this build's producer, so never expected; a newer
-                            // producer's event kind is left out rather than ending the stream.
-                            tracing::warn!(event = %logged.event, error = %e, "an event the translation cannot read");
-                            continue;
-                        }
+                    // Typed as produced; read from its JSON only when replayed from the store.
+                    let Some(event) = logged.typed() else {
+                        // A newer producer's event kind is left out rather than ending the stream.
+                        tracing::warn!(event = %logged.event, "an event the translation cannot read");
+                        continue;
                     };
                     if !event.is_client_visible() {
                         continue;
                     }
-                    completed |= matches!(event, Event::Completed { .. });
+                    completed |= matches!(*event, Event::Completed { .. });
                     objects.clear();
                     translate.event(&event, &mut objects);
                     if objects.is_empty() {

@@ -19,10 +19,12 @@
 //! found by one range read. A batch too big for one item (DynamoDB's limit is 400 KB) is
 //! split into several, all written in the append's one write.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::item::{Attr, Item, Reader, item_name};
 use super::{EpisodeKey, StoreError};
+use crate::event::Event;
 
 /// How long a turn log's items live after their write, unless configured otherwise.
 pub const DEFAULT_TURN_LOG_TTL: Duration = Duration::from_secs(24 * 3600);
@@ -48,8 +50,10 @@ pub const MAX_APPEND_ITEMS: usize = 10;
 /// a map's overhead.
 const EVENT_OVERHEAD: usize = 64;
 
-/// One client-facing event of a turn, as the log keeps it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One client-facing event of a turn, as the log keeps it: its number, name and JSON, and, when
+/// this process produced it, the event itself, so a translation (AG-UI, the AI SDK, A2A, MCP)
+/// reads it without parsing its JSON back. Two are equal when their number, name and JSON are.
+#[derive(Debug, Clone)]
 pub struct LoggedEvent {
     /// Its number in the turn, from 1, with no gap.
     pub seq: u64,
@@ -57,14 +61,39 @@ pub struct LoggedEvent {
     pub event: String,
     /// Its JSON, as sent.
     pub data: String,
+    /// The event itself; `None` for one read back from the store.
+    typed: Option<Arc<Event>>,
 }
 
+impl PartialEq for LoggedEvent {
+    fn eq(&self, other: &LoggedEvent) -> bool {
+        (self.seq, &self.event, &self.data) == (other.seq, &other.event, &other.data)
+    }
+}
+
+impl Eq for LoggedEvent {}
+
 impl LoggedEvent {
-    /// `event` as the log keeps it, numbered `seq`: its SSE name and its JSON.
-    pub fn of(seq: u64, event: &crate::event::Event) -> LoggedEvent {
+    /// An event as the log keeps it: number `seq`, SSE name `event`, JSON `data` (read back from
+    /// the store: its typed form is read from `data` when asked for).
+    pub fn new(seq: u64, event: impl Into<String>, data: impl Into<String>) -> LoggedEvent {
+        LoggedEvent { seq, event: event.into(), data: data.into(), typed: None }
+    }
+
+    /// `event` as the log keeps it, numbered `seq`: its SSE name and its JSON, and the event.
+    pub fn of(seq: u64, event: Event) -> LoggedEvent {
         // Serializing a plain enum of strings, numbers and JSON values cannot fail.
-        let data = serde_json::to_string(event).expect("event serializes");
-        LoggedEvent { seq, event: event.kind().to_owned(), data }
+        let data = serde_json::to_string(&event).expect("event serializes");
+        LoggedEvent { seq, event: event.kind().to_owned(), data, typed: Some(Arc::new(event)) }
+    }
+
+    /// The event: as produced when this process produced it, else read from its JSON (`None`
+    /// when that is no event this version knows).
+    pub fn typed(&self) -> Option<std::borrow::Cow<'_, Event>> {
+        match &self.typed {
+            Some(event) => Some(std::borrow::Cow::Borrowed(event.as_ref())),
+            None => serde_json::from_str(&self.data).ok().map(std::borrow::Cow::Owned),
+        }
     }
 
     fn size(&self) -> usize {
@@ -492,11 +521,7 @@ pub fn decode_events(pk: &str, sk: &str, item: &Item) -> Result<Vec<LoggedEvent>
         .map(|e| match e {
             Attr::M(m) => {
                 let e = Reader::new(r.name().to_owned(), m);
-                Ok(LoggedEvent {
-                    seq: e.n("seq")?,
-                    event: e.s("event")?.to_owned(),
-                    data: e.s("data")?.to_owned(),
-                })
+                Ok(LoggedEvent::new(e.n("seq")?, e.s("event")?, e.s("data")?))
             }
             _ => Err(r.corrupt("an `events` entry is not a map")),
         })
@@ -508,7 +533,7 @@ mod tests {
     use super::*;
 
     fn ev(seq: u64, data: &str) -> LoggedEvent {
-        LoggedEvent { seq, event: "text".into(), data: data.into() }
+        LoggedEvent::new(seq, "text", data)
     }
 
     #[test]

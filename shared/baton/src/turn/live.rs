@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use crate::event::Status;
+use crate::event::{Event, Status};
 use crate::store::{EpisodeKey, LoggedEvent};
 
 /// The most bytes of events a live turn keeps in memory; older ones are read from the store.
@@ -73,11 +73,11 @@ impl LiveTurn {
         self.cancel.cancel();
     }
 
-    /// Appends the next event (its seq is the next one) and returns it numbered.
-    pub fn push(&self, event: &'static str, data: String) -> Arc<LoggedEvent> {
+    /// Appends `event` as the next one (its seq is the next one) and returns it numbered.
+    pub fn push(&self, event: Event) -> Arc<LoggedEvent> {
         let mut state = self.state.lock().expect("live turn lock");
         state.last_seq += 1;
-        let logged = Arc::new(LoggedEvent { seq: state.last_seq, event: event.to_owned(), data });
+        let logged = Arc::new(LoggedEvent::of(state.last_seq, event));
         state.bytes += logged.event.len() + logged.data.len();
         state.events.push_back(logged.clone());
         while state.bytes > LIVE_BYTES && state.events.len() > 1 {
@@ -246,13 +246,17 @@ mod tests {
         EpisodeKey::new("u", "e").unwrap()
     }
 
+    fn text(text: String) -> Event {
+        Event::Text { agent: "a".into(), text }
+    }
+
     #[test]
     fn events_are_numbered_from_one_and_read_after_a_cursor() {
         let turns = LiveTurns::new();
         let registered = turns.register(key(), "t".into(), None, CancellationToken::new());
         let turn = registered.turn();
         for i in 0..12 {
-            assert_eq!(turn.push("text", format!("{i}")).seq, i + 1);
+            assert_eq!(turn.push(text(format!("{i}"))).seq, i + 1);
         }
         let since = turn.since(9, 100);
         assert_eq!(since.events.iter().map(|e| e.seq).collect::<Vec<_>>(), [10, 11, 12]);
@@ -272,7 +276,7 @@ mod tests {
         let turn = registered.turn();
         let big = "x".repeat(LIVE_BYTES / 4);
         for _ in 0..6 {
-            turn.push("text", big.clone());
+            turn.push(text(big.clone()));
         }
         let since = turn.since(0, 10);
         assert!(since.evicted && since.events.is_empty());

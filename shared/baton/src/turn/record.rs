@@ -52,9 +52,7 @@ pub fn record(
             if let Event::Completed { status: ended, .. } = &event {
                 status = *ended;
             }
-            // Serializing a plain enum of strings, numbers and JSON values cannot fail.
-            let data = serde_json::to_string(&event).expect("event serializes");
-            yield live.push(event.kind(), data);
+            yield live.push(event);
         }
         live.end(status);
         if let Some(writer) = writer {

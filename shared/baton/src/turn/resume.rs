@@ -182,7 +182,7 @@ fn missing(from: u64, to: u64) -> Arc<LoggedEvent> {
         format!("{what} of this turn could not be recorded and are missing from this replay"),
         false,
     );
-    Arc::new(LoggedEvent::of(to, &event))
+    Arc::new(LoggedEvent::of(to, event))
 }
 
 /// The `completed` of a turn that ended without one in its log, numbered 0 (no id).
@@ -197,5 +197,5 @@ fn made_up_completed(key: &EpisodeKey, turn_id: &str, status: Status) -> Arc<Log
         usage: Vec::new(),
         interrupts: Box::default(),
     };
-    Arc::new(LoggedEvent::of(0, &event))
+    Arc::new(LoggedEvent::of(0, event))
 }

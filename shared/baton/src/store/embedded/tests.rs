@@ -410,9 +410,7 @@ fn a_file_held_past_the_wait_is_a_clear_unavailable_error() {
 }
 
 fn logged(from: u64, to: u64) -> Vec<crate::store::LoggedEvent> {
-    (from..=to)
-        .map(|seq| crate::store::LoggedEvent { seq, event: "text".into(), data: format!("{seq}") })
-        .collect()
+    (from..=to).map(|seq| crate::store::LoggedEvent::new(seq, "text", format!("{seq}"))).collect()
 }
 
 /// The child process of [`a_killed_producer_leaves_its_log_up_to_a_second_before`]: starts a
