@@ -66,8 +66,9 @@ pub trait Conversations: Clocked {
     /// One page of the episode's messages, read backwards from the newest: the newest `limit`
     /// messages older than the message `before` names (all of them when `None`), oldest first,
     /// and the cursor of the next, older page (`None` when this page reaches the first message).
-    /// A cursor is what a previous page returned ([`MessageCursor`]); a malformed one is
-    /// [`StoreError::InvalidKey`]. A `limit` of 0 is an empty page with no cursor.
+    /// A cursor is what a previous page returned ([`MessageCursor`](super::MessageCursor)); a
+    /// malformed one is [`StoreError::InvalidKey`]. A `limit` of 0 is an empty page with no
+    /// cursor.
     async fn messages_page(
         &self,
         key: &EpisodeKey,
@@ -75,8 +76,9 @@ pub trait Conversations: Clocked {
         limit: usize,
     ) -> Result<(Vec<StoredMessage>, Option<String>), StoreError>;
 
-    /// The turn `request_id` was first recorded under in the episode ([`Conversations::record_user_message`]),
-    /// if any: a retried request, on any instance, joins that turn.
+    /// The turn `request_id` was first recorded under in the episode
+    /// ([`Conversations::record_user_message`]), if any: a retried request, on any instance,
+    /// joins that turn.
     async fn request_turn(&self, key: &EpisodeKey, request_id: &str) -> Result<Option<String>, StoreError>;
 }
 
