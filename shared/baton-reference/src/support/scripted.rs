@@ -435,39 +435,10 @@ async fn answer(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let path = match &path_id {
-        Some(id) => format!("/solve/api/v1/conversation/{id}"),
-        None => "/solve/api/v1/conversation".to_owned(),
+    let (index, busy) = match admit(&state, method, path_id, &headers, &body) {
+        Ok(admitted) => admitted,
+        Err(refused) => return refused,
     };
-    let Ok(body) = serde_json::from_slice::<Value>(&body) else {
-        record(&state, method, &path, path_id, &headers, Value::Null, Some(400));
-        return error(400, "the body is not JSON");
-    };
-    let refusal = if !bearer(&headers) {
-        Some((401, "missing bearer token"))
-    } else if !body["query"].is_string() {
-        Some((400, "`query` is required"))
-    } else if path_id.as_deref().is_some_and(|id| state.ended(id)) {
-        Some((404, "conversation not found: it ended after an hour without activity"))
-    } else {
-        None
-    };
-    if let Some((status, message)) = refusal {
-        record(&state, method, &path, path_id, &headers, body, Some(status));
-        return error(status, message);
-    }
-    // One request per conversation at a time: a continue on a busy conversation is refused.
-    let busy = match &path_id {
-        Some(id) => match Busy::take(&state, id) {
-            Some(busy) => Some(busy),
-            None => {
-                record(&state, method, &path, path_id, &headers, body, Some(409));
-                return error(409, "a request on this conversation is in progress");
-            }
-        },
-        None => None,
-    };
-    let index = record(&state, method, &path, path_id, &headers, body, None);
     let reply = state.replies.lock().expect("replies lock").pop_front();
     match reply {
         None => error(500, "scripted Forethought server: no reply left"),
@@ -477,24 +448,7 @@ async fn answer(
             let sent = headers.get("authorization").and_then(|v| v.to_str().ok()).unwrap_or("(none)");
             error(status, &format!("invalid credentials: {sent}"))
         }
-        Some(FtReply::Body { mut body, delay }) => {
-            let exact = state.exact.load(std::sync::atomic::Ordering::Relaxed);
-            wait_until(tokio::time::Instant::now() + delay, exact).await;
-            if body.get("conversation_id").is_none() {
-                if let Some(object) = body.as_object_mut() {
-                    object.insert("conversation_id".into(), Value::String(default_id.clone()));
-                }
-            }
-            let id = body["conversation_id"].as_str().unwrap_or(&default_id).to_owned();
-            state.touch(&id);
-            if let Ok(mut requests) = state.requests.lock() {
-                let request = &mut requests[index];
-                (request.chunks_sent, request.last_chunk_at, request.completed) =
-                    (1, Some(Instant::now()), Some(true));
-            }
-            drop(busy);
-            axum::Json(body).into_response()
-        }
+        Some(FtReply::Body { body, delay }) => body_reply(&state, index, busy, default_id, body, delay).await,
         Some(FtReply::Json { response, conversation_id }) => {
             let id = conversation_id.unwrap_or(default_id);
             state.touch(&id);
@@ -505,51 +459,132 @@ async fn answer(
             }))
             .into_response()
         }
-        Some(FtReply::Stream(script)) => {
-            let exact = state.exact.load(std::sync::atomic::Ordering::Relaxed);
-            wait_until(tokio::time::Instant::now() + script.first_byte_delay, exact).await;
-            let id = script.conversation_id.clone().unwrap_or(default_id);
-            state.touch(&id);
-            let content_type = match script.framing {
-                Framing::Ndjson => "application/x-ndjson",
-                Framing::Sse => "text/event-stream",
-            };
-            let frames = script
-                .chunks
-                .iter()
-                .map(|chunk| {
-                    let piece = json!({"conversation_id": id, "response": chunk});
-                    Bytes::from(match script.framing {
-                        Framing::Ndjson => format!("{piece}\n"),
-                        Framing::Sse => format!("data: {piece}\n\n"),
-                    })
-                })
-                .collect();
-            let pacing = Pacing {
-                chunk_delay: script.chunk_delay,
-                cut_after: script.cut_after,
-                stall_after: script.stall_after,
-                gate: script.gate.clone(),
-                exact,
-            };
-            let sent = state.clone();
-            let on_frame = move |i: usize| {
-                let mut requests = sent.requests.lock().expect("requests lock");
-                requests[index].chunks_sent = i + 1;
-                requests[index].last_chunk_at = Some(Instant::now());
-            };
-            let on_end = move |completed| {
-                drop(busy);
-                if let Ok(mut requests) = state.requests.lock() {
-                    requests[index].completed = Some(completed);
-                }
-            };
-            let body = paced_body(frames, None, pacing, on_frame, on_end);
-            let mut response = Response::new(Body::from_stream(body));
-            response.headers_mut().insert("content-type", HeaderValue::from_static(content_type));
-            response
+        Some(FtReply::Stream(script)) => stream_reply(state, index, busy, default_id, script).await,
+    }
+}
+
+/// Records a request and admits it (its index among the requests, and the conversation held
+/// while it is answered), or refuses it as Forethought would: a body that is not JSON, no
+/// bearer token, no `query`, a conversation that ended, or one busy with another request.
+fn admit(
+    state: &Arc<ServerState>,
+    method: &str,
+    path_id: Option<String>,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<(usize, Option<Busy>), Response> {
+    let path = match &path_id {
+        Some(id) => format!("/solve/api/v1/conversation/{id}"),
+        None => "/solve/api/v1/conversation".to_owned(),
+    };
+    let Ok(body) = serde_json::from_slice::<Value>(body) else {
+        record(state, method, &path, path_id, headers, Value::Null, Some(400));
+        return Err(error(400, "the body is not JSON"));
+    };
+    let refusal = if !bearer(headers) {
+        Some((401, "missing bearer token"))
+    } else if !body["query"].is_string() {
+        Some((400, "`query` is required"))
+    } else if path_id.as_deref().is_some_and(|id| state.ended(id)) {
+        Some((404, "conversation not found: it ended after an hour without activity"))
+    } else {
+        None
+    };
+    if let Some((status, message)) = refusal {
+        record(state, method, &path, path_id, headers, body, Some(status));
+        return Err(error(status, message));
+    }
+    // One request per conversation at a time: a continue on a busy conversation is refused.
+    let busy = match &path_id {
+        Some(id) => match Busy::take(state, id) {
+            Some(busy) => Some(busy),
+            None => {
+                record(state, method, &path, path_id, headers, body, Some(409));
+                return Err(error(409, "a request on this conversation is in progress"));
+            }
+        },
+        None => None,
+    };
+    Ok((record(state, method, &path, path_id, headers, body, None), busy))
+}
+
+/// A whole JSON answer after `delay`, with `conversation_id` added when it has none.
+async fn body_reply(
+    state: &ServerState,
+    index: usize,
+    busy: Option<Busy>,
+    default_id: String,
+    mut body: Value,
+    delay: Duration,
+) -> Response {
+    let exact = state.exact.load(std::sync::atomic::Ordering::Relaxed);
+    wait_until(tokio::time::Instant::now() + delay, exact).await;
+    if body.get("conversation_id").is_none() {
+        if let Some(object) = body.as_object_mut() {
+            object.insert("conversation_id".into(), Value::String(default_id.clone()));
         }
     }
+    let id = body["conversation_id"].as_str().unwrap_or(&default_id).to_owned();
+    state.touch(&id);
+    if let Ok(mut requests) = state.requests.lock() {
+        let request = &mut requests[index];
+        (request.chunks_sent, request.last_chunk_at, request.completed) =
+            (1, Some(Instant::now()), Some(true));
+    }
+    drop(busy);
+    axum::Json(body).into_response()
+}
+
+/// A streamed answer, paced as `script` says; each frame sent and the end are recorded.
+async fn stream_reply(
+    state: Arc<ServerState>,
+    index: usize,
+    busy: Option<Busy>,
+    default_id: String,
+    script: FtStream,
+) -> Response {
+    let exact = state.exact.load(std::sync::atomic::Ordering::Relaxed);
+    wait_until(tokio::time::Instant::now() + script.first_byte_delay, exact).await;
+    let id = script.conversation_id.clone().unwrap_or(default_id);
+    state.touch(&id);
+    let content_type = match script.framing {
+        Framing::Ndjson => "application/x-ndjson",
+        Framing::Sse => "text/event-stream",
+    };
+    let frames = script
+        .chunks
+        .iter()
+        .map(|chunk| {
+            let piece = json!({"conversation_id": id, "response": chunk});
+            Bytes::from(match script.framing {
+                Framing::Ndjson => format!("{piece}\n"),
+                Framing::Sse => format!("data: {piece}\n\n"),
+            })
+        })
+        .collect();
+    let pacing = Pacing {
+        chunk_delay: script.chunk_delay,
+        cut_after: script.cut_after,
+        stall_after: script.stall_after,
+        gate: script.gate.clone(),
+        exact,
+    };
+    let sent = state.clone();
+    let on_frame = move |i: usize| {
+        let mut requests = sent.requests.lock().expect("requests lock");
+        requests[index].chunks_sent = i + 1;
+        requests[index].last_chunk_at = Some(Instant::now());
+    };
+    let on_end = move |completed| {
+        drop(busy);
+        if let Ok(mut requests) = state.requests.lock() {
+            requests[index].completed = Some(completed);
+        }
+    };
+    let body = paced_body(frames, None, pacing, on_frame, on_end);
+    let mut response = Response::new(Body::from_stream(body));
+    response.headers_mut().insert("content-type", HeaderValue::from_static(content_type));
+    response
 }
 
 fn error(status: u16, message: &str) -> Response {

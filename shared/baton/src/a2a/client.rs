@@ -83,6 +83,7 @@ type Contexts = Arc<Mutex<std::collections::HashMap<(String, String), String>>>;
 pub const MAX_CONTEXTS: usize = 10_000;
 
 /// An agent reached over A2A.
+#[derive(Clone)]
 pub struct A2aAgent {
     name: String,
     base_url: String,
@@ -339,191 +340,256 @@ impl Agent for A2aAgent {
         &self.name
     }
 
+    /// Sends the query, then reads the answer: a whole JSON body, or an SSE stream whose
+    /// answers stream as they come.
     fn run(&self, request: AgentRequest, instance: String) -> EventStream {
-        let this = A2aAgent {
-            name: self.name.clone(),
-            base_url: self.base_url.clone(),
-            client: self.client.clone(),
-            auth: self.auth.clone(),
-            limits: self.limits,
-            card: self.card.clone(),
-            contexts: self.contexts.clone(),
-        };
+        let this = self.clone();
         Box::pin(async_stream::stream! {
-            // Armed once the remote names its task; disarmed when the task ends. Dropped armed
-            // (the caller cancelled or timed out, a stream broke), it cancels the remote task.
-            let mut cancel = CancelOnDrop { client: this.client.clone(), url: String::new(), auth: this.auth.clone(), task: None };
-            let fail = |(code, message): Failure| {
-                tracing::warn!(agent = %instance, code, %message, "a remote A2A agent failed");
-                [Event::error(instance.clone(), code, message, true), Event::text(instance.clone(), APOLOGY)]
+            let mut call = Exchange::new(&this, &request, instance);
+            let response = match this.send(&request, &mut call).await {
+                Ok(response) => response,
+                Err(failure) => { for ev in call.fail(failure) { yield ev; } return; }
             };
-            let card = match this.card().await {
-                Ok(card) => card,
-                Err(failure) => { for ev in fail(failure) { yield ev; } return; }
-            };
-            let Some(interface) = card.jsonrpc_v1() else {
-                let e = ("a2a_card_unusable", format!("the agent card of {} offers no JSON-RPC interface of A2A 1.0", this.name));
-                for ev in fail(e) { yield ev; }
-                return;
-            };
-            let streaming = card.capabilities.streaming;
-            let conversation = (!request.episode_id.is_empty()).then(|| (request.user_id.clone(), request.episode_id.clone()));
-            let sent_context = conversation.as_ref().and_then(|c| this.contexts.lock().expect("not poisoned").get(c).cloned());
-            // After the call: keep the context the remote named for the conversation's next call,
-            // or forget it when the call failed (an expired context fails every call after it).
-            let contexts = this.contexts.clone();
-            let remember = move |context: Option<String>| {
-                let Some(conversation) = conversation.clone() else { return };
-                let mut contexts = contexts.lock().expect("not poisoned");
-                match context {
-                    Some(context) => {
-                        if contexts.len() >= MAX_CONTEXTS && !contexts.contains_key(&conversation) {
-                            contexts.clear();
-                        }
-                        contexts.insert(conversation, context);
-                    }
-                    None => {
-                        contexts.remove(&conversation);
-                    }
-                }
-            };
-            let mut seen = Seen::default();
-            let message = Message {
-                message_id: uuid::Uuid::new_v4().to_string(),
-                context_id: sent_context,
-                task_id: None,
-                role: Role::User,
-                parts: vec![Part::text(request.query.clone())],
-                metadata: None,
-            };
-            let method = if streaming { "SendStreamingMessage" } else { "SendMessage" };
-            let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": {"message": message}});
-            let post = this.client.post(&interface.url)
-                .header(VERSION_HEADER, PROTOCOL_VERSION)
-                .header("accept", if streaming { "text/event-stream" } else { "application/json" })
-                .json(&body)
-                .build();
-            let mut post = match post {
-                Ok(post) => post,
-                Err(e) => {
-                    for ev in fail(("a2a_remote_failed", format!("no request for the remote agent: {}", redacted(&e.to_string())))) { yield ev; }
-                    return;
-                }
-            };
-            if let Err(e) = this.auth.apply(&mut post, true).await {
-                for ev in fail(("a2a_auth_unavailable", format!("the call to the remote agent was not authenticated: {e}"))) { yield ev; }
-                return;
-            }
-            let idle = this.limits.idle_timeout;
-            let response = match tokio::time::timeout(idle, this.client.execute(post)).await {
-                Ok(Ok(response)) => response,
-                Ok(Err(e)) => {
-                    for ev in fail(("a2a_remote_failed", format!("cannot reach the remote agent: {}", redacted(&e.to_string())))) { yield ev; }
-                    return;
-                }
-                Err(_) => {
-                    for ev in fail(("a2a_remote_timeout", "the remote agent did not answer in time".into())) { yield ev; }
-                    return;
-                }
-            };
-            let status = response.status();
-            let is_sse = response.headers().get("content-type").and_then(|v| v.to_str().ok())
-                .is_some_and(|v| v.starts_with("text/event-stream"));
-            if !status.is_success() || !is_sse {
+            if !is_stream(&response) {
                 // An error status, or a whole JSON answer (`SendMessage`, or an error before the stream).
-                let body = crate::model::openai::read_capped(response.bytes_stream(), idle, this.limits.max_event_bytes).await;
-                let step = if status.is_success() {
-                    read_answer(&body, &instance, &this.name, &mut seen)
-                } else {
-                    let said = redacted(&String::from_utf8_lossy(&body));
-                    match read_answer(&body, &instance, &this.name, &mut seen) {
-                        Step::Failed(f) if f.0 == "a2a_remote_error" => Step::Failed(f),
-                        _ => Step::Failed(("a2a_remote_failed", format!("the remote agent answered HTTP {}: {said}", status.as_u16()))),
-                    }
-                };
-                let context = seen.context;
-                match step {
-                    Step::Done(events) => {
-                        remember(context);
-                        for ev in events { yield ev; }
-                    }
-                    Step::More(events) => {
-                        remember(None);
-                        for ev in events { yield ev; }
-                        for ev in fail(("a2a_remote_truncated", "the remote agent's task had not ended when its answer did".into())) { yield ev; }
-                    }
-                    Step::Failed(failure) => {
-                        // A JSON-RPC error may be the context itself (expired, unknown): forget it.
-                        if failure.0 == "a2a_remote_error" { remember(None) } else if context.is_some() { remember(context) }
-                        for ev in fail(failure) { yield ev; }
-                    }
-                }
+                let status = response.status();
+                let body = crate::model::openai::read_capped(response.bytes_stream(), this.limits.idle_timeout, this.limits.max_event_bytes).await;
+                for ev in call.whole(status, &body) { yield ev; }
                 return;
             }
-            let mut bytes = response.bytes_stream();
+            let mut chunks = Chunks::new(response, this.limits);
             let mut lines = LineSplitter::new(this.limits.max_event_bytes);
-            let mut silence = crate::bounded::IdleTimer::new(idle);
-            // A stream that keeps sending and never ends its task is cut here.
-            let call_end = tokio::time::sleep(this.limits.call_timeout);
-            tokio::pin!(call_end);
             loop {
-                let next = tokio::select! {
-                    biased;
-                    () = &mut call_end => None,
-                    next = silence.next(&mut bytes) => Some(next),
-                };
-                let Some(next) = next else {
-                    for ev in fail(("a2a_remote_timeout", "the remote agent's task did not end in time".into())) { yield ev; }
-                    return;
-                };
-                let chunk = match next {
-                    Err(_) => {
-                        for ev in fail(("a2a_remote_timeout", "the remote agent's stream went silent".into())) { yield ev; }
-                        return;
-                    }
+                let complete = match chunks.next().await.and_then(|chunk| chunk.map(|c| read_lines(&mut lines, &c)).transpose()) {
+                    Ok(Some(complete)) => complete,
                     Ok(None) => break,
-                    Ok(Some(Err(e))) => {
-                        for ev in fail(("a2a_remote_failed", format!("the remote agent's stream broke: {}", redacted(&e.to_string())))) { yield ev; }
-                        return;
-                    }
-                    Ok(Some(Ok(chunk))) => chunk,
-                };
-                let complete = match lines.push(&chunk) {
-                    Ok(complete) => complete,
-                    Err(e) => {
-                        for ev in fail(("a2a_remote_invalid", format!("the remote agent's stream: {e}"))) { yield ev; }
-                        return;
-                    }
+                    Err(failure) => { for ev in call.fail(failure) { yield ev; } return; }
                 };
                 for line in complete {
-                    let line = line.trim_ascii_end();
-                    let Some(data) = line.strip_prefix(b"data:") else { continue };
-                    let step = read_answer(data.trim_ascii_start(), &instance, &this.name, &mut seen);
-                    if cancel.task.is_none() {
-                        cancel.task = seen.task.clone();
-                        cancel.url = interface.url.clone();
-                    }
-                    let context = seen.context.clone();
-                    match step {
-                        Step::More(events) => for ev in events { yield ev; },
-                        Step::Done(events) => {
-                            cancel.task = None;
-                            remember(context);
-                            for ev in events { yield ev; }
-                            return;
-                        }
-                        Step::Failed(failure) => {
-                            // The remote's task ended, or the remote refused the call.
-                            cancel.task = None;
-                            if failure.0 == "a2a_remote_error" { remember(None) } else if context.is_some() { remember(context) }
-                            for ev in fail(failure) { yield ev; }
-                            return;
-                        }
-                    }
+                    let (events, ended) = call.line(&line);
+                    for ev in events { yield ev; }
+                    if ended { return; }
                 }
             }
-            for ev in fail(("a2a_remote_truncated", "the remote agent's stream ended before its task did".into())) { yield ev; }
+            for ev in call.fail(("a2a_remote_truncated", "the remote agent's stream ended before its task did".into())) { yield ev; }
         }.boxed())
+    }
+}
+
+impl A2aAgent {
+    /// Sends the query to the JSON-RPC interface the card names: its answer's head, within the
+    /// idle timeout.
+    async fn send(&self, request: &AgentRequest, call: &mut Exchange) -> Result<reqwest::Response, Failure> {
+        let card = self.card().await?;
+        let Some(interface) = card.jsonrpc_v1() else {
+            let offers = format!("the agent card of {} offers no JSON-RPC interface of A2A 1.0", self.name);
+            return Err(("a2a_card_unusable", offers));
+        };
+        call.cancel.url = interface.url.clone();
+        let streaming = card.capabilities.streaming;
+        let message = Message {
+            message_id: uuid::Uuid::new_v4().to_string(),
+            context_id: call.sent_context(),
+            task_id: None,
+            role: Role::User,
+            parts: vec![Part::text(request.query.clone())],
+            metadata: None,
+        };
+        let method = if streaming { "SendStreamingMessage" } else { "SendMessage" };
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": {"message": message}});
+        let mut post = (self.client.post(&interface.url))
+            .header(VERSION_HEADER, PROTOCOL_VERSION)
+            .header("accept", if streaming { "text/event-stream" } else { "application/json" })
+            .json(&body)
+            .build()
+            .map_err(|e| {
+                let why = format!("no request for the remote agent: {}", redacted(&e.to_string()));
+                ("a2a_remote_failed", why)
+            })?;
+        self.auth.apply(&mut post, true).await.map_err(|e| {
+            ("a2a_auth_unavailable", format!("the call to the remote agent was not authenticated: {e}"))
+        })?;
+        match tokio::time::timeout(self.limits.idle_timeout, self.client.execute(post)).await {
+            Ok(Ok(response)) => Ok(response),
+            Ok(Err(e)) => Err((
+                "a2a_remote_failed",
+                format!("cannot reach the remote agent: {}", redacted(&e.to_string())),
+            )),
+            Err(_) => Err(("a2a_remote_timeout", "the remote agent did not answer in time".into())),
+        }
+    }
+}
+
+/// Whether an answer is a successful SSE stream.
+fn is_stream(response: &reqwest::Response) -> bool {
+    let content_type = response.headers().get("content-type").and_then(|v| v.to_str().ok());
+    response.status().is_success() && content_type.is_some_and(|v| v.starts_with("text/event-stream"))
+}
+
+/// The complete lines `chunk` ends, or why the stream is unreadable.
+fn read_lines(lines: &mut LineSplitter, chunk: &[u8]) -> Result<Vec<bytes::Bytes>, Failure> {
+    lines.push(chunk).map_err(|e| ("a2a_remote_invalid", format!("the remote agent's stream: {e}")))
+}
+
+/// One call in flight: the conversation it continues, what the remote has named so far, and
+/// the remote task to cancel should the call end before it.
+struct Exchange {
+    instance: String,
+    agent: String,
+    /// The Baton conversation (`user`, `episode`) the call belongs to, if any.
+    conversation: Option<(String, String)>,
+    contexts: Contexts,
+    seen: Seen,
+    /// Armed once the remote names its task; disarmed when the task ends. Dropped armed (the
+    /// caller cancelled or timed out, a stream broke), it cancels the remote task.
+    cancel: CancelOnDrop,
+}
+
+impl Exchange {
+    fn new(agent: &A2aAgent, request: &AgentRequest, instance: String) -> Exchange {
+        let cancel = CancelOnDrop {
+            client: agent.client.clone(),
+            url: String::new(),
+            auth: agent.auth.clone(),
+            task: None,
+        };
+        let conversation =
+            (!request.episode_id.is_empty()).then(|| (request.user_id.clone(), request.episode_id.clone()));
+        let (agent, contexts) = (agent.name.clone(), agent.contexts.clone());
+        Exchange { instance, agent, conversation, contexts, seen: Seen::default(), cancel }
+    }
+
+    /// The remote's `contextId` of the conversation's last call.
+    fn sent_context(&self) -> Option<String> {
+        let conversation = self.conversation.as_ref()?;
+        self.contexts.lock().expect("not poisoned").get(conversation).cloned()
+    }
+
+    /// After the call: keeps the context the remote named for the conversation's next call, or
+    /// forgets it when the call failed (an expired context fails every call after it).
+    fn remember(&self, context: Option<String>) {
+        let Some(conversation) = self.conversation.clone() else { return };
+        let mut contexts = self.contexts.lock().expect("not poisoned");
+        match context {
+            Some(context) => {
+                if contexts.len() >= MAX_CONTEXTS && !contexts.contains_key(&conversation) {
+                    contexts.clear();
+                }
+                contexts.insert(conversation, context);
+            }
+            None => {
+                contexts.remove(&conversation);
+            }
+        }
+    }
+
+    /// The call failed: an error event and an apology (logged).
+    fn fail(&self, (code, message): Failure) -> [Event; 2] {
+        let instance = &self.instance;
+        tracing::warn!(agent = %instance, code, %message, "a remote A2A agent failed");
+        [Event::error(instance.clone(), code, message, true), Event::text(instance.clone(), APOLOGY)]
+    }
+
+    /// The remote said the call failed: a JSON-RPC error may be the context itself (expired,
+    /// unknown), which is forgotten; another failure keeps a context the remote named.
+    fn refused(&self, failure: Failure, context: Option<String>) -> [Event; 2] {
+        if failure.0 == "a2a_remote_error" {
+            self.remember(None)
+        } else if context.is_some() {
+            self.remember(context)
+        }
+        self.fail(failure)
+    }
+
+    /// The events of a whole answer with `status`.
+    fn whole(&mut self, status: reqwest::StatusCode, body: &[u8]) -> Vec<Event> {
+        let step = if status.is_success() {
+            read_answer(body, &self.instance, &self.agent, &mut self.seen)
+        } else {
+            let said = redacted(&String::from_utf8_lossy(body));
+            match read_answer(body, &self.instance, &self.agent, &mut self.seen) {
+                Step::Failed(f) if f.0 == "a2a_remote_error" => Step::Failed(f),
+                _ => Step::Failed((
+                    "a2a_remote_failed",
+                    format!("the remote agent answered HTTP {}: {said}", status.as_u16()),
+                )),
+            }
+        };
+        let context = self.seen.context.clone();
+        match step {
+            Step::Done(events) => {
+                self.remember(context);
+                events
+            }
+            Step::More(mut events) => {
+                self.remember(None);
+                let early = "the remote agent's task had not ended when its answer did";
+                events.extend(self.fail(("a2a_remote_truncated", early.into())));
+                events
+            }
+            Step::Failed(failure) => self.refused(failure, context).into(),
+        }
+    }
+
+    /// The events of one line of the stream, and whether the call has ended.
+    fn line(&mut self, line: &[u8]) -> (Vec<Event>, bool) {
+        let line = line.trim_ascii_end();
+        let Some(data) = line.strip_prefix(b"data:") else { return (Vec::new(), false) };
+        let step = read_answer(data.trim_ascii_start(), &self.instance, &self.agent, &mut self.seen);
+        if self.cancel.task.is_none() {
+            self.cancel.task = self.seen.task.clone();
+        }
+        let context = self.seen.context.clone();
+        match step {
+            Step::More(events) => (events, false),
+            Step::Done(events) => {
+                self.cancel.task = None;
+                self.remember(context);
+                (events, true)
+            }
+            Step::Failed(failure) => {
+                // The remote's task ended, or the remote refused the call.
+                self.cancel.task = None;
+                (self.refused(failure, context).into(), true)
+            }
+        }
+    }
+}
+
+/// The chunks of a streamed answer, each within the idle timeout, all within the call timeout
+/// (a stream that keeps sending and never ends its task is cut).
+struct Chunks {
+    bytes: futures::stream::BoxStream<'static, reqwest::Result<bytes::Bytes>>,
+    silence: crate::bounded::IdleTimer,
+    call_end: std::pin::Pin<Box<tokio::time::Sleep>>,
+}
+
+impl Chunks {
+    fn new(response: reqwest::Response, limits: A2aLimits) -> Chunks {
+        Chunks {
+            bytes: response.bytes_stream().boxed(),
+            silence: crate::bounded::IdleTimer::new(limits.idle_timeout),
+            call_end: Box::pin(tokio::time::sleep(limits.call_timeout)),
+        }
+    }
+
+    /// The next chunk (`None` at the end), or why there is none.
+    async fn next(&mut self) -> Result<Option<bytes::Bytes>, Failure> {
+        let next = tokio::select! {
+            biased;
+            () = &mut self.call_end => None,
+            next = self.silence.next(&mut self.bytes) => Some(next),
+        };
+        match next {
+            None => Err(("a2a_remote_timeout", "the remote agent's task did not end in time".into())),
+            Some(Err(_)) => Err(("a2a_remote_timeout", "the remote agent's stream went silent".into())),
+            Some(Ok(None)) => Ok(None),
+            Some(Ok(Some(Err(e)))) => Err((
+                "a2a_remote_failed",
+                format!("the remote agent's stream broke: {}", redacted(&e.to_string())),
+            )),
+            Some(Ok(Some(Ok(chunk)))) => Ok(Some(chunk)),
+        }
     }
 }
 

@@ -1,17 +1,19 @@
 //! [`LlmAgent`]: the tool loop, step by step, and what a run carries from step to step.
 
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
-use futures::StreamExt;
+use futures::{Stream, StreamExt};
 
 use super::approval::{ApprovalPolicy, suspended_calls};
-use super::batch::{CallDone, final_answer};
+use super::batch::{Batch, CallDone, final_answer};
 use super::chains::ResponseChains;
 use super::step::{
     ForkInput, ForkPolicy, LoopLimits, ModelReply, StepCall, StepDecision, StepInput, StepPolicy,
     model_events,
 };
-use super::{APOLOGY, Agent, AgentRequest, Item, user_message};
+use super::{APOLOGY, Agent, AgentRequest, Item, ItemStream, user_message};
 use crate::approval::Suspension;
 use crate::conversation::{Conversation, PreviousTurn};
 use crate::event::{Event, EventStream};
@@ -199,8 +201,10 @@ impl Transcript {
     }
 }
 
-/// What a run starts from.
+/// What a run carries from step to step.
 struct Run {
+    /// The instance it runs as: the name its events carry.
+    instance: String,
     context: ToolContext,
     transcript: Transcript,
     /// The user's words (the instance's query).
@@ -208,13 +212,27 @@ struct Run {
     previous_turn: Option<PreviousTurn>,
     /// What the attached image shows, when the client said.
     image: Option<crate::image::ImageKind>,
+    /// The step about to be decided or run (0 on a fresh run).
+    step: usize,
+    /// The first step the run may not reach: past `max_steps` only for a paused run resumed
+    /// after the limit was lowered (its paused step still runs).
+    end: usize,
+    /// Where the run's last response id is kept for the next turn (a model with server-side
+    /// state, in a turn allowed to continue it).
+    chains: Option<Arc<dyn ResponseChains>>,
 }
 
 impl LlmAgent {
-    /// The run's tool context and transcript: the stored response to continue, if `chains` has
-    /// one, else the history.
-    async fn begin(&self, request: AgentRequest, chains: Option<&dyn ResponseChains>) -> Run {
-        let previous_id = match chains {
+    /// The run's tool context and transcript: the stored response to continue, if `continued`
+    /// has one, else the history.
+    async fn open(
+        &self,
+        request: AgentRequest,
+        instance: String,
+        chains: Option<Arc<dyn ResponseChains>>,
+        continued: Option<&dyn ResponseChains>,
+    ) -> Run {
+        let previous_id = match continued {
             Some(chains) => chains
                 .last_response_id(&request.user_id, &request.episode_id, &self.name)
                 .await
@@ -243,7 +261,13 @@ impl LlmAgent {
             resumes: None,
         };
         let transcript = Transcript::new(request.history, user_message, previous_id);
-        Run { context, transcript, message, previous_turn, image }
+        let end = self.max_steps();
+        Run { instance, context, transcript, message, previous_turn, image, step: 0, end, chains }
+    }
+
+    /// Model steps per run (at least one).
+    fn max_steps(&self) -> usize {
+        self.limits.max_steps.max(1)
     }
 
     /// The request of one step (see [`step_request`]).
@@ -307,182 +331,303 @@ impl Agent for LlmAgent {
         self.check_paused(paused, decisions)
     }
 
+    /// Drives the run's states: each step streams its events, then the state that follows; a
+    /// step that ends without one ends the run.
     fn run(&self, request: AgentRequest, instance: String) -> EventStream {
         let this = self.clone();
         Box::pin(async_stream::stream! {
-            // A resumed turn starts a paused instance from where it paused.
-            let mut resumed = request.approvals.resume_of(&instance).cloned();
-            let server_side = this.model.keeps_conversations();
-            let chains = this.chains.clone().filter(|_| server_side && request.instances.chains_allowed());
-            let history = this.fork.as_ref().filter(|_| resumed.is_none()).map(|_| request.history.clone());
-            let begin_chains = chains.as_deref().filter(|_| resumed.is_none());
-            let run = Box::pin(this.begin(request, begin_chains)).await;
-            let Run { mut context, mut transcript, message, previous_turn, image } = run;
-            let first_step = match &resumed {
-                Some(paused) => {
-                    context.state = SessionState::new(paused.state.clone());
-                    transcript = Transcript::restored(paused.messages.clone());
-                    paused.step
-                }
-                None => 0,
-            };
-            if let (Some(fork), Some(history)) = (&this.fork, history) {
-                let input = ForkInput {
-                    instance: instance.clone(),
-                    message: transcript.user_message.clone(),
-                    history,
-                    context: context.clone(),
-                };
-                let mut items = fork.fork(&this, input);
+            let mut state = Some(State::Begin(Box::new(request), instance));
+            while let Some(current) = state.take() {
+                let mut items = this.advance(current);
                 while let Some(item) = items.next().await {
                     match item {
                         Item::Event(event) => yield event,
+                        Item::Done(next) => state = Some(next),
+                    }
+                }
+            }
+        })
+    }
+}
+
+/// Where a run stands: the tool loop is decide → run the batch → settle (pause, results for
+/// the next step, or the answer), each state's step a function of [`LlmAgent`].
+enum State {
+    /// The run begins ([`LlmAgent::begin`]).
+    Begin(Box<AgentRequest>, String),
+    /// The model, or the step policy, decides the next step ([`LlmAgent::decide`]).
+    Decide(Box<Run>),
+    /// A step was decided: its calls start, or it is the answer ([`LlmAgent::take`]).
+    Decided(Box<Run>, StepDecision),
+    /// A step's calls run, then settle ([`LlmAgent::run_batch`], [`LlmAgent::settle`]).
+    Calls(Box<Run>, Calls),
+    /// The run ends with these events.
+    End(Vec<Event>),
+}
+
+/// A step's calls, started.
+struct Calls {
+    calls: Vec<ToolCall>,
+    batch: Batch,
+    /// No model step follows them (a policy's last step, or a resumed one).
+    last: bool,
+}
+
+/// One state's step: its events, then the next state (none when the run ends).
+type Steps<'a> = Pin<Box<dyn Stream<Item = Item<State>> + Send + 'a>>;
+
+/// `items`' events, then the state `next` makes of its result.
+fn then<'a, T: 'static>(items: ItemStream<T>, next: impl FnOnce(T) -> State + Send + 'a) -> Steps<'a> {
+    let mut next = Some(next);
+    Box::pin(items.filter_map(move |item| {
+        futures::future::ready(match item {
+            Item::Event(event) => Some(Item::Event(event)),
+            Item::Done(done) => next.take().map(|next| Item::Done(next(done))),
+        })
+    }))
+}
+
+/// The end of a run that gave up: an error for the client, and an apology in the answer.
+fn gave_up(instance: &str, message: String) -> State {
+    let error = Event::error(instance, "max_steps_exceeded", message, false);
+    State::End(vec![error, Event::text(instance, APOLOGY)])
+}
+
+impl LlmAgent {
+    /// The step of `state`.
+    fn advance(&self, state: State) -> Steps<'_> {
+        match state {
+            State::Begin(request, instance) => self.begin(*request, instance),
+            State::Decide(run) => self.decide(run),
+            State::Decided(run, decision) => self.take(run, decision),
+            State::Calls(run, calls) => self.run_batch(run, calls),
+            State::End(events) => Box::pin(futures::stream::iter(events.into_iter().map(Item::Event))),
+        }
+    }
+
+    /// The run begins: a resumed turn starts a paused instance's calls again from where it
+    /// paused; otherwise a fork may answer the run, or the model decides its first step.
+    fn begin(&self, request: AgentRequest, instance: String) -> Steps<'_> {
+        Box::pin(async_stream::stream! {
+            let resumed = request.approvals.resume_of(&instance).cloned();
+            let server_side = self.model.keeps_conversations();
+            let chains = self.chains.clone().filter(|_| server_side && request.instances.chains_allowed());
+            let history = self.fork.as_ref().filter(|_| resumed.is_none()).map(|_| request.history.clone());
+            let continued = chains.clone().filter(|_| resumed.is_none());
+            let mut run = Box::new(Box::pin(self.open(request, instance, chains, continued.as_deref())).await);
+            if let Some(paused) = resumed {
+                run.context.state = SessionState::new(paused.state.clone());
+                run.transcript = Transcript::restored(paused.messages.clone());
+                run.step = paused.step;
+                run.end = self.max_steps().max(paused.step + 1);
+                let calls = paused.calls.iter().map(|c| c.call.clone()).collect();
+                let batch = self.resume_batch(&paused, &run.context, &run.instance);
+                yield Item::Done(State::Calls(run, Calls { calls, batch, last: paused.last }));
+                return;
+            }
+            if let (Some(fork), Some(history)) = (&self.fork, history) {
+                let input = ForkInput {
+                    instance: run.instance.clone(),
+                    message: run.transcript.user_message.clone(),
+                    history,
+                    context: run.context.clone(),
+                };
+                let mut items = fork.fork(self, input);
+                while let Some(item) = items.next().await {
+                    match item {
+                        Item::Event(event) => yield Item::Event(event),
                         Item::Done(super::Answered) => return,
                     }
                 }
             }
-            let max_steps = this.limits.max_steps.max(1);
-            for step in first_step..max_steps.max(first_step + 1) {
-                let last_step = step + 1 >= max_steps;
-                let (calls, mut batch, last) = if let Some(paused) = resumed.take() {
-                    let calls: Vec<ToolCall> = paused.calls.iter().map(|c| c.call.clone()).collect();
-                    (calls, this.resume_batch(&paused, &context, &instance), paused.last)
-                } else {
-                let chat = this.chat_request(&transcript, last_step);
-                let decision = match (&this.policy, step) {
-                    (Some(policy), 0) => {
-                        let input = StepInput {
-                            instance: instance.clone(),
-                            request: chat,
-                            message: message.clone(),
-                            previous: previous_turn.clone(),
-                            image,
-                        };
-                        let mut items = policy.first_step(this.model.clone(), input);
-                        let mut decision = None;
-                        while let Some(item) = items.next().await {
-                            match item {
-                                Item::Event(event) => yield event,
-                                Item::Done(done) => decision = done,
-                            }
-                        }
-                        decision
-                    }
-                    _ => {
-                        let deltas = match transcript.previous.clone() {
-                            Some(id) => this.model.stream_continuing(chat, id),
-                            None => this.model.stream(chat),
-                        };
-                        let model_name = this.model.model_name().to_owned();
-                        let mut items = model_events(deltas, instance.clone(), model_name);
-                        let mut reply = ModelReply::default();
-                        while let Some(item) = items.next().await {
-                            match item {
-                                Item::Event(event) => yield event,
-                                Item::Done(done) => reply = done,
-                            }
-                        }
-                        match reply.error {
-                            None => Some(StepDecision {
-                                text: reply.text,
-                                calls: reply.calls.into_iter().map(StepCall::from).collect(),
-                                response_id: reply.response_id,
-                                last: false,
-                            }),
-                            Some(ModelError::Http { status: 400 | 404, .. })
-                                if transcript.fallback.is_some()
-                                    && reply.text.is_empty()
-                                    && reply.response_id.is_none() =>
-                            {
-                                // The stored response expired or was deleted: resend the history.
-                                tracing::warn!("cannot continue the stored response; resending the history");
-                                transcript.resend_history();
-                                continue;
-                            }
-                            Some(e) => {
-                                let (code, retryable) = (e.code(), e.is_retryable());
-                                yield Event::error(instance.clone(), code, e.to_string(), retryable);
-                                yield Event::text(instance.clone(), APOLOGY);
-                                None
-                            }
-                        }
-                    }
+            yield Item::Done(State::Decide(run));
+        })
+    }
+
+    /// The model's step (the step policy's, for the first step when there is one): its text and
+    /// progress stream, then its decision. A model that fails ends the run with an error and an
+    /// apology; one that no longer has the stored response is asked again with the history, as
+    /// the next step.
+    fn decide(&self, run: Box<Run>) -> Steps<'_> {
+        if run.step >= run.end {
+            // Only a resend on the last step gets here.
+            return self.advance(gave_up(
+                &run.instance,
+                format!("no answer within {} steps", self.limits.max_steps),
+            ));
+        }
+        let chat = self.chat_request(&run.transcript, run.step + 1 >= self.max_steps());
+        match (&self.policy, run.step) {
+            (Some(policy), 0) => {
+                let input = StepInput {
+                    instance: run.instance.clone(),
+                    request: chat,
+                    message: run.message.clone(),
+                    previous: run.previous_turn.clone(),
+                    image: run.image,
                 };
-                let Some(decision) = decision else { return };
-                let calls = transcript.record(&decision, server_side);
-                if calls.is_empty() {
-                    if let (Some(chains), Some(id)) = (&chains, decision.response_id) {
-                        let (user, episode) = (&context.user_id, &context.episode_id);
-                        if let Err(e) = chains.set_last_response_id(user, episode, &this.name, id).await {
-                            tracing::warn!(error = %e, "cannot store the last response id");
-                        }
-                    }
-                    return;
-                }
-                if last_step && !decision.last {
-                    yield Event::error(instance.clone(), "max_steps_exceeded",
-                        format!("the model still called tools after {} steps", this.limits.max_steps), false);
-                    yield Event::text(instance.clone(), APOLOGY);
-                    return;
-                }
-                for call in &decision.calls {
-                    let parsed = call.call.parse_arguments();
-                    let arguments = Box::new(parsed.unwrap_or_else(|_| call.call.arguments.clone().into()));
-                    yield Event::ToolCallStart {
-                        agent: instance.clone(),
-                        call_id: call.call.id.clone(),
-                        name: call.call.name.clone(),
-                        arguments,
-                    };
-                }
-                (calls, this.start_batch(&decision.calls, &context, &instance), decision.last)
+                then(policy.first_step(self.model.clone(), input), |decision| match decision {
+                    Some(decision) => State::Decided(run, decision),
+                    // The policy has sent its `error` event.
+                    None => State::End(Vec::new()),
+                })
+            }
+            _ => {
+                let deltas = match run.transcript.previous.clone() {
+                    Some(id) => self.model.stream_continuing(chat, id),
+                    None => self.model.stream(chat),
                 };
-                while let Some(event) = batch.next().await {
-                    yield event;
-                }
-                // The merge ends only when every call's stream has, and each ends with its result.
-                let done: Vec<CallDone> = batch
-                    .into_results()
-                    .into_iter()
-                    .map(|d| d.expect("every call's stream ends with its result"))
-                    .collect();
-                if done.iter().any(|d| d.pending.is_some()) {
-                    // Some calls wait for a person: the finished ones' results are kept, and the
-                    // run pauses here until a resumed turn starts it again.
-                    let specs = this.tools.specs();
-                    let schema_of = |name: &str| {
-                        specs.iter().find(|s| s.name == name).map_or(serde_json::Value::Null, |s| s.parameters.clone())
-                    };
-                    context.approvals.pause(Suspension {
-                        agent: this.name.clone(),
-                        instance: instance.clone(),
-                        depth: context.depth,
-                        query: message.clone(),
-                        state: context.state.snapshot(),
-                        messages: transcript.messages.clone(),
-                        step,
-                        last,
-                        calls: suspended_calls(&calls, &done, &schema_of),
-                    });
-                    yield Event::Suspended { agent: instance.clone() };
-                    return;
-                }
-                // Results go back in call order, whatever order they finished in.
-                for (call, done) in calls.iter().zip(&done) {
-                    let content = done.outcome.content();
-                    transcript.messages.push(Message::Tool { call_id: call.id.clone(), content });
-                }
-                if last || done.iter().all(|d| d.answer.is_some()) {
-                    for event in final_answer(&instance, &calls, done, last) {
-                        yield event;
-                    }
-                    return;
+                let model_name = self.model.model_name().to_owned();
+                then(model_events(deltas, run.instance.clone(), model_name), |reply| replied(run, reply))
+            }
+        }
+    }
+
+    /// A decided step: the model's answer joins the transcript. Without calls it is the run's
+    /// answer (its response id kept for the next turn); calls past the last step end the run;
+    /// otherwise each call is announced with `tool_call_start`, then they start.
+    fn take(&self, mut run: Box<Run>, decision: StepDecision) -> Steps<'_> {
+        let calls = run.transcript.record(&decision, self.model.keeps_conversations());
+        if calls.is_empty() {
+            return Box::pin(futures::stream::once(self.keep_response_id(run, decision.response_id)));
+        }
+        if run.step + 1 >= self.max_steps() && !decision.last {
+            let message = format!("the model still called tools after {} steps", self.limits.max_steps);
+            return self.advance(gave_up(&run.instance, message));
+        }
+        Box::pin(async_stream::stream! {
+            for call in &decision.calls {
+                let parsed = call.call.parse_arguments();
+                let arguments = Box::new(parsed.unwrap_or_else(|_| call.call.arguments.clone().into()));
+                yield Item::Event(Event::ToolCallStart {
+                    agent: run.instance.clone(),
+                    call_id: call.call.id.clone(),
+                    name: call.call.name.clone(),
+                    arguments,
+                });
+            }
+            // Started once the client has their announcements.
+            let batch = self.start_batch(&decision.calls, &run.context, &run.instance);
+            yield Item::Done(State::Calls(run, Calls { calls, batch, last: decision.last }));
+        })
+    }
+
+    /// Keeps the response id a run answered with, for the next turn to continue; the run ends.
+    async fn keep_response_id(&self, run: Box<Run>, id: Option<String>) -> Item<State> {
+        if let (Some(chains), Some(id)) = (&run.chains, id) {
+            let (user, episode) = (&run.context.user_id, &run.context.episode_id);
+            if let Err(e) = chains.set_last_response_id(user, episode, &self.name, id).await {
+                tracing::warn!(error = %e, "cannot store the last response id");
+            }
+        }
+        Item::Done(State::End(Vec::new()))
+    }
+
+    /// A step's calls running: their merged events, then the step settled.
+    fn run_batch(&self, run: Box<Run>, calls: Calls) -> Steps<'_> {
+        Box::pin(Running { agent: self, step: Some((run, calls)), tail: Vec::new().into_iter() })
+    }
+
+    /// A step whose calls have all ended or wait: the run pauses if any waits for a person (the
+    /// finished ones' results are kept, and a resumed turn starts it again here); otherwise the
+    /// results join the transcript in call order, and the run answers (a last step, or calls
+    /// that all answered the user as is) or goes on to its next step.
+    fn settle(&self, mut run: Box<Run>, calls: Calls) -> Vec<Item<State>> {
+        let Calls { calls, batch, last } = calls;
+        // The merge ends only when every call's stream has, and each ends with its result.
+        let done: Vec<CallDone> = batch
+            .into_results()
+            .into_iter()
+            .map(|d| d.expect("every call's stream ends with its result"))
+            .collect();
+        if done.iter().any(|d| d.pending.is_some()) {
+            self.pause(&run, &calls, &done, last);
+            return vec![Item::Event(Event::Suspended { agent: run.instance.clone() })];
+        }
+        // Results go back in call order, whatever order they finished in.
+        for (call, done) in calls.iter().zip(&done) {
+            let content = done.outcome.content();
+            run.transcript.messages.push(Message::Tool { call_id: call.id.clone(), content });
+        }
+        if last || done.iter().all(|d| d.answer.is_some()) {
+            return final_answer(&run.instance, &calls, done, last).into_iter().map(Item::Event).collect();
+        }
+        run.step += 1;
+        vec![Item::Done(State::Decide(run))]
+    }
+
+    /// Leaves the run's state with the turn's approvals, to start again on a resumed turn.
+    fn pause(&self, run: &Run, calls: &[ToolCall], done: &[CallDone], last: bool) {
+        let specs = self.tools.specs();
+        let schema_of = |name: &str| {
+            specs.iter().find(|s| s.name == name).map_or(serde_json::Value::Null, |s| s.parameters.clone())
+        };
+        run.context.approvals.pause(Suspension {
+            agent: self.name.clone(),
+            instance: run.instance.clone(),
+            depth: run.context.depth,
+            query: run.message.clone(),
+            state: run.context.state.snapshot(),
+            messages: run.transcript.messages.clone(),
+            step: run.step,
+            last,
+            calls: suspended_calls(calls, done, &schema_of),
+        });
+    }
+}
+
+/// The state after a model's reply (see [`LlmAgent::decide`]).
+fn replied(mut run: Box<Run>, reply: ModelReply) -> State {
+    match reply.error {
+        None => State::Decided(
+            run,
+            StepDecision {
+                text: reply.text,
+                calls: reply.calls.into_iter().map(StepCall::from).collect(),
+                response_id: reply.response_id,
+                last: false,
+            },
+        ),
+        Some(ModelError::Http { status: 400 | 404, .. })
+            if run.transcript.fallback.is_some() && reply.text.is_empty() && reply.response_id.is_none() =>
+        {
+            // The stored response expired or was deleted: resend the history.
+            tracing::warn!("cannot continue the stored response; resending the history");
+            run.transcript.resend_history();
+            run.step += 1;
+            State::Decide(run)
+        }
+        Some(e) => {
+            let (code, retryable) = (e.code(), e.is_retryable());
+            let error = Event::error(run.instance.clone(), code, e.to_string(), retryable);
+            State::End(vec![error, Event::text(run.instance.clone(), APOLOGY)])
+        }
+    }
+}
+
+/// A step's calls running: their merged events pass through as they come, by hand rather than
+/// through a generator on every event's way (as `batch`'s calls do); once they have all ended,
+/// the step settled ([`LlmAgent::settle`]).
+struct Running<'a> {
+    agent: &'a LlmAgent,
+    step: Option<(Box<Run>, Calls)>,
+    tail: std::vec::IntoIter<Item<State>>,
+}
+
+impl Stream for Running<'_> {
+    type Item = Item<State>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Item<State>>> {
+        let this = &mut *self;
+        if let Some((_, calls)) = &mut this.step {
+            match std::task::ready!(calls.batch.poll_next_unpin(cx)) {
+                Some(event) => return Poll::Ready(Some(Item::Event(event))),
+                None => {
+                    let (run, calls) = this.step.take().expect("a step to settle");
+                    this.tail = this.agent.settle(run, calls).into_iter();
                 }
             }
-            // Only a resend on the last step gets here.
-            yield Event::error(instance.clone(), "max_steps_exceeded",
-                format!("no answer within {} steps", this.limits.max_steps), false);
-            yield Event::text(instance.clone(), APOLOGY);
-        })
+        }
+        Poll::Ready(this.tail.next())
     }
 }

@@ -201,6 +201,14 @@ fn ordered_lists<'de, D: serde::Deserializer<'de>>(
     deserializer.deserialize_map(Lists).map(Some)
 }
 
+/// `message`, with the line of `path` in `yaml` before it when it is found.
+fn at_line(yaml: &str, path: &str, message: String) -> String {
+    match locate_path(yaml, path) {
+        Some(line) => format!("line {line}: {message}"),
+        None => message,
+    }
+}
+
 /// The 1-based line of a dotted path of block-style YAML keys (`mcp_servers.github.url`): each
 /// key searched for below the previous one; the deepest key found.
 fn locate_path(yaml: &str, path: &str) -> Option<usize> {
@@ -400,6 +408,47 @@ impl Config {
         if let Some(mcp) = file.mcp {
             self.agents.mcp_served = Some(mcp.agents);
         }
+        self.apply_keywords(keywords);
+        if let Some(servers) = file.mcp_servers {
+            crate::mcp::config::validate(&servers)
+                .map_err(|e| file_error(at_line(yaml, &e.path, e.to_string())))?;
+            self.mcp_servers = servers;
+        }
+        if file.openapi.is_some() || file.lambda_tools.is_some() {
+            let sources = tools::ToolSources {
+                openapi: file.openapi.unwrap_or_else(|| std::mem::take(&mut self.tool_sources.openapi)),
+                lambda: file.lambda_tools.unwrap_or_else(|| std::mem::take(&mut self.tool_sources.lambda)),
+            };
+            let folder = std::path::Path::new(origin).parent().filter(|p| p.is_dir());
+            self.tool_sources =
+                sources.checked(folder).map_err(|e| file_error(at_line(yaml, &e.path, e.to_string())))?;
+        }
+        if let Some(prices) = file.prices {
+            prices.validate().map_err(|message| file_error(at_line(yaml, "prices.as_of", message)))?;
+            self.prices = std::mem::take(&mut self.prices).merged(prices);
+        }
+        if let Some(depth) = file.max_depth {
+            self.agents.max_depth = depth;
+        }
+        if let Some(model) = file.model {
+            let dir = std::path::Path::new(origin).parent().unwrap_or(std::path::Path::new(""));
+            self = self.with_model_script(&dir.join(model.script)).map_err(|e| match e {
+                ConfigError::Invalid { reason, .. } => {
+                    file_error(at_line(yaml, "model.script", format!("model.script: {reason}")))
+                }
+                e => e,
+            })?;
+        }
+        self.agents.validate()?;
+        self.agents.validate_mcp_tools(&self.mcp_servers)?;
+        self.validate_keywords()
+            .map_err(|e| file_error(at_line(yaml, "offline_model.keywords", e.to_string())))?;
+        Ok(self)
+    }
+
+    /// The offline model's keyword lists a document gives; without any, a new `agents:` list
+    /// keeps the earlier lists only for agents it still defines.
+    fn apply_keywords(&mut self, keywords: Option<KeywordLists>) {
         match keywords {
             Some(lists) => {
                 self.offline_keywords = lists
@@ -409,63 +458,11 @@ impl Config {
                     })
                     .collect();
             }
-            // A new `agents:` list keeps the earlier lists only for agents it still defines.
             None => {
                 let agents = &self.agents;
                 self.offline_keywords.retain(|(agent, _)| agents.get(agent).is_some());
             }
         }
-        if let Some(servers) = file.mcp_servers {
-            crate::mcp::config::validate(&servers).map_err(|e| ConfigError::File {
-                path: origin.to_owned(),
-                message: match locate_path(yaml, &e.path) {
-                    Some(line) => format!("line {line}: {e}"),
-                    None => e.to_string(),
-                },
-            })?;
-            self.mcp_servers = servers;
-        }
-        if file.openapi.is_some() || file.lambda_tools.is_some() {
-            let sources = tools::ToolSources {
-                openapi: file.openapi.unwrap_or_else(|| std::mem::take(&mut self.tool_sources.openapi)),
-                lambda: file.lambda_tools.unwrap_or_else(|| std::mem::take(&mut self.tool_sources.lambda)),
-            };
-            let folder = std::path::Path::new(origin).parent().filter(|p| p.is_dir());
-            self.tool_sources = sources.checked(folder).map_err(|e| match locate_path(yaml, &e.path) {
-                Some(line) => file_error(format!("line {line}: {e}")),
-                None => file_error(e.to_string()),
-            })?;
-        }
-        if let Some(prices) = file.prices {
-            prices.validate().map_err(|message| ConfigError::File {
-                path: origin.to_owned(),
-                message: match locate_path(yaml, "prices.as_of") {
-                    Some(line) => format!("line {line}: {message}"),
-                    None => message,
-                },
-            })?;
-            self.prices = std::mem::take(&mut self.prices).merged(prices);
-        }
-        if let Some(depth) = file.max_depth {
-            self.agents.max_depth = depth;
-        }
-        if let Some(model) = file.model {
-            let dir = std::path::Path::new(origin).parent().unwrap_or(std::path::Path::new(""));
-            self = self.with_model_script(&dir.join(model.script)).map_err(|e| match e {
-                ConfigError::Invalid { reason, .. } => match locate_path(yaml, "model.script") {
-                    Some(line) => file_error(format!("line {line}: model.script: {reason}")),
-                    None => file_error(format!("model.script: {reason}")),
-                },
-                e => e,
-            })?;
-        }
-        self.agents.validate()?;
-        self.agents.validate_mcp_tools(&self.mcp_servers)?;
-        self.validate_keywords().map_err(|e| match locate_path(yaml, "offline_model.keywords") {
-            Some(line) => file_error(format!("line {line}: {e}")),
-            None => file_error(e.to_string()),
-        })?;
-        Ok(self)
     }
 
     /// This configuration with the YAML file at `path` applied over it.

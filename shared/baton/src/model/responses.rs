@@ -212,31 +212,9 @@ impl EventParser {
                 out.extend(event.delta.filter(|d| !d.is_empty()).map(ModelDelta::Reasoning));
             }
             "response.output_item.added" | "response.output_item.done" => {
-                let (Some(index), Some(item)) = (event.output_index, event.item) else { return Ok(out) };
-                if item.kind != "function_call" {
-                    return Ok(out);
-                }
-                let is_new = !self.calls.contains_key(&index);
-                let call = self.calls.entry(index).or_insert_with(|| ToolCall {
-                    id: item.call_id.clone().unwrap_or_else(|| format!("call_{index}")),
-                    name: item.name.clone().unwrap_or_default(),
-                    arguments: String::new(),
-                });
-                if is_new {
-                    self.tool_chars += 1 + call.name.chars().count();
-                }
-                if event.kind == "response.output_item.done" {
-                    if let Some(arguments) = item.arguments {
-                        self.tool_chars += grown_by(&call.arguments, &arguments);
-                        call.arguments = arguments;
-                    }
-                }
-                if is_new {
-                    out.push(ModelDelta::ToolCallStart {
-                        index,
-                        id: call.id.clone(),
-                        name: call.name.clone(),
-                    });
+                let done = event.kind == "response.output_item.done";
+                if let (Some(index), Some(item)) = (event.output_index, event.item) {
+                    self.output_item(index, item, done, &mut out);
                 }
             }
             "response.function_call_arguments.delta" => {
@@ -255,41 +233,7 @@ impl EventParser {
                     }
                 }
             }
-            "response.completed" | "response.incomplete" => {
-                let response = event.response.unwrap_or(WireResponse {
-                    id: None,
-                    usage: None,
-                    error: None,
-                    incomplete_details: None,
-                });
-                if let Some(id) = response.id {
-                    self.response_id(id, &mut out);
-                }
-                let calls = std::mem::take(&mut self.calls);
-                let had_calls = !calls.is_empty();
-                out.extend(calls.into_values().map(ModelDelta::ToolCall));
-                if let Some(u) = response.usage {
-                    out.push(ModelDelta::Usage(Usage {
-                        input_tokens: u.input_tokens,
-                        output_tokens: u.output_tokens,
-                        cached_input_tokens: TokenDetails::cached(&u.input_tokens_details),
-                        reasoning_tokens: TokenDetails::reasoning(&u.output_tokens_details),
-                        cost_usd: None,
-                    }));
-                }
-                let finish = match (&response.incomplete_details, had_calls) {
-                    (Some(details), _) => match details.get("reason").and_then(Value::as_str) {
-                        Some("max_output_tokens") => FinishReason::Length,
-                        Some("content_filter") => FinishReason::ContentFilter,
-                        Some(other) => FinishReason::Other(other.to_owned()),
-                        None => FinishReason::Other("incomplete".into()),
-                    },
-                    (None, true) => FinishReason::ToolCalls,
-                    (None, false) => FinishReason::Stop,
-                };
-                out.push(ModelDelta::Finish(finish));
-                self.finished = true;
-            }
+            "response.completed" | "response.incomplete" => self.completed(event.response, &mut out),
             "response.failed" => {
                 let error = event.response.and_then(|r| r.error);
                 let message = error
@@ -306,6 +250,64 @@ impl EventParser {
             _ => {}
         }
         Ok(out)
+    }
+
+    /// A function call's item: a new call is announced; a done one brings its arguments whole.
+    fn output_item(&mut self, index: usize, item: WireItem, done: bool, out: &mut Vec<ModelDelta>) {
+        if item.kind != "function_call" {
+            return;
+        }
+        let is_new = !self.calls.contains_key(&index);
+        let call = self.calls.entry(index).or_insert_with(|| ToolCall {
+            id: item.call_id.clone().unwrap_or_else(|| format!("call_{index}")),
+            name: item.name.clone().unwrap_or_default(),
+            arguments: String::new(),
+        });
+        if is_new {
+            self.tool_chars += 1 + call.name.chars().count();
+        }
+        if done {
+            if let Some(arguments) = item.arguments {
+                self.tool_chars += grown_by(&call.arguments, &arguments);
+                call.arguments = arguments;
+            }
+        }
+        if is_new {
+            out.push(ModelDelta::ToolCallStart { index, id: call.id.clone(), name: call.name.clone() });
+        }
+    }
+
+    /// The response's end: its id, its calls, its usage and why it finished.
+    fn completed(&mut self, response: Option<WireResponse>, out: &mut Vec<ModelDelta>) {
+        let response =
+            response.unwrap_or(WireResponse { id: None, usage: None, error: None, incomplete_details: None });
+        if let Some(id) = response.id {
+            self.response_id(id, out);
+        }
+        let calls = std::mem::take(&mut self.calls);
+        let had_calls = !calls.is_empty();
+        out.extend(calls.into_values().map(ModelDelta::ToolCall));
+        if let Some(u) = response.usage {
+            out.push(ModelDelta::Usage(Usage {
+                input_tokens: u.input_tokens,
+                output_tokens: u.output_tokens,
+                cached_input_tokens: TokenDetails::cached(&u.input_tokens_details),
+                reasoning_tokens: TokenDetails::reasoning(&u.output_tokens_details),
+                cost_usd: None,
+            }));
+        }
+        let finish = match (&response.incomplete_details, had_calls) {
+            (Some(details), _) => match details.get("reason").and_then(Value::as_str) {
+                Some("max_output_tokens") => FinishReason::Length,
+                Some("content_filter") => FinishReason::ContentFilter,
+                Some(other) => FinishReason::Other(other.to_owned()),
+                None => FinishReason::Other("incomplete".into()),
+            },
+            (None, true) => FinishReason::ToolCalls,
+            (None, false) => FinishReason::Stop,
+        };
+        out.push(ModelDelta::Finish(finish));
+        self.finished = true;
     }
 
     fn response_id(&mut self, id: String, out: &mut Vec<ModelDelta>) {

@@ -54,108 +54,213 @@ pub fn follow(
     limits: ResumeLimits,
     until: Instant,
 ) -> impl Stream<Item = Arc<LoggedEvent>> + Send {
+    let mut follower = Follower {
+        store,
+        live,
+        key,
+        turn_id,
+        limits,
+        until,
+        after: cursor.after,
+        last_sent: None,
+        record_next: false,
+    };
     async_stream::stream! {
-        let mut after = cursor.after;
-        let mut live = live;
-        // The name of the last event the client has (unknown until one is sent or read).
-        let mut last_sent: Option<String> = None;
-        loop {
-            if Instant::now() >= until {
-                break;
+        while Instant::now() < until {
+            let round = follower.round().await;
+            for event in round.events {
+                yield event;
             }
-            if let Some(turn) = live.clone() {
-                let mut changes = turn.subscribe();
-                changes.borrow_and_update();
-                let since = turn.since(after, limits.page);
-                if since.evicted {
-                    live = None;
-                    continue;
-                }
-                for event in since.events {
-                    after = event.seq;
-                    last_sent = Some(event.event.clone());
-                    yield event;
-                }
-                if last_sent.as_deref() == Some("completed") {
-                    break;
-                }
-                if let Some(status) = since.ended {
-                    let at_cursor = turn.since(after.saturating_sub(1), 1).events;
-                    let has_completed = after > 0 && at_cursor.first().is_some_and(|e| e.seq == after && e.event == "completed");
-                    if !has_completed {
-                        yield made_up_completed(&key, &turn_id, status);
-                    }
-                    break;
-                }
-                if turn.last_seq() > after {
-                    continue;
+            match round.then {
+                Then::Again => {}
+                Then::Stop => break,
+                Then::Wait(wait) => follower.wait(wait).await,
+            }
+        }
+    }
+}
+
+/// One resume in progress: where the client is, and where its events come from.
+struct Follower {
+    store: Arc<dyn Store>,
+    /// The turn, while this process runs it and still has the events after the cursor.
+    live: Option<Arc<LiveTurn>>,
+    key: EpisodeKey,
+    turn_id: String,
+    limits: ResumeLimits,
+    until: Instant,
+    /// The last seq sent.
+    after: u64,
+    /// The name of the last event the client has (unknown until one is sent or read).
+    last_sent: Option<String>,
+    /// The log's page has been read: its record (gaps, status) comes next.
+    record_next: bool,
+}
+
+/// What one round read: events to send, then what follows.
+struct Round {
+    events: Vec<Arc<LoggedEvent>>,
+    then: Then,
+}
+
+enum Then {
+    /// Read again at once.
+    Again,
+    /// The resume is over.
+    Stop,
+    /// Wait for something new, then read again.
+    Wait(Wait),
+}
+
+enum Wait {
+    /// Until the live turn changes (unless it already has past the cursor), or `until`.
+    Live(Arc<LiveTurn>, tokio::sync::watch::Receiver<u64>),
+    /// One poll period, or until `until`.
+    Poll,
+    /// One poll period after a failed read.
+    Retry,
+}
+
+impl Round {
+    fn then(then: Then) -> Round {
+        Round { events: Vec::new(), then }
+    }
+}
+
+impl Follower {
+    async fn round(&mut self) -> Round {
+        match self.live.clone() {
+            Some(turn) => self.from_live(turn),
+            None if self.record_next => {
+                self.record_next = false;
+                self.from_record().await
+            }
+            None => self.from_log().await,
+        }
+    }
+
+    /// Notes `event` as sent.
+    fn sent(&mut self, event: &LoggedEvent) {
+        self.after = event.seq;
+        self.last_sent = Some(event.event.clone());
+    }
+
+    fn completed_sent(&self) -> bool {
+        self.last_sent.as_deref() == Some("completed")
+    }
+
+    /// The live turn's events after the cursor; when it has evicted them, the log is read
+    /// instead. A turn that ended without a `completed` gets one made up.
+    fn from_live(&mut self, turn: Arc<LiveTurn>) -> Round {
+        let mut changes = turn.subscribe();
+        changes.borrow_and_update();
+        let since = turn.since(self.after, self.limits.page);
+        if since.evicted {
+            self.live = None;
+            return Round::then(Then::Again);
+        }
+        for event in &since.events {
+            self.sent(event);
+        }
+        let mut events = since.events;
+        if self.completed_sent() {
+            return Round { events, then: Then::Stop };
+        }
+        if let Some(status) = since.ended {
+            let after = self.after;
+            let at_cursor = turn.since(after.saturating_sub(1), 1).events;
+            let has_completed =
+                after > 0 && at_cursor.first().is_some_and(|e| e.seq == after && e.event == "completed");
+            if !has_completed {
+                events.push(made_up_completed(&self.key, &self.turn_id, status));
+            }
+            return Round { events, then: Then::Stop };
+        }
+        Round { events, then: Then::Wait(Wait::Live(turn, changes)) }
+    }
+
+    /// A page of the log after the cursor (a gap in its seqs said, not skipped); a full page is
+    /// followed by the next, a short one by the turn's record.
+    async fn from_log(&mut self) -> Round {
+        let page = match self.store.turn_events(&self.key, &self.turn_id, self.after, self.limits.page).await
+        {
+            Ok(page) => page,
+            Err(e) => {
+                let (episode, turn) = (&self.key, &self.turn_id);
+                tracing::warn!(%episode, %turn, error = %e, "turn log read failed; trying again");
+                return Round::then(Then::Wait(Wait::Retry));
+            }
+        };
+        let full = page.len() >= self.limits.page;
+        let mut events = Vec::with_capacity(page.len());
+        for event in page {
+            // Seqs the log skips are a gap it recorded: said, not skipped.
+            if event.seq > self.after + 1 {
+                events.push(missing(self.after + 1, event.seq - 1));
+            }
+            self.sent(&event);
+            events.push(Arc::new(event));
+        }
+        if !events.is_empty() && self.completed_sent() {
+            return Round { events, then: Then::Stop };
+        }
+        self.record_next = events.is_empty() || !full;
+        Round { events, then: Then::Again }
+    }
+
+    /// The turn's record: a gap at the cursor is said, a turn still running is polled, and one
+    /// that ended without a `completed` in its log gets one made up.
+    async fn from_record(&mut self) -> Round {
+        let record = match self.store.turn_record(&self.key, &self.turn_id).await {
+            Ok(Some(record)) => record,
+            // The log expired while it was read.
+            Ok(None) => return Round::then(Then::Stop),
+            Err(e) => {
+                let (episode, turn) = (&self.key, &self.turn_id);
+                tracing::warn!(%episode, %turn, error = %e, "turn record read failed; trying again");
+                return Round::then(Then::Wait(Wait::Retry));
+            }
+        };
+        if let Some(&(from, to)) = record.gaps_after(self.after).first() {
+            if from == self.after + 1 {
+                self.after = to;
+                self.last_sent = None;
+                return Round { events: vec![missing(from, to)], then: Then::Again };
+            }
+        }
+        if record.last_seq > self.after {
+            return Round::then(Then::Again);
+        }
+        let now = self.store.clock().now_ms();
+        let TurnStatus::Ended(status) = record.effective_status(now) else {
+            return Round::then(Then::Wait(Wait::Poll));
+        };
+        let mut events = Vec::new();
+        if !self.completed_sent() && !ends_completed(&*self.store, &self.key, &self.turn_id, self.after).await
+        {
+            let status = Status::from_name(&status).unwrap_or(Status::Partial);
+            events.push(made_up_completed(&self.key, &self.turn_id, status));
+        }
+        Round { events, then: Then::Stop }
+    }
+
+    async fn wait(&mut self, wait: Wait) {
+        match wait {
+            Wait::Live(turn, mut changes) => {
+                if turn.last_seq() > self.after {
+                    return;
                 }
                 tokio::select! {
                     _ = changes.changed() => {}
-                    () = tokio::time::sleep_until(until) => {}
-                }
-                continue;
-            }
-            let page = match store.turn_events(&key, &turn_id, after, limits.page).await {
-                Ok(page) => page,
-                Err(e) => {
-                    tracing::warn!(episode = %key, turn = %turn_id, error = %e, "turn log read failed; trying again");
-                    tokio::time::sleep(limits.poll_every).await;
-                    continue;
-                }
-            };
-            if !page.is_empty() {
-                let full = page.len() >= limits.page;
-                for event in page {
-                    // Seqs the log skips are a gap it recorded: said, not skipped.
-                    if event.seq > after + 1 {
-                        yield missing(after + 1, event.seq - 1);
-                    }
-                    after = event.seq;
-                    last_sent = Some(event.event.clone());
-                    yield Arc::new(event);
-                }
-                if last_sent.as_deref() == Some("completed") {
-                    break;
-                }
-                if full {
-                    continue;
+                    () = tokio::time::sleep_until(self.until) => {}
                 }
             }
-            let record = match store.turn_record(&key, &turn_id).await {
-                Ok(Some(record)) => record,
-                Ok(None) => {
-                    // The log expired while it was read.
-                    break;
+            Wait::Retry => tokio::time::sleep(self.limits.poll_every).await,
+            Wait::Poll => {
+                tokio::select! {
+                    () = tokio::time::sleep(self.limits.poll_every) => {}
+                    () = tokio::time::sleep_until(self.until) => {}
                 }
-                Err(e) => {
-                    tracing::warn!(episode = %key, turn = %turn_id, error = %e, "turn record read failed; trying again");
-                    tokio::time::sleep(limits.poll_every).await;
-                    continue;
-                }
-            };
-            if let Some(&(from, to)) = record.gaps_after(after).first() {
-                if from == after + 1 {
-                    yield missing(from, to);
-                    after = to;
-                    last_sent = None;
-                    continue;
-                }
-            }
-            if record.last_seq > after {
-                continue;
-            }
-            let now = store.clock().now_ms();
-            if let TurnStatus::Ended(status) = record.effective_status(now) {
-                if last_sent.as_deref() != Some("completed") && !ends_completed(&*store, &key, &turn_id, after).await {
-                    let status = Status::from_name(&status).unwrap_or(Status::Partial);
-                    yield made_up_completed(&key, &turn_id, status);
-                }
-                break;
-            }
-            tokio::select! {
-                () = tokio::time::sleep(limits.poll_every) => {}
-                () = tokio::time::sleep_until(until) => {}
             }
         }
     }

@@ -104,6 +104,23 @@ impl AgentsConfig {
     /// Checks agent `i` on its own: numbers, schemas, what its kind takes, its routing, its
     /// remote, and the agents and tools it lists.
     fn validate_agent(&self, i: usize, a: &AgentSpec) -> Result<(), ConfigError> {
+        self.validate_limits(i, a)?;
+        self.validate_approvals(i, a)?;
+        self.validate_kind(i, a)?;
+        if let Some(routing) = &a.routing {
+            self.validate_routing(i, a, routing)?;
+        }
+        if let Some(minis) = a.minis() {
+            self.validate_minis(i, a, minis)?;
+        }
+        if let Some(remote) = &a.remote {
+            remote_problem(remote).map_or(Ok(()), |reason| Err(self.error(Some(i), "remote", reason)))?;
+        }
+        self.validate_lists(i, a)
+    }
+
+    /// Checks agent `i`'s timeouts, steps and schemas.
+    fn validate_limits(&self, i: usize, a: &AgentSpec) -> Result<(), ConfigError> {
         let err = |field: &str, reason: String| Err(self.error(Some(i), field, reason));
         for (field, secs) in
             [("timeout_seconds", a.timeout_seconds), ("tool_timeout_seconds", a.tool_timeout_seconds)]
@@ -126,6 +143,12 @@ impl AgentsConfig {
         if let Some(schema) = &a.output_schema {
             JsonSchema::compile(schema).map_err(|e| self.error(Some(i), "output_schema", e))?;
         }
+        Ok(())
+    }
+
+    /// Checks agent `i`'s tool names (as the model calls them) and its approval rules.
+    fn validate_approvals(&self, i: usize, a: &AgentSpec) -> Result<(), ConfigError> {
+        let err = |field: &str, reason: String| Err(self.error(Some(i), field, reason));
         for (field, names) in [
             ("tools", a.tools.iter().collect::<Vec<_>>()),
             ("needs_approval", a.needs_approval.keys().collect()),
@@ -155,6 +178,13 @@ impl AgentsConfig {
                 }
             }
         }
+        Ok(())
+    }
+
+    /// Checks what agent `i`'s kind takes: an `a2a` agent lists nothing, an `llm` one has an
+    /// instruction, a built-in one takes none of it.
+    fn validate_kind(&self, i: usize, a: &AgentSpec) -> Result<(), ConfigError> {
+        let err = |field: &str, reason: String| Err(self.error(Some(i), field, reason));
         match &a.kind {
             // A remote A2A agent is defined where it runs: its entry here only names it.
             AgentKind::Llm if a.remote.as_ref().is_some_and(|r| r.a2a.is_some()) => {
@@ -188,39 +218,12 @@ impl AgentsConfig {
                 }
             }
         }
-        if let Some(routing) = &a.routing {
-            self.validate_routing(i, a, routing)?;
-        }
-        if let Some(minis) = a.minis() {
-            self.validate_minis(i, a, minis)?;
-        }
-        if let Some(remote) = &a.remote {
-            let ways = [remote.url.is_some(), remote.function.is_some(), remote.a2a.is_some()];
-            if ways.iter().filter(|w| **w).count() != 1 {
-                return err("remote", "give exactly one of `url`, `function` and `a2a`".into());
-            }
-            if let Some(url) = &remote.a2a {
-                if !(url.starts_with("http://") || url.starts_with("https://")) {
-                    return err("remote", format!("`a2a` must be an http(s) URL, not {url:?}"));
-                }
-            }
-            if remote.token_env.is_some() && remote.a2a.is_none() {
-                return err("remote", "`token_env` goes with `a2a`".into());
-            }
-            if remote.auth.is_some() && remote.a2a.is_none() {
-                return err("remote", "`auth` goes with `a2a`".into());
-            }
-            if remote.auth.is_some() && remote.token_env.is_some() {
-                return err("remote", "give `token_env` (a bearer token) or `auth: sigv4`, not both".into());
-            }
-            if (remote.service.is_some() || remote.region.is_some()) && remote.auth.is_none() {
-                return err("remote", "`service` and `region` go with `auth: sigv4`".into());
-            }
-            let name_ok = |v: &str| !v.is_empty() && v.chars().all(|c| c.is_ascii_alphanumeric() || c == '-');
-            if remote.service.iter().chain(&remote.region).any(|v| !name_ok(v)) {
-                return err("remote", "`service` and `region` are names of letters, digits and `-`".into());
-            }
-        }
+        Ok(())
+    }
+
+    /// Checks that agent `i` lists its agents (all defined) and tools once each.
+    fn validate_lists(&self, i: usize, a: &AgentSpec) -> Result<(), ConfigError> {
+        let err = |field: &str, reason: String| Err(self.error(Some(i), field, reason));
         let mut listed = HashSet::new();
         for child in &a.agents {
             if self.index_of(child).is_none() {
@@ -476,4 +479,34 @@ impl AgentsConfig {
         }
         Ok(())
     }
+}
+
+/// What is wrong with a remote agent's `remote`, if anything.
+fn remote_problem(remote: &RemoteSpec) -> Option<String> {
+    let ways = [remote.url.is_some(), remote.function.is_some(), remote.a2a.is_some()];
+    if ways.iter().filter(|w| **w).count() != 1 {
+        return Some("give exactly one of `url`, `function` and `a2a`".into());
+    }
+    if let Some(url) = &remote.a2a {
+        if !(url.starts_with("http://") || url.starts_with("https://")) {
+            return Some(format!("`a2a` must be an http(s) URL, not {url:?}"));
+        }
+    }
+    if remote.token_env.is_some() && remote.a2a.is_none() {
+        return Some("`token_env` goes with `a2a`".into());
+    }
+    if remote.auth.is_some() && remote.a2a.is_none() {
+        return Some("`auth` goes with `a2a`".into());
+    }
+    if remote.auth.is_some() && remote.token_env.is_some() {
+        return Some("give `token_env` (a bearer token) or `auth: sigv4`, not both".into());
+    }
+    if (remote.service.is_some() || remote.region.is_some()) && remote.auth.is_none() {
+        return Some("`service` and `region` go with `auth: sigv4`".into());
+    }
+    let name_ok = |v: &str| !v.is_empty() && v.chars().all(|c| c.is_ascii_alphanumeric() || c == '-');
+    if remote.service.iter().chain(&remote.region).any(|v| !name_ok(v)) {
+        return Some("`service` and `region` are names of letters, digits and `-`".into());
+    }
+    None
 }

@@ -322,30 +322,8 @@ async fn answer(
     };
     let model = body["model"].as_str().unwrap_or_default().to_owned();
     let text = body.to_string();
-    let index = {
-        let mut requests = state.requests.lock().expect("requests lock");
-        requests.push(RecordedRequest {
-            api,
-            model: model.clone(),
-            body,
-            authorization: headers.get("authorization").and_then(|v| v.to_str().ok()).map(str::to_owned),
-            traceparent: headers.get("traceparent").and_then(|v| v.to_str().ok()).map(str::to_owned),
-            version,
-            received_at: Instant::now(),
-            first_byte_at: None,
-            last_frame_at: None,
-            completed: None,
-        });
-        requests.len() - 1
-    };
-    let reply = {
-        let queued = state.queues.lock().expect("queues lock").get_mut(&model).and_then(|q| {
-            let at =
-                q.iter().position(|(needle, _)| needle.as_ref().is_none_or(|n| text.contains(n.as_str())))?;
-            q.remove(at).map(|(_, reply)| reply)
-        });
-        queued.or_else(|| state.defaults.lock().expect("defaults lock").get(&model).cloned())
-    };
+    let index = record(&state, api, body, &headers, version);
+    let reply = next_reply(&state, &model, &text);
     let mark_first_byte = {
         let state = state.clone();
         move || {
@@ -387,43 +365,90 @@ async fn answer(
             let exact = state.exact.load(std::sync::atomic::Ordering::Relaxed);
             wait_until(tokio::time::Instant::now() + script.first_byte_delay, exact).await;
             mark_first_byte();
-            let (frames, trailer) = match api {
-                Api::ChatCompletions => (
-                    script.chunks(&model).iter().map(|c| Bytes::from(format!("data: {c}\n\n"))).collect(),
-                    Some(Bytes::from_static(b"data: [DONE]\n\n")),
-                ),
-                Api::Responses => (
-                    script
-                        .response_events(&model, &format!("resp_{index}"))
-                        .iter()
-                        .map(|e| {
-                            Bytes::from(format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap_or("")))
-                        })
-                        .collect(),
-                    None,
-                ),
-            };
-            let pacing = Pacing {
-                chunk_delay: script.chunk_delay,
-                cut_after: script.cut_after,
-                stall_after: script.stall_after,
-                gate: None,
-                exact,
-            };
-            let sent = state.clone();
-            let on_frame = move |_| {
-                if let Ok(mut requests) = sent.requests.lock() {
-                    requests[index].last_frame_at = Some(Instant::now());
-                }
-            };
-            let on_end = move |completed| {
-                if let Ok(mut requests) = state.requests.lock() {
-                    requests[index].completed = Some(completed);
-                }
-            };
-            sse_response(Body::from_stream(paced_body(frames, trailer, pacing, on_frame, on_end)))
+            stream_reply(state, index, api, &model, &script, exact)
         }
     }
+}
+
+/// Records a request; its index among the requests.
+fn record(
+    state: &ServerState,
+    api: Api,
+    body: Value,
+    headers: &axum::http::HeaderMap,
+    version: axum::http::Version,
+) -> usize {
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
+    let mut requests = state.requests.lock().expect("requests lock");
+    requests.push(RecordedRequest {
+        api,
+        model: body["model"].as_str().unwrap_or_default().to_owned(),
+        body,
+        authorization: header("authorization"),
+        traceparent: header("traceparent"),
+        version,
+        received_at: Instant::now(),
+        first_byte_at: None,
+        last_frame_at: None,
+        completed: None,
+    });
+    requests.len() - 1
+}
+
+/// The reply to a request for `model` whose body is `text`: the first queued one whose needle
+/// it contains (or that has none), else the model's default.
+fn next_reply(state: &ServerState, model: &str, text: &str) -> Option<Reply> {
+    let queued = state.queues.lock().expect("queues lock").get_mut(model).and_then(|q| {
+        let at =
+            q.iter().position(|(needle, _)| needle.as_ref().is_none_or(|n| text.contains(n.as_str())))?;
+        q.remove(at).map(|(_, reply)| reply)
+    });
+    queued.or_else(|| state.defaults.lock().expect("defaults lock").get(model).cloned())
+}
+
+/// A scripted stream in the framing of `api`, paced as `script` says; each frame and the end
+/// are recorded.
+fn stream_reply(
+    state: Arc<ServerState>,
+    index: usize,
+    api: Api,
+    model: &str,
+    script: &StreamReply,
+    exact: bool,
+) -> Response {
+    let (frames, trailer) = match api {
+        Api::ChatCompletions => (
+            script.chunks(model).iter().map(|c| Bytes::from(format!("data: {c}\n\n"))).collect(),
+            Some(Bytes::from_static(b"data: [DONE]\n\n")),
+        ),
+        Api::Responses => (
+            script
+                .response_events(model, &format!("resp_{index}"))
+                .iter()
+                .map(|e| Bytes::from(format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap_or(""))))
+                .collect(),
+            None,
+        ),
+    };
+    let pacing = Pacing {
+        chunk_delay: script.chunk_delay,
+        cut_after: script.cut_after,
+        stall_after: script.stall_after,
+        gate: None,
+        exact,
+    };
+    let sent = state.clone();
+    let on_frame = move |_| {
+        if let Ok(mut requests) = sent.requests.lock() {
+            requests[index].last_frame_at = Some(Instant::now());
+        }
+    };
+    let on_end = move |completed| {
+        if let Ok(mut requests) = state.requests.lock() {
+            requests[index].completed = Some(completed);
+        }
+    };
+    sse_response(Body::from_stream(paced_body(frames, trailer, pacing, on_frame, on_end)))
 }
 
 /// One word every `every`, forever, in the framing of `api`.
