@@ -386,30 +386,7 @@ impl ChatService {
             ));
         }
         let user = user_of(caller, headers).map_err(from_api)?;
-        if let Some(task) = &message.task_id {
-            // Tasks are turns: one message each; a follow-up is a new message in the context.
-            let not_found = || refusal(codes::TASK_NOT_FOUND, format!("no task {task:?}"));
-            let (episode, turn) = parse_task_id(task).ok_or_else(not_found)?;
-            let key = EpisodeKey::new(user.as_str(), episode).map_err(|_| not_found())?;
-            self.read_task(&key, turn).await?;
-            return Err(refusal(
-                codes::UNSUPPORTED_OPERATION,
-                "a task takes one message; send the next one without `taskId`, in the task's `contextId`",
-            ));
-        }
-        if let Some(context) = &message.context_id {
-            let unknown = || {
-                refusal(
-                    codes::INVALID_PARAMS,
-                    format!(
-                        "unknown contextId {context:?}: send without one to start a conversation, then use the contextId of its answer"
-                    ),
-                )
-            };
-            let context = checked_id("contextId", context.clone()).map_err(|_| unknown())?;
-            let key = EpisodeKey::new(user.as_str(), context).map_err(|_| unknown())?;
-            self.latest_turn(&key).await.map_err(from_api)?.ok_or_else(unknown)?;
-        }
+        self.check_ids(&user, message.task_id.as_deref(), message.context_id.as_deref()).await?;
         let chat = match resume {
             Some(resume) => ChatBody { resume: Some(resume), ..ChatBody::default() },
             None => ChatBody { message: Some(Value::String(text)), ..ChatBody::default() },
@@ -442,6 +419,36 @@ impl ChatService {
         }
         // Dropped early, the turn runs on (`on_disconnect: continue`): `GetTask` follows it.
         Ok(answer(StatusCode::OK, rpc_result(id, json!({"task": view.task()}))))
+    }
+
+    /// A new message's ids checked: a `taskId` is refused (a task takes one message), a
+    /// `contextId` must name one of `user`'s conversations.
+    async fn check_ids(&self, user: &str, task: Option<&str>, context: Option<&str>) -> Result<(), Refusal> {
+        if let Some(task) = task {
+            // Tasks are turns: one message each; a follow-up is a new message in the context.
+            let not_found = || refusal(codes::TASK_NOT_FOUND, format!("no task {task:?}"));
+            let (episode, turn) = parse_task_id(task).ok_or_else(not_found)?;
+            let key = EpisodeKey::new(user, episode).map_err(|_| not_found())?;
+            self.read_task(&key, turn).await?;
+            return Err(refusal(
+                codes::UNSUPPORTED_OPERATION,
+                "a task takes one message; send the next one without `taskId`, in the task's `contextId`",
+            ));
+        }
+        if let Some(context) = context {
+            let unknown = || {
+                refusal(
+                    codes::INVALID_PARAMS,
+                    format!(
+                        "unknown contextId {context:?}: send without one to start a conversation, then use the contextId of its answer"
+                    ),
+                )
+            };
+            let context = checked_id("contextId", context.to_owned()).map_err(|_| unknown())?;
+            let key = EpisodeKey::new(user, context).map_err(|_| unknown())?;
+            self.latest_turn(&key).await.map_err(from_api)?.ok_or_else(unknown)?;
+        }
+        Ok(())
     }
 
     async fn a2a_cancel(
