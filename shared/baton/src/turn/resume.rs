@@ -130,12 +130,12 @@ impl Round {
 impl Follower {
     async fn round(&mut self) -> Round {
         match self.live.clone() {
-            Some(turn) => self.from_live(turn),
+            Some(turn) => self.read_live(turn),
             None if self.record_next => {
                 self.record_next = false;
-                self.from_record().await
+                self.read_record().await
             }
-            None => self.from_log().await,
+            None => self.read_log().await,
         }
     }
 
@@ -151,7 +151,7 @@ impl Follower {
 
     /// The live turn's events after the cursor; when it has evicted them, the log is read
     /// instead. A turn that ended without a `completed` gets one made up.
-    fn from_live(&mut self, turn: Arc<LiveTurn>) -> Round {
+    fn read_live(&mut self, turn: Arc<LiveTurn>) -> Round {
         let mut changes = turn.subscribe();
         changes.borrow_and_update();
         let since = turn.since(self.after, self.limits.page);
@@ -181,7 +181,7 @@ impl Follower {
 
     /// A page of the log after the cursor (a gap in its seqs said, not skipped); a full page is
     /// followed by the next, a short one by the turn's record.
-    async fn from_log(&mut self) -> Round {
+    async fn read_log(&mut self) -> Round {
         let page = match self.store.turn_events(&self.key, &self.turn_id, self.after, self.limits.page).await
         {
             Ok(page) => page,
@@ -210,7 +210,7 @@ impl Follower {
 
     /// The turn's record: a gap at the cursor is said, a turn still running is polled, and one
     /// that ended without a `completed` in its log gets one made up.
-    async fn from_record(&mut self) -> Round {
+    async fn read_record(&mut self) -> Round {
         let record = match self.store.turn_record(&self.key, &self.turn_id).await {
             Ok(Some(record)) => record,
             // The log expired while it was read.
