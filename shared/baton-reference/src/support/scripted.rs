@@ -437,7 +437,7 @@ async fn answer(
 ) -> Response {
     let (index, busy) = match admit(&state, method, path_id, &headers, &body) {
         Ok(admitted) => admitted,
-        Err(refused) => return refused,
+        Err((status, message)) => return error(status, message),
     };
     let reply = state.replies.lock().expect("replies lock").pop_front();
     match reply {
@@ -464,7 +464,7 @@ async fn answer(
 }
 
 /// Records a request and admits it (its index among the requests, and the conversation held
-/// while it is answered), or refuses it as Forethought would: a body that is not JSON, no
+/// while it is answered), or refuses it (a status and a message) as Forethought would: a body that is not JSON, no
 /// bearer token, no `query`, a conversation that ended, or one busy with another request.
 fn admit(
     state: &Arc<ServerState>,
@@ -472,14 +472,14 @@ fn admit(
     path_id: Option<String>,
     headers: &HeaderMap,
     body: &[u8],
-) -> Result<(usize, Option<Busy>), Response> {
+) -> Result<(usize, Option<Busy>), (u16, &'static str)> {
     let path = match &path_id {
         Some(id) => format!("/solve/api/v1/conversation/{id}"),
         None => "/solve/api/v1/conversation".to_owned(),
     };
     let Ok(body) = serde_json::from_slice::<Value>(body) else {
         record(state, method, &path, path_id, headers, Value::Null, Some(400));
-        return Err(error(400, "the body is not JSON"));
+        return Err((400, "the body is not JSON"));
     };
     let refusal = if !bearer(headers) {
         Some((401, "missing bearer token"))
@@ -492,7 +492,7 @@ fn admit(
     };
     if let Some((status, message)) = refusal {
         record(state, method, &path, path_id, headers, body, Some(status));
-        return Err(error(status, message));
+        return Err((status, message));
     }
     // One request per conversation at a time: a continue on a busy conversation is refused.
     let busy = match &path_id {
@@ -500,7 +500,7 @@ fn admit(
             Some(busy) => Some(busy),
             None => {
                 record(state, method, &path, path_id, headers, body, Some(409));
-                return Err(error(409, "a request on this conversation is in progress"));
+                return Err((409, "a request on this conversation is in progress"));
             }
         },
         None => None,
