@@ -92,7 +92,8 @@
 //! - [`event`]: the wire protocol: the event enum (room: `usage`, tokens, dollars and statuses;
 //!   `wire`, SSE and NDJSON encoding and decoding).
 //! - [`outbound`]: the outgoing HTTP client of streamed answers (model servers, vendor APIs):
-//!   reqwest for `https` and HTTP/2, and cleartext HTTP/1.1 driven inside the body's own poll.
+//!   reqwest for `https` and HTTP/2, and cleartext HTTP/1.1 driven inside the body's own poll
+//!   (room: `cleartext`; `sign`, a request signed before it is sent: [`outbound::RequestSigner`]).
 //! - [`redact`]: vendor text made safe for a log line: an excerpt with secrets and tokens masked.
 //! - [`bounded`]: bounded waits for a stream's items (idle, or a deadline), one timer per stream;
 //!   [`bounded::after`] (and [`bounded::Deadline::after`]), the one way a deadline is computed

@@ -4,30 +4,8 @@
 
 use std::sync::Arc;
 
-use futures::future::BoxFuture;
 
-/// What a signature is for: the AWS service name and region (`None`: the signer's own region,
-/// e.g. `AWS_REGION`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SigningScope {
-    /// The service the signature is for (`execute-api` for API Gateway, `lambda` for a function
-    /// URL, `bedrock-agentcore` for AgentCore).
-    pub service: String,
-    /// The region, when the configuration names one.
-    pub region: Option<String>,
-}
-
-/// Signs a request before it is sent: adds the headers that prove who sends it (for SigV4:
-/// `Authorization`, `X-Amz-Date` and, with temporary credentials, `X-Amz-Security-Token`).
-/// The body is in memory when it is called. An error says why in words that name no secret.
-pub trait RequestSigner: Send + Sync {
-    /// Signs `request` for `scope`.
-    fn sign<'a>(
-        &'a self,
-        request: &'a mut reqwest::Request,
-        scope: &'a SigningScope,
-    ) -> BoxFuture<'a, Result<(), String>>;
-}
+pub use crate::outbound::{RequestSigner, SigningScope};
 
 /// How an [`super::A2aAgent`]'s calls are authenticated.
 #[derive(Clone, Default)]

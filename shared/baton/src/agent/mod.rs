@@ -28,7 +28,7 @@ pub use instance::{
     ChildContext, ChildInput, DEFAULT_MAX_DEPTH, InstanceOptions, instrument, instrument_for, run_instance,
     start_child,
 };
-pub use llm::{LlmAgent, first_step_input};
+pub use llm::first_step_input;
 pub use step::{
     Answered, DEFAULT_MAX_CALLS_PER_STEP, ForkInput, ForkPolicy, ForkStream, LoopLimits, ModelReply,
     StepCall, StepDecision, StepInput, StepPolicy, StepStream, model_call, model_events,
@@ -36,8 +36,126 @@ pub use step::{
 
 use crate::conversation::PreviousTurn;
 use crate::event::EventStream;
-use crate::model::Message;
-use crate::tool::Instances;
+use crate::model::{ChatModel, Message};
+use crate::mux::MuxConfig;
+use crate::tool::{Instances, ToolRegistry};
+
+/// An agent with tools: the model calls tools, sees their results, and answers.
+///
+/// Each step streams the model's text, reasoning, response id and usage at once; a step's tool
+/// calls run concurrently, each reported as `tool_call_start`, then `tool_result` and
+/// `tool_call_end` as it finishes. Bad arguments, unknown tools, tool failures and timeouts are
+/// error results the model reads on its next step. Every tool is started the same way
+/// ([`crate::tool::Tool::start`]): an agent tool streams its child's events through the
+/// live-slot merge while it runs.
+///
+/// A step whose calls all answered the user as is (`skip_summarization` agent tools), or that a
+/// [`StepPolicy`] marked last, ends the run without another model call; a call of a last step
+/// that failed is reported as an `agent_failed` error of this instance (its part of the answer
+/// is missing).
+///
+/// Context: a model with server-side state (the Responses API) continues the episode's last
+/// response when [`ResponseChains`] has one, and then sends only the new turn; otherwise the
+/// request carries the cross-turn history. Within a run, such a model is continued step by step.
+/// If the server no longer has the stored response (HTTP 400 or 404 before any output), the run
+/// resends the history instead, once.
+#[derive(Clone)]
+pub struct LlmAgent {
+    name: String,
+    instruction: String,
+    model: Arc<dyn ChatModel>,
+    tools: Arc<ToolRegistry>,
+    limits: LoopLimits,
+    chains: Option<Arc<dyn ResponseChains>>,
+    mux: MuxConfig,
+    policy: Option<Arc<dyn StepPolicy>>,
+    fork: Option<Arc<dyn ForkPolicy>>,
+    approvals: Arc<ApprovalPolicy>,
+}
+
+impl LlmAgent {
+    /// A new agent.
+    pub fn new(
+        name: impl Into<String>,
+        instruction: impl Into<String>,
+        model: Arc<dyn ChatModel>,
+        tools: Arc<ToolRegistry>,
+        limits: LoopLimits,
+    ) -> LlmAgent {
+        LlmAgent {
+            name: name.into(),
+            instruction: instruction.into(),
+            model,
+            tools,
+            limits,
+            chains: None,
+            mux: MuxConfig::default(),
+            policy: None,
+            fork: None,
+            approvals: Arc::default(),
+        }
+    }
+
+    /// Holds back the calls `approvals` says need a person's approval (docs/approvals.md).
+    pub fn with_approvals(mut self, approvals: Arc<ApprovalPolicy>) -> LlmAgent {
+        self.approvals = approvals;
+        self
+    }
+
+    /// Which of its calls need a person's approval.
+    pub fn approvals(&self) -> &Arc<ApprovalPolicy> {
+        &self.approvals
+    }
+
+    /// Paces the text of concurrent agent tools as configured.
+    pub fn with_mux(mut self, mux: MuxConfig) -> LlmAgent {
+        self.mux = mux;
+        self
+    }
+
+    /// Keeps the vendor's response id per episode in `chains` (used when the model can continue a
+    /// stored response).
+    pub fn with_response_chains(mut self, chains: Arc<dyn ResponseChains>) -> LlmAgent {
+        self.chains = Some(chains);
+        self
+    }
+
+    /// Shapes the first model step of every run with `policy`.
+    pub fn with_policy(mut self, policy: Arc<dyn StepPolicy>) -> LlmAgent {
+        self.policy = Some(policy);
+        self
+    }
+
+    /// Lets `fork` answer a run before the tool loop (see [`ForkPolicy`]).
+    pub fn with_fork(mut self, fork: Arc<dyn ForkPolicy>) -> LlmAgent {
+        self.fork = Some(fork);
+        self
+    }
+
+    /// The agent's model.
+    pub fn model(&self) -> &Arc<dyn ChatModel> {
+        &self.model
+    }
+
+    /// The agent's instruction (system prompt).
+    pub fn instruction(&self) -> &str {
+        &self.instruction
+    }
+
+    /// The agent's tools.
+    pub fn tools(&self) -> &Arc<ToolRegistry> {
+        &self.tools
+    }
+
+    /// This agent narrowed to one part of a request: the same name, model, limits, pacing and
+    /// approval rules, with `instruction` and `tools`, and nothing that shapes or forks its runs
+    /// or continues a stored response (no step policy, no fork policy, no response chains).
+    pub fn focused(&self, instruction: String, tools: Arc<ToolRegistry>) -> LlmAgent {
+        LlmAgent::new(self.name.clone(), instruction, self.model.clone(), tools, self.limits)
+            .with_mux(self.mux)
+            .with_approvals(self.approvals.clone())
+    }
+}
 
 /// What an agent says when its answer broke off.
 pub const APOLOGY: &str = "\n\nSorry, I couldn't finish that answer. Please try again.";

@@ -29,6 +29,9 @@
 //! cleartext calls go through reqwest, which honours them. Neither transport follows redirects.
 
 mod cleartext;
+mod sign;
+
+pub use sign::{RequestSigner, SigningScope};
 
 use std::future::Future;
 use std::pin::Pin;

@@ -1,6 +1,6 @@
 //! How an HTTP tool's requests prove who sends them: a bearer token or an API key header, read
 //! at start from the environment or a secret store ([`SecretSource`], AWS Secrets Manager in
-//! `baton-aws`), or a SigV4 signature ([`crate::a2a::RequestSigner`], also in `baton-aws`).
+//! `baton-aws`), or a SigV4 signature ([`crate::outbound::RequestSigner`], also in `baton-aws`).
 //!
 //! A value read here is kept only in [`Credential`], whose `Debug` prints no secret, and is
 //! masked in any error text a tool returns ([`Credential::secrets`]).
@@ -10,7 +10,7 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 
 use super::spec::AuthSpec;
-use crate::a2a::{RequestSigner, SigningScope};
+use crate::outbound::{RequestSigner, SigningScope};
 
 /// Reads secrets by id (a Secrets Manager name or ARN). The error names the secret, never a
 /// value.
