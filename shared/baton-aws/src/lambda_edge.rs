@@ -3,7 +3,7 @@
 //! the same router as `serve` ([`baton::http::api`]) through `lambda_http`, for the orchestrator
 //! binary and a team's own function alike ([`crate::app::main`]).
 //!
-//! What this adds is [`platform`], which puts the Lambda request context into each request's
+//! What this adds is `platform`, which puts the Lambda request context into each request's
 //! extensions as a [`Platform`] (the caller's IAM principal, the invocation deadline, so the turn
 //! ends with `completed` before Lambda cuts it off, and the REST API's stage, taken off the
 //! path) and the invocation's X-Ray trace as the `traceparent` when the caller sent none. Errors
@@ -46,7 +46,7 @@ pub async fn run(service: Arc<ChatService>, traces: Option<Arc<Traces>>) -> Resu
     .await
 }
 
-/// The function's service: [`baton::http::api`] behind [`platform`], through the service's
+/// The function's service: [`baton::http::api`] behind `platform`, through the service's
 /// CORS layer for requests that came through the REST API and without it for those through the
 /// Function URL (Lambda adds the Function URL's CORS headers itself).
 pub fn app(

@@ -4,7 +4,6 @@
 
 use std::sync::Arc;
 
-
 pub use crate::outbound::{RequestSigner, SigningScope};
 
 /// How an [`super::A2aAgent`]'s calls are authenticated.

@@ -176,7 +176,7 @@ fn step_request(
     }
 }
 
-/// What a [`StepPolicy`] gets for the first step of `instance`'s run of an agent with
+/// What a [`StepPolicy`](super::StepPolicy) gets for the first step of `instance`'s run of an agent with
 /// `instruction` and `tools` answering `request` afresh (no stored response to continue, more than
 /// one step allowed): the
 /// request the loop builds, and the turn's words, previous turn and image. The routing
