@@ -264,7 +264,7 @@ impl ForkPolicy for MiniAgents {
         let parent = agent.clone();
         Box::pin(async_stream::stream! {
             let instance = input.instance.clone();
-            if input.context.depth + 1 > settings.max_depth {
+            if input.context.child.depth + 1 > settings.max_depth {
                 return;
             }
             // 1. Decompose.

@@ -107,13 +107,13 @@ impl LlmAgent {
         Interrupt {
             agent: instance.to_owned(),
             interrupt_id: format!("int_{}", crate::store::new_turn_id()),
-            path: context.approvals.path(instance),
+            path: context.child.approvals.path(instance),
             call_id: call.id.clone(),
             tool: call.name.clone(),
             arguments: arguments.clone(),
             reason: rule.reason.clone(),
             editable: rule.editable.clone(),
-            expires_at: context.approvals.expires_at(),
+            expires_at: context.child.approvals.expires_at(),
         }
     }
 
@@ -146,12 +146,13 @@ impl LlmAgent {
             }
             CallState::Child { suspension } => {
                 let start = start_event(instance, call);
-                let context = ToolContext { resumes: Some(suspension.instance.clone()), ..context.clone() };
+                let mut context = context.clone();
+                context.child.resumes = Some(suspension.instance.clone());
                 let run = self.start_call(&StepCall::from(call.clone()), &context, instance, None, true);
                 Box::pin(futures::stream::iter([Item::Event(start)]).chain(run))
             }
             CallState::Pending { interrupt } => {
-                match context.approvals.decision(&interrupt.interrupt_id).cloned() {
+                match context.child.approvals.decision(&interrupt.interrupt_id).cloned() {
                     None => pending_call(interrupt.clone()),
                     Some(decision @ Decision::Reject { .. }) => self.rejected_call(instance, call, decision),
                     Some(decision @ Decision::Approve { .. }) => {
@@ -184,7 +185,7 @@ impl LlmAgent {
         let (context, instance, id) = (context.clone(), instance.to_owned(), interrupt.interrupt_id.clone());
         Box::pin(async_stream::stream! {
             use futures::StreamExt;
-            let Some(claimed) = context.approvals.claimed().cloned() else {
+            let Some(claimed) = context.child.approvals.claimed().cloned() else {
                 // Not a resumed turn: nothing can record the call, so it does not run.
                 let error = json!({"error": {"code": "approval_not_recorded",
                     "message": format!("`{}` was not run: its approval cannot be recorded here", edited.name)}});
@@ -257,7 +258,7 @@ impl LlmAgent {
         let tools = self.tools.clone();
         let items = Box::pin(async_stream::stream! {
             yield Item::Event(Event::ApprovalRequired(Box::new(interrupt.clone())));
-            let decision = match context.approvals.approver() {
+            let decision = match context.child.approvals.approver() {
                 Some(approver) => approver.decide(&interrupt).await,
                 None => None,
             };

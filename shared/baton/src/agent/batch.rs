@@ -145,10 +145,10 @@ impl LlmAgent {
             (None, Err(refused)) => Ok((refused.arguments, ToolRun::failed(refused.error))),
             (None, Ok((tool, arguments))) => {
                 match self.approvals().rule(&name, &arguments).filter(|_| !approved) {
-                    Some(rule) if context.approvals.mode() == Mode::Pause => {
+                    Some(rule) if context.child.approvals.mode() == Mode::Pause => {
                         Err(Box::new(self.interrupt(context, instance, &call.call, &arguments, rule)))
                     }
-                    Some(rule) if context.approvals.mode() == Mode::Ask => {
+                    Some(rule) if context.child.approvals.mode() == Mode::Ask => {
                         let interrupt = self.interrupt(context, instance, &call.call, &arguments, rule);
                         let call = CallRef { agent: agent.clone(), call_id: call_id.clone() };
                         let run =

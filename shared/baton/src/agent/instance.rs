@@ -71,22 +71,22 @@ pub fn start_child(
     input: ChildInput,
     options: &InstanceOptions,
 ) -> Result<(String, EventStream), ToolError> {
-    let depth = parent.depth + 1;
+    let depth = parent.child.depth + 1;
     if depth > options.max_depth {
         return Err(ToolError::DepthExceeded { tool: tool.to_owned(), max_depth: options.max_depth });
     }
     // A resumed turn starts a paused child again under its own name.
-    let instance = match &parent.resumes {
-        Some(paused) if parent.approvals.resume_of(paused).is_some_and(|s| s.agent == agent.name()) => {
+    let instance = match &parent.child.resumes {
+        Some(paused) if parent.child.approvals.resume_of(paused).is_some_and(|s| s.agent == agent.name()) => {
             paused.clone()
         }
-        _ => parent.instances.next(agent.name()),
+        _ => parent.child.instances.next(agent.name()),
     };
-    parent.approvals.started(&parent.call.agent, &instance);
+    parent.child.approvals.started(&parent.call.agent, &instance);
     let (history, previous) = match options.context {
         ChildContext::Isolated => (Vec::new(), None),
         ChildContext::Conversation => {
-            (parent.conversation.history.clone(), parent.conversation.previous.clone())
+            (parent.child.conversation.history.clone(), parent.child.conversation.previous.clone())
         }
     };
     let request = AgentRequest {
@@ -100,13 +100,13 @@ pub fn start_child(
         arguments: input.arguments,
         state: parent.state.for_child(),
         depth,
-        instances: parent.instances.clone(),
-        approvals: parent.approvals.clone(),
+        instances: parent.child.instances.clone(),
+        approvals: parent.child.approvals.clone(),
     };
     let events = run_instance(agent, instance.clone(), request, options.timeout);
     // At most `MAX_CONCURRENT_INSTANCES` child instances of one turn run at once; the others
     // wait for a place (their timeout runs from their start).
-    let place = Box::pin(parent.instances.permits().acquire_owned());
+    let place = Box::pin(parent.child.instances.permits().acquire_owned());
     Ok((instance, Box::pin(Admitted { place: Some(place), held: None, events })))
 }
 

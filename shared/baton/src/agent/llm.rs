@@ -15,7 +15,7 @@ use crate::approval::Suspension;
 use crate::conversation::{Conversation, PreviousTurn};
 use crate::event::{Event, EventStream};
 use crate::model::{ChatModel, ChatRequest, Message, ModelError, ToolCall, ToolChoice, ToolSpec};
-use crate::tool::{CallRef, SessionState, ToolContext};
+use crate::tool::{CallRef, ChildScope, SessionState, ToolContext};
 
 /// What a run carries from step to step.
 struct Transcript {
@@ -129,15 +129,17 @@ impl LlmAgent {
             user_id: request.user_id,
             episode_id: request.episode_id,
             state: SessionState::new(request.state),
-            depth: request.depth,
-            instances: request.instances,
-            conversation: Arc::new(Conversation {
-                history: request.history.clone(),
-                previous: request.previous,
-            }),
             call: CallRef::default(),
-            approvals: request.approvals,
-            resumes: None,
+            child: ChildScope {
+                depth: request.depth,
+                instances: request.instances,
+                conversation: Arc::new(Conversation {
+                    history: request.history.clone(),
+                    previous: request.previous,
+                }),
+                approvals: request.approvals,
+                resumes: None,
+            },
         };
         let transcript = Transcript::new(request.history, user_message, previous_id);
         let end = self.max_steps();
@@ -441,10 +443,10 @@ impl LlmAgent {
         let schema_of = |name: &str| {
             specs.iter().find(|s| s.name == name).map_or(serde_json::Value::Null, |s| s.parameters.clone())
         };
-        run.context.approvals.pause(Suspension {
+        run.context.child.approvals.pause(Suspension {
             agent: self.name.clone(),
             instance: run.instance.clone(),
-            depth: run.context.depth,
+            depth: run.context.child.depth,
             query: run.message.clone(),
             state: run.context.state.snapshot(),
             messages: run.transcript.messages.clone(),

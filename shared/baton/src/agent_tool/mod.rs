@@ -417,7 +417,7 @@ impl AgentTool {
         });
         match started {
             Ok((instance, events)) => {
-                child_events(self, instance, events, mark_content_end, context.approvals.clone())
+                child_events(self, instance, events, mark_content_end, context.child.approvals.clone())
             }
             Err(e) => ToolRun::failed(e),
         }

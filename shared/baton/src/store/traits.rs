@@ -2,7 +2,7 @@
 //!
 //! | trait | what | its callers |
 //! |---|---|---|
-//! | [`Conversations`] | the episode item, its messages and the request-id markers | `history`, support sessions, ratings, the messages endpoint |
+//! | [`Conversations`] | the episode item, its messages and the request-id markers | `history`, a deployment's own sessions, ratings, the messages endpoint |
 //! | [`Leases`] | short leases on a name within an episode | [`super::lease`], the busy gate |
 //! | [`TurnLog`] | a turn's record and event log, and cancel | the turn's log writer, resume, replay, the turns endpoints |
 //! | [`ApprovalRecords`] | the episode's approvals record | `approval` |

@@ -23,9 +23,10 @@ use serde_json::{Value, json};
 use crate::conversation::Conversation;
 use crate::item::{Item, ItemStream};
 
-/// Who a tool call is made for, and the session it runs in: tools that read per-user data
-/// (purchase history) use the ids; agent tools use the rest
-/// to start their child instance.
+/// Who a tool call is made for, and the session it runs in: what every tool sees (the ids,
+/// which tools that read per-user data use; the calling instance's session; the call), and the
+/// calling instance's place in the turn ([`ChildScope`]), which only a tool that starts a child
+/// instance (an agent tool, a mini-agent) reads.
 #[derive(Debug, Clone, Default)]
 pub struct ToolContext {
     /// The authenticated user.
@@ -34,6 +35,17 @@ pub struct ToolContext {
     pub episode_id: String,
     /// The session state of the calling agent instance.
     pub state: SessionState,
+    /// The call this context is for: set by the tool loop for each call, so that a tool
+    /// streaming its own events (progress) names the caller and call id they belong to.
+    pub call: CallRef,
+    /// The calling instance's place in the turn, for a child it starts.
+    pub child: ChildScope,
+}
+
+/// The calling instance's place in the turn: what a tool that starts a child instance (an agent
+/// tool, a mini-agent) hands it, and where the tool loop keeps the turn's approvals.
+#[derive(Debug, Clone, Default)]
+pub struct ChildScope {
     /// How deep the calling instance runs below the turn (the entry agent is 0).
     pub depth: u32,
     /// Instance numbering shared by the whole turn.
@@ -41,9 +53,6 @@ pub struct ToolContext {
     /// The conversation the calling instance sees (empty for an isolated one); children that
     /// see the conversation get it.
     pub conversation: Arc<Conversation>,
-    /// The call this context is for: set by the tool loop for each call, so that a tool
-    /// streaming its own events (progress) names the caller and call id they belong to.
-    pub call: CallRef,
     /// The turn's approvals: where paused instances leave their state (docs/approvals.md).
     pub approvals: crate::approval::TurnApprovals,
     /// Set by a resumed turn for the call of an agent tool whose child paused: the child
