@@ -32,7 +32,6 @@ use baton_tests::counting::CountingStore;
 use baton_tests::process::process_cpu;
 use baton_tests::stores::StoreHarness;
 use futures::StreamExt;
-use futures::future::BoxFuture;
 use serde_json::{Value, json};
 
 fn main() {
@@ -50,6 +49,7 @@ fn main() {
 
 struct Clip(Arc<AtomicUsize>);
 
+#[async_trait::async_trait]
 impl Tool for Clip {
     fn name(&self) -> &str {
         "clip"
@@ -60,9 +60,9 @@ impl Tool for Clip {
     fn parameters(&self) -> Value {
         json!({"type": "object", "properties": {"offer_id": {"type": "string"}}, "required": ["offer_id"]})
     }
-    fn call<'a>(&'a self, arguments: Value, _: &'a ToolContext) -> BoxFuture<'a, Result<Value, ToolError>> {
+    async fn call(&self, arguments: Value, _: &ToolContext) -> Result<Value, ToolError> {
         self.0.fetch_add(1, Ordering::Relaxed);
-        Box::pin(async move { Ok(json!({"clipped": arguments["offer_id"]})) })
+        Ok(json!({"clipped": arguments["offer_id"]}))
     }
 }
 

@@ -29,7 +29,6 @@ use baton_tests::counting::CountingStore;
 use baton_tests::process::process_cpu;
 use eventsource_stream::Eventsource;
 use futures::StreamExt;
-use futures::future::BoxFuture;
 use serde_json::{Value, json};
 
 /// Steps of the tool loop.
@@ -40,6 +39,7 @@ const WINDOW: usize = 30;
 /// A tool that answers at once.
 struct Step;
 
+#[async_trait::async_trait]
 impl Tool for Step {
     fn name(&self) -> &str {
         "step"
@@ -50,8 +50,8 @@ impl Tool for Step {
     fn parameters(&self) -> Value {
         json!({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]})
     }
-    fn call<'a>(&'a self, arguments: Value, _: &'a ToolContext) -> BoxFuture<'a, Result<Value, ToolError>> {
-        Box::pin(async move { Ok(json!({"done": arguments["n"]})) })
+    async fn call(&self, arguments: Value, _: &ToolContext) -> Result<Value, ToolError> {
+        Ok(json!({"done": arguments["n"]}))
     }
 }
 

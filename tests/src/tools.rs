@@ -10,7 +10,6 @@ use std::time::Duration;
 
 use baton::tool::{Tool, ToolContext, ToolError};
 use baton::wiring::Extension;
-use futures::future::BoxFuture;
 use serde_json::{Value, json};
 
 /// A tool taking `{offer_id}` that counts its runs, waits `delay`, and answers
@@ -21,6 +20,7 @@ pub struct Counting {
     delay: Arc<Mutex<Duration>>,
 }
 
+#[async_trait::async_trait]
 impl Tool for Counting {
     fn name(&self) -> &str {
         self.name
@@ -32,13 +32,11 @@ impl Tool for Counting {
         json!({"type": "object", "properties": {"offer_id": {"type": "string", "pattern": "^o-[0-9]+$"}},
                "required": ["offer_id"], "additionalProperties": false})
     }
-    fn call<'a>(&'a self, arguments: Value, _: &'a ToolContext) -> BoxFuture<'a, Result<Value, ToolError>> {
-        Box::pin(async move {
-            let n = self.runs.fetch_add(1, Ordering::SeqCst) + 1;
-            let delay = *self.delay.lock().unwrap();
-            tokio::time::sleep(delay).await;
-            Ok(json!({"done": arguments["offer_id"], "run": n}))
-        })
+    async fn call(&self, arguments: Value, _: &ToolContext) -> Result<Value, ToolError> {
+        let n = self.runs.fetch_add(1, Ordering::SeqCst) + 1;
+        let delay = *self.delay.lock().unwrap();
+        tokio::time::sleep(delay).await;
+        Ok(json!({"done": arguments["offer_id"], "run": n}))
     }
 }
 

@@ -5,8 +5,7 @@
 
 use std::sync::Arc;
 
-use baton::tool::{Tool, ToolContext, ToolError};
-use futures::future::BoxFuture;
+use baton::{Tool, ToolContext, ToolError, async_trait};
 use serde_json::{Value, json};
 
 /// Converts an amount of money between currencies at the team's fixed rates (per euro).
@@ -14,6 +13,7 @@ struct ConvertCurrency;
 
 const RATES: [(&str, f64); 3] = [("EUR", 1.0), ("USD", 1.08), ("GBP", 0.85)];
 
+#[async_trait]
 impl Tool for ConvertCurrency {
     fn name(&self) -> &str {
         "convert_currency"
@@ -32,12 +32,12 @@ impl Tool for ConvertCurrency {
         })
     }
 
-    fn call<'a>(&'a self, arguments: Value, _: &'a ToolContext) -> BoxFuture<'a, Result<Value, ToolError>> {
+    async fn call(&self, arguments: Value, _: &ToolContext) -> Result<Value, ToolError> {
         // The arguments were checked against `parameters` before the call.
         let rate = |field: &str| RATES.iter().find(|(code, _)| arguments[field] == *code).map(|(_, r)| *r);
         let converted = arguments["amount"].as_f64().zip(rate("from")).zip(rate("to"));
         let result = converted.map(|((amount, from), to)| (amount / from * to * 100.0).round() / 100.0);
-        Box::pin(async move { Ok(json!({"amount": result, "currency": arguments["to"]})) })
+        Ok(json!({"amount": result, "currency": arguments["to"]}))
     }
 }
 

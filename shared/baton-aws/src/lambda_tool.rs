@@ -20,7 +20,6 @@ use aws_sdk_lambda::primitives::Blob;
 use aws_sdk_lambda::types::InvocationType;
 use baton::config::tools::LambdaToolSpec;
 use baton::tool::{Tool, ToolContext, ToolError};
-use futures::future::BoxFuture;
 use serde_json::Value;
 
 /// Sends of one call Lambda throttled, at most (the first and two more, 200 ms and 400 ms apart).
@@ -216,6 +215,7 @@ fn service_words(error: &aws_sdk_lambda::operation::invoke::InvokeError) -> Stri
     }
 }
 
+#[async_trait::async_trait]
 impl Tool for LambdaTool {
     fn name(&self) -> &str {
         &self.name
@@ -233,13 +233,11 @@ impl Tool for LambdaTool {
         "lambda"
     }
 
-    fn call<'a>(&'a self, arguments: Value, _: &'a ToolContext) -> BoxFuture<'a, Result<Value, ToolError>> {
-        Box::pin(async move {
-            match tokio::time::timeout(self.timeout, self.invoke(arguments)).await {
-                Ok(result) => result,
-                Err(_) => Err(ToolError::Timeout { tool: self.name.clone(), timeout: self.timeout }),
-            }
-        })
+    async fn call(&self, arguments: Value, _: &ToolContext) -> Result<Value, ToolError> {
+        match tokio::time::timeout(self.timeout, self.invoke(arguments)).await {
+            Ok(result) => result,
+            Err(_) => Err(ToolError::Timeout { tool: self.name.clone(), timeout: self.timeout }),
+        }
     }
 }
 

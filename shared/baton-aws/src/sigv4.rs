@@ -12,7 +12,6 @@ use aws_sigv4::sign::v4;
 use baton::a2a::{RequestSigner, SigningScope};
 use baton::config::Config;
 use baton::config::agents::RemoteAuthKind;
-use futures::future::BoxFuture;
 use reqwest::header::{HeaderName, HeaderValue};
 
 /// Signs requests with AWS Signature Version 4.
@@ -51,63 +50,55 @@ pub async fn a2a_signer(config: &Config) -> Option<Arc<dyn RequestSigner>> {
     Some(Arc::new(SigV4Signer::from_env().await))
 }
 
+#[async_trait::async_trait]
 impl RequestSigner for SigV4Signer {
-    fn sign<'a>(
-        &'a self,
-        request: &'a mut reqwest::Request,
-        scope: &'a SigningScope,
-    ) -> BoxFuture<'a, Result<(), String>> {
-        Box::pin(async move {
-            let provider = self.credentials.as_ref().ok_or("no AWS credentials are configured")?;
-            // The chain's errors name where it looked, never a secret.
-            let credentials =
-                provider.provide_credentials().await.map_err(|e| format!("no AWS credentials: {e}"))?;
-            let region = scope
-                .region
-                .as_deref()
-                .or(self.region.as_deref())
-                .ok_or("no AWS region: set `region:` on the remote or AWS_REGION")?;
-            let identity = credentials.into();
-            let params = v4::SigningParams::builder()
-                .identity(&identity)
-                .region(region)
-                .name(&scope.service)
-                .time(SystemTime::now())
-                .settings(SigningSettings::default())
-                .build()
-                .map_err(|e| format!("cannot sign: {e}"))?
-                .into();
-            let headers: Vec<(&str, &str)> = request
-                .headers()
-                .iter()
-                .filter_map(|(name, value)| Some((name.as_str(), value.to_str().ok()?)))
-                .collect();
-            let body = request
-                .body()
-                .map_or(Some(&[][..]), |b| b.as_bytes())
-                .ok_or("cannot sign a streamed body")?;
-            let signable = SignableRequest::new(
-                request.method().as_str(),
-                request.url().as_str(),
-                headers.into_iter(),
-                SignableBody::Bytes(body),
-            )
-            .map_err(|e| format!("cannot sign: {e}"))?;
-            let (instructions, _) =
-                sign(signable, &params).map_err(|e| format!("cannot sign: {e}"))?.into_parts();
-            let mut signed = Vec::new();
-            for (name, value) in instructions.headers() {
-                let name =
-                    HeaderName::from_bytes(name.as_bytes()).map_err(|e| format!("cannot sign: {e}"))?;
-                let mut value = HeaderValue::from_str(value).map_err(|e| format!("cannot sign: {e}"))?;
-                value.set_sensitive(true);
-                signed.push((name, value));
-            }
-            for (name, value) in signed {
-                request.headers_mut().insert(name, value);
-            }
-            Ok(())
-        })
+    async fn sign(&self, request: &mut reqwest::Request, scope: &SigningScope) -> Result<(), String> {
+        let provider = self.credentials.as_ref().ok_or("no AWS credentials are configured")?;
+        // The chain's errors name where it looked, never a secret.
+        let credentials =
+            provider.provide_credentials().await.map_err(|e| format!("no AWS credentials: {e}"))?;
+        let region = scope
+            .region
+            .as_deref()
+            .or(self.region.as_deref())
+            .ok_or("no AWS region: set `region:` on the remote or AWS_REGION")?;
+        let identity = credentials.into();
+        let params = v4::SigningParams::builder()
+            .identity(&identity)
+            .region(region)
+            .name(&scope.service)
+            .time(SystemTime::now())
+            .settings(SigningSettings::default())
+            .build()
+            .map_err(|e| format!("cannot sign: {e}"))?
+            .into();
+        let headers: Vec<(&str, &str)> = request
+            .headers()
+            .iter()
+            .filter_map(|(name, value)| Some((name.as_str(), value.to_str().ok()?)))
+            .collect();
+        let body =
+            request.body().map_or(Some(&[][..]), |b| b.as_bytes()).ok_or("cannot sign a streamed body")?;
+        let signable = SignableRequest::new(
+            request.method().as_str(),
+            request.url().as_str(),
+            headers.into_iter(),
+            SignableBody::Bytes(body),
+        )
+        .map_err(|e| format!("cannot sign: {e}"))?;
+        let (instructions, _) =
+            sign(signable, &params).map_err(|e| format!("cannot sign: {e}"))?.into_parts();
+        let mut signed = Vec::new();
+        for (name, value) in instructions.headers() {
+            let name = HeaderName::from_bytes(name.as_bytes()).map_err(|e| format!("cannot sign: {e}"))?;
+            let mut value = HeaderValue::from_str(value).map_err(|e| format!("cannot sign: {e}"))?;
+            value.set_sensitive(true);
+            signed.push((name, value));
+        }
+        for (name, value) in signed {
+            request.headers_mut().insert(name, value);
+        }
+        Ok(())
     }
 }
 

@@ -8,15 +8,15 @@ use std::sync::Arc;
 use baton::config::Config;
 use baton::tool::openapi::SecretSource;
 use baton::wiring::Backends;
-use futures::future::BoxFuture;
 
 /// Secrets read from AWS Secrets Manager.
 #[derive(Debug, Clone)]
 pub struct SecretsManager(aws_sdk_secretsmanager::Client);
 
+#[async_trait::async_trait]
 impl SecretSource for SecretsManager {
-    fn secret<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<String, String>> {
-        Box::pin(crate::secrets::secret_string(&self.0, id))
+    async fn secret(&self, id: &str) -> Result<String, String> {
+        crate::secrets::secret_string(&self.0, id).await
     }
 }
 

@@ -106,6 +106,18 @@
 //! [`http::ApiError`], [`config::ConfigError`], [`store::StoreError`]). Inside a turn, nothing is an `Err`: failures are
 //! in-band `error` events and the turn still ends with `completed`.
 
+// What a deployment's own crate uses, at the root (`examples/own-tool` uses nothing else).
+pub use agent::{Agent, AgentRequest, LlmAgent};
+pub use async_trait::async_trait;
+pub use config::Config;
+pub use event::Event;
+pub use history::History;
+pub use http::ChatService;
+pub use orchestrator::Orchestrator;
+pub use tool::{Tool, ToolContext, ToolError};
+pub use turn::Turns;
+pub use wiring::{Backends, Extension};
+
 pub mod a2a;
 pub mod agent;
 pub mod agent_tool;

@@ -223,44 +223,36 @@ struct Elicitation {
     timeout: std::time::Duration,
 }
 
+#[async_trait::async_trait]
 impl crate::approval::Approver for Elicitation {
-    fn decide<'a>(
-        &'a self,
-        interrupt: &'a crate::event::Interrupt,
-    ) -> futures::future::BoxFuture<'a, Option<crate::approval::Decision>> {
+    async fn decide(&self, interrupt: &crate::event::Interrupt) -> Option<crate::approval::Decision> {
         use crate::approval::Decision;
         use rmcp::model::{ElicitRequestParams, ElicitationAction, ElicitationSchema};
-        Box::pin(async move {
-            let schema = ElicitationSchema::builder()
-                .required_bool("approve")
-                .optional_string("reason")
-                .build()
-                .ok()?;
-            let message = format!(
-                "{} wants to call {} with {}. {} Approve?",
-                interrupt.agent, interrupt.tool, interrupt.arguments, interrupt.reason
-            );
-            let params =
-                ElicitRequestParams::FormElicitationParams { meta: None, message, requested_schema: schema };
-            let answer = match self.peer.create_elicitation_with_timeout(params, Some(self.timeout)).await {
-                Ok(answer) => answer,
-                Err(e) => {
-                    tracing::info!(tool = %interrupt.tool, error = %e, "the approval could not be asked; refused");
-                    return None;
-                }
-            };
-            let content = answer.content.unwrap_or_default();
-            let reason = content.get("reason").and_then(Value::as_str).map(str::to_owned);
-            Some(match answer.action {
-                ElicitationAction::Accept if content.get("approve") == Some(&Value::Bool(true)) => {
-                    Decision::Approve { arguments: None }
-                }
-                ElicitationAction::Accept | ElicitationAction::Decline => {
-                    Decision::Reject { message: reason }
-                }
-                // Cancelled, or an action this version does not know: not approved.
-                _ => Decision::Reject { message: Some("the person cancelled the request".into()) },
-            })
+
+        let schema =
+            ElicitationSchema::builder().required_bool("approve").optional_string("reason").build().ok()?;
+        let message = format!(
+            "{} wants to call {} with {}. {} Approve?",
+            interrupt.agent, interrupt.tool, interrupt.arguments, interrupt.reason
+        );
+        let params =
+            ElicitRequestParams::FormElicitationParams { meta: None, message, requested_schema: schema };
+        let answer = match self.peer.create_elicitation_with_timeout(params, Some(self.timeout)).await {
+            Ok(answer) => answer,
+            Err(e) => {
+                tracing::info!(tool = %interrupt.tool, error = %e, "the approval could not be asked; refused");
+                return None;
+            }
+        };
+        let content = answer.content.unwrap_or_default();
+        let reason = content.get("reason").and_then(Value::as_str).map(str::to_owned);
+        Some(match answer.action {
+            ElicitationAction::Accept if content.get("approve") == Some(&Value::Bool(true)) => {
+                Decision::Approve { arguments: None }
+            }
+            ElicitationAction::Accept | ElicitationAction::Decline => Decision::Reject { message: reason },
+            // Cancelled, or an action this version does not know: not approved.
+            _ => Decision::Reject { message: Some("the person cancelled the request".into()) },
         })
     }
 }

@@ -630,11 +630,11 @@ mod tests {
     use crate::agent::{Agent, AgentRequest, LoopLimits};
     use crate::model::scripted::{Reply, ScriptedModel};
     use crate::tool::{Tool, ToolError, ToolRegistry};
-    use futures::future::BoxFuture;
 
     /// A tool whose server is unreachable (after its client's retry).
     struct Unreachable;
 
+    #[async_trait::async_trait]
     impl Tool for Unreachable {
         fn name(&self) -> &str {
             "unreachable"
@@ -645,13 +645,13 @@ mod tests {
         fn parameters(&self) -> Value {
             json!({"type": "object"})
         }
-        fn call<'a>(&'a self, _: Value, _: &'a ToolContext) -> BoxFuture<'a, Result<Value, ToolError>> {
-            Box::pin(async {
+        async fn call(&self, _: Value, _: &ToolContext) -> Result<Value, ToolError> {
+            {
                 Err(ToolError::Failed {
                     tool: "unreachable".into(),
                     reason: "MCP transport error (after retry)".into(),
                 })
-            })
+            }
         }
     }
 

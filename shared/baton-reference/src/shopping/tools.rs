@@ -3,7 +3,6 @@
 
 use std::sync::Arc;
 
-use futures::future::BoxFuture;
 use serde_json::{Value, json};
 
 use super::catalog::{Catalog, Offer, PurchaseHistory};
@@ -34,6 +33,7 @@ impl SearchOffers {
     }
 }
 
+#[async_trait::async_trait]
 impl Tool for SearchOffers {
     fn name(&self) -> &str {
         SEARCH_OFFERS
@@ -53,13 +53,11 @@ impl Tool for SearchOffers {
         }, "required": ["query"], "additionalProperties": false})
     }
 
-    fn call<'a>(&'a self, arguments: Value, _: &'a ToolContext) -> BoxFuture<'a, Result<Value, ToolError>> {
-        Box::pin(async move {
-            let query = arguments["query"].as_str().unwrap_or_default();
-            let limit = arguments["max_results"].as_u64().unwrap_or(5) as usize;
-            let found = self.catalog.search(query, arguments["category"].as_str(), limit);
-            Ok(json!({"query": query, "offers": found.into_iter().map(summary).collect::<Vec<_>>()}))
-        })
+    async fn call(&self, arguments: Value, _: &ToolContext) -> Result<Value, ToolError> {
+        let query = arguments["query"].as_str().unwrap_or_default();
+        let limit = arguments["max_results"].as_u64().unwrap_or(5) as usize;
+        let found = self.catalog.search(query, arguments["category"].as_str(), limit);
+        Ok(json!({"query": query, "offers": found.into_iter().map(summary).collect::<Vec<_>>()}))
     }
 }
 
@@ -75,6 +73,7 @@ impl GetOffer {
     }
 }
 
+#[async_trait::async_trait]
 impl Tool for GetOffer {
     fn name(&self) -> &str {
         GET_OFFER
@@ -90,17 +89,15 @@ impl Tool for GetOffer {
         }, "required": ["offer_id"], "additionalProperties": false})
     }
 
-    fn call<'a>(&'a self, arguments: Value, _: &'a ToolContext) -> BoxFuture<'a, Result<Value, ToolError>> {
-        Box::pin(async move {
-            let id = arguments["offer_id"].as_str().unwrap_or_default();
-            match self.catalog.get(id) {
-                Some(offer) => Ok(json!(offer)),
-                None => Err(ToolError::InvalidArguments {
-                    tool: GET_OFFER.into(),
-                    reason: format!("no offer has the id `{id}`; use an id from search_offers"),
-                }),
-            }
-        })
+    async fn call(&self, arguments: Value, _: &ToolContext) -> Result<Value, ToolError> {
+        let id = arguments["offer_id"].as_str().unwrap_or_default();
+        match self.catalog.get(id) {
+            Some(offer) => Ok(json!(offer)),
+            None => Err(ToolError::InvalidArguments {
+                tool: GET_OFFER.into(),
+                reason: format!("no offer has the id `{id}`; use an id from search_offers"),
+            }),
+        }
     }
 }
 
@@ -124,6 +121,7 @@ impl ClipOffer {
     }
 }
 
+#[async_trait::async_trait]
 impl Tool for ClipOffer {
     fn name(&self) -> &str {
         CLIP_OFFER
@@ -140,28 +138,22 @@ impl Tool for ClipOffer {
         }, "required": ["offer"], "additionalProperties": false})
     }
 
-    fn call<'a>(
-        &'a self,
-        arguments: Value,
-        context: &'a ToolContext,
-    ) -> BoxFuture<'a, Result<Value, ToolError>> {
-        Box::pin(async move {
-            let wanted = arguments["offer"].as_str().unwrap_or_default();
-            let offer =
-                self.catalog.get(wanted).or_else(|| self.catalog.search(wanted, None, 1).into_iter().next());
-            let Some(offer) = offer else {
-                return Err(ToolError::InvalidArguments {
-                    tool: CLIP_OFFER.into(),
-                    reason: format!("no offer matches `{wanted}`; use an id from search_offers"),
-                });
-            };
-            let mut cards = self.cards.lock().expect("cards lock");
-            let card = cards.entry(context.user_id.clone()).or_default();
-            if !card.contains(&offer.id) {
-                card.push(offer.id.clone());
-            }
-            Ok(json!({"clipped": summary(offer), "card": card.clone()}))
-        })
+    async fn call(&self, arguments: Value, context: &ToolContext) -> Result<Value, ToolError> {
+        let wanted = arguments["offer"].as_str().unwrap_or_default();
+        let offer =
+            self.catalog.get(wanted).or_else(|| self.catalog.search(wanted, None, 1).into_iter().next());
+        let Some(offer) = offer else {
+            return Err(ToolError::InvalidArguments {
+                tool: CLIP_OFFER.into(),
+                reason: format!("no offer matches `{wanted}`; use an id from search_offers"),
+            });
+        };
+        let mut cards = self.cards.lock().expect("cards lock");
+        let card = cards.entry(context.user_id.clone()).or_default();
+        if !card.contains(&offer.id) {
+            card.push(offer.id.clone());
+        }
+        Ok(json!({"clipped": summary(offer), "card": card.clone()}))
     }
 }
 
@@ -177,6 +169,7 @@ impl PurchaseHistoryTool {
     }
 }
 
+#[async_trait::async_trait]
 impl Tool for PurchaseHistoryTool {
     fn name(&self) -> &str {
         PURCHASE_HISTORY
@@ -193,28 +186,20 @@ impl Tool for PurchaseHistoryTool {
         }, "additionalProperties": false})
     }
 
-    fn call<'a>(
-        &'a self,
-        arguments: Value,
-        context: &'a ToolContext,
-    ) -> BoxFuture<'a, Result<Value, ToolError>> {
-        Box::pin(async move {
-            let limit = arguments["limit"].as_u64().unwrap_or(10) as usize;
-            let category = arguments["category"].as_str();
-            // Filter before the limit: read enough to fill it.
-            let read = if category.is_some() { 500 } else { limit };
-            let purchases =
-                self.history.purchases(&context.user_id, read).await.map_err(|e| ToolError::Failed {
-                    tool: PURCHASE_HISTORY.into(),
-                    reason: format!("history unavailable: {e}"),
-                })?;
-            let purchases: Vec<_> = purchases
-                .into_iter()
-                .filter(|p| category.is_none_or(|c| p.category.eq_ignore_ascii_case(c)))
-                .take(limit)
-                .collect();
-            Ok(json!({"purchases": purchases}))
-        })
+    async fn call(&self, arguments: Value, context: &ToolContext) -> Result<Value, ToolError> {
+        let limit = arguments["limit"].as_u64().unwrap_or(10) as usize;
+        let category = arguments["category"].as_str();
+        // Filter before the limit: read enough to fill it.
+        let read = if category.is_some() { 500 } else { limit };
+        let purchases = self.history.purchases(&context.user_id, read).await.map_err(|e| {
+            ToolError::Failed { tool: PURCHASE_HISTORY.into(), reason: format!("history unavailable: {e}") }
+        })?;
+        let purchases: Vec<_> = purchases
+            .into_iter()
+            .filter(|p| category.is_none_or(|c| p.category.eq_ignore_ascii_case(c)))
+            .take(limit)
+            .collect();
+        Ok(json!({"purchases": purchases}))
     }
 }
 

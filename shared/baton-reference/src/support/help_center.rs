@@ -158,6 +158,7 @@ impl SearchHelpCenter {
     }
 }
 
+#[async_trait::async_trait]
 impl baton::tool::Tool for SearchHelpCenter {
     fn name(&self) -> &str {
         SEARCH_HELP_CENTER
@@ -174,11 +175,11 @@ impl baton::tool::Tool for SearchHelpCenter {
         }, "required": ["query"], "additionalProperties": false})
     }
 
-    fn call<'a>(
-        &'a self,
+    async fn call(
+        &self,
         arguments: serde_json::Value,
-        _context: &'a baton::tool::ToolContext,
-    ) -> futures::future::BoxFuture<'a, Result<serde_json::Value, baton::tool::ToolError>> {
+        _context: &baton::tool::ToolContext,
+    ) -> Result<serde_json::Value, baton::tool::ToolError> {
         let query = arguments["query"].as_str().unwrap_or_default().to_owned();
         let limit = arguments["limit"].as_u64().unwrap_or(2) as usize;
         let articles: Vec<serde_json::Value> = self
@@ -190,7 +191,7 @@ impl baton::tool::Tool for SearchHelpCenter {
                     "citation": format!("help/{}", a.slug)})
             })
             .collect();
-        Box::pin(async move { Ok(serde_json::json!({"query": query, "articles": articles})) })
+        Ok(serde_json::json!({"query": query, "articles": articles}))
     }
 }
 

@@ -3,8 +3,6 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use futures::future::BoxFuture;
-
 use super::BoxError;
 
 /// Where an agent keeps the vendor's last response id per episode, so its next turn continues the
@@ -12,23 +10,24 @@ use super::BoxError;
 ///
 /// The production implementation lives on the episode record of the store (docs/storage.md); a
 /// failing read or write is logged and the turn goes on without server-side context.
+#[async_trait::async_trait]
 pub trait ResponseChains: Send + Sync {
     /// The last response id of agent `agent` (its name, not an instance) in `episode`, if any.
-    fn last_response_id<'a>(
-        &'a self,
-        user_id: &'a str,
-        episode_id: &'a str,
-        agent: &'a str,
-    ) -> BoxFuture<'a, Result<Option<String>, BoxError>>;
+    async fn last_response_id(
+        &self,
+        user_id: &str,
+        episode_id: &str,
+        agent: &str,
+    ) -> Result<Option<String>, BoxError>;
 
     /// Records `response_id` as agent `agent`'s last response in `episode`.
-    fn set_last_response_id<'a>(
-        &'a self,
-        user_id: &'a str,
-        episode_id: &'a str,
-        agent: &'a str,
+    async fn set_last_response_id(
+        &self,
+        user_id: &str,
+        episode_id: &str,
+        agent: &str,
         response_id: String,
-    ) -> BoxFuture<'a, Result<(), BoxError>>;
+    ) -> Result<(), BoxError>;
 }
 
 /// [`ResponseChains`] in process memory: for tests, and until a store is configured.
@@ -38,29 +37,30 @@ pub struct MemoryResponseChains {
     ids: Mutex<HashMap<(String, String, String), String>>,
 }
 
+#[async_trait::async_trait]
 impl ResponseChains for MemoryResponseChains {
-    fn last_response_id<'a>(
-        &'a self,
-        user_id: &'a str,
-        episode_id: &'a str,
-        agent: &'a str,
-    ) -> BoxFuture<'a, Result<Option<String>, BoxError>> {
+    async fn last_response_id(
+        &self,
+        user_id: &str,
+        episode_id: &str,
+        agent: &str,
+    ) -> Result<Option<String>, BoxError> {
         let key = (user_id.to_owned(), episode_id.to_owned(), agent.to_owned());
         let id = self.ids.lock().expect("chains lock").get(&key).cloned();
-        Box::pin(async move { Ok(id) })
+        Ok(id)
     }
 
-    fn set_last_response_id<'a>(
-        &'a self,
-        user_id: &'a str,
-        episode_id: &'a str,
-        agent: &'a str,
+    async fn set_last_response_id(
+        &self,
+        user_id: &str,
+        episode_id: &str,
+        agent: &str,
         response_id: String,
-    ) -> BoxFuture<'a, Result<(), BoxError>> {
+    ) -> Result<(), BoxError> {
         self.ids
             .lock()
             .expect("chains lock")
             .insert((user_id.to_owned(), episode_id.to_owned(), agent.to_owned()), response_id);
-        Box::pin(async { Ok(()) })
+        Ok(())
     }
 }

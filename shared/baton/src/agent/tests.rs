@@ -6,7 +6,6 @@ use crate::model::{ChatRequest, Message, ToolChoice};
 use crate::tool::{Tool, ToolError};
 use crate::tool::{ToolContext, ToolRegistry};
 use futures::StreamExt;
-use futures::future::BoxFuture;
 use serde_json::{Value, json};
 use std::time::Duration;
 use tokio::time::Instant;
@@ -14,6 +13,7 @@ use tokio::time::Instant;
 /// Sleeps `ms` (paused time in tests), then answers with its arguments.
 pub(crate) struct Wait;
 
+#[async_trait::async_trait]
 impl Tool for Wait {
     fn name(&self) -> &str {
         "wait"
@@ -25,15 +25,9 @@ impl Tool for Wait {
         json!({"type": "object", "properties": {"ms": {"type": "integer", "minimum": 0}},
                "required": ["ms"], "additionalProperties": false})
     }
-    fn call<'a>(
-        &'a self,
-        arguments: Value,
-        context: &'a ToolContext,
-    ) -> BoxFuture<'a, Result<Value, ToolError>> {
-        Box::pin(async move {
-            tokio::time::sleep(Duration::from_millis(arguments["ms"].as_u64().unwrap_or(0))).await;
-            Ok(json!({"waited": arguments["ms"], "user": context.user_id}))
-        })
+    async fn call(&self, arguments: Value, context: &ToolContext) -> Result<Value, ToolError> {
+        tokio::time::sleep(Duration::from_millis(arguments["ms"].as_u64().unwrap_or(0))).await;
+        Ok(json!({"waited": arguments["ms"], "user": context.user_id}))
     }
 }
 
@@ -298,6 +292,7 @@ async fn model_failure_becomes_error_event_and_apology() {
 /// A tool whose items stream one progress event and end without a result (a broken tool).
 struct NoResult;
 
+#[async_trait::async_trait]
 impl Tool for NoResult {
     fn name(&self) -> &str {
         "no_result"
@@ -308,8 +303,8 @@ impl Tool for NoResult {
     fn parameters(&self) -> Value {
         json!({"type": "object"})
     }
-    fn call<'a>(&'a self, _: Value, _: &'a ToolContext) -> BoxFuture<'a, Result<Value, ToolError>> {
-        Box::pin(async { Ok(json!({})) })
+    async fn call(&self, _: Value, _: &ToolContext) -> Result<Value, ToolError> {
+        Ok(json!({}))
     }
     fn start(
         self: Arc<Self>,

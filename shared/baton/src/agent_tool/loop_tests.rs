@@ -5,7 +5,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use futures::future::BoxFuture;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
@@ -21,6 +20,7 @@ use crate::tool::{Instances, SessionState, ToolRegistry};
 /// Returns the session state as it was, then sets `note` to `set` when given.
 struct StateTool;
 
+#[async_trait::async_trait]
 impl Tool for StateTool {
     fn name(&self) -> &str {
         "state"
@@ -31,18 +31,12 @@ impl Tool for StateTool {
     fn parameters(&self) -> Value {
         json!({"type": "object", "properties": {"set": {"type": "string"}}})
     }
-    fn call<'a>(
-        &'a self,
-        arguments: Value,
-        context: &'a ToolContext,
-    ) -> BoxFuture<'a, Result<Value, ToolError>> {
-        Box::pin(async move {
-            let before = Value::Object(context.state.snapshot());
-            if let Some(note) = arguments["set"].as_str() {
-                context.state.set("note", json!(note));
-            }
-            Ok(before)
-        })
+    async fn call(&self, arguments: Value, context: &ToolContext) -> Result<Value, ToolError> {
+        let before = Value::Object(context.state.snapshot());
+        if let Some(note) = arguments["set"].as_str() {
+            context.state.set("note", json!(note));
+        }
+        Ok(before)
     }
 }
 

@@ -39,7 +39,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use futures::future::BoxFuture;
 use serde_json::{Value, json};
 
 use crate::agent::{Agent, ChildContext, ChildInput, DEFAULT_MAX_DEPTH, InstanceOptions, start_child};
@@ -355,6 +354,7 @@ fn strip_code_fence(text: &str) -> &str {
     body.split_once('\n').map_or(body, |(_, inside)| inside).trim()
 }
 
+#[async_trait::async_trait]
 impl Tool for AgentTool {
     fn kind(&self) -> &'static str {
         "agent"
@@ -373,18 +373,13 @@ impl Tool for AgentTool {
     }
 
     /// Runs the child to the end; its events are dropped.
-    fn call<'a>(
-        &'a self,
-        arguments: Value,
-        context: &'a ToolContext,
-    ) -> BoxFuture<'a, Result<Value, ToolError>> {
+    async fn call(&self, arguments: Value, context: &ToolContext) -> Result<Value, ToolError> {
         let run = self.start_run(arguments, context, false);
-        Box::pin(async move {
-            match Item::result(run.items).await {
-                Some(finish) => finish.outcome,
-                None => Err(ToolError::Failed { tool: self.name.clone(), reason: "no answer".into() }),
-            }
-        })
+
+        match Item::result(run.items).await {
+            Some(finish) => finish.outcome,
+            None => Err(ToolError::Failed { tool: self.name.clone(), reason: "no answer".into() }),
+        }
     }
 
     fn check_resume(

@@ -169,10 +169,11 @@ pub enum Outcome {
 
 /// Someone who can answer an approval while the call waits, in the same request (an MCP client,
 /// through elicitation).
+#[async_trait::async_trait]
 pub trait Approver: Send + Sync {
     /// The person's answer to `interrupt`, or `None` when they could not be asked (the call is
     /// then refused). Bounded by the approver's own timeout.
-    fn decide<'a>(&'a self, interrupt: &'a Interrupt) -> futures::future::BoxFuture<'a, Option<Decision>>;
+    async fn decide(&self, interrupt: &Interrupt) -> Option<Decision>;
 }
 
 /// What a turn does with a call that needs approval.

@@ -7,7 +7,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use futures::StreamExt;
-use futures::future::BoxFuture;
 use serde_json::{Value, json};
 
 use super::*;
@@ -27,6 +26,7 @@ struct Counting {
     runs: Arc<AtomicUsize>,
 }
 
+#[async_trait::async_trait]
 impl Tool for Counting {
     fn name(&self) -> &str {
         self.name
@@ -37,11 +37,9 @@ impl Tool for Counting {
     fn parameters(&self) -> Value {
         json!({"type": "object", "properties": {"offer_id": {"type": "string"}}, "required": ["offer_id"]})
     }
-    fn call<'a>(&'a self, arguments: Value, _: &'a ToolContext) -> BoxFuture<'a, Result<Value, ToolError>> {
-        Box::pin(async move {
-            let n = self.runs.fetch_add(1, Ordering::SeqCst) + 1;
-            Ok(json!({"clipped": arguments["offer_id"], "runs": n}))
-        })
+    async fn call(&self, arguments: Value, _: &ToolContext) -> Result<Value, ToolError> {
+        let n = self.runs.fetch_add(1, Ordering::SeqCst) + 1;
+        Ok(json!({"clipped": arguments["offer_id"], "runs": n}))
     }
 }
 

@@ -19,7 +19,6 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::future::BoxFuture;
 use futures::{Stream, StreamExt};
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotification,
@@ -480,6 +479,7 @@ fn call_result(tool: &str, result: CallToolResult) -> Result<Value, ToolError> {
     Ok(result.structured_content.clone().unwrap_or_else(content))
 }
 
+#[async_trait::async_trait]
 impl Tool for McpTool {
     fn kind(&self) -> &'static str {
         "mcp"
@@ -497,20 +497,15 @@ impl Tool for McpTool {
         self.parameters.clone()
     }
 
-    fn call<'a>(&'a self, arguments: Value, _: &'a ToolContext) -> BoxFuture<'a, Result<Value, ToolError>> {
-        Box::pin(async move {
-            let items = self.call_items(arguments);
-            tokio::pin!(items);
-            while let Some(item) = items.next().await {
-                if let McpCallItem::Done(outcome) = item {
-                    return outcome;
-                }
+    async fn call(&self, arguments: Value, _: &ToolContext) -> Result<Value, ToolError> {
+        let items = self.call_items(arguments);
+        tokio::pin!(items);
+        while let Some(item) = items.next().await {
+            if let McpCallItem::Done(outcome) = item {
+                return outcome;
             }
-            Err(ToolError::Failed {
-                tool: self.name.clone(),
-                reason: "the call ended without an outcome".into(),
-            })
-        })
+        }
+        Err(ToolError::Failed { tool: self.name.clone(), reason: "the call ended without an outcome".into() })
     }
 
     /// Streams the server's progress notifications as `tool_call_progress` events of the

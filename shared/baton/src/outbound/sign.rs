@@ -2,8 +2,6 @@
 //! OpenAPI tools' with `auth: sigv4` (AWS Signature Version 4, implemented outside the runtime
 //! crate, in `baton-aws`).
 
-use futures::future::BoxFuture;
-
 /// What a signature is for: the AWS service name and region (`None`: the signer's own region,
 /// e.g. `AWS_REGION`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -18,11 +16,8 @@ pub struct SigningScope {
 /// Signs a request before it is sent: adds the headers that prove who sends it (for SigV4:
 /// `Authorization`, `X-Amz-Date` and, with temporary credentials, `X-Amz-Security-Token`).
 /// The body is in memory when it is called. An error says why in words that name no secret.
+#[async_trait::async_trait]
 pub trait RequestSigner: Send + Sync {
     /// Signs `request` for `scope`.
-    fn sign<'a>(
-        &'a self,
-        request: &'a mut reqwest::Request,
-        scope: &'a SigningScope,
-    ) -> BoxFuture<'a, Result<(), String>>;
+    async fn sign(&self, request: &mut reqwest::Request, scope: &SigningScope) -> Result<(), String>;
 }

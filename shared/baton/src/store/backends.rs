@@ -4,8 +4,6 @@
 
 use std::sync::Arc;
 
-use futures::future::BoxFuture;
-
 use super::{Conversations, EpisodeKey, update_episode};
 use crate::agent::{BoxError, ResponseChains};
 
@@ -26,34 +24,31 @@ fn key(user_id: &str, episode_id: &str) -> Result<EpisodeKey, BoxError> {
     Ok(EpisodeKey::new(user_id, episode_id)?)
 }
 
+#[async_trait::async_trait]
 impl ResponseChains for StoreBackends {
-    fn last_response_id<'a>(
-        &'a self,
-        user_id: &'a str,
-        episode_id: &'a str,
-        agent: &'a str,
-    ) -> BoxFuture<'a, Result<Option<String>, BoxError>> {
-        Box::pin(async move {
-            let episode = self.store.episode(&key(user_id, episode_id)?).await?;
-            Ok(episode.and_then(|mut e| e.response_ids.remove(agent)))
-        })
+    async fn last_response_id(
+        &self,
+        user_id: &str,
+        episode_id: &str,
+        agent: &str,
+    ) -> Result<Option<String>, BoxError> {
+        let episode = self.store.episode(&key(user_id, episode_id)?).await?;
+        Ok(episode.and_then(|mut e| e.response_ids.remove(agent)))
     }
 
-    fn set_last_response_id<'a>(
-        &'a self,
-        user_id: &'a str,
-        episode_id: &'a str,
-        agent: &'a str,
+    async fn set_last_response_id(
+        &self,
+        user_id: &str,
+        episode_id: &str,
+        agent: &str,
         response_id: String,
-    ) -> BoxFuture<'a, Result<(), BoxError>> {
-        Box::pin(async move {
-            let key = key(user_id, episode_id)?;
-            update_episode(self.store.as_ref(), &key, |e| {
-                e.response_ids.insert(agent.to_owned(), response_id.clone());
-            })
-            .await?;
-            Ok(())
+    ) -> Result<(), BoxError> {
+        let key = key(user_id, episode_id)?;
+        update_episode(self.store.as_ref(), &key, |e| {
+            e.response_ids.insert(agent.to_owned(), response_id.clone());
         })
+        .await?;
+        Ok(())
     }
 }
 

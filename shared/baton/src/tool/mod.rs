@@ -17,7 +17,6 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::future::BoxFuture;
 use serde_json::{Value, json};
 
 use crate::conversation::Conversation;
@@ -313,6 +312,7 @@ impl ToolError {
 ///
 /// `call` gets arguments that already passed the schema; it may still refuse values the schema
 /// cannot express, with [`ToolError::InvalidArguments`].
+#[async_trait::async_trait]
 pub trait Tool: Send + Sync + 'static {
     /// The name the model calls it by.
     fn name(&self) -> &str;
@@ -331,11 +331,7 @@ pub trait Tool: Send + Sync + 'static {
     }
 
     /// Runs the tool.
-    fn call<'a>(
-        &'a self,
-        arguments: Value,
-        context: &'a ToolContext,
-    ) -> BoxFuture<'a, Result<Value, ToolError>>;
+    async fn call(&self, arguments: Value, context: &ToolContext) -> Result<Value, ToolError>;
 
     /// Whether a child instance this tool started, paused as `paused`, can start again as the
     /// configuration now stands with `decisions` (an agent tool asks its agent). Other tools

@@ -3,6 +3,7 @@ use crate::model::ToolCall;
 
 struct Echo;
 
+#[async_trait::async_trait]
 impl Tool for Echo {
     fn name(&self) -> &str {
         "echo"
@@ -16,20 +17,14 @@ impl Tool for Echo {
             "times": {"type": "integer", "minimum": 1, "maximum": 3},
         }, "required": ["text"], "additionalProperties": false})
     }
-    fn call<'a>(
-        &'a self,
-        arguments: Value,
-        context: &'a ToolContext,
-    ) -> BoxFuture<'a, Result<Value, ToolError>> {
-        Box::pin(async move {
-            if arguments["text"] == "fail" {
-                return Err(ToolError::Failed { tool: "echo".into(), reason: "asked to".into() });
-            }
-            if arguments["text"] == "slow" {
-                tokio::time::sleep(Duration::from_secs(60)).await;
-            }
-            Ok(json!({"echo": arguments["text"], "user": context.user_id}))
-        })
+    async fn call(&self, arguments: Value, context: &ToolContext) -> Result<Value, ToolError> {
+        if arguments["text"] == "fail" {
+            return Err(ToolError::Failed { tool: "echo".into(), reason: "asked to".into() });
+        }
+        if arguments["text"] == "slow" {
+            tokio::time::sleep(Duration::from_secs(60)).await;
+        }
+        Ok(json!({"echo": arguments["text"], "user": context.user_id}))
     }
 }
 
@@ -101,6 +96,7 @@ async fn a_slow_tool_times_out() {
 #[tokio::test]
 async fn a_bad_schema_refuses_its_calls_and_a_duplicate_name_fails_at_construction() {
     struct Bad;
+    #[async_trait::async_trait]
     impl Tool for Bad {
         fn name(&self) -> &str {
             "bad"
@@ -111,8 +107,8 @@ async fn a_bad_schema_refuses_its_calls_and_a_duplicate_name_fails_at_constructi
         fn parameters(&self) -> Value {
             json!({"type": "nonsense"})
         }
-        fn call<'a>(&'a self, _: Value, _: &'a ToolContext) -> BoxFuture<'a, Result<Value, ToolError>> {
-            Box::pin(async { Ok(Value::Null) })
+        async fn call(&self, _: Value, _: &ToolContext) -> Result<Value, ToolError> {
+            Ok(Value::Null)
         }
     }
     let registry = ToolRegistry::new(vec![Arc::new(Bad), Arc::new(Echo)]).unwrap();

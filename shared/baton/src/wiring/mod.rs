@@ -544,7 +544,6 @@ pub fn rating_sinks(config: &Config, backends: &Backends) -> crate::rating::Rati
 pub(crate) mod testing {
     use std::sync::Arc;
 
-    use futures::future::BoxFuture;
     use serde_json::{Value, json};
 
     use super::Backends;
@@ -553,6 +552,7 @@ pub(crate) mod testing {
     /// A team's own tool: looks `query` up, finds nothing.
     pub(crate) struct Lookup;
 
+    #[async_trait::async_trait]
     impl Tool for Lookup {
         fn name(&self) -> &str {
             "lookup"
@@ -563,12 +563,8 @@ pub(crate) mod testing {
         fn parameters(&self) -> Value {
             json!({"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]})
         }
-        fn call<'a>(
-            &'a self,
-            arguments: Value,
-            _: &'a ToolContext,
-        ) -> BoxFuture<'a, Result<Value, ToolError>> {
-            Box::pin(async move { Ok(json!({"query": arguments["query"], "facts": []})) })
+        async fn call(&self, arguments: Value, _: &ToolContext) -> Result<Value, ToolError> {
+            Ok(json!({"query": arguments["query"], "facts": []}))
         }
     }
 

@@ -54,6 +54,7 @@ struct Declared {
     kind: &'static str,
 }
 
+#[async_trait::async_trait]
 impl Tool for Declared {
     fn name(&self) -> &str {
         &self.name
@@ -71,17 +72,12 @@ impl Tool for Declared {
         self.kind
     }
 
-    fn call<'a>(
-        &'a self,
+    async fn call(
+        &self,
         _: serde_json::Value,
-        _: &'a crate::tool::ToolContext,
-    ) -> futures::future::BoxFuture<'a, Result<serde_json::Value, crate::tool::ToolError>> {
-        Box::pin(async move {
-            Err(crate::tool::ToolError::Failed {
-                tool: self.name.clone(),
-                reason: "not built (a check)".into(),
-            })
-        })
+        _: &crate::tool::ToolContext,
+    ) -> Result<serde_json::Value, crate::tool::ToolError> {
+        Err(crate::tool::ToolError::Failed { tool: self.name.clone(), reason: "not built (a check)".into() })
     }
 }
 

@@ -7,16 +7,15 @@
 
 use std::sync::Arc;
 
-use futures::future::BoxFuture;
-
 use super::spec::AuthSpec;
 use crate::outbound::{RequestSigner, SigningScope};
 
 /// Reads secrets by id (a Secrets Manager name or ARN). The error names the secret, never a
 /// value.
+#[async_trait::async_trait]
 pub trait SecretSource: Send + Sync {
     /// The secret's text.
-    fn secret<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<String, String>>;
+    async fn secret(&self, id: &str) -> Result<String, String>;
 }
 
 /// How one source's requests are authenticated.
@@ -123,9 +122,10 @@ mod tests {
     use crate::tool::openapi::spec::ApiKeySpec;
 
     struct Missing;
+    #[async_trait::async_trait]
     impl SecretSource for Missing {
-        fn secret<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<String, String>> {
-            Box::pin(async move { Err(format!("cannot read secret {id}: AccessDenied")) })
+        async fn secret(&self, id: &str) -> Result<String, String> {
+            Err(format!("cannot read secret {id}: AccessDenied"))
         }
     }
 

@@ -23,7 +23,6 @@ pub use auth::{AuthHooks, Credential, SecretSource};
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::future::BoxFuture;
 use serde_json::Value;
 
 use super::{Tool, ToolContext, ToolError};
@@ -51,6 +50,7 @@ pub struct OpenApiTool {
     source: Arc<Source>,
 }
 
+#[async_trait::async_trait]
 impl Tool for OpenApiTool {
     fn name(&self) -> &str {
         &self.operation.id
@@ -68,8 +68,8 @@ impl Tool for OpenApiTool {
         "openapi"
     }
 
-    fn call<'a>(&'a self, arguments: Value, _: &'a ToolContext) -> BoxFuture<'a, Result<Value, ToolError>> {
-        Box::pin(call::call(&self.source, &self.operation, arguments))
+    async fn call(&self, arguments: Value, _: &ToolContext) -> Result<Value, ToolError> {
+        call::call(&self.source, &self.operation, arguments).await
     }
 }
 
