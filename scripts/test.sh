@@ -60,7 +60,8 @@ if [[ ! -x .venv/bin/moto_server ]] || ! cmp -s "$requirements" .venv/requiremen
 fi
 port=$(.venv/bin/python -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 moto_log=$(mktemp -t baton-moto.XXXXXX.log)
-.venv/bin/moto_server -H 127.0.0.1 -p "$port" >"$moto_log" 2>&1 &
+# moto with its DynamoDB writes made atomic, as DynamoDB's are (scripts/moto_server.py).
+.venv/bin/python scripts/moto_server.py -H 127.0.0.1 -p "$port" >"$moto_log" 2>&1 &
 moto_pid=$!
 trap 'kill "$moto_pid" 2>/dev/null || true; wait "$moto_pid" 2>/dev/null || true; rm -f "$moto_log"' EXIT
 export AWS_ENDPOINT_URL_DYNAMODB="http://127.0.0.1:$port"
