@@ -396,8 +396,7 @@ async fn serve_agents_of(
         .collect();
     let harness = Embedded::start(test_clock()).await;
     let store = harness.store();
-    let approvals = baton::approval::ApprovalStore::new(store.clone(), baton::approval::DEFAULT_APPROVAL_TTL);
-    let turns = baton::turn::Turns::new(baton::history::History::new(store, 10), approvals);
+    let turns = baton::turn::Turns::new(baton::history::History::new(store, 10));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}/mcp", listener.local_addr().unwrap());
     let (stop, stopped) = tokio::sync::oneshot::channel();

@@ -51,7 +51,7 @@ pub(crate) async fn run(
             if let Event::Completed { status: Status::Interrupted, interrupts, .. } = &*event {
                 waiting = interrupts.to_vec();
             }
-            if let Err(e) = out.event(&event) {
+            if let Err(e) = out.event(&logged, &event) {
                 eprintln!("error: cannot write output: {e}");
                 return std::process::ExitCode::FAILURE;
             }

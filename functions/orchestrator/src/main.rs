@@ -13,7 +13,6 @@ mod render;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use baton::approval::{ApprovalStore, DEFAULT_APPROVAL_TTL};
 use baton::orchestrator::Orchestrator;
 use baton::telemetry::TurnReporter;
 use baton::turn::Turns;
@@ -65,8 +64,12 @@ async fn run() -> ExitCode {
     };
     let config = &deployment.config;
     match command {
-        cli::Command::Chat(chat) => chat::run(&orchestrator, &turns(&function), &chat).await,
-        cli::Command::Mcp(mcp) => mcp::run(config, &backends, turns(&function), &mcp).await,
+        cli::Command::Chat(chat) => {
+            chat::run(&orchestrator, &Turns::new(function.history.clone()), &chat).await
+        }
+        cli::Command::Mcp(mcp) => {
+            mcp::run(config, &backends, Turns::new(function.history.clone()), &mcp).await
+        }
         cli::Command::Check(_) => unreachable!("checked above"),
         cli::Command::Serve(serve) => {
             let service = serve.endpoint_limits().and_then(|limits| {
@@ -133,11 +136,4 @@ async fn build(
     let support = deployment.describe_support().map(|line| line + "\n").unwrap_or_default();
     eprintln!("{}\n{support}{}", config.describe_models(), function.store);
     Ok(built)
-}
-
-/// The turns of `chat` and `mcp`: recorded into `function`'s history, approvals kept beside it,
-/// the default policies.
-fn turns(function: &Function) -> Turns {
-    let approvals = ApprovalStore::new(function.history.store().clone(), DEFAULT_APPROVAL_TTL);
-    Turns::new(function.history.clone(), approvals)
 }

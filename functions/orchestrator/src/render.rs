@@ -22,7 +22,6 @@ pub(crate) struct Renderer<W: Write> {
     raw: bool,
     /// The turn, for raw output's ids (`<turn_id>:<seq>`, as the endpoint sends them).
     turn: String,
-    seq: u64,
     speaker: Option<String>,
     at_line_start: bool,
     status: Option<Status>,
@@ -36,7 +35,6 @@ impl<W: Write> Renderer<W> {
             out,
             raw,
             turn: String::new(),
-            seq: 0,
             speaker: None,
             at_line_start: true,
             status: None,
@@ -44,7 +42,8 @@ impl<W: Write> Renderer<W> {
         }
     }
 
-    pub(crate) fn event(&mut self, event: &Event) -> std::io::Result<()> {
+    /// Prints `event`, the turn's event `logged` (in raw output, its SSE frame as numbered).
+    pub(crate) fn event(&mut self, logged: &LoggedEvent, event: &Event) -> std::io::Result<()> {
         if let Event::Completed { status, .. } = event {
             self.status = Some(*status);
         }
@@ -52,13 +51,9 @@ impl<W: Write> Renderer<W> {
             if let Event::Thinking { turn_id, .. } = event {
                 self.turn.clone_from(turn_id);
             }
-            if event.is_client_visible() {
-                self.seq += 1;
-                let logged = LoggedEvent::of(self.seq, event.clone());
-                let mut frame = bytes::BytesMut::new();
-                baton::http::encode_frame_into(&mut frame, &self.turn, &logged);
-                self.out.write_all(&frame)?;
-            }
+            let mut frame = bytes::BytesMut::new();
+            baton::http::encode_frame_into(&mut frame, &self.turn, logged);
+            self.out.write_all(&frame)?;
             return self.out.flush();
         }
         match event {
@@ -168,7 +163,7 @@ mod tests {
         let mut out = Vec::new();
         let mut renderer = Renderer::new(&mut out, false);
         let parent = || "concierge".to_owned();
-        for event in [
+        for (i, event) in [
             Event::MiniAgentDecomposed {
                 parent: parent(),
                 count: 2,
@@ -189,8 +184,11 @@ mod tests {
                     MiniOutcomeStatus { mini_id: "2".into(), status: MiniStatus::Timeout },
                 ],
             },
-        ] {
-            renderer.event(&event).unwrap();
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            renderer.event(&LoggedEvent::of(i as u64 + 1, event.clone()), &event).unwrap();
         }
         assert_eq!(
             String::from_utf8(out).unwrap(),

@@ -105,17 +105,9 @@ impl LambdaTool {
     /// exists and that this role may invoke it), for `orchestrator check --connect`. The error
     /// names the tool and the function.
     pub async fn reach(&self) -> Result<(), String> {
-        let dry_run =
-            self.client.invoke().function_name(&self.function).invocation_type(InvocationType::DryRun).send();
-        let failure = match tokio::time::timeout(self.timeout, dry_run).await {
-            Ok(Ok(_)) => return Ok(()),
-            Ok(Err(e)) => match e.as_service_error() {
-                Some(service) => service_words(service),
-                None => "the Lambda service could not be reached".to_owned(),
-            },
-            Err(_) => format!("no answer within {} ms", self.timeout.as_millis()),
-        };
-        Err(format!("Lambda tool `{}` (function {}): {failure}", self.name, self.function))
+        dry_run(&self.client, &self.function, self.timeout)
+            .await
+            .map_err(|failure| format!("Lambda tool `{}` (function {}): {failure}", self.name, self.function))
     }
 
     /// Whether a failed `Invoke` may be sent again: only when Lambda ran nothing.
@@ -248,6 +240,24 @@ pub fn client_of(shared: &aws_config::SdkConfig) -> aws_sdk_lambda::Client {
         .retry_config(aws_sdk_lambda::config::retry::RetryConfig::disabled())
         .build();
     aws_sdk_lambda::Client::from_conf(config)
+}
+
+/// Invokes `function` with `DryRun` within `timeout` (Lambda checks that it exists and that this
+/// role may invoke it; nothing runs): why not, in words, when it fails.
+pub(crate) async fn dry_run(
+    client: &aws_sdk_lambda::Client,
+    function: &str,
+    timeout: std::time::Duration,
+) -> Result<(), String> {
+    let dry_run = client.invoke().function_name(function).invocation_type(InvocationType::DryRun).send();
+    match tokio::time::timeout(timeout, dry_run).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) => Err(match e.as_service_error() {
+            Some(service) => service_words(service),
+            None => "the Lambda service could not be reached".to_owned(),
+        }),
+        Err(_) => Err(format!("no answer within {} ms", timeout.as_millis())),
+    }
 }
 
 /// Reaches every Lambda tool `config` declares ([`LambdaTool::reach`]): the first failure.

@@ -31,7 +31,8 @@ pub async fn reach_remote_agents(config: &Config, timeout: Duration) -> Result<(
                     lambda = Some(crate::lambda_tool::client_of(&shared));
                 }
                 let client = lambda.as_ref().expect("set above");
-                dry_run(client, function, timeout).await.err()
+                let reached = crate::lambda_tool::dry_run(client, function, timeout).await;
+                reached.err().map(|failure| format!("Lambda function {function}: {failure}"))
             }
             _ => None,
         };
@@ -65,19 +66,6 @@ async fn a2a_card(client: &reqwest::Client, remote: &RemoteSpec, url: &str) -> R
         401 | 403 if signed => Ok(()),
         401 | 403 => Err(format!("its card at {card} answered HTTP {status}: check its token (`token_env`)")),
         _ => Err(format!("its card at {card} answered HTTP {status}")),
-    }
-}
-
-/// A `DryRun` invoke of `function`.
-async fn dry_run(client: &aws_sdk_lambda::Client, function: &str, timeout: Duration) -> Result<(), String> {
-    use aws_sdk_lambda::types::InvocationType;
-    let call = client.invoke().function_name(function).invocation_type(InvocationType::DryRun).send();
-    match tokio::time::timeout(timeout, call).await {
-        Ok(Ok(_)) => Ok(()),
-        Ok(Err(e)) => {
-            Err(format!("Lambda function {function}: {}", aws_sdk_lambda::error::DisplayErrorContext(&e)))
-        }
-        Err(_) => Err(format!("Lambda function {function}: no answer within {} s", timeout.as_secs())),
     }
 }
 

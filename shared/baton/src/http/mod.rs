@@ -58,7 +58,7 @@ pub use turns::{LAST_EVENT_ID, LAST_EVENT_ID_QUERY, parse_last_event_id};
 use platform::Deadline;
 use request::{ChatBody, body_too_large, checked_id, require_json};
 
-use crate::approval::{ApprovalStore, DEFAULT_APPROVAL_TTL, ResumeError};
+use crate::approval::{ApprovalStore, ResumeError};
 use crate::auth::AuthMode;
 use crate::config::RequestLimits;
 use crate::history::History;
@@ -128,9 +128,8 @@ impl ChatService {
         limits: RequestLimits,
         heartbeat: Duration,
     ) -> ChatService {
-        let approvals = ApprovalStore::new(history.store().clone(), DEFAULT_APPROVAL_TTL);
         ChatService {
-            turns: Turns::new(history, approvals),
+            turns: Turns::new(history),
             orchestrator,
             limits,
             heartbeat,
@@ -145,8 +144,7 @@ impl ChatService {
 
     /// The same service with interrupts that wait `ttl` for their answer (docs/approvals.md).
     pub fn with_approval_ttl(mut self, ttl: Duration) -> ChatService {
-        let approvals = ApprovalStore::new(self.turns.history().store().clone(), ttl);
-        self.turns = self.turns.with_approvals(approvals);
+        self.turns = self.turns.with_approval_ttl(ttl);
         self
     }
 

@@ -6,7 +6,7 @@
 //!   built-in tool or an agent tool (`agent__<name>`), and the tool registry validates the
 //!   model's arguments against the server's own JSON Schema before the call. That name is the
 //!   tool's one name: in `tools:`, `needs_approval:`, errors and events.
-//! - As a **server**, [`crate::mcp_server`] (an edge, beside `http`) offers Baton's agents as MCP
+//! - As a **server**, `mcp_server` (an edge, beside `http`) offers Baton's agents as MCP
 //!   tools (stdio and streamable HTTP), so an IDE or another agent framework can call them.
 //!
 //! # Layout

@@ -18,7 +18,7 @@ use tokio::time::Instant;
 use super::{
     Admission, BusyGate, BusyRefusal, Cursor, DisconnectPolicy, LiveTurn, LiveTurns, OnBusy, TurnLogSettings,
 };
-use crate::approval::{ApprovalStore, Approver, Decision, ResumeError, TurnApprovals};
+use crate::approval::{ApprovalStore, Approver, DEFAULT_APPROVAL_TTL, Decision, ResumeError, TurnApprovals};
 use crate::history::History;
 use crate::orchestrator::{Orchestrator, StartedTurn, TurnOptions, TurnRequest};
 use crate::store::{EpisodeKey, LoggedEvent, StoreError};
@@ -117,12 +117,12 @@ pub enum TurnError {
 }
 
 impl Turns {
-    /// The turns recorded into `history`, with approvals kept there too, the log on and the
-    /// default policies.
-    pub fn new(history: History, approvals: ApprovalStore) -> Turns {
+    /// The turns recorded into `history`, with approvals kept in its store too (waiting
+    /// [`DEFAULT_APPROVAL_TTL`] for their answer), the log on and the default policies.
+    pub fn new(history: History) -> Turns {
         Turns {
+            approvals: ApprovalStore::new(history.store().clone(), DEFAULT_APPROVAL_TTL),
             history,
-            approvals,
             live: LiveTurns::new(),
             log: TurnLogSettings::default(),
             on_disconnect: DisconnectPolicy::default(),
@@ -151,9 +151,9 @@ impl Turns {
         self
     }
 
-    /// The same, with approvals kept in `approvals`.
-    pub fn with_approvals(mut self, approvals: ApprovalStore) -> Turns {
-        self.approvals = approvals;
+    /// The same, with interrupts that wait `ttl` for their answer (docs/approvals.md).
+    pub fn with_approval_ttl(mut self, ttl: Duration) -> Turns {
+        self.approvals = ApprovalStore::new(self.history.store().clone(), ttl);
         self
     }
 
