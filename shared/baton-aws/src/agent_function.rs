@@ -1,5 +1,5 @@
 //! A remote agent's Lambda function: a `lambda_http` streaming handler that reads one
-//! [`baton::remote::RemoteRequest`] and answers with the agent's events as NDJSON.
+//! `baton::remote::RemoteRequest` and answers with the agent's events as NDJSON.
 //!
 //! The same handler serves a direct `InvokeWithResponseStream` (the request wrapped in a Function
 //! URL event by [`crate::lambda_transport`]) and, locally, the function's URL under

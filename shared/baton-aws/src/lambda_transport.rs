@@ -2,7 +2,7 @@
 //!
 //! The callee is a `lambda_http` streaming function (the same kind as the orchestrator, so it also
 //! serves its Function URL locally under `cargo lambda watch`). It is invoked directly with the
-//! [`baton::remote::RemoteRequest`] wrapped in a Function URL event, and answers with an HTTP
+//! `baton::remote::RemoteRequest` wrapped in a Function URL event, and answers with an HTTP
 //! response: a JSON prelude (status and headers) ended by 8 NUL bytes, then the NDJSON body.
 //! This transport strips the prelude, refuses non-2xx statuses, and maps a failed invocation
 //! (`InvokeComplete.error_code`) to [`TransportError::Remote`] (its details as a redacted,

@@ -4,7 +4,7 @@
 //!   IAM auth); the Lambda glue reads the principal from the request context.
 //! - [`AuthMode::Jwt`]: a browser client sends `Authorization: Bearer <JWT>`, verified here
 //!   (signature; `exp` and `sub` required; `nbf` and `iat` not in the future; `iss` and `aud`
-//!   required and matched when configured; [`JWT_LEEWAY_SECS`] of clock skew); the user is its
+//!   required and matched when configured; `JWT_LEEWAY_SECS` of clock skew); the user is its
 //!   `sub`.
 //! - [`AuthMode::LocalHeader`]: local development only: the user is the `x-baton-user` header,
 //!   unauthenticated.
@@ -13,7 +13,7 @@ use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use serde::Deserialize;
 
 /// Clock skew tolerated between the token issuer and this server on `exp`, `nbf` and `iat`.
-pub const JWT_LEEWAY_SECS: u64 = 60;
+pub(crate) const JWT_LEEWAY_SECS: u64 = 60;
 
 /// How callers are identified.
 pub enum AuthMode {

@@ -1,5 +1,5 @@
 //! Bounded waits for a stream's items, with one timer for the whole stream: each wait bounded
-//! ([`IdleTimer`]), or all of them by one instant ([`Deadline`]).
+//! ([`IdleTimer`]), or all of them by one instant (`Deadline`).
 //!
 //! `tokio::time::timeout(limit, stream.next())` in a loop makes a timer per item: each wait
 //! that finds no item ready registers its timer with the runtime's timer wheel, and the item's
@@ -9,7 +9,7 @@
 //! (items came in between), about once per `limit` instead of once per item
 //! (docs/benchmarks-log.md, "Less work per event, each cut too small to see on its own"). What
 //! a caller sees is the same as with `timeout` per item.
-//! [`Deadline`] is `timeout_at` per item the same way: one timer, set once.
+//! `Deadline` is `timeout_at` per item the same way: one timer, set once.
 
 use std::pin::Pin;
 use std::task::Poll;
@@ -24,7 +24,7 @@ const FAR_FUTURE: Duration = Duration::from_secs(86_400 * 365 * 30);
 /// `start + limit`, or 30 years from `start` (Tokio's own "far future") when the sum does not fit
 /// in an `Instant`: a limit that large waits without end, as `tokio::time::timeout` does, where
 /// `start + limit` would panic. Every deadline computed from a configured limit goes through it.
-pub fn after(start: Instant, limit: Duration) -> Instant {
+pub(crate) fn after(start: Instant, limit: Duration) -> Instant {
     start.checked_add(limit).unwrap_or_else(|| start + FAR_FUTURE)
 }
 
@@ -80,25 +80,25 @@ impl IdleTimer {
 
 /// Waits for a stream's items until one instant.
 #[derive(Debug)]
-pub struct Deadline {
+pub(crate) struct Deadline {
     timer: Pin<Box<Sleep>>,
 }
 
 impl Deadline {
     /// Waits that end at `deadline`. Call it from within a Tokio runtime.
-    pub fn at(deadline: Instant) -> Deadline {
+    pub(crate) fn at(deadline: Instant) -> Deadline {
         Deadline { timer: Box::pin(tokio::time::sleep_until(deadline)) }
     }
 
     /// Waits that end `limit` after `start` ([`after`]: a limit too large for an `Instant`
     /// waits without end). Call it from within a Tokio runtime.
-    pub fn after(start: Instant, limit: Duration) -> Deadline {
+    pub(crate) fn after(start: Instant, limit: Duration) -> Deadline {
         Deadline::at(after(start, limit))
     }
 
     /// The next item of `stream` (`None` at its end), or [`Elapsed`] once the deadline has
     /// passed with no item ready.
-    pub async fn next<S: Stream + Unpin + ?Sized>(
+    pub(crate) async fn next<S: Stream + Unpin + ?Sized>(
         &mut self,
         stream: &mut S,
     ) -> Result<Option<S::Item>, Elapsed> {

@@ -1,4 +1,4 @@
-//! Polling a stream again only once it has woken: [`Gated`].
+//! Polling a stream again only once it has woken: `Gated`.
 //!
 //! A turn is one task: every stream of it (the model streams, the agents above them, the merge
 //! of the sub-agents, the SSE body) is polled from the connection's task, and a wake-up of any
@@ -10,7 +10,7 @@
 //! costs about 70 µs of user time whatever is polled; docs/benchmarks-log.md, "CPU per mixed
 //! turn, measured, and a wake-up of one stream no longer polls the others".)
 //!
-//! [`Gated`] gives the stream it wraps a waker of its own, which notes the wake-up before passing
+//! `Gated` gives the stream it wraps a waker of its own, which notes the wake-up before passing
 //! it on. It polls the stream only when that waker has fired since the stream last said
 //! `Pending`, or when the stream's last answer was an item (more may be ready). `FuturesUnordered`
 //! does the same for its futures; a gate does it for one stream, so the merge and the SSE body
@@ -49,7 +49,7 @@ impl Wake for Flag {
 
 /// A stream polled only when it has woken since it last said `Pending` (see the module docs).
 #[derive(Debug)]
-pub struct Gated<S> {
+pub(crate) struct Gated<S> {
     inner: S,
     flag: Arc<Flag>,
     waker: Waker,
@@ -57,7 +57,7 @@ pub struct Gated<S> {
 
 impl<S> Gated<S> {
     /// Wraps `inner`; the first poll goes down to it.
-    pub fn new(inner: S) -> Gated<S> {
+    pub(crate) fn new(inner: S) -> Gated<S> {
         let flag = Arc::new(Flag { woken: AtomicBool::new(true), parent: AtomicWaker::new() });
         Gated { inner, waker: Waker::from(flag.clone()), flag }
     }

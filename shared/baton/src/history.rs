@@ -182,7 +182,7 @@ struct Segment {
 
 /// Turns a turn's events into the assistant messages to store.
 #[derive(Default)]
-pub struct ReplyRecorder {
+pub(crate) struct ReplyRecorder {
     segments: Vec<Segment>,
     usage: UsageRollup,
     finished: Vec<(String, Status)>,
@@ -193,7 +193,7 @@ pub struct ReplyRecorder {
 
 impl ReplyRecorder {
     /// Takes one event into account.
-    pub fn observe(&mut self, event: &Event) {
+    pub(crate) fn observe(&mut self, event: &Event) {
         match event {
             Event::Text { agent, text } => match self.segments.last_mut() {
                 Some(last) if !last.closed && last.agent == *agent => last.content.push_str(text),
@@ -256,7 +256,7 @@ impl ReplyRecorder {
     /// spent it; usage of an agent with no text (an orchestrator that only called tools, an agent
     /// tool whose text the client does not see) goes with the last message. A turn with no
     /// text at all is still one (empty) message, so its status and usage are kept.
-    pub fn messages(&self, turn_id: &str, hung_up: bool, now_ms: u64) -> Vec<StoredMessage> {
+    pub(crate) fn messages(&self, turn_id: &str, hung_up: bool, now_ms: u64) -> Vec<StoredMessage> {
         let unfinished = match self.completed {
             _ if hung_up => Status::Partial,
             Some(Status::Cancelled) => Status::Cancelled,

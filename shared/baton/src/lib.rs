@@ -38,7 +38,7 @@
 //!   resume and stop from any instance (room: `start`; `busy`, `on_busy`'s gate; `live`, the
 //!   turns this process runs; `writer`, the log writer; `record`, the producer; `resume`,
 //!   replay and follow).
-//! - [`web`]: the browser chat page (`web/`), embedded and served at `GET /`.
+//! - `web`: the browser chat page (`web/`), embedded and served at `GET /`.
 //! - [`auth`]: who is calling: IAM principal, verified JWT, or the local header.
 //! - [`wiring`]: the composition root: builds models, agents, tools, the routing policy and
 //!   remote agents from a [`config::Config`], once, at start, with a deployment's
@@ -61,12 +61,12 @@
 //!   remote A2A agent as an agent (room: `types`, `card`, `task`, `client`).
 //! - [`mcp`]: Model Context Protocol: MCP servers' tools for agents.
 //! - [`mini`]: mini-agents: an agent's opt-in fan-out of a multi-part request into parallel
-//!   focused tool loops (decomposer, minis, aggregator), a [`agent::ForkPolicy`].
+//!   focused tool loops (decomposer, minis, aggregator), a `agent::ForkPolicy`.
 //! - [`rating`]: a user's thumbs up or down on a stored answer, sent to where the answer came from.
 //! - [`agent`]: the [`agent::Agent`] trait (room: `llm`, the tool loop [`agent::LlmAgent`] with
-//!   its [`agent::StepPolicy`] and [`agent::ForkPolicy`] hooks; `step`, a step's decision and
-//!   [`agent::model_events`], the one adapter from a model's deltas to events; `batch`, a step's
-//!   calls at once; `instance`, [`agent::start_child`], the one place a child instance starts;
+//!   its `agent::StepPolicy` and `agent::ForkPolicy` hooks; `step`, a step's decision and
+//!   `agent::model_events`, the one adapter from a model's deltas to events; `batch`, a step's
+//!   calls at once; `instance`, `agent::start_child`, the one place a child instance starts;
 //!   `chains`, response ids per agent).
 //! - [`tool`]: the [`tool::Tool`] trait (`call`, and `start` for tools whose events stream)
 //!   (room: `registry`, the tools of one agent and a call's checks; `schema`, JSON Schema).
@@ -96,14 +96,22 @@
 //!   (room: `cleartext`; `sign`, a request signed before it is sent: [`outbound::RequestSigner`]).
 //! - [`redact`]: vendor text made safe for a log line: an excerpt with secrets and tokens masked.
 //! - [`bounded`]: bounded waits for a stream's items (idle, or a deadline), one timer per stream;
-//!   [`bounded::after`] (and [`bounded::Deadline::after`]), the one way a deadline is computed
+//!   `bounded::after` (and `bounded::Deadline::after`), the one way a deadline is computed
 //!   from a limit.
 //! - [`gate`]: a stream polled again only once it has woken, so a wake-up of one part of a turn
 //!   costs no poll of the rest.
 //!
+//! # Public API
+//! A deployment's own crate needs only the root's re-exports ([`Tool`], [`Backends`],
+//! [`Config`], [`Turns`], …; the example above uses nothing else). Beyond them an item is `pub`
+//! only if another crate of the workspace names it (the AWS adapters, the reference deployment,
+//! the evaluation and the integration tests); everything else is `pub(crate)`, and
+//! `unreachable_pub` (a workspace lint, warnings are errors in CI) keeps it so: an item no other
+//! crate can reach may not say `pub`.
+//!
 //! # Errors
 //! Errors a caller branches on are hand-written enums ([`model::ModelError`],
-//! [`http::ApiError`], [`config::ConfigError`], [`store::StoreError`]). Inside a turn, nothing is an `Err`: failures are
+//! `http::ApiError`, [`config::ConfigError`], [`store::StoreError`]). Inside a turn, nothing is an `Err`: failures are
 //! in-band `error` events and the turn still ends with `completed`.
 
 // What a deployment's own crate uses, at the root (`examples/own-tool` uses nothing else).
@@ -150,5 +158,5 @@ pub mod telemetry;
 pub mod text;
 pub mod tool;
 pub mod turn;
-pub mod web;
+pub(crate) mod web;
 pub mod wiring;

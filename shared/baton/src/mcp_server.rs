@@ -30,10 +30,10 @@ use crate::orchestrator::{Orchestrator, TurnRequest};
 use crate::turn::{DisconnectPolicy, OnApproval, TurnStart, Turns};
 
 /// The user whose episodes MCP calls are.
-pub const MCP_USER: &str = "mcp";
+pub(crate) const MCP_USER: &str = "mcp";
 
 /// Longest an MCP call's turn runs: then it ends with what was produced.
-pub const MCP_CALL_DEADLINE: std::time::Duration = std::time::Duration::from_secs(120);
+pub(crate) const MCP_CALL_DEADLINE: std::time::Duration = std::time::Duration::from_secs(120);
 
 /// One agent offered as an MCP tool: the turns of the agent and what the tool says it does.
 #[derive(Clone)]
@@ -198,7 +198,7 @@ impl Answer {
 }
 
 /// How long the person behind an MCP client has to answer an approval.
-pub const ELICITATION_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(300);
+pub(crate) const ELICITATION_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(300);
 
 /// A call's approvals: asked through elicitation when the client declared it can answer one
 /// (in form mode), else refused with an `approval_required` error result (docs/approvals.md).

@@ -1,7 +1,7 @@
 //! Mini-agents: an agent's opt-in fan-out of a multi-part request into parallel focused tool
 //! loops (docs/mini-agents.md).
 //!
-//! An agent with `mini_agent` enabled carries [`MiniAgents`], a [`ForkPolicy`] its tool loop
+//! An agent with `mini_agent` enabled carries `MiniAgents`, a `ForkPolicy` its tool loop
 //! asks before it starts:
 //!
 //! 1. **Decompose.** One structured-output call (a JSON Schema response format; the answer is
@@ -13,7 +13,7 @@
 //!    sub-task that names no tool or a tool the parent lacks is a decomposition error: no mini
 //!    runs and the run ends with an error answer.
 //! 3. **Minis.** Each sub-task runs as a child instance of the parent's own agent, narrowed to
-//!    its tools ([`LlmAgent::focused`]), started by [`start_child`] like every child, all at
+//!    its tools ([`LlmAgent::focused`]), started by `start_child` like every child, all at
 //!    once, each with its own tool loop and bounded by the timeout (which runs from its
 //!    dispatch, its wait for a place among the turn's running instances included). A mini's
 //!    text never reaches the client; its usage does (a mini is an instance of its parent's
@@ -44,17 +44,17 @@ use crate::model::{ChatModel, ChatRequest, Message, ResponseFormat, ToolChoice};
 use crate::tool::{JsonSchema, ToolContext};
 
 /// Sub-tasks one fork may run unless configured otherwise.
-pub const DEFAULT_MAX_MINIS: usize = 3;
+pub(crate) const DEFAULT_MAX_MINIS: usize = 3;
 
 /// The hard cap on `max_minis`: a turn's running child instances
 /// ([`crate::tool::MAX_CONCURRENT_INSTANCES`]).
-pub const MAX_MINIS: usize = crate::tool::MAX_CONCURRENT_INSTANCES;
+pub(crate) const MAX_MINIS: usize = crate::tool::MAX_CONCURRENT_INSTANCES;
 
 /// How long one mini may run unless configured otherwise.
-pub const DEFAULT_MINI_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const DEFAULT_MINI_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The name of the decomposer's response format.
-pub const DECOMPOSITION_FORMAT: &str = "mini_agent_decomposition";
+pub(crate) const DECOMPOSITION_FORMAT: &str = "mini_agent_decomposition";
 
 /// What a mini's start is reported as (in an `agent_depth_exceeded` error).
 const MINI_TOOL: &str = "mini_agent";
@@ -75,7 +75,7 @@ pub enum AllowlistMode {
 /// How an agent's minis run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MiniAgentSettings {
-    /// Most sub-tasks one fork may run (at most [`MAX_MINIS`]).
+    /// Most sub-tasks one fork may run (at most `MAX_MINIS`).
     pub max_minis: usize,
     /// Longest one mini may run, from its dispatch.
     pub timeout: Duration,
@@ -98,7 +98,7 @@ impl Default for MiniAgentSettings {
 }
 
 /// The mini-agents of one agent: its fan-out policy (see the module docs).
-pub struct MiniAgents {
+pub(crate) struct MiniAgents {
     settings: MiniAgentSettings,
     decomposer: Option<Arc<dyn ChatModel>>,
     aggregator: Option<Arc<dyn ChatModel>>,
@@ -108,7 +108,7 @@ pub struct MiniAgents {
 impl MiniAgents {
     /// Mini-agents with `settings` (`max_minis` capped at [`MAX_MINIS`]); the decomposer and the
     /// aggregator use these models, or the parent's model when `None`.
-    pub fn new(
+    pub(crate) fn new(
         settings: MiniAgentSettings,
         decomposer: Option<Arc<dyn ChatModel>>,
         aggregator: Option<Arc<dyn ChatModel>>,

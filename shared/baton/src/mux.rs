@@ -89,7 +89,7 @@ struct Flush {
 }
 
 /// Merges sub-agent event streams, giving one source at a time the live slot. A source may end
-/// with a result ([`Item::Done`]): the merge keeps it for [`LiveSlotMux::into_results`].
+/// with a result ([`Item::Done`]): the merge keeps it for `LiveSlotMux::into_results`.
 pub struct LiveSlotMux<T = ()> {
     sources: Vec<Source<T>>,
     results: Vec<Option<T>>,
@@ -124,7 +124,7 @@ impl<T> LiveSlotMux<T> {
 
     /// What each source ended with, in source order (`None` for one that ended without a
     /// result): complete once the merge has ended.
-    pub fn into_results(self) -> Vec<Option<T>> {
+    pub(crate) fn into_results(self) -> Vec<Option<T>> {
         self.results
     }
 

@@ -13,7 +13,7 @@
 //! own figures, and the roll-up is added beside them (docs/architecture.md, "The event
 //! protocol").
 //!
-//! Cost: every `usage` event is priced here ([`crate::telemetry::cost::Pricer`]) before it is
+//! Cost: every `usage` event is priced here (`crate::telemetry::cost::Pricer`) before it is
 //! rolled up, so `agent_total`, `completed` and the stored history carry the same exact
 //! `cost_usd`. A [`TurnReporter`] (the CloudWatch EMF line in Lambda) gets the turn's figures
 //! once `completed` is built.
@@ -45,7 +45,7 @@ use crate::tool::Instances;
 
 /// The `agent` of the events the turn itself emits (the deadline, a failed save), and the
 /// name of the reference entry agent.
-pub const ORCHESTRATOR: &str = "orchestrator";
+pub(crate) const ORCHESTRATOR: &str = "orchestrator";
 
 /// One user message to answer.
 #[derive(Debug, Clone)]

@@ -61,7 +61,7 @@ impl RatingSinks {
 /// What a rating request asks: `{"turn_id"?: str, "rating": "up" | "down"}`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RatingRequest {
+pub(crate) struct RatingRequest {
     /// The rated turn; the latest rateable answer of the episode when absent.
     pub turn_id: Option<String>,
     /// The rating.
@@ -70,7 +70,7 @@ pub struct RatingRequest {
 
 /// The answer a rating was sent for.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct Rated {
+pub(crate) struct Rated {
     /// Always `sent`.
     pub status: &'static str,
     /// Its turn.
@@ -82,7 +82,7 @@ pub struct Rated {
 /// Why a rating was not sent. The HTTP edge answers 404 `no_rateable_answer`, 502
 /// `rating_not_sent`, or the store's error.
 #[derive(Debug, thiserror::Error)]
-pub enum RatingError {
+pub(crate) enum RatingError {
     /// The turn (or the episode) has no answer that can be rated.
     #[error("{0} has no answer that can be rated")]
     NoRateableAnswer(String),
@@ -95,7 +95,7 @@ pub enum RatingError {
 }
 
 /// Sends `request`'s rating of an answer of `key`'s episode to its agent's sink.
-pub async fn rate(
+pub(crate) async fn rate(
     store: &dyn Conversations,
     sinks: &RatingSinks,
     key: &EpisodeKey,

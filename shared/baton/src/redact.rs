@@ -3,22 +3,22 @@
 //! A vendor's error body is not Baton's to repeat: a model server or vendor API answering 401
 //! may echo the `Authorization` header it was sent. Client-facing errors therefore carry a code
 //! and Baton's own message, never a vendor's words; logs keep an [`excerpt`] of what the vendor
-//! said: at most [`EXCERPT_CHARS`] characters, on one line, with these masked as [`MASK`]:
+//! said: at most `EXCERPT_CHARS` characters, on one line, with these masked as `MASK`:
 //! - the configured secrets the caller names (API keys, tokens), wherever they appear;
 //! - the token after `Bearer` / `Basic` and the value after a key-like word (`api_key`,
 //!   `token`, `password`, `secret`, `authorization`, …);
 //! - OpenAI-style keys (`sk-…`) and JWTs (`eyJ….….…`).
 //!
-//! Scanning is linear in the text, and only the first [`SCAN_CHARS`] characters are scanned, so
+//! Scanning is linear in the text, and only the first `SCAN_CHARS` characters are scanned, so
 //! a huge body costs no more than a small one.
 
 /// What a masked secret is replaced with.
-pub const MASK: &str = "[REDACTED]";
+pub(crate) const MASK: &str = "[REDACTED]";
 /// The longest excerpt, in characters (an ellipsis marks a cut).
-pub const EXCERPT_CHARS: usize = 300;
+pub(crate) const EXCERPT_CHARS: usize = 300;
 /// How much of a text is read before the excerpt is cut. Larger than the excerpt, so a secret
 /// that begins inside the excerpt is masked whole.
-pub const SCAN_CHARS: usize = 4096;
+pub(crate) const SCAN_CHARS: usize = 4096;
 /// Configured secrets shorter than this are not searched for (they would mask ordinary words).
 const MIN_SECRET_LEN: usize = 6;
 
@@ -41,7 +41,7 @@ const KEY_WORDS: &[&str] = &[
 const SCHEMES: &[&str] = &["bearer", "basic"];
 
 /// `text` with every secret masked (see the module doc), whole: no cut, no line folding.
-pub fn redact(text: &str, secrets: &[&str]) -> String {
+pub(crate) fn redact(text: &str, secrets: &[&str]) -> String {
     let mut masked = text.to_owned();
     for secret in secrets.iter().map(|s| s.trim()).filter(|s| s.len() >= MIN_SECRET_LEN) {
         if masked.contains(secret) {
@@ -52,7 +52,7 @@ pub fn redact(text: &str, secrets: &[&str]) -> String {
 }
 
 /// A log-safe excerpt of `text`: redacted, control characters folded to spaces, trimmed, and
-/// cut to [`EXCERPT_CHARS`] characters; `(empty)` for blank text.
+/// cut to `EXCERPT_CHARS` characters; `(empty)` for blank text.
 pub fn excerpt(text: &str, secrets: &[&str]) -> String {
     let scanned = match text.char_indices().nth(SCAN_CHARS) {
         Some((cut, _)) => &text[..cut],

@@ -1,7 +1,7 @@
 //! Agents in another process (a separately deployed Lambda function for a heavy path).
 //!
-//! The caller sends one JSON [`RemoteRequest`]; the callee answers with the agent's events as
-//! NDJSON, the same objects as the client-facing protocol. [`RemoteAgent`] is an [`Agent`] over
+//! The caller sends one JSON `RemoteRequest`; the callee answers with the agent's events as
+//! NDJSON, the same objects as the client-facing protocol. `RemoteAgent` is an [`Agent`] over
 //! any [`AgentTransport`], so the orchestrator cannot tell it from an in-process agent:
 //! - [`HttpTransport`] POSTs to the callee's HTTP endpoint (locally, its Function URL path under
 //!   `cargo lambda watch`);
@@ -24,7 +24,7 @@
 //!
 //! Failures of the callee or the transport become an `error` event and a short apology, never a
 //! hang: each chunk must arrive within the idle timeout, and an event line past
-//! [`MAX_EVENT_BYTES`] is an error, never unbounded memory. What a failing callee said reaches
+//! `MAX_EVENT_BYTES` is an error, never unbounded memory. What a failing callee said reaches
 //! the event only as a redacted, bounded excerpt ([`crate::redact`]).
 
 use std::pin::Pin;
@@ -39,11 +39,11 @@ use crate::agent::{Agent, AgentRequest};
 use crate::event::{Event, EventStream, LineSplitter, decode_ndjson, encode_ndjson};
 
 /// The longest event line a remote agent may send.
-pub const MAX_EVENT_BYTES: usize = 1024 * 1024;
+pub(crate) const MAX_EVENT_BYTES: usize = 1024 * 1024;
 
 /// The payload a remote agent receives.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct RemoteRequest {
+pub(crate) struct RemoteRequest {
     /// The agent's name (a callee may host several).
     pub agent: String,
     /// The instance name its events must carry.
@@ -81,7 +81,7 @@ pub type ByteStream = Pin<Box<dyn Stream<Item = Result<Bytes, TransportError>> +
 /// How a remote agent is reached.
 #[async_trait::async_trait]
 pub trait AgentTransport: Send + Sync {
-    /// Sends `payload` (a JSON [`RemoteRequest`]) and returns the answer's bytes.
+    /// Sends `payload` (a JSON `RemoteRequest`) and returns the answer's bytes.
     async fn invoke(&self, payload: Bytes) -> Result<ByteStream, TransportError>;
 }
 
@@ -121,7 +121,7 @@ impl AgentTransport for HttpTransport {
 }
 
 /// An agent that runs elsewhere.
-pub struct RemoteAgent {
+pub(crate) struct RemoteAgent {
     name: String,
     transport: Arc<dyn AgentTransport>,
     idle_timeout: Duration,
@@ -129,7 +129,7 @@ pub struct RemoteAgent {
 
 impl RemoteAgent {
     /// A remote agent named `name`; each chunk of its answer must come within `idle_timeout`.
-    pub fn new(
+    pub(crate) fn new(
         name: impl Into<String>,
         transport: Arc<dyn AgentTransport>,
         idle_timeout: Duration,
@@ -220,7 +220,7 @@ pub struct BadRemoteRequest {
     pub message: String,
 }
 
-/// The serving side: decodes a [`RemoteRequest`], runs `agent` in an `invoke_agent` span whose
+/// The serving side: decodes a `RemoteRequest`, runs `agent` in an `invoke_agent` span whose
 /// parent is the request's `traceparent` (else `invocation_trace`, the invocation's own trace
 /// such as Lambda's X-Ray header as a `traceparent`), and returns its events as NDJSON.
 pub fn serve_ndjson(

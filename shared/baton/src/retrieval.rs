@@ -103,7 +103,8 @@ impl SearchIndex {
     }
 
     /// Whether the first search has built the index yet.
-    pub fn is_built(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_built(&self) -> bool {
         self.built.get().is_some()
     }
 

@@ -24,7 +24,9 @@ use rust_stemmers::{Algorithm, Stemmer};
 use unicode_normalization::UnicodeNormalization;
 use unicode_normalization::char::is_combining_mark;
 
-pub use smalltalk::{Lexicon, Smalltalk, SmalltalkLists, classify_smalltalk};
+pub use smalltalk::Lexicon;
+pub use smalltalk::SmalltalkLists;
+pub(crate) use smalltalk::{Smalltalk, classify_smalltalk};
 
 fn is_clause_break(c: char) -> bool {
     matches!(c, '.' | ',' | '!' | '?' | ';' | ':' | '\n' | '¿' | '¡' | '…')
@@ -64,11 +66,6 @@ static STOPWORDS: LazyLock<HashSet<String>> = LazyLock::new(|| {
 
 static STEMMER: LazyLock<Stemmer> = LazyLock::new(|| Stemmer::create(Algorithm::English));
 
-/// Whether `word` (lowercase) carries no topic.
-pub fn is_stopword(word: &str) -> bool {
-    STOPWORDS.contains(&fold(word))
-}
-
 /// The topic words of `text`: stopwords removed, each word reduced to its stem.
 pub fn content_words(text: &str) -> Vec<String> {
     words(text)
@@ -88,14 +85,8 @@ pub fn overlaps(a: &str, b: &str) -> bool {
 }
 
 /// How many of `a`'s topic words `b` has too.
-pub fn shared_words(a: &str, b: &str) -> usize {
+pub(crate) fn shared_words(a: &str, b: &str) -> usize {
     TopicWords::of(a).shared_with(&TopicWords::of(b))
-}
-
-/// Whether `part` has topic words and every one of them is `message`'s (allowing inflection):
-/// whether `part` says what the user said rather than a paraphrase of it.
-pub fn is_users_words(part: &str, message: &str) -> bool {
-    TopicWords::of(part).all_in(&TopicWords::of(message))
 }
 
 /// A text's topic words ([`content_words`]), computed once to compare with several others: the
@@ -133,7 +124,7 @@ const CONJUNCTIONS: &[&str] =
 /// The clauses of `text`, in order: the message cut at sentence punctuation, commas, semicolons
 /// and colons, and at conjunctions ("and", "also", "y", "et", "und"…), each trimmed; a clause is
 /// a slice of `text`, so it keeps the user's exact words.
-pub fn clauses(text: &str) -> Vec<&str> {
+pub(crate) fn clauses(text: &str) -> Vec<&str> {
     let mut cuts: Vec<(usize, usize)> = Vec::new();
     let mut word_start: Option<usize> = None;
     for (i, c) in text.char_indices().chain([(text.len(), ' ')]) {
@@ -204,6 +195,11 @@ mod tests {
         assert_eq!(picked_option(labels, "store"), None, "part of a label is no pick");
         assert_eq!(picked_option(labels, ""), None);
         assert_eq!(picked_option([], "1"), None);
+    }
+
+    /// Whether `part` has topic words and every one of them is `message`'s (allowing inflection).
+    fn is_users_words(part: &str, message: &str) -> bool {
+        TopicWords::of(part).all_in(&TopicWords::of(message))
     }
 
     #[test]

@@ -13,7 +13,7 @@ use axum::routing::get;
 
 /// One embedded file of the page.
 #[derive(Debug, Clone, Copy)]
-pub struct Asset {
+pub(crate) struct Asset {
     /// The path it is served at.
     pub path: &'static str,
     /// Its `content-type`.
@@ -36,7 +36,7 @@ macro_rules! asset {
 const JS: &str = "text/javascript; charset=utf-8";
 
 /// The page's files. `index.html` is also served at `/`.
-pub const ASSETS: &[Asset] = &[
+pub(crate) const ASSETS: &[Asset] = &[
     asset!("index.html", "text/html; charset=utf-8"),
     asset!("style.css", "text/css; charset=utf-8"),
     asset!("chat.js", JS),
@@ -67,7 +67,7 @@ impl IntoResponse for Asset {
 }
 
 /// `GET /` (the page) and `GET` of each of its files, for any router state.
-pub fn routes<S: Clone + Send + Sync + 'static>() -> Router<S> {
+pub(crate) fn routes<S: Clone + Send + Sync + 'static>() -> Router<S> {
     let mut router = Router::new().route("/", get(|| async { ASSETS[0] }));
     for asset in ASSETS {
         router = router.route(asset.path, get(move || async move { *asset }));

@@ -55,7 +55,7 @@ pub enum Security {
 }
 
 /// The card of `source` whose JSON-RPC endpoint is `rpc_url`.
-pub fn card(source: &CardSource, rpc_url: &str, security: Security) -> AgentCard {
+pub(crate) fn card(source: &CardSource, rpc_url: &str, security: Security) -> AgentCard {
     let (schemes, requirements) = match security {
         Security::None => (Map::new(), Vec::new()),
         Security::BearerJwt => {

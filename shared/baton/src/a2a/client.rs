@@ -80,7 +80,7 @@ type CachedCard = Arc<Mutex<Option<(Instant, Arc<AgentCard>)>>>;
 type Contexts = Arc<Mutex<std::collections::HashMap<(String, String), String>>>;
 
 /// The most conversations whose remote `contextId` is kept; past it the map starts again.
-pub const MAX_CONTEXTS: usize = 10_000;
+pub(crate) const MAX_CONTEXTS: usize = 10_000;
 
 /// An agent reached over A2A.
 #[derive(Clone)]
@@ -594,7 +594,7 @@ impl Chunks {
 }
 
 /// Longest the `CancelTask` of a dropped call may take.
-pub const CANCEL_TIMEOUT: Duration = Duration::from_secs(2);
+pub(crate) const CANCEL_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Sends `CancelTask` for the remote `task` when dropped with one (a call given up before its
 /// task ended): best effort, in the background, within [`CANCEL_TIMEOUT`].

@@ -15,18 +15,18 @@
 //!
 //! # Layout
 //! - [`types`]: the protocol's objects in their JSON form, and the JSON-RPC envelope;
-//! - [`card`]: the agent card Baton serves;
-//! - [`task`]: a turn's events as an A2A task ([`TaskView`]): the mapping of events and ids;
-//! - [`client`]: a remote A2A agent as an [`crate::agent::Agent`];
-//! - [`auth`]: how its calls are authenticated (a bearer token, or a [`RequestSigner`]).
+//! - `card`: the agent card Baton serves;
+//! - [`task`]: a turn's events as an A2A task (`TaskView`): the mapping of events and ids;
+//! - `client`: a remote A2A agent as an [`crate::agent::Agent`];
+//! - `auth`: how its calls are authenticated (a bearer token, or a [`RequestSigner`]).
 
-pub mod auth;
-pub mod card;
-pub mod client;
+pub(crate) mod auth;
+pub(crate) mod card;
+pub(crate) mod client;
 pub mod task;
 pub mod types;
 
 pub use auth::{BearerToken, RemoteAuth, RequestSigner, SigningScope};
 pub use card::{CardSource, RPC_PATH, Security, agent_path};
 pub use client::{A2aAgent, A2aLimits};
-pub use task::TaskView;
+pub(crate) use task::TaskView;

@@ -1,4 +1,4 @@
-//! A Baton turn seen as an A2A task: [`TaskView`] follows a turn's events (live, or read back
+//! A Baton turn seen as an A2A task: `TaskView` follows a turn's events (live, or read back
 //! from the turn log) and says what an A2A client sees of each, and what the task is so far.
 //!
 //! | Baton | A2A |
@@ -20,18 +20,18 @@ use super::types::{
 use crate::event::{Event, Status};
 
 /// The task id of `turn_id` in `episode_id`.
-pub fn task_id(episode_id: &str, turn_id: &str) -> String {
+pub(crate) fn task_id(episode_id: &str, turn_id: &str) -> String {
     format!("{episode_id}/{turn_id}")
 }
 
 /// The episode and turn a task id names, or `None` when it is not one of ours.
-pub fn parse_task_id(id: &str) -> Option<(&str, &str)> {
+pub(crate) fn parse_task_id(id: &str) -> Option<(&str, &str)> {
     id.split_once('/').filter(|(e, t)| !e.is_empty() && !t.is_empty() && !t.contains('/'))
 }
 
 /// A turn as a task, built from its events in order.
 #[derive(Debug, Clone)]
-pub struct TaskView {
+pub(crate) struct TaskView {
     task_id: String,
     context_id: String,
     state: TaskState,
@@ -49,7 +49,7 @@ fn baton_meta(value: Value) -> Option<Map<String, Value>> {
 
 impl TaskView {
     /// The task of `turn_id` in `episode_id`, before any event.
-    pub fn new(episode_id: &str, turn_id: &str) -> TaskView {
+    pub(crate) fn new(episode_id: &str, turn_id: &str) -> TaskView {
         TaskView {
             task_id: task_id(episode_id, turn_id),
             context_id: episode_id.to_owned(),
@@ -62,17 +62,17 @@ impl TaskView {
     }
 
     /// Whether the turn has ended (its `completed` was seen).
-    pub fn ended(&self) -> bool {
+    pub(crate) fn ended(&self) -> bool {
         self.end.is_some()
     }
 
     /// The state so far.
-    pub fn state(&self) -> TaskState {
+    pub(crate) fn state(&self) -> TaskState {
         self.state
     }
 
     /// The task as it stands: its state and every artifact in full.
-    pub fn task(&self) -> Task {
+    pub(crate) fn task(&self) -> Task {
         Task {
             id: self.task_id.clone(),
             context_id: self.context_id.clone(),
@@ -83,7 +83,7 @@ impl TaskView {
     }
 
     /// The task as a stream's first item: working, nothing produced yet.
-    pub fn first(&self) -> StreamResponse {
+    pub(crate) fn first(&self) -> StreamResponse {
         let status = TaskStatus { state: TaskState::Working, message: None, timestamp: None };
         StreamResponse::Task(Task {
             id: self.task_id.clone(),
@@ -124,7 +124,7 @@ impl TaskView {
     }
 
     /// Takes in the next event; returns what a streaming client sees of it (nothing, or one item).
-    pub fn apply(&mut self, event: &Event) -> Option<StreamResponse> {
+    pub(crate) fn apply(&mut self, event: &Event) -> Option<StreamResponse> {
         match event {
             Event::Text { agent, text } => {
                 let append = match self.artifacts.iter_mut().find(|a| a.artifact_id == *agent) {
@@ -196,7 +196,7 @@ impl TaskView {
 
     /// The end of a turn that will not say more (its producer died, or its log ended without
     /// `completed`): failed.
-    pub fn abandon(&mut self) {
+    pub(crate) fn abandon(&mut self) {
         if !self.ended() {
             self.state = TaskState::Failed;
             self.last_error = Some("the turn ended without finishing".into());
@@ -206,7 +206,7 @@ impl TaskView {
 }
 
 /// The task state of a turn that ended with `status`.
-pub fn state_of(status: Status) -> TaskState {
+pub(crate) fn state_of(status: Status) -> TaskState {
     match status {
         Status::Ok => TaskState::Completed,
         Status::Cancelled => TaskState::Canceled,

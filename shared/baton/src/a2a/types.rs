@@ -10,17 +10,17 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 /// The protocol version Baton speaks (`A2A-Version`, `protocolVersion`).
-pub const PROTOCOL_VERSION: &str = "1.0";
+pub(crate) const PROTOCOL_VERSION: &str = "1.0";
 /// The header a client names its protocol version in.
-pub const VERSION_HEADER: &str = "a2a-version";
+pub(crate) const VERSION_HEADER: &str = "a2a-version";
 /// Where an agent's card is served, relative to its host.
 pub const CARD_PATH: &str = "/.well-known/agent-card.json";
 /// The binding Baton serves and calls.
-pub const JSONRPC_BINDING: &str = "JSONRPC";
+pub(crate) const JSONRPC_BINDING: &str = "JSONRPC";
 
 /// Who wrote a message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Role {
+pub(crate) enum Role {
     /// The client.
     #[serde(rename = "ROLE_USER")]
     User,
@@ -58,12 +58,12 @@ pub struct Part {
 
 impl Part {
     /// A text part.
-    pub fn text(text: impl Into<String>) -> Part {
+    pub(crate) fn text(text: impl Into<String>) -> Part {
         Part { text: Some(text.into()), ..Part::default() }
     }
 
     /// A structured part.
-    pub fn data(data: Value) -> Part {
+    pub(crate) fn data(data: Value) -> Part {
         Part { data: Some(data), ..Part::default() }
     }
 }
@@ -71,7 +71,7 @@ impl Part {
 /// One message of a conversation.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Message {
+pub(crate) struct Message {
     /// Its id, chosen by its writer.
     #[serde(default)]
     pub message_id: String,
@@ -93,14 +93,14 @@ pub struct Message {
 
 impl Message {
     /// Its text parts, joined.
-    pub fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         self.parts.iter().filter_map(|p| p.text.as_deref()).collect()
     }
 }
 
 /// Where a task is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum TaskState {
+pub(crate) enum TaskState {
     /// Received, not started.
     #[serde(rename = "TASK_STATE_SUBMITTED")]
     Submitted,
@@ -132,12 +132,12 @@ pub enum TaskState {
 
 impl TaskState {
     /// Whether the task can change no more.
-    pub fn is_terminal(self) -> bool {
+    pub(crate) fn is_terminal(self) -> bool {
         matches!(self, TaskState::Completed | TaskState::Failed | TaskState::Canceled | TaskState::Rejected)
     }
 
     /// Whether the task waits for its client (a stream ends there too).
-    pub fn is_interrupted(self) -> bool {
+    pub(crate) fn is_interrupted(self) -> bool {
         matches!(self, TaskState::InputRequired | TaskState::AuthRequired)
     }
 }
@@ -145,7 +145,7 @@ impl TaskState {
 /// A task's state, with an optional message from the agent.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct TaskStatus {
+pub(crate) struct TaskStatus {
     /// The state.
     pub state: TaskState,
     /// What the agent says about it (a question, a failure).
@@ -159,7 +159,7 @@ pub struct TaskStatus {
 /// An output of a task.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Artifact {
+pub(crate) struct Artifact {
     /// Its id in the task.
     #[serde(default)]
     pub artifact_id: String,
@@ -177,7 +177,7 @@ pub struct Artifact {
 /// A unit of work and what it produced.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Task {
+pub(crate) struct Task {
     /// Its id (server-chosen).
     pub id: String,
     /// Its conversation.
@@ -196,7 +196,7 @@ pub struct Task {
 /// A task's state changed.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct TaskStatusUpdateEvent {
+pub(crate) struct TaskStatusUpdateEvent {
     /// The task.
     pub task_id: String,
     /// Its conversation.
@@ -212,7 +212,7 @@ pub struct TaskStatusUpdateEvent {
 /// A chunk of a task's artifact.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct TaskArtifactUpdateEvent {
+pub(crate) struct TaskArtifactUpdateEvent {
     /// The task.
     pub task_id: String,
     /// Its conversation.
@@ -232,7 +232,7 @@ pub struct TaskArtifactUpdateEvent {
 /// `SendMessage` (a task or a message): exactly one member.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub enum StreamResponse {
+pub(crate) enum StreamResponse {
     /// A task (first in a task's stream).
     Task(Task),
     /// A direct answer, without a task.
@@ -246,7 +246,7 @@ pub enum StreamResponse {
 /// How `SendMessage` should answer.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct SendMessageConfiguration {
+pub(crate) struct SendMessageConfiguration {
     /// Answer at once with the working task instead of waiting for its end.
     #[serde(default)]
     pub return_immediately: bool,
@@ -255,7 +255,7 @@ pub struct SendMessageConfiguration {
 /// The params of `SendMessage` and `SendStreamingMessage`.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct SendMessageRequest {
+pub(crate) struct SendMessageRequest {
     /// The message.
     pub message: Message,
     /// How to answer.
@@ -269,7 +269,7 @@ pub struct SendMessageRequest {
 /// The params of `GetTask`, `CancelTask` and `SubscribeToTask`.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct TaskIdParams {
+pub(crate) struct TaskIdParams {
     /// The task.
     pub id: String,
 }
@@ -277,7 +277,7 @@ pub struct TaskIdParams {
 /// One way to reach an agent.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct AgentInterface {
+pub(crate) struct AgentInterface {
     /// Its URL.
     pub url: String,
     /// `JSONRPC`, `GRPC`, `HTTP+JSON`.
@@ -290,7 +290,7 @@ pub struct AgentInterface {
 /// What an agent can do beyond the basics.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct AgentCapabilities {
+pub(crate) struct AgentCapabilities {
     /// `SendStreamingMessage` and `SubscribeToTask`.
     #[serde(default)]
     pub streaming: bool,
@@ -318,7 +318,7 @@ pub struct AgentSkill {
 /// An agent's self-description at [`CARD_PATH`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct AgentCard {
+pub(crate) struct AgentCard {
     /// Its name.
     pub name: String,
     /// What it does.
@@ -352,7 +352,7 @@ pub struct AgentCard {
 
 impl AgentCard {
     /// The first JSON-RPC interface of protocol version 1.x, the one Baton calls.
-    pub fn jsonrpc_v1(&self) -> Option<&AgentInterface> {
+    pub(crate) fn jsonrpc_v1(&self) -> Option<&AgentInterface> {
         self.supported_interfaces.iter().find(|i| {
             i.protocol_binding.eq_ignore_ascii_case(JSONRPC_BINDING)
                 && (i.protocol_version == "1" || i.protocol_version.starts_with("1."))
@@ -362,7 +362,7 @@ impl AgentCard {
 
 /// A JSON-RPC 2.0 request.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
-pub struct RpcRequest {
+pub(crate) struct RpcRequest {
     /// `"2.0"`.
     pub jsonrpc: String,
     /// Its id (string or number), echoed in the answer.
@@ -377,7 +377,7 @@ pub struct RpcRequest {
 
 /// A JSON-RPC 2.0 error object.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct RpcError {
+pub(crate) struct RpcError {
     /// The code (A2A's from -32001, JSON-RPC's own from -32700).
     pub code: i64,
     /// What went wrong.
@@ -385,38 +385,38 @@ pub struct RpcError {
 }
 
 /// JSON-RPC and A2A error codes (spec §5.4 and §9.5).
-pub mod codes {
+pub(crate) mod codes {
     /// The body is not JSON.
-    pub const PARSE_ERROR: i64 = -32700;
+    pub(crate) const PARSE_ERROR: i64 = -32700;
     /// Not a JSON-RPC 2.0 request.
-    pub const INVALID_REQUEST: i64 = -32600;
+    pub(crate) const INVALID_REQUEST: i64 = -32600;
     /// No such method.
-    pub const METHOD_NOT_FOUND: i64 = -32601;
+    pub(crate) const METHOD_NOT_FOUND: i64 = -32601;
     /// The params are wrong.
-    pub const INVALID_PARAMS: i64 = -32602;
+    pub(crate) const INVALID_PARAMS: i64 = -32602;
     /// The server failed.
-    pub const INTERNAL: i64 = -32603;
+    pub(crate) const INTERNAL: i64 = -32603;
     /// No such task (or not the caller's).
-    pub const TASK_NOT_FOUND: i64 = -32001;
+    pub(crate) const TASK_NOT_FOUND: i64 = -32001;
     /// The task cannot be cancelled (it has ended).
-    pub const TASK_NOT_CANCELABLE: i64 = -32002;
+    pub(crate) const TASK_NOT_CANCELABLE: i64 = -32002;
     /// Push notifications are not supported.
-    pub const PUSH_NOT_SUPPORTED: i64 = -32003;
+    pub(crate) const PUSH_NOT_SUPPORTED: i64 = -32003;
     /// The operation is not supported.
-    pub const UNSUPPORTED_OPERATION: i64 = -32004;
+    pub(crate) const UNSUPPORTED_OPERATION: i64 = -32004;
     /// A part's media type is not supported.
-    pub const CONTENT_TYPE_NOT_SUPPORTED: i64 = -32005;
+    pub(crate) const CONTENT_TYPE_NOT_SUPPORTED: i64 = -32005;
     /// The protocol version is not supported.
-    pub const VERSION_NOT_SUPPORTED: i64 = -32009;
+    pub(crate) const VERSION_NOT_SUPPORTED: i64 = -32009;
 }
 
 /// A JSON-RPC success answer.
-pub fn rpc_result(id: &Value, result: impl Serialize) -> Value {
+pub(crate) fn rpc_result(id: &Value, result: impl Serialize) -> Value {
     serde_json::json!({"jsonrpc": "2.0", "id": id, "result": result})
 }
 
 /// A JSON-RPC error answer.
-pub fn rpc_error(id: &Value, code: i64, message: impl Into<String>) -> Value {
+pub(crate) fn rpc_error(id: &Value, code: i64, message: impl Into<String>) -> Value {
     serde_json::json!({"jsonrpc": "2.0", "id": id, "error": RpcError { code, message: message.into() }})
 }
 

@@ -32,7 +32,7 @@ pub trait ResponseChains: Send + Sync {
 
 /// [`ResponseChains`] in process memory: for tests, and until a store is configured.
 #[derive(Debug, Default)]
-pub struct MemoryResponseChains {
+pub(crate) struct MemoryResponseChains {
     /// By user, episode and agent name.
     ids: Mutex<HashMap<(String, String, String), String>>,
 }

@@ -15,7 +15,7 @@ use crate::tool::{ToolContext, ToolError};
 
 /// How deep agents may nest below the turn unless configured otherwise: the entry agent's
 /// children are level 1.
-pub const DEFAULT_MAX_DEPTH: u32 = 3;
+pub(crate) const DEFAULT_MAX_DEPTH: u32 = 3;
 
 /// What a child instance sees of the conversation its caller answers in.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -31,7 +31,7 @@ pub enum ChildContext {
 
 /// How a child instance runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct InstanceOptions {
+pub(crate) struct InstanceOptions {
     /// Longest one instance may run; past it the instance is stopped with an `agent_timeout`
     /// error.
     pub timeout: Option<Duration>,
@@ -49,7 +49,7 @@ impl Default for InstanceOptions {
 
 /// What a child instance is asked.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct ChildInput {
+pub(crate) struct ChildInput {
     /// Its query.
     pub query: String,
     /// Context from earlier turns, if its caller gave any.
@@ -64,7 +64,7 @@ pub struct ChildInput {
 /// say, and is stopped past its timeout. Every child instance starts here.
 ///
 /// A call past `options.max_depth` is refused with [`ToolError::DepthExceeded`].
-pub fn start_child(
+pub(crate) fn start_child(
     agent: &dyn Agent,
     tool: &str,
     parent: &ToolContext,
@@ -145,7 +145,7 @@ impl Stream for Admitted {
 }
 
 /// Runs one instance between `agent_started` and `agent_finished`, stopped past `timeout`.
-pub fn run_instance(
+pub(crate) fn run_instance(
     agent: &dyn Agent,
     instance: String,
     request: AgentRequest,
@@ -167,14 +167,9 @@ pub fn run_instance(
 
 /// Wraps an instance's events with `agent_started` first and `agent_finished` last (status from
 /// its own `error` events, usage summed from its own `usage` events; instances it started report
-/// their own).
-pub fn instrument(instance: String, query: String, inner: EventStream) -> EventStream {
-    instrument_for(instance, query, inner, None)
-}
-
-/// [`instrument`], and past `timeout` the instance is dropped (cancelling its work) and ends with
-/// an `error` event (`agent_timeout`, retryable) and status `error`.
-pub fn instrument_for(
+/// their own); past `timeout` the instance is dropped (cancelling its work) and ends with an
+/// `error` event (`agent_timeout`, retryable) and status `error`.
+pub(crate) fn instrument_for(
     instance: String,
     query: String,
     inner: EventStream,

@@ -183,7 +183,7 @@ fn step_request(
 /// one step allowed): the
 /// request the loop builds, and the turn's words, previous turn and image. The routing
 /// evaluation routes with it what the entry agent would.
-pub fn first_step_input(
+pub(crate) fn first_step_input(
     instance: String,
     instruction: &str,
     tools: Arc<[ToolSpec]>,

@@ -6,10 +6,10 @@
 //! - [`Agent`]: the trait; [`AgentRequest`]: what an instance is asked.
 //! - [`LlmAgent`]: a tool loop (max steps, per-tool timeout, a step's calls run concurrently and
 //!   stream through the live-slot merge), continuing the vendor's server-side conversation
-//!   through [`ResponseChains`] where the model can continue one. A [`StepPolicy`] may shape its first
+//!   through `ResponseChains` where the model can continue one. A `StepPolicy` may shape its first
 //!   model step: the routing policy (module `routing`) does, for an entry agent that routes.
-//! - [`start_child`]: the one place a child instance starts (its name, depth, session,
-//!   conversation, timeout); [`run_instance`] runs an instance between `agent_started` and
+//! - `start_child`: the one place a child instance starts (its name, depth, session,
+//!   conversation, timeout); `run_instance` runs an instance between `agent_started` and
 //!   `agent_finished`.
 
 mod approval;
@@ -21,17 +21,21 @@ mod step;
 
 use std::sync::Arc;
 
-pub use crate::item::{Item, ItemStream};
-pub use approval::{ApprovalPolicy, ApprovalRule};
-pub use chains::{MemoryResponseChains, ResponseChains};
-pub use instance::{
-    ChildContext, ChildInput, DEFAULT_MAX_DEPTH, InstanceOptions, instrument, instrument_for, run_instance,
-    start_child,
+pub use crate::item::Item;
+pub(crate) use crate::item::ItemStream;
+pub use approval::ApprovalPolicy;
+pub use approval::ApprovalRule;
+pub(crate) use chains::{MemoryResponseChains, ResponseChains};
+#[cfg(test)]
+pub(crate) use instance::instrument_for;
+pub(crate) use instance::{
+    ChildContext, ChildInput, DEFAULT_MAX_DEPTH, InstanceOptions, run_instance, start_child,
 };
-pub use llm::first_step_input;
-pub use step::{
-    Answered, DEFAULT_MAX_CALLS_PER_STEP, ForkInput, ForkPolicy, ForkStream, LoopLimits, ModelReply,
-    StepCall, StepDecision, StepInput, StepPolicy, StepStream, model_call, model_events,
+pub(crate) use llm::first_step_input;
+pub use step::LoopLimits;
+pub(crate) use step::{
+    Answered, ForkInput, ForkPolicy, ForkStream, ModelReply, StepCall, StepDecision, StepInput, StepPolicy,
+    StepStream, model_call,
 };
 
 use crate::conversation::PreviousTurn;
@@ -50,12 +54,12 @@ use crate::tool::{Instances, ToolRegistry};
 /// live-slot merge while it runs.
 ///
 /// A step whose calls all answered the user as is (`skip_summarization` agent tools), or that a
-/// [`StepPolicy`] marked last, ends the run without another model call; a call of a last step
+/// `StepPolicy` marked last, ends the run without another model call; a call of a last step
 /// that failed is reported as an `agent_failed` error of this instance (its part of the answer
 /// is missing).
 ///
 /// Context: a model with server-side state (the Responses API) continues the episode's last
-/// response when [`ResponseChains`] has one, and then sends only the new turn; otherwise the
+/// response when `ResponseChains` has one, and then sends only the new turn; otherwise the
 /// request carries the cross-turn history. Within a run, such a model is continued step by step.
 /// If the server no longer has the stored response (HTTP 400 or 404 before any output), the run
 /// resends the history instead, once.
@@ -126,7 +130,7 @@ impl LlmAgent {
         self
     }
 
-    /// Lets `fork` answer a run before the tool loop (see [`ForkPolicy`]).
+    /// Lets `fork` answer a run before the tool loop (see `ForkPolicy`).
     pub fn with_fork(mut self, fork: Arc<dyn ForkPolicy>) -> LlmAgent {
         self.fork = Some(fork);
         self
@@ -158,7 +162,7 @@ impl LlmAgent {
 }
 
 /// What an agent says when its answer broke off.
-pub const APOLOGY: &str = "\n\nSorry, I couldn't finish that answer. Please try again.";
+pub(crate) const APOLOGY: &str = "\n\nSorry, I couldn't finish that answer. Please try again.";
 
 /// A boxed error from a pluggable backend (a store), logged and survived.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -253,7 +257,7 @@ pub fn with_prior_context(query: String, prior_context: Option<String>) -> Strin
 /// The user message an LLM agent's model reads: the query, with the caller's `prior_context`
 /// before it and the attached image's note after it; the image itself, when sent, as an image
 /// content part.
-pub fn user_message(request: &AgentRequest) -> Message {
+pub(crate) fn user_message(request: &AgentRequest) -> Message {
     let mut content = with_prior_context(request.query.clone(), request.prior_context.clone());
     let Some(image) = &request.image else { return Message::user(content) };
     if let Some(note) = image.note() {

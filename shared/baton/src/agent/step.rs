@@ -16,7 +16,7 @@ use crate::tool::ToolContext;
 
 /// What one model call produced, once its stream ended.
 #[derive(Debug, Default)]
-pub struct ModelReply {
+pub(crate) struct ModelReply {
     /// Its text.
     pub text: String,
     /// Its tool calls, in order.
@@ -32,7 +32,11 @@ pub struct ModelReply {
 /// tool calls are collected; the reply comes last. An error ends the stream: the reply carries
 /// it, and the caller decides what it means (the loop resends or apologises, routing's re-ask
 /// keeps its first answer).
-pub fn model_events(deltas: DeltaStream, instance: String, model_name: String) -> ItemStream<ModelReply> {
+pub(crate) fn model_events(
+    deltas: DeltaStream,
+    instance: String,
+    model_name: String,
+) -> ItemStream<ModelReply> {
     Box::pin(async_stream::stream! {
         let mut deltas = deltas;
         let mut reply = ModelReply::default();
@@ -65,7 +69,11 @@ pub fn model_events(deltas: DeltaStream, instance: String, model_name: String) -
 }
 
 /// [`model_events`] of one call of `model`.
-pub fn model_call(model: &dyn ChatModel, request: ChatRequest, instance: String) -> ItemStream<ModelReply> {
+pub(crate) fn model_call(
+    model: &dyn ChatModel,
+    request: ChatRequest,
+    instance: String,
+) -> ItemStream<ModelReply> {
     model_events(model.stream(request), instance, model.model_name().to_owned())
 }
 
@@ -83,7 +91,7 @@ pub struct LoopLimits {
 }
 
 /// Tool calls one model step may start unless configured otherwise.
-pub const DEFAULT_MAX_CALLS_PER_STEP: usize = 16;
+pub(crate) const DEFAULT_MAX_CALLS_PER_STEP: usize = 16;
 
 impl Default for LoopLimits {
     fn default() -> Self {
@@ -141,7 +149,7 @@ impl From<ToolCall> for StepCall {
 
 /// The items of one model step: its events, then the decision, or `None` when the model failed
 /// and an `error` event was already sent (the run ends).
-pub type StepStream = ItemStream<Option<StepDecision>>;
+pub(crate) type StepStream = ItemStream<Option<StepDecision>>;
 
 /// A policy hooked into an agent's model step: it calls the model itself, and decides which
 /// text the client sees and which calls run. The routing policy (module `routing`) is one:
@@ -170,7 +178,7 @@ pub struct Answered;
 
 /// The items of a fork: its events (its progress, its usage, its answer), then [`Answered`] if
 /// it answered the run.
-pub type ForkStream = ItemStream<Answered>;
+pub(crate) type ForkStream = ItemStream<Answered>;
 
 /// A policy that may answer a whole run before the tool loop starts (the mini-agents' fan-out,
 /// module `mini`). If its stream ends without [`Answered`], the loop runs as usual.

@@ -1,3 +1,5 @@
+use super::instance::instrument_for;
+use super::step::DEFAULT_MAX_CALLS_PER_STEP;
 use super::*;
 use crate::event::Usage;
 use crate::event::{Event, Status};
@@ -246,10 +248,11 @@ async fn cross_turn_history_reaches_a_model_without_server_side_state() {
 async fn model_agent_streams_text_and_usage_under_its_instance_name() {
     let model = Arc::new(ScriptedModel::new("m", Some(Reply::text("two words").usage(7, 2))));
     let agent = crate::routing::testing::plain("support", model.clone());
-    let events: Vec<Event> = instrument(
+    let events: Vec<Event> = instrument_for(
         "support[1]".into(),
         "q".into(),
         agent.run(AgentRequest { query: "q".into(), ..Default::default() }, "support[1]".into()),
+        None,
     )
     .collect()
     .await;
@@ -277,10 +280,11 @@ async fn model_agent_streams_text_and_usage_under_its_instance_name() {
 async fn model_failure_becomes_error_event_and_apology() {
     let model = Arc::new(ScriptedModel::new("m", Some(Reply::parts(vec![Part::Error("boom".into())]))));
     let agent = crate::routing::testing::plain("shopping", model);
-    let events: Vec<Event> = instrument(
+    let events: Vec<Event> = instrument_for(
         "shopping[1]".into(),
         "q".into(),
         agent.run(AgentRequest::default(), "shopping[1]".into()),
+        None,
     )
     .collect()
     .await;

@@ -10,7 +10,7 @@ use tokio::time::Instant;
 
 use super::*;
 use crate::agent::tests::Wait;
-use crate::agent::{AgentRequest, LlmAgent, LoopLimits, instrument};
+use crate::agent::{AgentRequest, LlmAgent, LoopLimits, instrument_for};
 use crate::event::{Status, Usage};
 use crate::model::scripted::{Part, Reply, ScriptedModel};
 use crate::model::{ChatRequest, Message};
@@ -77,7 +77,7 @@ async fn run(agent: &Arc<dyn Agent>, state: Value) -> Vec<Event> {
         ..Default::default()
     };
     let name = agent.name().to_owned();
-    instrument(name.clone(), "go".into(), agent.run(request, name)).collect().await
+    instrument_for(name.clone(), "go".into(), agent.run(request, name), None).collect().await
 }
 
 /// The tool results the model saw in its request, in order.

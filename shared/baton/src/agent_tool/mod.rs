@@ -3,7 +3,7 @@
 //! An [`AgentTool`] offers a child agent to a parent's model as the tool `agent__<Name>`. Every
 //! call starts one instance `Name[i]` of the child, numbered across the turn, in a session of its
 //! own: no conversation history, the caller's session state copied without its internal keys
-//! ([`crate::tool::INTERNAL_STATE_PREFIX`]), and one level deeper than the caller. A call that
+//! (`crate::tool::INTERNAL_STATE_PREFIX`), and one level deeper than the caller. A call that
 //! would nest deeper than [`AgentToolOptions::max_depth`] is refused with an error result.
 //!
 //! # Input
@@ -47,10 +47,10 @@ use crate::item::Item;
 use crate::tool::{CallOptions, DirectAnswer, JsonSchema, Tool, ToolContext, ToolError, ToolFinish, ToolRun};
 
 /// The prefix of an agent tool's name: `agent__<Name>`.
-pub const AGENT_TOOL_PREFIX: &str = "agent__";
+pub(crate) const AGENT_TOOL_PREFIX: &str = "agent__";
 
 /// The tool name of agent `name`.
-pub fn agent_tool_name(name: &str) -> String {
+pub(crate) fn agent_tool_name(name: &str) -> String {
     format!("{AGENT_TOOL_PREFIX}{name}")
 }
 
@@ -135,7 +135,7 @@ impl Default for AgentToolOptions {
 }
 
 /// The permissive input of an agent tool with no input schema.
-pub fn permissive_input_schema() -> Value {
+pub(crate) fn permissive_input_schema() -> Value {
     json!({
         "type": "object",
         "properties": {
@@ -190,18 +190,8 @@ impl AgentTool {
         Ok(AgentTool { agent, name, options, parameters, output_schema })
     }
 
-    /// The child agent.
-    pub fn agent(&self) -> &Arc<dyn Agent> {
-        &self.agent
-    }
-
-    /// How it behaves as a tool.
-    pub fn options(&self) -> &AgentToolOptions {
-        &self.options
-    }
-
     /// The child's query for validated `arguments` (see the module docs for the rules).
-    pub fn input_text(&self, arguments: &Value) -> Result<String, ToolError> {
+    pub(crate) fn input_text(&self, arguments: &Value) -> Result<String, ToolError> {
         if self.options.input == InputMapping::Query {
             return arguments
                 .get("query")
@@ -398,7 +388,7 @@ impl Tool for AgentTool {
         self.agent.check_resume(paused, decisions)
     }
 
-    /// Starts one instance of the child (through [`start_child`]) whose events stream while it
+    /// Starts one instance of the child (through `start_child`) whose events stream while it
     /// runs. The instance runs under the agent's own timeout, not the tool loop's.
     fn start(self: Arc<Self>, arguments: Value, context: ToolContext, options: CallOptions) -> ToolRun {
         self.start_run(arguments, &context, options.mark_content_end)

@@ -4,7 +4,7 @@
 //! A call that needs approval is not made. Its agent instance finishes the step's other calls,
 //! then pauses: its [`Suspension`] (its transcript, the step's finished results, the pending
 //! call) goes to the turn's [`TurnApprovals`]; its caller's call of it is then pending too, and
-//! so on up to the entry agent. The turn stores the tree ([`PendingApprovals`], one record per
+//! so on up to the entry agent. The turn stores the tree (`PendingApprovals`, one record per
 //! episode, with a TTL) and ends `interrupted`. A resume request answers interrupts by id: the
 //! tree is restored bottom-up, each approved call is sent never twice (its start and outcome are recorded in
 //! the record before the loop goes on; a retried resume finds it), a rejected call's result
@@ -25,7 +25,10 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-pub use record::{ApprovalStore, ClaimedResume, PendingApprovals, ResumeError, summary};
+pub use record::ApprovalStore;
+pub(crate) use record::ClaimedResume;
+pub use record::ResumeError;
+pub use record::summary;
 
 use crate::event::Interrupt;
 use crate::model::{Message, ToolCall};
@@ -149,7 +152,7 @@ pub enum Decision {
 }
 
 /// A resume request's decisions, by interrupt id.
-pub type Decisions = HashMap<String, Decision>;
+pub(crate) type Decisions = HashMap<String, Decision>;
 
 /// What became of an approved call, recorded under its interrupt id before the loop goes on.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -368,7 +371,7 @@ impl TurnApprovals {
 }
 
 /// The arguments `decision` runs a call with: the model's, with the edited fields over them.
-pub fn approved_arguments(model: &Value, decision: &Decision) -> Value {
+pub(crate) fn approved_arguments(model: &Value, decision: &Decision) -> Value {
     let mut arguments = model.clone();
     if let (Decision::Approve { arguments: Some(edits) }, Some(map)) = (decision, arguments.as_object_mut()) {
         for (k, v) in edits {
@@ -379,7 +382,7 @@ pub fn approved_arguments(model: &Value, decision: &Decision) -> Value {
 }
 
 /// The result a model reads for a call the person rejected.
-pub fn rejected_result(tool: &str, message: Option<&str>) -> Value {
+pub(crate) fn rejected_result(tool: &str, message: Option<&str>) -> Value {
     let said = message.map(str::trim).filter(|m| !m.is_empty());
     let text = match said {
         Some(m) => format!("A person did not approve this call of `{tool}`; they said: {m}"),

@@ -9,6 +9,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use serde_json::{Value, json};
 
+use super::record::PendingApprovals;
 use super::*;
 use crate::agent::{Agent, ApprovalPolicy, ApprovalRule, LlmAgent, LoopLimits};
 use crate::agent_tool::{AgentTool, AgentToolOptions, OutputMode};

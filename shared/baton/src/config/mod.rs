@@ -8,7 +8,7 @@
 //!
 //! The agents (which one answers the user, and which call which as tools) come from the
 //! `agents:` list of the same file: see [`agents`]. With no file, one `assistant` agent answers
-//! with no tools ([`GENERIC_CONFIG`]); a deployment embeds its own file as its defaults and a
+//! with no tools (`GENERIC_CONFIG`); a deployment embeds its own file as its defaults and a
 //! team's own file declares its own agents. Agent kinds and tools beyond the runtime's come from
 //! the deployment's extensions (`wiring::Extension`); their settings are theirs, not here.
 
@@ -27,7 +27,7 @@ pub mod tools;
 use self::agents::{AgentKind, AgentSpec, AgentsConfig, ModelApi, RemoteSpec};
 
 /// The OpenAI base URL used when only an API key is given.
-pub const OPENAI_DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
+pub(crate) const OPENAI_DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
 
 /// Where the models come from.
 #[derive(Debug, Clone)]
@@ -120,7 +120,7 @@ pub struct Config {
 
 /// The runtime's own defaults (`config/defaults.yaml` in this crate): one agent with no tools,
 /// and OpenAI's list prices of the default models. Every configuration is applied over them.
-pub const GENERIC_CONFIG: &str = include_str!("defaults.yaml");
+pub(crate) const GENERIC_CONFIG: &str = include_str!("defaults.yaml");
 
 /// The parts of [`Config`] a YAML file sets. Every key is optional; a missing one keeps its
 /// default, an unknown one is an error.
@@ -178,7 +178,7 @@ struct OfflineModelFile {
 }
 
 /// Word lists by agent name, in the file's order.
-pub type KeywordLists = Vec<(String, Vec<String>)>;
+pub(crate) type KeywordLists = Vec<(String, Vec<String>)>;
 
 /// A map of lists (`agent: [words]`) in the file's order.
 fn ordered_lists<'de, D: serde::Deserializer<'de>>(
@@ -247,7 +247,7 @@ pub struct AgentDefaults {
 }
 
 impl Default for Config {
-    /// The runtime's own defaults ([`GENERIC_CONFIG`]), offline models.
+    /// The runtime's own defaults (`GENERIC_CONFIG`), offline models.
     fn default() -> Self {
         static GENERIC: OnceLock<Config> = OnceLock::new();
         GENERIC

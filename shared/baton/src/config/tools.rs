@@ -28,9 +28,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde_json::Value;
 
-pub use crate::tool::openapi::spec::{
-    ApiKeySpec, AuthSpec, DEFAULT_MAX_RESULT_BYTES, DEFAULT_TOOL_TIMEOUT, OpenApiSource, SigV4Spec,
-};
+pub(crate) use crate::tool::openapi::spec::{DEFAULT_MAX_RESULT_BYTES, DEFAULT_TOOL_TIMEOUT, OpenApiSource};
 
 /// The longest `timeout_seconds` a source may set (a Lambda function's own limit).
 const MAX_TIMEOUT_SECONDS: f64 = 900.0;

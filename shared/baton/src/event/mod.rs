@@ -17,13 +17,22 @@ mod wire;
 
 use serde::{Deserialize, Serialize};
 
-pub use usage::{AgentUsage, BadDecimal, Status, Usage, Usd, agent_name, turn_cost};
+pub use usage::AgentUsage;
+pub use usage::Status;
+pub use usage::Usage;
+pub use usage::Usd;
+pub use usage::agent_name;
+pub(crate) use usage::{BadDecimal, turn_cost};
 pub(crate) use usage::{UsageRollup, parse_scaled_decimal};
+pub use wire::DecodeError;
+pub use wire::LineSplitter;
+pub use wire::LineTooLong;
 pub(crate) use wire::SSE_HEARTBEAT;
-pub use wire::{
-    DecodeError, LineSplitter, LineTooLong, decode_ndjson, decode_sse, encode_ndjson, encode_sse,
-    encode_sse_into,
-};
+pub use wire::decode_ndjson;
+pub use wire::decode_sse;
+pub use wire::encode_ndjson;
+pub use wire::encode_sse;
+pub(crate) use wire::encode_sse_into;
 
 /// The events of one agent run, tool call or turn. Errors are in-band `error` events; the stream
 /// always ends.
@@ -201,7 +210,7 @@ pub enum Event {
         /// Usage per agent name and model, rolled up over the instances.
         usage: Vec<AgentUsage>,
         /// What the whole turn cost: the sum of `usage`'s costs; absent when some agent's
-        /// model has no price, or no model was called ([`turn_cost`]).
+        /// model has no price, or no model was called (`turn_cost`).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         cost_usd: Option<Usd>,
         /// The approvals the turn waits for (status `interrupted`); absent otherwise. A boxed

@@ -260,7 +260,7 @@ pub fn agent_name(instance: &str) -> &str {
 
 /// The cost of a turn whose usage per agent is `usage`: the sum of their costs, `None` when one
 /// that spent tokens has no price or nothing was spent at a price (never understated).
-pub fn turn_cost(usage: &[AgentUsage]) -> Option<Usd> {
+pub(crate) fn turn_cost(usage: &[AgentUsage]) -> Option<Usd> {
     let mut total = Usage::default();
     usage.iter().for_each(|u| total.add(u.usage));
     total.cost_usd

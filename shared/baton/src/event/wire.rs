@@ -28,7 +28,7 @@ pub enum DecodeError {
 /// no `id:` line for `None`), `data: <data>` (JSON, which escapes control characters, so it
 /// stays one line). The one SSE encoder: a turn's stream (`http::encode_frame_into`) and
 /// [`encode_sse`] both write with it.
-pub fn encode_sse_into(out: &mut BytesMut, name: &str, id: Option<(&str, u64)>, data: &str) {
+pub(crate) fn encode_sse_into(out: &mut BytesMut, name: &str, id: Option<(&str, u64)>, data: &str) {
     out.put_slice(b"event: ");
     out.put_slice(name.as_bytes());
     if let Some((turn, seq)) = id {
@@ -46,7 +46,7 @@ pub fn encode_sse_into(out: &mut BytesMut, name: &str, id: Option<(&str, u64)>, 
 }
 
 /// Encodes `event` as one SSE message with sequence number `id`, as a turn's stream does: its
-/// JSON as the log keeps it, then [`encode_sse_into`].
+/// JSON as the log keeps it, then `encode_sse_into`.
 pub fn encode_sse(id: u64, event: &Event) -> Bytes {
     // Serializing a plain enum of strings, numbers and JSON values cannot fail.
     let data = serde_json::to_string(event).expect("event serializes");

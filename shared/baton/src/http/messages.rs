@@ -21,9 +21,9 @@ use crate::event::{AgentUsage, Status};
 use crate::store::{EpisodeKey, StoreError, StoredMessage};
 
 /// Messages per page when the request names no `limit`.
-pub const DEFAULT_PAGE_MESSAGES: usize = 50;
+pub(crate) const DEFAULT_PAGE_MESSAGES: usize = 50;
 /// The most messages one page may ask for.
-pub const MAX_PAGE_MESSAGES: usize = 200;
+pub(crate) const MAX_PAGE_MESSAGES: usize = 200;
 
 /// One page of a conversation, as sent.
 #[derive(Debug, Serialize)]

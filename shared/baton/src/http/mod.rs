@@ -17,7 +17,7 @@
 //! [`ChatService::with_cors_origins`] (none by default): `tower-http`'s CORS layer answers their
 //! preflight and adds the response headers, the episode and turn ids among those a page may read.
 //!
-//! This room: the service, its router ([`api`], and [`app`] with the chat page) and `serve`
+//! This room: the service, its router ([`api`], and `app` with the chat page) and `serve`
 //! here; `platform` (what the platform in front says about a request: the IAM principal, the
 //! deadline, the stage; and the extractors handlers take it with), `request` (the JSON error,
 //! the caller, the body read within its limits, the checks a body and its ids pass), `sse` (the
@@ -49,11 +49,12 @@ mod sse;
 mod turns;
 mod wire;
 
-pub use messages::{DEFAULT_PAGE_MESSAGES, MAX_PAGE_MESSAGES};
 pub use platform::Platform;
-pub use request::{ApiError, Caller, ValidRequest};
-pub use sse::{SSE_CHUNK_BYTES, encode_frame_into, sse_body};
-pub use turns::{LAST_EVENT_ID, LAST_EVENT_ID_QUERY, parse_last_event_id};
+pub use request::Caller;
+pub(crate) use request::{ApiError, ValidRequest};
+pub use sse::encode_frame_into;
+pub(crate) use sse::sse_body;
+pub(crate) use turns::LAST_EVENT_ID;
 
 use platform::Deadline;
 use request::{ChatBody, body_too_large, checked_id, require_json};
@@ -72,9 +73,9 @@ use crate::turn::{
 /// Header with the caller's user id in the unauthenticated local mode.
 pub const USER_HEADER: &str = "x-baton-user";
 /// Response header with the episode id (minted when the request has none).
-pub const EPISODE_HEADER: &str = "x-baton-episode-id";
+pub(crate) const EPISODE_HEADER: &str = "x-baton-episode-id";
 /// Response header with the turn id.
-pub const TURN_HEADER: &str = "x-baton-turn-id";
+pub(crate) const TURN_HEADER: &str = "x-baton-turn-id";
 
 /// The time and connection limits of the endpoint. The turn deadline and the body-read timeout
 /// apply wherever [`ChatService`] answers; the request-head timeout and the connection cap are
@@ -585,7 +586,7 @@ async fn method_not_allowed() -> ApiError {
 /// (`POST …/turns/{turn_id}/cancel`), the front-end protocols (`POST /agui`, `POST /ai-sdk`,
 /// `GET /ai-sdk/{chat_id}/stream`), the A2A cards and endpoints (`/a2a[/{agent}]`), and
 /// `GET /health`. The Lambda function serves it as it is (a Function URL adds its own CORS
-/// headers) or behind [`ChatService::cors`] (the REST API); `serve` serves [`app`].
+/// headers) or behind [`ChatService::cors`] (the REST API); `serve` serves `app`.
 pub fn api(service: Arc<ChatService>) -> Router {
     Router::new()
         .route("/", post(chat))
@@ -610,7 +611,7 @@ pub fn api(service: Arc<ChatService>) -> Router {
 
 /// `serve`'s router: the [`api`] and the chat page ([`crate::web`]) at `GET /`, behind the
 /// service's CORS policy when it allows origins.
-pub fn app(service: Arc<ChatService>) -> Router {
+pub(crate) fn app(service: Arc<ChatService>) -> Router {
     let cors = service.cors();
     let router = api(service).merge(crate::web::routes());
     match cors {

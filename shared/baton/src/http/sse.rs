@@ -13,7 +13,7 @@ use crate::event::SSE_HEARTBEAT;
 use crate::store::LoggedEvent;
 
 /// How many bytes of SSE events [`sse_body`] gathers into one chunk at most.
-pub const SSE_CHUNK_BYTES: usize = 16 * 1024;
+pub(crate) const SSE_CHUNK_BYTES: usize = 16 * 1024;
 
 /// The capacity a chunk's buffer starts with: an event or two (a text delta is ~100 bytes).
 const SSE_CHUNK_START_BYTES: usize = 512;
@@ -29,7 +29,7 @@ pub fn encode_frame_into(out: &mut BytesMut, turn_id: &str, event: &LoggedEvent)
 /// and a heartbeat comment after each `heartbeat` of silence. Events already waiting when one
 /// arrives go out with it as one chunk (up to [`SSE_CHUNK_BYTES`]), encoded into one buffer:
 /// fewer allocations and writes.
-pub fn sse_body(
+pub(crate) fn sse_body(
     events: impl Stream<Item = Arc<LoggedEvent>> + Send + 'static,
     turn_id: String,
     heartbeat: Duration,

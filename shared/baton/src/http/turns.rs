@@ -29,10 +29,10 @@ use crate::store::{CancelOutcome, EpisodeKey, TurnStatus};
 use crate::turn::{Cursor, LiveTurn};
 
 /// The header a reconnecting SSE client sends its last event id in.
-pub const LAST_EVENT_ID: &str = "last-event-id";
+pub(crate) const LAST_EVENT_ID: &str = "last-event-id";
 
 /// The query parameter that carries it when a header cannot.
-pub const LAST_EVENT_ID_QUERY: &str = "last_event_id";
+pub(crate) const LAST_EVENT_ID_QUERY: &str = "last_event_id";
 
 fn bad_last_id(reason: impl Into<String>) -> ApiError {
     ApiError::new(StatusCode::BAD_REQUEST, "invalid_last_event_id", reason.into())
@@ -43,7 +43,7 @@ fn not_found() -> ApiError {
 }
 
 /// A last event id, `<turn_id>:<seq>`, as its turn and seq (a decimal number, compared as one).
-pub fn parse_last_event_id(value: &str) -> Result<(String, u64), ApiError> {
+pub(crate) fn parse_last_event_id(value: &str) -> Result<(String, u64), ApiError> {
     let (turn, seq) = value
         .rsplit_once(':')
         .ok_or_else(|| bad_last_id(format!("{value:?} is not an event id of the form <turn_id>:<seq>")))?;

@@ -45,7 +45,7 @@ use crate::tool::{CallOptions, CallRef, Tool, ToolContext, ToolError, ToolFinish
 /// reported total is not reached (see [`McpTool::call_items`]).
 const PROGRESS_GRACE: Duration = Duration::from_millis(100);
 
-/// What [`McpTool::call_items`] yields: progress while the call runs, then its outcome, last.
+/// What `McpTool::call_items` yields: progress while the call runs, then its outcome, last.
 #[derive(Debug, Clone, PartialEq)]
 pub enum McpCallItem {
     /// A `notifications/progress` from the server for this call.

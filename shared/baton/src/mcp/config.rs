@@ -88,7 +88,7 @@ pub(crate) fn is_valid_server_name(name: &str) -> bool {
 }
 
 /// Checks every server; the first problem found, with its field path.
-pub fn validate(servers: &McpServers) -> Result<(), McpConfigError> {
+pub(crate) fn validate(servers: &McpServers) -> Result<(), McpConfigError> {
     for (name, server) in servers {
         validate_server(name, server)?;
     }
@@ -96,7 +96,7 @@ pub fn validate(servers: &McpServers) -> Result<(), McpConfigError> {
 }
 
 /// Checks one server's name and fields (errors name the field path).
-pub fn validate_server(name: &str, s: &McpServerConfig) -> Result<(), McpConfigError> {
+pub(crate) fn validate_server(name: &str, s: &McpServerConfig) -> Result<(), McpConfigError> {
     let at = |field: &str| format!("mcp_servers.{name}.{field}");
     if !is_valid_server_name(name) {
         return Err(McpConfigError::new(

@@ -10,7 +10,7 @@
 //!   tools (stdio and streamable HTTP), so an IDE or another agent framework can call them.
 //!
 //! # Layout
-//! - [`config`]: the `mcp_servers` settings and their validation (errors name the field path).
+//! - `config`: the `mcp_servers` settings and their validation (errors name the field path).
 //! - `client`: a connection per server (restarted after it broke), the tools, the retry and
 //!   cancellation rules (a `tools/call` is never sent twice).
 //! - `errors`: failures as sentences naming the server and the likely fix.
@@ -23,14 +23,16 @@
 //! The list is not refreshed: a server that changes its tools is picked up at the next start.
 
 mod client;
-pub mod config;
+pub(crate) mod config;
 mod errors;
 
 use std::sync::Arc;
 
+pub use client::McpCallItem;
 pub(crate) use client::McpConnection;
-pub use client::{McpCallItem, McpProgress, McpTool};
-pub use config::{McpConfigError, McpServerConfig, McpServers};
+pub(crate) use client::McpTool;
+pub(crate) use config::McpConfigError;
+pub use config::McpServers;
 
 use crate::tool::Tool;
 
@@ -96,7 +98,7 @@ impl McpTools {
     }
 
     /// One tool, by its name (`mcp__<server>__<tool>`): for callers that stream its progress
-    /// ([`McpTool::call_items`]).
+    /// (`McpTool::call_items`).
     pub fn tool(&self, name: &str) -> Option<Arc<McpTool>> {
         let (server, _) = split_pattern(name)?;
         let (_, tools) = self.servers.iter().find(|(s, _)| s == server)?;
@@ -162,7 +164,7 @@ pub fn pattern_server(entry: &str) -> Option<&str> {
 /// The name to write instead of the older `server.tool` / `server.*` spelling of an MCP tool
 /// (in `tools:` or `needs_approval:`); `None` when `entry` is not written that way. The error
 /// that carries it is the only place the older spelling is still known.
-pub fn respelled(entry: &str) -> Option<String> {
+pub(crate) fn respelled(entry: &str) -> Option<String> {
     if is_mcp_pattern(entry) {
         return None;
     }
@@ -176,7 +178,7 @@ pub fn respelled(entry: &str) -> Option<String> {
 /// Checks the MCP entries of an agent's `tools:` against the configured servers without
 /// starting them (an unknown server); the tool names are checked by [`McpTools::select`] once
 /// the servers listed their tools.
-pub fn validate_pattern(pattern: &str, servers: &McpServers) -> Result<(), McpConfigError> {
+pub(crate) fn validate_pattern(pattern: &str, servers: &McpServers) -> Result<(), McpConfigError> {
     match split_pattern(pattern) {
         Some((server, _)) => {
             if servers.contains_key(server) {

@@ -472,7 +472,7 @@ pub struct ChatResponse {
 
 impl ChatResponse {
     /// Folds one delta in.
-    pub fn apply(&mut self, delta: ModelDelta) {
+    pub(crate) fn apply(&mut self, delta: ModelDelta) {
         match delta {
             ModelDelta::ResponseId(id) => self.response_id = Some(id),
             ModelDelta::Text(t) => self.text.push_str(&t),

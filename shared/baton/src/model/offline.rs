@@ -61,7 +61,7 @@ enum Role {
 }
 
 /// The offline model's name in `usage` and `completed` events.
-pub const OFFLINE_MODEL_NAME: &str = "offline";
+pub(crate) const OFFLINE_MODEL_NAME: &str = "offline";
 
 /// The deterministic rule-based model.
 #[derive(Debug, Clone, Default)]
@@ -73,7 +73,7 @@ pub struct OfflineModel {
 
 impl OfflineModel {
     /// A model routing by these keywords per routing tool (`ask_<agent>`; see the module docs).
-    pub fn new(keywords: Vec<(String, Vec<String>)>) -> OfflineModel {
+    pub(crate) fn new(keywords: Vec<(String, Vec<String>)>) -> OfflineModel {
         let keywords = keywords
             .into_iter()
             .map(|(agent, words)| (agent, words.into_iter().map(|k| k.to_lowercase()).collect()))

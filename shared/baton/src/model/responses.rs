@@ -32,7 +32,7 @@ pub struct ResponsesModel {
 impl ResponsesModel {
     /// Builds the model on a shared HTTP client (see
     /// [`OpenAiChatModel::http_client`](super::openai::OpenAiChatModel::http_client)).
-    pub fn with_client(http: crate::outbound::Client, config: OpenAiConfig) -> ResponsesModel {
+    pub(crate) fn with_client(http: crate::outbound::Client, config: OpenAiConfig) -> ResponsesModel {
         ResponsesModel { inner: Arc::new(Endpoint::new(http, config, "responses")) }
     }
 

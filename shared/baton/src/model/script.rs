@@ -41,7 +41,7 @@ use serde_json::Value;
 use super::{ChatModel, ChatRequest, DeltaStream, FinishReason, Message, ModelDelta, ModelError, ToolCall};
 
 /// The name script models report in `usage` and `completed` events.
-pub const SCRIPT_MODEL_NAME: &str = "script";
+pub(crate) const SCRIPT_MODEL_NAME: &str = "script";
 
 /// A loaded model script and where its play has reached. Shared by the models
 /// [`ModelScript::model_for`] binds; cloning a configuration shares it.

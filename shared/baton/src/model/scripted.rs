@@ -290,7 +290,8 @@ impl ScriptedModel {
     }
 
     /// The requests received so far.
-    pub fn requests(&self) -> Vec<ChatRequest> {
+    #[cfg(test)]
+    pub(crate) fn requests(&self) -> Vec<ChatRequest> {
         self.requests.lock().expect("requests lock").clone()
     }
 }

@@ -1,6 +1,6 @@
 //! The routing policy (`docs/routing.md`): how an entry agent whose agents are its
 //! intents decides which of them a turn calls. It hooks the agent's first model step
-//! ([`crate::agent::StepPolicy`]); the agent's tool loop then dispatches the calls it leaves, all
+//! (`crate::agent::StepPolicy`); the agent's tool loop then dispatches the calls it leaves, all
 //! at once, and the sub-agents' answers are the turn's answer (no further model call).
 //!
 //! 1. The model is called with the routing tools `ask_<agent>` (query, prior_context,
@@ -35,7 +35,8 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-pub use policy::{Routed, Router, RoutingPolicy};
+pub use policy::Router;
+pub use policy::RoutingPolicy;
 
 use crate::agent::{Agent, ChildContext};
 use crate::agent_tool::{AgentTool, AgentToolOptions, InputMapping};
@@ -47,10 +48,10 @@ use crate::tool::ToolError;
 use guard::{Guards, Roles};
 
 /// The prefix of a routing tool's name: `ask_<agent>`.
-pub const ROUTING_TOOL_PREFIX: &str = "ask_";
+pub(crate) const ROUTING_TOOL_PREFIX: &str = "ask_";
 
 /// The routing tool of agent `agent`.
-pub fn routing_tool_name(agent: &str) -> String {
+pub(crate) fn routing_tool_name(agent: &str) -> String {
     format!("{ROUTING_TOOL_PREFIX}{agent}")
 }
 
@@ -130,7 +131,7 @@ impl RoutingSettings {
     }
 
     /// The JSON Schema of `agent`'s routing tool.
-    pub fn tool_schema(&self, agent: &str) -> Value {
+    pub(crate) fn tool_schema(&self, agent: &str) -> Value {
         let intent_count = json!({"type": "integer", "minimum": 1,
             "description": "How many separate intents the user's message has (one call per intent)."});
         let prior_context = json!({"type": "string",
@@ -157,7 +158,7 @@ impl RoutingSettings {
     }
 
     /// The routing tools, as offered to the model.
-    pub fn tool_specs(&self) -> Vec<ToolSpec> {
+    pub(crate) fn tool_specs(&self) -> Vec<ToolSpec> {
         self.agents
             .iter()
             .map(|a| ToolSpec {

@@ -75,14 +75,14 @@ impl RoutingPolicy {
     }
 
     /// Its settings.
-    pub fn settings(&self) -> &RoutingSettings {
+    pub(crate) fn settings(&self) -> &RoutingSettings {
         &self.settings
     }
 
     /// Routes one step: model pass → plan → failsafe → guards → release. Its events, then the
     /// decision, or `None` when the model call failed (an `error` event was sent). Dropping the
     /// stream cancels the model call.
-    pub fn route(&self, model: Arc<dyn ChatModel>, input: StepInput) -> ItemStream<Option<Routed>> {
+    pub(crate) fn route(&self, model: Arc<dyn ChatModel>, input: StepInput) -> ItemStream<Option<Routed>> {
         let settings = self.settings.clone();
         Box::pin(async_stream::stream! {
             let turn = Turn::new(&settings, input);
@@ -220,7 +220,11 @@ pub struct Router {
 
 impl Router {
     /// Routes with `model` under `policy`, the agent's system prompt being `instruction`.
-    pub fn new(model: Arc<dyn ChatModel>, policy: RoutingPolicy, instruction: impl Into<String>) -> Router {
+    pub(crate) fn new(
+        model: Arc<dyn ChatModel>,
+        policy: RoutingPolicy,
+        instruction: impl Into<String>,
+    ) -> Router {
         Router { model, policy, instruction: instruction.into() }
     }
 
@@ -240,7 +244,7 @@ impl Router {
     }
 
     /// Routes `request` as the agent's first model step does, from the request the agent's loop
-    /// builds for it ([`first_step_input`]).
+    /// builds for it (`first_step_input`).
     pub fn route(&self, request: &AgentRequest) -> ItemStream<Option<Routed>> {
         let specs = self.settings().tool_specs().into();
         let input = first_step_input("orchestrator".into(), &self.instruction, specs, request);

@@ -1,3 +1,4 @@
+use super::policy::Routed;
 use super::*;
 use crate::agent::{AgentRequest, Item};
 use crate::event::Event;

@@ -9,13 +9,13 @@ use crate::agent::{BoxError, ResponseChains};
 
 /// [`ResponseChains`] over a store's [`Conversations`].
 #[derive(Clone)]
-pub struct StoreBackends {
+pub(crate) struct StoreBackends {
     store: Arc<dyn Conversations>,
 }
 
 impl StoreBackends {
     /// State in `store`.
-    pub fn new(store: Arc<dyn Conversations>) -> StoreBackends {
+    pub(crate) fn new(store: Arc<dyn Conversations>) -> StoreBackends {
         StoreBackends { store }
     }
 }

@@ -92,7 +92,7 @@ pub async fn acquire(
 
 /// [`acquire`] for a holder the caller names (a turn's id, so that whoever finds the lease held
 /// learns which turn holds it).
-pub async fn acquire_as(
+pub(crate) async fn acquire_as(
     store: Arc<dyn Leases>,
     key: EpisodeKey,
     name: &str,

@@ -5,7 +5,7 @@
 //! turn's record says how far the log goes (`last_seq`), which numbers could not be written
 //! (`gaps`, so a reader is told they are missing rather than skipping them), whether the turn
 //! still runs, whether someone asked to stop it, and its deadline: a turn still `running` after
-//! its deadline reads as [`ABANDONED`] (its producer died).
+//! its deadline reads as `ABANDONED` (its producer died).
 //!
 //! Items, in the episode's partition:
 //!
@@ -30,7 +30,7 @@ use crate::event::Event;
 pub const DEFAULT_TURN_LOG_TTL: Duration = Duration::from_secs(24 * 3600);
 
 /// The status a turn that is still `running` after its deadline reads as.
-pub const ABANDONED: &str = "abandoned";
+pub(crate) const ABANDONED: &str = "abandoned";
 
 /// The stored status of a turn that has not ended.
 const RUNNING: &str = "running";
@@ -40,11 +40,11 @@ pub const TURN_PREFIX: &str = "TURN#";
 
 /// The most bytes of events (names and JSON, with a margin per event for the attribute names
 /// and numbers) one item holds: DynamoDB's limit is 400 KB per item, keys and names included.
-pub const MAX_ITEM_EVENT_BYTES: usize = 350_000;
+pub(crate) const MAX_ITEM_EVENT_BYTES: usize = 350_000;
 
 /// The most items one append writes: one DynamoDB transaction takes at most 100 actions and
 /// 4 MB, so an append stays well inside both (about 3.5 MB of events).
-pub const MAX_APPEND_ITEMS: usize = 10;
+pub(crate) const MAX_APPEND_ITEMS: usize = 10;
 
 /// What an event costs in an item beyond its name and data: three attribute names, a number,
 /// a map's overhead.
@@ -131,7 +131,7 @@ pub struct TurnRecord {
 
 impl TurnRecord {
     /// The status a reader should see at `now_ms`: a turn still running after its deadline
-    /// has lost its producer and reads as [`ABANDONED`].
+    /// has lost its producer and reads as `ABANDONED`.
     pub fn effective_status(&self, now_ms: u64) -> TurnStatus {
         match &self.status {
             TurnStatus::Running if now_ms > self.deadline_ms => TurnStatus::Ended(ABANDONED.into()),
@@ -155,7 +155,7 @@ impl TurnRecord {
 pub enum CancelOutcome {
     /// The turn runs and is now asked to stop (also when it had been asked before).
     Requested,
-    /// The turn had ended already, with this status ([`ABANDONED`] for one past its deadline).
+    /// The turn had ended already, with this status (`ABANDONED` for one past its deadline).
     AlreadyEnded(String),
     /// No such turn in this episode (or its log has expired).
     Unknown,
@@ -177,7 +177,7 @@ pub fn turn_sk(turn_id: &str) -> String {
 }
 
 /// Every events item of the turn has a sort key starting with this.
-pub fn turn_log_prefix(turn_id: &str) -> String {
+pub(crate) fn turn_log_prefix(turn_id: &str) -> String {
     format!("{TURN_PREFIX}{turn_id}#LOG#")
 }
 
@@ -283,7 +283,7 @@ pub fn plan_append(
 }
 
 /// Checks that `events` have consecutive seqs, from 1 or later, and splits them into the runs
-/// that each fit one item ([`split_batch`]).
+/// that each fit one item (`split_batch`).
 pub fn check_batch(events: &[LoggedEvent]) -> Result<Vec<std::ops::Range<usize>>, StoreError> {
     if events.first().is_some_and(|e| e.seq == 0) {
         return Err(StoreError::Failed("a turn's events are numbered from 1; seq 0 cannot be logged".into()));
@@ -300,7 +300,7 @@ pub fn check_batch(events: &[LoggedEvent]) -> Result<Vec<std::ops::Range<usize>>
 }
 
 /// The runs of `events` that each fit one item, in order.
-pub fn split_batch(events: &[LoggedEvent]) -> Result<Vec<std::ops::Range<usize>>, StoreError> {
+pub(crate) fn split_batch(events: &[LoggedEvent]) -> Result<Vec<std::ops::Range<usize>>, StoreError> {
     let mut runs = Vec::new();
     let (mut start, mut bytes) = (0, 0);
     for (i, e) in events.iter().enumerate() {

@@ -154,7 +154,7 @@ impl Prices {
 
 /// Prices `usage` events with a [`Prices`] table; warns once per unpriced model.
 #[derive(Debug, Default)]
-pub struct Pricer {
+pub(crate) struct Pricer {
     prices: Prices,
     warned: Mutex<HashSet<String>>,
 }

@@ -30,10 +30,10 @@ use super::{TurnReport, TurnReporter};
 use crate::event::{Status, Usage};
 
 /// The CloudWatch namespace of Baton's metrics.
-pub const NAMESPACE: &str = "Baton";
+pub(crate) const NAMESPACE: &str = "Baton";
 
 /// The EMF line of `turn`, for function `function`, stamped `timestamp_ms` (no newline).
-pub fn line(turn: &TurnReport<'_>, function: &str, timestamp_ms: u64) -> String {
+pub(crate) fn line(turn: &TurnReport<'_>, function: &str, timestamp_ms: u64) -> String {
     let mut root = Map::new();
     let mut metrics = Vec::new();
     let mut put = |name: String, unit: &str, value: Value| {

@@ -1,6 +1,6 @@
 //! What Baton tells its operators about each turn, beyond the events a client sees.
 //!
-//! - [`cost`]: the price table and the cost of each `usage` event, exact in picodollars.
+//! - `cost`: the price table and the cost of each `usage` event, exact in picodollars.
 //! - [`emf`]: one CloudWatch Embedded Metric Format line per turn (duration, first byte and
 //!   first text, tokens and cost per agent, status, errors).
 //! - [`trace`]: OpenTelemetry spans (GenAI conventions) exported over OTLP/HTTP when an endpoint
@@ -10,7 +10,7 @@
 //! (the spans are opened where the work is: the turn, an agent instance, a tool call, a model
 //! call).
 
-pub mod cost;
+pub(crate) mod cost;
 pub mod emf;
 pub mod trace;
 

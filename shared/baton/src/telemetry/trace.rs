@@ -45,7 +45,7 @@ impl<S: Stream + ?Sized> Stream for InSpan<S> {
 
 /// `stream` polled inside `span`, boxed; `stream` itself when `span` is disabled (traces and
 /// logs off for it), so a turn without traces pays no wrapper per stream and per poll.
-pub fn traced<T: 'static>(
+pub(crate) fn traced<T: 'static>(
     span: Span,
     stream: Pin<Box<dyn Stream<Item = T> + Send>>,
 ) -> Pin<Box<dyn Stream<Item = T> + Send>> {
@@ -54,7 +54,7 @@ pub fn traced<T: 'static>(
 
 /// Makes the W3C `traceparent` (and `tracestate`) the parent of `span`; no effect
 /// when there is none, it is malformed, or traces are off.
-pub fn set_remote_parent(span: &Span, traceparent: &str, tracestate: Option<&str>) {
+pub(crate) fn set_remote_parent(span: &Span, traceparent: &str, tracestate: Option<&str>) {
     if span.is_disabled() {
         return;
     }
@@ -69,7 +69,7 @@ pub fn set_remote_parent(span: &Span, traceparent: &str, tracestate: Option<&str
 
 /// The current span's W3C `traceparent` (and `tracestate`) headers, for an outgoing request;
 /// none when traces are off.
-pub fn outgoing_headers() -> Vec<(String, String)> {
+pub(crate) fn outgoing_headers() -> Vec<(String, String)> {
     let span = Span::current();
     if span.is_disabled() {
         return Vec::new();
@@ -82,7 +82,7 @@ pub fn outgoing_headers() -> Vec<(String, String)> {
 /// The current span's W3C `traceparent` (`00-<trace id>-<span id>-<flags>`), for a request that
 /// has no headers (a remote agent invoked through Lambda carries it in its payload); `None` when
 /// traces are off.
-pub fn current_traceparent() -> Option<String> {
+pub(crate) fn current_traceparent() -> Option<String> {
     outgoing_headers().into_iter().find(|(name, _)| name == "traceparent").map(|(_, value)| value)
 }
 
@@ -117,7 +117,7 @@ pub fn xray_to_traceparent(header: &str) -> Option<String> {
 
 /// Marks the current model-call span's first token, `ttft` after the request started: an
 /// attribute and a `gen_ai.first_token` event.
-pub fn first_token(ttft: std::time::Duration) {
+pub(crate) fn first_token(ttft: std::time::Duration) {
     let span = Span::current();
     if span.is_disabled() {
         return;

@@ -590,7 +590,7 @@ fn is_laughter(key: &str) -> bool {
 }
 
 /// Whether `text` is smalltalk by the default vocabulary ([`Lexicon::reference`]).
-pub fn classify_smalltalk(text: &str) -> Option<Smalltalk> {
+pub(crate) fn classify_smalltalk(text: &str) -> Option<Smalltalk> {
     Lexicon::reference().classify(text)
 }
 

@@ -77,10 +77,10 @@ impl ToolContext {
 
 /// State keys that start with this prefix are internal to the instance that set them: they are
 /// never copied into a child agent's session.
-pub const INTERNAL_STATE_PREFIX: &str = "_";
+pub(crate) const INTERNAL_STATE_PREFIX: &str = "_";
 
 /// Whether a state key is internal (see [`INTERNAL_STATE_PREFIX`]).
-pub fn is_internal_key(key: &str) -> bool {
+pub(crate) fn is_internal_key(key: &str) -> bool {
     key.starts_with(INTERNAL_STATE_PREFIX)
 }
 
@@ -120,7 +120,7 @@ impl SessionState {
 
 /// Numbers agent instances across one turn, so that every instance name (`Name[i]`) is unique in
 /// it however deep the agents nest, and bounds how many child instances of the turn run at once
-/// ([`MAX_CONCURRENT_INSTANCES`]). Clones share both.
+/// (`MAX_CONCURRENT_INSTANCES`). Clones share both.
 #[derive(Debug, Clone)]
 pub struct Instances {
     counts: Arc<Mutex<HashMap<String, usize>>>,
@@ -132,7 +132,7 @@ pub struct Instances {
 }
 
 /// Child agent instances one turn runs at once; more wait for a place.
-pub const MAX_CONCURRENT_INSTANCES: usize = 8;
+pub(crate) const MAX_CONCURRENT_INSTANCES: usize = 8;
 
 impl Default for Instances {
     fn default() -> Self {
@@ -466,7 +466,7 @@ pub mod openapi;
 mod registry;
 mod schema;
 
-pub use registry::{Refused, ToolRegistry, run_checked};
+pub use registry::ToolRegistry;
 pub use schema::JsonSchema;
 
 #[cfg(test)]

@@ -156,7 +156,7 @@ impl ToolRegistry {
 
 /// Runs a call [`ToolRegistry::check`] accepted to its end, its events dropped. Never fails: a
 /// tool error or a timeout is an error outcome.
-pub async fn run_checked(
+pub(crate) async fn run_checked(
     tool: Arc<dyn Tool>,
     arguments: Value,
     context: &ToolContext,

@@ -51,7 +51,7 @@ pub enum OnBusy {
 }
 
 /// The names [`OnBusy`] is written with.
-pub const ON_BUSY_VALUES: &str = "\"reject\", \"enqueue\", \"interrupt\" or \"parallel\"";
+pub(crate) const ON_BUSY_VALUES: &str = "\"reject\", \"enqueue\", \"interrupt\" or \"parallel\"";
 
 impl std::str::FromStr for OnBusy {
     type Err = String;
@@ -112,18 +112,19 @@ pub enum BusyRefusal {
 /// A turn let in: hold it while the turn runs; dropping it frees the episode (in the
 /// background), [`Admission::release`] frees it and waits.
 #[derive(Debug)]
-pub struct Admission {
+pub(crate) struct Admission {
     lease: Option<Lease>,
     /// The turn that was running when this one was let in beside it (`parallel`): this turn
     /// must not read or continue a vendor response chain.
     pub beside: Option<String>,
-    /// The turn this one waited for or stopped (`enqueue`, `interrupt`).
+    /// The turn this one waited for or stopped (`enqueue`, `interrupt`); the tests read it.
+    #[cfg_attr(not(test), allow(dead_code))]
     pub after: Option<String>,
 }
 
 impl Admission {
     /// Frees the episode for the next message, and returns once it is free.
-    pub async fn release(mut self) {
+    pub(crate) async fn release(mut self) {
         if let Some(lease) = self.lease.take() {
             lease.release().await;
         }
@@ -132,7 +133,7 @@ impl Admission {
 
 /// The door of an episode's turns.
 #[derive(Clone)]
-pub struct BusyGate {
+pub(crate) struct BusyGate {
     store: Arc<dyn Store>,
     /// Messages that may wait per episode.
     pub queue_limit: usize,
@@ -149,7 +150,7 @@ const QUEUE_RETRY_AFTER: Duration = Duration::from_secs(5);
 
 impl BusyGate {
     /// A gate over `store`, letting `queue_limit` messages wait per episode.
-    pub fn new(store: Arc<dyn Store>, queue_limit: usize) -> BusyGate {
+    pub(crate) fn new(store: Arc<dyn Store>, queue_limit: usize) -> BusyGate {
         BusyGate { store, queue_limit }
     }
 
@@ -157,7 +158,7 @@ impl BusyGate {
     /// episode (its deadline, after which another message takes it over); `wait`, how long a
     /// queued or interrupting message waits for the running turn; `stop_here` stops a turn
     /// this process runs (the store's cancel flag reaches the others).
-    pub async fn admit(
+    pub(crate) async fn admit(
         &self,
         key: &EpisodeKey,
         turn_id: &str,

@@ -11,7 +11,7 @@ use crate::event::{Event, Status};
 use crate::store::{EpisodeKey, LoggedEvent};
 
 /// The most bytes of events a live turn keeps in memory; older ones are read from the store.
-pub const LIVE_BYTES: usize = 8 * 1024 * 1024;
+pub(crate) const LIVE_BYTES: usize = 8 * 1024 * 1024;
 
 /// One turn this process runs.
 #[derive(Debug)]

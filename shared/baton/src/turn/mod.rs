@@ -3,15 +3,15 @@
 //! any other), a turn can keep running after its client leaves, and a stop works from anywhere.
 //!
 //! This room:
-//! - `live`: the turns this process runs ([`LiveTurns`]): each one's events in memory, its end
+//! - `live`: the turns this process runs (`LiveTurns`): each one's events in memory, its end
 //!   and its cancel token, for a resume that lands here and for the log writer;
 //! - `writer`: a running turn's log writer, a task that copies its events to the store in
 //!   batches, ends the log, and looks for a cancel asked on another instance;
-//! - `record`: [`record`], the producer: numbers a turn's events, hands them to the client and
+//! - `record`: `record`, the producer: numbers a turn's events, hands them to the client and
 //!   to memory, and keeps the turn running after the client leaves when asked to;
-//! - `resume`: [`follow`], the events of a turn after a cursor: replayed from memory or the
+//! - `resume`: `follow`, the events of a turn after a cursor: replayed from memory or the
 //!   store, then followed live until `completed`;
-//! - `busy`: [`BusyGate`], what a message does when its episode's turn runs (`on_busy`);
+//! - `busy`: `BusyGate`, what a message does when its episode's turn runs (`on_busy`);
 //! - `start`: [`Turns`], the one owner of a turn's life: a repeated request joined, the busy
 //!   gate, the resume claim, the run, the live registration, the log writer and the record.
 
@@ -26,12 +26,18 @@ mod resume;
 mod start;
 mod writer;
 
-pub use busy::{Admission, BUSY_LEASE, BusyGate, BusyRefusal, DEFAULT_QUEUE_LIMIT, ON_BUSY_VALUES, OnBusy};
-pub use live::{LIVE_BYTES, LiveTurn, LiveTurns, Registered, Since};
-pub use record::{RecordedTurn, record};
-pub use resume::{Cursor, EVENTS_MISSING, ResumeLimits, follow};
-pub use start::{Begun, LOG_END_GRACE, OnApproval, TurnError, TurnEvents, TurnStart, Turns};
-pub use writer::{WriterReport, spawn as spawn_writer};
+pub use busy::BUSY_LEASE;
+pub use busy::DEFAULT_QUEUE_LIMIT;
+pub use busy::OnBusy;
+pub(crate) use busy::{Admission, BusyGate, BusyRefusal, ON_BUSY_VALUES};
+pub(crate) use live::{LiveTurn, LiveTurns};
+pub(crate) use record::record;
+pub(crate) use resume::{Cursor, ResumeLimits, follow};
+pub use start::OnApproval;
+pub use start::TurnStart;
+pub use start::Turns;
+pub(crate) use start::{Begun, LOG_END_GRACE, TurnError, TurnEvents};
+pub(crate) use writer::spawn as spawn_writer;
 
 /// What happens to a turn when its client leaves before `completed`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]

@@ -20,7 +20,7 @@ use crate::store::LoggedEvent;
 /// its end (the client left), it either keeps the turn running to `completed` in a task of its
 /// own ([`DisconnectPolicy::Continue`]) or drops it, which cancels every model call and
 /// sub-agent and saves what was produced as `partial` ([`DisconnectPolicy::Cancel`]).
-pub struct RecordedTurn {
+pub(crate) struct RecordedTurn {
     inner: Option<Pin<Box<dyn Stream<Item = Arc<LoggedEvent>> + Send>>>,
     policy: DisconnectPolicy,
     turn: Arc<LiveTurn>,
@@ -31,7 +31,7 @@ pub struct RecordedTurn {
 /// `completed` the stream waits up to `end_timeout` for the writer's last write before it ends
 /// (in Lambda the process may be frozen once the response ends), and only then leaves the
 /// registry, so a resume in between still finds the turn here.
-pub fn record(
+pub(crate) fn record(
     events: EventStream,
     registered: Registered,
     writer: Option<tokio::task::JoinHandle<WriterReport>>,
@@ -68,13 +68,6 @@ pub fn record(
         drop(registered);
     };
     RecordedTurn { inner: Some(Box::pin(inner)), policy, turn }
-}
-
-impl RecordedTurn {
-    /// The turn.
-    pub fn turn(&self) -> &Arc<LiveTurn> {
-        &self.turn
-    }
 }
 
 impl Stream for RecordedTurn {

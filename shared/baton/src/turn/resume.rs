@@ -15,7 +15,7 @@ use crate::orchestrator::ORCHESTRATOR;
 use crate::store::{EpisodeKey, LoggedEvent, Store, TurnStatus};
 
 /// The code of the `error` event that stands for events the log lacks.
-pub const EVENTS_MISSING: &str = "events_missing";
+pub(crate) const EVENTS_MISSING: &str = "events_missing";
 
 /// Where a client is in a turn: it has every event up to `after` (0: none).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,7 +45,7 @@ impl Default for ResumeLimits {
 /// runs it. A turn that ended with no `completed` in its log (its client left with
 /// `on_disconnect: cancel`, or its producer died: `abandoned`) gets one made up, with seq 0
 /// (sent with no id).
-pub fn follow(
+pub(crate) fn follow(
     store: Arc<dyn Store>,
     live: Option<Arc<LiveTurn>>,
     key: EpisodeKey,

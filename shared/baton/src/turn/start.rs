@@ -25,14 +25,14 @@ use crate::store::{EpisodeKey, LoggedEvent, StoreError};
 
 /// Time a turn's log record allows past the turn's deadline for its last write: a turn still
 /// `running` after both reads as abandoned.
-pub const LOG_END_GRACE: Duration = Duration::from_secs(10);
+pub(crate) const LOG_END_GRACE: Duration = Duration::from_secs(10);
 
 /// The longest a message waits for its episode's running turn (`on_busy: enqueue` or
 /// `interrupt`).
 const BUSY_WAIT: Duration = Duration::from_secs(60);
 
 /// A turn's numbered events, as its client and its log get them.
-pub type TurnEvents = std::pin::Pin<Box<dyn Stream<Item = Arc<LoggedEvent>> + Send>>;
+pub(crate) type TurnEvents = std::pin::Pin<Box<dyn Stream<Item = Arc<LoggedEvent>> + Send>>;
 
 /// The turns of one process: where they are recorded, the approvals, the turns it runs now, how
 /// they are logged, and the default policies for a client that leaves and an episode that is busy.

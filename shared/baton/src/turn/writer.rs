@@ -28,7 +28,7 @@ const TRIES_BEFORE_GAP: u32 = 2;
 
 /// What a turn's writer did, for the tests and the benchmarks.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct WriterReport {
+pub(crate) struct WriterReport {
     /// Store writes made (start, appends, gaps, end), failed ones included.
     pub writes: u32,
     /// Store reads made (cancel checks, resyncs).
@@ -40,7 +40,7 @@ pub struct WriterReport {
 }
 
 /// Starts the writer of `turn`'s log in `store`, ending by `deadline_ms` (ms since the epoch).
-pub fn spawn(
+pub(crate) fn spawn(
     store: Arc<dyn Store>,
     turn: Arc<LiveTurn>,
     deadline_ms: u64,

@@ -2,7 +2,7 @@
 //! clients (one HTTP client for all), agents and their tools (built-in, a team's own, agents as
 //! tools, routing tools), the routing policy, remote agents and the orchestrator that runs turns.
 //! Per-episode state and per-user data come from [`Backends`] (in memory, or over a store).
-//! An agent with `mini_agent` gets its [`MiniAgents`] fork policy here.
+//! An agent with `mini_agent` gets its `MiniAgents` fork policy here.
 //!
 //! Nothing here is special to an agent's name: each agent is built from its own entry. A
 //! deployment's own tools and agent kinds come from its [`Extension`]s, given in [`Backends`].
@@ -218,7 +218,7 @@ impl Backends {
 
 /// A remote agent's answer may pause this long between chunks (a slow tool call) before the call
 /// is given up.
-pub const REMOTE_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+pub(crate) const REMOTE_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Builds model clients on one shared HTTP client, or the offline model when none is configured,
 /// or the model script's model of each agent when there is one.

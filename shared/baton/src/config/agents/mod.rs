@@ -192,7 +192,7 @@ pub struct MiniAgentSpec {
     /// Whether the agent forks.
     #[serde(default = "enabled_by_default")]
     pub enabled: bool,
-    /// Most sub-tasks one fork may run (default 3, at most [`MAX_MINIS`]).
+    /// Most sub-tasks one fork may run (default 3, at most `MAX_MINIS`).
     #[serde(default)]
     pub max_minis: Option<usize>,
     /// Longest one mini may run (default 30 s).
@@ -214,7 +214,7 @@ fn enabled_by_default() -> bool {
 }
 
 impl MiniAgentSpec {
-    /// The settings a [`crate::mini::MiniAgents`] runs with, under a team's `max_depth`.
+    /// The settings a `crate::mini::MiniAgents` runs with, under a team's `max_depth`.
     pub fn settings(&self, max_depth: u32) -> MiniAgentSettings {
         MiniAgentSettings {
             max_minis: self.max_minis.unwrap_or(DEFAULT_MAX_MINIS),
@@ -396,7 +396,7 @@ pub struct AgentsConfig {
 }
 
 /// Largest `max_depth`.
-pub const MAX_DEPTH_LIMIT: u32 = 16;
+pub(crate) const MAX_DEPTH_LIMIT: u32 = 16;
 
 impl AgentsConfig {
     /// The agent named `name`.

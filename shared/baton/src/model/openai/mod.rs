@@ -25,11 +25,13 @@ mod transport;
 
 pub use chunks::ChunkParser;
 pub(crate) use chunks::TokenDetails;
-pub use config::{MAX_ERROR_BODY_BYTES, OpenAiConfig, RetryPolicy, Timeouts};
-pub use request::request_body;
+pub use config::MAX_ERROR_BODY_BYTES;
+pub use config::OpenAiConfig;
+pub(crate) use config::RetryPolicy;
+pub use config::Timeouts;
 pub(crate) use request::tool_options;
 pub use transport::read_capped;
-pub(crate) use transport::{Endpoint, StreamParser, retrying_stream};
+pub use transport::{Endpoint, StreamParser, retrying_stream};
 
 /// A Chat Completions model. Cheap to clone; build it once and share it.
 #[derive(Debug, Clone)]

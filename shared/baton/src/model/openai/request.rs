@@ -6,7 +6,8 @@ use serde_json::{Value, json};
 use crate::model::{ChatRequest, Message, ToolChoice};
 
 /// The JSON body of a streaming Chat Completions request.
-pub fn request_body(model: &str, request: &ChatRequest) -> Value {
+#[cfg(test)]
+pub(crate) fn request_body(model: &str, request: &ChatRequest) -> Value {
     serde_json::to_value(WireRequest::new(model, request)).expect("a request always serialises")
 }
 

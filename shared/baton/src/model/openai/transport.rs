@@ -16,7 +16,7 @@ use crate::model::{DeltaStream, ModelDelta, ModelError, TimeoutKind};
 /// One OpenAI-style streaming endpoint (Chat Completions or Responses): where to POST, how, and
 /// with which retries. Shared by both clients.
 #[derive(Debug)]
-pub(crate) struct Endpoint {
+pub struct Endpoint {
     http: crate::outbound::Client,
     /// The URL, parsed once (parsing it per call showed in the turn's profile); the text when it
     /// does not parse, for each call to fail with reqwest's own error.
@@ -34,7 +34,7 @@ impl Endpoint {
 }
 
 /// Turns the SSE events of one streamed answer into deltas.
-pub(crate) trait StreamParser: Default + Send {
+pub trait StreamParser: Default + Send {
     /// Parses one SSE event.
     fn event(&mut self, event: &eventsource_stream::Event) -> Result<Vec<ModelDelta>, ModelError>;
 
@@ -55,7 +55,7 @@ pub(crate) trait StreamParser: Default + Send {
 /// A call in flight keeps its few kilobytes of JSON text for a retry, not a `Value` tree (several
 /// times larger, and re-serialised by every attempt), and only until its first delta: no retry
 /// follows that, and an answer can stream for a long time.
-pub(crate) fn retrying_stream<P: StreamParser + 'static>(
+pub fn retrying_stream<P: StreamParser + 'static>(
     endpoint: Arc<Endpoint>,
     body: bytes::Bytes,
 ) -> DeltaStream {

@@ -1,6 +1,6 @@
 //! Routing guards that catch orchestrator-model mistakes in code (`docs/routing.md`).
 //!
-//! Pure functions over the model's planned calls, applied in this order by [`apply_guards`]:
+//! Pure functions over the model's planned calls, applied in this order by `apply_guards`:
 //! 1. **Duplicates**: the same tool with the same query counts once. This runs first, so a rule
 //!    that rewrites a call below finds the model's call once, with every field it gave.
 //! 2. **Echo follow-up**: a short reply that answers the follow-up agent's previous question (a
@@ -10,7 +10,7 @@
 //! 3. **Fastpath allowlist**: a direct answer (no call) is kept only for smalltalk, recognised by
 //!    type ([`Lexicon::classify`]), with no image attached; anything else goes to the fallback
 //!    agent. (The routing policy first re-asks the model, echo replies included, see
-//!    [`refuses_direct_answer`]; this is the last resort.)
+//!    `refuses_direct_answer`; this is the last resort.)
 //! 4. **Overlap** (mixed turns): a call whose query shares no content word with the user's message
 //!    is dropped when the model made more calls than the intents it reported (a hallucinated
 //!    extra call). A call within the reported count is kept and its query repaired by the verbatim
@@ -19,7 +19,7 @@
 //! 5. **Verbatim**: one call gets the user's exact text; in a mixed turn a message of at most four
 //!    words goes verbatim to every call. A longer one keeps the model's split only if it is the
 //!    user's words (every content word of it is the message's, allowing inflection), else takes
-//!    the user's own clause that overlaps the call most ([`text::clauses`]), and only then the
+//!    the user's own clause that overlaps the call most (`text::clauses`), and only then the
 //!    whole message.
 //! 6. **Prior context**: a call of the follow-up agent after a turn it did not answer (an intent switch)
 //!    gets the previous turn as `prior_context` when the model gave none; so does a call code
@@ -65,13 +65,13 @@ impl PlannedCall {
     }
 
     /// Sets the query, in the arguments too.
-    pub fn set_query(&mut self, query: &str) {
+    pub(crate) fn set_query(&mut self, query: &str) {
         self.query = query.to_owned();
         self.set_argument("query", query);
     }
 
     /// Sets the prior context, in the arguments too.
-    pub fn set_prior_context(&mut self, context: String) {
+    pub(crate) fn set_prior_context(&mut self, context: String) {
         self.set_argument("prior_context", &context);
         self.prior_context = Some(context);
     }
@@ -84,12 +84,12 @@ impl PlannedCall {
 
     /// What makes two calls the same call: the tool, and the query up to case, accents and
     /// punctuation. The one key duplicates are removed by and the failsafe merges by.
-    pub fn key(&self) -> (&str, String) {
+    pub(crate) fn key(&self) -> (&str, String) {
         (self.tool.as_str(), normalize(&self.query))
     }
 
     /// The call's `intent_count`, if the model gave a sensible one.
-    pub fn intent_count(&self) -> Option<usize> {
+    pub(crate) fn intent_count(&self) -> Option<usize> {
         self.arguments.get("intent_count").and_then(Value::as_u64).map(|n| n as usize).filter(|n| *n >= 1)
     }
 }
@@ -162,7 +162,7 @@ pub enum GuardAction {
 
 impl GuardAction {
     /// The repair's name, as `repaired` events and the evaluation report it (`echo_followup`).
-    pub fn name(&self) -> String {
+    pub(crate) fn name(&self) -> String {
         serde_json::to_value(self)
             .ok()
             .and_then(|v| v["repair"].as_str().map(str::to_owned))
@@ -171,11 +171,11 @@ impl GuardAction {
 }
 
 /// The longest summary argument kept.
-pub const SUMMARY_MAX_CHARS: usize = 300;
+pub(crate) const SUMMARY_MAX_CHARS: usize = 300;
 
 /// Which routing tools the guards treat specially.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Roles {
+pub(crate) struct Roles {
     /// The follow-up agent's tool (`ask_<agent>`): echo follow-ups go to it, prior context is
     /// filled on a switch to it, its summary is capped.
     pub followup_tool: Option<String>,
@@ -232,7 +232,7 @@ impl Default for Guards {
 
 impl Guards {
     /// The guards' configuration names, in the order they run.
-    pub const NAMES: &'static [&'static str] = &[
+    pub(crate) const NAMES: &'static [&'static str] = &[
         "failsafe",
         "echo_followup",
         "fastpath",
@@ -244,7 +244,7 @@ impl Guards {
     ];
 
     /// Only the guards named in `names` (names from [`Guards::NAMES`]); `Err` names an unknown one.
-    pub fn only(names: &[String]) -> Result<Guards, String> {
+    pub(crate) fn only(names: &[String]) -> Result<Guards, String> {
         let mut g = Guards {
             failsafe: false,
             echo_followup: false,
@@ -277,7 +277,7 @@ impl Guards {
 
 /// The guards' view of the turn.
 #[derive(Debug, Clone, Copy)]
-pub struct RoutingInput<'a> {
+pub(crate) struct RoutingInput<'a> {
     /// What the user typed, exactly.
     pub message: &'a str,
     /// The previous turn, if any.
@@ -299,7 +299,7 @@ pub struct RoutingInput<'a> {
 /// any other message, so the model's call carries what it knows (the follow-up agent's category); the
 /// guards route it only if the re-ask makes no call. The routing policy re-asks the model
 /// before [`apply_guards`] falls back.
-pub fn refuses_direct_answer(input: &RoutingInput<'_>) -> bool {
+pub(crate) fn refuses_direct_answer(input: &RoutingInput<'_>) -> bool {
     input.guards.fastpath && (input.attached || input.smalltalk.classify(input.message).is_none())
 }
 
@@ -316,7 +316,7 @@ fn is_message_with_notes(query: &str, message: &str) -> bool {
 }
 
 /// Applies the guards to the model's calls. An empty result means a direct answer is kept.
-pub fn apply_guards(
+pub(crate) fn apply_guards(
     input: &RoutingInput<'_>,
     calls: Vec<PlannedCall>,
 ) -> (Vec<PlannedCall>, Vec<GuardAction>) {

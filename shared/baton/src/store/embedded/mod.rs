@@ -27,18 +27,18 @@
 //! takes writes again, nothing that waited is lost and no restart is needed. If the disk still
 //! refuses, that open fails too: the flush is an error, and every call tries the open again
 //! first, answering [`StoreError::Unavailable`] until it succeeds. While flushes fail, at most
-//! [`MAX_WAITING_WRITES`] writes wait, and further writes are refused with
+//! `MAX_WAITING_WRITES` writes wait, and further writes are refused with
 //! [`StoreError::Unavailable`].
 //!
 //! The file is locked while open (redb takes an exclusive `flock`), so one process uses it at a
-//! time. A second process waits for it up to [`LOCK_WAIT`], saying so on the log, which lets two
+//! time. A second process waits for it up to `LOCK_WAIT`, saying so on the log, which lets two
 //! `chat` commands run one after the other; a `serve` holds the file for its whole life, so a
 //! `chat` beside it fails after the wait with a clear error. Sharing the file between processes
 //! would mean opening it per operation (an open costs more than the operation) or a store
 //! server; the local default keeps redb and this bounded wait, and DynamoDB serves many processes.
 //!
 //! A turn log's writes (`turn_log`) are not flushed by their own call: each asks for a flush
-//! within [`TURN_LOG_FLUSH_WITHIN`], which one task does for every write waiting by then (and a
+//! within `TURN_LOG_FLUSH_WITHIN`, which one task does for every write waiting by then (and a
 //! reply's flush takes them sooner). So a producer killed mid-turn leaves its log on disk up to
 //! the batches written a second before, and a turn's many small batches, and every turn's,
 //! share flushes instead of paying one each.
@@ -69,25 +69,25 @@ use super::{Clock, DEFAULT_RETENTION, DEFAULT_TURN_LOG_TTL, StoreError, ttl_afte
 /// write transaction at a time, and a flush takes every pending write), so more threads would
 /// only wait: after a burst of 500 dropped streams (each saving its partial reply) the pool
 /// had grown to ~400 threads, each keeping its stack and malloc arena.
-pub const MAX_CONCURRENT_CALLS: usize = 4;
+pub(crate) const MAX_CONCURRENT_CALLS: usize = 4;
 
 /// While flushes fail, how many writes may wait for the file before further writes are refused.
-pub const MAX_WAITING_WRITES: usize = 10_000;
+pub(crate) const MAX_WAITING_WRITES: usize = 10_000;
 
 /// redb's page cache. Its default (1 GiB) lets a long-running `serve` grow with the store file;
 /// a turn reads a few recent messages of one episode, pages written moments before and still
 /// in the cache, so a small one serves it. Writes fill it: at 16 MiB, a burst of 1,000 turns
 /// kept 16 MB more resident for good (docs/benchmarks.md, "Memory per stream").
-pub const CACHE_BYTES: usize = 4 * 1024 * 1024;
+pub(crate) const CACHE_BYTES: usize = 4 * 1024 * 1024;
 
 /// How soon a turn log's write reaches the disk when no other flush takes it first.
-pub const TURN_LOG_FLUSH_WITHIN: Duration = Duration::from_secs(1);
+pub(crate) const TURN_LOG_FLUSH_WITHIN: Duration = Duration::from_secs(1);
 
 /// How long [`EmbeddedStore::open`] waits for a store file another process holds.
-pub const LOCK_WAIT: Duration = Duration::from_secs(5);
+pub(crate) const LOCK_WAIT: Duration = Duration::from_secs(5);
 
 /// The one table: `(pk, sk)` → the item's DynamoDB JSON.
-pub const ITEMS: TableDefinition<'static, (&str, &str), &[u8]> = TableDefinition::new("items");
+pub(crate) const ITEMS: TableDefinition<'static, (&str, &str), &[u8]> = TableDefinition::new("items");
 
 /// An item's bytes, or `None` where it was removed.
 type Value = Option<Arc<[u8]>>;
@@ -157,13 +157,13 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 impl EmbeddedStore {
     /// Opens (or creates) the store file at `path`, creating its directory; items live for
     /// [`DEFAULT_RETENTION`] after their last write. If another process holds the file, waits
-    /// for it up to [`LOCK_WAIT`] (blocking the calling thread: open stores at start-up).
+    /// for it up to `LOCK_WAIT` (blocking the calling thread: open stores at start-up).
     pub fn open(path: impl AsRef<Path>, clock: Arc<dyn Clock>) -> Result<EmbeddedStore, StoreError> {
         EmbeddedStore::open_waiting(path, clock, LOCK_WAIT)
     }
 
     /// [`EmbeddedStore::open`], waiting up to `wait` for a file another process holds.
-    pub fn open_waiting(
+    pub(crate) fn open_waiting(
         path: impl AsRef<Path>,
         clock: Arc<dyn Clock>,
         wait: Duration,
@@ -241,11 +241,6 @@ impl EmbeddedStore {
     pub fn with_turn_log_ttl(mut self, ttl: Duration) -> EmbeddedStore {
         self.turn_log_ttl = ttl;
         self
-    }
-
-    /// The store file.
-    pub fn path(&self) -> &Path {
-        &self.path
     }
 
     /// How many write transactions have been committed to the file since it was opened (each

@@ -20,7 +20,7 @@ pub trait SecretSource: Send + Sync {
 
 /// How one source's requests are authenticated.
 #[derive(Clone, Default)]
-pub enum Credential {
+pub(crate) enum Credential {
     /// Not at all.
     #[default]
     None,
@@ -49,7 +49,7 @@ impl std::fmt::Debug for Credential {
 
 /// The resolvers a credential may need.
 #[derive(Clone, Default)]
-pub struct AuthHooks {
+pub(crate) struct AuthHooks {
     /// Reads `*_secret_arn` values.
     pub secrets: Option<Arc<dyn SecretSource>>,
     /// Signs requests for `sigv4`.
@@ -59,7 +59,7 @@ pub struct AuthHooks {
 impl Credential {
     /// The credential `spec` describes, its secret read now. The error says what could not be
     /// read and names no value.
-    pub async fn resolve(spec: Option<&AuthSpec>, hooks: &AuthHooks) -> Result<Credential, String> {
+    pub(crate) async fn resolve(spec: Option<&AuthSpec>, hooks: &AuthHooks) -> Result<Credential, String> {
         let Some(spec) = spec else { return Ok(Credential::None) };
         if let Some(sigv4) = &spec.sigv4 {
             let signer = hooks.signer.clone().ok_or("`sigv4` needs the AWS deployment's signer")?;

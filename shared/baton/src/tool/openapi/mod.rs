@@ -8,17 +8,18 @@
 //! model reads, naming the tool; no secret is in them.
 //!
 //! # Layout
-//! - this file: [`OpenApiTool`] and [`load`], a source's tools;
+//! - this file: `OpenApiTool` and `load`, a source's tools;
 //! - `document`: the document parsed into operations and their arguments' JSON Schema;
 //! - `call`: one call, from arguments to request to result;
-//! - `auth`: [`Credential`], [`SecretSource`] and [`AuthHooks`], how requests are authenticated.
+//! - `auth`: `Credential`, [`SecretSource`] and `AuthHooks`, how requests are authenticated.
 
 mod auth;
 mod call;
 mod document;
-pub mod spec;
+pub(crate) mod spec;
 
-pub use auth::{AuthHooks, Credential, SecretSource};
+pub use auth::SecretSource;
+pub(crate) use auth::{AuthHooks, Credential};
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -45,7 +46,7 @@ struct Source {
 
 /// One operation of an OpenAPI document, as a tool.
 #[derive(Debug)]
-pub struct OpenApiTool {
+pub(crate) struct OpenApiTool {
     operation: document::Operation,
     source: Arc<Source>,
 }
@@ -76,7 +77,7 @@ impl Tool for OpenApiTool {
 /// The tool names source `spec` offers, reaching nothing: its `operations:` list, else the
 /// `operationId`s of its document when it is a file; `None` for a URL document without a list
 /// (known only once read, by [`load`]). For `orchestrator check` without `--connect`.
-pub fn offline_names(name: &str, spec: &OpenApiSource) -> Result<Option<Vec<String>>, String> {
+pub(crate) fn offline_names(name: &str, spec: &OpenApiSource) -> Result<Option<Vec<String>>, String> {
     if let Some(listed) = &spec.operations {
         return Ok(Some(listed.clone()));
     }
@@ -92,7 +93,11 @@ pub fn offline_names(name: &str, spec: &OpenApiSource) -> Result<Option<Vec<Stri
 
 /// The tools of source `name`: its document read and parsed, its credential resolved. The error
 /// is one sentence naming the source and what to fix.
-pub async fn load(name: &str, spec: &OpenApiSource, hooks: &AuthHooks) -> Result<Vec<Arc<dyn Tool>>, String> {
+pub(crate) async fn load(
+    name: &str,
+    spec: &OpenApiSource,
+    hooks: &AuthHooks,
+) -> Result<Vec<Arc<dyn Tool>>, String> {
     let at = |reason: String| format!("OpenAPI source `{name}` ({}): {reason}", spec.document);
     let text = read_document(spec).await.map_err(at)?;
     let doc = document::parse(&text).map_err(at)?;

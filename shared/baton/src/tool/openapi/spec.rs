@@ -7,9 +7,9 @@ use std::time::Duration;
 use serde::Deserialize;
 
 /// A tool call of these kinds may take this long unless its source says otherwise.
-pub const DEFAULT_TOOL_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const DEFAULT_TOOL_TIMEOUT: Duration = Duration::from_secs(30);
 /// A result of these kinds may be this large unless its source says otherwise.
-pub const DEFAULT_MAX_RESULT_BYTES: usize = 256 * 1024;
+pub(crate) const DEFAULT_MAX_RESULT_BYTES: usize = 256 * 1024;
 /// One OpenAPI document whose operations become tools.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -94,7 +94,7 @@ impl OpenApiSource {
 }
 
 impl AuthSpec {
-    pub(crate) fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), String> {
         let set = [
             self.bearer_env.is_some(),
             self.bearer_secret_arn.is_some(),

@@ -9,7 +9,7 @@ use axum::routing::get;
 use serde_json::json;
 
 use super::*;
-use crate::config::tools::{ApiKeySpec, AuthSpec};
+use crate::tool::openapi::spec::{ApiKeySpec, AuthSpec};
 
 const DOC: &str = r#"
 openapi: 3.0.3
