@@ -7,7 +7,7 @@
 //!
 //! Its spans continue the caller's trace (the request's `traceparent` field, else the
 //! invocation's X-Ray trace) and are flushed before the response ends (see
-//! [`crate::lambda_trace`]).
+//! `crate::lambda_trace`).
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -21,7 +21,7 @@ use lambda_http::{Body, Request, Response, service_fn};
 
 /// The response of one request: NDJSON events, or a 400 JSON error. `invocation_trace` is the
 /// parent of the agent's span when the request carries no `traceparent`.
-pub fn respond(
+pub(crate) fn respond(
     agents: &[Arc<dyn Agent>],
     body: &[u8],
     invocation_trace: Option<&str>,

@@ -102,17 +102,17 @@ fn parse_busy_policy(value: &str) -> Result<OnBusy, String> {
 
 impl EndpointSettings {
     /// How long an interrupt waits for its answer.
-    pub fn approval_ttl(&self) -> std::time::Duration {
+    pub(crate) fn approval_ttl(&self) -> std::time::Duration {
         std::time::Duration::from_secs_f64(self.approval_ttl_hours * 3600.0)
     }
 
     /// The disconnect policy and how turns are logged.
-    pub fn turns(&self) -> (DisconnectPolicy, TurnLogSettings) {
+    pub(crate) fn turns(&self) -> (DisconnectPolicy, TurnLogSettings) {
         (self.on_disconnect, TurnLogSettings { enabled: self.turn_log, ..TurnLogSettings::default() })
     }
 
     /// What a message does while its conversation's turn runs, and how many may wait.
-    pub fn busy(&self) -> (OnBusy, usize) {
+    pub(crate) fn busy(&self) -> (OnBusy, usize) {
         (self.on_busy, self.busy_queue)
     }
 
@@ -199,7 +199,7 @@ impl ServeSettings {
 
     /// The limits in Lambda, where the platform owns the connections: these time limits, and
     /// the defaults for the connection limits (which do not apply).
-    pub fn lambda_limits(&self) -> Result<EndpointLimits, String> {
+    pub(crate) fn lambda_limits(&self) -> Result<EndpointLimits, String> {
         let defaults = EndpointLimits::default();
         self.endpoint.endpoint_limits(defaults.request_head_timeout, defaults.max_connections)
     }

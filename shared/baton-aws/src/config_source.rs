@@ -11,9 +11,9 @@ use std::path::{Component, Path, PathBuf};
 use aws_config::SdkConfig;
 
 /// The most files a configuration folder may hold.
-pub const MAX_FILES: usize = 200;
+pub(crate) const MAX_FILES: usize = 200;
 /// The most bytes the files of a configuration folder may hold together.
-pub const MAX_BYTES: u64 = 32 * 1024 * 1024;
+pub(crate) const MAX_BYTES: u64 = 32 * 1024 * 1024;
 
 /// Where a configuration is stored.
 #[derive(Debug, PartialEq)]
@@ -50,7 +50,7 @@ fn parse(uri: &str) -> Result<Option<Source>, String> {
 
 /// `config` when it is a local file (or not given); otherwise the local copy of the S3 or SSM
 /// configuration it names, fetched into the process's temporary folder with the files beside it.
-pub async fn localize(config: Option<&Path>) -> Result<Option<PathBuf>, String> {
+pub(crate) async fn localize(config: Option<&Path>) -> Result<Option<PathBuf>, String> {
     let Some(uri) = config.and_then(Path::to_str) else { return Ok(None) };
     if parse(uri)?.is_none() {
         return Ok(None);
@@ -62,7 +62,7 @@ pub async fn localize(config: Option<&Path>) -> Result<Option<PathBuf>, String> 
 
 /// Fetches the configuration `uri` names and the files beside it into `dir` (emptied first) with
 /// the clients of `sdk`, and returns the local path of the configuration.
-pub async fn localize_with(uri: &str, dir: &Path, sdk: &SdkConfig) -> Result<PathBuf, String> {
+pub(crate) async fn localize_with(uri: &str, dir: &Path, sdk: &SdkConfig) -> Result<PathBuf, String> {
     let source = parse(uri)?.ok_or_else(|| format!("{uri} is not an s3:// or ssm: URI"))?;
     let files = match &source {
         Source::S3 { bucket, folder, .. } => s3_files(sdk, bucket, folder).await,

@@ -6,7 +6,7 @@
 //!   message in an episode whose item has expired but is still there deletes it first, so the
 //!   episode starts afresh (version 1, no vendor state) as it does in the embedded store.
 //! - Reads that may span pages are one `Query` read through the SDK's paginator, at most
-//!   [`DEFAULT_QUERY_PAGE_CAP`] pages ([`DynamoDbStore::with_query_page_cap`]) of `Limit` = the
+//!   `DEFAULT_QUERY_PAGE_CAP` pages ([`DynamoDbStore::with_query_page_cap`]) of `Limit` = the
 //!   page size (or fewer when fewer items are wanted), stopping as soon as enough are in hand.
 //! - Reads are strongly consistent: a turn must see the message the previous turn just wrote.
 //! - Every call is bounded by the SDK's own timeout and retry configuration ([`StoreTimeouts`]:
@@ -49,7 +49,7 @@ mod leases;
 mod query;
 mod turn_log;
 
-pub use query::DEFAULT_QUERY_PAGE_CAP;
+pub(crate) use query::DEFAULT_QUERY_PAGE_CAP;
 
 use attrs::{from_dynamo, key, string_of, to_attribute, to_dynamo};
 
@@ -179,7 +179,7 @@ impl DynamoDbStore {
     }
 
     /// Reads at most `pages` pages (at least 1) in one query: a read that would need more fails
-    /// as [`StoreError::Failed`] ([`DEFAULT_QUERY_PAGE_CAP`] unless told otherwise).
+    /// as [`StoreError::Failed`] (`DEFAULT_QUERY_PAGE_CAP` unless told otherwise).
     pub fn with_query_page_cap(mut self, pages: usize) -> DynamoDbStore {
         self.query_page_cap = pages.max(1);
         self

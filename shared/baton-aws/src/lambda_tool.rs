@@ -11,7 +11,7 @@
 //! lost (the connection broke, the read timed out, Lambda's own 5xx) may have run the function,
 //! so it is not sent again and the model reads `outcome_unknown`. Only what Lambda refused before
 //! running anything is tried again: throttling (`TooManyRequestsException`, up to
-//! [`THROTTLE_ATTEMPTS`] sends within the tool's timeout) and a connection that was never made.
+//! `THROTTLE_ATTEMPTS` sends within the tool's timeout) and a connection that was never made.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,7 +23,7 @@ use baton::tool::{Tool, ToolContext, ToolError};
 use serde_json::Value;
 
 /// Sends of one call Lambda throttled, at most (the first and two more, 200 ms and 400 ms apart).
-pub const THROTTLE_ATTEMPTS: u32 = 3;
+pub(crate) const THROTTLE_ATTEMPTS: u32 = 3;
 
 /// One Lambda function offered as a tool.
 #[derive(Debug, Clone)]
@@ -104,7 +104,7 @@ impl LambdaTool {
     /// Reaches the function without running it (`Invoke` with `DryRun`: Lambda checks that it
     /// exists and that this role may invoke it), for `orchestrator check --connect`. The error
     /// names the tool and the function.
-    pub async fn reach(&self) -> Result<(), String> {
+    pub(crate) async fn reach(&self) -> Result<(), String> {
         dry_run(&self.client, &self.function, self.timeout)
             .await
             .map_err(|failure| format!("Lambda tool `{}` (function {}): {failure}", self.name, self.function))
@@ -260,7 +260,7 @@ pub(crate) async fn dry_run(
     }
 }
 
-/// Reaches every Lambda tool `config` declares ([`LambdaTool::reach`]): the first failure.
+/// Reaches every Lambda tool `config` declares (`LambdaTool::reach`): the first failure.
 pub async fn reach_all(config: &baton::config::Config) -> Result<(), String> {
     if config.tool_sources.lambda.is_empty() {
         return Ok(());
@@ -276,7 +276,7 @@ pub async fn reach_all(config: &baton::config::Config) -> Result<(), String> {
 /// The configuration's Lambda tools, over one client from the environment (region,
 /// credentials, `AWS_ENDPOINT_URL_LAMBDA`); none, and no AWS configuration read, when it
 /// declares none.
-pub async fn lambda_tools(config: &baton::config::Config) -> Vec<Arc<dyn Tool>> {
+pub(crate) async fn lambda_tools(config: &baton::config::Config) -> Vec<Arc<dyn Tool>> {
     let declared = &config.tool_sources.lambda;
     if declared.is_empty() {
         return Vec::new();

@@ -11,13 +11,13 @@ use lambda_http::{Request, RequestExt};
 
 /// The invocation's X-Ray trace (`Lambda-Runtime-Trace-Id`, `Root=1-…;Parent=…;Sampled=…`) as a
 /// `traceparent`; `None` outside Lambda or when it is absent or malformed.
-pub fn invocation_traceparent(request: &Request) -> Option<String> {
+pub(crate) fn invocation_traceparent(request: &Request) -> Option<String> {
     request.lambda_context_ref().and_then(|c| c.xray_trace_id.as_deref()).and_then(xray_to_traceparent)
 }
 
 /// `response` whose body, once everything else is sent, waits for `traces` to be flushed; the
 /// response itself when traces are off.
-pub fn flushed_at_end(
+pub(crate) fn flushed_at_end(
     response: axum::response::Response,
     traces: Option<&Arc<Traces>>,
 ) -> axum::response::Response {

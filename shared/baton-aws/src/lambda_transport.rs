@@ -20,20 +20,20 @@ pub const MAX_PRELUDE_BYTES: usize = 64 * 1024;
 
 /// Calls a remote agent deployed as a Lambda function.
 #[derive(Debug, Clone)]
-pub struct LambdaTransport {
+pub(crate) struct LambdaTransport {
     client: aws_sdk_lambda::Client,
     function: String,
 }
 
 impl LambdaTransport {
     /// A transport to `function` (name or ARN).
-    pub fn new(client: aws_sdk_lambda::Client, function: impl Into<String>) -> LambdaTransport {
+    pub(crate) fn new(client: aws_sdk_lambda::Client, function: impl Into<String>) -> LambdaTransport {
         LambdaTransport { client, function: function.into() }
     }
 
     /// A transport whose client comes from the environment (region, credentials,
     /// `AWS_ENDPOINT_URL_LAMBDA`).
-    pub async fn from_env(function: impl Into<String>) -> LambdaTransport {
+    pub(crate) async fn from_env(function: impl Into<String>) -> LambdaTransport {
         let config = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
         LambdaTransport::new(aws_sdk_lambda::Client::new(&config), function)
     }
@@ -54,7 +54,7 @@ pub enum StreamEvent {
 }
 
 /// `payload` (a JSON remote request) as the body of a Function URL (payload v2) event.
-pub fn function_url_event(payload: &[u8]) -> Bytes {
+pub(crate) fn function_url_event(payload: &[u8]) -> Bytes {
     let event = serde_json::json!({
         "version": "2.0",
         "routeKey": "$default",

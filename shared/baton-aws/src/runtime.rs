@@ -5,20 +5,20 @@
 //! `main` then ends the process: Lambda has to start a new execution environment (a cold start),
 //! and `cargo lambda watch` does not restart it at all, so the next request hangs. A handler error
 //! never gets here (the runtime reports it for its invocation); only the loop's own transport
-//! does. So the loop is entered again, unless it keeps failing: [`MAX_QUICK_FAILURES`] failures
-//! within [`QUICK_FAILURE_WINDOW`] mean the Runtime API is really gone, and the error is returned.
+//! does. So the loop is entered again, unless it keeps failing: `MAX_QUICK_FAILURES` failures
+//! within `QUICK_FAILURE_WINDOW` mean the Runtime API is really gone, and the error is returned.
 
 use std::future::Future;
 use std::time::{Duration, Instant};
 
 /// How many failures of the event loop within [`QUICK_FAILURE_WINDOW`] end the process.
-pub const MAX_QUICK_FAILURES: usize = 3;
+pub(crate) const MAX_QUICK_FAILURES: usize = 3;
 
 /// The window in which [`MAX_QUICK_FAILURES`] failures end the process.
-pub const QUICK_FAILURE_WINDOW: Duration = Duration::from_secs(10);
+pub(crate) const QUICK_FAILURE_WINDOW: Duration = Duration::from_secs(10);
 
 /// Runs the event loop `run` makes, again after each failure, until it ends or fails
-/// [`MAX_QUICK_FAILURES`] times within [`QUICK_FAILURE_WINDOW`].
+/// `MAX_QUICK_FAILURES` times within `QUICK_FAILURE_WINDOW`.
 pub async fn keep_running<F, Fut, E>(mut run: F) -> Result<(), E>
 where
     F: FnMut() -> Fut,

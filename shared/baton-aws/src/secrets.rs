@@ -16,7 +16,7 @@ pub async fn secret_string(client: &Client, secret_id: &str) -> Result<String, S
 
 /// Resolves each `Some(arn)` to its value with a client from the environment (region,
 /// credentials, `AWS_ENDPOINT_URL_SECRETS_MANAGER`); `None` stays `None`.
-pub async fn resolve(arns: &[Option<String>]) -> Result<Vec<Option<String>>, String> {
+pub(crate) async fn resolve(arns: &[Option<String>]) -> Result<Vec<Option<String>>, String> {
     if arns.iter().all(Option::is_none) {
         return Ok(vec![None; arns.len()]);
     }

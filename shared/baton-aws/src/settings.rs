@@ -150,7 +150,7 @@ fn default_store_path() -> PathBuf {
 
 impl Settings {
     /// Opens the conversation store these options name, and the history that records into it.
-    pub async fn history(&self) -> Result<(History, String), String> {
+    pub(crate) async fn history(&self) -> Result<(History, String), String> {
         if self.history_ttl_days == 0 {
             return Err("BATON_HISTORY_TTL_DAYS must be at least 1".into());
         }

@@ -28,7 +28,7 @@ impl SigV4Signer {
     }
 
     /// A signer over the default credentials chain and region (`AWS_REGION`, a profile).
-    pub async fn from_env() -> SigV4Signer {
+    pub(crate) async fn from_env() -> SigV4Signer {
         let shared = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
         SigV4Signer {
             credentials: shared.credentials_provider(),

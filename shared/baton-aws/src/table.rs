@@ -28,11 +28,11 @@ use baton::store::StoreError;
 use crate::error::sdk_error;
 
 /// The partition key attribute (a string).
-pub const PARTITION_KEY: &str = "pk";
+pub(crate) const PARTITION_KEY: &str = "pk";
 /// The sort key attribute (a string).
-pub const SORT_KEY: &str = "sk";
+pub(crate) const SORT_KEY: &str = "sk";
 /// The TTL attribute (a number: seconds since the Unix epoch).
-pub const TTL_ATTRIBUTE: &str = "ttl";
+pub(crate) const TTL_ATTRIBUTE: &str = "ttl";
 
 fn build_error(e: aws_sdk_dynamodb::error::BuildError) -> StoreError {
     StoreError::Failed(format!("invalid table definition: {e}"))

@@ -11,7 +11,7 @@ use baton::wiring::Backends;
 
 /// Secrets read from AWS Secrets Manager.
 #[derive(Debug, Clone)]
-pub struct SecretsManager(aws_sdk_secretsmanager::Client);
+pub(crate) struct SecretsManager(aws_sdk_secretsmanager::Client);
 
 #[async_trait::async_trait]
 impl SecretSource for SecretsManager {
@@ -22,7 +22,7 @@ impl SecretSource for SecretsManager {
 
 /// Adds the configuration's declared tools to `backends`, with the AWS hooks they need (each
 /// made only when a source needs it). The error names the tool or source and what to fix.
-pub async fn declared_tools(config: &Config, backends: &mut Backends) -> Result<(), String> {
+pub(crate) async fn declared_tools(config: &Config, backends: &mut Backends) -> Result<(), String> {
     let sources = &config.tool_sources;
     let auths = || sources.openapi.values().filter_map(|s| s.auth.as_ref());
     if backends.secrets.is_none()

@@ -32,7 +32,7 @@
 //! - [`report`]: the run as a self-contained HTML report (charts, failures, trend) and the JSON
 //!   summary a run is stored as.
 //! - `faults`: the fault-injecting model ([`run_faults`]) and what the rules recover.
-//! - [`smalltalk_corpus`]: the smalltalk check scored on its labelled corpus.
+//! - `smalltalk_corpus`: the smalltalk check scored on its labelled corpus.
 //! - [`smalltalk_sources`]: the smalltalk check per source and language, sources not tuned on included.
 
 use std::collections::BTreeMap;
@@ -57,7 +57,7 @@ use baton::routing::Router;
 
 mod faults;
 pub mod report;
-pub mod smalltalk_corpus;
+pub(crate) mod smalltalk_corpus;
 pub mod smalltalk_sources;
 pub mod turns;
 

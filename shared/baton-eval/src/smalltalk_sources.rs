@@ -55,7 +55,7 @@ pub const SOURCES: [Source; 3] = [
 /// two such lines are plain smalltalk by the project's definition: a question about the
 /// assistant's wellbeing and a compliment. Each was found when the check took it; the rows are
 /// shown, not hidden, and no other row was relabelled.
-pub const DISPUTED: &[(&str, &str, &str, &str)] = &[
+pub(crate) const DISPUTED: &[(&str, &str, &str, &str)] = &[
     (
         "chatterbot-corpus",
         "nl",
@@ -71,7 +71,7 @@ pub const DISPUTED: &[(&str, &str, &str, &str)] = &[
 ];
 
 /// The recall a source the check was not tuned on must reach in each language, in percent.
-pub const RECALL_TARGET: f64 = 90.0;
+pub(crate) const RECALL_TARGET: f64 = 90.0;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -85,7 +85,8 @@ struct Part {
 /// The smalltalk lexicon of the reference deployment (`config/baton.yaml`'s `routing.smalltalk`:
 /// the default languages, Dutch and Polish), as `routing-eval` scores it with the reference
 /// configuration.
-pub fn reference_deployment_lexicon() -> Lexicon {
+#[cfg(test)]
+pub(crate) fn reference_deployment_lexicon() -> Lexicon {
     const CONFIG: &str = include_str!("../../../config/baton.yaml");
     fn find(value: &serde_yaml_ng::Value) -> Option<&serde_yaml_ng::Value> {
         if let Some(list) = value.as_sequence() {
@@ -127,18 +128,18 @@ pub struct SourceScore {
 
 impl SourceScore {
     /// Smalltalk recognised, of all smalltalk, in percent (`None` without smalltalk).
-    pub fn recall(&self) -> Option<f64> {
+    pub(crate) fn recall(&self) -> Option<f64> {
         (self.smalltalk > 0)
             .then(|| 100.0 * (self.smalltalk - self.missed.len()) as f64 / self.smalltalk as f64)
     }
 
     /// Smalltalk the word classes alone recognise, of all smalltalk, in percent.
-    pub fn recall_by_classes(&self) -> Option<f64> {
+    pub(crate) fn recall_by_classes(&self) -> Option<f64> {
         (self.smalltalk > 0).then(|| 100.0 * self.by_classes as f64 / self.smalltalk as f64)
     }
 
     /// Smalltalk recognised, of all messages taken for smalltalk, in percent.
-    pub fn precision(&self) -> f64 {
+    pub(crate) fn precision(&self) -> f64 {
         let found = self.smalltalk - self.missed.len();
         if found + self.passed.len() == 0 {
             100.0
@@ -148,7 +149,7 @@ impl SourceScore {
     }
 
     /// Whether it meets the targets: no request passed; a source not tuned on at the recall target.
-    pub fn meets_targets(&self) -> bool {
+    pub(crate) fn meets_targets(&self) -> bool {
         self.passed.is_empty() && (self.tuned || self.recall().is_none_or(|r| r >= RECALL_TARGET))
     }
 }

@@ -30,11 +30,11 @@ use baton::orchestrator::{Orchestrator, TurnRequest};
 use baton::wiring::Backends;
 
 /// Longest one scenario's turn may take.
-pub const TURN_TIMEOUT: Duration = Duration::from_secs(120);
+pub(crate) const TURN_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// What one turn did, as its events say.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct TurnTrace {
+pub(crate) struct TurnTrace {
     /// Every tool call started, in order, with all its arguments.
     pub calls: Vec<PlannedCall>,
     /// The agent (its name, not the instance) that made each of `calls`.
@@ -51,7 +51,7 @@ pub struct TurnTrace {
 
 impl TurnTrace {
     /// Folds one event in.
-    pub fn apply(&mut self, event: &Event) {
+    pub(crate) fn apply(&mut self, event: &Event) {
         match event {
             Event::ToolCallStart { agent, name, arguments, .. } => {
                 self.calls.push(PlannedCall::from_arguments(name, (**arguments).clone(), ""));
@@ -76,7 +76,7 @@ fn agent_of(instance: &str) -> &str {
 }
 
 /// Plays `scenario` as one turn of `orchestrator`, within [`TURN_TIMEOUT`].
-pub async fn play(orchestrator: &Arc<Orchestrator>, scenario: &Scenario) -> Result<TurnTrace, String> {
+pub(crate) async fn play(orchestrator: &Arc<Orchestrator>, scenario: &Scenario) -> Result<TurnTrace, String> {
     let request = scenario.request();
     let mut turn = TurnRequest::new(format!("eval-{}", scenario.id), "t1", "eval", scenario.message.clone());
     turn.history = request.history;
@@ -97,7 +97,11 @@ pub async fn play(orchestrator: &Arc<Orchestrator>, scenario: &Scenario) -> Resu
 }
 
 /// Scores one played turn; `unplayed` is what the model script foresaw for it that never ran.
-pub fn score(scenario: &Scenario, trace: &TurnTrace, unplayed: &[String]) -> Result<Strictness, String> {
+pub(crate) fn score(
+    scenario: &Scenario,
+    trace: &TurnTrace,
+    unplayed: &[String],
+) -> Result<Strictness, String> {
     if let Some(error) = trace.errors.first() {
         return Err(format!("error event from {error}"));
     }

@@ -9,7 +9,7 @@ use crate::shopping::tools::SEARCH_OFFERS;
 
 /// The offline model's skill with the reference tools.
 #[derive(Debug, Default)]
-pub struct ReferenceSkill;
+pub(crate) struct ReferenceSkill;
 
 impl OfflineSkill for ReferenceSkill {
     fn compose(&self, result: &Value) -> Option<String> {

@@ -16,7 +16,7 @@ use crate::error::sdk_error;
 /// ([`DynamoDbStore::with_query_page_cap`](super::DynamoDbStore::with_query_page_cap)): with the
 /// default page size of 100 items, 100,000 items, far past any episode's messages, a turn's
 /// event items or a reply's messages.
-pub const DEFAULT_QUERY_PAGE_CAP: usize = 1_000;
+pub(crate) const DEFAULT_QUERY_PAGE_CAP: usize = 1_000;
 
 /// One item as DynamoDB returns it.
 pub(super) type RawItem = HashMap<String, AttributeValue>;

@@ -13,7 +13,7 @@ const PURCHASES_JSON: &str = include_str!("../../../../data/purchases.json");
 
 /// One offer: buy something, scan the receipt, earn points.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Offer {
+pub(crate) struct Offer {
     /// Stable id, `off-0001`.
     pub id: String,
     /// One-line title.
@@ -40,7 +40,7 @@ pub struct Offer {
 
 /// The offers, indexed for search.
 #[derive(Debug)]
-pub struct Catalog {
+pub(crate) struct Catalog {
     offers: Vec<Offer>,
     index: SearchIndex,
     /// The distinct categories, sorted (`search_offers` lists them in its schema, which goes
@@ -51,16 +51,16 @@ pub struct Catalog {
 /// A catalog file could not be read.
 #[derive(Debug, thiserror::Error)]
 #[error("invalid catalog JSON: {0}")]
-pub struct CatalogError(#[from] serde_json::Error);
+pub(crate) struct CatalogError(#[from] serde_json::Error);
 
 impl Catalog {
     /// The catalog shipped in `data/catalog.json`.
-    pub fn embedded() -> Catalog {
+    pub(crate) fn embedded() -> Catalog {
         Catalog::from_json(CATALOG_JSON).expect("the embedded catalog is valid (checked by a test)")
     }
 
     /// A catalog from `{"offers": [...]}`.
-    pub fn from_json(json: &str) -> Result<Catalog, CatalogError> {
+    pub(crate) fn from_json(json: &str) -> Result<Catalog, CatalogError> {
         #[derive(Deserialize)]
         struct File {
             offers: Vec<Offer>,
@@ -70,7 +70,7 @@ impl Catalog {
     }
 
     /// A catalog of `offers`.
-    pub fn new(offers: Vec<Offer>) -> Catalog {
+    pub(crate) fn new(offers: Vec<Offer>) -> Catalog {
         let texts: Vec<String> = offers
             .iter()
             .map(|o| {
@@ -94,22 +94,23 @@ impl Catalog {
     }
 
     /// All offers.
-    pub fn offers(&self) -> &[Offer] {
+    #[cfg(test)]
+    pub(crate) fn offers(&self) -> &[Offer] {
         &self.offers
     }
 
     /// The offer with this id.
-    pub fn get(&self, id: &str) -> Option<&Offer> {
+    pub(crate) fn get(&self, id: &str) -> Option<&Offer> {
         self.offers.iter().find(|o| o.id.eq_ignore_ascii_case(id.trim()))
     }
 
     /// The categories, sorted, without duplicates.
-    pub fn categories(&self) -> &[String] {
+    pub(crate) fn categories(&self) -> &[String] {
         &self.categories
     }
 
     /// The best offers for `query`, optionally in one category, best first.
-    pub fn search(&self, query: &str, category: Option<&str>, limit: usize) -> Vec<&Offer> {
+    pub(crate) fn search(&self, query: &str, category: Option<&str>, limit: usize) -> Vec<&Offer> {
         self.index
             .search(query, self.offers.len())
             .into_iter()
@@ -152,13 +153,13 @@ pub trait PurchaseHistory: Send + Sync {
 /// The sample history of `data/purchases.json` (the local user `local` has one; others have
 /// none).
 #[derive(Debug, Clone, Default)]
-pub struct SamplePurchases {
+pub(crate) struct SamplePurchases {
     by_user: std::collections::HashMap<String, Vec<Purchase>>,
 }
 
 impl SamplePurchases {
     /// The history shipped in `data/purchases.json`.
-    pub fn embedded() -> SamplePurchases {
+    pub(crate) fn embedded() -> SamplePurchases {
         let by_user = serde_json::from_str(PURCHASES_JSON).expect("the embedded purchases are valid");
         SamplePurchases { by_user }
     }

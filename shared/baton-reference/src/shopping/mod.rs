@@ -5,5 +5,5 @@
 //! - [`catalog`]: offers, their BM25 index, and the [`catalog::PurchaseHistory`] trait.
 //! - [`tools`]: `search_offers`, `get_offer`, `purchase_history`.
 
-pub mod catalog;
-pub mod tools;
+pub(crate) mod catalog;
+pub(crate) mod tools;

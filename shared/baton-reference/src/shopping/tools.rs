@@ -9,11 +9,11 @@ use super::catalog::{Catalog, Offer, PurchaseHistory};
 use baton::tool::{Tool, ToolContext, ToolError};
 
 /// Tool name: search the catalog.
-pub const SEARCH_OFFERS: &str = "search_offers";
+pub(crate) const SEARCH_OFFERS: &str = "search_offers";
 /// Tool name: one offer's details.
-pub const GET_OFFER: &str = "get_offer";
+pub(crate) const GET_OFFER: &str = "get_offer";
 /// Tool name: the user's recent purchases.
-pub const PURCHASE_HISTORY: &str = "purchase_history";
+pub(crate) const PURCHASE_HISTORY: &str = "purchase_history";
 
 /// What a search result shows of an offer (the details come from `get_offer`).
 fn summary(offer: &Offer) -> Value {
@@ -22,13 +22,13 @@ fn summary(offer: &Offer) -> Value {
 }
 
 /// `search_offers {query, category?, max_results?}`: ranked offers.
-pub struct SearchOffers {
+pub(crate) struct SearchOffers {
     catalog: Arc<Catalog>,
 }
 
 impl SearchOffers {
     /// The tool over `catalog`.
-    pub fn new(catalog: Arc<Catalog>) -> SearchOffers {
+    pub(crate) fn new(catalog: Arc<Catalog>) -> SearchOffers {
         SearchOffers { catalog }
     }
 }
@@ -62,13 +62,13 @@ impl Tool for SearchOffers {
 }
 
 /// `get_offer {offer_id}`: every detail of one offer.
-pub struct GetOffer {
+pub(crate) struct GetOffer {
     catalog: Arc<Catalog>,
 }
 
 impl GetOffer {
     /// The tool over `catalog`.
-    pub fn new(catalog: Arc<Catalog>) -> GetOffer {
+    pub(crate) fn new(catalog: Arc<Catalog>) -> GetOffer {
         GetOffer { catalog }
     }
 }
@@ -102,18 +102,18 @@ impl Tool for GetOffer {
 }
 
 /// Tool name: clip an offer to the user's card.
-pub const CLIP_OFFER: &str = "clip_offer";
+pub(crate) const CLIP_OFFER: &str = "clip_offer";
 
 /// `clip_offer {offer}`: clips an offer (an id, or the words of one: the best match) to the
 /// user's card, in this process's memory, and lists the card.
-pub struct ClipOffer {
+pub(crate) struct ClipOffer {
     catalog: Arc<Catalog>,
     cards: Arc<std::sync::Mutex<std::collections::HashMap<String, Vec<String>>>>,
 }
 
 impl ClipOffer {
     /// The tool over `catalog`, clipping to `cards` (by user).
-    pub fn new(
+    pub(crate) fn new(
         catalog: Arc<Catalog>,
         cards: Arc<std::sync::Mutex<std::collections::HashMap<String, Vec<String>>>>,
     ) -> ClipOffer {
@@ -158,13 +158,13 @@ impl Tool for ClipOffer {
 }
 
 /// `purchase_history {limit?, category?}`: the user's recent purchases.
-pub struct PurchaseHistoryTool {
+pub(crate) struct PurchaseHistoryTool {
     history: Arc<dyn PurchaseHistory>,
 }
 
 impl PurchaseHistoryTool {
     /// The tool over `history`.
-    pub fn new(history: Arc<dyn PurchaseHistory>) -> PurchaseHistoryTool {
+    pub(crate) fn new(history: Arc<dyn PurchaseHistory>) -> PurchaseHistoryTool {
         PurchaseHistoryTool { history }
     }
 }

@@ -35,7 +35,7 @@ const BUSY_RETRY_PAUSE: Duration = Duration::from_millis(500);
 ///
 /// Prompts: a `button` or `form` component is shown as text (numbered options, listed fields)
 /// and sent as a `choices` event; the prompt is stored with the conversation. When the next
-/// query answers it ([`answer_prompt`]), the same conversation is continued with the answer in
+/// query answers it (`answer_prompt`), the same conversation is continued with the answer in
 /// `context_variables` under the component's `output_variable`; any other query is an ordinary
 /// one. Every answer ends with `answer_meta` (`is_solved`, `should_escalate`, `intent`,
 /// `workflow_id` where Forethought sent them, and the conversation id as the [`FEEDBACK_REF`]
@@ -67,7 +67,7 @@ impl ForethoughtAgent {
 }
 
 /// The first query of a replacement conversation: the earlier turns, then the question.
-pub fn prefixed_query(turns: &[SupportTurn], query: &str) -> String {
+pub(crate) fn prefixed_query(turns: &[SupportTurn], query: &str) -> String {
     if turns.is_empty() {
         return query.to_owned();
     }

@@ -8,7 +8,7 @@
 //! context_variables}`. The documented answer is one JSON object `{conversation_id,
 //! widget_components: [{type, message (HTML), buttons?, output_variable?}], is_solved?,
 //! should_escalate?, intent?, workflow_id?}`: each component becomes one [`SolveChunk`] of plain
-//! text ([`super::widget`]), in order. An object with a `response` string instead (an older,
+//! text (`super::widget`), in order. An object with a `response` string instead (an older,
 //! undocumented shape) is read too, and so is a stream of such objects (`application/x-ndjson`,
 //! one per line, or `text/event-stream`, one per `data:`), whose pieces are handed on as they
 //! arrive. An object of neither shape is [`VendorError::Decode`] (`support_invalid_response`).
@@ -34,7 +34,7 @@ use baton::model::openai::{MAX_ERROR_BODY_BYTES, Timeouts, read_capped};
 pub const MAX_ANSWER_BYTES: usize = 1024 * 1024;
 
 /// The Forethought production host.
-pub const FORETHOUGHT_DEFAULT_BASE_URL: &str = "https://app.forethought.ai";
+pub(crate) const FORETHOUGHT_DEFAULT_BASE_URL: &str = "https://app.forethought.ai";
 
 /// How the orchestrator's `prior_context` reaches Forethought.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -273,7 +273,7 @@ impl serde::Serialize for ContextVariables<'_> {
 }
 
 /// The pieces of one answer, ending with an error if the call failed.
-pub type SolveStream = std::pin::Pin<Box<dyn Stream<Item = Result<SolveChunk, VendorError>> + Send>>;
+pub(crate) type SolveStream = std::pin::Pin<Box<dyn Stream<Item = Result<SolveChunk, VendorError>> + Send>>;
 
 /// A Forethought Solve client. Cheap to clone; build it once.
 #[derive(Debug, Clone)]
@@ -287,7 +287,7 @@ pub struct ForethoughtClient {
 
 impl ForethoughtClient {
     /// A client on a shared HTTP client (its connect timeout applies).
-    pub fn with_client(http: baton::outbound::Client, config: ForethoughtConfig) -> ForethoughtClient {
+    pub(crate) fn with_client(http: baton::outbound::Client, config: ForethoughtConfig) -> ForethoughtClient {
         let conversations = reqwest::Url::parse(&conversations_url(&config.base_url))
             .ok()
             .filter(|url| !url.cannot_be_a_base());
@@ -302,7 +302,7 @@ impl ForethoughtClient {
     }
 
     /// The settings.
-    pub fn config(&self) -> &ForethoughtConfig {
+    pub(crate) fn config(&self) -> &ForethoughtConfig {
         &self.config
     }
 
@@ -544,7 +544,7 @@ fn pieces(decoded: Result<Vec<SolveChunk>, VendorError>) -> Vec<Result<SolveChun
 }
 
 /// Decodes one answer object (a whole answer, or a fragment of a streamed one) from the bytes
-/// of an NDJSON line, an SSE `data:` or a JSON body: see [`parse_answer`].
+/// of an NDJSON line, an SSE `data:` or a JSON body: see `parse_answer`.
 pub fn decode_answer(bytes: &[u8]) -> Result<Vec<SolveChunk>, VendorError> {
     parse_answer(&String::from_utf8_lossy(bytes))
 }
@@ -553,7 +553,7 @@ pub fn decode_answer(bytes: &[u8]) -> Result<Vec<SolveChunk>, VendorError> {
 /// component Baton reads (unknown types are skipped with a warning); the `response` shape gives
 /// one piece. The conversation id goes on the first piece, the outcome fields on the last; an
 /// answer with no readable component is one empty piece, so the conversation id still arrives.
-pub fn parse_answer(text: &str) -> Result<Vec<SolveChunk>, VendorError> {
+pub(crate) fn parse_answer(text: &str) -> Result<Vec<SolveChunk>, VendorError> {
     let shown = || text.trim().chars().take(120).collect::<String>();
     let value: Value = serde_json::from_str(text.trim())
         .map_err(|e| VendorError::Decode(format!("{e} in `{}`", shown())))?;

@@ -25,7 +25,7 @@ const ARTICLES: &[(&str, &str)] = include!(concat!(env!("OUT_DIR"), "/help_artic
 
 /// One help-center article.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Article {
+pub(crate) struct Article {
     /// File name without `.md`; the citation (`help/<slug>`).
     pub slug: String,
     /// Title.
@@ -41,7 +41,7 @@ pub struct Article {
 /// An article file is malformed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("help article `{slug}`: {reason}")]
-pub struct ArticleError {
+pub(crate) struct ArticleError {
     /// Which article.
     pub slug: String,
     /// What is wrong.
@@ -50,7 +50,7 @@ pub struct ArticleError {
 
 impl Article {
     /// Parses an article file.
-    pub fn parse(slug: &str, text: &str) -> Result<Article, ArticleError> {
+    pub(crate) fn parse(slug: &str, text: &str) -> Result<Article, ArticleError> {
         let error = |reason: &str| ArticleError { slug: slug.to_owned(), reason: reason.to_owned() };
         let rest =
             text.strip_prefix("---\n").ok_or_else(|| error("must start with a `---` front matter line"))?;
@@ -80,7 +80,7 @@ impl Article {
 
 /// The articles and their index.
 #[derive(Debug)]
-pub struct HelpCenter {
+pub(crate) struct HelpCenter {
     articles: Vec<Article>,
     index: SearchIndex,
 }
@@ -90,7 +90,7 @@ const RELATED_SHARE: f32 = 0.5;
 
 impl HelpCenter {
     /// The articles shipped in `data/help/`.
-    pub fn embedded() -> HelpCenter {
+    pub(crate) fn embedded() -> HelpCenter {
         let articles = ARTICLES
             .iter()
             .map(|(slug, text)| {
@@ -101,7 +101,7 @@ impl HelpCenter {
     }
 
     /// A help center over `articles`.
-    pub fn new(articles: Vec<Article>) -> HelpCenter {
+    pub(crate) fn new(articles: Vec<Article>) -> HelpCenter {
         let texts: Vec<String> = articles
             .iter()
             // Title and keywords say what an article is about: they count twice.
@@ -111,18 +111,19 @@ impl HelpCenter {
     }
 
     /// All articles.
-    pub fn articles(&self) -> &[Article] {
+    #[cfg(test)]
+    pub(crate) fn articles(&self) -> &[Article] {
         &self.articles
     }
 
     /// The best articles for `query`, best first.
-    pub fn search(&self, query: &str, limit: usize) -> Vec<&Article> {
+    pub(crate) fn search(&self, query: &str, limit: usize) -> Vec<&Article> {
         self.index.search(query, limit).into_iter().map(|h| &self.articles[h.index]).collect()
     }
 
     /// The answer to `query`: the best article's text, citing it, and a related article when
     /// one scores close.
-    pub fn answer(&self, query: &str) -> String {
+    pub(crate) fn answer(&self, query: &str) -> String {
         let hits = self.index.search(query, 2);
         let Some(best) = hits.first() else {
             return "I couldn't find a help-center article about that. You can reach a person from \
@@ -143,17 +144,17 @@ impl HelpCenter {
 }
 
 /// Name of the [`SearchHelpCenter`] tool.
-pub const SEARCH_HELP_CENTER: &str = "search_help_center";
+pub(crate) const SEARCH_HELP_CENTER: &str = "search_help_center";
 
 /// The help center as a tool: the best articles for a query, for any agent that answers from it.
 #[derive(Debug, Clone)]
-pub struct SearchHelpCenter {
+pub(crate) struct SearchHelpCenter {
     help: Arc<HelpCenter>,
 }
 
 impl SearchHelpCenter {
     /// The tool over `help`.
-    pub fn new(help: Arc<HelpCenter>) -> SearchHelpCenter {
+    pub(crate) fn new(help: Arc<HelpCenter>) -> SearchHelpCenter {
         SearchHelpCenter { help }
     }
 }
@@ -197,13 +198,13 @@ impl baton::tool::Tool for SearchHelpCenter {
 
 /// The support agent when no Forethought token is configured.
 #[derive(Debug, Clone)]
-pub struct HelpCenterAgent {
+pub(crate) struct HelpCenterAgent {
     help: Arc<HelpCenter>,
 }
 
 impl HelpCenterAgent {
     /// The agent over `help`.
-    pub fn new(help: Arc<HelpCenter>) -> HelpCenterAgent {
+    pub(crate) fn new(help: Arc<HelpCenter>) -> HelpCenterAgent {
         HelpCenterAgent { help }
     }
 }

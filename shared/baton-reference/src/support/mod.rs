@@ -2,20 +2,20 @@
 //!
 //! - [`agent::ForethoughtAgent`]: the Forethought Solve API ([`forethought`]), with per-episode
 //!   conversation continuity ([`sessions`]).
-//! - [`help_center::HelpCenterAgent`]: offline retrieval over the shipped help-center articles,
+//! - `help_center::HelpCenterAgent`: offline retrieval over the shipped help-center articles,
 //!   used when no Forethought token is configured.
-//! - [`widget`]: Forethought's documented answer (`widget_components`, HTML) read into plain text
+//! - `widget`: Forethought's documented answer (`widget_components`, HTML) read into plain text
 //!   and prompts the user can answer.
 //! - `scripted` (feature `test-servers`): a Forethought test server on loopback speaking the
 //!   documented API.
 
 pub mod agent;
 pub mod forethought;
-pub mod help_center;
+pub(crate) mod help_center;
 #[cfg(any(test, feature = "test-servers"))]
 pub mod scripted;
 pub mod sessions;
-pub mod widget;
+pub(crate) mod widget;
 
 /// What support says when the vendor's answer had nothing to show; an `error` event
 /// (`support_empty_answer`) precedes it.

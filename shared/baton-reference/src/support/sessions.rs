@@ -196,7 +196,7 @@ impl SupportSessions for MemorySupportSessions {
 
 /// Where an episode item written before conversations were kept per agent has the Forethought
 /// conversation (its `ft_*` attributes, read by the store under their prefix).
-pub const LEGACY_CONVERSATION: &str = "ft";
+pub(crate) const LEGACY_CONVERSATION: &str = "ft";
 
 /// [`SupportSessions`] over a [`Store`]: each agent's conversation (with the prompt its last
 /// answer left open) on the episode item under the agent's name; its recent turns read back from
@@ -326,8 +326,9 @@ impl SupportSessions for StoreSessions {
     }
 }
 
+pub use baton::store::ManualClock;
 /// Time comes from the store's clock, so one injected clock drives expiry and continuity.
-pub use baton::store::{Clock, ManualClock, SystemClock};
+pub(crate) use baton::store::{Clock, SystemClock};
 
 #[cfg(test)]
 mod tests {

@@ -58,7 +58,7 @@ pub struct Outcome {
 
 impl Outcome {
     /// Reads the four fields of an answer object; `None` when it has none of them.
-    pub fn of(object: &Map<String, Value>) -> Option<Outcome> {
+    pub(crate) fn of(object: &Map<String, Value>) -> Option<Outcome> {
         let text = |k: &str| object.get(k).and_then(Value::as_str).map(str::to_owned);
         let outcome = Outcome {
             is_solved: object.get("is_solved").and_then(Value::as_bool),
@@ -70,7 +70,7 @@ impl Outcome {
     }
 
     /// The fields that are present, as a JSON object.
-    pub fn to_map(&self) -> Map<String, Value> {
+    pub(crate) fn to_map(&self) -> Map<String, Value> {
         let mut map = Map::new();
         if let Some(v) = self.is_solved {
             map.insert("is_solved".into(), Value::Bool(v));
@@ -91,7 +91,7 @@ impl Outcome {
 /// One component read: its plain text (the prompt's options or fields listed after the
 /// message) and, for `button` and `form`, the prompt.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ComponentText {
+pub(crate) struct ComponentText {
     /// What the user reads.
     pub text: String,
     /// What the user can answer.
@@ -99,7 +99,7 @@ pub struct ComponentText {
 }
 
 /// Reads one component; `None` for a type Baton does not know (logged) or one without text.
-pub fn read_component(component: &Value) -> Option<ComponentText> {
+pub(crate) fn read_component(component: &Value) -> Option<ComponentText> {
     let kind = component.get("type").and_then(Value::as_str).unwrap_or("");
     let message = component.get("message").and_then(Value::as_str).map(html_to_text).unwrap_or_default();
     let output_variable =
@@ -185,7 +185,7 @@ fn list<'a>(component: &'a Value, keys: &[&str]) -> impl Iterator<Item = &'a Map
 /// Options: the option's number (`2`, `2.`) or its label, any case, trimmed; the query is the
 /// label. Fields: one field takes the whole reply; several take one non-empty line each, in
 /// order (a different number of lines is not an answer); the query is the reply.
-pub fn answer_prompt(prompt: &Prompt, reply: &str) -> Option<(Map<String, Value>, String)> {
+pub(crate) fn answer_prompt(prompt: &Prompt, reply: &str) -> Option<(Map<String, Value>, String)> {
     let reply = reply.trim();
     if reply.is_empty() {
         return None;
@@ -270,7 +270,7 @@ const LINES: &[&[u8]] = &[b"tr", b"dt", b"dd", b"caption"];
 /// `tel` URLs (any other URL, `javascript:` among them, is dropped and its text kept),
 /// entities decoded, whitespace collapsed as a browser does; script, style and the like
 /// dropped with their content.
-pub fn html_to_text(html: &str) -> String {
+pub(crate) fn html_to_text(html: &str) -> String {
     let mut emitter = DefaultEmitter::default();
     emitter.naively_switch_states(true);
     let mut text = TextBuilder::default();
