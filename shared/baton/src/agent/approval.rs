@@ -296,6 +296,19 @@ impl LlmAgent {
 }
 
 impl LlmAgent {
+    /// Whether the child paused under the call of `tool` can resume: `tool` still starts the
+    /// agent that paused, and that agent can resume it.
+    fn check_child(&self, tool: &str, paused: &Suspension, decisions: &Decisions) -> Result<(), ResumeError> {
+        let changed = |what: String| Err(ResumeError::ConfigChanged(what));
+        match self.children.get(tool) {
+            None => changed(format!("`{tool}` no longer starts the agent `{}`", paused.agent)),
+            Some(child) if child.name() != paused.agent => {
+                changed(format!("`{tool}` now starts the agent `{}`, not `{}`", child.name(), paused.agent))
+            }
+            Some(child) => child.check_resume(paused, decisions),
+        }
+    }
+
     /// See [`crate::agent::Agent::check_resume`]: every paused call's tool is still here with the
     /// schema it had, edited arguments pass it, and paused children can resume too.
     pub(super) fn check_paused(&self, paused: &Suspension, decisions: &Decisions) -> Result<(), ResumeError> {
@@ -310,7 +323,7 @@ impl LlmAgent {
             };
             match &call.state {
                 CallState::Done { .. } => {}
-                CallState::Child { suspension } => tool.check_resume(suspension, decisions)?,
+                CallState::Child { suspension } => self.check_child(name, suspension, decisions)?,
                 CallState::Pending { interrupt } => {
                     if tool.parameters() != call.schema {
                         return changed(format!("the arguments of `{name}` (agent `{}`) changed", self.name));

@@ -19,6 +19,7 @@ mod instance;
 mod llm;
 mod step;
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 pub use crate::item::Item;
@@ -75,6 +76,7 @@ pub struct LlmAgent {
     policy: Option<Arc<dyn StepPolicy>>,
     fork: Option<Arc<dyn ForkPolicy>>,
     approvals: Arc<ApprovalPolicy>,
+    children: BTreeMap<String, Arc<dyn Agent>>,
 }
 
 impl LlmAgent {
@@ -97,7 +99,16 @@ impl LlmAgent {
             policy: None,
             fork: None,
             approvals: Arc::default(),
+            children: BTreeMap::new(),
         }
+    }
+
+    /// Names `agent` as the child its tool `tool` starts (an agent tool): a paused instance of
+    /// that tool's call resumes only if `agent` can resume it. A paused child under a tool named
+    /// here for no agent cannot resume.
+    pub fn with_child(mut self, tool: impl Into<String>, agent: Arc<dyn Agent>) -> LlmAgent {
+        self.children.insert(tool.into(), agent);
+        self
     }
 
     /// Holds back the calls `approvals` says need a person's approval (docs/approvals.md).

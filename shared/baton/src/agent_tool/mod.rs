@@ -372,22 +372,6 @@ impl Tool for AgentTool {
         }
     }
 
-    fn check_resume(
-        &self,
-        paused: &crate::approval::Suspension,
-        decisions: &crate::approval::Decisions,
-    ) -> Result<(), crate::approval::ResumeError> {
-        if paused.agent != self.agent.name() {
-            return Err(crate::approval::ResumeError::ConfigChanged(format!(
-                "`{}` now starts the agent `{}`, not `{}`",
-                self.name,
-                self.agent.name(),
-                paused.agent
-            )));
-        }
-        self.agent.check_resume(paused, decisions)
-    }
-
     /// Starts one instance of the child (through `start_child`) whose events stream while it
     /// runs. The instance runs under the agent's own timeout, not the tool loop's.
     fn start(self: Arc<Self>, arguments: Value, context: ToolContext, options: CallOptions) -> ToolRun {

@@ -79,14 +79,16 @@ fn team(rule_schema: Option<Value>) -> Team {
     )
     .with_approvals(Arc::new(ApprovalPolicy::new([("clip".to_owned(), rule)].into())));
     let options = AgentToolOptions { output: OutputMode::Events, ..AgentToolOptions::default() };
-    let deals_tool: Arc<dyn Tool> = Arc::new(AgentTool::new(Arc::new(deals), options).unwrap());
+    let deals: Arc<dyn Agent> = Arc::new(deals);
+    let deals_tool: Arc<dyn Tool> = Arc::new(AgentTool::new(deals.clone(), options).unwrap());
     let lead = LlmAgent::new(
         "lead",
         "lead",
         lead_model.clone(),
-        Arc::new(ToolRegistry::new(vec![deals_tool]).unwrap()),
+        Arc::new(ToolRegistry::new(vec![deals_tool.clone()]).unwrap()),
         limits(),
-    );
+    )
+    .with_child(deals_tool.name(), deals);
     let orchestrator = Arc::new(Orchestrator::new(Arc::new(lead) as Arc<dyn Agent>, "lead-model"));
     Team { orchestrator, lead: lead_model, deals: deals_model, clips, looks }
 }
@@ -302,20 +304,60 @@ async fn a_resume_whose_tool_changed_is_refused_and_names_it() {
         Arc::new(ToolRegistry::new(vec![]).unwrap()),
         limits(),
     );
+    let deals: Arc<dyn Agent> = Arc::new(deals);
     let deals_tool: Arc<dyn Tool> =
-        Arc::new(AgentTool::new(Arc::new(deals), AgentToolOptions::default()).unwrap());
+        Arc::new(AgentTool::new(deals.clone(), AgentToolOptions::default()).unwrap());
     let lead = LlmAgent::new(
         "lead",
         "lead",
         Arc::new(ScriptedModel::new("m", None)),
-        Arc::new(ToolRegistry::new(vec![deals_tool]).unwrap()),
+        Arc::new(ToolRegistry::new(vec![deals_tool.clone()]).unwrap()),
         limits(),
-    );
+    )
+    .with_child(deals_tool.name(), deals);
     let answers = vec![(interrupt.interrupt_id.clone(), Decision::Approve { arguments: None })];
     let claimed = place.approvals.claim(&place.key, &answers, "req", u64::MAX).await.unwrap();
     let refused = lead.check_resume(claimed.root(), &answers.into_iter().collect());
     assert!(
         matches!(&refused, Err(ResumeError::ConfigChanged(m)) if m.contains("`look`") || m.contains("`clip`")),
+        "{refused:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_resume_whose_agent_tool_starts_another_agent_or_none_is_refused_and_names_it() {
+    let (team, place) = (team(None), place());
+    let interrupt = paused(&team, &place).await;
+    let answers = vec![(interrupt.interrupt_id.clone(), Decision::Approve { arguments: None })];
+    let claimed = place.approvals.claim(&place.key, &answers, "req", u64::MAX).await.unwrap();
+    let decisions = answers.into_iter().collect();
+    // The lead's tool of the paused call, `agent__deals`, now runs an agent named `bargains`.
+    let bargains: Arc<dyn Agent> = Arc::new(LlmAgent::new(
+        "bargains",
+        "find bargains",
+        Arc::new(ScriptedModel::new("m", None)),
+        Arc::new(ToolRegistry::new(vec![]).unwrap()),
+        limits(),
+    ));
+    let options = AgentToolOptions { tool_name: Some("agent__deals".into()), ..AgentToolOptions::default() };
+    let renamed: Arc<dyn Tool> = Arc::new(AgentTool::new(bargains.clone(), options).unwrap());
+    let lead = |child: Option<Arc<dyn Agent>>| {
+        let registry = Arc::new(ToolRegistry::new(vec![renamed.clone()]).unwrap());
+        let lead = LlmAgent::new("lead", "lead", Arc::new(ScriptedModel::new("m", None)), registry, limits());
+        match child {
+            Some(child) => lead.with_child("agent__deals", child),
+            None => lead,
+        }
+    };
+    let refused = lead(Some(bargains)).check_resume(claimed.root(), &decisions);
+    assert!(
+        matches!(&refused, Err(ResumeError::ConfigChanged(m)) if m.contains("now starts the agent `bargains`, not `deals`")),
+        "{refused:?}"
+    );
+    // A tool of that name no child agent is named for cannot resume the paused child.
+    let refused = lead(None).check_resume(claimed.root(), &decisions);
+    assert!(
+        matches!(&refused, Err(ResumeError::ConfigChanged(m)) if m.contains("`agent__deals` no longer starts the agent `deals`")),
         "{refused:?}"
     );
 }

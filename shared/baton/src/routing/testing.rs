@@ -36,18 +36,23 @@ pub(crate) fn routed(
     timeouts: [Option<std::time::Duration>; 2],
 ) -> Arc<dyn Agent> {
     let settings = settings();
-    let tools: Vec<Arc<dyn crate::tool::Tool>> = [support, shopping]
-        .into_iter()
+    let children = [support, shopping];
+    let tools: Vec<Arc<dyn crate::tool::Tool>> = children
+        .iter()
         .zip(timeouts)
         .map(|(agent, timeout)| {
             let description = format!("Ask {}.", agent.name());
             let output = OutputMode::TextAndEvents;
             let options = AgentToolOptions { description, output, timeout, ..Default::default() };
-            Arc::new(routing_tool(agent, &settings, options).expect("valid")) as Arc<dyn crate::tool::Tool>
+            Arc::new(routing_tool(agent.clone(), &settings, options).expect("valid"))
+                as Arc<dyn crate::tool::Tool>
         })
         .collect();
     let registry = Arc::new(ToolRegistry::new(tools).expect("valid tools"));
-    let agent = LlmAgent::new("orchestrator", "Route.", model, registry, LoopLimits::default())
+    let mut agent = LlmAgent::new("orchestrator", "Route.", model, registry, LoopLimits::default())
         .with_policy(Arc::new(RoutingPolicy::new(settings)));
+    for child in children {
+        agent = agent.with_child(routing_tool_name(child.name()), child);
+    }
     Arc::new(agent)
 }

@@ -333,22 +333,6 @@ pub trait Tool: Send + Sync + 'static {
     /// Runs the tool.
     async fn call(&self, arguments: Value, context: &ToolContext) -> Result<Value, ToolError>;
 
-    /// Whether a child instance this tool started, paused as `paused`, can start again as the
-    /// configuration now stands with `decisions` (an agent tool asks its agent). Other tools
-    /// start no child: they cannot.
-    fn check_resume(
-        &self,
-        paused: &crate::approval::Suspension,
-        decisions: &crate::approval::Decisions,
-    ) -> Result<(), crate::approval::ResumeError> {
-        let _ = decisions;
-        Err(crate::approval::ResumeError::ConfigChanged(format!(
-            "`{}` no longer starts the agent `{}`",
-            self.name(),
-            paused.agent
-        )))
-    }
-
     /// Starts one call whose events stream while it runs (an agent tool streams its child
     /// instance's events); the tool loop never asks what kind of tool it runs.
     ///

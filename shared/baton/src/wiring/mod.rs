@@ -379,14 +379,16 @@ impl<'a> Graph<'a> {
                 tools.extend(selected.map_err(|e| agents.error(Some(index), "mcp_servers", e))?);
             }
         }
+        let mut children = Vec::new();
         for child in &spec.agents {
             let child_agent = self.build(child)?;
             let options = agents.tool_options(agents.get(child).expect("validated"));
             let tool = match &routing {
-                Some(routing) => routing_tool(child_agent, routing, options),
-                None => AgentTool::new(child_agent, options),
+                Some(routing) => routing_tool(child_agent.clone(), routing, options),
+                None => AgentTool::new(child_agent.clone(), options),
             }
             .map_err(|e| agents.error(Some(index), "agents", e))?;
+            children.push((tool.name().to_owned(), child_agent));
             tools.push(Arc::new(tool));
         }
         let registry = ToolRegistry::new(tools).map_err(|e| agents.error(Some(index), "tools", e))?;
@@ -402,6 +404,9 @@ impl<'a> Graph<'a> {
             LlmAgent::new(spec.name.clone(), spec.instruction.clone(), model, Arc::new(registry), limits)
                 .with_mux(self.config.mux)
                 .with_approvals(Arc::new(approvals));
+        for (tool, child) in children {
+            agent = agent.with_child(tool, child);
+        }
         if let Some(routing) = routing {
             agent = agent.with_policy(Arc::new(RoutingPolicy::new(routing)));
         }
