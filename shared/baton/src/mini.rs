@@ -626,33 +626,20 @@ impl MiniWatch {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::agent::tests::Wait;
+    use crate::agent::tests::wait;
     use crate::agent::{Agent, AgentRequest, LoopLimits};
     use crate::model::scripted::{Reply, ScriptedModel};
+    use crate::tool::testing::FnTool;
     use crate::tool::{Tool, ToolError, ToolRegistry};
 
     /// A tool whose server is unreachable (after its client's retry).
-    struct Unreachable;
-
-    #[async_trait::async_trait]
-    impl Tool for Unreachable {
-        fn name(&self) -> &str {
-            "unreachable"
-        }
-        fn description(&self) -> &str {
-            "Always fails."
-        }
-        fn parameters(&self) -> Value {
-            json!({"type": "object"})
-        }
-        async fn call(&self, _: Value, _: &ToolContext) -> Result<Value, ToolError> {
-            {
-                Err(ToolError::Failed {
-                    tool: "unreachable".into(),
-                    reason: "MCP transport error (after retry)".into(),
-                })
-            }
-        }
+    fn unreachable() -> Arc<dyn Tool> {
+        FnTool::new("unreachable", "Always fails.", json!({"type": "object"}), |_, _| async {
+            Err(ToolError::Failed {
+                tool: "unreachable".into(),
+                reason: "MCP transport error (after retry)".into(),
+            })
+        })
     }
 
     fn decomposition(n: usize) -> String {
@@ -664,7 +651,7 @@ mod tests {
 
     /// A lead over `model` with the `wait` and `unreachable` tools and parent_full minis.
     fn lead(model: Arc<ScriptedModel>, split: Arc<ScriptedModel>, join: Arc<ScriptedModel>) -> LlmAgent {
-        let tools: Vec<Arc<dyn Tool>> = vec![Arc::new(Wait), Arc::new(Unreachable)];
+        let tools: Vec<Arc<dyn Tool>> = vec![wait(), unreachable()];
         let settings =
             MiniAgentSettings { allowlist: AllowlistMode::ParentFull, ..MiniAgentSettings::default() };
         LlmAgent::new(

@@ -313,7 +313,7 @@ mod tests {
     use tokio::time::Instant;
 
     use super::MAX_CONCURRENT_CALLS;
-    use crate::agent::tests::Wait;
+    use crate::agent::tests::wait;
     use crate::agent::{Agent, AgentRequest, LlmAgent, LoopLimits};
     use crate::event::Event;
     use crate::model::scripted::{Reply, ScriptedModel};
@@ -328,7 +328,7 @@ mod tests {
         }
         model.push(sixteen);
         model.push(Reply::text("Done."));
-        let tools = Arc::new(ToolRegistry::new(vec![Arc::new(Wait)]).unwrap());
+        let tools = Arc::new(ToolRegistry::new(vec![wait()]).unwrap());
         let limits = LoopLimits { tool_timeout: Duration::from_secs(5), ..LoopLimits::default() };
         let agent = LlmAgent::new("a", "use tools", model, tools, limits);
         let started = Instant::now();

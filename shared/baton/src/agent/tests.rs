@@ -5,6 +5,7 @@ use crate::event::Usage;
 use crate::event::{Event, Status};
 use crate::model::scripted::{Part, Reply, ScriptedModel};
 use crate::model::{ChatRequest, Message, ToolChoice};
+use crate::tool::testing::FnTool;
 use crate::tool::{Tool, ToolError};
 use crate::tool::{ToolContext, ToolRegistry};
 use futures::StreamExt;
@@ -13,28 +14,17 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 /// Sleeps `ms` (paused time in tests), then answers with its arguments.
-pub(crate) struct Wait;
-
-#[async_trait::async_trait]
-impl Tool for Wait {
-    fn name(&self) -> &str {
-        "wait"
-    }
-    fn description(&self) -> &str {
-        "Waits, then echoes."
-    }
-    fn parameters(&self) -> Value {
-        json!({"type": "object", "properties": {"ms": {"type": "integer", "minimum": 0}},
-               "required": ["ms"], "additionalProperties": false})
-    }
-    async fn call(&self, arguments: Value, context: &ToolContext) -> Result<Value, ToolError> {
+pub(crate) fn wait() -> Arc<dyn Tool> {
+    let parameters = json!({"type": "object", "properties": {"ms": {"type": "integer", "minimum": 0}},
+                            "required": ["ms"], "additionalProperties": false});
+    FnTool::new("wait", "Waits, then echoes.", parameters, |arguments, context| async move {
         tokio::time::sleep(Duration::from_millis(arguments["ms"].as_u64().unwrap_or(0))).await;
         Ok(json!({"waited": arguments["ms"], "user": context.user_id}))
-    }
+    })
 }
 
 fn llm_agent(model: Arc<ScriptedModel>, max_steps: usize) -> LlmAgent {
-    let tools = Arc::new(ToolRegistry::new(vec![Arc::new(Wait)]).unwrap());
+    let tools = Arc::new(ToolRegistry::new(vec![wait()]).unwrap());
     let limits = LoopLimits { max_steps, tool_timeout: Duration::from_millis(500), ..LoopLimits::default() };
     LlmAgent::new("shopping", "use tools", model, tools, limits)
 }

@@ -9,35 +9,30 @@ use serde_json::{Value, json};
 use tokio::time::Instant;
 
 use super::*;
-use crate::agent::tests::Wait;
+use crate::agent::tests::wait;
 use crate::agent::{AgentRequest, LlmAgent, LoopLimits, instrument_for};
 use crate::event::{Status, Usage};
 use crate::model::scripted::{Part, Reply, ScriptedModel};
 use crate::model::{ChatRequest, Message};
 use crate::orchestrator::{Orchestrator, TurnRequest};
+use crate::tool::testing::FnTool;
 use crate::tool::{Instances, SessionState, ToolRegistry};
 
 /// Returns the session state as it was, then sets `note` to `set` when given.
-struct StateTool;
-
-#[async_trait::async_trait]
-impl Tool for StateTool {
-    fn name(&self) -> &str {
-        "state"
-    }
-    fn description(&self) -> &str {
-        "Reads the session state; sets `note`."
-    }
-    fn parameters(&self) -> Value {
-        json!({"type": "object", "properties": {"set": {"type": "string"}}})
-    }
-    async fn call(&self, arguments: Value, context: &ToolContext) -> Result<Value, ToolError> {
-        let before = Value::Object(context.state.snapshot());
-        if let Some(note) = arguments["set"].as_str() {
-            context.state.set("note", json!(note));
-        }
-        Ok(before)
-    }
+fn state_tool() -> Arc<dyn Tool> {
+    let parameters = json!({"type": "object", "properties": {"set": {"type": "string"}}});
+    FnTool::new(
+        "state",
+        "Reads the session state; sets `note`.",
+        parameters,
+        |arguments, context| async move {
+            let before = Value::Object(context.state.snapshot());
+            if let Some(note) = arguments["set"].as_str() {
+                context.state.set("note", json!(note));
+            }
+            Ok(before)
+        },
+    )
 }
 
 fn model(name: &str) -> Arc<ScriptedModel> {
@@ -150,21 +145,18 @@ async fn a_child_session_copies_the_callers_state_without_internal_keys_and_keep
     writer_model.push(Reply::text("").tool_call("state", json!({"set": "mine"})));
     writer_model.push(Reply::text("").tool_call("state", json!({})));
     writer_model.push(Reply::text("written"));
-    let writer = agent("writer", writer_model.clone(), vec![Arc::new(StateTool)]);
+    let writer = agent("writer", writer_model.clone(), vec![state_tool()]);
     let reader_model = model("r");
     reader_model.push(Reply::text("").tool_call("state", json!({})));
     reader_model.push(Reply::text("read"));
-    let reader = agent("reader", reader_model.clone(), vec![Arc::new(StateTool)]);
+    let reader = agent("reader", reader_model.clone(), vec![state_tool()]);
     let parent_model = model("p");
     parent_model.push(Reply::text("").tool_call("agent__writer", json!({"text": "write"})));
     parent_model.push(Reply::text("").tool_call("agent__reader", json!({"text": "read"})));
     parent_model.push(Reply::text("").tool_call("state", json!({})));
     parent_model.push(Reply::text("ok"));
-    let parent = agent(
-        "lead",
-        parent_model.clone(),
-        vec![tool(writer, opts()), tool(reader, opts()), Arc::new(StateTool)],
-    );
+    let parent =
+        agent("lead", parent_model.clone(), vec![tool(writer, opts()), tool(reader, opts()), state_tool()]);
     run(&parent, json!({"tier": "gold", "_scratch": 1})).await;
     let writer_seen = results(&writer_model.requests()[2]);
     assert_eq!(writer_seen[0], json!({"tier": "gold"}), "copied without the internal key");
@@ -199,7 +191,7 @@ async fn agent_and_ordinary_tools_in_one_batch_run_at_once_and_return_in_call_or
             .tool_call("wait", json!({"ms": 200})),
     );
     parent_model.push(Reply::text("Both back."));
-    let parent = agent("lead", parent_model.clone(), vec![tool(slow, opts()), Arc::new(Wait)]);
+    let parent = agent("lead", parent_model.clone(), vec![tool(slow, opts()), wait()]);
     let started = Instant::now();
     let events = run(&parent, json!({})).await;
     // The child streams 7 deltas 100 ms apart (600 ms); the tool takes 200 ms: the max, not the sum.

@@ -19,29 +19,17 @@ use crate::model::scripted::{Reply, ScriptedModel};
 use crate::orchestrator::{Orchestrator, TurnOptions, TurnRequest};
 use crate::store::embedded::EmbeddedStore;
 use crate::store::{EpisodeKey, Store, SystemClock};
-use crate::tool::{JsonSchema, Tool, ToolContext, ToolError, ToolRegistry};
+use crate::tool::testing::FnTool;
+use crate::tool::{JsonSchema, Tool, ToolRegistry};
 
-/// A tool with a side effect: it counts its runs.
-struct Counting {
-    name: &'static str,
-    runs: Arc<AtomicUsize>,
-}
-
-#[async_trait::async_trait]
-impl Tool for Counting {
-    fn name(&self) -> &str {
-        self.name
-    }
-    fn description(&self) -> &str {
-        "Clips an offer to the user's card."
-    }
-    fn parameters(&self) -> Value {
-        json!({"type": "object", "properties": {"offer_id": {"type": "string"}}, "required": ["offer_id"]})
-    }
-    async fn call(&self, arguments: Value, _: &ToolContext) -> Result<Value, ToolError> {
-        let n = self.runs.fetch_add(1, Ordering::SeqCst) + 1;
-        Ok(json!({"clipped": arguments["offer_id"], "runs": n}))
-    }
+/// A tool with a side effect: it counts its runs in `runs`.
+fn counting(name: &str, runs: Arc<AtomicUsize>) -> Arc<dyn Tool> {
+    let parameters =
+        json!({"type": "object", "properties": {"offer_id": {"type": "string"}}, "required": ["offer_id"]});
+    FnTool::new(name, "Clips an offer to the user's card.", parameters, move |arguments, _| {
+        let n = runs.fetch_add(1, Ordering::SeqCst) + 1;
+        async move { Ok(json!({"clipped": arguments["offer_id"], "runs": n})) }
+    })
 }
 
 struct Team {
@@ -61,10 +49,7 @@ fn team(rule_schema: Option<Value>) -> Team {
     let (clips, looks) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
     let deals_model = Arc::new(ScriptedModel::new("deals-model", None));
     let lead_model = Arc::new(ScriptedModel::new("lead-model", None));
-    let tools: Vec<Arc<dyn Tool>> = vec![
-        Arc::new(Counting { name: "look", runs: looks.clone() }),
-        Arc::new(Counting { name: "clip", runs: clips.clone() }),
-    ];
+    let tools: Vec<Arc<dyn Tool>> = vec![counting("look", looks.clone()), counting("clip", clips.clone())];
     let rule = ApprovalRule {
         when: rule_schema.map(|s| Arc::new(JsonSchema::compile(&s).unwrap())),
         reason: "Clipping changes the card.".into(),

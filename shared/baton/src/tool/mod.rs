@@ -12,6 +12,8 @@
 //!   call passes before it runs;
 //! - `schema`: [`JsonSchema`], a compiled schema and its violations in words;
 //! - [`openapi`]: HTTP tools, one per operation of an OpenAPI document (`docs/tools.md`).
+//! - `testing` (tests only): `FnTool`, the unit tests' one way to make a tool: a name, a schema
+//!   and an async function.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -453,5 +455,7 @@ mod schema;
 pub use registry::ToolRegistry;
 pub use schema::JsonSchema;
 
+#[cfg(test)]
+pub(crate) mod testing;
 #[cfg(test)]
 mod tests;

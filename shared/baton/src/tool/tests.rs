@@ -1,23 +1,14 @@
+use super::testing::FnTool;
 use super::*;
 use crate::model::ToolCall;
 
-struct Echo;
-
-#[async_trait::async_trait]
-impl Tool for Echo {
-    fn name(&self) -> &str {
-        "echo"
-    }
-    fn description(&self) -> &str {
-        "Echoes its text."
-    }
-    fn parameters(&self) -> Value {
-        json!({"type": "object", "properties": {
-            "text": {"type": "string", "minLength": 1},
-            "times": {"type": "integer", "minimum": 1, "maximum": 3},
-        }, "required": ["text"], "additionalProperties": false})
-    }
-    async fn call(&self, arguments: Value, context: &ToolContext) -> Result<Value, ToolError> {
+/// Echoes its text; fails on `fail`, takes a minute on `slow`.
+fn echo() -> Arc<dyn Tool> {
+    let parameters = json!({"type": "object", "properties": {
+        "text": {"type": "string", "minLength": 1},
+        "times": {"type": "integer", "minimum": 1, "maximum": 3},
+    }, "required": ["text"], "additionalProperties": false});
+    FnTool::new("echo", "Echoes its text.", parameters, |arguments, context| async move {
         if arguments["text"] == "fail" {
             return Err(ToolError::Failed { tool: "echo".into(), reason: "asked to".into() });
         }
@@ -25,11 +16,11 @@ impl Tool for Echo {
             tokio::time::sleep(Duration::from_secs(60)).await;
         }
         Ok(json!({"echo": arguments["text"], "user": context.user_id}))
-    }
+    })
 }
 
 fn registry() -> ToolRegistry {
-    ToolRegistry::new(vec![Arc::new(Echo)]).unwrap()
+    ToolRegistry::new(vec![echo()]).unwrap()
 }
 
 fn call(name: &str, arguments: &str) -> ToolCall {
@@ -95,23 +86,8 @@ async fn a_slow_tool_times_out() {
 
 #[tokio::test]
 async fn a_bad_schema_refuses_its_calls_and_a_duplicate_name_fails_at_construction() {
-    struct Bad;
-    #[async_trait::async_trait]
-    impl Tool for Bad {
-        fn name(&self) -> &str {
-            "bad"
-        }
-        fn description(&self) -> &str {
-            ""
-        }
-        fn parameters(&self) -> Value {
-            json!({"type": "nonsense"})
-        }
-        async fn call(&self, _: Value, _: &ToolContext) -> Result<Value, ToolError> {
-            Ok(Value::Null)
-        }
-    }
-    let registry = ToolRegistry::new(vec![Arc::new(Bad), Arc::new(Echo)]).unwrap();
+    let bad = FnTool::new("bad", "", json!({"type": "nonsense"}), |_, _| async { Ok(Value::Null) });
+    let registry = ToolRegistry::new(vec![bad, echo()]).unwrap();
     let context = ToolContext::new("u1", "e");
     for _ in 0..2 {
         let outcome = registry.call(&call("bad", "{}"), &context, Duration::from_secs(1)).await;
@@ -120,13 +96,13 @@ async fn a_bad_schema_refuses_its_calls_and_a_duplicate_name_fails_at_constructi
     }
     let fine = registry.call(&call("echo", r#"{"text":"hi"}"#), &context, Duration::from_secs(1)).await;
     assert!(!fine.is_error, "the registry's other tools still work: {fine:?}");
-    let dup = ToolRegistry::new(vec![Arc::new(Echo), Arc::new(Echo)]);
+    let dup = ToolRegistry::new(vec![echo(), echo()]);
     assert!(matches!(dup, Err(ToolError::DuplicateName(n)) if n == "echo"));
 }
 
 #[tokio::test]
 async fn a_subset_registry_shares_the_compiled_schemas_and_refuses_the_rest() {
-    let full = ToolRegistry::new(vec![Arc::new(Echo)]).unwrap();
+    let full = ToolRegistry::new(vec![echo()]).unwrap();
     let context = ToolContext::new("u1", "e");
     let subset = full.only(&["echo".to_owned()]);
     let outcome = subset.call(&call("echo", r#"{"text":"hi"}"#), &context, Duration::from_secs(1)).await;

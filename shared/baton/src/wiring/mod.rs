@@ -547,36 +547,20 @@ pub fn rating_sinks(config: &Config, backends: &Backends) -> crate::rating::Rati
 /// What the crate's tests build agents over: in-memory backends with one team tool, `lookup`.
 #[cfg(test)]
 pub(crate) mod testing {
-    use std::sync::Arc;
-
-    use serde_json::{Value, json};
+    use serde_json::json;
 
     use super::Backends;
-    use crate::tool::{Tool, ToolContext, ToolError};
+    use crate::tool::testing::FnTool;
 
-    /// A team's own tool: looks `query` up, finds nothing.
-    pub(crate) struct Lookup;
-
-    #[async_trait::async_trait]
-    impl Tool for Lookup {
-        fn name(&self) -> &str {
-            "lookup"
-        }
-        fn description(&self) -> &str {
-            "Looks facts up."
-        }
-        fn parameters(&self) -> Value {
-            json!({"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]})
-        }
-        async fn call(&self, arguments: Value, _: &ToolContext) -> Result<Value, ToolError> {
-            Ok(json!({"query": arguments["query"], "facts": []}))
-        }
-    }
-
-    /// In-memory backends with [`Lookup`].
+    /// In-memory backends with a team's own tool, `lookup`: looks `query` up, finds nothing.
     pub(crate) fn backends() -> Backends {
+        let parameters =
+            json!({"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]});
+        let lookup = FnTool::new("lookup", "Looks facts up.", parameters, |arguments, _| async move {
+            Ok(json!({"query": arguments["query"], "facts": []}))
+        });
         let mut backends = Backends::in_memory();
-        backends.tools.push(Arc::new(Lookup));
+        backends.tools.push(lookup);
         backends
     }
 }
