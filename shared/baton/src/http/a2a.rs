@@ -515,7 +515,7 @@ impl ChatService {
         episode_id: &str,
         turn_id: &str,
     ) -> Response {
-        let wire = Box::new(Translated(TaskStream { id: id.clone(), view }));
+        let wire = Box::new(Translated::new(TaskStream { id: id.clone(), view }));
         wire.response(episode_id, turn_id.to_owned(), events.boxed(), self.heartbeat)
     }
 }

@@ -156,7 +156,7 @@ impl ChatService {
             return StatusCode::NO_CONTENT.into_response();
         };
         let live = self.turns.live().get(&key, &turn_id);
-        let wire = Box::new(Translated(AiSdkTurn::new()));
+        let wire = Box::new(Translated::new(AiSdkTurn::new()));
         self.follow_response(key, live, turn_id, crate::turn::Cursor { after: 0 }, deadline, wire)
     }
 }

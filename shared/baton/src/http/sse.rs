@@ -1,5 +1,6 @@
-//! The SSE body of a turn: its numbered events with ids `<turn_id>:<seq>`, heartbeats in
-//! silences, and events already waiting gathered into one chunk.
+//! The SSE body of a turn, the one loop every wire's body runs: its events written by the wire's
+//! [`Frames`] (Baton's own: ids `<turn_id>:<seq>`), heartbeats in silences, and events already
+//! waiting gathered into one chunk.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -25,20 +26,65 @@ pub fn encode_frame_into(out: &mut BytesMut, turn_id: &str, event: &LoggedEvent)
     crate::event::encode_sse_into(out, &event.event, id, &event.data);
 }
 
-/// The SSE body of turn `turn_id`'s numbered `events` (a turn as it is recorded, or a resume),
-/// and a heartbeat comment after each `heartbeat` of silence. Events already waiting when one
-/// arrives go out with it as one chunk (up to [`SSE_CHUNK_BYTES`]), encoded into one buffer:
-/// fewer allocations and writes.
-pub(crate) fn sse_body(
-    events: impl Stream<Item = Arc<LoggedEvent>> + Send + 'static,
+/// How one wire writes a turn's events as SSE bytes: Baton's own frames ([`BatonFrames`]), or a
+/// protocol's translation (`wire::Translated`). [`sse_body`] is the one loop that drives it.
+pub(crate) trait Frames: Send + 'static {
+    /// What goes out before the first event (a protocol's opening message).
+    fn start(&mut self, out: &mut BytesMut) {
+        let _ = out;
+    }
+
+    /// Writes one numbered event (possibly nothing: an event the wire does not show).
+    fn event(&mut self, event: &LoggedEvent, out: &mut BytesMut);
+
+    /// Whether the wire has said its last message (the stream ends there).
+    fn ended(&self) -> bool {
+        false
+    }
+
+    /// What goes out after the last event (a protocol's closing of what it opened).
+    fn finish(&mut self, out: &mut BytesMut) {
+        let _ = out;
+    }
+}
+
+/// Baton's own SSE: each numbered event as one message with id `<turn_id>:<seq>`.
+pub(crate) struct BatonFrames {
     turn_id: String,
+}
+
+impl BatonFrames {
+    /// The frames of turn `turn_id`.
+    pub(crate) fn new(turn_id: String) -> BatonFrames {
+        BatonFrames { turn_id }
+    }
+}
+
+impl Frames for BatonFrames {
+    fn event(&mut self, event: &LoggedEvent, out: &mut BytesMut) {
+        encode_frame_into(out, &self.turn_id, event);
+    }
+}
+
+/// The SSE body of a turn's numbered `events` (a turn as it is recorded, or a resume) written by
+/// `frames`, and a heartbeat comment after each `heartbeat` of silence. Events already waiting
+/// when one arrives go out with it as one chunk (up to [`SSE_CHUNK_BYTES`]), encoded into one
+/// buffer: fewer allocations and writes.
+pub(crate) fn sse_body<F: Frames>(
+    mut frames: F,
+    events: impl Stream<Item = Arc<LoggedEvent>> + Send + 'static,
     heartbeat: Duration,
 ) -> impl Stream<Item = Result<Bytes, Infallible>> + Send {
     async_stream::stream! {
         let mut events = std::pin::pin!(events);
         let mut silence = crate::bounded::IdleTimer::new(heartbeat);
+        let mut out = BytesMut::new();
+        frames.start(&mut out);
+        if !out.is_empty() {
+            yield Ok(out.freeze());
+        }
         let mut ended = false;
-        while !ended {
+        while !ended && !frames.ended() {
             match silence.next(&mut events).await {
                 Err(_) => yield Ok(Bytes::from_static(SSE_HEARTBEAT)),
                 Ok(None) => break,
@@ -48,10 +94,10 @@ pub(crate) fn sse_body(
                     // the first large event, and kept it: docs/benchmarks-log.md, "Cleartext
                     // HTTP/1.1 without hyper's client connection".)
                     let mut out = BytesMut::with_capacity(SSE_CHUNK_START_BYTES);
-                    encode_frame_into(&mut out, &turn_id, &event);
-                    while out.len() < SSE_CHUNK_BYTES {
+                    frames.event(&event, &mut out);
+                    while out.len() < SSE_CHUNK_BYTES && !frames.ended() {
                         match events.next().now_or_never() {
-                            Some(Some(event)) => encode_frame_into(&mut out, &turn_id, &event),
+                            Some(Some(event)) => frames.event(&event, &mut out),
                             Some(None) => {
                                 ended = true;
                                 break;
@@ -59,9 +105,16 @@ pub(crate) fn sse_body(
                             None => break,
                         }
                     }
-                    yield Ok(out.freeze());
+                    if !out.is_empty() {
+                        yield Ok(out.freeze());
+                    }
                 }
             }
+        }
+        let mut out = BytesMut::new();
+        frames.finish(&mut out);
+        if !out.is_empty() {
+            yield Ok(out.freeze());
         }
     }
 }
@@ -76,8 +129,10 @@ mod tests {
     }
 
     async fn body(events: impl Stream<Item = Arc<LoggedEvent>> + Send + 'static) -> Vec<String> {
-        let chunks: Vec<Bytes> =
-            sse_body(events, "T1".into(), Duration::from_secs(1)).map(|c| c.unwrap()).collect().await;
+        let chunks: Vec<Bytes> = sse_body(BatonFrames::new("T1".into()), events, Duration::from_secs(1))
+            .map(|c| c.unwrap())
+            .collect()
+            .await;
         chunks.iter().map(|c| String::from_utf8_lossy(c).into_owned()).collect()
     }
 

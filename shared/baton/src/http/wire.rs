@@ -10,11 +10,10 @@
 //! rejoined turn cut by its deadline) asks the translation to close what it opened.
 
 use std::collections::HashMap;
-use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::body::{Body, Bytes};
+use axum::body::Body;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
@@ -22,8 +21,10 @@ use bytes::{BufMut, BytesMut};
 use serde_json::Value;
 
 use super::request::ChatBody;
+use super::sse::{BatonFrames, Frames};
 use super::{ApiError, Caller, ChatService};
-use crate::event::{Event, SSE_HEARTBEAT};
+use crate::event::Event;
+use crate::store::LoggedEvent;
 
 /// A turn's numbered events, as the producer or a resume hands them over.
 pub(crate) use crate::turn::TurnEvents;
@@ -53,8 +54,8 @@ impl Wire for BatonSse {
         events: TurnEvents,
         heartbeat: Duration,
     ) -> Response {
-        let turn = turn_id.clone();
-        sse_response(episode_id, &turn, &[], Body::from_stream(super::sse_body(events, turn_id, heartbeat)))
+        let body = super::sse_body(BatonFrames::new(turn_id.clone()), events, heartbeat);
+        sse_response(episode_id, &turn_id, &[], Body::from_stream(body))
     }
 }
 
@@ -133,7 +134,7 @@ impl ChatService {
             Ok(parsed) => parsed,
             Err(e) => return e.into_response(),
         };
-        let wire = Box::new(Translated(translation));
+        let wire = Box::new(Translated::new(translation));
         self.respond_with(caller, headers, request, deadline, wire).await
     }
 }
@@ -153,7 +154,20 @@ pub(super) async fn protocol_route<P: Protocol>(
 }
 
 /// A [`Translate`] as a [`Wire`].
-pub(crate) struct Translated<T>(pub(crate) T);
+pub(crate) struct Translated<T> {
+    translate: T,
+    /// Whether `completed` went out (otherwise the translation closes what it opened).
+    completed: bool,
+    /// The objects of the event being written, kept between events.
+    objects: Vec<Value>,
+}
+
+impl<T: Translate> Translated<T> {
+    /// `translate` as a wire.
+    pub(crate) fn new(translate: T) -> Translated<T> {
+        Translated { translate, completed: false, objects: Vec::new() }
+    }
+}
 
 impl<T: Translate> Wire for Translated<T> {
     fn response(
@@ -163,10 +177,9 @@ impl<T: Translate> Wire for Translated<T> {
         events: TurnEvents,
         heartbeat: Duration,
     ) -> Response {
-        let translate = self.0;
-        let extra = translate.headers();
-        let body = Body::from_stream(translated_body(translate, events, heartbeat));
-        sse_response(episode_id, &turn_id, extra, body)
+        let extra = self.translate.headers();
+        let body = super::sse_body(*self, events, heartbeat);
+        sse_response(episode_id, &turn_id, extra, Body::from_stream(body))
     }
 }
 
@@ -181,59 +194,43 @@ pub(crate) fn encode_objects(out: &mut BytesMut, objects: &[Value]) {
     }
 }
 
-fn translated_body<T: Translate>(
-    mut translate: T,
-    events: TurnEvents,
-    heartbeat: Duration,
-) -> impl futures::Stream<Item = Result<Bytes, Infallible>> + Send {
-    async_stream::stream! {
-        let mut events = events;
-        let mut silence = crate::bounded::IdleTimer::new(heartbeat);
-        let mut objects = Vec::new();
-        translate.start(&mut objects);
-        if !objects.is_empty() {
-            let mut out = BytesMut::with_capacity(256);
-            encode_objects(&mut out, &objects);
-            yield Ok(out.freeze());
+/// A translation's frames: each client-visible event read once, in its typed form, and the
+/// objects the translation writes for it; a stream that ends without `completed` asks the
+/// translation to close what it opened.
+impl<T: Translate> Frames for Translated<T> {
+    fn start(&mut self, out: &mut BytesMut) {
+        self.translate.start(&mut self.objects);
+        encode_objects(out, &self.objects);
+    }
+
+    fn event(&mut self, logged: &LoggedEvent, out: &mut BytesMut) {
+        // Typed as produced; read from its JSON only when replayed from the store.
+        let Some(event) = logged.typed() else {
+            // A newer producer's event kind is left out rather than ending the stream.
+            tracing::warn!(event = %logged.event, "an event the translation cannot read");
+            return;
+        };
+        if !event.is_client_visible() {
+            return;
         }
-        let mut completed = false;
-        while !translate.ended() {
-            match silence.next(&mut events).await {
-                Err(_) => yield Ok(Bytes::from_static(SSE_HEARTBEAT)),
-                Ok(None) => break,
-                Ok(Some(logged)) => {
-                    // Typed as produced; read from its JSON only when replayed from the store.
-                    let Some(event) = logged.typed() else {
-                        // A newer producer's event kind is left out rather than ending the stream.
-                        tracing::warn!(event = %logged.event, "an event the translation cannot read");
-                        continue;
-                    };
-                    if !event.is_client_visible() {
-                        continue;
-                    }
-                    completed |= matches!(*event, Event::Completed { .. });
-                    objects.clear();
-                    translate.event(&event, &mut objects);
-                    if objects.is_empty() {
-                        continue;
-                    }
-                    let mut out = BytesMut::with_capacity(256);
-                    encode_objects(&mut out, &objects);
-                    yield Ok(out.freeze());
-                }
-            }
+        self.completed |= matches!(*event, Event::Completed { .. });
+        self.objects.clear();
+        self.translate.event(&event, &mut self.objects);
+        encode_objects(out, &self.objects);
+    }
+
+    fn ended(&self) -> bool {
+        self.translate.ended()
+    }
+
+    fn finish(&mut self, out: &mut BytesMut) {
+        self.objects.clear();
+        if !self.completed {
+            self.translate.cut(&mut self.objects);
         }
-        objects.clear();
-        if !completed {
-            translate.cut(&mut objects);
-        }
-        let mut out = BytesMut::new();
-        encode_objects(&mut out, &objects);
-        if let Some(done) = translate.done() {
+        encode_objects(out, &self.objects);
+        if let Some(done) = self.translate.done() {
             out.put_slice(done);
-        }
-        if !out.is_empty() {
-            yield Ok(out.freeze());
         }
     }
 }
