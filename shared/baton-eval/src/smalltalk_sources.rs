@@ -28,7 +28,7 @@ pub struct Source {
 }
 
 /// The sources the reference check is measured on.
-pub const SOURCES: [Source; 3] = [
+pub const SOURCES: [Source; 4] = [
     Source {
         name: "project",
         tuned: true,
@@ -46,6 +46,12 @@ pub const SOURCES: [Source; 3] = [
         tuned: true,
         origin: "data/smalltalk/rasa.yaml",
         yaml: include_str!("../../../data/smalltalk/rasa.yaml"),
+    },
+    Source {
+        name: "ovos",
+        tuned: true,
+        origin: "data/smalltalk/ovos.yaml",
+        yaml: include_str!("../../../data/smalltalk/ovos.yaml"),
     },
 ];
 

@@ -450,12 +450,18 @@ impl Phrases {
         let mut found: Option<Smalltalk> = None;
         let (mut count, mut learned_head) = (0, false);
         let (mut needs, mut praised) = (false, false);
-        let asks = rest.contains('?');
+        // A question: a "?", or (for the learned reading) an auxiliary that opens the message
+        // ("is it going to be nice this weekend").
+        let asks = rest.contains('?')
+            || (tolerant
+                && learned::message_keys(rest).first().is_some_and(|k| self.learned.opens_question(k)));
         // The learned reading takes a question only about the assistant: "is this one ok?" asks
         // about something the user has.
         if tolerant && asks && !learned::message_keys(rest).iter().any(|k| self.learned.is_second_person(k)) {
             return None;
         }
+        // The learned reading's evidence: the scores of the words that are not function words.
+        let mut evidence: Vec<f64> = Vec::new();
         for clause in rest.split(is_clause_break) {
             let (mut keys, mut skippable) = (Vec::new(), Vec::new());
             let words = if tolerant {
@@ -471,6 +477,10 @@ impl Phrases {
                 if self.known.contains(&key) {
                     let placed = !self.learned.is_question(&key) || about_you;
                     let skip = tolerant && (self.learned.is_function(&key) || placed);
+                    // A word of the vocabulary is smalltalk's by construction: it reads as one at least.
+                    if tolerant && !self.learned.is_function(&key) {
+                        evidence.push(self.learned.word_score(&key).max(learned::WORD_THRESHOLD));
+                    }
                     keys.push(key);
                     skippable.push(skip);
                 } else if !tolerant {
@@ -482,10 +492,13 @@ impl Phrases {
                 } else if self.learned.is_positive(&key) && !asks {
                     learned_head = true;
                 } else {
+                    // A word nobody listed may read only a little like smalltalk's if the
+                    // message as a whole does (below); none may read like a request's.
                     let score = self.learned.word_score(&key);
-                    if score < learned::WORD_THRESHOLD {
+                    if score < learned::WORD_FLOOR {
                         return None;
                     }
+                    evidence.push(score);
                     learned_head |= score >= learned::HEAD_THRESHOLD;
                 }
             }
@@ -506,6 +519,13 @@ impl Phrases {
             return None;
         }
         if tolerant {
+            // The message reads as smalltalk as a whole: the mean score of its words at least
+            // what one word needs.
+            if !evidence.is_empty()
+                && evidence.iter().sum::<f64>() / (evidence.len() as f64) < learned::WORD_THRESHOLD
+            {
+                return None;
+            }
             return found.or(learned_head.then_some(Smalltalk::Chitchat));
         }
         found.or(emoji.then_some(Smalltalk::Acknowledgement))

@@ -40,11 +40,12 @@ use super::{SmalltalkLists, match_key};
 use crate::text::{is_clause_break, words};
 
 /// Labelled data the model is learned from: the project's corpus (`smalltalk` and `requests`
-/// parts), the Rasa starter data (the same shape) and the routing scenarios (a scenario that
-/// expects no call is smalltalk).
-pub(crate) const TRAINING: [(&str, &str); 3] = [
+/// parts), the Rasa starter data and the OpenVoiceOS skills' intents (the same shape) and the
+/// routing scenarios (a scenario that expects no call is smalltalk).
+pub(crate) const TRAINING: [(&str, &str); 4] = [
     ("data/routing/smalltalk-corpus.yaml", include_str!("../../../../../data/routing/smalltalk-corpus.yaml")),
     ("data/smalltalk/rasa.yaml", include_str!("../../../../../data/smalltalk/rasa.yaml")),
+    ("data/smalltalk/ovos.yaml", include_str!("../../../../../data/smalltalk/ovos.yaml")),
     ("data/routing/scenarios.yaml", include_str!("../../../../../data/routing/scenarios.yaml")),
 ];
 
@@ -55,8 +56,11 @@ pub(crate) const DEFAULT_SENTIMENT: &str = include_str!("../../../../../data/sma
 
 /// The most words this reading takes: a long message needs the word classes.
 pub(crate) const MAX_WORDS: usize = 12;
-/// The lowest score a word may have (mean log-odds per n-gram, smalltalk over request).
+/// The lowest mean score of a message's words (mean log-odds per n-gram, smalltalk over request).
 pub(crate) const WORD_THRESHOLD: f64 = 1.0;
+/// The lowest score a word nobody listed may have in a message that reads as smalltalk: no lower
+/// than even odds, so no word that reads more like a request's is left out.
+pub(crate) const WORD_FLOOR: f64 = 0.0;
 /// The lowest score of a word outside the vocabulary that heads a message alone ("helo").
 pub(crate) const HEAD_THRESHOLD: f64 = 1.0;
 /// Additive smoothing of the n-gram counts.
@@ -290,6 +294,12 @@ impl Learned {
     /// Whether `key` is a question word ("what", "wie"): only a phrase of the classes places it.
     pub(super) fn is_question(&self, key: &str) -> bool {
         self.questions.contains(key)
+    }
+
+    /// Whether `key` opens a yes-or-no question when it comes first: a question word that is also
+    /// a function word, an auxiliary ("is", "ist").
+    pub(super) fn opens_question(&self, key: &str) -> bool {
+        self.questions.contains(key) && self.function.contains(key)
     }
 
     /// Whether `key` is a second-person word ("you", "du").
