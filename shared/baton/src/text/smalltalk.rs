@@ -449,6 +449,9 @@ impl Phrases {
     fn read(&self, rest: &str, emoji: bool, tolerant: bool) -> Option<Smalltalk> {
         let mut found: Option<Smalltalk> = None;
         let (mut count, mut learned_head) = (0, false);
+        // A question about the assistant in words of the vocabulary alone ("what is your name",
+        // "wie war dein Tag"): a question word, a second-person word, and no word nobody listed.
+        let (mut asks_you, mut unlisted) = (false, false);
         let (mut needs, mut praised) = (false, false);
         // A question: a "?", or (for the learned reading) an auxiliary that opens the message
         // ("is it going to be nice this weekend").
@@ -476,22 +479,26 @@ impl Phrases {
                 let key = self.normalize(key);
                 if self.known.contains(&key) {
                     let placed = !self.learned.is_question(&key) || about_you;
+                    asks_you |=
+                        about_you && self.learned.is_question(&key) && !self.learned.is_function(&key);
                     let skip = tolerant && (self.learned.is_function(&key) || placed);
                     // A word of the vocabulary is smalltalk's by construction: it reads as one at least.
-                    if tolerant && !self.learned.is_function(&key) {
+                    if tolerant && !self.learned.is_function(&key) && !self.learned.is_second_person(&key) {
                         evidence.push(self.learned.word_score(&key).max(learned::WORD_THRESHOLD));
                     }
                     keys.push(key);
                     skippable.push(skip);
                 } else if !tolerant {
                     return None;
-                } else if self.learned.is_function(&key) {
+                } else if self.learned.is_function(&key) || self.learned.is_second_person(&key) {
                 } else if let Some(phrase) = self.joined.get(&key) {
+                    unlisted = true;
                     skippable.extend(phrase.iter().map(|_| false));
                     keys.extend(phrase.iter().cloned());
                 } else if self.learned.is_positive(&key) && !asks {
-                    learned_head = true;
+                    (learned_head, unlisted) = (true, true);
                 } else {
+                    unlisted = true;
                     // A word nobody listed may read only a little like smalltalk's if the
                     // message as a whole does (below); none may read like a request's.
                     let score = self.learned.word_score(&key);
@@ -515,7 +522,9 @@ impl Phrases {
                 found = found.max(parts.iter().filter_map(|p| p.talk()).min());
             }
         }
-        if needs && !praised {
+        // "You" needs praise, but not in a question about the assistant ("quem és tu?").
+        let about_the_assistant = tolerant && asks_you && !unlisted;
+        if needs && !praised && !about_the_assistant {
             return None;
         }
         if tolerant {
@@ -526,7 +535,7 @@ impl Phrases {
             {
                 return None;
             }
-            return found.or(learned_head.then_some(Smalltalk::Chitchat));
+            return found.or((learned_head || about_the_assistant).then_some(Smalltalk::Chitchat));
         }
         found.or(emoji.then_some(Smalltalk::Acknowledgement))
     }
@@ -860,6 +869,10 @@ mod tests {
             ("hi buddy, I am fine", Smalltalk::Acknowledgement),
             ("super happy today", Smalltalk::Acknowledgement),
             ("hi, how was your weekend?", Smalltalk::Greeting),
+            // A question about the assistant in words of the vocabulary, the pronoun dropped or not.
+            ("quem és tu?", Smalltalk::Chitchat),
+            ("wie war dein Tag", Smalltalk::Chitchat),
+            ("come sei stato", Smalltalk::Chitchat),
         ] {
             assert_eq!(lexicon.classify_by_classes(text), None, "{text}: the classes alone refuse it");
             assert_eq!(lexicon.classify(text), Some(kind), "{text}");
@@ -891,6 +904,12 @@ mod tests {
             "vale, el segundo",
             "ok, on monday",
             "hi, is it good?",
+            // A yes-or-no question without "?", a year, a request verb.
+            "is it going to be nice this weekend",
+            "ano presente",
+            "hey fetch",
+            // A question about the assistant with a request word.
+            "what is your price?",
         ] {
             assert_eq!(talk(text), None, "{text}");
         }

@@ -254,6 +254,10 @@ impl Learned {
                 .extend(talk.iter().flat_map(|m| message_keys(m)).filter(|k| !learned.function.contains(k)));
             requests.extend(asks.iter().flat_map(|m| message_keys(m)));
         }
+        // Likewise a word that labelled smalltalk uses (Spanish "sin" in "cuánto tiempo sin
+        // verte" is English "sin"): the published lexicons are not read in another language.
+        // The hand-written sensitive words stay absolute.
+        learned.negative.retain(|k| !smalltalk.contains(k));
         // A request's words that smalltalk also uses ("thanks, where are my points") are not
         // what made it a request.
         requests.retain(|k| !smalltalk.contains(k) && !learned.function.contains(k));
