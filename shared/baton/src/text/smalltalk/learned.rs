@@ -202,6 +202,9 @@ pub(super) struct Learned {
     positive: HashSet<String>,
     questions: HashSet<String>,
     second_person: HashSet<String>,
+    /// A negation and the word after it that labelled smalltalk says ("not bad", "pas mal", "no
+    /// problem") and no labelled request does: not a veto.
+    negated_smalltalk: HashSet<(String, String)>,
     /// Whether the lists gave vetoes: without them this reading takes nothing.
     vetoed: bool,
 }
@@ -248,12 +251,17 @@ impl Learned {
         let mut smalltalk: HashSet<String> =
             vocabulary.iter().filter(|k| !learned.function.contains(*k)).cloned().collect();
         let mut requests = HashSet::new();
+        let mut negated_requests = HashSet::new();
         for (origin, yaml) in TRAINING {
             let (talk, asks) = labelled(origin, yaml);
+            let said: Vec<_> = talk.iter().flat_map(|m| learned.negated_pairs(&message_keys(m))).collect();
+            learned.negated_smalltalk.extend(said);
+            negated_requests.extend(asks.iter().flat_map(|m| learned.negated_pairs(&message_keys(m))));
             smalltalk
                 .extend(talk.iter().flat_map(|m| message_keys(m)).filter(|k| !learned.function.contains(k)));
             requests.extend(asks.iter().flat_map(|m| message_keys(m)));
         }
+        learned.negated_smalltalk.retain(|p| !negated_requests.contains(p));
         // Likewise a word that labelled smalltalk uses (Spanish "sin" in "cuánto tiempo sin
         // verte" is English "sin"): the published lexicons are not read in another language.
         // The hand-written sensitive words stay absolute.
@@ -270,6 +278,26 @@ impl Learned {
             }
         }
         learned
+    }
+
+    /// Which of `keys` are a negation and the word after it that labelled smalltalk says ("not
+    /// bad", "pas mal", "no problem") and no labelled request does.
+    pub(super) fn negated_smalltalk(&self, keys: &[String]) -> Vec<bool> {
+        let mut said = vec![false; keys.len()];
+        for i in 0..keys.len().saturating_sub(1) {
+            if self.negated_smalltalk.contains(&(keys[i].clone(), keys[i + 1].clone())) {
+                (said[i], said[i + 1]) = (true, true);
+            }
+        }
+        said
+    }
+
+    /// Each negation of `keys` with the word after it.
+    fn negated_pairs(&self, keys: &[String]) -> Vec<(String, String)> {
+        keys.windows(2)
+            .filter(|w| self.negations.has_word(&w[0]))
+            .map(|w| (w[0].clone(), w[1].clone()))
+            .collect()
     }
 
     /// How much `key` reads as a word of smalltalk rather than of a request: the mean log-odds of
@@ -328,6 +356,10 @@ impl Learned {
         if keys.len() > MAX_WORDS || text.chars().any(names) {
             return Err(Refusal::Shape);
         }
+        // A negation that labelled smalltalk says with the word after it ("not bad") is neither a
+        // negation nor that word a sensitive or request word.
+        let said = self.negated_smalltalk(&keys);
+        let keys: Vec<String> = keys.into_iter().zip(said).filter(|(_, s)| !s).map(|(k, _)| k).collect();
         if self.sensitive.hits(&keys) || keys.iter().any(|k| self.negative.contains(k)) {
             return Err(Refusal::Sensitive);
         }
