@@ -35,9 +35,12 @@
 //! leave out function words ("I am great"), a phrase written as one word ("goodmorning"), a word of
 //! strong positive sentiment ("super stoked"), and a word whose character n-grams read as
 //! smalltalk's (a typo, an elongation, an inflection), learned from labelled data on first use.
-//! A request word, a sensitive or negative word, a negation, a digit or more than 12 words veto it
-//! (`data/smalltalk/signals.yaml`, `data/smalltalk/sentiment.yaml`, and a configured language's
-//! own lists). [`Lexicon::classify_by_classes`] is the first reading alone.
+//! It also finds heads the classes do not list: a negation that labelled smalltalk says with its
+//! word ("nicht schlecht") and a question about the assistant in words of the vocabulary ("come
+//! sei stato"). A request word, a sensitive or negative word, a negation labelled smalltalk does
+//! not say, a digit or more than 12 words veto it (`data/smalltalk/signals.yaml`,
+//! `data/smalltalk/sentiment.yaml`, and a configured language's own lists).
+//! [`Lexicon::classify_by_classes`] is the first reading alone.
 //!
 //! # Layout
 //! - this file: the word classes, the lexicon and both readings' grammar.
@@ -444,8 +447,10 @@ impl Phrases {
     /// words, the vocabulary's other words (less question words, "what", "wie", unless the clause
     /// has a second-person word: a question about the assistant), a phrase written as
     /// one word, a word of strong positive sentiment in a message that asks nothing, and a word that
-    /// reads as smalltalk by its n-grams — and a head must be found: a phrase that heads, or such
-    /// a positive or strongly smalltalk-like word. Any other word refuses the message.
+    /// reads as smalltalk by its n-grams (the message's words reading as smalltalk on the mean) —
+    /// and a head must be found: a phrase that heads, such a positive or strongly smalltalk-like
+    /// word, a negation labelled smalltalk says with its word ("nicht schlecht"), or a question
+    /// about the assistant in words of the vocabulary. Any other word refuses the message.
     fn read(&self, rest: &str, emoji: bool, tolerant: bool) -> Option<Smalltalk> {
         let mut found: Option<Smalltalk> = None;
         let (mut count, mut learned_head) = (0, false);
@@ -453,16 +458,7 @@ impl Phrases {
         // "wie war dein Tag"): a question word, a second-person word, and no word nobody listed.
         let (mut asks_you, mut unlisted) = (false, false);
         let (mut needs, mut praised) = (false, false);
-        // A question: a "?", or (for the learned reading) an auxiliary that opens the message
-        // ("is it going to be nice this weekend").
-        let asks = rest.contains('?')
-            || (tolerant
-                && learned::message_keys(rest).first().is_some_and(|k| self.learned.opens_question(k)));
-        // The learned reading takes a question only about the assistant: "is this one ok?" asks
-        // about something the user has.
-        if tolerant && asks && !learned::message_keys(rest).iter().any(|k| self.learned.is_second_person(k)) {
-            return None;
-        }
+        let asks = self.asks(rest, tolerant)?;
         // The learned reading's evidence: the scores of the words that are not function words.
         let mut evidence: Vec<f64> = Vec::new();
         for clause in rest.split(is_clause_break) {
@@ -522,16 +518,7 @@ impl Phrases {
             let phrases = self.cover(&keys, &skippable)?;
             // A phrase in several classes plays whichever role the rules need ("super" is
             // praise after "du bist", an acknowledgement alone).
-            // For the learned reading, a function word that is also "that's" in some language
-            // ("es") is only tolerated ("mir geht es gut"); an article or "you" still needs praise.
-            let tolerated = |phrase: &[String], parts: &[Part]| {
-                tolerant
-                    && matches!(phrase, [w] if self.learned.is_function(w))
-                    && parts.iter().all(|p| *p == Part::ThisIs)
-            };
-            needs |= phrases
-                .iter()
-                .any(|(phrase, parts)| !tolerated(phrase, parts) && parts.iter().all(|p| p.needs_praise()));
+            needs |= self.needs_praise(&phrases, tolerant);
             praised |= phrases.iter().any(|(_, parts)| parts.iter().any(|p| p.is_praise()));
             // Its kind is the plainest of its classes ("ciao" greets before it says goodbye).
             for (_, parts) in phrases {
@@ -544,16 +531,39 @@ impl Phrases {
             return None;
         }
         if tolerant {
-            // The message reads as smalltalk as a whole: the mean score of its words at least
-            // what one word needs.
-            if !evidence.is_empty()
-                && evidence.iter().sum::<f64>() / (evidence.len() as f64) < learned::WORD_THRESHOLD
-            {
+            if !learned::reads_as_smalltalk(&evidence) {
                 return None;
             }
             return found.or((learned_head || about_the_assistant).then_some(Smalltalk::Chitchat));
         }
         found.or(emoji.then_some(Smalltalk::Acknowledgement))
+    }
+
+    /// Whether `rest` is a question: a "?", or for the learned reading (`tolerant`) an auxiliary
+    /// that opens it ("is it going to be nice this weekend"). `None`: the learned reading refuses
+    /// it, a question without a second-person word ("is this one ok?" asks about something the
+    /// user has, not about the assistant).
+    fn asks(&self, rest: &str, tolerant: bool) -> Option<bool> {
+        if !tolerant {
+            return Some(rest.contains('?'));
+        }
+        let keys = learned::message_keys(rest);
+        let asks = rest.contains('?') || keys.first().is_some_and(|k| self.learned.opens_question(k));
+        (!asks || keys.iter().any(|k| self.learned.is_second_person(k))).then_some(asks)
+    }
+
+    /// Whether a phrase of `phrases` needs praise ("you", "that's", an article). For the learned
+    /// reading (`tolerant`) a function word that is "that's" in some language ("es") is only
+    /// tolerated ("mir geht es gut"); an article or "you" still needs praise ("say a joke").
+    fn needs_praise(&self, phrases: &[(&[String], &[Part])], tolerant: bool) -> bool {
+        let tolerated = |phrase: &[String], parts: &[Part]| {
+            tolerant
+                && matches!(phrase, [w] if self.learned.is_function(w))
+                && parts.iter().all(|p| *p == Part::ThisIs)
+        };
+        phrases
+            .iter()
+            .any(|(phrase, parts)| !tolerated(phrase, parts) && parts.iter().all(|p| p.needs_praise()))
     }
 
     /// `key` as the vocabulary knows it: itself, laughter, or the head word it is a typo of.

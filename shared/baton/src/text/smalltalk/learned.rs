@@ -9,13 +9,20 @@
 //!   question about the assistant — a clause with a second-person word — places), a
 //!   phrase written as one word, a word of strong positive sentiment in a message that asks
 //!   nothing (it heads the message), and a word whose **character n-grams** read as smalltalk's.
+//! - **Heads it finds beyond the classes' phrases**: a word that reads strongly as smalltalk's, a
+//!   negation that labelled smalltalk says with the word after it and no labelled request does
+//!   ("not bad", "nicht schlecht", "no problem": [`Learned::negated_smalltalk`]), and a question
+//!   about the assistant (a question word and a second-person word) in words of the vocabulary.
 //! - **The n-gram model** is learned from labelled data when the lexicon is first used
 //!   ([`TRAINING`]: the project's smalltalk corpus, the routing scenarios, the Rasa starter data,
-//!   and every word of the vocabulary, the configured languages' included). A word is scored by the
+//!   the OpenVoiceOS skills' intents and replies, and every word of the vocabulary, the configured
+//!   languages' included). A word is scored by the
 //!   mean log-odds of its n-grams (3 to 5 characters, with word boundaries, and the word itself)
 //!   between the words of smalltalk and the words that made a message a request, so a typo
 //!   ("helo"), an elongation or an inflection of a smalltalk word scores as one. It must score at
-//!   least [`WORD_THRESHOLD`] to be left out, and at least [`HEAD_THRESHOLD`] to head a message.
+//!   least [`WORD_FLOOR`] (even odds) to be left out, the mean of the message's words (a word of
+//!   the vocabulary counting as at least [`WORD_THRESHOLD`]) at least [`WORD_THRESHOLD`], and a
+//!   word at least [`HEAD_THRESHOLD`] to head a message.
 //! - **Vetoes that keep precision** ([`Learned::vetoes`]; `data/smalltalk/signals.yaml`,
 //!   `data/smalltalk/sentiment.yaml` and a configured language's own lists): a request word (a
 //!   request verb, the product's nouns — points, receipts, offers, the app, an image — prices,
@@ -23,12 +30,15 @@
 //!   assistant's wellbeing: "where", "when", "why"), a sensitive word (distress, health, money
 //!   worries), a word of negative sentiment, a negation ("not good"), a digit or a mention, or more
 //!   than [`MAX_WORDS`] words; and a question without a second-person word ("is this one ok?"
-//!   asks about something the user has, not about the assistant): the model answers.
+//!   asks about something the user has, not about the assistant; an auxiliary that opens the
+//!   message makes it a question: "is it going to rain this weekend"): the model answers.
 //!
 //! Naive Bayes over n-grams was chosen over a larger model because the labelled data is small (a
 //! few thousand messages), it is learned in milliseconds from data kept in the repository, read in
 //! microseconds per message, and each decision can be explained word by word. An n-gram model alone
-//! was tried and rejected: it took sensitive remarks ("I feel awful") for smalltalk. The vetoes are
+//! was tried and rejected: it took sensitive remarks ("I feel awful") for smalltalk, and over a few
+//! thousand messages it learns the sources' topics (shopping, weather) more than what makes a
+//! message a request. The vetoes are
 //! lists, but of what a request or a worry is made of, not of smalltalk phrasings; the sentiment
 //! words are published lexicons (AFINN, Pattern), not written for this check.
 
@@ -65,6 +75,12 @@ pub(crate) const WORD_FLOOR: f64 = 0.0;
 pub(crate) const HEAD_THRESHOLD: f64 = 1.0;
 /// Additive smoothing of the n-gram counts.
 const SMOOTHING: f64 = 0.5;
+
+/// Whether a message's word scores (`evidence`; none: nothing to weigh) read as smalltalk on the
+/// mean: at least what one word needed alone, [`WORD_THRESHOLD`].
+pub(super) fn reads_as_smalltalk(evidence: &[f64]) -> bool {
+    evidence.is_empty() || evidence.iter().sum::<f64>() / evidence.len() as f64 >= WORD_THRESHOLD
+}
 
 /// Words (as match keys) or phrases of words: an entry of four letters or more also stands for
 /// the words that start with it.
