@@ -471,6 +471,8 @@ impl Phrases {
             count += words.len();
             // A question about the assistant ("how have you been?") may place its question word.
             let about_you = tolerant && words.iter().any(|k| self.learned.is_second_person(k));
+            // Two words in a row that labelled smalltalk says head ("doing well").
+            learned_head |= tolerant && self.learned.has_smalltalk_pair(&words);
             // A negation labelled smalltalk says with the word after it heads ("not bad").
             let said =
                 if tolerant { self.learned.negated_smalltalk(&words) } else { vec![false; words.len()] };
@@ -904,6 +906,8 @@ mod tests {
             ("nicht schlecht", Smalltalk::Chitchat),
             ("nada mal", Smalltalk::Chitchat),
             ("mir geht es gut", Smalltalk::Acknowledgement),
+            // Two words in a row that labelled smalltalk says and no request does.
+            ("I'm doing well", Smalltalk::Chitchat),
         ] {
             assert_eq!(lexicon.classify_by_classes(text), None, "{text}: the classes alone refuse it");
             assert_eq!(lexicon.classify(text), Some(kind), "{text}");

@@ -11,7 +11,8 @@
 //!   nothing (it heads the message), and a word whose **character n-grams** read as smalltalk's.
 //! - **Heads it finds beyond the classes' phrases**: a word that reads strongly as smalltalk's, a
 //!   negation that labelled smalltalk says with the word after it and no labelled request does
-//!   ("not bad", "nicht schlecht", "no problem": [`Learned::negated_smalltalk`]), and a question
+//!   ("not bad", "nicht schlecht", "no problem": [`Learned::negated_smalltalk`]), two words in a
+//!   row that labelled smalltalk says and no request does ("doing well"), and a question
 //!   about the assistant (a question word and a second-person word) in words of the vocabulary.
 //! - **The n-gram model** is learned from labelled data when the lexicon is first used
 //!   ([`TRAINING`]: the project's smalltalk corpus, the routing scenarios, the Rasa starter data,
@@ -221,6 +222,9 @@ pub(super) struct Learned {
     /// A negation and the word after it that labelled smalltalk says ("not bad", "pas mal", "no
     /// problem") and no labelled request does: not a veto.
     negated_smalltalk: HashSet<(String, String)>,
+    /// Two words in a row, neither a function word, that labelled smalltalk says ("doing well")
+    /// and no labelled request does: they head a message.
+    smalltalk_pairs: HashSet<(String, String)>,
     /// Whether the lists gave vetoes: without them this reading takes nothing.
     vetoed: bool,
 }
@@ -268,16 +272,21 @@ impl Learned {
             vocabulary.iter().filter(|k| !learned.function.contains(*k)).cloned().collect();
         let mut requests = HashSet::new();
         let mut negated_requests = HashSet::new();
+        let mut request_pairs = HashSet::new();
         for (origin, yaml) in TRAINING {
             let (talk, asks) = labelled(origin, yaml);
             let said: Vec<_> = talk.iter().flat_map(|m| learned.negated_pairs(&message_keys(m))).collect();
             learned.negated_smalltalk.extend(said);
+            let pairs: Vec<_> = talk.iter().flat_map(|m| learned.content_pairs(&message_keys(m))).collect();
+            learned.smalltalk_pairs.extend(pairs);
+            request_pairs.extend(asks.iter().flat_map(|m| learned.content_pairs(&message_keys(m))));
             negated_requests.extend(asks.iter().flat_map(|m| learned.negated_pairs(&message_keys(m))));
             smalltalk
                 .extend(talk.iter().flat_map(|m| message_keys(m)).filter(|k| !learned.function.contains(k)));
             requests.extend(asks.iter().flat_map(|m| message_keys(m)));
         }
         learned.negated_smalltalk.retain(|p| !negated_requests.contains(p));
+        learned.smalltalk_pairs.retain(|p| !request_pairs.contains(p));
         // Likewise a word that labelled smalltalk uses (Spanish "sin" in "cuánto tiempo sin
         // verte" is English "sin"): the published lexicons are not read in another language.
         // The hand-written sensitive words stay absolute.
@@ -306,6 +315,19 @@ impl Learned {
             }
         }
         said
+    }
+
+    /// Each two words in a row of `keys`, neither a function word.
+    fn content_pairs(&self, keys: &[String]) -> Vec<(String, String)> {
+        keys.windows(2)
+            .filter(|w| !self.function.contains(&w[0]) && !self.function.contains(&w[1]))
+            .map(|w| (w[0].clone(), w[1].clone()))
+            .collect()
+    }
+
+    /// Whether `keys` has two words in a row that labelled smalltalk says and no request does.
+    pub(super) fn has_smalltalk_pair(&self, keys: &[String]) -> bool {
+        keys.windows(2).any(|w| self.smalltalk_pairs.contains(&(w[0].clone(), w[1].clone())))
     }
 
     /// Each negation of `keys` with the word after it.
