@@ -12,7 +12,7 @@
 //! - **Heads it finds beyond the classes' phrases**: a word that reads strongly as smalltalk's, a
 //!   negation that labelled smalltalk says with the word after it and no labelled request does
 //!   ("not bad", "nicht schlecht", "no problem": [`Learned::negated_smalltalk`]), two words in a
-//!   row that labelled smalltalk says and no request does ("doing well"), and a question
+//!   row (function words left out) that labelled smalltalk says and no request does ("doing well"), and a question
 //!   about the assistant (a question word and a second-person word) in words of the vocabulary.
 //! - **The n-gram model** is learned from labelled data when the lexicon is first used
 //!   ([`TRAINING`]: the project's smalltalk corpus, the routing scenarios, the Rasa starter data,
@@ -222,8 +222,8 @@ pub(super) struct Learned {
     /// A negation and the word after it that labelled smalltalk says ("not bad", "pas mal", "no
     /// problem") and no labelled request does: not a veto.
     negated_smalltalk: HashSet<(String, String)>,
-    /// Two words in a row, neither a function word, that labelled smalltalk says ("doing well")
-    /// and no labelled request does: they head a message.
+    /// Two words in a row once function words are left out that labelled smalltalk says ("doing
+    /// well") and no labelled request does: they head a message.
     smalltalk_pairs: HashSet<(String, String)>,
     /// Whether the lists gave vetoes: without them this reading takes nothing.
     vetoed: bool,
@@ -317,17 +317,16 @@ impl Learned {
         said
     }
 
-    /// Each two words in a row of `keys`, neither a function word.
+    /// Each two words in a row of `keys` once its function words are left out.
     fn content_pairs(&self, keys: &[String]) -> Vec<(String, String)> {
-        keys.windows(2)
-            .filter(|w| !self.function.contains(&w[0]) && !self.function.contains(&w[1]))
-            .map(|w| (w[0].clone(), w[1].clone()))
-            .collect()
+        let content: Vec<&String> = keys.iter().filter(|k| !self.function.contains(*k)).collect();
+        content.windows(2).map(|w| (w[0].clone(), w[1].clone())).collect()
     }
 
-    /// Whether `keys` has two words in a row that labelled smalltalk says and no request does.
+    /// Whether `keys` has two words in a row (function words left out) that labelled smalltalk
+    /// says and no request does.
     pub(super) fn has_smalltalk_pair(&self, keys: &[String]) -> bool {
-        keys.windows(2).any(|w| self.smalltalk_pairs.contains(&(w[0].clone(), w[1].clone())))
+        self.content_pairs(keys).iter().any(|p| self.smalltalk_pairs.contains(p))
     }
 
     /// Each negation of `keys` with the word after it.
