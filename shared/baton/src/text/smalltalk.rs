@@ -35,9 +35,12 @@
 //! leave out function words ("I am great"), a phrase written as one word ("goodmorning"), a word of
 //! strong positive sentiment ("super stoked"), and a word whose character n-grams read as
 //! smalltalk's (a typo, an elongation, an inflection), learned from labelled data on first use.
-//! A request word, a sensitive or negative word, a negation, a digit or more than 12 words veto it
-//! (`data/smalltalk/signals.yaml`, `data/smalltalk/sentiment.yaml`, and a configured language's
-//! own lists). [`Lexicon::classify_by_classes`] is the first reading alone.
+//! It also finds heads the classes do not list: a negation that labelled smalltalk says with its
+//! word ("nicht schlecht") and a question about the assistant in words of the vocabulary ("come
+//! sei stato"). A request word, a sensitive or negative word, a negation labelled smalltalk does
+//! not say, a digit or more than 12 words veto it (`data/smalltalk/signals.yaml`,
+//! `data/smalltalk/sentiment.yaml`, and a configured language's own lists).
+//! [`Lexicon::classify_by_classes`] is the first reading alone.
 //!
 //! # Layout
 //! - this file: the word classes, the lexicon and both readings' grammar.
@@ -444,18 +447,20 @@ impl Phrases {
     /// words, the vocabulary's other words (less question words, "what", "wie", unless the clause
     /// has a second-person word: a question about the assistant), a phrase written as
     /// one word, a word of strong positive sentiment in a message that asks nothing, and a word that
-    /// reads as smalltalk by its n-grams — and a head must be found: a phrase that heads, or such
-    /// a positive or strongly smalltalk-like word. Any other word refuses the message.
+    /// reads as smalltalk by its n-grams (the message's words reading as smalltalk on the mean) —
+    /// and a head must be found: a phrase that heads, such a positive or strongly smalltalk-like
+    /// word, a negation labelled smalltalk says with its word ("nicht schlecht"), or a question
+    /// about the assistant in words of the vocabulary. Any other word refuses the message.
     fn read(&self, rest: &str, emoji: bool, tolerant: bool) -> Option<Smalltalk> {
         let mut found: Option<Smalltalk> = None;
         let (mut count, mut learned_head) = (0, false);
+        // A question about the assistant in words of the vocabulary alone ("what is your name",
+        // "wie war dein Tag"): a question word, a second-person word, and no word nobody listed.
+        let (mut asks_you, mut unlisted) = (false, false);
         let (mut needs, mut praised) = (false, false);
-        let asks = rest.contains('?');
-        // The learned reading takes a question only about the assistant: "is this one ok?" asks
-        // about something the user has.
-        if tolerant && asks && !learned::message_keys(rest).iter().any(|k| self.learned.is_second_person(k)) {
-            return None;
-        }
+        let asks = self.asks(rest, tolerant)?;
+        // The learned reading's evidence: the scores of the words that are not function words.
+        let mut evidence: Vec<f64> = Vec::new();
         for clause in rest.split(is_clause_break) {
             let (mut keys, mut skippable) = (Vec::new(), Vec::new());
             let words = if tolerant {
@@ -466,26 +471,46 @@ impl Phrases {
             count += words.len();
             // A question about the assistant ("how have you been?") may place its question word.
             let about_you = tolerant && words.iter().any(|k| self.learned.is_second_person(k));
-            for key in words {
+            // Two words in a row that labelled smalltalk says head ("doing well").
+            learned_head |= tolerant && self.learned.has_smalltalk_pair(&words);
+            // A negation labelled smalltalk says with the word after it heads ("not bad").
+            let said =
+                if tolerant { self.learned.negated_smalltalk(&words) } else { vec![false; words.len()] };
+            for (key, said) in words.into_iter().zip(said) {
+                if said {
+                    learned_head = true;
+                    continue;
+                }
                 let key = self.normalize(key);
                 if self.known.contains(&key) {
                     let placed = !self.learned.is_question(&key) || about_you;
+                    asks_you |=
+                        about_you && self.learned.is_question(&key) && !self.learned.is_function(&key);
                     let skip = tolerant && (self.learned.is_function(&key) || placed);
+                    // A word of the vocabulary is smalltalk's by construction: it reads as one at least.
+                    if tolerant && !self.learned.is_function(&key) && !self.learned.is_second_person(&key) {
+                        evidence.push(self.learned.word_score(&key).max(learned::WORD_THRESHOLD));
+                    }
                     keys.push(key);
                     skippable.push(skip);
                 } else if !tolerant {
                     return None;
-                } else if self.learned.is_function(&key) {
+                } else if self.learned.is_function(&key) || self.learned.is_second_person(&key) {
                 } else if let Some(phrase) = self.joined.get(&key) {
+                    unlisted = true;
                     skippable.extend(phrase.iter().map(|_| false));
                     keys.extend(phrase.iter().cloned());
                 } else if self.learned.is_positive(&key) && !asks {
-                    learned_head = true;
+                    (learned_head, unlisted) = (true, true);
                 } else {
+                    unlisted = true;
+                    // A word nobody listed may read only a little like smalltalk's if the
+                    // message as a whole does (below); none may read like a request's.
                     let score = self.learned.word_score(&key);
-                    if score < learned::WORD_THRESHOLD {
+                    if score < learned::WORD_FLOOR {
                         return None;
                     }
+                    evidence.push(score);
                     learned_head |= score >= learned::HEAD_THRESHOLD;
                 }
             }
@@ -495,20 +520,52 @@ impl Phrases {
             let phrases = self.cover(&keys, &skippable)?;
             // A phrase in several classes plays whichever role the rules need ("super" is
             // praise after "du bist", an acknowledgement alone).
-            needs |= phrases.iter().any(|parts| parts.iter().all(|p| p.needs_praise()));
-            praised |= phrases.iter().any(|parts| parts.iter().any(|p| p.is_praise()));
+            needs |= self.needs_praise(&phrases, tolerant);
+            praised |= phrases.iter().any(|(_, parts)| parts.iter().any(|p| p.is_praise()));
             // Its kind is the plainest of its classes ("ciao" greets before it says goodbye).
-            for parts in phrases {
+            for (_, parts) in phrases {
                 found = found.max(parts.iter().filter_map(|p| p.talk()).min());
             }
         }
-        if needs && !praised {
+        // "You" needs praise, but not in a question about the assistant ("quem és tu?").
+        let about_the_assistant = tolerant && asks_you && !unlisted;
+        if needs && !praised && !about_the_assistant {
             return None;
         }
         if tolerant {
-            return found.or(learned_head.then_some(Smalltalk::Chitchat));
+            if !learned::reads_as_smalltalk(&evidence) {
+                return None;
+            }
+            return found.or((learned_head || about_the_assistant).then_some(Smalltalk::Chitchat));
         }
         found.or(emoji.then_some(Smalltalk::Acknowledgement))
+    }
+
+    /// Whether `rest` is a question: a "?", or for the learned reading (`tolerant`) an auxiliary
+    /// that opens it ("is it going to be nice this weekend"). `None`: the learned reading refuses
+    /// it, a question without a second-person word ("is this one ok?" asks about something the
+    /// user has, not about the assistant).
+    fn asks(&self, rest: &str, tolerant: bool) -> Option<bool> {
+        if !tolerant {
+            return Some(rest.contains('?'));
+        }
+        let keys = learned::message_keys(rest);
+        let asks = rest.contains('?') || keys.first().is_some_and(|k| self.learned.opens_question(k));
+        (!asks || keys.iter().any(|k| self.learned.is_second_person(k))).then_some(asks)
+    }
+
+    /// Whether a phrase of `phrases` needs praise ("you", "that's", an article). For the learned
+    /// reading (`tolerant`) a function word that is "that's" in some language ("es") is only
+    /// tolerated ("mir geht es gut"); an article or "you" still needs praise ("say a joke").
+    fn needs_praise(&self, phrases: &[(&[String], &[Part])], tolerant: bool) -> bool {
+        let tolerated = |phrase: &[String], parts: &[Part]| {
+            tolerant
+                && matches!(phrase, [w] if self.learned.is_function(w))
+                && parts.iter().all(|p| *p == Part::ThisIs)
+        };
+        phrases
+            .iter()
+            .any(|(phrase, parts)| !tolerated(phrase, parts) && parts.iter().all(|p| p.needs_praise()))
     }
 
     /// `key` as the vocabulary knows it: itself, laughter, or the head word it is a typo of.
@@ -532,9 +589,9 @@ impl Phrases {
 
     /// The phrases (each as its classes) that make up `keys`, leaving out only words marked
     /// `skippable` (as few as can be; longest phrases first), if they do.
-    fn cover(&self, keys: &[String], skippable: &[bool]) -> Option<Vec<&[Part]>> {
-        /// The words left out so far, and the phrases' classes.
-        type Reach<'p> = Option<(usize, Vec<&'p [Part]>)>;
+    fn cover(&self, keys: &[String], skippable: &[bool]) -> Option<Vec<(&[String], &[Part])>> {
+        /// The words left out so far, and the phrases with their classes.
+        type Reach<'p> = Option<(usize, Vec<(&'p [String], &'p [Part])>)>;
         let mut reach: Vec<Reach> = vec![None; keys.len() + 1];
         reach[0] = Some((0, Vec::new()));
         let better = |slot: &Reach, skipped: usize| slot.as_ref().is_none_or(|(s, _)| skipped < *s);
@@ -544,7 +601,7 @@ impl Phrases {
                 let end = i + phrase.len();
                 if end <= keys.len() && better(&reach[end], skipped) && keys[i..end] == phrase[..] {
                     let mut next = path.clone();
-                    next.push(parts.as_slice());
+                    next.push((phrase.as_slice(), parts.as_slice()));
                     reach[end] = Some((skipped, next));
                 }
             }
@@ -840,6 +897,17 @@ mod tests {
             ("hi buddy, I am fine", Smalltalk::Acknowledgement),
             ("super happy today", Smalltalk::Acknowledgement),
             ("hi, how was your weekend?", Smalltalk::Greeting),
+            // A question about the assistant in words of the vocabulary, the pronoun dropped or not.
+            ("quem és tu?", Smalltalk::Chitchat),
+            ("wie war dein Tag", Smalltalk::Chitchat),
+            ("come sei stato", Smalltalk::Chitchat),
+            // A negation that labelled smalltalk says with its word (OpenVoiceOS's "not bad" in
+            // every language), and a function word that is "that's" elsewhere ("es").
+            ("nicht schlecht", Smalltalk::Chitchat),
+            ("nada mal", Smalltalk::Chitchat),
+            ("mir geht es gut", Smalltalk::Acknowledgement),
+            // Two words in a row that labelled smalltalk says and no request does.
+            ("I'm doing well", Smalltalk::Chitchat),
         ] {
             assert_eq!(lexicon.classify_by_classes(text), None, "{text}: the classes alone refuse it");
             assert_eq!(lexicon.classify(text), Some(kind), "{text}");
@@ -871,6 +939,18 @@ mod tests {
             "vale, el segundo",
             "ok, on monday",
             "hi, is it good?",
+            // A yes-or-no question without "?", a year, a request verb.
+            "is it going to be nice this weekend",
+            "ano presente",
+            "hey fetch",
+            // A question about the assistant with a request word.
+            "what is your price?",
+            // An article still needs praise: a thing is named.
+            "say a joke",
+            "cómo está el tiempo",
+            // A negation labelled smalltalk never says with its word.
+            "not good",
+            "nicht gut",
         ] {
             assert_eq!(talk(text), None, "{text}");
         }
