@@ -38,7 +38,7 @@
 //! few thousand messages), it is learned in milliseconds from data kept in the repository, read in
 //! microseconds per message, and each decision can be explained word by word. An n-gram model alone
 //! was tried and rejected: it took sensitive remarks ("I feel awful") for smalltalk, and over a few
-//! thousand messages it learns the sources' topics (shopping, weather) more than what makes a
+//! thousand messages it learns the sources' topics (weather, the time) more than what makes a
 //! message a request. The vetoes are
 //! lists, but of what a request or a worry is made of, not of smalltalk phrasings; the sentiment
 //! words are published lexicons (AFINN, Pattern), not written for this check.
