@@ -24,8 +24,7 @@ use rust_stemmers::{Algorithm, Stemmer};
 use unicode_normalization::UnicodeNormalization;
 use unicode_normalization::char::is_combining_mark;
 
-pub use smalltalk::Lexicon;
-pub use smalltalk::SmalltalkLists;
+pub use smalltalk::{Lexicon, SmalltalkLists};
 pub(crate) use smalltalk::{Smalltalk, classify_smalltalk};
 
 fn is_clause_break(c: char) -> bool {

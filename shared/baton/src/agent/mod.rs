@@ -24,8 +24,7 @@ use std::sync::Arc;
 
 pub use crate::item::Item;
 pub(crate) use crate::item::ItemStream;
-pub use approval::ApprovalPolicy;
-pub use approval::ApprovalRule;
+pub use approval::{ApprovalPolicy, ApprovalRule};
 pub(crate) use chains::{MemoryResponseChains, ResponseChains};
 #[cfg(test)]
 pub(crate) use instance::instrument_for;

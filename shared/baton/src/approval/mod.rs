@@ -25,10 +25,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-pub use record::ApprovalStore;
 pub(crate) use record::ClaimedResume;
-pub use record::ResumeError;
-pub use record::summary;
+pub use record::{ApprovalStore, ResumeError, summary};
 
 use crate::event::Interrupt;
 use crate::model::{Message, ToolCall};

@@ -17,22 +17,13 @@ mod wire;
 
 use serde::{Deserialize, Serialize};
 
-pub use usage::AgentUsage;
-pub use usage::Status;
-pub use usage::Usage;
-pub use usage::Usd;
-pub use usage::agent_name;
+pub use usage::{AgentUsage, Status, Usage, Usd, agent_name};
 pub(crate) use usage::{BadDecimal, turn_cost};
 pub(crate) use usage::{UsageRollup, parse_scaled_decimal};
-pub use wire::DecodeError;
-pub use wire::LineSplitter;
-pub use wire::LineTooLong;
-pub(crate) use wire::SSE_HEARTBEAT;
-pub use wire::decode_ndjson;
-pub use wire::decode_sse;
-pub use wire::encode_ndjson;
-pub use wire::encode_sse;
-pub(crate) use wire::encode_sse_into;
+pub use wire::{
+    DecodeError, LineSplitter, LineTooLong, decode_ndjson, decode_sse, encode_ndjson, encode_sse,
+};
+pub(crate) use wire::{SSE_HEARTBEAT, encode_sse_into};
 
 /// The events of one agent run, tool call or turn. Errors are in-band `error` events; the stream
 /// always ends.

@@ -30,9 +30,7 @@ pub fn encode_frame_into(out: &mut BytesMut, turn_id: &str, event: &LoggedEvent)
 /// protocol's translation (`wire::Translated`). [`sse_body`] is the one loop that drives it.
 pub(crate) trait Frames: Send + 'static {
     /// What goes out before the first event (a protocol's opening message).
-    fn start(&mut self, out: &mut BytesMut) {
-        let _ = out;
-    }
+    fn start(&mut self, _out: &mut BytesMut) {}
 
     /// Writes one numbered event (possibly nothing: an event the wire does not show).
     fn event(&mut self, event: &LoggedEvent, out: &mut BytesMut);
@@ -43,9 +41,7 @@ pub(crate) trait Frames: Send + 'static {
     }
 
     /// What goes out after the last event (a protocol's closing of what it opened).
-    fn finish(&mut self, out: &mut BytesMut) {
-        let _ = out;
-    }
+    fn finish(&mut self, _out: &mut BytesMut) {}
 }
 
 /// Baton's own SSE: each numbered event as one message with id `<turn_id>:<seq>`.

@@ -29,8 +29,7 @@ mod errors;
 use std::sync::Arc;
 
 pub use client::McpCallItem;
-pub(crate) use client::McpConnection;
-pub(crate) use client::McpTool;
+pub(crate) use client::{McpConnection, McpTool};
 pub(crate) use config::McpConfigError;
 pub use config::McpServers;
 

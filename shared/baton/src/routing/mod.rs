@@ -35,8 +35,7 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-pub use policy::Router;
-pub use policy::RoutingPolicy;
+pub use policy::{Router, RoutingPolicy};
 
 use crate::agent::{Agent, ChildContext};
 use crate::agent_tool::{AgentTool, AgentToolOptions, InputMapping};

@@ -26,17 +26,13 @@ mod resume;
 mod start;
 mod writer;
 
-pub use busy::BUSY_LEASE;
-pub use busy::DEFAULT_QUEUE_LIMIT;
-pub use busy::OnBusy;
 pub(crate) use busy::{Admission, BusyGate, BusyRefusal, ON_BUSY_VALUES};
+pub use busy::{BUSY_LEASE, DEFAULT_QUEUE_LIMIT, OnBusy};
 pub(crate) use live::{LiveTurn, LiveTurns};
 pub(crate) use record::record;
 pub(crate) use resume::{Cursor, ResumeLimits, follow};
-pub use start::OnApproval;
-pub use start::TurnStart;
-pub use start::Turns;
 pub(crate) use start::{Begun, LOG_END_GRACE, TurnError, TurnEvents};
+pub use start::{OnApproval, TurnStart, Turns};
 pub(crate) use writer::spawn as spawn_writer;
 
 /// What happens to a turn when its client leaves before `completed`.

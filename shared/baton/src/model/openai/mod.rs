@@ -25,10 +25,8 @@ mod transport;
 
 pub use chunks::ChunkParser;
 pub(crate) use chunks::TokenDetails;
-pub use config::MAX_ERROR_BODY_BYTES;
-pub use config::OpenAiConfig;
 pub(crate) use config::RetryPolicy;
-pub use config::Timeouts;
+pub use config::{MAX_ERROR_BODY_BYTES, OpenAiConfig, Timeouts};
 pub(crate) use request::tool_options;
 pub use transport::read_capped;
 pub use transport::{Endpoint, StreamParser, retrying_stream};

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::EmbeddedStore;
 use super::view::parse;
-use crate::store::item::{self};
+use crate::store::item;
 use crate::store::{
     APPROVALS_SK, ApprovalRecords, CancelOutcome, Clock, Clocked, Conversations, Episode, EpisodeKey,
     LeaseGrant, Leases, LoggedEvent, META_SK, MSG_PREFIX, MessageCursor, Recorded, StoreError, StoredMessage,
