@@ -32,11 +32,29 @@ fn a_chat_waits_for_a_store_file_another_process_holds() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("store.redb");
     let held = EmbeddedStore::open(&path, Arc::new(SystemClock)).unwrap();
-    let child = run(chat(&path, "hi"));
-    std::thread::sleep(Duration::from_millis(500));
+    let mut child = run(chat(&path, "hi"));
+    // The file is held until the child says it waits for it (or 30 s pass): on a loaded machine
+    // the child may reach the file later than any fixed pause.
+    let (lines, said) = std::sync::mpsc::channel();
+    let reader = std::io::BufReader::new(child.stderr.take().unwrap());
+    let stderr = std::thread::spawn(move || {
+        let mut all = String::new();
+        for line in std::io::BufRead::lines(reader).map_while(Result::ok) {
+            let _ = lines.send(line.clone());
+            all.push_str(&line);
+            all.push('\n');
+        }
+        all
+    });
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while let Ok(line) = said.recv_timeout(deadline.saturating_duration_since(std::time::Instant::now())) {
+        if line.contains("in use by another process; waiting") {
+            break;
+        }
+    }
     drop(held);
     let out = child.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = stderr.join().unwrap();
     assert!(succeeded(&out), "{stderr}");
     assert!(stderr.contains("in use by another process; waiting"), "it said why it waited: {stderr}");
 }
