@@ -33,7 +33,7 @@ pub(crate) use record::record;
 pub(crate) use resume::{Cursor, ResumeLimits, follow};
 pub(crate) use start::{Begun, LOG_END_GRACE, TurnError, TurnEvents};
 pub use start::{OnApproval, TurnStart, Turns};
-pub(crate) use writer::spawn as spawn_writer;
+pub(crate) use writer::writer as log_writer;
 
 /// What happens to a turn when its client leaves before `completed`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]

@@ -1,8 +1,9 @@
 //! The producer of a turn's stream: numbers the turn's client-visible events, keeps them in
-//! memory for the log writer and for resumes ([`LiveTurn`]), and hands them to the client. When
-//! the client leaves, the disconnect policy decides: the turn runs on in a task of its own, or
-//! stops.
+//! memory for the log writer and for resumes ([`LiveTurn`]), hands them to the client, and
+//! drives the log's writer with them. When the client leaves, the disconnect policy decides:
+//! the turn runs on in a task of its own, or stops.
 
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -12,35 +13,46 @@ use futures::{Stream, StreamExt};
 
 use super::DisconnectPolicy;
 use super::live::{LiveTurn, Registered};
-use super::writer::WriterReport;
+use super::writer::LogWriter;
 use crate::event::{Event, EventStream, Status};
 use crate::store::LoggedEvent;
 
-/// A turn's numbered client-visible events, `thinking` (seq 1) to `completed`. Dropped before
-/// its end (the client left), it either keeps the turn running to `completed` in a task of its
-/// own ([`DisconnectPolicy::Continue`]) or drops it, which cancels every model call and
-/// sub-agent and saves what was produced as `partial` ([`DisconnectPolicy::Cancel`]).
+/// A turn's numbered client-visible events, `thinking` (seq 1) to `completed`, and its log's
+/// writer, polled with them: a turn's log costs no task of its own, and a turn that ends within
+/// its writer's first pace is written with no thread hop (its end and its last write happen in
+/// the same poll). Dropped before its end (the client left), it either keeps the turn running
+/// to `completed` in a task of its own ([`DisconnectPolicy::Continue`]) or drops it, which
+/// cancels every model call and sub-agent and saves what was produced as `partial`
+/// ([`DisconnectPolicy::Cancel`]); the writer then runs on alone, to end the log.
 pub(crate) struct RecordedTurn {
-    inner: Option<Pin<Box<dyn Stream<Item = Arc<LoggedEvent>> + Send>>>,
+    /// The events, until their end.
+    events: Option<Pin<Box<dyn Stream<Item = Arc<LoggedEvent>> + Send>>>,
+    /// The log's writer (when the store keeps a log), until it has ended the log.
+    writer: Option<LogWriter>,
+    /// After the events end: how long the writer's last write may still take.
+    end_wait: Option<Pin<Box<tokio::time::Sleep>>>,
+    end_timeout: Duration,
+    /// Keeps the turn in the registry until this stream ends.
+    registered: Option<Registered>,
     policy: DisconnectPolicy,
     turn: Arc<LiveTurn>,
 }
 
 /// Records `events`, the turn `registered` names: each client-visible event is numbered and
-/// pushed to memory, where the log `writer` (when the store keeps a log) finds it. After
-/// `completed` the stream waits up to `end_timeout` for the writer's last write before it ends
-/// (in Lambda the process may be frozen once the response ends), and only then leaves the
-/// registry, so a resume in between still finds the turn here.
+/// pushed to memory, where the log `writer` finds it. After `completed` the stream waits up to
+/// `end_timeout` for the writer's last write before it ends (in Lambda the process may be
+/// frozen once the response ends; a write that takes longer goes on in a task), and only then
+/// leaves the registry, so a resume in between still finds the turn here.
 pub(crate) fn record(
     events: EventStream,
     registered: Registered,
-    writer: Option<tokio::task::JoinHandle<WriterReport>>,
+    writer: Option<LogWriter>,
     policy: DisconnectPolicy,
     end_timeout: Duration,
 ) -> RecordedTurn {
     let turn = registered.turn().clone();
     let live = turn.clone();
-    let inner = async_stream::stream! {
+    let events = async_stream::stream! {
         // Ends the turn in memory however this stream ends, so followers and the writer finish.
         let _end = EndOnDrop(live.clone());
         // Gated: when the turn had nothing to send, the poll that comes next does not go down
@@ -55,47 +67,94 @@ pub(crate) fn record(
             yield live.push(event);
         }
         live.end(status);
-        if let Some(writer) = writer {
-            match tokio::time::timeout(end_timeout, writer).await {
-                Ok(Ok(report)) if !report.ended => {
-                    tracing::warn!(episode = %live.key(), turn = %live.turn_id(), "the turn's log was not ended")
-                }
-                Ok(_) => {}
-                Err(_) => tracing::warn!(episode = %live.key(), turn = %live.turn_id(),
-                    timeout_ms = end_timeout.as_millis() as u64, "the turn's log was still being written"),
+    };
+    RecordedTurn {
+        events: Some(Box::pin(events)),
+        writer,
+        end_wait: None,
+        end_timeout,
+        registered: Some(registered),
+        policy,
+        turn,
+    }
+}
+
+impl RecordedTurn {
+    /// Lets the writer go on; forgets it once it has finished.
+    fn poll_writer(&mut self, cx: &mut Context<'_>) {
+        let Some(writer) = self.writer.as_mut() else { return };
+        if let Poll::Ready(report) = writer.as_mut().poll(cx) {
+            self.writer = None;
+            if !report.ended {
+                tracing::warn!(episode = %self.turn.key(), turn = %self.turn.turn_id(), "the turn's log was not ended");
             }
         }
-        drop(registered);
-    };
-    RecordedTurn { inner: Some(Box::pin(inner)), policy, turn }
+    }
 }
 
 impl Stream for RecordedTurn {
     type Item = Arc<LoggedEvent>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        let Some(inner) = self.inner.as_mut() else { return Poll::Ready(None) };
-        let next = inner.poll_next_unpin(cx);
-        if let Poll::Ready(None) = next {
-            self.inner = None;
+        let this = &mut *self;
+        this.poll_writer(cx);
+        if let Some(events) = this.events.as_mut() {
+            match events.poll_next_unpin(cx) {
+                Poll::Ready(None) => {
+                    // The turn has ended in memory: the writer's last write, at once.
+                    this.events = None;
+                    this.poll_writer(cx);
+                }
+                next => return next,
+            }
         }
-        next
+        if let Some(writer) = this.writer.take() {
+            let timeout = this.end_timeout;
+            let wait = this.end_wait.get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
+            if wait.as_mut().poll(cx).is_pending() {
+                this.writer = Some(writer);
+                return Poll::Pending;
+            }
+            tracing::warn!(episode = %this.turn.key(), turn = %this.turn.turn_id(),
+                timeout_ms = timeout.as_millis() as u64, "the turn's log was still being written");
+            tokio::spawn(writer);
+        }
+        this.registered = None;
+        Poll::Ready(None)
     }
 }
 
 impl Drop for RecordedTurn {
     fn drop(&mut self) {
-        let Some(rest) = self.inner.take() else { return };
-        let (episode, turn) = (self.turn.key(), self.turn.turn_id());
-        if self.policy == DisconnectPolicy::Continue {
-            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+        let runtime = tokio::runtime::Handle::try_current().ok();
+        if let Some(events) = self.events.take() {
+            let (episode, turn) = (self.turn.key(), self.turn.turn_id());
+            if let (DisconnectPolicy::Continue, Some(runtime)) = (self.policy, &runtime) {
                 tracing::info!(%episode, %turn, "the client left; the turn runs on (on_disconnect: continue)");
+                let rest = RecordedTurn {
+                    events: Some(events),
+                    writer: self.writer.take(),
+                    end_wait: None,
+                    end_timeout: self.end_timeout,
+                    registered: self.registered.take(),
+                    // Dropped in turn (the runtime shutting down), the rest stops there.
+                    policy: DisconnectPolicy::Cancel,
+                    turn: self.turn.clone(),
+                };
                 runtime.spawn(rest.for_each(|_| std::future::ready(())));
                 return;
             }
+            tracing::info!(%episode, %turn, "the client left; the turn is cancelled (on_disconnect: cancel)");
+            // Ends the turn in memory (`partial`), which the writer reads below.
+            drop(events);
         }
-        tracing::info!(%episode, %turn, "the client left; the turn is cancelled (on_disconnect: cancel)");
-        drop(rest);
+        // The writer ends the log on its own (it bounds its own tries).
+        match (self.writer.take(), runtime) {
+            (Some(writer), Some(runtime)) => drop(runtime.spawn(writer)),
+            (Some(_), None) => tracing::warn!(episode = %self.turn.key(), turn = %self.turn.turn_id(),
+                "the turn's log was not ended: no runtime to end it on"),
+            (None, _) => {}
+        }
     }
 }
 

@@ -5,7 +5,7 @@
 //! In order, [`Turns::start`]: a repeated request id joins its turn (running here, or logged
 //! anywhere) instead of running it again; the episode's busy gate admits the message
 //! (`on_busy`); a resume claims its approvals; [`Orchestrator::start`] records the user message
-//! and starts the run; the turn is registered live, its log writer spawned, and its events
+//! and starts the run; the turn is registered live, its log writer made, and its events
 //! recorded under the disconnect policy. Each refusal is a [`TurnError`] before anything runs;
 //! the edge maps it to its status code.
 
@@ -214,12 +214,7 @@ impl Turns {
             // `running` after it reads as abandoned.
             let left = deadline.saturating_duration_since(Instant::now()) + LOG_END_GRACE;
             let deadline_ms = self.history.store().clock().now_ms() + left.as_millis() as u64;
-            super::spawn_writer(
-                self.history.store().clone(),
-                registered.turn().clone(),
-                deadline_ms,
-                self.log,
-            )
+            super::log_writer(self.history.store().clone(), registered.turn().clone(), deadline_ms, self.log)
         });
         let policy = on_disconnect.unwrap_or(self.on_disconnect);
         let recorded = super::record(events, registered, writer, policy, self.log.end_timeout);

@@ -1,4 +1,5 @@
-//! The log writer of a running turn: a task of its own that copies the turn's events from
+//! The log writer of a running turn: a future, polled with the turn's stream
+//! ([`RecordedTurn`](super::record::RecordedTurn)), that copies the turn's events from
 //! memory ([`LiveTurn`]) to the store in batches, at most one write per
 //! [`TurnLogSettings::flush_every`] while the turn streams plus the final one, which also ends
 //! the log with the turn's status ([`TurnLog::finish_turn_log`](crate::store::TurnLog::finish_turn_log)), and looks for a cancel asked on
@@ -8,6 +9,8 @@
 //! the next batch, and when it fails again its events are recorded as a gap, so the client
 //! keeps every event and a later resume is told which ones the log lacks.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -39,14 +42,17 @@ pub(crate) struct WriterReport {
     pub ended: bool,
 }
 
-/// Starts the writer of `turn`'s log in `store`, ending by `deadline_ms` (ms since the epoch).
-pub(crate) fn spawn(
+/// A turn's log writer: it starts the log when first polled and ends when the log does.
+pub(crate) type LogWriter = Pin<Box<dyn Future<Output = WriterReport> + Send>>;
+
+/// The writer of `turn`'s log in `store`, ending by `deadline_ms` (ms since the epoch).
+pub(crate) fn writer(
     store: Arc<dyn Store>,
     turn: Arc<LiveTurn>,
     deadline_ms: u64,
     settings: TurnLogSettings,
-) -> tokio::task::JoinHandle<WriterReport> {
-    tokio::spawn(Writer { store, turn, settings, report: WriterReport::default() }.run(deadline_ms))
+) -> LogWriter {
+    Box::pin(Writer { store, turn, settings, report: WriterReport::default() }.run(deadline_ms))
 }
 
 /// What one write did: the last seq now logged or given up, and whether the log has ended.
@@ -81,6 +87,12 @@ impl Writer {
         // all go in its final write.
         let mut last_write = Instant::now();
         let mut last_check = Instant::now();
+        // Nor do the first events wake this task: a turn that ends within its first pace (most
+        // turns with no tool) wakes it once, for its end, and writes it all then.
+        tokio::select! {
+            () = tokio::time::sleep_until(last_write + self.settings.flush_every.min(self.settings.cancel_check_every)) => {}
+            _ = end.wait_for(|ended| *ended) => {}
+        }
         loop {
             let ended = self.turn.ended();
             if ended.is_none() && self.turn.last_seq() == done {

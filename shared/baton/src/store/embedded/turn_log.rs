@@ -47,6 +47,33 @@ fn events(
     Ok(out)
 }
 
+/// The events item of `events` as [`turn_log::encode_events`] builds it, in the bytes the
+/// store keeps (its DynamoDB JSON), written directly: a turn's events are most of the bytes
+/// its log writes, and building the attribute tree first cost more than writing them (one map
+/// and three owned strings per event; docs/benchmarks.md, "log").
+fn events_bytes(events: &[LoggedEvent], ttl: u64) -> Vec<u8> {
+    use std::io::Write;
+    // Writing to a `Vec` cannot fail, nor can serializing a string.
+    let text = |out: &mut Vec<u8>, s: &str| serde_json::to_writer(out, s).expect("a string serializes");
+    let size: usize = events.iter().map(|e| e.event.len() + e.data.len() * 9 / 8 + 48).sum();
+    let mut out = Vec::with_capacity(size + 96);
+    out.extend_from_slice(br#"{"events":{"L":["#);
+    for (i, event) in events.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(br#"{"M":{"data":{"S":"#);
+        text(&mut out, &event.data);
+        out.extend_from_slice(br#"},"event":{"S":"#);
+        text(&mut out, &event.event);
+        write!(out, r#"}},"seq":{{"N":"{}"}}}}}}"#, event.seq).expect("writes to a Vec");
+    }
+    let (first, last) = (events.first().map_or(0, |e| e.seq), events.last().map_or(0, |e| e.seq));
+    write!(out, r#"]}},"first":{{"N":"{first}"}},"last":{{"N":"{last}"}},"ttl":{{"N":"{ttl}"}}}}"#)
+        .expect("writes to a Vec");
+    out
+}
+
 impl EmbeddedStore {
     fn log_ttl(&self, now_ms: u64) -> u64 {
         ttl_after(now_ms, self.turn_log_ttl)
@@ -120,11 +147,8 @@ impl EmbeddedStore {
                     let ttl = self.log_ttl(now);
                     for run in runs {
                         let run = &batch[run];
-                        view.put(
-                            &pk,
-                            &turn_log_sk(turn_id, run[run.len() - 1].seq),
-                            &turn_log::encode_events(run, ttl),
-                        );
+                        let sk = turn_log_sk(turn_id, run[run.len() - 1].seq);
+                        view.put_bytes(&pk, &sk, events_bytes(run, ttl));
                     }
                     let mut record = stored.expect("planned against a record");
                     record.last_seq = batch[batch.len() - 1].seq;
@@ -235,5 +259,37 @@ impl EmbeddedStore {
             Ok(outcome)
         })?;
         Ok(outcome)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::embedded::view::to_bytes;
+
+    #[test]
+    fn the_events_item_is_written_as_the_attribute_tree_would_serialize() {
+        let awkward = [
+            r#"{"type":"text","text":"a \"quoted\" word\n"}"#,
+            "{\"text\":\"tab\\t, back\\\\slash, \u{1} and ünïcødé 🎉\"}",
+            "",
+            "\u{7f}\u{2028}</script>",
+        ];
+        let events: Vec<LoggedEvent> = awkward
+            .iter()
+            .enumerate()
+            .map(|(i, data)| {
+                LoggedEvent::new(i as u64 + 7, if i == 2 { "com\"pleted" } else { "text" }, *data)
+            })
+            .collect();
+        for run in [&events[..], &events[..1], &[]] {
+            let direct = events_bytes(run, 1_234_567);
+            assert_eq!(
+                String::from_utf8(direct.clone()).unwrap(),
+                String::from_utf8(to_bytes(&turn_log::encode_events(run, 1_234_567))).unwrap()
+            );
+            let item = super::parse("P", "S", &direct).unwrap();
+            assert_eq!(turn_log::decode_events("P", "S", &item).unwrap(), run);
+        }
     }
 }
