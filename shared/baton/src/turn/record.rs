@@ -3,18 +3,19 @@
 //! drives the log's writer with them. When the client leaves, the disconnect policy decides:
 //! the turn runs on in a task of its own, or stops.
 
-use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use futures::stream::Once;
 use futures::{Stream, StreamExt};
 
 use super::DisconnectPolicy;
 use super::live::{LiveTurn, Registered};
 use super::writer::LogWriter;
 use crate::event::{Event, EventStream, Status};
+use crate::gate::Gated;
 use crate::store::LoggedEvent;
 
 /// A turn's numbered client-visible events, `thinking` (seq 1) to `completed`, and its log's
@@ -27,8 +28,9 @@ use crate::store::LoggedEvent;
 pub(crate) struct RecordedTurn {
     /// The events, until their end.
     events: Option<Pin<Box<dyn Stream<Item = Arc<LoggedEvent>> + Send>>>,
-    /// The log's writer (when the store keeps a log), until it has ended the log.
-    writer: Option<LogWriter>,
+    /// The log's writer (when the store keeps a log), until it has ended the log. Gated: the
+    /// turn's every event polls this stream, and only the writer's own wake-ups go down to it.
+    writer: Option<Gated<Once<LogWriter>>>,
     /// After the events end: how long the writer's last write may still take.
     end_wait: Option<Pin<Box<tokio::time::Sleep>>>,
     end_timeout: Duration,
@@ -58,7 +60,7 @@ pub(crate) fn record(
         // Gated: when the turn had nothing to send, the poll that comes next does not go down
         // the whole turn again to learn so (`gate`).
         let mut events =
-            crate::gate::Gated::new(events.filter(|e| std::future::ready(e.is_client_visible())));
+            Gated::new(events.filter(|e| std::future::ready(e.is_client_visible())));
         let mut status = Status::Partial;
         while let Some(event) = events.next().await {
             if let Event::Completed { status: ended, .. } = &event {
@@ -70,7 +72,7 @@ pub(crate) fn record(
     };
     RecordedTurn {
         events: Some(Box::pin(events)),
-        writer,
+        writer: writer.map(|writer| Gated::new(futures::stream::once(writer))),
         end_wait: None,
         end_timeout,
         registered: Some(registered),
@@ -83,9 +85,9 @@ impl RecordedTurn {
     /// Lets the writer go on; forgets it once it has finished.
     fn poll_writer(&mut self, cx: &mut Context<'_>) {
         let Some(writer) = self.writer.as_mut() else { return };
-        if let Poll::Ready(report) = writer.as_mut().poll(cx) {
+        if let Poll::Ready(report) = writer.poll_next_unpin(cx) {
             self.writer = None;
-            if !report.ended {
+            if report.is_some_and(|report| !report.ended) {
                 tracing::warn!(episode = %self.turn.key(), turn = %self.turn.turn_id(), "the turn's log was not ended");
             }
         }
@@ -117,7 +119,7 @@ impl Stream for RecordedTurn {
             }
             tracing::warn!(episode = %this.turn.key(), turn = %this.turn.turn_id(),
                 timeout_ms = timeout.as_millis() as u64, "the turn's log was still being written");
-            tokio::spawn(writer);
+            tokio::spawn(finish(writer));
         }
         this.registered = None;
         Poll::Ready(None)
@@ -150,12 +152,17 @@ impl Drop for RecordedTurn {
         }
         // The writer ends the log on its own (it bounds its own tries).
         match (self.writer.take(), runtime) {
-            (Some(writer), Some(runtime)) => drop(runtime.spawn(writer)),
+            (Some(writer), Some(runtime)) => drop(runtime.spawn(finish(writer))),
             (Some(_), None) => tracing::warn!(episode = %self.turn.key(), turn = %self.turn.turn_id(),
                 "the turn's log was not ended: no runtime to end it on"),
             (None, _) => {}
         }
     }
+}
+
+/// Runs a log writer to its end.
+async fn finish(mut writer: Gated<Once<LogWriter>>) {
+    writer.next().await;
 }
 
 /// Ends a live turn as `partial` when dropped, unless it has ended already.
