@@ -173,3 +173,53 @@ impl Drop for EndOnDrop {
         self.0.end(Status::Partial);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::EpisodeKey;
+    use crate::turn::live::LiveTurns;
+    use tokio_util::sync::CancellationToken;
+
+    /// A turn whose client left, its events still to come, with a log writer that never ends.
+    fn left_running(turns: &Arc<LiveTurns>, policy: DisconnectPolicy) -> (RecordedTurn, Arc<LiveTurn>) {
+        let key = EpisodeKey::new("u", "e").unwrap();
+        let registered = turns.register(key, "t".into(), None, CancellationToken::new());
+        let turn = registered.turn().clone();
+        let writer: LogWriter = Box::pin(std::future::pending());
+        let events: EventStream = Box::pin(futures::stream::pending());
+        (record(events, registered, Some(writer), policy, Duration::from_secs(1)), turn)
+    }
+
+    #[test]
+    fn a_turn_left_running_stops_once_when_its_runtime_shuts_down() {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let turns = LiveTurns::new();
+        let (mut recorded, turn) = left_running(&turns, DisconnectPolicy::Continue);
+        runtime.block_on(async {
+            assert!(futures::poll!(recorded.next()).is_pending());
+            // The client leaves: the turn runs on in a task of its own.
+            drop(recorded);
+            tokio::task::yield_now().await;
+            assert_eq!(turn.ended(), None);
+        });
+        // Shutting down drops that task: the turn ends there (before, the rest spawned itself
+        // again from its own drop, until the stack overflowed).
+        drop(runtime);
+        assert_eq!(turn.ended(), Some(Status::Partial));
+    }
+
+    #[test]
+    fn a_cancelled_turn_ends_at_once_and_its_writer_runs_on_alone() {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let turns = LiveTurns::new();
+        let (mut recorded, turn) = left_running(&turns, DisconnectPolicy::Cancel);
+        runtime.block_on(async {
+            assert!(futures::poll!(recorded.next()).is_pending());
+            drop(recorded);
+            assert_eq!(turn.ended(), Some(Status::Partial));
+            // The writer is a task now: the runtime has one task alive.
+            assert_eq!(tokio::runtime::Handle::current().metrics().num_alive_tasks(), 1);
+        });
+    }
+}
