@@ -82,14 +82,10 @@ pub(crate) fn record(
 }
 
 impl RecordedTurn {
-    /// Lets the writer go on; forgets it once it has finished.
+    /// Lets the writer go on; forgets it once it has finished (it says itself how it ended).
     fn poll_writer(&mut self, cx: &mut Context<'_>) {
-        let Some(writer) = self.writer.as_mut() else { return };
-        if let Poll::Ready(report) = writer.poll_next_unpin(cx) {
+        if self.writer.as_mut().is_some_and(|writer| writer.poll_next_unpin(cx).is_ready()) {
             self.writer = None;
-            if report.is_some_and(|report| !report.ended) {
-                tracing::warn!(episode = %self.turn.key(), turn = %self.turn.turn_id(), "the turn's log was not ended");
-            }
         }
     }
 }
@@ -110,16 +106,15 @@ impl Stream for RecordedTurn {
                 next => return next,
             }
         }
-        if let Some(writer) = this.writer.take() {
+        if this.writer.is_some() {
             let timeout = this.end_timeout;
             let wait = this.end_wait.get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
             if wait.as_mut().poll(cx).is_pending() {
-                this.writer = Some(writer);
                 return Poll::Pending;
             }
             tracing::warn!(episode = %this.turn.key(), turn = %this.turn.turn_id(),
                 timeout_ms = timeout.as_millis() as u64, "the turn's log was still being written");
-            tokio::spawn(finish(writer));
+            tokio::spawn(finish(this.writer.take().expect("checked")));
         }
         this.registered = None;
         Poll::Ready(None)

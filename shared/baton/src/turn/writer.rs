@@ -155,6 +155,9 @@ impl Writer {
                 self.check_cancel().await;
             }
         }
+        if !self.report.ended {
+            tracing::warn!(episode = %key, turn = %turn_id, "the turn's log was not ended");
+        }
         self.report
     }
 
