@@ -34,6 +34,11 @@
 //!    reqwest's CPU over Baton's client's (issue 47's rule: the hand-written client stays only if
 //!    reqwest costs more than 1.1× its CPU per turn here).
 //!
+//! 5. `log`: the turn log's CPU from outside, through HTTP: two `serve` processes of the same
+//!    binary on their own embedded store files, `BATON_TURN_LOG=true` and `false`, the mixed turn
+//!    with zero-latency models, the processes taking turns in rounds; `serve`'s CPU per turn and
+//!    its ratio (issue 48's target: log on ≤ 1.15× log off).
+//!
 //! Each figure of 1 and 2 is printed for the default flush, for `BATON_FLUSH_BUDGET_MS=0` (no pacing),
 //! for the model server over TLS (reqwest, h2 by ALPN: the path production takes to a vendor, where
 //! the others take Baton's own cleartext HTTP/1.1 connection; support stays cleartext), and, when
@@ -64,6 +69,9 @@ fn main() {
     }
     if wanted("cleartext") {
         rt.block_on(cleartext(if quick { 8 } else { 24 }, if quick { 200 } else { 800 }));
+    }
+    if wanted("log") {
+        rt.block_on(log_over_http(if quick { 200 } else { 1_000 }));
     }
 }
 
@@ -781,4 +789,29 @@ async fn cleartext(paced_turns: usize, zero_turns: usize) {
         matches!(proxy.accept(), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
         "a call went to the proxy: NO_PROXY did not hold, the figures are not of a direct path"
     );
+}
+
+/// The turn log's CPU measured from outside: `serve` with the log on and off, the same mixed
+/// turn on zero-latency models through HTTP, in one run (`log`).
+async fn log_over_http(turns: usize) {
+    let binary = release_dir().join("orchestrator");
+    if !binary.exists() {
+        println!("== log: skipped, {} is not built (run `make bench`)", binary.display());
+        return;
+    }
+    let servers = Servers::start(true, false).await;
+    let serves = vec![
+        (Serve::start(&binary, &servers, &[("BATON_TURN_LOG", "true")]).await, &servers),
+        (Serve::start(&binary, &servers, &[("BATON_TURN_LOG", "false")]).await, &servers),
+    ];
+    let figures = in_rounds(&serves, turns, ROUNDS).await;
+    println!(
+        "== the turn log through HTTP (release serve, embedded store, mixed turn on zero-latency models, {turns} turns each, {ROUNDS} rounds, same run)"
+    );
+    println!("   {:<12} {:>11} {:>16} {:>14}", "", "wall p50 ms", "serve CPU/turn", "wake-ups/turn");
+    for (name, (walls, cpu, wakeups)) in ["log on", "log off"].iter().zip(&figures) {
+        println!("   {name:<12} {:>11.2} {:>13.3} ms {:>14.1}", percentile(walls, 0.5), ms(*cpu), wakeups);
+    }
+    let ratio = figures[0].1.as_secs_f64() / figures[1].1.as_secs_f64().max(1e-9);
+    println!("   on / off: {ratio:.2}× CPU per turn  (target ≤ 1.15×)");
 }
