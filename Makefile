@@ -16,7 +16,7 @@ test:
 	bash scripts/test.sh
 
 # Benchmarks: turn overhead, mux throughput, Lambda cold start, serve start/memory, and the
-# latency a client sees over real HTTP, mini-agents on vs off, the durable turn log (on vs off, resume, DynamoDB units), approvals (paused and resumed vs plain), Baton's cleartext HTTP/1.1 client vs reqwest. `make bench ONLY=serve` (or turn, agents,
+# latency a client sees over real HTTP, mini-agents on vs off, the durable turn log (on vs off in process and through HTTP, resume, DynamoDB units), approvals (paused and resumed vs plain), Baton's cleartext HTTP/1.1 client vs reqwest. `make bench ONLY=serve` (or turn, agents,
 # mux, lambda, latency, store, cleartext, minis, log, resume, dynamodb, approvals) for one section; BATON_BENCH_BASELINE=path/to/orchestrator[:another] compares other builds
 # in the latency section. See docs/benchmarks.md.
 bench:
