@@ -82,6 +82,17 @@ fn release_dir() -> PathBuf {
     target.join("release")
 }
 
+/// The release `orchestrator` binary, or `None` when it is not built (section `section` then
+/// says it is skipped).
+fn release_orchestrator(section: &str) -> Option<PathBuf> {
+    let binary = release_dir().join("orchestrator");
+    if !binary.exists() {
+        println!("== {section}: skipped, {} is not built (run `make bench`)", binary.display());
+        return None;
+    }
+    Some(binary)
+}
+
 /// A process's CPU time so far (user plus system), read two ways: per live thread to the
 /// nanosecond (`/proc/<pid>/task/<tid>/schedstat`), and for the whole process in 10 ms ticks
 /// (`/proc/<pid>/stat`), which also keeps the time of threads that have exited.
@@ -589,11 +600,7 @@ struct Figures {
 }
 
 async fn latency(turns: usize, zero_turns: usize) {
-    let binary = release_dir().join("orchestrator");
-    if !binary.exists() {
-        println!("== latency: skipped, {} is not built (run `make bench`)", binary.display());
-        return;
-    }
+    let Some(binary) = release_orchestrator("latency") else { return };
     let mut variants = vec![
         Variant { name: "flush on (default)".into(), binary: binary.clone(), env: vec![], tls: false },
         Variant {
@@ -741,11 +748,7 @@ async fn latency(turns: usize, zero_turns: usize) {
 /// models (`zero_turns`, in [`ROUNDS`] rounds), each against two `serve` processes of one
 /// binary that take turns; the second's cleartext calls go through reqwest.
 async fn cleartext(paced_turns: usize, zero_turns: usize) {
-    let binary = release_dir().join("orchestrator");
-    if !binary.exists() {
-        println!("== cleartext: skipped, {} is not built (run `make bench`)", binary.display());
-        return;
-    }
+    let Some(binary) = release_orchestrator("cleartext") else { return };
     // A proxy makes `outbound::Client` hand cleartext calls to reqwest (which honours proxies);
     // NO_PROXY sends them straight to the loopback servers. The proxy's port must see nothing.
     let proxy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -794,11 +797,7 @@ async fn cleartext(paced_turns: usize, zero_turns: usize) {
 /// The turn log's CPU measured from outside: `serve` with the log on and off, the same mixed
 /// turn on zero-latency models through HTTP, in one run (`log`).
 async fn log_over_http(turns: usize) {
-    let binary = release_dir().join("orchestrator");
-    if !binary.exists() {
-        println!("== log: skipped, {} is not built (run `make bench`)", binary.display());
-        return;
-    }
+    let Some(binary) = release_orchestrator("log") else { return };
     let servers = Servers::start(true, false).await;
     let serves = vec![
         (Serve::start(&binary, &servers, &[("BATON_TURN_LOG", "true")]).await, &servers),
