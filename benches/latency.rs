@@ -37,7 +37,8 @@
 //! 5. `log`: the turn log's CPU from outside, through HTTP: two `serve` processes of the same
 //!    binary on their own embedded store files, `BATON_TURN_LOG=true` and `false`, the mixed turn
 //!    with zero-latency models, the processes taking turns in rounds; `serve`'s CPU per turn and
-//!    its ratio (issue 48's target: log on ≤ 1.15× log off).
+//!    its ratio (issue 48's target: log on ≤ 1.15× log off). With `BATON_BENCH_BASELINE`, each
+//!    older binary's pair too, in the same rounds.
 //!
 //! Each figure of 1 and 2 is printed for the default flush, for `BATON_FLUSH_BUDGET_MS=0` (no pacing),
 //! for the model server over TLS (reqwest, h2 by ALPN: the path production takes to a vendor, where
@@ -795,22 +796,39 @@ async fn cleartext(paced_turns: usize, zero_turns: usize) {
 }
 
 /// The turn log's CPU measured from outside: `serve` with the log on and off, the same mixed
-/// turn on zero-latency models through HTTP, in one run (`log`).
+/// turn on zero-latency models through HTTP, in one run (`log`); and so for each binary
+/// `BATON_BENCH_BASELINE` names, in the same rounds.
 async fn log_over_http(turns: usize) {
     let Some(binary) = release_orchestrator("log") else { return };
+    let baselines = std::env::var_os("BATON_BENCH_BASELINE").unwrap_or_default();
+    let mut binaries = vec![("this build".to_owned(), binary)];
+    for base in std::env::split_paths(&baselines).filter(|p| !p.as_os_str().is_empty()) {
+        let file = base.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
+        binaries.push((format!("baseline {file}"), base));
+    }
     let servers = Servers::start(true, false).await;
-    let serves = vec![
-        (Serve::start(&binary, &servers, &[("BATON_TURN_LOG", "true")]).await, &servers),
-        (Serve::start(&binary, &servers, &[("BATON_TURN_LOG", "false")]).await, &servers),
-    ];
+    let mut serves = Vec::new();
+    for (_, binary) in &binaries {
+        for log in ["true", "false"] {
+            serves.push((Serve::start(binary, &servers, &[("BATON_TURN_LOG", log)]).await, &servers));
+        }
+    }
     let figures = in_rounds(&serves, turns, ROUNDS).await;
     println!(
         "== the turn log through HTTP (release serve, embedded store, mixed turn on zero-latency models, {turns} turns each, {ROUNDS} rounds, same run)"
     );
-    println!("   {:<12} {:>11} {:>16} {:>14}", "", "wall p50 ms", "serve CPU/turn", "wake-ups/turn");
-    for (name, (walls, cpu, wakeups)) in ["log on", "log off"].iter().zip(&figures) {
-        println!("   {name:<12} {:>11.2} {:>13.3} ms {:>14.1}", percentile(walls, 0.5), ms(*cpu), wakeups);
+    println!("   {:<40} {:>11} {:>16} {:>14}", "", "wall p50 ms", "serve CPU/turn", "wake-ups/turn");
+    for ((name, _), pair) in binaries.iter().zip(figures.chunks(2)) {
+        for (log, (walls, cpu, wakeups)) in ["log on", "log off"].iter().zip(pair) {
+            let label = format!("{name}, {log}");
+            println!(
+                "   {label:<40} {:>11.2} {:>13.3} ms {:>14.1}",
+                percentile(walls, 0.5),
+                ms(*cpu),
+                wakeups
+            );
+        }
+        let ratio = pair[0].1.as_secs_f64() / pair[1].1.as_secs_f64().max(1e-9);
+        println!("   {name}: on / off {ratio:.2}× CPU per turn  (target ≤ 1.15×)");
     }
-    let ratio = figures[0].1.as_secs_f64() / figures[1].1.as_secs_f64().max(1e-9);
-    println!("   on / off: {ratio:.2}× CPU per turn  (target ≤ 1.15×)");
 }

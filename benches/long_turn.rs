@@ -168,7 +168,7 @@ async fn long_turn(
     let mark = |events: usize| {
         let (writes, bytes) = counting.map_or((0, 0), |c| {
             let appends = c.appends();
-            (appends.len(), appends.iter().map(|(_, b)| b).sum())
+            (appends.len(), appends.iter().map(|a| a.bytes).sum())
         });
         Mark { events, cpu: process_cpu(), writes, bytes }
     };

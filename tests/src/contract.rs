@@ -50,6 +50,7 @@ macro_rules! store_contract_tests {
             an_episode_item_of_the_single_response_id_era_still_reads,
             an_episode_item_of_the_single_conversation_era_still_reads,
             turn_events_read_back_in_order_from_any_cursor,
+            events_items_of_the_older_form_read_back_with_the_new,
             a_batch_written_again_is_a_retry_and_a_gap_or_overlap_is_refused,
             a_recorded_gap_is_reported_and_the_log_goes_on_after_it,
             a_turn_log_ends_once_with_its_status,

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use baton::store::item::{Attr, Item};
 use baton::store::{
     ApprovalRecords, CancelOutcome, Clock, Clocked, Conversations, Episode, EpisodeKey, LeaseGrant, Leases,
     LoggedEvent, Recorded, Store, StoreError, StoredMessage, TurnLog, TurnRecord,
@@ -14,14 +15,60 @@ use baton::store::{
 pub struct CountingStore {
     inner: Arc<dyn Store>,
     calls: Mutex<BTreeMap<&'static str, u64>>,
-    /// Per append (and final write): the number of events and their bytes (names and JSON).
-    appends: Mutex<Vec<(usize, usize)>>,
+    /// Each append (and final write with events).
+    appends: Mutex<Vec<Append>>,
     /// Turn-log writes are counted and dropped, not passed on (what the log costs in the
     /// process, without the store's share).
     discard_turn_log: bool,
     /// Run once before the next `save_approvals` reaches `inner` (another writer landing between a
     /// request's read and its conditional write).
     before_save_approvals: Mutex<Option<BeforeWrite>>,
+}
+
+/// One append of a turn's events (or a final write that carries some).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Append {
+    /// How many events.
+    pub events: usize,
+    /// Their bytes: names and JSON.
+    pub bytes: usize,
+    /// The size of their events item on DynamoDB, by its rules ([`dynamodb_item_size`]),
+    /// keys included: what its write units are counted on.
+    pub item_bytes: usize,
+}
+
+impl Append {
+    fn of(key: &EpisodeKey, turn_id: &str, events: &[LoggedEvent]) -> Append {
+        let mut item = baton::store::turn_log::encode_events(events, u64::from(u32::MAX));
+        item.insert("pk".into(), Attr::s(key.pk()));
+        let last = events.last().map_or(0, |e| e.seq);
+        item.insert("sk".into(), Attr::s(format!("TURN#{turn_id}#LOG#{last:020}")));
+        Append {
+            events: events.len(),
+            bytes: events.iter().map(|e| e.event.len() + e.data.len()).sum(),
+            item_bytes: dynamodb_item_size(&item),
+        }
+    }
+}
+
+/// The size of `item` by DynamoDB's rules (its developer guide, "Item sizes and formats"): per
+/// attribute its name's UTF-8 bytes plus its value's: a string its UTF-8 bytes, a number one
+/// byte per two significant digits plus one, a boolean or null one byte, a list or map 3 bytes
+/// plus one per element plus its elements (a map's with their names).
+pub fn dynamodb_item_size(item: &Item) -> usize {
+    fn value(attr: &Attr) -> usize {
+        match attr {
+            Attr::S(s) => s.len(),
+            Attr::N(n) => {
+                let digits = n.trim_start_matches(['-', '0']).replace('.', "");
+                digits.trim_end_matches('0').len().max(1).div_ceil(2) + 1
+            }
+            Attr::Bool(_) | Attr::Null(_) => 1,
+            Attr::L(list) => 3 + list.iter().map(|a| 1 + value(a)).sum::<usize>(),
+            Attr::M(map) => 3 + map.iter().map(|(k, a)| 1 + k.len() + value(a)).sum::<usize>(),
+        }
+    }
+    item.iter().map(|(name, attr)| name.len() + value(attr)).sum()
 }
 
 /// What [`CountingStore::before_next_save_approvals`] runs.
@@ -65,8 +112,8 @@ impl CountingStore {
         self.calls.lock().unwrap().get(method).copied().unwrap_or(0)
     }
 
-    /// Each append so far: its events and their bytes.
-    pub fn appends(&self) -> Vec<(usize, usize)> {
+    /// Each append so far.
+    pub fn appends(&self) -> Vec<Append> {
         self.appends.lock().unwrap().clone()
     }
 
@@ -190,8 +237,7 @@ impl TurnLog for CountingStore {
         events: &[LoggedEvent],
     ) -> Result<(), StoreError> {
         self.count("append_turn_events");
-        let bytes = events.iter().map(|e| e.event.len() + e.data.len()).sum();
-        self.appends.lock().unwrap().push((events.len(), bytes));
+        self.appends.lock().unwrap().push(Append::of(key, turn_id, events));
         if self.discard_turn_log {
             return Ok(());
         }
@@ -229,8 +275,7 @@ impl TurnLog for CountingStore {
     ) -> Result<(), StoreError> {
         self.count("finish_turn_log");
         if !events.is_empty() {
-            let bytes = events.iter().map(|e| e.event.len() + e.data.len()).sum();
-            self.appends.lock().unwrap().push((events.len(), bytes));
+            self.appends.lock().unwrap().push(Append::of(key, turn_id, events));
         }
         if self.discard_turn_log {
             return Ok(());

@@ -61,7 +61,7 @@ async fn a_streaming_turn_is_logged_in_batches_not_per_event<H: StoreHarness>() 
     assert_eq!(store.calls_of("finish_turn_log"), 1, "one final write");
     assert_eq!(store.calls_of("end_turn_log"), 0, "the end is in the final write");
     assert_eq!(store.calls_of("record_turn_gap"), 0);
-    let logged: usize = store.appends().iter().map(|(n, _)| n).sum();
+    let logged: usize = store.appends().iter().map(|a| a.events).sum();
     assert_eq!(logged, events.len(), "every event logged once");
 }
 

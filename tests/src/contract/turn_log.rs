@@ -67,6 +67,49 @@ pub async fn turn_events_read_back_in_order_from_any_cursor<H: StoreHarness>() {
     assert_eq!((record.last_seq, record.status, record.gaps), (12, TurnStatus::Running, vec![]));
 }
 
+/// A turn whose first events were written in the older form of the events item (a list of
+/// `{seq, event, data}` maps, before the compact `log` string) reads back whole, and goes on
+/// in the new form after them.
+pub async fn events_items_of_the_older_form_read_back_with_the_new<H: StoreHarness>() {
+    use baton::store::item::{Attr, Item};
+    let h = H::start(test_clock()).await;
+    let store = h.store();
+    let k = key("alice", "e1");
+    let turn = new_turn_id();
+    store.start_turn_log(&k, &turn, store.clock().now_ms() + 3_600_000).await.unwrap();
+    let old = events(1, 3, "old");
+    // Appended, then its item written over in the older form: the record is as that append
+    // left it.
+    store.append_turn_events(&k, &turn, &old).await.unwrap();
+    let list = old
+        .iter()
+        .map(|e| {
+            Attr::M(
+                [
+                    ("seq".to_owned(), Attr::n(e.seq)),
+                    ("event".to_owned(), Attr::s(&e.event)),
+                    ("data".to_owned(), Attr::s(&e.data)),
+                ]
+                .into(),
+            )
+        })
+        .collect();
+    let item = Item::from([
+        ("first".to_owned(), Attr::n(1)),
+        ("last".to_owned(), Attr::n(3)),
+        ("events".to_owned(), Attr::L(list)),
+        ("ttl".to_owned(), Attr::n(4_000_000_000)),
+    ]);
+    h.put_raw(&k.pk(), &format!("TURN#{turn}#LOG#{:020}", 3), &item).await;
+    let new = events(4, 6, "new");
+    store.append_turn_events(&k, &turn, &new).await.unwrap();
+    let all = store.turn_events(&k, &turn, 0, 100).await.unwrap();
+    assert_eq!(all, [old.clone(), new.clone()].concat(), "both forms, in order");
+    assert_eq!(store.turn_events(&k, &turn, 2, 2).await.unwrap(), [old[2].clone(), new[0].clone()]);
+    let record = store.turn_record(&k, &turn).await.unwrap().expect("a record");
+    assert_eq!((record.last_seq, record.gaps), (6, vec![]));
+}
+
 /// The same batch written again (a retried write) changes nothing; a batch that would leave a
 /// gap, overlap logged events, or rewrite them differently is refused and says which.
 pub async fn a_batch_written_again_is_a_retry_and_a_gap_or_overlap_is_refused<H: StoreHarness>() {

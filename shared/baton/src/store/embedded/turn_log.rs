@@ -47,33 +47,6 @@ fn events(
     Ok(out)
 }
 
-/// The events item of `events` as [`turn_log::encode_events`] builds it, in the bytes the
-/// store keeps (its DynamoDB JSON), written directly: a turn's events are most of the bytes
-/// its log writes, and building the attribute tree first cost more than writing them (one map
-/// and three owned strings per event; docs/benchmarks.md, "log").
-fn events_bytes(events: &[LoggedEvent], ttl: u64) -> Vec<u8> {
-    use std::io::Write;
-    // Writing to a `Vec` cannot fail, nor can serializing a string.
-    let text = |out: &mut Vec<u8>, s: &str| serde_json::to_writer(out, s).expect("a string serializes");
-    let size: usize = events.iter().map(|e| e.event.len() + e.data.len() * 9 / 8 + 48).sum();
-    let mut out = Vec::with_capacity(size + 96);
-    out.extend_from_slice(br#"{"events":{"L":["#);
-    for (i, event) in events.iter().enumerate() {
-        if i > 0 {
-            out.push(b',');
-        }
-        out.extend_from_slice(br#"{"M":{"data":{"S":"#);
-        text(&mut out, &event.data);
-        out.extend_from_slice(br#"},"event":{"S":"#);
-        text(&mut out, &event.event);
-        write!(out, r#"}},"seq":{{"N":"{}"}}}}}}"#, event.seq).expect("writes to a Vec");
-    }
-    let (first, last) = (events.first().map_or(0, |e| e.seq), events.last().map_or(0, |e| e.seq));
-    write!(out, r#"]}},"first":{{"N":"{first}"}},"last":{{"N":"{last}"}},"ttl":{{"N":"{ttl}"}}}}"#)
-        .expect("writes to a Vec");
-    out
-}
-
 impl EmbeddedStore {
     fn log_ttl(&self, now_ms: u64) -> u64 {
         ttl_after(now_ms, self.turn_log_ttl)
@@ -148,7 +121,7 @@ impl EmbeddedStore {
                     for run in runs {
                         let run = &batch[run];
                         let sk = turn_log_sk(turn_id, run[run.len() - 1].seq);
-                        view.put_bytes(&pk, &sk, events_bytes(run, ttl));
+                        view.put(&pk, &sk, &turn_log::encode_events(run, ttl));
                     }
                     let mut record = stored.expect("planned against a record");
                     record.last_seq = batch[batch.len() - 1].seq;
@@ -267,29 +240,63 @@ mod tests {
     use super::*;
     use crate::store::embedded::view::to_bytes;
 
+    /// Events of any JSON text round-trip through the bytes the store keeps, in either form of
+    /// the events item.
     #[test]
-    fn the_events_item_is_written_as_the_attribute_tree_would_serialize() {
+    fn events_items_of_both_forms_round_trip_through_the_stored_bytes() {
         let awkward = [
             r#"{"type":"text","text":"a \"quoted\" word\n"}"#,
             "{\"text\":\"tab\\t, back\\\\slash, \u{1} and ünïcødé 🎉\"}",
             "",
+            "a raw\nnewline 12 text {} and a space",
             "\u{7f}\u{2028}</script>",
         ];
         let events: Vec<LoggedEvent> = awkward
             .iter()
             .enumerate()
             .map(|(i, data)| {
-                LoggedEvent::new(i as u64 + 7, if i == 2 { "com\"pleted" } else { "text" }, *data)
+                LoggedEvent::new(i as u64 + 7, if i == 2 { "com\"pl\neted" } else { "text" }, *data)
             })
             .collect();
         for run in [&events[..], &events[..1], &[]] {
-            let direct = events_bytes(run, 1_234_567);
-            assert_eq!(
-                String::from_utf8(direct.clone()).unwrap(),
-                String::from_utf8(to_bytes(&turn_log::encode_events(run, 1_234_567))).unwrap()
-            );
-            let item = super::parse("P", "S", &direct).unwrap();
+            let bytes = to_bytes(&turn_log::encode_events(run, 1_234_567));
+            let item = parse("P", "S", &bytes).unwrap();
             assert_eq!(turn_log::decode_events("P", "S", &item).unwrap(), run);
         }
+        // An item of the older form: a list of `{seq, event, data}` maps.
+        let old = br#"{"events":{"L":[{"M":{"data":{"S":"{\"a\":1}"},"event":{"S":"text"},"seq":{"N":"4"}}},{"M":{"data":{"S":"{}"},"event":{"S":"completed"},"seq":{"N":"5"}}}]},"first":{"N":"4"},"last":{"N":"5"},"ttl":{"N":"9"}}"#;
+        let item = parse("P", "S", old).unwrap();
+        let read = turn_log::decode_events("P", "S", &item).unwrap();
+        assert_eq!(read, [LoggedEvent::new(4, "text", r#"{"a":1}"#), LoggedEvent::new(5, "completed", "{}")]);
+    }
+
+    /// The compact form is about a third smaller than the older one for a turn's usual events.
+    #[test]
+    fn the_compact_events_item_is_smaller_than_the_list_of_maps() {
+        let events: Vec<LoggedEvent> = (1..=40)
+            .map(|seq| {
+                LoggedEvent::new(
+                    seq,
+                    "text",
+                    format!(r#"{{"type":"text","agent":"shopping","delta":"word {seq} "}}"#),
+                )
+            })
+            .collect();
+        let compact = to_bytes(&turn_log::encode_events(&events, 1)).len();
+        let list: Vec<_> = events
+            .iter()
+            .map(|e| {
+                item::Attr::M(
+                    [
+                        ("seq".to_owned(), item::Attr::n(e.seq)),
+                        ("event".to_owned(), item::Attr::s(&e.event)),
+                        ("data".to_owned(), item::Attr::s(&e.data)),
+                    ]
+                    .into(),
+                )
+            })
+            .collect();
+        let old = to_bytes(&item::Item::from([("events".to_owned(), item::Attr::L(list))])).len();
+        assert!(compact * 3 < old * 2, "compact {compact} bytes, the list of maps {old}");
     }
 }

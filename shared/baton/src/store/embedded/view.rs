@@ -146,11 +146,6 @@ impl<'a> View<'a> {
         self.stage(pk, sk, Some(to_bytes(item).into()));
     }
 
-    /// Writes `bytes`, an item's DynamoDB JSON, at `pk` / `sk`.
-    pub(super) fn put_bytes(&mut self, pk: &str, sk: &str, bytes: Vec<u8>) {
-        self.stage(pk, sk, Some(bytes.into()));
-    }
-
     pub(super) fn remove(&mut self, pk: &str, sk: &str) {
         self.stage(pk, sk, None);
     }
