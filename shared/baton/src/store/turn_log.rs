@@ -523,7 +523,19 @@ pub fn encode_events(events: &[LoggedEvent], ttl: u64) -> Item {
 pub fn decode_events(pk: &str, sk: &str, item: &Item) -> Result<Vec<LoggedEvent>, StoreError> {
     let r = Reader::new(item_name(pk, sk), item);
     match (item.get("log"), item.get("events")) {
-        (Some(Attr::S(log)), _) => decode_log(&r, r.n("first")?, log),
+        (Some(Attr::S(log)), _) => {
+            let (first, last) = (r.n("first")?, r.n("last")?);
+            let events = decode_log(&r, first, log)?;
+            // An empty item (never written, but encodable) says `first` and `last` 0.
+            let ends = events.last().map_or(first.saturating_sub(1), |e| e.seq);
+            if ends != last && !(events.is_empty() && first == 0 && last == 0) {
+                return Err(r.corrupt(format!(
+                    "`log` holds {} events from seq {first}, but the item says it ends at seq {last}",
+                    events.len()
+                )));
+            }
+            Ok(events)
+        }
         (None, Some(Attr::L(list))) => list
             .iter()
             .map(|e| match e {
@@ -610,10 +622,19 @@ mod tests {
 
     #[test]
     fn a_malformed_log_is_reported_as_corrupt_and_a_name_with_a_space_is_refused() {
-        let item =
-            |log: &str| Item::from([("first".to_owned(), Attr::n(3)), ("log".to_owned(), Attr::s(log))]);
+        let item = |log: &str, last: u64| {
+            Item::from([
+                ("first".to_owned(), Attr::n(3)),
+                ("last".to_owned(), Attr::n(last)),
+                ("log".to_owned(), Attr::s(log)),
+            ])
+        };
         let good = "text 2 {}\ncompleted 7 {\"a\":1}\n";
-        let read = decode_events("P", "S", &item(good)).unwrap();
+        let read = decode_events("P", "S", &item(good, 4)).unwrap();
+        for last in [3, 5] {
+            let err = decode_events("P", "S", &item(good, last)).unwrap_err();
+            assert!(err.to_string().contains("holds 2 events from seq 3"), "{err}");
+        }
         assert_eq!(read, [LoggedEvent::new(3, "text", "{}"), LoggedEvent::new(4, "completed", r#"{"a":1}"#)]);
         for (bad, why) in [
             ("text 2 {}", "no newline"),
@@ -624,7 +645,7 @@ mod tests {
             ("text 2 aü\n", "shorter than its length"),
             ("text 2 {}}\n", "no newline"),
         ] {
-            let err = decode_events("P", "S", &item(bad)).unwrap_err();
+            let err = decode_events("P", "S", &item(bad, 4)).unwrap_err();
             assert!(
                 matches!(err, StoreError::Corrupt { .. }) && err.to_string().contains(why),
                 "{bad:?}: {err}"
