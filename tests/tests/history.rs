@@ -211,9 +211,11 @@ async fn a_client_that_hangs_up_leaves_a_partial_reply<H: StoreHarness>() {
             break;
         }
     }
-    // Hang up once both vendor calls are under way (the support agent may still be reading its
-    // conversation state when shopping's first words arrive).
+    // Hang up once both vendor calls are under way: the first sub-agent words may be either
+    // agent's, and the other may still be starting (support reading its conversation state,
+    // shopping before its model call).
     wait_until("the Forethought call is made", || async { !s.ft.requests().is_empty() }).await;
+    wait_until("the shopping model call is made", || async { !s.server.requests_for(SHOP).is_empty() }).await;
     drop(stream);
     wait_until("the partial reply is saved", || async { s.stored("alice", "e1").await.len() > 1 }).await;
     let stored = s.stored("alice", "e1").await;
