@@ -308,7 +308,7 @@ async fn dynamodb_units(turns: usize) {
     }
     use baton_tests::stores::{StoreHarness, test_clock};
     let moto = baton_tests::stores::Moto::start(test_clock()).await;
-    let counting = CountingStore::new(moto.store());
+    let counting = CountingStore::sizing_items(moto.store());
     let on = service(counting.clone(), true);
     for i in 0..turns {
         one_turn(&on, 100_000 + i).await;
@@ -319,8 +319,11 @@ async fn dynamodb_units(turns: usize) {
     // Item sizes: the record is ~200 bytes (one unit); an events item's size is worked out by
     // DynamoDB's rules from the item as the store encodes it, keys included.
     let appends = counting.appends();
-    let append_units: f64 =
-        appends.iter().map(|a| write_units(200, true) + write_units(a.item_bytes, true)).sum::<f64>() / n;
+    let append_units: f64 = appends
+        .iter()
+        .map(|a| write_units(200, true) + write_units(a.item_bytes.expect("a sizing store"), true))
+        .sum::<f64>()
+        / n;
     let start = per_turn("start_turn_log") * write_units(200, false);
     // A final write without events is an end alone (an `UpdateItem`); with events it is counted
     // with the appends.
@@ -330,7 +333,8 @@ async fn dynamodb_units(turns: usize) {
     let reads = per_turn("turn_record");
     let events: f64 = appends.iter().map(|a| a.events as f64).sum::<f64>() / n;
     let bytes: f64 = appends.iter().map(|a| a.bytes as f64).sum::<f64>() / n;
-    let item_bytes: f64 = appends.iter().map(|a| a.item_bytes as f64).sum::<f64>() / n;
+    let item_bytes: f64 =
+        appends.iter().map(|a| a.item_bytes.expect("a sizing store") as f64).sum::<f64>() / n;
     println!(
         "== the turn log on DynamoDB (moto_server): {turns} turns of {events:.0} events, {bytes:.0} bytes of events each, in events items of {item_bytes:.0} bytes by DynamoDB's rules"
     );

@@ -94,6 +94,19 @@ fn release_orchestrator(section: &str) -> Option<PathBuf> {
     Some(binary)
 }
 
+/// The older binaries `BATON_BENCH_BASELINE` names (one, or several separated as in `PATH`),
+/// each named `baseline <its file name>`.
+fn baselines() -> Vec<(String, PathBuf)> {
+    let baselines = std::env::var_os("BATON_BENCH_BASELINE").unwrap_or_default();
+    std::env::split_paths(&baselines)
+        .filter(|p| !p.as_os_str().is_empty())
+        .map(|base| {
+            let file = base.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
+            (format!("baseline {file}"), base)
+        })
+        .collect()
+}
+
 /// A process's CPU time so far (user plus system), read two ways: per live thread to the
 /// nanosecond (`/proc/<pid>/task/<tid>/schedstat`), and for the whole process in 10 ms ticks
 /// (`/proc/<pid>/stat`), which also keeps the time of threads that have exited.
@@ -612,11 +625,8 @@ async fn latency(turns: usize, zero_turns: usize) {
         },
         Variant { name: "models over TLS (reqwest)".into(), binary: binary.clone(), env: vec![], tls: true },
     ];
-    // One baseline, or several separated as in `PATH`: each is named after its file.
-    let baselines = std::env::var_os("BATON_BENCH_BASELINE").unwrap_or_default();
-    for base in std::env::split_paths(&baselines).filter(|p| !p.as_os_str().is_empty()) {
-        let file = base.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
-        variants.push(Variant { name: format!("baseline {file}"), binary: base, env: vec![], tls: false });
+    for (name, binary) in baselines() {
+        variants.push(Variant { name, binary, env: vec![], tls: false });
     }
     let mixed_servers = Servers::start(false, false).await;
     let zero_servers = Servers::start(true, false).await;
@@ -800,12 +810,8 @@ async fn cleartext(paced_turns: usize, zero_turns: usize) {
 /// `BATON_BENCH_BASELINE` names, in the same rounds.
 async fn log_over_http(turns: usize) {
     let Some(binary) = release_orchestrator("log") else { return };
-    let baselines = std::env::var_os("BATON_BENCH_BASELINE").unwrap_or_default();
     let mut binaries = vec![("this build".to_owned(), binary)];
-    for base in std::env::split_paths(&baselines).filter(|p| !p.as_os_str().is_empty()) {
-        let file = base.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
-        binaries.push((format!("baseline {file}"), base));
-    }
+    binaries.extend(baselines());
     let servers = Servers::start(true, false).await;
     let mut serves = Vec::new();
     for (_, binary) in &binaries {

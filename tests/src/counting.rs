@@ -20,6 +20,9 @@ pub struct CountingStore {
     /// Turn-log writes are counted and dropped, not passed on (what the log costs in the
     /// process, without the store's share).
     discard_turn_log: bool,
+    /// Whether each append's events item is encoded to measure it (`Append::item_bytes`): work
+    /// production does not do, so only a store made by [`CountingStore::sizing_items`] does it.
+    size_items: bool,
     /// Run once before the next `save_approvals` reaches `inner` (another writer landing between a
     /// request's read and its conditional write).
     before_save_approvals: Mutex<Option<BeforeWrite>>,
@@ -33,20 +36,24 @@ pub struct Append {
     /// Their bytes: names and JSON.
     pub bytes: usize,
     /// The size of their events item on DynamoDB, by its rules ([`dynamodb_item_size`]),
-    /// keys included: what its write units are counted on.
-    pub item_bytes: usize,
+    /// keys included: what its write units are counted on (`None` unless the store was made
+    /// by [`CountingStore::sizing_items`]).
+    pub item_bytes: Option<usize>,
 }
 
 impl Append {
-    fn of(key: &EpisodeKey, turn_id: &str, events: &[LoggedEvent]) -> Append {
-        let mut item = baton::store::turn_log::encode_events(events, u64::from(u32::MAX));
-        item.insert("pk".into(), Attr::s(key.pk()));
-        let last = events.last().map_or(0, |e| e.seq);
-        item.insert("sk".into(), Attr::s(format!("TURN#{turn_id}#LOG#{last:020}")));
+    fn of(key: &EpisodeKey, turn_id: &str, events: &[LoggedEvent], size_item: bool) -> Append {
+        let item_bytes = size_item.then(|| {
+            use baton::store::turn_log::{encode_events, turn_log_sk};
+            let mut item = encode_events(events, u64::from(u32::MAX));
+            item.insert("pk".into(), Attr::s(key.pk()));
+            item.insert("sk".into(), Attr::s(turn_log_sk(turn_id, events.last().map_or(0, |e| e.seq))));
+            dynamodb_item_size(&item)
+        });
         Append {
             events: events.len(),
             bytes: events.iter().map(|e| e.event.len() + e.data.len()).sum(),
-            item_bytes: dynamodb_item_size(&item),
+            item_bytes,
         }
     }
 }
@@ -82,6 +89,20 @@ impl CountingStore {
             calls: Mutex::default(),
             appends: Mutex::default(),
             discard_turn_log: false,
+            size_items: false,
+            before_save_approvals: Mutex::default(),
+        })
+    }
+
+    /// Counts the calls made to `inner`, and measures each append's events item
+    /// ([`Append::item_bytes`]).
+    pub fn sizing_items(inner: Arc<dyn Store>) -> Arc<CountingStore> {
+        Arc::new(CountingStore {
+            inner,
+            calls: Mutex::default(),
+            appends: Mutex::default(),
+            discard_turn_log: false,
+            size_items: true,
             before_save_approvals: Mutex::default(),
         })
     }
@@ -94,6 +115,7 @@ impl CountingStore {
             calls: Mutex::default(),
             appends: Mutex::default(),
             discard_turn_log: true,
+            size_items: false,
             before_save_approvals: Mutex::default(),
         })
     }
@@ -237,7 +259,7 @@ impl TurnLog for CountingStore {
         events: &[LoggedEvent],
     ) -> Result<(), StoreError> {
         self.count("append_turn_events");
-        self.appends.lock().unwrap().push(Append::of(key, turn_id, events));
+        self.appends.lock().unwrap().push(Append::of(key, turn_id, events, self.size_items));
         if self.discard_turn_log {
             return Ok(());
         }
@@ -275,7 +297,7 @@ impl TurnLog for CountingStore {
     ) -> Result<(), StoreError> {
         self.count("finish_turn_log");
         if !events.is_empty() {
-            self.appends.lock().unwrap().push(Append::of(key, turn_id, events));
+            self.appends.lock().unwrap().push(Append::of(key, turn_id, events, self.size_items));
         }
         if self.discard_turn_log {
             return Ok(());
