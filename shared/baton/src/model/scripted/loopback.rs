@@ -216,6 +216,10 @@ pub fn paced_body(
                 }
             }
             if pacing.cut_after == Some(i) {
+                // On a loaded machine the frames before the cut can all fall due at once, and
+                // the abort would then drop them from the server's buffer before they were
+                // written: the cut always waits, relative to now, for the connection to flush.
+                tokio::time::sleep(pacing.chunk_delay.max(Duration::from_millis(10))).await;
                 yield Err(std::io::Error::new(std::io::ErrorKind::ConnectionAborted, "scripted cut"));
                 return;
             }
