@@ -4,8 +4,10 @@
 //! 1. `log`: CPU per turn with the turn log on against the same turn with it off, in one run,
 //!    through the chat endpoint's own code (`ChatService::respond`, the SSE body read to its end)
 //!    over the embedded store, zero-latency in-process models: what logging adds to a turn. Turns
-//!    alternate between the two services in batches, so drift on the host hits both alike. Also
-//!    the store calls per turn (counted).
+//!    alternate between the two services in batches, so drift on the host hits both alike; each
+//!    batch's measurement ends a little over a second after its last turn, so the store's flush
+//!    of the batch's log (within a second, on its own task) is counted in it. Also the store
+//!    calls per turn (counted).
 //!    `paced` runs the same comparison on turns that stream a word every 20 ms (also part of `log`).
 //! 2. `resume`: time from a resume request to its first replayed event over loopback HTTP, on the
 //!    code `serve` runs with the embedded store: a finished turn (read from the store) and a
@@ -50,6 +52,12 @@ fn main() {
         rt.block_on(dynamodb_units(if quick { 5 } else { 20 }));
     }
 }
+
+/// How long a measured group of turns waits after its last turn, inside its measurement: the
+/// embedded store flushes a turn log's writes within a second of them, on a task of its own, so
+/// without the wait that flush's CPU would fall in the next group's measurement, another
+/// service's.
+const SETTLE: Duration = Duration::from_millis(1_200);
 
 /// Words the answer streams: one `text` event each.
 const WORDS: usize = 60;
@@ -117,7 +125,8 @@ async fn log_overhead(turns: usize) {
     }
     counting.reset();
     let (mut cpu_on, mut cpu_off, mut cpu_discarded) = (Duration::ZERO, Duration::ZERO, Duration::ZERO);
-    let batch = 50;
+    // Few, large groups: each pays a `SETTLE`.
+    let batch = 200.min(turns);
     let mut episode = turns;
     for _ in 0..turns / batch {
         for (service, cpu) in [(&on, &mut cpu_on), (&off, &mut cpu_off), (&discarded, &mut cpu_discarded)] {
@@ -126,6 +135,7 @@ async fn log_overhead(turns: usize) {
                 episode += 1;
                 one_turn(service, episode).await;
             }
+            tokio::time::sleep(SETTLE).await;
             *cpu += process_cpu() - before;
         }
     }
@@ -186,6 +196,7 @@ async fn paced_log_overhead(turns: usize) {
                     })
                     .collect();
                 futures::future::join_all(group).await;
+                tokio::time::sleep(SETTLE).await;
                 round[i] += process_cpu() - before;
             }
         }
