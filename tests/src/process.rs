@@ -49,10 +49,13 @@ impl ServeProcess {
     }
 }
 
-/// User plus system CPU time of this process (what a benchmark compares between variants).
+/// User plus system CPU time of this process (what a benchmark compares between variants), to
+/// the microsecond (`getrusage`; `/proc/self/stat` counts whole 10 ms ticks). Threads that have
+/// exited are counted.
 pub fn process_cpu() -> Duration {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    let fields: Vec<&str> = stat.rsplit(") ").next().unwrap_or("").split_whitespace().collect();
-    let ticks: u64 = fields.get(11..13).map_or(0, |f| f.iter().filter_map(|v| v.parse::<u64>().ok()).sum());
-    Duration::from_millis(ticks * 10) // USER_HZ is 100 on Linux
+    use nix::sys::resource::{UsageWho, getrusage};
+    use nix::sys::time::TimeValLike;
+    let Ok(usage) = getrusage(UsageWho::RUSAGE_SELF) else { return Duration::ZERO };
+    let micros = usage.user_time().num_microseconds() + usage.system_time().num_microseconds();
+    Duration::from_micros(u64::try_from(micros).unwrap_or(0))
 }
