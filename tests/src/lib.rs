@@ -273,6 +273,22 @@ pub fn speakers(events: &[Event]) -> Vec<String> {
     out
 }
 
+/// Waits (as [`wait_until`]) until the sub-agents' upstream calls both stream: the Forethought
+/// call and the model call of `agent` (the first of each) have sent a frame. A test that hangs
+/// up to see those calls cancelled waits for this first: the first sub-agent words may be
+/// either agent's while the other is still starting, and a call cut before its server sent a
+/// frame is never recorded as ended (the server's handler is dropped before its body exists).
+pub async fn wait_until_both_stream(server: &ScriptedServer, agent: &str, ft: &ForethoughtServer) {
+    wait_until("the Forethought call streams", || async {
+        ft.requests().first().is_some_and(|r| r.chunks_sent > 0)
+    })
+    .await;
+    wait_until("the model call streams", || async {
+        server.requests_for(agent).first().is_some_and(|r| r.last_frame_at.is_some())
+    })
+    .await;
+}
+
 /// Polls `done` every 10 ms until it holds, for at most 10 s (then panics naming `what`). For
 /// effects that happen after a response ends (a reply saved after the client left); no test
 /// asserts on how long this takes.

@@ -15,7 +15,7 @@ use baton_tests::stores::{Moto, StoreHarness, test_clock};
 use baton_tests::{ASK_SHOPPING, ASK_SUPPORT};
 use baton_tests::{
     Endpoint, ORCH, SHOP, open_stream_as, scripted_config_with_forethought, start_endpoint_with, text_of,
-    wait_until,
+    wait_until, wait_until_both_stream,
 };
 use futures::StreamExt;
 use serde_json::{Value, json};
@@ -211,11 +211,7 @@ async fn a_client_that_hangs_up_leaves_a_partial_reply<H: StoreHarness>() {
             break;
         }
     }
-    // Hang up once both vendor calls are under way: the first sub-agent words may be either
-    // agent's, and the other may still be starting (support reading its conversation state,
-    // shopping before its model call).
-    wait_until("the Forethought call is made", || async { !s.ft.requests().is_empty() }).await;
-    wait_until("the shopping model call is made", || async { !s.server.requests_for(SHOP).is_empty() }).await;
+    wait_until_both_stream(&s.server, SHOP, &s.ft).await;
     drop(stream);
     wait_until("the partial reply is saved", || async { s.stored("alice", "e1").await.len() > 1 }).await;
     let stored = s.stored("alice", "e1").await;

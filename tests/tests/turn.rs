@@ -231,6 +231,7 @@ async fn a_client_that_hangs_up_cancels_the_sub_agents_upstream_calls() {
             break;
         }
     }
+    baton_tests::wait_until_both_stream(&server, SHOP, &ft).await;
     drop(stream);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
     let ended = || server.requests_for(SHOP)[0].completed.is_some() && ft.requests()[0].completed.is_some();
