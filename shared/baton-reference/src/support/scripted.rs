@@ -187,8 +187,8 @@ impl FtStream {
         self
     }
 
-    /// Abort the connection before chunk `n` (give the reply a chunk delay so earlier chunks are
-    /// flushed first).
+    /// Abort the connection before chunk `n`, after waiting the chunk delay (at least 10 ms) so
+    /// the earlier chunks are flushed first.
     pub fn cut_after(mut self, n: usize) -> FtStream {
         self.cut_after = Some(n);
         self

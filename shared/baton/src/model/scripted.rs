@@ -202,8 +202,9 @@ impl StreamReply {
         self
     }
 
-    /// Abort the connection after `n` chunks. Give the reply a chunk delay if the client must
-    /// see the chunks before the cut: an abort can discard data still in the server's buffers.
+    /// Abort the connection after `n` chunks. The abort waits the chunk delay (at least 10 ms)
+    /// first, so the server has flushed the chunks before it: an abort discards data still in
+    /// the server's buffers.
     pub fn cut_after(mut self, n: usize) -> StreamReply {
         self.cut_after = Some(n);
         self
