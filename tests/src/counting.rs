@@ -84,38 +84,28 @@ type BeforeWrite = Box<dyn FnOnce() -> futures::future::BoxFuture<'static, ()> +
 impl CountingStore {
     /// Counts the calls made to `inner`.
     pub fn new(inner: Arc<dyn Store>) -> Arc<CountingStore> {
-        Arc::new(CountingStore {
-            inner,
-            calls: Mutex::default(),
-            appends: Mutex::default(),
-            discard_turn_log: false,
-            size_items: false,
-            before_save_approvals: Mutex::default(),
-        })
+        CountingStore::counting(inner, false, false)
     }
 
     /// Counts the calls made to `inner`, and measures each append's events item
     /// ([`Append::item_bytes`]).
     pub fn sizing_items(inner: Arc<dyn Store>) -> Arc<CountingStore> {
-        Arc::new(CountingStore {
-            inner,
-            calls: Mutex::default(),
-            appends: Mutex::default(),
-            discard_turn_log: false,
-            size_items: true,
-            before_save_approvals: Mutex::default(),
-        })
+        CountingStore::counting(inner, false, true)
     }
 
     /// Counts the calls made to `inner`, and drops the turn log's writes (start, appends, gaps,
     /// end) instead of passing them on.
     pub fn discarding_turn_log(inner: Arc<dyn Store>) -> Arc<CountingStore> {
+        CountingStore::counting(inner, true, false)
+    }
+
+    fn counting(inner: Arc<dyn Store>, discard_turn_log: bool, size_items: bool) -> Arc<CountingStore> {
         Arc::new(CountingStore {
             inner,
             calls: Mutex::default(),
             appends: Mutex::default(),
-            discard_turn_log: true,
-            size_items: false,
+            discard_turn_log,
+            size_items,
             before_save_approvals: Mutex::default(),
         })
     }
